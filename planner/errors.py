@@ -1,0 +1,15 @@
+"""Errors that the CLI turns into exit codes and one-paragraph messages."""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad user input (model, YAML, option): exit code 2.
+
+    The message is one paragraph naming the file, the place (node name or YAML
+    line:column) and what to do about it.
+    """
+
+
+class PlanningError(Exception):
+    """The command ran and the answer is "no" (infeasible, mismatch): exit code 1."""
