@@ -1,0 +1,229 @@
+"""Execute a plan on the modeled chip, tile by tile, counting every byte moved.
+
+The emulator shares only the region function (planner.regions.tile_regions)
+with the planner: it slices real arrays for each tile, runs the layers with the
+NumPy kernels, and counts bytes from the arrays it actually moves, so a wrong
+closed form in the cost model shows up as a counter mismatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from math import ceil
+from typing import Any
+
+import numpy as np
+
+from emulator.kernels import run_op
+from hardware.chip import Chip
+from planner.cost import Counters, cycles_energy
+from planner.ir import Graph, Layer, MapKind
+from planner.plan import Group, Plan
+from planner.regions import (
+    Box,
+    GroupIO,
+    box_elems,
+    full_box,
+    group_io,
+    input_box,
+    iter_tiles,
+    tile_regions,
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An on-chip buffer that overflowed while a tile ran."""
+
+    group: int
+    tile: int
+    level: str  # sram, nram, wram
+    needed_bytes: int
+    capacity_bytes: int
+
+    @property
+    def over_bytes(self) -> int:
+        return self.needed_bytes - self.capacity_bytes
+
+    def describe(self) -> str:
+        """One line for reports."""
+        return (f"group {self.group} tile {self.tile}: {self.level.upper()} needs "
+                f"{self.needed_bytes} B, has {self.capacity_bytes} B ({self.over_bytes} B over)")
+
+
+@dataclass
+class EmulationResult:
+    """Outputs and counters of one emulated plan."""
+
+    outputs: dict[str, np.ndarray]
+    groups: list[Counters]
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def totals(self) -> Counters:
+        total = Counters()
+        for c in self.groups:
+            total = total + c
+        return total
+
+
+def _slice(arr: np.ndarray, have: Box, want: Box, spatial: bool) -> np.ndarray:
+    """Cut box `want` out of an array holding box `have` of a tensor."""
+    n0, n1 = want[0] - have[0], want[1] - have[0]
+    if not spatial:
+        return arr[n0:n1]
+    return arr[n0:n1, ..., want[2] - have[2]:want[3] - have[2], want[4] - have[4]:want[5] - have[4]]
+
+
+def _window_attrs(lay: Layer, out_box: Box, in_len: tuple[int, int]) -> dict[str, Any]:
+    """Kernel attributes with the pads this tile needs: the clipped-away part of the window."""
+    attrs = dict(lay.attrs)
+    pads = []
+    ends = []
+    for m, (lo, hi), n in zip(lay.row_maps[:1] + lay.col_maps[:1],
+                              ((out_box[2], out_box[3]), (out_box[4], out_box[5])), in_len,
+                              strict=True):
+        u0, u1 = m.needed(lo, hi, n)
+        pads.append(max(0, -u0))
+        ends.append(max(0, u1 - n))
+    attrs["pads"] = pads + ends
+    attrs.pop("ceil_mode", None)
+    return attrs
+
+
+def _crop_axis(y: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
+    idx = [slice(None)] * y.ndim
+    idx[axis] = slice(start, start + length)
+    return y[tuple(idx)]
+
+
+def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple[Box, np.ndarray]],
+              weights: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Compute `out_box` of a layer's outputs from the boxes of its inputs held on chip."""
+    args: list[np.ndarray | None] = []
+    first_box: Box | None = None
+    for name in lay.inputs:
+        if not name:
+            args.append(None)
+        elif name in lay.fmap_inputs:
+            i = lay.fmap_inputs.index(name)
+            want = input_box(graph, lay, i, out_box)
+            have, arr = onchip[name]
+            args.append(_slice(arr, have, want, len(graph.shapes[name]) >= 4))
+            if first_box is None:
+                first_box = want
+        else:
+            args.append(weights.get(name, graph.constants.get(name)))
+    out_spatial = len(lay.out_shape) >= 4
+    window = bool(lay.row_maps) and lay.row_maps[0].kind is MapKind.WINDOW and out_spatial
+    attrs = lay.attrs
+    if window:
+        shape = graph.shapes[lay.fmap_inputs[0]]
+        attrs = _window_attrs(lay, out_box, (shape[-2], shape[-1]))
+    outs = run_op(lay.op, attrs, args, lay.opset)
+    y = np.asarray(outs[0])
+    if not lay.batch_preserving:
+        y = _crop_axis(y, 0, out_box[0], out_box[1] - out_box[0])
+    if out_spatial and not window and first_box is not None:
+        in_spatial = len(graph.shapes[lay.fmap_inputs[0]]) >= 4
+        for axis, m, lo, hi, a0 in ((y.ndim - 2, lay.row_maps[0], out_box[2], out_box[3], first_box[2]),
+                                    (y.ndim - 1, lay.col_maps[0], out_box[4], out_box[5], first_box[4])):
+            start = lo - (m.virtual_start(a0) if in_spatial else 0)
+            if m.kind is MapKind.WHOLE or not in_spatial:
+                start = lo
+            y = _crop_axis(y, axis, start, hi - lo)
+    return y.astype(np.float32, copy=False) if y.dtype == np.float64 else y
+
+
+def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
+                  weights: Mapping[str, np.ndarray]) -> tuple[Counters, list[Violation]]:
+    """Run one group over all its tiles; reads and writes `dram` (tensor name -> full array)."""
+    io = group_io(graph, group.layers)
+    dt = chip.dtype_bytes
+    last_use = _last_use(graph, io)
+    wbytes = sum(int(graph.constants[w].size) for w in io.weights) * dt
+    read = write = wread = macs = peak = 0
+    worst: dict[str, Violation] = {}  # per level, the tile that overflows most
+    onchip_weights = wbytes if chip.unified else 0
+    for ti, tile_box in enumerate(iter_tiles(graph, io, group.tile)):
+        boxes = tile_regions(graph, io, tile_box)
+        if ti == 0 or not group.weights_resident:
+            wread += wbytes
+        onchip: dict[str, tuple[Box, np.ndarray]] = {}
+        for t in io.inputs:
+            arr = _slice(dram[t], _full(dram[t]), boxes[t], dram[t].ndim >= 4)
+            read += arr.size * dt
+            onchip[t] = (boxes[t], arr)
+        for i, name in enumerate(io.layers):
+            lay = graph.layer(name)
+            out_box = boxes[lay.outputs[0]]
+            y = run_layer(graph, lay, out_box, onchip, weights)
+            macs += y.size * lay.macs_per_output
+            onchip[lay.outputs[0]] = (out_box, y)
+            live = sum(a.size for _, a in onchip.values()) * dt + onchip_weights
+            peak = max(peak, live)
+            for v in _capacity(chip, group.id, ti, live, wbytes):
+                if v.level not in worst or v.needed_bytes > worst[v.level].needed_bytes:
+                    worst[v.level] = v
+            for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs]:
+                del onchip[t]
+        for t in io.outputs:
+            have, arr = onchip[t]
+            want = tile_box if t == io.anchor else boxes[t]
+            part = _slice(arr, have, want, arr.ndim >= 4)
+            if t not in dram:
+                dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)
+            _slice(dram[t], _full(dram[t]), want, arr.ndim >= 4)[...] = part
+            write += part.size * dt
+    read += wread
+    cycles, energy = cycles_energy(chip, read + write, macs)
+    return Counters(read, write, wread, read - wread - _once(graph, io, dt), peak, macs, cycles,
+                    energy), list(worst.values())
+
+
+def _once(graph: Graph, io: GroupIO, dt: int) -> int:
+    """Bytes of the group's inputs read with no halo re-reads (one whole-anchor tile)."""
+    full = tile_regions(graph, io, full_box(graph, io.anchor))
+    return sum(box_elems(graph, t, full[t]) for t in io.inputs) * dt
+
+
+def _full(arr: np.ndarray) -> Box:
+    if arr.ndim >= 4:
+        return 0, arr.shape[0], 0, arr.shape[-2], 0, arr.shape[-1]
+    return 0, arr.shape[0] if arr.ndim else 1, 0, 1, 0, 1
+
+
+def _last_use(graph: Graph, io: GroupIO) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for i, name in enumerate(io.layers):
+        for t in graph.layer(name).fmap_inputs:
+            last[t] = i
+    return last
+
+
+def _capacity(chip: Chip, group: int, tile: int, live: int, wbytes: int) -> list[Violation]:
+    found = []
+    if live > chip.sram.bytes:
+        found.append(Violation(group, tile, "sram", live, chip.sram.bytes))
+    if chip.nram is not None:
+        share = ceil((live - (wbytes if chip.unified else 0)) / chip.cores_per_cluster)
+        if share > chip.nram.bytes:
+            found.append(Violation(group, tile, "nram", share, chip.nram.bytes))
+    if chip.wram is not None:
+        share = ceil(wbytes / chip.cores_per_cluster)
+        if share > chip.wram.bytes:
+            found.append(Violation(group, tile, "wram", share, chip.wram.bytes))
+    return found
+
+
+def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarray],
+            weights: Mapping[str, np.ndarray] | None = None) -> EmulationResult:
+    """Run every group of the plan in order; returns the model outputs and counters."""
+    dram: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float32) for k, v in inputs.items()}
+    counters, violations = [], []
+    for group in plan.groups:
+        c, v = emulate_group(graph, group, chip, dram, weights or graph.constants)
+        counters.append(c)
+        violations.extend(v)
+    return EmulationResult({t: dram[t] for t in graph.outputs}, counters, violations)

@@ -1,0 +1,265 @@
+"""The chip model: frozen dataclasses whose fields are exactly the keys of hardware/*.yaml.
+
+Memory hierarchy (seed 000, ¶34-54)::
+
+    DRAM --global DMA--> SRAM (one per cluster, shared by its cores)
+                          |--per-core DMA--> NRAM (feature maps) / WRAM (weights) of each core
+    DRAM --------------------------------> NRAM/WRAM directly (slower)
+    SRAM of cluster i <--cluster DMA--> SRAM of cluster j
+
+A chip without ``nram``/``wram`` is *unified*: ``sram`` is its single on-chip memory
+holding feature maps and weights (seeds 001 and 004).
+
+Load chips with :func:`load_chip`, which accepts a preset name (``cluster4x4``) or a
+path and ``--set key.sub=VALUE`` overrides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+from planner.yamlio import apply_overrides, build_dataclass, did_you_mean, load_yaml, where
+
+__all__ = [
+    "DEFAULT_PRESET",
+    "HARDWARE_DIR",
+    "PRESETS",
+    "Chip",
+    "Core",
+    "CoreMem",
+    "Dma",
+    "Dram",
+    "Sram",
+    "load_chip",
+    "preset_path",
+]
+
+HARDWARE_DIR = Path(__file__).resolve().parent
+"""Directory holding the preset chip files (hardware/*.yaml)."""
+
+PRESETS: tuple[str, ...] = tuple(sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml")))
+"""Names of the bundled presets (file stems in hardware/)."""
+
+DEFAULT_PRESET = "cluster4x4"
+"""Preset used when no chip is given (seed 000's clustered design)."""
+
+# Field metadata understood by planner.yamlio.build_dataclass.
+_SIZE: dict[str, Any] = {"size": True, "gt": 0}
+_POSITIVE: dict[str, Any] = {"gt": 0}
+_NON_NEGATIVE: dict[str, Any] = {"ge": 0}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dram:
+    """Off-chip memory."""
+
+    bandwidth_gbps: float = field(metadata=_POSITIVE)
+    """Sustained DRAM <-> chip bandwidth in GB/s (1e9 bytes per second)."""
+    pj_per_byte: float = field(metadata=_NON_NEGATIVE)
+    """Energy per byte moved between DRAM and the chip, in picojoules."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sram:
+    """Per-cluster shared memory (or the single on-chip memory of a unified chip)."""
+
+    bytes: int = field(metadata=_SIZE)
+    """Capacity in bytes of one cluster's SRAM."""
+    bandwidth_gbps: float = field(metadata=_POSITIVE)
+    """Bandwidth of one cluster's SRAM in GB/s."""
+    pj_per_byte: float = field(metadata=_NON_NEGATIVE)
+    """Energy per byte read or written, in picojoules."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoreMem:
+    """A per-core memory: NRAM (feature maps) or WRAM (weights)."""
+
+    bytes: int = field(metadata=_SIZE)
+    """Capacity in bytes of this memory in one core."""
+    pj_per_byte: float = field(metadata=_NON_NEGATIVE)
+    """Energy per byte read or written, in picojoules."""
+    bandwidth_gbps: float | None = field(default=None, metadata=_POSITIVE)
+    """Bandwidth in GB/s; None (the default) means it never limits the core."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Core:
+    """One core's compute units."""
+
+    macs_per_cycle: int = field(metadata=_POSITIVE)
+    """Multiply-accumulates per cycle of the matrix unit (conv, matmul)."""
+    vector_lanes: int = field(metadata=_POSITIVE)
+    """Elements per cycle of the vector unit (activations, pooling, element-wise)."""
+    pj_per_mac: float = field(metadata=_NON_NEGATIVE)
+    """Energy per multiply-accumulate, in picojoules."""
+    pj_per_vector_op: float = field(default=0.05, metadata=_NON_NEGATIVE)
+    """Energy per vector-unit element operation, in picojoules."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dma:
+    """Optional DMA bandwidths between levels; None takes the default given per field."""
+
+    sram_to_core_gbps: float | None = field(default=None, metadata=_POSITIVE)
+    """Per-core DMA SRAM -> NRAM/WRAM in GB/s; default: the SRAM bandwidth."""
+    cluster_link_gbps: float | None = field(default=None, metadata=_POSITIVE)
+    """Cluster DMA SRAM <-> SRAM of another cluster in GB/s; default: the SRAM bandwidth."""
+    dram_to_core_gbps: float | None = field(default=None, metadata=_POSITIVE)
+    """Direct DRAM <-> NRAM/WRAM in GB/s; default: half the DRAM bandwidth (seed 000: slower)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chip:
+    """An accelerator: clusters of cores, each cluster with an SRAM, each core with NRAM/WRAM.
+
+    Field names are exactly the chip YAML keys; see hardware/cluster4x4.yaml.
+    """
+
+    name: str
+    """Short identifier, reported in plans."""
+    dtype_bytes: int = field(metadata={"choices": (1, 2, 4)})
+    """Storage size of one tensor element in bytes (1 int8, 2 fp16/bf16, 4 fp32)."""
+    clock_ghz: float = field(metadata=_POSITIVE)
+    """Core clock in GHz; converts GB/s into bytes per cycle."""
+    clusters: int = field(metadata=_POSITIVE)
+    """Number of clusters, each with its own SRAM."""
+    cores_per_cluster: int = field(metadata=_POSITIVE)
+    """Cores in each cluster, sharing that cluster's SRAM."""
+    dram: Dram
+    """Off-chip memory."""
+    sram: Sram
+    """Per-cluster SRAM, or the only on-chip memory of a unified chip."""
+    nram: CoreMem | None = None
+    """Per-core feature-map memory; omit together with wram on single-memory chips."""
+    wram: CoreMem | None = None
+    """Per-core weight memory; omit together with nram on single-memory chips."""
+    core: Core
+    """Compute units of one core."""
+    dma: Dma = field(default_factory=Dma)
+    """Optional DMA bandwidths between memory levels."""
+    static_power_mw: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    """Leakage/static power of the whole chip in mW (energy = power x time)."""
+    description: str = ""
+    """Free text: which design the chip models."""
+
+    def __post_init__(self) -> None:
+        if (self.nram is None) != (self.wram is None):
+            raise ValueError(
+                "nram and wram must be given together (per-core memories) or both omitted "
+                "(single on-chip memory)"
+            )
+        if self.dtype_bytes not in (1, 2, 4):
+            raise ValueError(f"dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
+        if self.clusters < 1 or self.cores_per_cluster < 1:
+            raise ValueError("clusters and cores_per_cluster must be at least 1")
+
+    @property
+    def unified(self) -> bool:
+        """True when there is no NRAM/WRAM: one on-chip memory holds feature maps and weights."""
+        return self.nram is None and self.wram is None
+
+    @property
+    def cores(self) -> int:
+        """Total number of cores (clusters x cores_per_cluster)."""
+        return self.clusters * self.cores_per_cluster
+
+    @property
+    def dram_bytes_per_cycle(self) -> float:
+        """DRAM bandwidth in bytes per core clock cycle."""
+        return self.dram.bandwidth_gbps / self.clock_ghz
+
+    @property
+    def sram_bytes_per_cycle(self) -> float:
+        """One cluster's SRAM bandwidth in bytes per core clock cycle."""
+        return self.sram.bandwidth_gbps / self.clock_ghz
+
+    @property
+    def sram_to_core_gbps(self) -> float:
+        """Effective per-core DMA bandwidth SRAM -> NRAM/WRAM in GB/s."""
+        return self.dma.sram_to_core_gbps or self.sram.bandwidth_gbps
+
+    @property
+    def cluster_link_gbps(self) -> float:
+        """Effective cluster-to-cluster SRAM link bandwidth in GB/s."""
+        return self.dma.cluster_link_gbps or self.sram.bandwidth_gbps
+
+    @property
+    def dram_to_core_gbps(self) -> float:
+        """Effective direct DRAM <-> NRAM/WRAM bandwidth in GB/s."""
+        return self.dma.dram_to_core_gbps or self.dram.bandwidth_gbps / 2
+
+    @property
+    def total_sram_bytes(self) -> int:
+        """SRAM capacity summed over all clusters."""
+        return self.sram.bytes * self.clusters
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready description: every YAML field plus the derived quantities."""
+        data = asdict(self)
+        data.update(
+            unified=self.unified,
+            cores=self.cores,
+            dram_bytes_per_cycle=self.dram_bytes_per_cycle,
+            sram_bytes_per_cycle=self.sram_bytes_per_cycle,
+            total_sram_bytes=self.total_sram_bytes,
+            effective_dma_gbps={
+                "sram_to_core": self.sram_to_core_gbps,
+                "cluster_link": self.cluster_link_gbps,
+                "dram_to_core": self.dram_to_core_gbps,
+            },
+        )
+        return data
+
+
+def preset_path(name: str) -> Path:
+    """Path of the preset ``name`` (a file stem in hardware/); InputError if there is none."""
+    if name not in PRESETS:
+        raise InputError(
+            f"unknown chip preset '{name}'.{did_you_mean(name, PRESETS)} Presets: "
+            f"{', '.join(PRESETS)}. Give one of them, or the path to a chip YAML file "
+            f"(see {HARDWARE_DIR / (DEFAULT_PRESET + '.yaml')} for the format)."
+        )
+    return HARDWARE_DIR / f"{name}.yaml"
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.endswith((".yaml", ".yml")) or "/" in spec or "\\" in spec or Path(spec).is_file()
+
+
+def load_chip(spec: str | Path | None = None, overrides: Sequence[str] = ()) -> tuple[Chip, str]:
+    """Load a chip from a YAML path or a preset name (None: the default preset).
+
+    ``overrides`` are "key.sub=VALUE" strings (``--set sram.bytes=256KiB``) applied before
+    validation. Returns the chip and the resolved path of the file it came from. Raises
+    InputError (with FILE:LINE:COL where possible) for an unknown preset, a missing or
+    malformed file, unknown keys, wrong types or inconsistent values.
+    """
+    if spec is None:
+        path = preset_path(DEFAULT_PRESET)
+    elif isinstance(spec, Path) or _looks_like_path(spec):
+        path = Path(spec)
+    else:
+        path = preset_path(spec)
+
+    node = load_yaml(path)
+    apply_overrides(node, list(overrides), "--set", cls=Chip, path=path)
+
+    # Checked here (not only in __post_init__) to point at the offending key.
+    has_nram = node.get("nram") is not None
+    has_wram = node.get("wram") is not None
+    if has_nram != has_wram:
+        present, absent = ("nram", "wram") if has_nram else ("wram", "nram")
+        raise InputError(
+            f"{where(path, node, present)}: `{present}` is given but `{absent}` is not. "
+            "Per-core memories come in pairs: add "
+            f"`{absent}: {{bytes: ..., pj_per_byte: ...}}`, or remove `{present}` to model a "
+            "chip with a single on-chip memory (sram holds feature maps and weights)."
+        )
+
+    chip = build_dataclass(Chip, node, path, f"chip file {path.name}")
+    return chip, str(path.resolve())

@@ -1,0 +1,216 @@
+"""The layer-graph IR: frozen layers, their op classes and their row/column maps.
+
+A layer is one remaining compute node of the cleaned ONNX graph. Feature maps
+are the non-constant tensors; every float constant input of a compute layer is
+a weight. A tensor of rank >= 4 is *spatial*: its last two axes are H and W
+(rank 5 appears in channel shuffles), and tiles cut it along those axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import cached_property
+from math import prod
+from typing import Any
+
+import networkx as nx
+
+
+class OpClass(str, Enum):
+    """Op families the rules speak of (seed 000 ¶87-146)."""
+
+    MAIN = "main"
+    VECTOR = "vector"
+    SCALAR = "scalar"
+    MOVEMENT = "movement"
+    REDUCTION = "reduction"
+    OPAQUE = "opaque"
+
+
+MAIN_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Gemm", "MatMul"})
+VECTOR_OPS = frozenset(
+    {
+        "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "PRelu", "Elu",
+        "Selu", "Tanh", "Softmax", "LogSoftmax", "BatchNormalization", "LRN",
+        "InstanceNormalization", "Sqrt", "Exp", "Abs", "Neg", "Reciprocal", "Cast",
+    }
+)
+SCALAR_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Mean", "Pow"})
+MOVEMENT_OPS = frozenset(
+    {
+        "Concat", "Reshape", "Flatten", "Transpose", "Split", "Slice", "Pad", "Resize",
+        "Upsample", "Identity", "Dropout", "Squeeze", "Unsqueeze",
+    }
+)
+REDUCTION_OPS = frozenset(
+    {"GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"}
+)
+# Constant inputs of these ops are parameters (shapes, scales, bounds), not weights.
+PARAMETER_INPUT_OPS = MOVEMENT_OPS | frozenset({"Clip", "Cast"})
+
+
+def op_class(op_type: str) -> OpClass:
+    """The op class of an ONNX op type; anything unknown is opaque."""
+    for ops, cls in (
+        (MAIN_OPS, OpClass.MAIN),
+        (VECTOR_OPS, OpClass.VECTOR),
+        (SCALAR_OPS, OpClass.SCALAR),
+        (MOVEMENT_OPS, OpClass.MOVEMENT),
+        (REDUCTION_OPS, OpClass.REDUCTION),
+    ):
+        if op_type in ops:
+            return cls
+    return OpClass.OPAQUE
+
+
+class MapKind(str, Enum):
+    """How an output range along one spatial axis maps to an input range."""
+
+    IDENTITY = "identity"  # row r needs row r (elementwise, concat on channels...)
+    WINDOW = "window"  # conv / pool: [lo*s - p, (hi-1)*s - p + (k-1)*d + 1)
+    UPSAMPLE = "upsample"  # nearest, integer factor f: row r needs row r // f
+    TRANSPOSED = "transposed"  # ConvTranspose: rows whose scattered window reaches [lo, hi)
+    WHOLE = "whole"  # needs the whole input axis (global pooling, Gemm, flatten...)
+
+
+@dataclass(frozen=True)
+class AxisMap:
+    """Row (or column) map of one feature-map input of a layer."""
+
+    kind: MapKind
+    kernel: int = 1
+    stride: int = 1
+    pad: int = 0  # padding before the first row
+    dilation: int = 1
+
+    def needed(self, lo: int, hi: int, in_len: int) -> tuple[int, int]:
+        """Input range [a, b) needed for output range [lo, hi), before clipping to the input."""
+        k, s, p, d = self.kernel, self.stride, self.pad, self.dilation
+        if self.kind is MapKind.IDENTITY:
+            return lo, hi
+        if self.kind is MapKind.WINDOW:
+            return lo * s - p, (hi - 1) * s - p + (k - 1) * d + 1
+        if self.kind is MapKind.UPSAMPLE:
+            return lo // s, (hi - 1) // s + 1
+        if self.kind is MapKind.TRANSPOSED:
+            # output row o receives input row i when o = i*s - p + j*d for some 0 <= j < k
+            first = -((-(lo + p - (k - 1) * d)) // s)
+            return first, (hi - 1 + p) // s + 1
+        return 0, in_len
+
+    def virtual_start(self, in_lo: int) -> int:
+        """Output row at which a kernel run on inputs starting at in_lo begins (not WINDOW)."""
+        if self.kind is MapKind.UPSAMPLE:
+            return in_lo * self.stride
+        if self.kind is MapKind.TRANSPOSED:
+            return in_lo * self.stride - self.pad
+        if self.kind is MapKind.WHOLE:
+            return 0
+        return in_lo
+
+
+WHOLE = AxisMap(MapKind.WHOLE)
+IDENTITY = AxisMap(MapKind.IDENTITY)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One compute node of the model."""
+
+    name: str
+    op: str
+    op_class: OpClass
+    attrs: Mapping[str, Any]
+    inputs: tuple[str, ...]  # every input, '' where an optional input is absent
+    outputs: tuple[str, ...]
+    fmap_inputs: tuple[str, ...]  # the non-constant inputs, in input order
+    weights: tuple[str, ...]  # float constant inputs that are weights
+    weight_elems: int
+    out_shape: tuple[int, ...]  # shape of outputs[0]
+    macs_per_output: int  # MACs (main layers) or vector ops (others) per output element
+    row_maps: tuple[AxisMap, ...]  # one per fmap input
+    col_maps: tuple[AxisMap, ...]
+    batch_preserving: bool  # axis 0 of every fmap input maps to axis 0 of the output
+    opset: int = 13
+
+    @property
+    def macs(self) -> int:
+        """MACs (or vector ops) of the whole layer."""
+        return self.macs_per_output * prod(self.out_shape)
+
+    @property
+    def is_main(self) -> bool:
+        return self.op_class is OpClass.MAIN
+
+    @property
+    def kernel_hw(self) -> tuple[int, int, int, int]:
+        """(k_y, s_y, k_x, s_x) of a conv/pool layer, as stride redundancy needs them."""
+        if self.row_maps and self.row_maps[0].kind is MapKind.WINDOW:
+            r, c = self.row_maps[0], self.col_maps[0]
+            return (
+                (r.kernel - 1) * r.dilation + 1, r.stride, (c.kernel - 1) * c.dilation + 1, c.stride
+            )
+        return 1, 1, 1, 1
+
+
+
+@dataclass(frozen=True)
+class Block:
+    """A single-entry/single-exit subgraph with internal branches (seed 000 ¶91-93)."""
+
+    id: int
+    entry: str  # layer whose output feeds the block (or '' for a graph input)
+    exit: str  # layer that joins the branches
+    layers: tuple[str, ...]  # layers strictly after entry up to and including exit
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A model as layers, tensors and the layer DAG."""
+
+    name: str
+    layers: tuple[Layer, ...]  # topological order
+    shapes: Mapping[str, tuple[int, ...]]  # every tensor
+    constants: Mapping[str, Any]  # name -> numpy array (weights and parameters)
+    inputs: tuple[str, ...]  # real model inputs
+    outputs: tuple[str, ...]
+    producer: Mapping[str, str]  # tensor -> producing layer
+    consumers: Mapping[str, tuple[str, ...]]  # tensor -> consuming layers
+    dag: nx.DiGraph = field(compare=False)
+    blocks: tuple[Block, ...] = ()
+    opset: int = 13
+
+    @cached_property
+    def _by_name(self) -> dict[str, Layer]:
+        return {lay.name: lay for lay in self.layers}
+
+    @cached_property
+    def _position(self) -> dict[str, int]:
+        return {lay.name: i for i, lay in enumerate(self.layers)}
+
+    def layer(self, name: str) -> Layer:
+        """The layer called name (KeyError names it)."""
+        return self._by_name[name]
+
+    def index(self, name: str) -> int:
+        """Position of a layer in the topological order."""
+        return self._position[name]
+
+    def elems(self, tensor: str) -> int:
+        """Number of elements of a tensor."""
+        return prod(self.shapes[tensor])
+
+    def block_of(self, layer: str) -> Block | None:
+        """The innermost block containing a layer."""
+        best: Block | None = None
+        for b in self.blocks:
+            if layer in b.layers and (best is None or len(b.layers) < len(best.layers)):
+                best = b
+        return best
+
+
+def is_spatial(shape: tuple[int, ...]) -> bool:
+    """Tensors of rank >= 4 have H and W as their last two axes."""
+    return len(shape) >= 4

@@ -1,0 +1,968 @@
+"""Load an ONNX model, bind its input shapes, fold its constants and infer every shape.
+
+The planner works on a *cleaned* model: only real (non-constant) graph inputs, every
+weight stored as an initializer, no ``Constant``/``ConstantOfShape`` nodes, every node
+named, and a concrete static shape for every tensor in ``graph.value_info``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from math import prod
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+from planner.errors import InputError
+
+ZOO: dict[str, str] = {
+    name: f"light_{name}.onnx"
+    for name in (
+        "resnet50",
+        "vgg19",
+        "bvlc_alexnet",
+        "zfnet512",
+        "squeezenet",
+        "inception_v1",
+        "inception_v2",
+        "densenet121",
+        "shufflenet",
+    )
+}
+"""Zoo name -> file name of the "light" test models shipped inside the onnx package."""
+
+_ZOO_PREFIX = "zoo:"
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_SHAPE_HINT = "--shape NAME=D0,D1,..."
+
+# Nodes never folded even when all their inputs are constant: non-deterministic,
+# control flow, or producing non-tensor values.
+_NEVER_FOLD = frozenset({
+    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+    "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct", "SequenceEmpty", "SequenceInsert",
+    "SequenceErase", "SequenceAt", "SequenceLength", "SplitToSequence", "ConcatFromSequence",
+    "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",
+})
+# Nodes evaluated directly with numpy (cheap and frequent); the rest use ReferenceEvaluator.
+_NUMPY_FOLD = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
+# Float initializers bigger than this are given to shape inference as typed inputs instead of
+# data: their values never matter for shapes, and serialising them is slow.
+_SKELETON_MAX_ELEMS = 64
+
+_ORT_ERRORS: tuple[type[BaseException], ...] = (
+    ort_state.Fail,
+    ort_state.InvalidArgument,
+    ort_state.InvalidGraph,
+    ort_state.InvalidProtobuf,
+    ort_state.NoSuchFile,
+    ort_state.NotImplemented,
+    ort_state.RuntimeException,
+    ort_state.EPFail,
+    ValueError,
+)
+# What ReferenceEvaluator raises when an operator cannot run on its (constant) inputs.
+_EVAL_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError, TypeError, IndexError, KeyError, RuntimeError, NotImplementedError,
+    ArithmeticError, AttributeError,
+)
+_FLOAT_TYPES = frozenset({
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+})
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A cleaned model plus what the planner needs to know about where it came from."""
+
+    proto: onnx.ModelProto
+    path: str
+    file: Path
+    sha256: str
+    inputs: dict[str, tuple[int, ...]]
+    outputs: tuple[str, ...]
+    opset: int
+
+
+# --------------------------------------------------------------------------- resolving
+
+
+def zoo_dir() -> Path:
+    """Directory holding the light zoo models inside the installed onnx package."""
+    return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def resolve_model(spec: str) -> Path:
+    """Turn a model path or ``zoo:NAME`` into an existing file path.
+
+    Raises InputError for an unknown zoo name (listing the valid names) or a missing file.
+    """
+    if spec.startswith(_ZOO_PREFIX):
+        return _resolve_zoo(spec)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise InputError(
+            f"Model file '{spec}' does not exist. Check the path, or use zoo:NAME for a "
+            f"bundled model ({', '.join(ZOO)})."
+        )
+    if not path.is_file():
+        raise InputError(
+            f"Model path '{spec}' is not a regular file. Pass the path of an .onnx file."
+        )
+    return path
+
+
+def _resolve_zoo(spec: str) -> Path:
+    name = spec[len(_ZOO_PREFIX):]
+    if name not in ZOO:
+        close = difflib.get_close_matches(name, list(ZOO), n=1)
+        hint = f" Did you mean 'zoo:{close[0]}'?" if close else ""
+        raise InputError(
+            f"Unknown zoo model '{name}' in '{spec}'.{hint} Valid names: "
+            f"{', '.join(ZOO)}. Use --model zoo:NAME with one of them, or pass a file path."
+        )
+    path = zoo_dir() / ZOO[name]
+    if not path.is_file():
+        raise InputError(
+            f"Zoo model '{spec}' should be at '{path}' but the installed onnx package does "
+            "not ship it. Reinstall onnx (the full wheel includes its backend test data) or "
+            "pass a model file path instead."
+        )
+    return path
+
+
+def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
+    """Parse ``NAME=D0,D1,...`` (one ``--shape`` option) into a name and positive dims."""
+    name, sep, dims_text = text.rpartition("=")
+    name = name.strip()
+    parts = [p.strip() for p in dims_text.split(",")]
+    if not sep or not name or not all(re.fullmatch(r"[0-9]+", p) for p in parts):
+        raise InputError(
+            f"Bad --shape value '{text}': expected NAME=D0,D1,... with the input name, an "
+            "equals sign and comma-separated integer dims, e.g. --shape data_0=1,3,224,224."
+        )
+    dims = tuple(int(p) for p in parts)
+    if any(d <= 0 for d in dims):
+        raise InputError(
+            f"Bad --shape value '{text}': every dim must be a positive integer. Pass e.g. "
+            f"--shape {name}=1,3,224,224."
+        )
+    return name, dims
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _read_bytes(file: Path, spec: str) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise InputError(
+            f"Model file '{spec}' cannot be read ({exc.strerror or exc}). Check the path and "
+            "its permissions."
+        ) from exc
+
+
+def _not_onnx(spec: str, why: str) -> InputError:
+    return InputError(
+        f"Model file '{spec}' is not a readable ONNX model ({why}). Pass an .onnx file "
+        "exported by a framework (e.g. torch.onnx.export); if it was copied or downloaded, "
+        "check that the transfer completed."
+    )
+
+
+def _parse_model(data: bytes, file: Path, spec: str) -> onnx.ModelProto:
+    """Parse, load external data, and lightly check the model."""
+    if not data:
+        raise _not_onnx(spec, "the file is empty")
+    try:
+        proto = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise _not_onnx(spec, f"protobuf decoding failed: {exc}") from exc
+    if not proto.HasField("graph") or not proto.opset_import or not proto.graph.output:
+        raise _not_onnx(spec, "it has no graph, opset or outputs")
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        try:
+            onnx.load_external_data_for_model(proto, str(file.parent))
+        except OSError as exc:
+            raise InputError(
+                f"Model file '{spec}' refers to external weight data that cannot be read "
+                f"({exc}). Keep the external data files next to the model."
+            ) from exc
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        raise _not_onnx(spec, f"the ONNX checker rejected it: {_one_line(str(exc))}") from exc
+    except ValueError:  # over 2 GB: the C++ checker needs the file itself
+        try:
+            onnx.checker.check_model(str(file))
+        except onnx.checker.ValidationError as exc:
+            raise _not_onnx(spec, f"the ONNX checker rejected it: {_one_line(str(exc))}") from exc
+    return proto
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _default_opset(proto: onnx.ModelProto, spec: str) -> int:
+    for op in proto.opset_import:
+        if op.domain in _DEFAULT_DOMAINS:
+            return int(op.version)
+    raise InputError(
+        f"Model file '{spec}' imports no default-domain (ai.onnx) opset, so its operators "
+        "cannot be interpreted. Re-export it with a standard opset (9 to 17)."
+    )
+
+
+# --------------------------------------------------------------------------- working state
+
+
+@dataclass
+class _Work:
+    """Mutable state of the cleaning pipeline (private to one load_model call)."""
+
+    spec: str
+    nodes: list[onnx.NodeProto]
+    inits: dict[str, onnx.TensorProto]
+    folded: dict[str, np.ndarray] = field(default_factory=dict)
+    inputs: dict[str, onnx.ValueInfoProto] = field(default_factory=dict)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def is_const(self, name: str) -> bool:
+        return name in self.inits or name in self.folded
+
+    def value(self, name: str) -> np.ndarray:
+        if name in self.folded:
+            return self.folded[name]
+        arr = numpy_helper.to_array(self.inits[name])
+        self.folded[name] = arr
+        del self.inits[name]
+        return arr
+
+    def const_shape(self, name: str) -> tuple[int, ...]:
+        if name in self.folded:
+            return tuple(self.folded[name].shape)
+        return tuple(int(d) for d in self.inits[name].dims)
+
+
+def _name_nodes(nodes: Sequence[onnx.NodeProto]) -> None:
+    """Give every node a unique non-empty name: keep the first use of a name, and call the
+    others ``{op_type}_{index}`` (index in the original node list)."""
+    explicit = {n.name for n in nodes if n.name}
+    taken: set[str] = set()
+    for index, node in enumerate(nodes):
+        if node.name and node.name not in taken:
+            taken.add(node.name)
+            continue
+        base = f"{node.op_type}_{index}"
+        name, k = base, 1
+        while name in taken or name in explicit:
+            name, k = f"{base}_{k}", k + 1
+        node.name = name
+        taken.add(name)
+
+
+def _subgraph_inputs(node: onnx.NodeProto) -> set[str]:
+    """Names a node's subgraphs (If/Loop/Scan bodies) may read from the outer scope."""
+    names: set[str] = set()
+    for attr in node.attribute:
+        graphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
+        for g in graphs:
+            for inner in g.node:
+                names.update(i for i in inner.input if i)
+                names.update(_subgraph_inputs(inner))
+    return names
+
+
+def _node_reads(node: onnx.NodeProto) -> set[str]:
+    return {i for i in node.input if i} | _subgraph_inputs(node)
+
+
+def _live_nodes(nodes: Sequence[onnx.NodeProto], outputs: Iterable[str]) -> list[onnx.NodeProto]:
+    """Nodes that contribute to the graph outputs, in their original order."""
+    needed = set(outputs)
+    keep = [False] * len(nodes)
+    for index in range(len(nodes) - 1, -1, -1):
+        node = nodes[index]
+        if any(o in needed for o in node.output if o):
+            keep[index] = True
+            needed |= _node_reads(node)
+    return [n for n, k in zip(nodes, keep, strict=True) if k]
+
+
+def _trim_unused_outputs(
+    nodes: Sequence[onnx.NodeProto], outputs: Iterable[str], opset: int
+) -> None:
+    """Drop optional node outputs nobody reads (e.g. Dropout's mask), which often lack shapes."""
+    used = _used_names(nodes, outputs)
+    for node in nodes:
+        if node.domain not in _DEFAULT_DOMAINS or len(node.output) < 2:
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            continue
+        formal = schema.outputs
+        names = list(node.output)
+        for index in range(1, len(names)):
+            param = formal[min(index, len(formal) - 1)]
+            if names[index] not in used and \
+                    param.option == onnx.defs.OpSchema.FormalParameterOption.Optional:
+                names[index] = ""
+        while len(names) > 1 and not names[-1]:
+            names.pop()
+        if names != list(node.output):
+            node.ClearField("output")
+            node.output.extend(names)
+
+
+def _used_names(nodes: Iterable[onnx.NodeProto], outputs: Iterable[str]) -> set[str]:
+    used = set(outputs)
+    for node in nodes:
+        used |= _node_reads(node)
+    return used
+
+
+def _check_outputs_defined(work: _Work, graph: onnx.GraphProto) -> None:
+    produced = {o for n in work.nodes for o in n.output if o}
+    declared = {i.name for i in graph.input} | set(work.inits)
+    for out in graph.output:
+        if out.name not in produced and out.name not in declared:
+            raise _not_onnx(work.spec, f"graph output '{out.name}' is produced by no node")
+
+
+# --------------------------------------------------------------------------- shape binding
+
+
+def _declared_dims(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """Declared dims of an input: int, symbolic name, or None if unknown; None if no shape."""
+    ttype = vi.type.tensor_type
+    if not ttype.HasField("shape"):
+        return None
+    dims: list[int | str | None] = []
+    for dim in ttype.shape.dim:
+        kind = dim.WhichOneof("value")
+        dims.append(int(dim.dim_value) if kind == "dim_value" else (dim.dim_param or None))
+    return dims
+
+
+def _bind_input(
+    vi: onnx.ValueInfoProto, override: tuple[int, ...] | None, spec: str
+) -> tuple[int, ...]:
+    """The concrete shape of one real input (declared dims, overridden by --shape)."""
+    if vi.type.WhichOneof("value") != "tensor_type":
+        raise InputError(
+            f"Model file '{spec}': input '{vi.name}' is not a tensor (sequence, map or "
+            "optional inputs are not supported). Export the model with tensor inputs only."
+        )
+    declared = _declared_dims(vi)
+    if override is not None:
+        if declared is not None and len(declared) != len(override):
+            raise InputError(
+                f"Model file '{spec}': --shape {vi.name}={','.join(map(str, override))} has "
+                f"rank {len(override)} but input '{vi.name}' has rank {len(declared)} "
+                f"(declared dims {_fmt_dims(declared)}). Pass exactly {len(declared)} dims."
+            )
+        return override
+    if declared is None:
+        raise InputError(
+            f"Model file '{spec}': input '{vi.name}' has no declared shape. Pass its shape "
+            f"with --shape {vi.name}=D0,D1,..."
+        )
+    for index, dim in enumerate(declared):
+        if not isinstance(dim, int):
+            what = f"dim {index} ('{dim}')" if dim else f"dim {index} (unknown)"
+            raise InputError(
+                f"Model file '{spec}': input '{vi.name}' has symbolic {what} in its shape "
+                f"{_fmt_dims(declared)}. Bind every dim with --shape {vi.name}=D0,D1,... "
+                f"(e.g. --shape {vi.name}={_example_dims(declared)})."
+            )
+    return tuple(int(d) for d in declared)  # type: ignore[arg-type]
+
+
+def _fmt_dims(dims: Sequence[int | str | None]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _example_dims(dims: Sequence[int | str | None]) -> str:
+    return ",".join(str(d) if isinstance(d, int) else "1" for d in dims)
+
+
+def _bind_shapes(
+    work: _Work, graph: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]]
+) -> None:
+    """Select the real inputs, check --shape names, and give the used ones concrete dims."""
+    real = [vi for vi in graph.input if vi.name not in work.inits]
+    names = [vi.name for vi in real]
+    for name in shapes:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise InputError(
+                f"Model file '{work.spec}': --shape names '{name}', which is not a real input "
+                f"of the model.{hint} Its real inputs are: {', '.join(names) or '(none)'}."
+            )
+    used = _used_names(work.nodes, (o.name for o in graph.output))
+    for vi in real:
+        if vi.name not in used:
+            continue
+        dims = _bind_input(vi, shapes.get(vi.name), work.spec)
+        bound = onnx.ValueInfoProto()
+        bound.CopyFrom(vi)
+        bound.type.tensor_type.ClearField("shape")
+        bound.type.tensor_type.shape.SetInParent()
+        for d in dims:
+            bound.type.tensor_type.shape.dim.add().dim_value = d
+        work.inputs[vi.name] = bound
+        work.shapes[vi.name] = dims
+
+
+# --------------------------------------------------------------------------- folding
+
+
+def _static_input_shape(work: _Work, name: str) -> tuple[int, ...] | None:
+    if work.is_const(name):
+        return work.const_shape(name)
+    return work.shapes.get(name)
+
+
+def _foldable(node: onnx.NodeProto, work: _Work, pending: set[str]) -> bool:
+    """Whether a node can be evaluated now: all inputs constant (or a Shape of a static tensor)."""
+    if node.domain not in _DEFAULT_DOMAINS or node.op_type in _NEVER_FOLD:
+        return False
+    if node.op_type in ("Shape", "Size"):
+        src = node.input[0]
+        return src in pending or _static_input_shape(work, src) is not None
+    if not node.input and node.op_type != "Constant":
+        return False
+    return all(not i or i in pending or work.is_const(i) for i in node.input)
+
+
+def _fold_round(work: _Work, opset_imports: Sequence[onnx.OperatorSetIdProto]) -> bool:
+    """Evaluate every currently foldable node; return whether anything was folded."""
+    pending: set[str] = set()
+    batch: list[onnx.NodeProto] = []
+    for node in work.nodes:
+        if _foldable(node, work, pending):
+            batch.append(node)
+            pending.update(o for o in node.output if o)
+    if not batch:
+        return False
+    _evaluate(batch, work, opset_imports)
+    folded = {id(n) for n in batch}
+    work.nodes = [n for n in work.nodes if id(n) not in folded]
+    return True
+
+
+def _evaluate(
+    batch: Sequence[onnx.NodeProto], work: _Work, opset_imports: Sequence[onnx.OperatorSetIdProto]
+) -> None:
+    """Evaluate foldable nodes in order: cheap ones with numpy, runs of others in one model."""
+    group: list[onnx.NodeProto] = []
+    group_outputs: set[str] = set()
+    for node in batch:
+        if node.op_type in _NUMPY_FOLD and _numpy_ready(node):
+            if any(i in group_outputs for i in node.input):
+                _evaluate_group(group, work, opset_imports)
+                group, group_outputs = [], set()
+            _evaluate_numpy(node, work)
+        else:
+            group.append(node)
+            group_outputs.update(o for o in node.output if o)
+    if group:
+        _evaluate_group(group, work, opset_imports)
+
+
+def _numpy_ready(node: onnx.NodeProto) -> bool:
+    """Whether numpy can evaluate this node (Constant only for plain numeric attributes)."""
+    if node.op_type == "Constant":
+        return len(node.attribute) == 1 and node.attribute[0].name in (
+            "value", "value_float", "value_floats", "value_int", "value_ints")
+    return True
+
+
+def _evaluate_numpy(node: onnx.NodeProto, work: _Work) -> None:
+    op = node.op_type
+    if op == "Constant":
+        result = _constant_value(node.attribute[0])
+    elif op == "ConstantOfShape":
+        dims = tuple(int(d) for d in work.value(node.input[0]).reshape(-1))
+        fill = np.zeros((), np.float32)
+        for attr in node.attribute:
+            if attr.name == "value":
+                fill = numpy_helper.to_array(attr.t).reshape(())
+        result = np.full(dims, fill, dtype=fill.dtype)
+    else:
+        shape = _static_input_shape(work, node.input[0])
+        assert shape is not None  # guaranteed by _foldable
+        if op == "Size":
+            result = np.array(prod(shape), dtype=np.int64)
+        else:
+            attrs = {a.name: a.i for a in node.attribute}
+            start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+            result = np.array(shape[start:end], dtype=np.int64)
+    work.folded[node.output[0]] = result
+
+
+def _constant_value(attr: onnx.AttributeProto) -> np.ndarray:
+    if attr.name == "value":
+        return numpy_helper.to_array(attr.t)
+    if attr.name == "value_float":
+        return np.array(attr.f, dtype=np.float32)
+    if attr.name == "value_floats":
+        return np.array(list(attr.floats), dtype=np.float32)
+    if attr.name == "value_int":
+        return np.array(attr.i, dtype=np.int64)
+    return np.array(list(attr.ints), dtype=np.int64)
+
+
+def _evaluate_group(
+    group: Sequence[onnx.NodeProto], work: _Work, opset_imports: Sequence[onnx.OperatorSetIdProto]
+) -> None:
+    """Run a run of foldable nodes through one ReferenceEvaluator model."""
+    try:
+        work.folded.update(_reference_run(group, work, opset_imports))
+    except _EVAL_ERRORS:
+        for node in group:  # find the culprit and name it
+            try:
+                work.folded.update(_reference_run([node], work, opset_imports))
+            except _EVAL_ERRORS as exc:
+                raise InputError(
+                    f"Model file '{work.spec}': node '{node.name}' ({node.op_type}) fails on "
+                    f"its constant inputs: {_one_line(str(exc)) or type(exc).__name__}. Fix "
+                    "or re-export the model."
+                ) from exc
+
+
+def _reference_run(
+    nodes: Sequence[onnx.NodeProto], work: _Work, opset_imports: Sequence[onnx.OperatorSetIdProto]
+) -> dict[str, np.ndarray]:
+    produced = {o for n in nodes for o in n.output if o}
+    feeds: dict[str, np.ndarray] = {}
+    for node in nodes:
+        for name in node.input:
+            if name and name not in produced and name not in feeds:
+                feeds[name] = work.value(name)
+    inputs = [
+        onnx.helper.make_tensor_value_info(
+            name, onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape)
+        for name, arr in feeds.items()
+    ]
+    outputs = [onnx.ValueInfoProto(name=o) for n in nodes for o in n.output if o]
+    graph = onnx.helper.make_graph(list(nodes), "fold", inputs, outputs)
+    model = onnx.helper.make_model(graph, opset_imports=list(opset_imports))
+    results = ReferenceEvaluator(model).run(None, feeds)
+    return {vi.name: np.asarray(r) for vi, r in zip(outputs, results, strict=True)}
+
+
+def _has_unresolved_shape_nodes(work: _Work) -> bool:
+    return any(
+        n.op_type in ("Shape", "Size") and n.domain in _DEFAULT_DOMAINS for n in work.nodes)
+
+
+# --------------------------------------------------------------------------- shape inference
+
+
+def _tensor_proto(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def _skeleton(work: _Work, model: onnx.ModelProto) -> onnx.ModelProto:
+    """The current graph with big float constants replaced by typed inputs (fast to infer)."""
+    inputs = list(work.inputs.values())
+    inits: list[onnx.TensorProto] = []
+    used = _used_names(work.nodes, (o.name for o in model.graph.output))
+    for name, tensor in work.inits.items():
+        if name in used:
+            _skeleton_const(name, tensor.data_type, tuple(tensor.dims), tensor, inputs, inits)
+    for name, arr in work.folded.items():
+        if name in used:
+            dtype = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+            _skeleton_const(name, dtype, arr.shape, arr, inputs, inits)
+    outputs = []
+    for out in model.graph.output:
+        vi = onnx.ValueInfoProto()
+        vi.CopyFrom(out)
+        vi.type.tensor_type.ClearField("shape")
+        outputs.append(vi)
+    graph = onnx.helper.make_graph(work.nodes, "skeleton", inputs, outputs, inits)
+    skeleton = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
+    skeleton.ir_version = max(model.ir_version, 4)
+    skeleton.functions.extend(model.functions)
+    return skeleton
+
+
+def _skeleton_const(
+    name: str, dtype: int, shape: tuple[int, ...], value: onnx.TensorProto | np.ndarray,
+    inputs: list[onnx.ValueInfoProto], inits: list[onnx.TensorProto],
+) -> None:
+    if dtype in _FLOAT_TYPES and prod(shape) > _SKELETON_MAX_ELEMS:
+        inputs.append(onnx.helper.make_tensor_value_info(name, dtype, shape))
+    elif isinstance(value, onnx.TensorProto):
+        inits.append(value)
+    else:
+        inits.append(_tensor_proto(name, value))
+
+
+def _infer_types(work: _Work, model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Strict shape inference with data propagation: name -> inferred type."""
+    skeleton = _skeleton(work, model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            skeleton, check_type=True, strict_mode=True, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        message = _one_line(str(exc))
+        match = re.search(r"node name: ([^)]*)\)", message)
+        where = f"node '{match.group(1)}'" if match and match.group(1) else "a node"
+        raise InputError(
+            f"Model file '{work.spec}': shape inference found an inconsistency at {where} "
+            f"with the bound input shapes {_fmt_inputs(work.shapes)}: {message}. Check the "
+            f"--shape values ({_SHAPE_HINT}) or re-export the model."
+        ) from exc
+    types = {vi.name: vi.type for vi in inferred.graph.value_info}
+    types.update({vi.name: vi.type for vi in inferred.graph.output})
+    return types
+
+
+def _fmt_inputs(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    return ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items()) or "(none)"
+
+
+def _static_shape(tp: onnx.TypeProto | None) -> tuple[int, ...] | None:
+    """Concrete dims of a tensor type, or None when the type or any dim is unknown."""
+    if tp is None or tp.WhichOneof("value") != "tensor_type":
+        return None
+    ttype = tp.tensor_type
+    if not ttype.elem_type or not ttype.HasField("shape"):
+        return None
+    if any(d.WhichOneof("value") != "dim_value" for d in ttype.shape.dim):
+        return None
+    return tuple(int(d.dim_value) for d in ttype.shape.dim)
+
+
+def _record_static(work: _Work, types: Mapping[str, onnx.TypeProto]) -> None:
+    for name, tp in types.items():
+        shape = _static_shape(tp)
+        if shape is not None:
+            work.shapes[name] = shape
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+_RAW_DTYPES = frozenset(
+    np.dtype(t) for t in ("float16", "float32", "float64", "bool", "int8", "int16", "int32",
+                          "int64", "uint8", "uint16", "uint32", "uint64"))
+
+
+def _fill_tensor(tensor: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
+    """Write an array into a tensor proto in place (one copy for big numeric weights)."""
+    arr = np.asarray(arr)
+    if arr.dtype.newbyteorder("=") not in _RAW_DTYPES:
+        tensor.CopyFrom(_tensor_proto(name, arr))
+        return
+    tensor.name = name
+    tensor.data_type = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+    tensor.dims.extend(arr.shape)
+    tensor.raw_data = _raw_bytes(arr)
+
+
+def _raw_bytes(arr: np.ndarray) -> bytes:
+    """Little-endian bytes, as TensorProto.raw_data requires."""
+    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+
+
+def _assemble(
+    work: _Work, model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto]
+) -> onnx.ModelProto:
+    """Write the cleaned graph back into ``model`` (mutated in place and returned)."""
+    graph = model.graph
+    outputs = [o.name for o in graph.output]
+    used = _used_names(work.nodes, outputs)
+    graph.ClearField("node")
+    graph.node.extend(work.nodes)
+    for index in range(len(graph.initializer) - 1, -1, -1):
+        if graph.initializer[index].name not in used or \
+                graph.initializer[index].name not in work.inits:
+            del graph.initializer[index]
+    for name, arr in work.folded.items():
+        if name in used:
+            _fill_tensor(graph.initializer.add(), name, arr)
+    work.folded.clear()
+    graph.ClearField("input")
+    graph.input.extend(vi for name, vi in work.inputs.items() if name in used)
+    for out in graph.output:
+        if out.name in types:
+            out.type.CopyFrom(types[out.name])
+    graph.ClearField("value_info")
+    declared = set(outputs) | set(work.inputs) | {t.name for t in graph.initializer}
+    for node in work.nodes:
+        for name in node.output:
+            if name and name not in declared and name in types:
+                graph.value_info.add(name=name).type.CopyFrom(types[name])
+                declared.add(name)
+    model.ir_version = max(model.ir_version, 4)
+    return model
+
+
+def _missing_shapes(model: onnx.ModelProto) -> list[str]:
+    """Tensors read or written by nodes that lack a concrete static shape."""
+    graph = model.graph
+    known = {t.name for t in graph.initializer}
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if _static_shape(vi.type) is not None:
+            known.add(vi.name)
+    names: list[str] = []
+    for node in graph.node:
+        for name in list(node.input) + list(node.output):
+            if name and name not in known and name not in names:
+                names.append(name)
+    return names
+
+
+def _runtime_types(
+    model: onnx.ModelProto, names: Sequence[str], spec: str
+) -> dict[str, onnx.TypeProto]:
+    """Shapes of ``names`` observed by running the model once on zero inputs."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    feeds = {
+        vi.name: np.zeros(
+            _static_shape(vi.type) or (),
+            dtype=onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+        for vi in probe.graph.input
+    }
+    try:
+        results, _ = run_onnxruntime(probe, feeds)
+    except InputError as exc:
+        raise InputError(
+            f"Model file '{spec}': shape inference left tensor '{names[0]}' without a static "
+            f"shape and running the model to measure it failed ({exc}). Bind all dynamic "
+            f"dims with {_SHAPE_HINT} or export the model with static shapes."
+        ) from exc
+    types: dict[str, onnx.TypeProto] = {}
+    for name in names:
+        arr = results[name]
+        types[name] = onnx.helper.make_tensor_type_proto(
+            onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape)
+    return types
+
+
+def _fill_runtime_shapes(model: onnx.ModelProto, spec: str) -> None:
+    missing = _missing_shapes(model)
+    if not missing:
+        return
+    types = _runtime_types(model, missing, spec)
+    graph = model.graph
+    by_name = {vi.name: vi for vi in list(graph.value_info) + list(graph.output)}
+    for name, tp in types.items():
+        target = by_name.get(name) or graph.value_info.add(name=name)
+        target.type.CopyFrom(tp)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def load_model(spec: str, shapes: Mapping[str, tuple[int, ...]] = {}) -> LoadedModel:  # noqa: B006
+    """Load, validate and clean a model (see the module docstring for what "clean" means).
+
+    ``spec`` is a path or ``zoo:NAME``; ``shapes`` binds input shapes by input name
+    (``--shape`` options). Raises InputError for every problem with the model or the shapes.
+    """
+    file = resolve_model(spec)
+    data = _read_bytes(file, spec)
+    sha = hashlib.sha256(data).hexdigest()
+    model = _parse_model(data, file, spec)
+    del data
+    opset = _default_opset(model, spec)
+    graph = model.graph
+    nodes = [_copy_node(n) for n in graph.node]
+    _name_nodes(nodes)
+    work = _Work(spec=spec, nodes=nodes, inits={t.name: t for t in graph.initializer})
+    _check_outputs_defined(work, graph)
+    work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
+    _bind_shapes(work, graph, shapes)
+    types = _fold_constants(work, model)
+    work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
+    _trim_unused_outputs(work.nodes, (o.name for o in graph.output), opset)
+    _assemble(work, model, types)
+    _fill_runtime_shapes(model, spec)
+    return LoadedModel(
+        proto=model,
+        path=spec,
+        file=file,
+        sha256=sha,
+        inputs={vi.name: _static_shape(vi.type) or () for vi in model.graph.input},
+        outputs=tuple(o.name for o in model.graph.output),
+        opset=opset,
+    )
+
+
+def _copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    return copy
+
+
+def _fold_constants(work: _Work, model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Fold to a fixed point, inferring shapes between rounds; return the final types."""
+    _fold_round(work, model.opset_import)
+    while True:
+        types = _infer_types(work, model)
+        _record_static(work, types)
+        if not _has_unresolved_shape_nodes(work) or not _fold_round(work, model.opset_import):
+            return types
+
+
+def randomize_weights(model: LoadedModel, seed: int) -> LoadedModel:
+    """Replace every float weight initializer with seeded random values that keep activations O(1).
+
+    Conv/Gemm/MatMul weights ~ N(0, 2/fan_in); biases ~ 0.01 N; BatchNormalization scale and var
+    ~ U(0.5, 1.5), bias and mean ~ 0.1 N; PRelu slopes ~ U(0, 0.3); other float constants of
+    Mul/Div ~ U(0.5, 1.5) and of Add/Sub/Sum ~ 0.1 N. Integer tensors, Resize/Upsample
+    scales, sizes and roi, Clip bounds, Pad values and anything else are left alone.
+    """
+    rng = np.random.default_rng(seed)
+    roles = _weight_roles(model.proto)
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    for tensor in proto.graph.initializer:
+        role = roles.get(tensor.name)
+        if role is None or tensor.data_type not in _FLOAT_TYPES:
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+        shape = tuple(int(d) for d in tensor.dims)
+        values = _random_values(rng, role, shape).astype(dtype)
+        tensor.ClearField("float_data")
+        tensor.ClearField("double_data")
+        tensor.ClearField("int32_data")
+        tensor.raw_data = _raw_bytes(values)
+    return replace(model, proto=proto)
+
+
+@dataclass(frozen=True)
+class _Role:
+    kind: str  # weight, bias, scale, shift, prelu, mul, add
+    fan_in: int = 1
+
+
+def _random_values(rng: np.random.Generator, role: _Role, shape: tuple[int, ...]) -> np.ndarray:
+    if role.kind == "weight":
+        return rng.standard_normal(shape) * np.sqrt(2.0 / max(role.fan_in, 1))
+    if role.kind == "bias":
+        return 0.01 * rng.standard_normal(shape)
+    if role.kind in ("scale", "mul"):
+        return rng.uniform(0.5, 1.5, shape)
+    if role.kind == "prelu":
+        return rng.uniform(0.0, 0.3, shape)
+    return 0.1 * rng.standard_normal(shape)  # shift, add
+
+
+def _weight_roles(proto: onnx.ModelProto) -> dict[str, _Role]:
+    """Initializer name -> role, only for float initializers every consumer uses as a weight."""
+    shapes = {t.name: tuple(int(d) for d in t.dims) for t in proto.graph.initializer
+              if t.data_type in _FLOAT_TYPES}
+    roles: dict[str, _Role] = {}
+    protected: set[str] = set()
+    for node in proto.graph.node:
+        for index, name in enumerate(node.input):
+            if name not in shapes:
+                continue
+            role = _input_role(node, index, shapes[name])
+            if role is None:
+                protected.add(name)
+            else:
+                roles.setdefault(name, role)
+    return {k: v for k, v in roles.items() if k not in protected}
+
+
+_BN_ROLES = {1: "scale", 2: "shift", 3: "shift", 4: "scale"}
+_NORM_ROLES = {1: "scale", 2: "shift"}
+
+
+def _input_role(node: onnx.NodeProto, index: int, shape: tuple[int, ...]) -> _Role | None:
+    """The role of a constant float input of a node, or None to leave it untouched."""
+    op = node.op_type if node.domain in _DEFAULT_DOMAINS else ""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if op in ("Conv", "ConvTranspose", "Gemm") and index == 2:
+        return _Role("bias")
+    if op == "Conv" and index == 1:
+        return _Role("weight", prod(shape[1:]))
+    if op == "ConvTranspose" and index == 1 and len(shape) >= 2:
+        group = int(attrs.get("group", 1))
+        strides = attrs.get("strides", [1] * (len(shape) - 2))
+        return _Role("weight", max(1, shape[0] // group * prod(shape[2:]) // prod(strides)))
+    if op == "Gemm" and index in (0, 1) and len(shape) == 2:
+        # A is (M, K) and B is (K, N) unless transposed; fan_in is K
+        trans = int(attrs.get("transA" if index == 0 else "transB", 0))
+        k_axis = 1 - trans if index == 0 else trans
+        return _Role("weight", shape[k_axis])
+    if op == "MatMul" and shape:
+        if len(shape) == 1:
+            return _Role("weight", shape[0])
+        return _Role("weight", shape[-2] if index == 1 else shape[-1])
+    if op == "BatchNormalization" and index in _BN_ROLES:
+        return _Role(_BN_ROLES[index])
+    if op in ("InstanceNormalization", "LayerNormalization", "GroupNormalization") \
+            and index in _NORM_ROLES:
+        return _Role(_NORM_ROLES[index])
+    if op == "PRelu" and index == 1:
+        return _Role("prelu")
+    if op == "Mul" or (op == "Div" and index == 1):
+        return _Role("mul")
+    if op in ("Add", "Sub", "Sum"):
+        return _Role("add")
+    return None
+
+
+def random_inputs(model: LoadedModel, seed: int) -> dict[str, np.ndarray]:
+    """Seeded N(0, 1) values for every real input (float32 unless the input says otherwise).
+
+    Integer and bool inputs get zeros, which are valid indices and flags.
+    """
+    rng = np.random.default_rng(seed)
+    elem_types = {vi.name: vi.type.tensor_type.elem_type for vi in model.proto.graph.input}
+    feeds: dict[str, np.ndarray] = {}
+    for name, shape in model.inputs.items():
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_types.get(name, onnx.TensorProto.FLOAT))
+        if np.issubdtype(dtype, np.floating):
+            feeds[name] = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+        else:
+            feeds[name] = np.zeros(shape, dtype=dtype)
+    return feeds
+
+
+def run_onnxruntime(
+    proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], float]:
+    """Run a model on CPU with onnxruntime: outputs by name and wall seconds of ``run`` only.
+
+    Raises InputError when onnxruntime rejects the model or the feeds.
+    """
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(
+            proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        start = time.perf_counter()
+        results = session.run(names, dict(feeds))
+        seconds = time.perf_counter() - start
+    except _ORT_ERRORS as exc:
+        raise InputError(
+            f"onnxruntime cannot run model '{proto.graph.name or '(unnamed graph)'}': "
+            f"{_one_line(str(exc))}. Check that the model and its input shapes are valid."
+        ) from exc
+    return {n: np.asarray(r) for n, r in zip(names, results, strict=True)}, seconds

@@ -1,0 +1,256 @@
+"""Plans: ordered fusion groups with their tiles and predicted counters; JSON in and out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from hardware.chip import Chip
+from planner.cost import Counters, compulsory_bytes, group_cost
+from planner.errors import InputError
+from planner.ir import Graph
+from planner.regions import Tile, anchor_extent, group_io
+
+PLAN_VERSION = 1
+Mode = Literal["big", "small"]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Layers executed as one unit: inputs from DRAM, intermediates on chip, outputs back."""
+
+    id: int
+    layers: tuple[str, ...]
+    tile: Tile
+    mode: Mode
+    weights_resident: bool
+    predicted: Counters
+
+    @property
+    def fused(self) -> bool:
+        return len(self.layers) > 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A complete plan: every layer of the model in exactly one group, groups in execution order."""
+
+    groups: tuple[Group, ...]
+    model: Mapping[str, Any]  # path, sha256, inputs
+    hardware: Mapping[str, Any]  # name, file
+    rules: Mapping[str, Any]  # file, sha256
+    objective: str
+    solver: Mapping[str, Any]  # name, status, gap, wall_s
+    totals: Counters = field(default_factory=Counters)
+    compulsory_dram_bytes: int = 0
+    layer_by_layer_dram_bytes: int = 0
+
+
+def group_mode(graph: Graph, layers: Sequence[str], tile: Tile) -> Mode:
+    """Small-map mode when the tile holds whole feature maps (only the batch is split)."""
+    _, h, w = anchor_extent(graph, group_io(graph, layers))
+    return "small" if tile.h >= h and tile.w >= w else "big"
+
+
+def make_group(graph: Graph, gid: int, layers: Sequence[str], tile: Tile, chip: Chip,
+               weights_resident: bool = True) -> Group:
+    """A group with its predicted counters from the cost model."""
+    ordered = tuple(sorted(layers, key=graph.index))
+    return Group(gid, ordered, tile, group_mode(graph, ordered, tile), weights_resident,
+                 group_cost(graph, ordered, tile, chip, weights_resident))
+
+
+def whole_tile(graph: Graph, layers: Sequence[str]) -> Tile:
+    """The tile covering the whole anchor (one tile)."""
+    n, h, w = anchor_extent(graph, group_io(graph, layers))
+    return Tile(n, h, w)
+
+
+def execution_order(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
+    """Groups sorted so every group runs after the groups producing its inputs."""
+    import networkx as nx
+
+    owner = {name: i for i, g in enumerate(groups) for name in g}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(groups)))
+    for a, b in graph.dag.edges:
+        if owner[a] != owner[b]:
+            dag.add_edge(owner[a], owner[b])
+    if not nx.is_directed_acyclic_graph(dag):
+        raise InputError("the plan's groups depend on each other in a cycle: a group must be "
+                         "convex (no path leaves it and comes back).")
+    first = {i: min(graph.index(n) for n in g) for i, g in enumerate(groups)}
+    return [tuple(groups[i]) for i in nx.lexicographical_topological_sort(dag, key=first.__getitem__)]
+
+
+def assemble(graph: Graph, chip: Chip, groups: Sequence[tuple[Sequence[str], Tile, bool]], *,
+             model: Mapping[str, Any], hardware: Mapping[str, Any], rules: Mapping[str, Any],
+             objective: str, solver: Mapping[str, Any]) -> Plan:
+    """Build a Plan from (layers, tile, weights_resident) triples, in execution order."""
+    info = {tuple(sorted(g, key=graph.index)): (t, r) for g, t, r in groups}
+    ordered = execution_order(graph, list(info))
+    made = tuple(make_group(graph, i, g, info[g][0], chip, info[g][1]) for i, g in enumerate(ordered))
+    check_cover(graph, [g.layers for g in made], source="plan")
+    totals = Counters()
+    for g in made:
+        totals = totals + g.predicted
+    return Plan(made, model, hardware, rules, objective, solver, totals,
+                compulsory_bytes(graph, chip), layer_by_layer_bytes(graph, chip))
+
+
+def layer_by_layer_bytes(graph: Graph, chip: Chip) -> int:
+    """DRAM bytes with no fusion: each layer whole, on its own."""
+    return sum(group_cost(graph, (lay.name,), whole_tile(graph, (lay.name,)), chip).dram_bytes
+               for lay in graph.layers)
+
+
+def check_cover(graph: Graph, groups: Sequence[Sequence[str]], source: str) -> None:
+    """Every layer of the model in exactly one group, and no unknown layer."""
+    seen: dict[str, int] = {}
+    known = {lay.name for lay in graph.layers}
+    for i, g in enumerate(groups):
+        for name in g:
+            if name not in known:
+                raise InputError(f"{source}: group {i} names layer '{name}', which the model does "
+                                 "not have. Was the plan made for another model?")
+            if name in seen:
+                raise InputError(f"{source}: layer '{name}' is in group {seen[name]} and group {i}; "
+                                 "each layer must be in exactly one group.")
+            seen[name] = i
+    missing = [n for n in known if n not in seen]
+    if missing:
+        raise InputError(f"{source}: layer '{missing[0]}' (and {len(missing) - 1} more) is in no "
+                         "group; a plan must cover every layer exactly once.")
+
+
+def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Any],
+               hardware: Mapping[str, Any], rules: Mapping[str, Any] | None = None,
+               objective: str = "traffic") -> Plan:
+    """The layer-by-layer plan: no fusion, every layer computed whole."""
+    groups = [((lay.name,), whole_tile(graph, (lay.name,)), True) for lay in graph.layers]
+    return assemble(graph, chip, groups, model=model, hardware=hardware, rules=rules or {},
+                    objective=objective,
+                    solver={"name": "layer", "status": "OPTIMAL", "gap": 0.0, "wall_s": 0.0})
+
+
+# --- JSON --------------------------------------------------------------------------------
+
+
+def _counters_json(c: Counters) -> dict[str, Any]:
+    return {
+        "dram_read_bytes": c.dram_read_bytes,
+        "dram_write_bytes": c.dram_write_bytes,
+        "weight_read_bytes": c.weight_read_bytes,
+        "redundant_read_bytes": c.redundant_read_bytes,
+        "sram_peak_bytes": c.sram_peak_bytes,
+        "macs": c.macs,
+        "cycles": c.cycles,
+        "energy_pj": round(c.energy_pj, 3),
+    }
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The plan as the JSON document of CONTRACT.md."""
+    t = plan.totals
+    return {
+        "fuseplan_plan": PLAN_VERSION,
+        "model": dict(plan.model),
+        "hardware": dict(plan.hardware),
+        "rules": dict(plan.rules),
+        "objective": plan.objective,
+        "solver": dict(plan.solver),
+        "groups": [
+            {
+                "id": g.id,
+                "layers": list(g.layers),
+                "fused": g.fused,
+                "mode": g.mode,
+                "tile": {"n": g.tile.n, "h": g.tile.h, "w": g.tile.w},
+                "weights_resident": g.weights_resident,
+                "predicted": _counters_json(g.predicted),
+            }
+            for g in plan.groups
+        ],
+        "totals": {
+            "dram_read_bytes": t.dram_read_bytes,
+            "dram_write_bytes": t.dram_write_bytes,
+            "dram_bytes": t.dram_bytes,
+            "weight_read_bytes": t.weight_read_bytes,
+            "redundant_read_bytes": t.redundant_read_bytes,
+            "sram_peak_bytes": t.sram_peak_bytes,
+            "compulsory_dram_bytes": plan.compulsory_dram_bytes,
+            "layer_by_layer_dram_bytes": plan.layer_by_layer_dram_bytes,
+            "macs": t.macs,
+            "cycles": t.cycles,
+            "energy_pj": round(t.energy_pj, 3),
+        },
+    }
+
+
+def save_plan(plan: Plan, path: Path) -> None:
+    """Write a plan file."""
+    path.write_text(json.dumps(plan_to_json(plan), indent=2) + "\n")
+
+
+def _field(doc: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in doc:
+        raise InputError(f"{where}: missing required key '{key}'. Regenerate the plan with "
+                         "`fuseplan solve ... -o PLAN.json`.")
+    value = doc[key]
+    if not isinstance(value, kind):
+        raise InputError(f"{where}: '{key}' has the wrong type ({type(value).__name__}).")
+    return value
+
+
+def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
+    """Read a plan file for `graph`; predicted counters are kept as written (verify checks them)."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such plan file. Create one with "
+                         "`fuseplan solve MODEL -o PLAN.json`.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a JSON plan file ({exc}). Create one with "
+                         "`fuseplan solve MODEL -o PLAN.json`.") from None
+    where = str(path)
+    if not isinstance(doc, dict) or doc.get("fuseplan_plan") != PLAN_VERSION:
+        raise InputError(f"{where}: not a fuseplan plan (expected \"fuseplan_plan\": "
+                         f"{PLAN_VERSION}).")
+    model = _field(doc, "model", where, dict)
+    if model.get("sha256") != model_sha256:
+        raise InputError(
+            f"{where}: the plan was made for a different model (sha256 {model.get('sha256')!s:.12} "
+            f"vs this model's {model_sha256:.12}). Solve this model again to get its plan."
+        )
+    groups = []
+    for i, g in enumerate(_field(doc, "groups", where, list)):
+        gw = f"{where}: groups[{i}]"
+        layers = tuple(_field(g, "layers", gw, list))
+        td = _field(g, "tile", gw, dict)
+        try:
+            tile = Tile(int(td["n"]), int(td["h"]), int(td["w"]))
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{gw}: 'tile' needs integer n, h and w.") from None
+        if min(tile.n, tile.h, tile.w) < 1:
+            raise InputError(f"{gw}: tile sizes must be at least 1, got {tile}.")
+        pd = g.get("predicted", {})
+        predicted = Counters(**{k: pd[k] for k in Counters.__dataclass_fields__ if k in pd})
+        groups.append(Group(int(g.get("id", i)), layers, tile, g.get("mode", "big"),
+                            bool(g.get("weights_resident", True)), predicted))
+    check_cover(graph, [g.layers for g in groups], source=where)
+    execution_order(graph, [g.layers for g in groups])
+    totals = Counters()
+    for grp in groups:
+        totals = totals + grp.predicted
+    t = doc.get("totals", {})
+    return Plan(tuple(groups), model, doc.get("hardware", {}), doc.get("rules", {}),
+                doc.get("objective", "traffic"), doc.get("solver", {}), totals,
+                int(t.get("compulsory_dram_bytes", 0)), int(t.get("layer_by_layer_dram_bytes", 0)))
+
+
+def with_groups(plan: Plan, groups: Sequence[Group]) -> Plan:
+    """A copy of the plan with other groups."""
+    return replace(plan, groups=tuple(groups))

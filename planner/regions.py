@@ -1,0 +1,296 @@
+"""Tiles, the regions they need (halo included), and closed forms of their sums.
+
+A group's tile is a box (n, h, w) of its *anchor*, the tensor it writes back.
+`tile_regions` walks the group backwards through the row/column maps and gives,
+for one tile, the box of every tensor the tile needs: this is what the emulator
+loads and computes. `AxisChain` is the same walk in closed form along one axis
+(region = [max(L, S*a - P), min(U, S*(b-1) + E)) for output range [a, b)), so
+the solver and the cost model can sum regions over all tiles without
+enumerating them. Both must agree exactly; tests/test_regions.py proves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from math import ceil, prod
+
+from planner.ir import AxisMap, Graph, Layer, MapKind
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Extent of one tile of the group's anchor tensor along batch, rows and columns."""
+
+    n: int
+    h: int
+    w: int
+
+
+Box = tuple[int, int, int, int, int, int]  # n0, n1, r0, r1, c0, c1
+
+
+def dims(shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """(N, C, H, W) view of any tensor: rank >= 4 keeps H, W last; others have H = W = 1."""
+    if len(shape) >= 4:
+        return shape[0], prod(shape[1:-2]), shape[-2], shape[-1]
+    if not shape:
+        return 1, 1, 1, 1
+    return shape[0], prod(shape[1:]), 1, 1
+
+
+def box_elems(graph: Graph, tensor: str, box: Box) -> int:
+    """Elements of a tensor inside a box."""
+    c = dims(graph.shapes[tensor])[1]
+    return (box[1] - box[0]) * c * (box[3] - box[2]) * (box[5] - box[4])
+
+
+def full_box(graph: Graph, tensor: str) -> Box:
+    """The box of a whole tensor."""
+    n, _, h, w = dims(graph.shapes[tensor])
+    return 0, n, 0, h, 0, w
+
+
+@dataclass(frozen=True)
+class GroupIO:
+    """Which tensors a set of layers reads from and writes to DRAM."""
+
+    layers: tuple[str, ...]  # topological order
+    inputs: tuple[str, ...]  # feature maps produced outside the group (or model inputs)
+    outputs: tuple[str, ...]  # produced inside, consumed outside or model outputs
+    internal: tuple[str, ...]  # produced and consumed only inside: stay on chip
+    weights: tuple[str, ...]  # union of the layers' weight tensors
+    anchor: str  # the output the tile is defined on
+
+
+def group_io(graph: Graph, layers: Sequence[str]) -> GroupIO:
+    """Inputs, outputs, internal tensors and weights of a group of layers."""
+    members = sorted(set(layers), key=graph.index)
+    inside = set(members)
+    produced: list[str] = []
+    inputs: list[str] = []
+    weights: list[str] = []
+    for name in members:
+        lay = graph.layer(name)
+        for t in lay.fmap_inputs:
+            if graph.producer.get(t) not in inside and t not in inputs:
+                inputs.append(t)
+        for t in lay.weights:
+            if t not in weights:
+                weights.append(t)
+        produced.extend(o for o in lay.outputs if o)
+    outputs, internal = [], []
+    for t in produced:
+        leaves = t in graph.outputs or any(c not in inside for c in graph.consumers.get(t, ()))
+        if leaves:
+            outputs.append(t)
+        elif graph.consumers.get(t):
+            internal.append(t)
+    anchor = outputs[-1] if outputs else produced[-1]
+    return GroupIO(tuple(members), tuple(inputs), tuple(outputs), tuple(internal),
+                   tuple(weights), anchor)
+
+
+def _map_range(m: AxisMap, lo: int, hi: int, in_len: int, out_spatial: bool,
+               in_spatial: bool) -> tuple[int, int]:
+    if not in_spatial:
+        return 0, 1
+    if not out_spatial or m.kind is MapKind.WHOLE:
+        return 0, in_len
+    a, b = m.needed(lo, hi, in_len)
+    return max(0, a), min(in_len, b)
+
+
+def input_box(graph: Graph, lay: Layer, index: int, out_box: Box) -> Box:
+    """Box of fmap input `index` that layer `lay` needs to compute `out_box` of its output."""
+    t = lay.fmap_inputs[index]
+    n_in, _, h_in, w_in = dims(graph.shapes[t])
+    out_spatial = len(lay.out_shape) >= 4
+    in_spatial = len(graph.shapes[t]) >= 4
+    n0, n1 = (out_box[0], out_box[1]) if lay.batch_preserving else (0, n_in)
+    r0, r1 = _map_range(lay.row_maps[index], out_box[2], out_box[3], h_in, out_spatial, in_spatial)
+    c0, c1 = _map_range(lay.col_maps[index], out_box[4], out_box[5], w_in, out_spatial, in_spatial)
+    return n0, n1, r0, r1, c0, c1
+
+
+def hull(a: Box | None, b: Box) -> Box:
+    """Smallest box holding both."""
+    if a is None:
+        return b
+    return (min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3]),
+            min(a[4], b[4]), max(a[5], b[5]))
+
+
+def tile_regions(graph: Graph, io: GroupIO, anchor_box: Box) -> dict[str, Box]:
+    """Box of every tensor of the group needed to produce anchor_box of the anchor."""
+    need: dict[str, Box] = {}
+    for t in io.outputs:
+        need[t] = anchor_box if t == io.anchor else full_box(graph, t)
+    for name in reversed(io.layers):
+        lay = graph.layer(name)
+        out_box: Box | None = None
+        for t in lay.outputs:
+            if t in need:
+                out_box = hull(out_box, need[t])
+        if out_box is None:
+            continue
+        for t in lay.outputs:  # every output of a multi-output layer is computed on that box
+            if t:
+                need[t] = out_box
+        for i, t in enumerate(lay.fmap_inputs):
+            need[t] = hull(need.get(t), input_box(graph, lay, i, out_box))
+    return need
+
+
+def axis_ranges(extent: int, size: int) -> list[tuple[int, int]]:
+    """Split [0, extent) into consecutive ranges of `size` (the last one shorter)."""
+    return [(a, min(a + size, extent)) for a in range(0, extent, size)]
+
+
+def anchor_extent(graph: Graph, io: GroupIO) -> tuple[int, int, int]:
+    """(N, H, W) of the anchor tensor."""
+    n, _, h, w = dims(graph.shapes[io.anchor])
+    return n, h, w
+
+
+def iter_tiles(graph: Graph, io: GroupIO, tile: Tile) -> Iterator[Box]:
+    """Anchor boxes of all tiles, batch outermost, then rows, then columns."""
+    n, h, w = anchor_extent(graph, io)
+    for n0, n1 in axis_ranges(n, tile.n):
+        for r0, r1 in axis_ranges(h, tile.h):
+            for c0, c1 in axis_ranges(w, tile.w):
+                yield n0, n1, r0, r1, c0, c1
+
+
+def tile_count(graph: Graph, io: GroupIO, tile: Tile) -> int:
+    """Number of tiles of a group."""
+    n, h, w = anchor_extent(graph, io)
+    return ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
+
+
+# --- closed forms -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AxisChain:
+    """Closed form of a tensor's range along one axis as a function of the anchor range.
+
+    For anchor range [a, b) the tensor needs [max(0, S*a - P), min(U, S*(b-1) + E)).
+    S == 0 means the tensor is needed whole ([0, U)) by every tile.
+    """
+
+    s: int
+    p: int
+    e: int
+    u: int
+
+    def delta(self, extent: int) -> int:
+        """Rows the last tile's unclipped range overshoots U by."""
+        return self.s * (extent - 1) + self.e - self.u if self.s else 0
+
+    def min_tile(self, extent: int) -> int | None:
+        """Smallest tile size for which `total` is exact, or None if only the whole axis is."""
+        if self.s == 0:
+            return 1
+        if self.p < 0 or self.delta(extent) < 0 or self.delta(extent) > self.s * extent:
+            return None
+        return max(1, ceil(max(self.p, self.delta(extent)) / self.s))
+
+    def total(self, extent: int, size: int) -> int:
+        """Sum over all tiles of the tensor's range length (valid for size >= min_tile)."""
+        if self.s == 0:
+            return ceil(extent / size) * self.u
+        t = ceil(extent / size)
+        last = extent - (t - 1) * size
+        d = self.delta(extent)
+        return (t * (self.s * size + self.e + self.p - self.s) - self.s * (t * size - extent)
+                - self.p - d - max(0, d - self.s * last) * (t >= 2))
+
+    def bound(self, size: int) -> int:
+        """Largest range any tile of this size needs (a safe bound, used for capacity)."""
+        if self.s == 0:
+            return self.u
+        return min(self.s * size + self.e + self.p - self.s, self.u)
+
+
+_ANCHOR = AxisChain(1, 0, 1, 0)
+
+
+def _compose(chain: AxisChain | None, m: AxisMap, in_len: int, in_full: tuple[int, int],
+             out_spatial: bool, in_spatial: bool) -> AxisChain | None:
+    u = in_full[1]
+    if chain is None:
+        return None
+    if not in_spatial:
+        return AxisChain(0, 0, 1, 1)
+    if chain.s == 0 or not out_spatial or m.kind is MapKind.WHOLE:
+        return AxisChain(0, 0, u, u) if in_full[0] == 0 else None
+    if m.kind is MapKind.IDENTITY:
+        return AxisChain(chain.s, chain.p, chain.e, u)
+    if m.kind is MapKind.WINDOW:
+        k, s, p, d = m.kernel, m.stride, m.pad, m.dilation
+        return AxisChain(s * chain.s, s * chain.p + p, s * (chain.e - 1) - p + (k - 1) * d + 1, u)
+    return None
+
+
+def _join(a: AxisChain | None, b: AxisChain | None) -> AxisChain | None:
+    if a is None or b is None:
+        return None
+    if a.s == 0 or b.s == 0:
+        whole = a if a.s == 0 else b
+        other = b if a.s == 0 else a
+        return whole if whole.u >= other.u else None
+    if a.s != b.s:
+        return None
+    top = a if (a.e >= b.e and a.u >= b.u) else b if (b.e >= a.e and b.u >= a.u) else None
+    if top is None:
+        return None
+    return AxisChain(a.s, max(a.p, b.p), top.e, max(a.u, b.u))
+
+
+@dataclass(frozen=True)
+class GroupChains:
+    """Closed-form chains of every tensor of a group along batch, rows and columns."""
+
+    chains: Mapping[str, tuple[AxisChain | None, AxisChain | None, AxisChain | None]]
+    full: Mapping[str, Box]  # exact boxes for the whole-anchor tile
+
+
+def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
+    """Closed forms for every tensor of the group (None where an axis is not affine)."""
+    n, h, w = anchor_extent(graph, io)
+    full = tile_regions(graph, io, (0, n, 0, h, 0, w))
+    chains: dict[str, tuple[AxisChain | None, AxisChain | None, AxisChain | None]] = {}
+    for t in io.outputs:
+        if t == io.anchor:
+            chains[t] = (AxisChain(1, 0, 1, n), AxisChain(1, 0, 1, h), AxisChain(1, 0, 1, w))
+        else:
+            chains[t] = (None, None, None)  # other outputs force a single tile
+    for name in reversed(io.layers):
+        lay = graph.layer(name)
+        outs = [t for t in lay.outputs if t in chains]
+        if not outs:
+            continue
+        cur = chains[outs[0]]
+        for t in outs[1:]:
+            cur = (_join(cur[0], chains[t][0]), _join(cur[1], chains[t][1]),
+                   _join(cur[2], chains[t][2]))
+        out_spatial = len(lay.out_shape) >= 4
+        for i, t in enumerate(lay.fmap_inputs):
+            shape = graph.shapes[t]
+            in_spatial = len(shape) >= 4
+            fb = full[t]
+            cn: AxisChain | None = None
+            if cur[0] is not None and lay.batch_preserving and cur[0].s:
+                cn = AxisChain(cur[0].s, cur[0].p, cur[0].e, fb[1])
+            elif cur[0] is not None:
+                cn = AxisChain(0, 0, fb[1], fb[1])
+            cr = _compose(cur[1], lay.row_maps[i], dims(shape)[2], (fb[2], fb[3]), out_spatial,
+                          in_spatial)
+            cc = _compose(cur[2], lay.col_maps[i], dims(shape)[3], (fb[4], fb[5]), out_spatial,
+                          in_spatial)
+            if t in chains:
+                old = chains[t]
+                cn, cr, cc = _join(old[0], cn), _join(old[1], cr), _join(old[2], cc)
+            chains[t] = (cn, cr, cc)
+    return GroupChains(chains, full)
