@@ -228,10 +228,18 @@ def _conv_transpose(n: _Node) -> list[_Array]:
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         target = [i * s for i, s in zip(in_sp, strides, strict=True)]
     if target is not None:
-        total = [f - t for f, t in zip(full, target, strict=True)]
-        small = [t // 2 for t in total]
-        big = [t - t // 2 for t in total]
-        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        begin, end = [], []
+        for f, t in zip(full, target, strict=True):
+            total = f - t
+            if total < 0:  # target larger than the full result: extra zeros at the end
+                begin.append(0)
+                end.append(total)
+            elif auto_pad == "SAME_UPPER":
+                begin.append(total // 2)
+                end.append(total - total // 2)
+            else:
+                begin.append(total - total // 2)
+                end.append(total // 2)
     elif auto_pad == "VALID":
         begin, end = [0] * nsp, [0] * nsp
     else:
@@ -306,7 +314,7 @@ def _avg_pool(n: _Node) -> list[_Array]:
         b, e = g.pad_begin[i], g.pad_end[i]
         length = (g.out[i] - 1) * g.strides[i] + g.eff[i]
         pos = np.arange(length) - b
-        valid = (pos >= -b) & (pos < size + e) if include_pad else (pos >= 0) & (pos < size)
+        valid = pos < size + e if include_pad else (pos >= 0) & (pos < size)
         cnt = sliding_window_view(valid, g.eff[i])[:: g.strides[i]][: g.out[i], :: g.dilations[i]]
         div = np.multiply.outer(div, cnt.sum(axis=-1))
     return [(sums / div.astype(x.dtype)).astype(x.dtype, copy=False)]
@@ -377,12 +385,9 @@ def _clip(n: _Node) -> list[_Array]:
         hi: Any = n.attr("max")
     else:
         lo, hi = _nonempty(n.inp(1)), _nonempty(n.inp(2))
-    y = x
-    if lo is not None:
-        y = np.maximum(y, np.asarray(lo, dtype=x.dtype))
-    if hi is not None:
-        y = np.minimum(y, np.asarray(hi, dtype=x.dtype))
-    return [np.array(y, dtype=x.dtype, copy=y is x)]
+    y = x if lo is None else np.maximum(x, np.asarray(lo, dtype=x.dtype))
+    y = y if hi is None else np.minimum(y, np.asarray(hi, dtype=x.dtype))
+    return [np.array(y, dtype=x.dtype)]
 
 
 def _softmax_family(log: bool) -> _Kernel:
@@ -492,7 +497,7 @@ def _variadic(fn: Callable[[_Array, _Array], _Array], mean: bool = False) -> _Ke
         y = functools.reduce(fn, xs)
         if mean:
             y = y / y.dtype.type(len(xs))
-        return [np.array(y, dtype=xs[0].dtype, copy=len(xs) == 1)]
+        return [np.array(y, dtype=xs[0].dtype)]
 
     return kernel
 
@@ -704,10 +709,11 @@ def _pad(n: _Node) -> list[_Array]:
         begin[ax], end[ax] = pads[i], pads[k + i]
     if mode == "constant":
         return [_pad_crop(x, begin, end, value, first_axis=0)]
+    if mode not in ("reflect", "edge", "wrap"):
+        raise ValueError(f"Pad: unsupported mode {mode!r}")
     y = _pad_crop(x, [min(b, 0) for b in begin], [min(e, 0) for e in end], 0, first_axis=0)
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end, strict=True)]
-    np_mode = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode]
-    return [np.pad(y, widths, mode=np_mode)]
+    return [np.pad(y, widths, mode=mode)]
 
 
 def _gather(n: _Node) -> list[_Array]:
@@ -735,7 +741,7 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: np.float32) -> _
         return x * f(in_len - 1) / f(out_len - 1)
     if mode == "asymmetric":
         return x / scale
-    if mode == "tf_half_pixel_for_nearest":
+    if mode in ("tf_half_pixel_for_nn", "tf_half_pixel_for_nearest"):  # Resize-11 only
         return (x + f(0.5)) / scale
     if mode == "half_pixel_symmetric":
         adjustment = f(out_len) / (scale * f(in_len))
@@ -766,18 +772,17 @@ def _interpolate(x: _Array, out_shape: Sequence[int], scales: Sequence[np.float3
     y = x
     for ax, (o, s) in enumerate(zip(out_shape, scales, strict=True)):
         i = x.shape[ax]
+        if o == i and s == 1:
+            continue  # unscaled axes are copied (as onnxruntime does, whatever the modes)
         c = _source_coords(coord_mode, o, i, s)
         if mode == "nearest":
             idx = np.clip(_nearest_index(c, nearest_mode, bool(s < 1)), 0, i - 1)
-            if o != i or not np.array_equal(idx, np.arange(i)):
-                y = np.take(y, idx, axis=ax)
+            y = np.take(y, idx, axis=ax)
             continue
         c = np.clip(c, 0, i - 1)
         lo = np.floor(c).astype(np.int64)
         hi = np.minimum(lo + 1, i - 1)
         w = (c - lo).astype(x.dtype)
-        if o == i and not w.any() and np.array_equal(lo, np.arange(i)):
-            continue
         shape = [1] * x.ndim
         shape[ax] = o
         w = w.reshape(shape)
@@ -786,29 +791,29 @@ def _interpolate(x: _Array, out_shape: Sequence[int], scales: Sequence[np.float3
     return np.ascontiguousarray(y, dtype=x.dtype)
 
 
+def _scatter_axes(values: Sequence[Any], axes_raw: Any, full: list[Any]) -> list[Any]:
+    """Place per-axis ``values`` (given for ``axes``, opset 18+) into a full-rank list."""
+    if axes_raw is None:
+        return list(values)
+    for a, v in zip(_norm_axes(_ints(axes_raw), len(full)), values, strict=True):
+        full[a] = v
+    return full
+
+
 def _resize_plan(n: _Node, x: _Array, scales_in: _Array | None,
                  sizes_in: _Array | None) -> tuple[list[int], list[np.float32]]:
+    """Output shape and float32 per-axis scales (as onnxruntime computes them)."""
+    axes_raw = n.attr("axes")
     if sizes_in is not None:
-        sizes = _ints(sizes_in)
-        axes_raw = n.attr("axes")
-        if axes_raw is not None:
-            full = list(x.shape)
-            for a, s in zip(_norm_axes(_ints(axes_raw), x.ndim), sizes, strict=True):
-                full[a] = s
-            sizes = full
-        return sizes, [np.float32(o) / np.float32(i) for o, i in zip(sizes, x.shape,
-                                                                     strict=True)]
+        sizes = _scatter_axes(_ints(sizes_in), axes_raw, list(x.shape))
+        ratios = [np.float32(o) / np.float32(i) for o, i in zip(sizes, x.shape, strict=True)]
+        return sizes, ratios
     if scales_in is None:
         raise ValueError("Resize: neither scales nor sizes given")
-    sc = [np.float32(v) for v in np.asarray(scales_in, dtype=np.float32).reshape(-1)]
-    axes_raw = n.attr("axes")
-    if axes_raw is not None:
-        full_sc = [np.float32(1.0)] * x.ndim
-        for a, s in zip(_norm_axes(_ints(axes_raw), x.ndim), sc, strict=True):
-            full_sc[a] = s
-        sc = full_sc
-    out = [int(np.floor(s * np.float32(i))) for s, i in zip(sc, x.shape, strict=True)]
-    return out, sc
+    given = [np.float32(v) for v in np.asarray(scales_in, dtype=np.float32).reshape(-1)]
+    scales = _scatter_axes(given, axes_raw, [np.float32(1.0)] * x.ndim)
+    out = [int(np.floor(sc * np.float32(i))) for sc, i in zip(scales, x.shape, strict=True)]
+    return out, scales
 
 
 def _resize(n: _Node) -> list[_Array]:

@@ -17,17 +17,15 @@ import numpy as np
 
 from emulator.kernels import run_op
 from hardware.chip import Chip
-from planner.cost import Counters, cycles_energy
+from planner.cost import Counters
 from planner.ir import Graph, Layer, MapKind
-from planner.plan import Group, Plan
+from planner.plan import Plan
 from planner.regions import (
     Box,
     GroupIO,
     box_elems,
     full_box,
-    group_io,
     input_box,
-    iter_tiles,
     tile_regions,
 )
 
@@ -99,7 +97,7 @@ def _crop_axis(y: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
 
 
 def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple[Box, np.ndarray]],
-              weights: Mapping[str, np.ndarray]) -> np.ndarray:
+              weights: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Compute `out_box` of a layer's outputs from the boxes of its inputs held on chip."""
     args: list[np.ndarray | None] = []
     first_box: Box | None = None
@@ -116,70 +114,36 @@ def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple
         else:
             args.append(weights.get(name, graph.constants.get(name)))
     out_spatial = len(lay.out_shape) >= 4
+    if lay.op == "Reshape" and out_spatial and lay.row_maps[0].kind is MapKind.IDENTITY:
+        # the target shape names the whole map; a tile reshapes only its own box
+        s = lay.out_shape
+        args[1] = np.array([out_box[1] - out_box[0], *s[1:-2], out_box[3] - out_box[2],
+                            out_box[5] - out_box[4]], dtype=np.int64)
     window = bool(lay.row_maps) and lay.row_maps[0].kind is MapKind.WINDOW and out_spatial
     attrs = lay.attrs
     if window:
         shape = graph.shapes[lay.fmap_inputs[0]]
         attrs = _window_attrs(lay, out_box, (shape[-2], shape[-1]))
-    outs = run_op(lay.op, attrs, args, lay.opset)
-    y = np.asarray(outs[0])
-    if not lay.batch_preserving:
+    outs = run_op(lay.op, attrs, args, lay.opset, num_outputs=len(lay.outputs))
+    return [_crop_output(np.asarray(y), graph, lay, out_box, window, first_box) for y in outs]
+
+
+def _crop_output(y: np.ndarray, graph: Graph, lay: Layer, out_box: Box, window: bool,
+                 first_box: Box | None) -> np.ndarray:
+    """Cut the tile's box out of a kernel result computed on a larger (virtual) range."""
+    out_spatial = len(lay.out_shape) >= 4
+    if not lay.batch_preserving and y.ndim:
         y = _crop_axis(y, 0, out_box[0], out_box[1] - out_box[0])
-    if out_spatial and not window and first_box is not None:
+    if out_spatial and not window and first_box is not None and y.ndim >= 4:
         in_spatial = len(graph.shapes[lay.fmap_inputs[0]]) >= 4
-        for axis, m, lo, hi, a0 in ((y.ndim - 2, lay.row_maps[0], out_box[2], out_box[3], first_box[2]),
-                                    (y.ndim - 1, lay.col_maps[0], out_box[4], out_box[5], first_box[4])):
-            start = lo - (m.virtual_start(a0) if in_spatial else 0)
-            if m.kind is MapKind.WHOLE or not in_spatial:
-                start = lo
+        for axis, m, lo, hi, a0 in ((y.ndim - 2, lay.row_maps[0], out_box[2], out_box[3],
+                                     first_box[2]),
+                                    (y.ndim - 1, lay.col_maps[0], out_box[4], out_box[5],
+                                     first_box[4])):
+            whole = m.kind is MapKind.WHOLE or not in_spatial
+            start = lo if whole else lo - m.virtual_start(a0)
             y = _crop_axis(y, axis, start, hi - lo)
     return y.astype(np.float32, copy=False) if y.dtype == np.float64 else y
-
-
-def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
-                  weights: Mapping[str, np.ndarray]) -> tuple[Counters, list[Violation]]:
-    """Run one group over all its tiles; reads and writes `dram` (tensor name -> full array)."""
-    io = group_io(graph, group.layers)
-    dt = chip.dtype_bytes
-    last_use = _last_use(graph, io)
-    wbytes = sum(int(graph.constants[w].size) for w in io.weights) * dt
-    read = write = wread = macs = peak = 0
-    worst: dict[str, Violation] = {}  # per level, the tile that overflows most
-    onchip_weights = wbytes if chip.unified else 0
-    for ti, tile_box in enumerate(iter_tiles(graph, io, group.tile)):
-        boxes = tile_regions(graph, io, tile_box)
-        if ti == 0 or not group.weights_resident:
-            wread += wbytes
-        onchip: dict[str, tuple[Box, np.ndarray]] = {}
-        for t in io.inputs:
-            arr = _slice(dram[t], _full(dram[t]), boxes[t], dram[t].ndim >= 4)
-            read += arr.size * dt
-            onchip[t] = (boxes[t], arr)
-        for i, name in enumerate(io.layers):
-            lay = graph.layer(name)
-            out_box = boxes[lay.outputs[0]]
-            y = run_layer(graph, lay, out_box, onchip, weights)
-            macs += y.size * lay.macs_per_output
-            onchip[lay.outputs[0]] = (out_box, y)
-            live = sum(a.size for _, a in onchip.values()) * dt + onchip_weights
-            peak = max(peak, live)
-            for v in _capacity(chip, group.id, ti, live, wbytes):
-                if v.level not in worst or v.needed_bytes > worst[v.level].needed_bytes:
-                    worst[v.level] = v
-            for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs]:
-                del onchip[t]
-        for t in io.outputs:
-            have, arr = onchip[t]
-            want = tile_box if t == io.anchor else boxes[t]
-            part = _slice(arr, have, want, arr.ndim >= 4)
-            if t not in dram:
-                dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)
-            _slice(dram[t], _full(dram[t]), want, arr.ndim >= 4)[...] = part
-            write += part.size * dt
-    read += wread
-    cycles, energy = cycles_energy(chip, read + write, macs)
-    return Counters(read, write, wread, read - wread - _once(graph, io, dt), peak, macs, cycles,
-                    energy), list(worst.values())
 
 
 def _once(graph: Graph, io: GroupIO, dt: int) -> int:
@@ -202,16 +166,18 @@ def _last_use(graph: Graph, io: GroupIO) -> dict[str, int]:
     return last
 
 
-def _capacity(chip: Chip, group: int, tile: int, live: int, wbytes: int) -> list[Violation]:
+def _capacity(chip: Chip, group: int, tile: int, live: int, sram_weights: int,
+              resident_weights: int) -> list[Violation]:
+    """Overflows of one step: SRAM holds the tile; each core holds 1/n of it and of the weights."""
     found = []
     if live > chip.sram.bytes:
         found.append(Violation(group, tile, "sram", live, chip.sram.bytes))
     if chip.nram is not None:
-        share = ceil((live - (wbytes if chip.unified else 0)) / chip.cores_per_cluster)
+        share = ceil((live - sram_weights) / chip.cores_per_cluster)
         if share > chip.nram.bytes:
             found.append(Violation(group, tile, "nram", share, chip.nram.bytes))
     if chip.wram is not None:
-        share = ceil(wbytes / chip.cores_per_cluster)
+        share = ceil(resident_weights / chip.cores_per_cluster)
         if share > chip.wram.bytes:
             found.append(Violation(group, tile, "wram", share, chip.wram.bytes))
     return found

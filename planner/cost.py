@@ -8,7 +8,8 @@ actually moves. Execution model, per group:
   loads from DRAM the box of every external input it needs (halo included,
   overlapping tiles re-read their halo), computes every layer of the group on
   chip and stores its box of the anchor; other outputs force a single tile;
-* weights are read once per group when resident, else once per tile;
+* weights are read once per group when resident (held in WRAM, or in SRAM on
+  single-memory chips), else streamed once per tile;
 * on chip, a tensor lives from its load/production to its last consumer in the
   group; the SRAM footprint of a tile is the peak of live feature-map bytes
   (plus the weights on single-memory chips);
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from math import ceil
 
 from hardware.chip import Chip
@@ -140,8 +142,12 @@ def _representative(extent: int, size: int) -> list[tuple[int, int]]:
     return ranges[:3] + ranges[-3:]
 
 
-def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip) -> int:
-    """Exact SRAM peak over all tiles (feature maps, plus weights on single-memory chips)."""
+def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+               weights_resident: bool = True) -> int:
+    """Exact SRAM peak over all tiles (feature maps, plus resident weights on single-memory chips).
+
+    Streamed weights pass through a DMA staging buffer that is not modeled.
+    """
     n, h, w = anchor_extent(graph, io)
     steps = live_steps(graph, io)
     exact = all(
@@ -156,14 +162,19 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
             for c0, c1 in pick(w, tile.w):
                 boxes = tile_regions(graph, io, (n0, n1, r0, r1, c0, c1))
                 peak = max(peak, footprint(graph, io, boxes, steps, chip.dtype_bytes))
-    if chip.unified:
+    if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)
     return peak
 
 
+def dram_bytes_per_cycle(chip: Chip) -> Fraction:
+    """DRAM bytes per clock cycle, exact (the CP-SAT encoding multiplies it out)."""
+    return Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
+
+
 def cycles_energy(chip: Chip, dram_bytes: int, macs: int) -> tuple[int, float]:
     """Cycles (DRAM transfers overlapped with compute) and energy of a group."""
-    dram_cycles = ceil(dram_bytes / chip.dram_bytes_per_cycle)
+    dram_cycles = ceil(dram_bytes / dram_bytes_per_cycle(chip))
     compute_cycles = ceil(macs / (chip.cores * chip.core.macs_per_cycle))
     cycles = max(dram_cycles, compute_cycles)
     seconds = cycles / (chip.clock_ghz * 1e9)
@@ -172,23 +183,31 @@ def cycles_energy(chip: Chip, dram_bytes: int, macs: int) -> tuple[int, float]:
     return cycles, energy
 
 
-def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
-               weights_resident: bool = True) -> Counters:
-    """Predicted counters of one group of layers executed with `tile`."""
-    io = group_io(graph, layers)
-    chains = group_chains(graph, io)
+def traffic_macs(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+                 weights_resident: bool = True) -> tuple[int, int, int, int]:
+    """(feature-map read bytes, weight read bytes, write bytes, MACs): the cheap counters."""
     dt = chip.dtype_bytes
     n, h, w = anchor_extent(graph, io)
     tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
     fmap_read = sum(region_sum(graph, io, chains, t, tile) for t in io.inputs) * dt
-    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
     wbytes = weight_bytes(graph, io.weights, chip) * (1 if weights_resident else tiles)
     write = sum(graph.elems(t) for t in io.outputs) * dt
     macs = sum(
         graph.layer(name).macs_per_output
         * region_sum(graph, io, chains, graph.layer(name).outputs[0], tile)
-        for name in io.layers
+        for name in io.layers if graph.layer(name).macs_per_output
     )
+    return fmap_read, wbytes, write, macs
+
+
+def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
+               weights_resident: bool = True) -> Counters:
+    """Predicted counters of one group of layers executed with `tile`."""
+    io = group_io(graph, layers)
+    chains = group_chains(graph, io)
+    fmap_read, wbytes, write, macs = traffic_macs(graph, io, chains, tile, chip,
+                                                  weights_resident)
+    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * chip.dtype_bytes
     read = fmap_read + wbytes
     cycles, energy = cycles_energy(chip, read + write, macs)
     return Counters(
@@ -196,7 +215,7 @@ def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
         dram_write_bytes=write,
         weight_read_bytes=wbytes,
         redundant_read_bytes=fmap_read - once,
-        sram_peak_bytes=peak_bytes(graph, io, chains, tile, chip),
+        sram_peak_bytes=peak_bytes(graph, io, chains, tile, chip, weights_resident),
         macs=macs,
         cycles=cycles,
         energy_pj=energy,

@@ -3,6 +3,16 @@
 The planner works on a *cleaned* model: only real (non-constant) graph inputs, every
 weight stored as an initializer, no ``Constant``/``ConstantOfShape`` nodes, every node
 named, and a concrete static shape for every tensor in ``graph.value_info``.
+
+``load_model`` pipeline: read + check the file; treat inputs that have an initializer as
+constants; name unnamed/duplicate nodes ``{op_type}_{index}``; drop nodes that do not reach an
+output; bind input shapes (``--shape``); fold constants to a fixed point (Constant,
+ConstantOfShape, Shape/Size of statically shaped tensors with numpy, every other node whose
+inputs are all constant in one ReferenceEvaluator model per run of such nodes), with strict
+shape inference (data propagation) between rounds so Shape nodes of intermediate tensors fold
+too; drop dead nodes, initializers, unused inputs and unused optional outputs; write the
+inferred shapes (or, where inference gives none, shapes measured with onnxruntime) into the
+graph.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import onnx
@@ -368,6 +379,12 @@ def _bind_input(
         )
     declared = _declared_dims(vi)
     if override is not None:
+        override = tuple(int(d) for d in override)
+        if any(d <= 0 for d in override):
+            raise InputError(
+                f"Model file '{spec}': the shape {list(override)} given for input '{vi.name}' "
+                f"has a non-positive dim. Pass positive dims with {_SHAPE_HINT}."
+            )
         if declared is not None and len(declared) != len(override):
             raise InputError(
                 f"Model file '{spec}': --shape {vi.name}={','.join(map(str, override))} has "
@@ -385,18 +402,15 @@ def _bind_input(
             what = f"dim {index} ('{dim}')" if dim else f"dim {index} (unknown)"
             raise InputError(
                 f"Model file '{spec}': input '{vi.name}' has symbolic {what} in its shape "
-                f"{_fmt_dims(declared)}. Bind every dim with --shape {vi.name}=D0,D1,... "
-                f"(e.g. --shape {vi.name}={_example_dims(declared)})."
+                f"{_fmt_dims(declared)}. Bind its dims with --shape {vi.name}="
+                f"{','.join(f'D{i}' for i in range(len(declared)))}, keeping the declared "
+                "numbers, e.g. --shape data=1,3,224,224."
             )
     return tuple(int(d) for d in declared)  # type: ignore[arg-type]
 
 
 def _fmt_dims(dims: Sequence[int | str | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
-
-
-def _example_dims(dims: Sequence[int | str | None]) -> str:
-    return ",".join(str(d) if isinstance(d, int) else "1" for d in dims)
 
 
 def _bind_shapes(
@@ -673,7 +687,7 @@ def _fill_tensor(tensor: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
         tensor.CopyFrom(_tensor_proto(name, arr))
         return
     tensor.name = name
-    tensor.data_type = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+    tensor.data_type = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype.newbyteorder("="))
     tensor.dims.extend(arr.shape)
     tensor.raw_data = _raw_bytes(arr)
 
@@ -772,10 +786,52 @@ def _fill_runtime_shapes(model: onnx.ModelProto, spec: str) -> None:
         target.type.CopyFrom(tp)
 
 
+def _all_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    graph = model.graph
+    shapes = {t.name: tuple(int(d) for d in t.dims) for t in graph.initializer}
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        shape = _static_shape(vi.type)
+        if shape is not None:
+            shapes[vi.name] = shape
+    return shapes
+
+
+def _expected_channels(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
+    """Input channels a Conv/ConvTranspose/BatchNormalization's parameters expect."""
+    if len(node.input) < 2 or node.input[1] not in shapes or node.domain not in _DEFAULT_DOMAINS:
+        return None
+    param = shapes[node.input[1]]
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    if node.op_type == "Conv" and len(param) >= 2:
+        return param[1] * group
+    if node.op_type == "ConvTranspose" and param:
+        return param[0]
+    if node.op_type in ("BatchNormalization", "InstanceNormalization") and len(param) == 1:
+        return param[0]
+    return None
+
+
+def _check_channels(model: onnx.ModelProto, spec: str) -> None:
+    """Catch channel mismatches that ONNX shape inference lets through (e.g. a bad --shape)."""
+    shapes = _all_shapes(model)
+    for node in model.graph.node:
+        expected = _expected_channels(node, shapes)
+        data = shapes.get(node.input[0]) if node.input else None
+        if expected is None or data is None or len(data) < 2 or data[1] == expected:
+            continue
+        raise InputError(
+            f"Model file '{spec}': node '{node.name}' ({node.op_type}) expects {expected} input "
+            f"channels from its weights but tensor '{node.input[0]}' has shape {list(data)}. "
+            f"Check the --shape values ({_SHAPE_HINT}); the channel dims must match the model."
+        )
+
+
 # --------------------------------------------------------------------------- public API
 
 
-def load_model(spec: str, shapes: Mapping[str, tuple[int, ...]] = {}) -> LoadedModel:  # noqa: B006
+def load_model(
+    spec: str, shapes: Mapping[str, tuple[int, ...]] = MappingProxyType({})
+) -> LoadedModel:
     """Load, validate and clean a model (see the module docstring for what "clean" means).
 
     ``spec`` is a path or ``zoo:NAME``; ``shapes`` binds input shapes by input name
@@ -799,6 +855,7 @@ def load_model(spec: str, shapes: Mapping[str, tuple[int, ...]] = {}) -> LoadedM
     _trim_unused_outputs(work.nodes, (o.name for o in graph.output), opset)
     _assemble(work, model, types)
     _fill_runtime_shapes(model, spec)
+    _check_channels(model, spec)
     return LoadedModel(
         proto=model,
         path=spec,
@@ -829,10 +886,15 @@ def _fold_constants(work: _Work, model: onnx.ModelProto) -> dict[str, onnx.TypeP
 def randomize_weights(model: LoadedModel, seed: int) -> LoadedModel:
     """Replace every float weight initializer with seeded random values that keep activations O(1).
 
-    Conv/Gemm/MatMul weights ~ N(0, 2/fan_in); biases ~ 0.01 N; BatchNormalization scale and var
-    ~ U(0.5, 1.5), bias and mean ~ 0.1 N; PRelu slopes ~ U(0, 0.3); other float constants of
-    Mul/Div ~ U(0.5, 1.5) and of Add/Sub/Sum ~ 0.1 N. Integer tensors, Resize/Upsample
-    scales, sizes and roi, Clip bounds, Pad values and anything else are left alone.
+    Conv/Gemm/MatMul weights ~ N(0, 2/fan_in) (N(0, 1/fan_in) when the layer's input does not
+    come from a ReLU-like op); biases ~ 0.01 N; BatchNormalization scale and var ~ U(0.5, 1.5),
+    bias and mean ~ 0.1 N; PRelu slopes ~ U(0, 0.3); other float constants of Mul/Div
+    ~ U(0.5, 1.5) and of Add/Sub/Sum ~ 0.1 N. Where two feature maps are added (residual
+    connections) the last BN scale / conv weight of each parametrised branch is damped (by 0.2
+    next to an identity path, by 1/sqrt(k) when all k inputs are parametrised) so the sums do
+    not double the variance at every block. Integer tensors, Resize/Upsample scales, sizes and
+    roi, Clip bounds, Pad values and anything else are left alone. ``sha256`` is kept: it
+    identifies the model file.
     """
     rng = np.random.default_rng(seed)
     roles = _weight_roles(model.proto)
@@ -844,18 +906,30 @@ def randomize_weights(model: LoadedModel, seed: int) -> LoadedModel:
             continue
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
         shape = tuple(int(d) for d in tensor.dims)
-        values = _random_values(rng, role, shape).astype(dtype)
-        tensor.ClearField("float_data")
-        tensor.ClearField("double_data")
-        tensor.ClearField("int32_data")
+        values = (_random_values(rng, role, shape) * role.factor).astype(dtype)
+        for name in ("float_data", "double_data", "int32_data", "external_data"):
+            tensor.ClearField(name)
+        tensor.data_location = onnx.TensorProto.DEFAULT
         tensor.raw_data = _raw_bytes(values)
     return replace(model, proto=proto)
 
 
+_RESIDUAL_DAMPING = 0.2
+_RELU_LIKE = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "HardSwish", "Elu", "Selu"})
+_TRANSPARENT = frozenset({
+    "MaxPool", "AveragePool", "Concat", "Reshape", "Flatten", "Transpose", "Dropout",
+    "Identity", "Squeeze", "Unsqueeze", "Resize", "Upsample", "Pad", "Split", "Slice",
+    "GlobalMaxPool", "GlobalAveragePool", "DepthToSpace", "SpaceToDepth",
+})
+
+
 @dataclass(frozen=True)
 class _Role:
+    """How to draw one initializer: kind, fan_in (weights) and a final multiplier."""
+
     kind: str  # weight, bias, scale, shift, prelu, mul, add
     fan_in: int = 1
+    factor: float = 1.0
 
 
 def _random_values(rng: np.random.Generator, role: _Role, shape: tuple[int, ...]) -> np.ndarray:
@@ -870,22 +944,82 @@ def _random_values(rng: np.random.Generator, role: _Role, shape: tuple[int, ...]
     return 0.1 * rng.standard_normal(shape)  # shift, add
 
 
+class _GraphView:
+    """Producers and float constants of a graph, for the weight-role heuristics."""
+
+    def __init__(self, proto: onnx.ModelProto) -> None:
+        self.shapes = {t.name: tuple(int(d) for d in t.dims) for t in proto.graph.initializer
+                       if t.data_type in _FLOAT_TYPES}
+        self.consts = {t.name for t in proto.graph.initializer}
+        self.producer = {o: n for n in proto.graph.node for o in n.output if o}
+
+    def relu_fed(self, name: str, depth: int = 0) -> bool:
+        """Whether a tensor comes (through shape-only ops) from a ReLU-like activation."""
+        node = self.producer.get(name)
+        if node is None or depth > 32:
+            return False
+        if node.op_type in _RELU_LIKE:
+            return True
+        feats = [i for i in node.input if i and i not in self.consts]
+        return node.op_type in _TRANSPARENT and bool(feats) and all(
+            self.relu_fed(i, depth + 1) for i in feats)
+
+    def branch_param(self, name: str, depth: int = 0) -> str | None:
+        """The initializer that scales a residual branch's output (BN scale or conv weight)."""
+        node = self.producer.get(name)
+        if node is None or depth > 8:
+            return None
+        op, inputs = node.op_type, list(node.input)
+        if op == "BatchNormalization":
+            return inputs[1]
+        if op in ("Conv", "ConvTranspose", "Gemm") and inputs[1] in self.consts:
+            return inputs[1]
+        consts = [i for i in inputs if i in self.shapes]
+        feats = [i for i in inputs if i and i not in self.consts]
+        if op == "Mul" and consts and len(feats) == 1:
+            return consts[0]
+        if op in ("Add", "Sub") and consts and len(feats) == 1:
+            return self.branch_param(feats[0], depth + 1)
+        return None
+
+
 def _weight_roles(proto: onnx.ModelProto) -> dict[str, _Role]:
     """Initializer name -> role, only for float initializers every consumer uses as a weight."""
-    shapes = {t.name: tuple(int(d) for d in t.dims) for t in proto.graph.initializer
-              if t.data_type in _FLOAT_TYPES}
+    view = _GraphView(proto)
     roles: dict[str, _Role] = {}
     protected: set[str] = set()
     for node in proto.graph.node:
         for index, name in enumerate(node.input):
-            if name not in shapes:
+            if name not in view.shapes:
                 continue
-            role = _input_role(node, index, shapes[name])
+            role = _input_role(node, index, view.shapes[name])
             if role is None:
                 protected.add(name)
-            else:
-                roles.setdefault(name, role)
+            elif name not in roles:
+                if role.kind == "weight" and node.input[0] and not view.relu_fed(node.input[0]):
+                    role = replace(role, factor=np.sqrt(0.5))
+                roles[name] = role
+    for name, damping in _residual_damping(proto, view).items():
+        if name in roles:
+            roles[name] = replace(roles[name], factor=roles[name].factor * damping)
     return {k: v for k, v in roles.items() if k not in protected}
+
+
+def _residual_damping(proto: onnx.ModelProto, view: _GraphView) -> dict[str, float]:
+    """Initializer -> multiplier damping the branches summed by Add/Sum of feature maps."""
+    damping: dict[str, float] = {}
+    for node in proto.graph.node:
+        if node.op_type not in ("Add", "Sum"):
+            continue
+        feats = [i for i in node.input if i and i not in view.consts]
+        if len(feats) < 2:
+            continue
+        params = [view.branch_param(i) for i in feats]
+        found = [p for p in params if p is not None]
+        factor = 1 / np.sqrt(len(feats)) if len(found) == len(feats) else _RESIDUAL_DAMPING
+        for name in found:
+            damping[name] = min(damping.get(name, 1.0), float(factor))
+    return damping
 
 
 _BN_ROLES = {1: "scale", 2: "shift", 3: "shift", 4: "scale"}

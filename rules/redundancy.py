@@ -1,0 +1,46 @@
+"""Rule 11: redundancy percentage of halo re-reads (seed 000 ¶112-116)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rules.base import GroupFacts, Rule, Violation, rule
+
+
+@rule("R11", "redundancy", "Halo re-reads within a percentage")
+@dataclass(frozen=True)
+class Redundancy(Rule):
+    """(bytes loaded incl. halo re-reads - bytes read once) / bytes read once <= threshold.
+
+    Not applied in small-map mode, where nothing is re-read. The seed offers 50, 75, 100,
+    125 or 150 %.
+    """
+
+    tile_trend: ClassVar[str] = "grow"  # taller tiles re-read fewer halo rows
+
+    enabled: bool = True
+    threshold_pct: int = field(default=100, metadata={"ge": 0})
+
+    def check(self, facts: GroupFacts) -> Violation | None:
+        if facts.small:
+            return None
+        pct = facts.redundancy_pct()
+        if pct > self.threshold_pct:
+            return self.violation(f"halo re-reads {pct:.0f}% > {self.threshold_pct}%",
+                                  needed=round(pct, 2), allowed=self.threshold_pct)
+        return None
+
+    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+        if isinstance(cand.th, int):
+            return
+        once = sum(_once(enc, cand, t) for t in cand.io.inputs)
+        loaded = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
+        enc.enforce(enc.model.add(100 * loaded <= (100 + self.threshold_pct) * once), cand, lit,
+                    cand.small.Not())
+
+
+def _once(enc: Any, cand: Any, t: str) -> int:
+    from planner.regions import box_elems
+
+    return box_elems(enc.graph, t, cand.chains.full[t]) * enc.chip.dtype_bytes

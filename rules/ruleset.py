@@ -1,0 +1,123 @@
+"""Rule files: load, validate against the rule classes, and check groups against them."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from planner.errors import InputError
+from planner.yamlio import build_dataclass, did_you_mean, load_yaml, where
+from rules.base import REGISTRY, GroupFacts, Rule, Violation
+
+RULES_DIR = Path(__file__).resolve().parent
+DEFAULT_RULES = RULES_DIR / "default.yaml"
+Objective = Literal["traffic", "latency", "energy", "weighted"]
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the planners search."""
+
+    max_group_layers: int = field(default=12, metadata={"ge": 1})  # candidate size cap
+    time_limit_s: float = field(default=60.0, metadata={"gt": 0})
+    seed: int = 0
+    workers: int = field(default=1, metadata={"ge": 1})  # 1 keeps CP-SAT deterministic
+    relative_gap: float = field(default=0.0, metadata={"ge": 0})
+    tile_search: Literal["large_to_small", "small_to_large"] = "large_to_small"
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """What "best" means; `weighted` mixes the three with these weights."""
+
+    default: Objective = "traffic"
+    dram_bytes_weight: float = field(default=1.0, metadata={"ge": 0})
+    cycles_weight: float = field(default=0.0, metadata={"ge": 0})
+    energy_pj_weight: float = field(default=0.0, metadata={"ge": 0})
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """Every registered rule with its configuration, plus search and objective settings."""
+
+    rules: tuple[Rule, ...]
+    search: SearchSettings = SearchSettings()
+    objective: ObjectiveSettings = ObjectiveSettings()
+    file: str = ""
+    sha256: str = ""
+
+    @property
+    def enabled(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.enabled)
+
+    def get(self, key: str) -> Rule:
+        """The configured rule with this YAML key."""
+        for r in self.rules:
+            if r.key == key:
+                return r
+        raise KeyError(key)
+
+    def check(self, facts: GroupFacts) -> list[Violation]:
+        """Violations of every enabled rule by a group; a layer alone is always allowed."""
+        if not facts.fused:
+            return []
+        return [v for r in self.enabled if (v := r.check(facts)) is not None]
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready description of the effective rules."""
+        return {
+            "file": self.file,
+            "sha256": self.sha256,
+            "rules": [
+                {"code": r.code, "key": r.key, "title": r.title,
+                 **{f.name: getattr(r, f.name) for f in fields(r)}}  # type: ignore[arg-type]
+                for r in self.rules
+            ],
+            "search": {f.name: getattr(self.search, f.name) for f in fields(self.search)},
+            "objective": {f.name: getattr(self.objective, f.name) for f in fields(self.objective)},
+        }
+
+
+def _by_code() -> list[type[Rule]]:
+    return sorted(REGISTRY.values(), key=lambda cls: cls.code)
+
+
+def default_ruleset() -> RuleSet:
+    """Every rule with its class defaults (what rules/default.yaml spells out)."""
+    return RuleSet(tuple(cls() for cls in _by_code()))
+
+
+def load_rules(path: str | Path | None = None) -> RuleSet:
+    """Read a rule file; unknown rules or keys and wrong types are InputErrors with line:col."""
+    file = Path(path) if path is not None else DEFAULT_RULES
+    doc = load_yaml(file)
+    known_top = ("rules", "search", "objective")
+    for key in doc:
+        if key not in known_top:
+            raise InputError(f"{where(file, doc, key)}: unknown section `{key}`."
+                             f"{did_you_mean(str(key), known_top)} Valid sections: "
+                             f"{', '.join(known_top)}.")
+    configured: dict[str, Rule] = {}
+    rules_node = doc.get("rules") or {}
+    if not hasattr(rules_node, "items"):
+        raise InputError(f"{where(file, doc, 'rules')}: `rules` must be a mapping of rule name "
+                         "to its settings.")
+    for key, node in rules_node.items():
+        if key not in REGISTRY:
+            raise InputError(f"{where(file, rules_node, key)}: unknown rule `{key}`."
+                             f"{did_you_mean(str(key), REGISTRY)} Valid rules: "
+                             f"{', '.join(REGISTRY)}.")
+        if node is None:
+            node = {}
+        if not hasattr(node, "items"):
+            raise InputError(f"{where(file, rules_node, key)}: rule `{key}` needs a mapping of "
+                             "settings, e.g. `{enabled: true}`.")
+        configured[key] = build_dataclass(REGISTRY[key], node, file, f"rule `{key}`")
+    rules = tuple(configured.get(cls.key) or cls() for cls in _by_code())
+    search = build_dataclass(SearchSettings, doc.get("search") or {}, file, "search settings")
+    objective = build_dataclass(ObjectiveSettings, doc.get("objective") or {}, file,
+                                "objective settings")
+    sha = hashlib.sha256(file.read_bytes()).hexdigest()
+    return RuleSet(rules, search, objective, str(file), sha)

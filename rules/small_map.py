@@ -1,0 +1,138 @@
+"""Rules 13-16 and 18: buffer inequalities of small-map mode (seed 000 ¶122-137, ¶141-142).
+
+In small-map mode a tile holds whole feature maps (possibly several images), so the
+chip double-buffers: the next map is loaded while the current one is processed.
+W_i is one core's share of the group's weights, IN the tile's input bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+from typing import Any
+
+from rules.base import GroupFacts, Rule, Violation, rule
+
+
+def _w_share(weight_bytes: int, cores: int) -> int:
+    return ceil(weight_bytes / cores)
+
+
+@rule("R13", "small_double_buffer", "Small mode: W_i + IN1 + IN2 <= S")
+@dataclass(frozen=True)
+class SmallDoubleBuffer(Rule):
+    """Small mode: a core's weights, the on-chip map and a second buffer for the next map fit S."""
+
+    enabled: bool = True
+
+    def check(self, facts: GroupFacts) -> Violation | None:
+        if not facts.small:
+            return None
+        need = _w_share(facts.weight_bytes, facts.chip.cores_per_cluster) + 2 * facts.in_bytes
+        cap = facts.chip.sram.bytes
+        if need > cap:
+            return self.violation(f"W_i + IN1 + IN2 = {need} B > SRAM {cap} B", need, cap)
+        return None
+
+    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+        w = _w_share(enc.weight_bytes(cand), enc.chip.cores_per_cluster)
+        enc.enforce(enc.model.add(w + 2 * enc.in_bytes(cand) <= enc.chip.sram.bytes), cand, lit,
+                    cand.small)
+
+
+@rule("R14", "small_submap_buffer", "Small mode: subIN_i + W_i + IN2 <= S")
+@dataclass(frozen=True)
+class SmallSubmapBuffer(Rule):
+    """Small mode: a core's sub-map and weights plus the next on-chip map fit S."""
+
+    enabled: bool = True
+
+    def check(self, facts: GroupFacts) -> Violation | None:
+        if not facts.small:
+            return None
+        cores = facts.chip.cores_per_cluster
+        need = ceil(facts.in_bytes / cores) + _w_share(facts.weight_bytes, cores) + facts.in_bytes
+        cap = facts.chip.sram.bytes
+        if need > cap:
+            return self.violation(f"subIN_i + W_i + IN2 = {need} B > SRAM {cap} B", need, cap)
+        return None
+
+    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+        _encode_share(enc, cand, lit, enc.in_bytes(cand))
+
+
+@rule("R15", "small_subout_buffer", "Small mode: subOUT_i + W_i+1 + IN2 <= S")
+@dataclass(frozen=True)
+class SmallSuboutBuffer(Rule):
+    """Small mode: a core's output sub-map, the next weights and the next map fit S."""
+
+    enabled: bool = True
+
+    def check(self, facts: GroupFacts) -> Violation | None:
+        if not facts.small:
+            return None
+        cores = facts.chip.cores_per_cluster
+        need = ceil(facts.out_bytes / cores) + _w_share(facts.weight_bytes, cores) + facts.in_bytes
+        cap = facts.chip.sram.bytes
+        if need > cap:
+            return self.violation(f"subOUT_i + W_i+1 + IN2 = {need} B > SRAM {cap} B", need, cap)
+        return None
+
+    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+        _encode_share(enc, cand, lit, enc.out_bytes(cand))
+
+
+def _encode_share(enc: Any, cand: Any, lit: Any, part: Any) -> None:
+    """ceil(part / cores) + W_i + IN <= S, with the ceiling as an existential integer."""
+    m = enc.model
+    cores = enc.chip.cores_per_cluster
+    sub = m.new_int_var(0, enc.chip.sram.bytes, f"sub_{cand.index}_{id(part) % 100000}")
+    enc.enforce(m.add(cores * sub >= part), cand, lit, cand.small)
+    w = _w_share(enc.weight_bytes(cand), cores)
+    enc.enforce(m.add(sub + w + enc.in_bytes(cand) <= enc.chip.sram.bytes), cand, lit, cand.small)
+
+
+@rule("R16", "wram_double_buffer", "Small mode: W_i + W_i+1 <= WRAM")
+@dataclass(frozen=True)
+class WramDoubleBuffer(Rule):
+    """Small mode: WRAM holds the weights of two consecutive sub-maps, for pipelining."""
+
+    enabled: bool = True
+
+    def check(self, facts: GroupFacts) -> Violation | None:
+        wram = facts.chip.wram
+        if wram is None or not facts.small:
+            return None
+        need = 2 * _w_share(facts.weight_bytes, facts.chip.cores_per_cluster)
+        if need > wram.bytes:
+            return self.violation(f"W_i + W_i+1 = {need} B > WRAM {wram.bytes} B", need,
+                                  wram.bytes)
+        return None
+
+    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+        wram = enc.chip.wram
+        if wram is None:
+            return
+        if 2 * _w_share(enc.weight_bytes(cand), enc.chip.cores_per_cluster) > wram.bytes:
+            enc.model.add_bool_or([cand.selected.Not(), lit.Not(), cand.small.Not()])
+
+
+@rule("R18", "max_maps", "Small mode: at most k feature maps per on-chip map")
+@dataclass(frozen=True)
+class MaxMaps(Rule):
+    """Small mode: an on-chip map holds at most ``k`` images of the batch."""
+
+    enabled: bool = True
+    k: int = field(default=4, metadata={"ge": 1})
+
+    def check(self, facts: GroupFacts) -> Violation | None:
+        if facts.small and facts.tile.n > self.k:
+            return self.violation(f"{facts.tile.n} maps > {self.k}", facts.tile.n, self.k)
+        return None
+
+    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+        if isinstance(cand.tn, int):
+            if cand.tn > self.k:
+                enc.model.add_bool_or([cand.selected.Not(), lit.Not(), cand.small.Not()])
+            return
+        enc.enforce(enc.model.add(cand.tn <= self.k), cand, lit, cand.small)

@@ -1,0 +1,42 @@
+"""Rule 17: each core's sub-map fits NRAM (seed 000 ¶138-140)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+from typing import Any
+
+from rules.base import GroupFacts, Rule, Violation, rule
+
+
+@rule("R17", "submap_fits_nram", "Sub-map fits NRAM")
+@dataclass(frozen=True)
+class SubmapFitsNram(Rule):
+    """Each core's share of the tile, times ``buffers`` for pipelining, fits its NRAM.
+
+    The tile's live feature maps are shared out over the cores of a cluster; with two
+    buffers a core receives its next sub-map while it computes the current one. Split the
+    tile finer until it fits.
+    """
+
+    enabled: bool = True
+    buffers: int = field(default=2, metadata={"ge": 1})
+
+    def check(self, facts: GroupFacts) -> Violation | None:
+        nram = facts.chip.nram
+        if nram is None:
+            return None
+        need = self.buffers * ceil(facts.live_peak_bytes / facts.chip.cores_per_cluster)
+        if need > nram.bytes:
+            return self.violation(f"{self.buffers} x sub-map = {need} B > NRAM {nram.bytes} B",
+                                  need, nram.bytes)
+        return None
+
+    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+        nram = enc.chip.nram
+        if nram is None:
+            return
+        # buffers * ceil(step / cores) <= NRAM  <=>  step <= cores * floor(NRAM / buffers)
+        cap = enc.chip.cores_per_cluster * (nram.bytes // self.buffers)
+        for step in enc.live_steps_bytes(cand):
+            enc.enforce(enc.model.add(step <= cap), cand, lit)

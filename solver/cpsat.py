@@ -1,0 +1,246 @@
+"""The CP-SAT planner: choose groups and tile heights together, with proof of optimality.
+
+Candidates are intervals of the topological order (connected, up to the size
+limit), whole blocks, and the greedy planner's groups, so the greedy plan is a
+feasible warm start. One literal per candidate says it is selected; every layer
+is covered exactly once. Each candidate has its tile variables (solver.encoding)
+and the chip's capacities as linear constraints; every enabled rule encodes
+itself, gated by the candidate's literal and the rule's own literal, which is
+passed as an assumption so an infeasible model names the rules in conflict.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from hardware.chip import Chip
+from planner.cost import Counters, dram_bytes_per_cycle
+from planner.errors import PlanningError
+from planner.ir import Graph
+from planner.regions import Tile
+from rules.base import StructuralRule
+from rules.ruleset import RuleSet
+from solver.encoding import Candidate, Encoding
+from solver.groups import is_connected, is_convex
+from solver.shortest_path import infeasible_layer_error
+from solver.tiles import GroupSearch
+
+ENERGY_SCALE = 1000  # objective coefficients in milli-units, so fractional pJ stay integral
+
+
+@dataclass(frozen=True)
+class CpsatResult:
+    """Groups chosen by CP-SAT, with solver status and proof quality."""
+
+    groups: list[tuple[tuple[str, ...], Tile, bool]]
+    status: str
+    objective: float
+    bound: float
+    gap: float
+    wall_s: float
+
+
+def candidate_sets(graph: Graph, ruleset: RuleSet,
+                   extra: Sequence[Sequence[str]] = ()) -> list[tuple[str, ...]]:
+    """Intervals of the topological order, whole blocks and extra groups; connected, convex."""
+    order = [lay.name for lay in graph.layers]
+    limit = ruleset.search.max_group_layers
+    seen: set[frozenset[str]] = set()
+    out: list[tuple[str, ...]] = []
+
+    def add(layers: Sequence[str]) -> None:
+        key = frozenset(layers)
+        if key in seen:
+            return
+        seen.add(key)
+        if len(key) == 1 or (is_connected(graph, key) and is_convex(graph, key)):
+            out.append(tuple(sorted(key, key=graph.index)))
+
+    for i in range(len(order)):
+        for j in range(i + 1, min(len(order), i + limit) + 1):
+            add(order[i:j])
+    for block in graph.blocks:
+        if len(block.layers) <= limit:
+            add(block.layers)
+            if block.entry:
+                add((block.entry, *block.layers))
+    for g in extra:
+        add(g)
+    return out
+
+
+def _physical(enc: Encoding, cand: Candidate) -> None:
+    """Capacities every group obeys, fused or not (bounds, as solver.tiles.physical_violations)."""
+    m, chip = enc.model, enc.chip
+    weights = enc.weight_bytes(cand)
+    steps = enc.live_steps_bytes(cand)
+    for step in steps:
+        sram = step + (weights * cand.resident if chip.unified else 0)
+        enc.enforce(m.add(sram <= chip.sram.bytes), cand)
+        if chip.nram is not None:  # ceil(step / cores) <= NRAM
+            enc.enforce(m.add(step <= chip.nram.bytes * chip.cores_per_cluster), cand)
+    if chip.wram is not None and -(-weights // chip.cores_per_cluster) > chip.wram.bytes:
+        m.add_implication(cand.selected, cand.resident.Not())
+
+
+def _cost_terms(enc: Encoding, cand: Candidate) -> tuple[Any, Any]:
+    """(DRAM bytes, MACs) of a candidate as expressions of its tile variables."""
+    m = enc.model
+    reads = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
+    writes = sum(enc.graph.elems(t) for t in cand.io.outputs) * enc.chip.dtype_bytes
+    w = enc.weight_bytes(cand)
+    if w and not isinstance(cand.tiles, int):
+        wread = m.new_int_var(0, w * enc.graph.shapes[cand.io.anchor][-2] * cand.extent[0],
+                              f"weight_read_{cand.index}")
+        m.add(wread >= w).only_enforce_if(cand.resident)
+        m.add(wread >= w * cand.tiles).only_enforce_if(cand.resident.Not())
+    else:
+        wread = w
+    macs = 0
+    for name in cand.io.layers:
+        lay = enc.graph.layer(name)
+        if lay.macs_per_output:
+            macs += lay.macs_per_output * enc.region_elems_total(cand, lay.outputs[0])
+    return reads + writes + wread, macs
+
+
+def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: RuleSet) -> Any:
+    """Integer cost of a candidate (scaled) under the objective, as a variable."""
+    m, chip = enc.model, enc.chip
+    dram, macs = _cost_terms(enc, cand)
+    if objective == "traffic":
+        return dram
+    bpc = dram_bytes_per_cycle(chip)
+    per_cycle = chip.cores * chip.core.macs_per_cycle
+    cycles = m.new_int_var(0, 10**12, f"cycles_{cand.index}")
+    m.add(cycles * bpc.numerator >= dram * bpc.denominator)  # ceil(dram / bytes_per_cycle)
+    m.add(cycles * per_cycle >= macs)
+    if objective == "latency":
+        return cycles
+    seconds_per_cycle = 1.0 / (chip.clock_ghz * 1e9)
+    static_pj = chip.static_power_mw * 1e-3 * seconds_per_cycle * 1e12
+    energy = (round(ENERGY_SCALE * (chip.dram.pj_per_byte + chip.sram.pj_per_byte)) * dram
+              + round(ENERGY_SCALE * chip.core.pj_per_mac) * macs
+              + round(ENERGY_SCALE * static_pj) * cycles)
+    if objective == "energy":
+        return energy
+    o = ruleset.objective
+    return (round(ENERGY_SCALE * o.dram_bytes_weight) * dram
+            + round(ENERGY_SCALE * o.cycles_weight) * cycles + round(o.energy_pj_weight) * energy)
+
+
+def _scaled(cost: Counters, objective: str, ruleset: RuleSet, chip: Chip) -> int:
+    """A lower bound, in the model's integer units, of a candidate's objective term."""
+    if objective == "traffic":
+        return cost.dram_bytes
+    if objective == "latency":
+        return cost.cycles
+    return 0  # energy and weighted terms are rounded sums; no bound is safer than a wrong one
+
+
+def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
+                candidates: Sequence[Sequence[str]],
+                floors: Sequence[int] | None = None) -> tuple[Encoding, dict[str, Any]]:
+    """The CP-SAT model over the candidates; returns it with the rule literals by key.
+
+    ``floors`` (one per candidate, optional) are lower bounds on each candidate's cost
+    (its best tile's cost from the same closed forms); they are valid cuts that tighten the
+    LP relaxation to the set-partitioning bound and do not change the optimum.
+    """
+    enc = Encoding(graph, chip)
+    m = enc.model
+    rule_lits = {r.key: m.new_bool_var(f"rule_{r.code}_{r.key}") for r in ruleset.enabled}
+    cover: dict[str, list[Any]] = {lay.name: [] for lay in graph.layers}
+    costs = []
+    for k, layers in enumerate(candidates):
+        cand = enc.add_candidate(layers)
+        for name in cand.layers:
+            cover[name].append(cand.selected)
+        _physical(enc, cand)
+        if cand.fused:
+            for r in ruleset.enabled:
+                r.encode(enc, cand, rule_lits[r.key])
+        cost = _objective_terms(enc, cand, objective, ruleset)
+        # a selected candidate pays its floor (a lower bound of its cost) plus the excess of
+        # its actual cost over it; with the floor outside the enforced constraint, the LP
+        # relaxation is the set-partitioning bound
+        floor = floors[k] if floors is not None else 0
+        excess = m.new_int_var(0, 10**13, f"excess_{cand.index}")
+        m.add(excess >= cost - floor).only_enforce_if(cand.selected)
+        m.add(excess == 0).only_enforce_if(cand.selected.Not())
+        costs.append(excess + floor * cand.selected)
+    # every layer in exactly one selected group
+    for name, lits in cover.items():
+        m.add_exactly_one(lits)
+    m.minimize(sum(costs))
+    return enc, rule_lits
+
+
+def _hint(enc: Encoding, warm: Sequence[tuple[Sequence[str], Tile]]) -> None:
+    """Warm start from another planner's groups and tiles."""
+    chosen = {frozenset(g): t for g, t in warm}
+    for cand in enc.candidates:
+        tile = chosen.get(frozenset(cand.layers))
+        enc.model.add_hint(cand.selected, tile is not None)
+        if tile is not None and not isinstance(cand.th, int):
+            enc.model.add_hint(cand.th, tile.h)
+        if tile is not None and not isinstance(cand.tn, int):
+            enc.model.add_hint(cand.tn, tile.n)
+
+
+def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
+                warm: Sequence[tuple[Sequence[str], Tile]] = (),
+                time_limit_s: float | None = None) -> CpsatResult:
+    """Optimal groups and tiles under the rules (or the best found within the time limit)."""
+    started = time.perf_counter()
+    for lay in graph.layers:  # a layer that fits at no tile makes every plan infeasible
+        if GroupSearch.of(graph, (lay.name,), chip, ruleset).best(objective) is None:
+            raise infeasible_layer_error(graph, chip, ruleset, lay.name)
+    candidates, floors = [], []
+    structural = [r for r in ruleset.enabled if isinstance(r, StructuralRule)]
+    for layers in candidate_sets(graph, ruleset, [g for g, _ in warm]):
+        search = GroupSearch.of(graph, layers, chip, ruleset)
+        # with every rule literal true, structurally invalid or unfittable groups can never be
+        # chosen: leave them out rather than let presolve find that out for each
+        if len(layers) > 1 and any(r.check(search.facts(Tile(1, 1, 1), True)) for r in structural):
+            continue
+        best = search.best(objective)
+        if best is None:
+            continue
+        candidates.append(layers)
+        floors.append(_scaled(best.cost, objective, ruleset, chip))
+    enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors)
+    _hint(enc, warm)
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.max_time_in_seconds = time_limit_s or ruleset.search.time_limit_s
+    p.num_workers = ruleset.search.workers
+    p.random_seed = ruleset.search.seed
+    p.relative_gap_limit = ruleset.search.relative_gap
+    enc.model.add_assumptions(list(rule_lits.values()))
+    status = solver.solve(enc.model)
+    name = solver.status_name(status)
+    if status == cp_model.INFEASIBLE:
+        core = solver.sufficient_assumptions_for_infeasibility()
+        keys = [k for k, lit in rule_lits.items() if lit.Index() in core]
+        raise PlanningError(f"no plan satisfies the rules together: {', '.join(keys) or '?'} "
+                            "conflict. Relax or disable one of them in the rules YAML.")
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise PlanningError(f"CP-SAT found no plan within {p.max_time_in_seconds:g} s "
+                            f"(status {name}). Raise --time-limit or lower "
+                            "search.max_group_layers.")
+    groups = []
+    for cand in enc.candidates:
+        if solver.boolean_value(cand.selected):
+            th = cand.th if isinstance(cand.th, int) else solver.value(cand.th)
+            tn = cand.tn if isinstance(cand.tn, int) else solver.value(cand.tn)
+            groups.append((cand.layers, Tile(tn, th, cand.extent[2]),
+                           bool(solver.boolean_value(cand.resident))))
+    obj, bound = solver.objective_value, solver.best_objective_bound
+    gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
+    return CpsatResult(groups, name, obj, bound, gap, time.perf_counter() - started)

@@ -1,0 +1,219 @@
+"""CP-SAT variables of candidate groups and the closed forms stated over them.
+
+For every candidate group the model has a selection literal, an integer tile
+height ``th`` (and tile batch ``tn`` when the batch is larger than one), the
+tile count ``T = ceil(H / th)`` (a division constraint), and, per tensor, the
+largest row range a tile needs, ``min(S*th + E + P - S, U)``: capacities are
+linear inequalities in those. DRAM reads sum the row ranges over all tiles in
+closed form (planner.regions.AxisChain.total), with ``T*th`` a multiplication
+constraint. Tiles span the whole width here; the cost model and emulator
+accept any (n, h, w).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from math import ceil
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from hardware.chip import Chip
+from planner.cost import live_steps, weight_bytes
+from planner.ir import Graph
+from planner.regions import GroupChains, GroupIO, Tile, anchor_extent, dims, group_chains, group_io
+from rules.base import GroupFacts
+
+LinearExpr = Any
+
+
+def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
+    """Smallest tile size along an axis (0 batch, 1 rows) for which closed forms hold."""
+    extent = anchor_extent(graph, io)[axis]
+    low = 1
+    for chain in chains.chains.values():
+        c = chain[axis]
+        if c is None:
+            return None
+        m = c.min_tile(extent)
+        if m is None:
+            return None
+        low = max(low, m)
+    return min(low, extent)
+
+
+@dataclass
+class Candidate:
+    """One candidate group with its CP-SAT variables."""
+
+    index: int
+    layers: tuple[str, ...]
+    io: GroupIO
+    chains: GroupChains
+    extent: tuple[int, int, int]
+    selected: Any
+    th: Any  # IntVar or int
+    tn: Any
+    tiles_h: Any
+    tiles: Any  # tiles_h * tiles_n
+    resident: Any  # BoolVar: weights held on chip for the whole group
+    small: Any  # BoolVar: th == H (whole maps on chip)
+    th_low: int
+    facts_any_tile: GroupFacts
+    rows: dict[str, Any] = field(default_factory=dict)  # tensor -> bound-rows var/int
+
+    @property
+    def fused(self) -> bool:
+        return len(self.layers) > 1
+
+
+class Encoding:
+    """The CP-SAT model under construction and the expressions rules are stated in."""
+
+    def __init__(self, graph: Graph, chip: Chip) -> None:
+        self.graph = graph
+        self.chip = chip
+        self.model = cp_model.CpModel()
+        self.candidates: list[Candidate] = []
+
+    @cached_property
+    def _dt(self) -> int:
+        return self.chip.dtype_bytes
+
+    def add_candidate(self, layers: Sequence[str]) -> Candidate:
+        """Create the variables of one candidate group."""
+        graph, m = self.graph, self.model
+        i = len(self.candidates)
+        io = group_io(graph, layers)
+        chains = group_chains(graph, io)
+        n, h, w = anchor_extent(graph, io)
+        sel = m.new_bool_var(f"select_{i}")
+        h_low = tile_floor(chains, io, graph, 1)
+        n_low = tile_floor(chains, io, graph, 0)
+        th: Any = h if h_low is None or h_low >= h else m.new_int_var(h_low, h, f"th_{i}")
+        batch_kept = all(c[0] is not None and c[0].s == 1 for c in chains.chains.values())
+        tn: Any = n if n_low is None or n_low >= n or not batch_kept \
+            else m.new_int_var(n_low, n, f"tn_{i}")
+        if isinstance(th, int):
+            tiles_h: Any = 1
+            small: Any = m.new_constant(1)
+        else:
+            tiles_h = m.new_int_var(1, ceil(h / max(h_low or 1, 1)), f"tiles_h_{i}")
+            m.add_division_equality(tiles_h, th + (h - 1), th)
+            small = m.new_bool_var(f"small_{i}")
+            m.add(th == h).only_enforce_if(small)
+            m.add(th <= h - 1).only_enforce_if(small.Not())
+        tiles_n: Any = 1
+        if not isinstance(tn, int):
+            tiles_n = m.new_int_var(1, ceil(n / max(n_low or 1, 1)), f"tiles_n_{i}")
+            m.add_division_equality(tiles_n, tn + (n - 1), tn)
+        if isinstance(tiles_h, int) or isinstance(tiles_n, int):
+            tiles: Any = tiles_h * tiles_n
+        else:
+            tiles = m.new_int_var(1, h * n, f"tiles_{i}")
+            m.add_multiplication_equality(tiles, [tiles_h, tiles_n])
+        resident = m.new_bool_var(f"resident_{i}")
+        facts = GroupFacts(graph, io, chains, Tile(n, h, w), self.chip)
+        cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, th, tn, tiles_h,
+                         tiles, resident, small, h_low or h, facts)
+        self.candidates.append(cand)
+        return cand
+
+    # --- per-tile sizes (bounds, as GroupFacts.tensor_bound_bytes) -------------------
+
+    def _rows(self, cand: Candidate, t: str) -> Any:
+        if t in cand.rows:
+            return cand.rows[t]
+        chain = cand.chains.chains[t][1]
+        fb = cand.chains.full[t]
+        if isinstance(cand.th, int) or chain is None or chain.s == 0:
+            value: Any = fb[3] - fb[2]
+        else:
+            value = self.model.new_int_var(0, fb[3] - fb[2], f"rows_{cand.index}_{len(cand.rows)}")
+            self.model.add_min_equality(
+                value, [chain.s * cand.th + (chain.e + chain.p - chain.s), chain.u])
+        cand.rows[t] = value
+        return value
+
+    def tensor_bytes(self, cand: Candidate, t: str) -> Any:
+        """Largest box of tensor t any tile needs, in bytes (linear in th; times tn if batched)."""
+        c = dims(self.graph.shapes[t])[1]
+        fb = cand.chains.full[t]
+        cols = fb[5] - fb[4]
+        rows = self._rows(cand, t)
+        cn = cand.chains.chains[t][0]
+        batched = cn is not None and cn.s != 0 and not isinstance(cand.tn, int)
+        if not batched:
+            return rows * (c * cols * (fb[1] - fb[0]) * self._dt)
+        key = f"{t}#n"
+        if key not in cand.rows:
+            prod = self.model.new_int_var(0, (fb[3] - fb[2]) * (fb[1] - fb[0]),
+                                          f"rows_n_{cand.index}_{len(cand.rows)}")
+            rows_var = rows if not isinstance(rows, int) else self.model.new_constant(rows)
+            self.model.add_multiplication_equality(prod, [rows_var, cand.tn])
+            cand.rows[key] = prod
+        return cand.rows[key] * (c * cols * self._dt)
+
+    def in_bytes(self, cand: Candidate) -> Any:
+        return sum(self.tensor_bytes(cand, t) for t in cand.io.inputs)
+
+    def out_bytes(self, cand: Candidate) -> Any:
+        return sum(self.tensor_bytes(cand, t) for t in cand.io.outputs)
+
+    def weight_bytes(self, cand: Candidate) -> int:
+        return weight_bytes(self.graph, cand.io.weights, self.chip)
+
+    def live_steps_bytes(self, cand: Candidate) -> list[Any]:
+        """Live feature-map bytes at each step; their max is GroupFacts.live_peak_bytes."""
+        return [sum(self.tensor_bytes(cand, t) for t in live)
+                for live in live_steps(self.graph, cand.io)]
+
+    def all_fmap_bytes(self, cand: Candidate) -> Any:
+        io = cand.io
+        tensors = set(io.inputs) | set(io.outputs) | set(io.internal)
+        return sum(self.tensor_bytes(cand, t) for t in sorted(tensors))
+
+    def enforce(self, ct: Any, cand: Candidate, *lits: Any) -> None:
+        """Gate a constraint on the candidate being selected and the given literals."""
+        ct.only_enforce_if([cand.selected, *lits])
+
+    # --- sums over all tiles ---------------------------------------------------------
+
+    def rows_total(self, cand: Candidate, t: str) -> Any:
+        """Rows of tensor t summed over all row tiles (closed form, exact)."""
+        chain = cand.chains.chains[t][1]
+        fb = cand.chains.full[t]
+        full = fb[3] - fb[2]
+        if isinstance(cand.th, int):
+            return full
+        h = cand.extent[1]
+        if chain is None:
+            raise ValueError("tileable candidate with a non-affine tensor")
+        if chain.s == 0:
+            return cand.tiles_h * chain.u
+        key = "#tth"
+        m = self.model
+        if key not in cand.rows:
+            tth = m.new_int_var(0, 2 * h, f"tiles_x_th_{cand.index}")
+            m.add_multiplication_equality(tth, [cand.tiles_h, cand.th])
+            cand.rows[key] = tth
+        last = h - cand.rows[key] + cand.th  # rows of the last (shorter) tile
+        d = chain.delta(h)
+        over = m.new_int_var(0, max(d, 0), f"clip_{cand.index}_{len(cand.rows)}")
+        # the tile before the last one overshoots U when the last tile is shorter than the halo
+        m.add_max_equality(over, [0, d - chain.s * last])
+        cand.rows[f"{t}#over"] = over
+        return cand.tiles_h * (chain.e + chain.p - chain.s) + chain.s * h - chain.p - d - over
+
+    def region_elems_total(self, cand: Candidate, t: str) -> Any:
+        """Elements of tensor t summed over all tiles (tiles span the full width; the batch
+        splits without overlap because tn is only variable when every tensor keeps it)."""
+        fb = cand.chains.full[t]
+        c = dims(self.graph.shapes[t])[1]
+        return self.rows_total(cand, t) * (c * (fb[1] - fb[0]) * (fb[5] - fb[4]))
+
+    def read_bytes(self, cand: Candidate, t: str) -> Any:
+        """DRAM bytes of input t over all tiles."""
+        return self.region_elems_total(cand, t) * self._dt

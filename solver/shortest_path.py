@@ -1,0 +1,55 @@
+"""Seed 004: the best grouping of consecutive layers as a shortest path.
+
+Nodes are the cut positions 0..N of the topological order; an edge i -> j means
+"layers i+1..j form one group", weighted by that group's best cost under the
+rules and the objective. On a chain network these intervals are all the convex
+groups there are, so the shortest path is the optimum (CP-SAT must agree).
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from hardware.chip import Chip
+from planner.errors import PlanningError
+from planner.ir import Graph
+from rules.ruleset import RuleSet
+from solver.groups import is_connected
+from solver.tiles import GroupSearch, TileChoice, objective_value
+
+
+def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str) -> PlanningError:
+    """The error for a layer that fits the chip at no tile, with the bytes over."""
+    search = GroupSearch.of(graph, (name,), chip, ruleset)
+    smallest = search.tile_of(search.heights()[-1])
+    worst = max(search.violations(smallest, False), key=lambda v: (v.needed or 0) - (v.allowed or 0))
+    over = int((worst.needed or 0) - (worst.allowed or 0))
+    return PlanningError(
+        f"layer '{name}' ({graph.layer(name).op}) cannot fit the chip '{chip.name}' even alone at "
+        f"the smallest tile {smallest.n}x{smallest.h}x{smallest.w}: {worst.name.upper()} needs "
+        f"{int(worst.needed or 0)} B but has {int(worst.allowed or 0)} B ({over} B over). Use a "
+        "chip with more on-chip memory (e.g. --set sram.bytes=...) or a smaller input shape."
+    )
+
+
+def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str
+                         ) -> list[tuple[tuple[str, ...], TileChoice]]:
+    """Best grouping into intervals of the topological order."""
+    order = [lay.name for lay in graph.layers]
+    limit = ruleset.search.max_group_layers
+    dag = nx.DiGraph()
+    choice: dict[tuple[int, int], TileChoice] = {}
+    for i in range(len(order)):
+        for j in range(i + 1, min(len(order), i + limit) + 1):
+            layers = tuple(order[i:j])
+            if j - i > 1 and not is_connected(graph, layers):
+                continue
+            best = GroupSearch.of(graph, layers, chip, ruleset).best(objective)
+            if best is None:
+                if j - i == 1:
+                    raise infeasible_layer_error(graph, chip, ruleset, layers[0])
+                continue
+            choice[i, j] = best
+            dag.add_edge(i, j, weight=objective_value(best.cost, objective, ruleset))
+    path = nx.shortest_path(dag, 0, len(order), weight="weight")
+    return [(tuple(order[a:b]), choice[a, b]) for a, b in zip(path, path[1:], strict=False)]

@@ -1,0 +1,286 @@
+"""Small ONNX test models built with onnx.helper (float32, seeded random weights).
+
+Every builder returns a checked ``onnx.ModelProto`` whose graph input is called ``input``
+(``images`` for :func:`exported_net`) and whose nodes all have readable names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = [
+    "chain_cnn",
+    "exported_net",
+    "inception_net",
+    "random_cnn",
+    "residual_net",
+    "save",
+]
+
+
+@dataclass
+class _Builder:
+    """Accumulates nodes and initializers; tracks channel count and spatial size."""
+
+    rng: np.random.Generator
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
+    inits: list[onnx.TensorProto] = field(default_factory=list)
+    counter: int = 0
+
+    def name(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def const(self, prefix: str, arr: np.ndarray) -> str:
+        name = self.name(prefix)
+        self.inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def weight(self, shape: Sequence[int], fan_in: int) -> str:
+        arr = self.rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))
+        return self.const("w", arr.astype(np.float32))
+
+    def bias(self, n: int) -> str:
+        return self.const("b", (0.01 * self.rng.standard_normal(n)).astype(np.float32))
+
+    def node(self, op: str, inputs: Sequence[str], prefix: str | None = None,
+             n_out: int = 1, **attrs: object) -> list[str]:
+        name = self.name(prefix or op.lower())
+        outs = [f"{name}_out{i}" if i else f"{name}_out" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op, list(inputs), outs, name=name, **attrs))
+        return outs
+
+    def one(self, op: str, inputs: Sequence[str], prefix: str | None = None,
+            **attrs: object) -> str:
+        return self.node(op, inputs, prefix, **attrs)[0]
+
+    def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, pad: int | None = None,
+             group: int = 1, dilation: int = 1, prefix: str = "conv") -> str:
+        pad = (k // 2) * dilation if pad is None else pad
+        w = self.weight((cout, cin // group, k, k), cin // group * k * k)
+        return self.one("Conv", [x, w, self.bias(cout)], prefix, kernel_shape=[k, k],
+                        strides=[stride, stride], pads=[pad] * 4, group=group,
+                        dilations=[dilation, dilation])
+
+    def bn(self, x: str, c: int) -> str:
+        scale = self.const("bn_s", self.rng.uniform(0.5, 1.5, c).astype(np.float32))
+        shift = self.const("bn_b", (0.1 * self.rng.standard_normal(c)).astype(np.float32))
+        mean = self.const("bn_m", (0.1 * self.rng.standard_normal(c)).astype(np.float32))
+        var = self.const("bn_v", self.rng.uniform(0.5, 1.5, c).astype(np.float32))
+        return self.one("BatchNormalization", [x, scale, shift, mean, var], "bn", epsilon=1e-5)
+
+    def gemm(self, x: str, cin: int, cout: int) -> str:
+        return self.one("Gemm", [x, self.weight((cout, cin), cin), self.bias(cout)], "fc",
+                        transB=1)
+
+    def model(self, x_shape: Sequence[int | str], out: str, opset: int,
+              input_name: str = "input", name: str = "test") -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, name,
+            [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, list(x_shape))],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+            self.inits,
+        )
+        opsets = [helper.make_opsetid("", opset)]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="fuseplan-tests")
+        model.ir_version = helper.find_min_ir_version_for(opsets)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        model.graph.output[0].type.CopyFrom(inferred.graph.output[0].type)
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def save(model: onnx.ModelProto, tmp_path: Path, name: str) -> Path:
+    """Save a model as ``tmp_path/name`` (``.onnx`` appended if missing); return the path."""
+    path = Path(tmp_path) / (name if name.endswith(".onnx") else f"{name}.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def chain_cnn(seed: int = 0, n: int = 1, c: int = 3, h: int = 32, w: int = 32,
+              opset: int = 13) -> onnx.ModelProto:
+    """Conv-Relu-Conv-Relu-MaxPool-Conv(s2)-BN-Relu-GlobalAveragePool-Flatten-Gemm."""
+    b = _Builder(np.random.default_rng(seed))
+    x = b.one("Relu", [b.conv("input", c, 8, 3)])
+    x = b.one("Relu", [b.conv(x, 8, 8, 3)])
+    x = b.one("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.one("Relu", [b.bn(b.conv(x, 8, 16, 3, stride=2), 16)])
+    x = b.one("Flatten", [b.one("GlobalAveragePool", [x], "gap")], axis=1)
+    return b.model((n, c, h, w), b.gemm(x, 16, 10), opset, name="chain_cnn")
+
+
+def _bottleneck(b: _Builder, x: str, cin: int, mid: int, cout: int, stride: int) -> str:
+    y = b.one("Relu", [b.conv(x, cin, mid, 1, prefix="conv_a")])
+    y = b.one("Relu", [b.conv(y, mid, mid, 3, stride=stride, prefix="conv_b")])
+    y = b.conv(y, mid, cout, 1, prefix="conv_c")
+    short = x if stride == 1 and cin == cout else b.conv(x, cin, cout, 1, stride, prefix="proj")
+    return b.one("Relu", [b.one("Add", [y, short])])
+
+
+def residual_net(seed: int = 0, n: int = 1, c: int = 3, h: int = 32, w: int = 32,
+                 opset: int = 13) -> onnx.ModelProto:
+    """Stem conv and two ResNet bottlenecks (identity; stride 2 with projection shortcut)."""
+    b = _Builder(np.random.default_rng(seed))
+    x = b.one("Relu", [b.conv("input", c, 16, 3, prefix="stem")])
+    x = _bottleneck(b, x, 16, 8, 16, 1)
+    x = _bottleneck(b, x, 16, 8, 32, 2)
+    return b.model((n, c, h, w), x, opset, name="residual_net")
+
+
+def inception_net(seed: int = 0, n: int = 1, c: int = 3, h: int = 32, w: int = 32,
+                  opset: int = 13) -> onnx.ModelProto:
+    """Stem conv + maxpool, one four-branch Inception module (Concat), then AveragePool."""
+    b = _Builder(np.random.default_rng(seed))
+    x = b.one("Relu", [b.conv("input", c, 16, 3, prefix="stem")])
+    x = b.one("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    b1 = b.one("Relu", [b.conv(x, 16, 8, 1, prefix="b1_1x1")])
+    b2 = b.one("Relu", [b.conv(x, 16, 8, 1, prefix="b2_1x1")])
+    b2 = b.one("Relu", [b.conv(b2, 8, 12, 3, prefix="b2_3x3")])
+    b3 = b.one("Relu", [b.conv(x, 16, 4, 1, prefix="b3_1x1")])
+    b3 = b.one("Relu", [b.conv(b3, 4, 6, 5, prefix="b3_5x5")])
+    b4 = b.one("MaxPool", [x], "b4_pool", kernel_shape=[3, 3], strides=[1, 1],
+               pads=[1, 1, 1, 1])
+    b4 = b.one("Relu", [b.conv(b4, 16, 6, 1, prefix="b4_1x1")])
+    x = b.one("Concat", [b1, b2, b3, b4], axis=1)
+    x = b.one("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    return b.model((n, c, h, w), x, opset, name="inception_net")
+
+
+# --------------------------------------------------------------------------- exported_net
+
+
+def _const_node(b: _Builder, arr: np.ndarray, prefix: str) -> str:
+    """A Constant node (as exporters emit) rather than an initializer."""
+    return b.one("Constant", [], prefix, value=numpy_helper.from_array(arr))
+
+
+def _unsqueeze0(b: _Builder, x: str, opset: int) -> str:
+    if opset >= 13:
+        return b.one("Unsqueeze", [x, _const_node(b, np.array([0], np.int64), "axes")])
+    return b.one("Unsqueeze", [x], axes=[0])
+
+
+def _clip6(b: _Builder, x: str, opset: int) -> str:
+    if opset >= 11:
+        lo = _const_node(b, np.array(0.0, np.float32), "clip_min")
+        hi = _const_node(b, np.array(6.0, np.float32), "clip_max")
+        return b.one("Clip", [x, lo, hi])
+    return b.one("Clip", [x], min=0.0, max=6.0)
+
+
+def _hardswish(b: _Builder, x: str, opset: int) -> str:
+    if opset >= 14:
+        return b.one("HardSwish", [x])
+    return b.one("Mul", [x, b.one("HardSigmoid", [x], alpha=1 / 6, beta=0.5)])
+
+
+def _dynamic_shuffle(b: _Builder, x: str, channels: int, groups: int, opset: int) -> str:
+    """Channel shuffle with Shape->Gather->Unsqueeze->Concat->Reshape (5D) and back."""
+    shape = b.one("Shape", [x])
+    dims = {}
+    for axis in (0, 2, 3):
+        index = _const_node(b, np.array(axis, np.int64), "idx")
+        dims[axis] = _unsqueeze0(b, b.one("Gather", [shape, index], axis=0), opset)
+    split = _const_node(b, np.array([groups, channels // groups], np.int64), "groups")
+    shape5 = b.one("Concat", [dims[0], split, dims[2], dims[3]], axis=0)
+    y = b.one("Reshape", [x, shape5])
+    y = b.one("Transpose", [y], perm=[0, 2, 1, 3, 4])
+    merged = _const_node(b, np.array([channels], np.int64), "channels")
+    shape4 = b.one("Concat", [dims[0], merged, dims[2], dims[3]], axis=0)
+    return b.one("Reshape", [y, shape4])
+
+
+def _upsample2(b: _Builder, x: str, opset: int) -> str:
+    scales = np.array([1, 1, 2, 2], np.float32)
+    if opset < 10:
+        return b.one("Upsample", [x, _const_node(b, scales, "scales")], mode="nearest")
+    if opset == 10:
+        return b.one("Resize", [x, _const_node(b, scales, "scales")], mode="nearest")
+    if opset < 13:
+        roi = _const_node(b, np.zeros(0, np.float32), "roi")
+        return b.one("Resize", [x, roi, _const_node(b, scales, "scales")], mode="nearest")
+    # torch style: sizes computed from the input's Shape
+    factor = _const_node(b, np.array([1, 1, 2, 2], np.int64), "factor")
+    sizes = b.one("Mul", [b.one("Shape", [x]), factor])
+    return b.one("Resize", [x, "", "", sizes], mode="nearest",
+                 coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+def exported_net(opset: int, dynamic: bool = True, seed: int = 0) -> onnx.ModelProto:
+    """A "real export" style model over ``images`` [N, 3, H, W] (H and W multiples of 4).
+
+    Symbolic N/H/W (unless ``dynamic=False``: 1x3x32x32), Constant nodes, Clip (inputs or
+    attributes by opset), HardSigmoid/HardSwish, depthwise and dilated convs, a dynamic
+    channel shuffle, Concat, ConvTranspose, Resize/Upsample and a Constant-fed Reshape head.
+    """
+    b = _Builder(np.random.default_rng(seed))
+    x1 = _clip6(b, b.conv("images", 3, 16, 3, stride=2, prefix="stem"), opset)
+    x2 = _hardswish(b, b.conv(x1, 16, 16, 3, group=16, prefix="dw"), opset)
+    x3 = b.one("Relu", [b.conv(x2, 16, 16, 3, dilation=2, prefix="dilated")])
+    x4 = b.one("Concat", [x1, _dynamic_shuffle(b, x3, 16, 2, opset)], axis=1)
+    up_w = b.weight((32, 8, 4, 4), 32 * 4)
+    x5 = b.one("ConvTranspose", [x4, up_w, b.bias(8)], "deconv", kernel_shape=[4, 4],
+               strides=[2, 2], pads=[1, 1, 1, 1])
+    x6 = b.one("HardSigmoid", [b.conv(x5, 8, 8, 3, stride=2, prefix="down")], alpha=0.2,
+               beta=0.5)
+    x7 = b.one("Add", [_upsample2(b, x6, opset), x5])
+    flat = b.one("Reshape", [b.one("GlobalAveragePool", [x7], "gap"),
+                             _const_node(b, np.array([0, -1], np.int64), "head_shape")])
+    out = b.gemm(flat, 8, 10)
+    shape: tuple[int | str, ...] = ("N", 3, "H", "W") if dynamic else (1, 3, 32, 32)
+    return b.model(shape, out, opset, input_name="images", name=f"exported_net_op{opset}")
+
+
+# --------------------------------------------------------------------------- random_cnn
+
+
+def _out_size(size: int, k: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - k) // stride + 1
+
+
+def random_cnn(rng: np.random.Generator) -> onnx.ModelProto:
+    """A random small chain CNN (<= 10 layers, spatial <= 32) for property tests.
+
+    Convs with kernels 1/3/5, strides 1/2 and random pads, max/average pools, Relu,
+    BatchNormalization, and Add skip connections wherever an earlier tensor's shape matches.
+    """
+    b = _Builder(rng)
+    c = int(rng.integers(1, 5))
+    h, w = (int(v) for v in rng.integers(8, 33, size=2))
+    shape = (c, h, w)
+    x = "input"
+    seen: dict[tuple[int, int, int], list[str]] = {shape: [x]}
+    for _ in range(int(rng.integers(1, 11))):
+        x, shape = _random_layer(b, rng, x, shape)
+        if shape in seen and rng.random() < 0.5:
+            x = b.one("Add", [x, seen[shape][int(rng.integers(len(seen[shape])))]])
+        seen.setdefault(shape, []).append(x)
+    return b.model((1, c, h, w), x, 13, name="random_cnn")
+
+
+def _random_layer(b: _Builder, rng: np.random.Generator, x: str,
+                  shape: tuple[int, int, int]) -> tuple[str, tuple[int, int, int]]:
+    c, h, w = shape
+    kind = rng.choice(["conv", "conv", "conv", "pool", "relu", "bn"])
+    if kind == "relu":
+        return b.one("Relu", [x]), shape
+    if kind == "bn":
+        return b.bn(x, c), shape
+    k = int(rng.choice([1, 3, 5] if kind == "conv" else [2, 3]))
+    stride = int(rng.choice([1, 2])) if min(h, w) >= 8 else 1
+    pad = int(rng.integers(0, k // 2 + 1))
+    if min(_out_size(h, k, stride, pad), _out_size(w, k, stride, pad)) < 1:
+        k, stride, pad = 1, 1, 0
+    out_hw = (_out_size(h, k, stride, pad), _out_size(w, k, stride, pad))
+    if kind == "pool":
+        op = str(rng.choice(["MaxPool", "AveragePool"]))
+        y = b.one(op, [x], kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+        return y, (c, *out_hw)
+    cout = int(rng.choice([4, 8, 12, 16]))
+    return b.conv(x, c, cout, k, stride, pad), (cout, *out_hw)
