@@ -17,15 +17,17 @@ import numpy as np
 
 from emulator.kernels import run_op
 from hardware.chip import Chip
-from planner.cost import Counters
+from planner.cost import Counters, cycles_energy
 from planner.ir import Graph, Layer, MapKind
-from planner.plan import Plan
+from planner.plan import Group, Plan
 from planner.regions import (
     Box,
     GroupIO,
     box_elems,
     full_box,
+    group_io,
     input_box,
+    iter_tiles,
     tile_regions,
 )
 
@@ -57,6 +59,7 @@ class EmulationResult:
     outputs: dict[str, np.ndarray]
     groups: list[Counters]
     violations: list[Violation] = field(default_factory=list)
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)  # everything written to DRAM
 
     @property
     def totals(self) -> Counters:
@@ -146,6 +149,56 @@ def _crop_output(y: np.ndarray, graph: Graph, lay: Layer, out_box: Box, window: 
     return y.astype(np.float32, copy=False) if y.dtype == np.float64 else y
 
 
+def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
+                  weights: Mapping[str, np.ndarray]) -> tuple[Counters, list[Violation]]:
+    """Run one group over all its tiles; reads and writes `dram` (tensor name -> full array)."""
+    io = group_io(graph, group.layers)
+    dt = chip.dtype_bytes
+    last_use = _last_use(graph, io)
+    wbytes = sum(int(graph.constants[w].size) for w in io.weights) * dt
+    read = write = wread = macs = peak = 0
+    worst: dict[str, Violation] = {}  # per level, the tile that overflows most
+    onchip_weights = wbytes if chip.unified and group.weights_resident else 0
+    for ti, tile_box in enumerate(iter_tiles(graph, io, group.tile)):
+        boxes = tile_regions(graph, io, tile_box)
+        if ti == 0 or not group.weights_resident:
+            wread += wbytes
+        onchip: dict[str, tuple[Box, np.ndarray]] = {}
+        for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
+            arr = _slice(dram[t], _full(dram[t]), boxes[t], dram[t].ndim >= 4)
+            read += arr.size * dt
+            onchip[t] = (boxes[t], arr)
+        for i, name in enumerate(io.layers):
+            lay = graph.layer(name)
+            out_box = boxes[lay.outputs[0]]
+            ys = run_layer(graph, lay, out_box, onchip, weights)
+            macs += ys[0].size * lay.macs_per_output
+            for t, y in zip(lay.outputs, ys, strict=False):
+                if t:
+                    onchip[t] = (out_box, y)
+            live = sum(a.size for _, a in onchip.values()) * dt + onchip_weights
+            peak = max(peak, live)
+            for v in _capacity(chip, group.id, ti, live, onchip_weights,
+                               wbytes if group.weights_resident else 0):
+                if v.level not in worst or v.needed_bytes > worst[v.level].needed_bytes:
+                    worst[v.level] = v
+            # free what no later layer of the group reads (outputs wait for their store)
+            for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs]:
+                del onchip[t]
+        for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
+            have, arr = onchip[t]
+            want = tile_box if t == io.anchor else boxes[t]
+            part = _slice(arr, have, want, arr.ndim >= 4)
+            if t not in dram:
+                dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)
+            _slice(dram[t], _full(dram[t]), want, arr.ndim >= 4)[...] = part
+            write += part.size * dt
+    read += wread
+    cycles, energy = cycles_energy(chip, read + write, macs)
+    return Counters(read, write, wread, read - wread - _once(graph, io, dt), peak, macs, cycles,
+                    energy), list(worst.values())
+
+
 def _once(graph: Graph, io: GroupIO, dt: int) -> int:
     """Bytes of the group's inputs read with no halo re-reads (one whole-anchor tile)."""
     full = tile_regions(graph, io, full_box(graph, io.anchor))
@@ -192,4 +245,4 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
         c, v = emulate_group(graph, group, chip, dram, weights or graph.constants)
         counters.append(c)
         violations.extend(v)
-    return EmulationResult({t: dram[t] for t in graph.outputs}, counters, violations)
+    return EmulationResult({t: dram[t] for t in graph.outputs}, counters, violations, dram)

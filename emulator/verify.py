@@ -1,0 +1,193 @@
+"""Verification: run a plan in the emulator and compare with onnxruntime (or golden outputs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from math import isclose
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from emulator.run import EmulationResult, Violation, emulate
+from hardware.chip import Chip
+from planner.cost import Counters
+from planner.errors import InputError
+from planner.ir import Graph
+from planner.onnx_load import LoadedModel, run_onnxruntime
+from planner.plan import Plan
+
+# float32 through 50+ layers: relative to the tensor's largest magnitude
+REL_TOLERANCE = 1e-3
+COUNTERS = ("dram_read_bytes", "dram_write_bytes", "weight_read_bytes", "redundant_read_bytes",
+            "sram_peak_bytes", "macs", "cycles")
+
+
+@dataclass
+class VerifyReport:
+    """What `fuseplan verify` reports."""
+
+    outputs_match: bool
+    max_abs_err: float
+    max_rel_err: float
+    reference: str
+    emulated: Counters
+    predicted_matches_emulated: bool
+    first_output_mismatch: str | None
+    first_counter_mismatch: str | None
+    capacity_violations: list[Violation]
+    emulator_s: float
+    reference_s: float
+    checked_tensors: int = 0
+    per_group: list[Counters] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outputs_match and self.predicted_matches_emulated \
+            and not self.capacity_violations
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.emulated
+        return {
+            "outputs_match": self.outputs_match,
+            "max_abs_err": self.max_abs_err,
+            "max_rel_err": self.max_rel_err,
+            "reference": self.reference,
+            "checked_tensors": self.checked_tensors,
+            "emulated": {
+                "dram_read_bytes": e.dram_read_bytes,
+                "dram_write_bytes": e.dram_write_bytes,
+                "dram_bytes": e.dram_bytes,
+                "weight_read_bytes": e.weight_read_bytes,
+                "redundant_read_bytes": e.redundant_read_bytes,
+                "sram_peak_bytes": e.sram_peak_bytes,
+                "macs": e.macs,
+                "cycles": e.cycles,
+                "energy_pj": round(e.energy_pj, 3),
+            },
+            "predicted_matches_emulated": self.predicted_matches_emulated,
+            "first_output_mismatch": self.first_output_mismatch,
+            "first_counter_mismatch": self.first_counter_mismatch,
+            "capacity_violations": [
+                {"group": v.group, "tile": v.tile, "level": v.level, "needed_bytes": v.needed_bytes,
+                 "capacity_bytes": v.capacity_bytes, "over_bytes": v.over_bytes}
+                for v in self.capacity_violations
+            ],
+            "timing": {"emulator_s": round(self.emulator_s, 4),
+                       "reference_s": round(self.reference_s, 4)},
+        }
+
+
+def counter_mismatch(plan: Plan, emulated: list[Counters]) -> str | None:
+    """The first predicted counter that differs from the emulated one, named, or None."""
+    for group, got in zip(plan.groups, emulated, strict=True):
+        want = group.predicted
+        for name in COUNTERS:
+            if getattr(want, name) != getattr(got, name):
+                return (f"group {group.id} ({group.layers[0]}..): {name} predicted "
+                        f"{getattr(want, name)}, emulated {getattr(got, name)}")
+        if not isclose(want.energy_pj, got.energy_pj, rel_tol=1e-9, abs_tol=1e-3):
+            return (f"group {group.id}: energy_pj predicted {want.energy_pj}, emulated "
+                    f"{got.energy_pj}")
+    return None
+
+
+def dram_tensors(graph: Graph, plan: Plan) -> list[str]:
+    """Tensors the plan writes to DRAM (every group output), graph outputs first."""
+    from planner.regions import group_io
+
+    written = [t for g in plan.groups for t in group_io(graph, g.layers).outputs]
+    return list(graph.outputs) + [t for t in written if t not in graph.outputs]
+
+
+def _with_outputs(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    extra = onnx.ModelProto()
+    extra.CopyFrom(proto)
+    have = {o.name for o in extra.graph.output}
+    info = {vi.name: vi for vi in extra.graph.value_info}
+    for n in names:
+        if n not in have and n in info:
+            extra.graph.output.append(info[n])
+    return extra
+
+
+def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], names: list[str]
+            ) -> tuple[float, float, str | None]:
+    """(max abs error, max relative error, first tensor over tolerance)."""
+    max_abs = max_rel = 0.0
+    first = None
+    for name in names:
+        if name not in want or name not in got:
+            continue
+        a = np.asarray(got[name], dtype=np.float64)
+        b = np.asarray(want[name], dtype=np.float64)
+        if a.shape != b.shape:
+            return float("inf"), float("inf"), f"{name}: shape {a.shape} vs {b.shape}"
+        err = float(np.max(np.abs(a - b))) if a.size else 0.0
+        scale = float(np.max(np.abs(b))) if b.size else 0.0
+        rel = err / max(scale, 1e-6)
+        max_abs, max_rel = max(max_abs, err), max(max_rel, rel)
+        if first is None and rel > REL_TOLERANCE:
+            first = f"{name}: max abs error {err:.3g} ({rel:.3g} of its largest value {scale:.3g})"
+    return max_abs, max_rel, first
+
+
+def verify_plan(model: LoadedModel, graph: Graph, plan: Plan, chip: Chip,
+                inputs: Mapping[str, np.ndarray], golden: Path | None = None) -> VerifyReport:
+    """Emulate the plan on `inputs` and check outputs and counters."""
+    started = time.perf_counter()
+    result: EmulationResult = emulate(graph, plan, chip, inputs)
+    emulator_s = time.perf_counter() - started
+    names = dram_tensors(graph, plan)
+    if golden is not None:
+        want = load_golden(golden)[1]
+        reference, reference_s = "golden", 0.0
+        names = [n for n in names if n in want]
+    else:
+        want_all, reference_s = run_onnxruntime(_with_outputs(model.proto, names), inputs)
+        want, reference = want_all, "onnxruntime"
+    got = dict(result.outputs)
+    got.update({t: a for t, a in result.tensors.items() if t in names})
+    max_abs, max_rel, first = compare(got, want, names)
+    mismatch = counter_mismatch(plan, result.groups)
+    return VerifyReport(
+        outputs_match=first is None,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        reference=reference,
+        emulated=result.totals,
+        predicted_matches_emulated=mismatch is None,
+        first_output_mismatch=first,
+        first_counter_mismatch=mismatch,
+        capacity_violations=result.violations,
+        emulator_s=emulator_s,
+        reference_s=reference_s,
+        checked_tensors=len([n for n in names if n in want]),
+        per_group=result.groups,
+    )
+
+
+def save_golden(path: Path, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray],
+                seed: int) -> None:
+    """Store inputs and reference outputs for `verify --golden`."""
+    arrays = {f"input:{k}": v for k, v in inputs.items()}
+    arrays.update({f"output:{k}": v for k, v in outputs.items()})
+    np.savez_compressed(path, seed=np.array(seed), **arrays)
+
+
+def load_golden(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """(inputs, outputs, weight seed) of a golden file."""
+    try:
+        data = np.load(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable golden .npz file ({exc}). Write one with "
+                         "`fuseplan verify MODEL PLAN --save-golden G.npz`.") from None
+    inputs = {k[6:]: data[k] for k in data.files if k.startswith("input:")}
+    outputs = {k[7:]: data[k] for k in data.files if k.startswith("output:")}
+    if not inputs or not outputs:
+        raise InputError(f"{path}: golden file has no input:/output: arrays. Write one with "
+                         "`fuseplan verify MODEL PLAN --save-golden G.npz`.")
+    return inputs, outputs, int(data["seed"]) if "seed" in data.files else 0

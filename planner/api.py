@@ -1,0 +1,236 @@
+"""The Python API the CLI is a thin shell over: prepare, solve, verify, compare, explain."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from emulator.verify import VerifyReport, load_golden, verify_plan
+from hardware.chip import Chip, load_chip
+from planner.errors import InputError
+from planner.graph_build import build_graph
+from planner.ir import Graph
+from planner.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
+from planner.plan import Plan, assemble, layer_plan, load_plan
+from planner.regions import Tile
+from rules.ruleset import RuleSet, load_rules
+
+SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
+OBJECTIVES = ("traffic", "latency", "energy", "weighted")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A model, a chip and a rule set, loaded and checked."""
+
+    model: LoadedModel
+    graph: Graph
+    chip: Chip
+    chip_file: str
+    chip_overrides: tuple[str, ...]
+    ruleset: RuleSet
+
+    def plan_header(self) -> dict[str, Any]:
+        """The model/hardware/rules fields every plan file carries."""
+        return {
+            "model": {"path": self.model.path, "sha256": self.model.sha256,
+                      "inputs": {k: list(v) for k, v in self.model.inputs.items()}},
+            "hardware": {"name": self.chip.name, "file": self.chip_file,
+                         "overrides": list(self.chip_overrides)},
+            "rules": {"file": self.ruleset.file, "sha256": self.ruleset.sha256},
+        }
+
+
+def prepare(model: str, rules: str | Path | None = None, hardware: str | None = None,
+            shapes: Mapping[str, tuple[int, ...]] | None = None,
+            overrides: Sequence[str] = ()) -> Problem:
+    """Load and check a model (path or zoo:NAME), a rule file and a chip (file or preset)."""
+    loaded = load_model(model, dict(shapes or {}))
+    chip, chip_file = load_chip(hardware, overrides)
+    return Problem(loaded, build_graph(loaded), chip, chip_file, tuple(overrides),
+                   load_rules(rules))
+
+
+def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None = None,
+                 time_limit: float | None = None) -> Plan:
+    """Plan a prepared problem with one of the four planners."""
+    from solver.cpsat import solve_cpsat
+    from solver.greedy import greedy_groups
+    from solver.shortest_path import shortest_path_groups
+
+    if solver not in SOLVERS:
+        raise InputError(f"unknown solver '{solver}'. Use one of: {', '.join(SOLVERS)}.")
+    objective = objective or problem.ruleset.objective.default
+    if objective not in OBJECTIVES:
+        raise InputError(f"unknown objective '{objective}'. Use one of: {', '.join(OBJECTIVES)}.")
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    header = problem.plan_header()
+    started = time.perf_counter()
+    if solver == "layer":
+        plan = layer_plan(g, chip, objective=objective, **header)
+        return _with_solver(plan, {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
+                                   "wall_s": round(time.perf_counter() - started, 3)})
+    info: dict[str, Any]
+    groups: list[tuple[Sequence[str], Tile, bool]]
+    if solver == "greedy":
+        groups = [(ls, c.tile, c.resident) for ls, c in greedy_groups(g, chip, rs)]
+        info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
+    elif solver == "shortest-path":
+        groups = [(ls, c.tile, c.resident)
+                  for ls, c in shortest_path_groups(g, chip, rs, objective)]
+        info = {"name": "shortest-path", "status": "OPTIMAL", "gap": 0.0}
+    else:
+        warm = [(ls, c.tile) for ls, c in shortest_path_groups(g, chip, rs, objective)]
+        result = solve_cpsat(g, chip, rs, objective, warm, time_limit)
+        groups = list(result.groups)
+        info = {"name": "cpsat", "status": result.status, "gap": round(result.gap, 6),
+                "objective": result.objective, "bound": result.bound}
+    info["wall_s"] = round(time.perf_counter() - started, 3)
+    return assemble(g, chip, groups, objective=objective, solver=info, **header)
+
+
+def _with_solver(plan: Plan, info: Mapping[str, Any]) -> Plan:
+    from dataclasses import replace
+
+    return replace(plan, solver=dict(info))
+
+
+def solve(model: str, rules: str | Path | None = None, hardware: str | None = None,
+          shapes: Mapping[str, tuple[int, ...]] | None = None, objective: str | None = None,
+          solver: str = "cpsat", time_limit: float | None = None,
+          overrides: Sequence[str] = ()) -> Plan:
+    """Plan a model: ``fuseplan.solve("model.onnx", rules=..., hardware=...)``."""
+    return plan_problem(prepare(model, rules, hardware, shapes, overrides), solver, objective,
+                        time_limit)
+
+
+def chip_for_plan(plan_doc_hardware: Mapping[str, Any], hardware: str | None,
+                  overrides: Sequence[str]) -> tuple[Chip, str]:
+    """The chip a plan was made for (its file and overrides), unless the user names another."""
+    if hardware is not None:
+        return load_chip(hardware, overrides)
+    file = plan_doc_hardware.get("file") or None
+    saved = list(plan_doc_hardware.get("overrides", []))
+    if file is not None and not Path(file).exists():
+        file = plan_doc_hardware.get("name") or None
+    return load_chip(file, saved + list(overrides))
+
+
+def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path | None = None,
+           hardware: str | None = None, overrides: Sequence[str] = (),
+           shapes: Mapping[str, tuple[int, ...]] | None = None) -> VerifyReport:
+    """Emulate a plan file and check it against onnxruntime (or golden outputs)."""
+    import json
+
+    plan_path = Path(plan_path)
+    try:
+        doc = json.loads(plan_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        doc = {}
+    plan_shapes = {k: tuple(v) for k, v in (doc.get("model", {}).get("inputs") or {}).items()}
+    loaded = load_model(model, dict(shapes or plan_shapes))
+    chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
+    golden_path = Path(golden) if golden is not None else None
+    if golden_path is not None:
+        inputs, _, seed = load_golden(golden_path)
+    else:
+        inputs = random_inputs(loaded, seed)
+    weighted = randomize_weights(loaded, seed)
+    graph = build_graph(weighted)
+    plan = load_plan(plan_path, graph, chip, loaded.sha256)
+    return verify_plan(weighted, graph, plan, chip, inputs, golden_path)
+
+
+def compare(problem: Problem, objective: str | None = None, time_limit: float | None = None
+            ) -> list[tuple[str, Plan | None, str]]:
+    """All four planners on the same problem: (solver, plan or None, status or error)."""
+    from planner.errors import PlanningError
+
+    rows: list[tuple[str, Plan | None, str]] = []
+    for name in ("layer", "greedy", "shortest-path", "cpsat"):
+        try:
+            plan = plan_problem(problem, name, objective, time_limit)
+            rows.append((name, plan, str(plan.solver.get("status"))))
+        except PlanningError as exc:
+            rows.append((name, None, str(exc)))
+    return rows
+
+
+DEMO_MODEL = Path(__file__).resolve().parent / "data" / "demo.onnx"
+
+
+def write_golden(model: str, plan_path: str | Path, seed: int, path: str | Path,
+                 shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+    """Store seeded inputs and onnxruntime outputs (with seeded weights) for `verify --golden`."""
+    from emulator.verify import save_golden
+    from planner.onnx_load import run_onnxruntime
+
+    loaded = randomize_weights(load_model(model, dict(shapes or {})), seed)
+    inputs = random_inputs(loaded, seed)
+    outputs, _ = run_onnxruntime(loaded.proto, inputs)
+    save_golden(Path(path), inputs, outputs, seed)
+
+
+def explain(model: str, plan_path: str | Path, layer: str | None = None,
+            rules: str | Path | None = None, hardware: str | None = None,
+            overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Boundaries, a layer's placement and a re-check of every group, as a JSON document."""
+    import json
+
+    from planner.explain import boundaries, recheck
+
+    plan_path = Path(plan_path)
+    try:
+        doc = json.loads(plan_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        doc = {}
+    shapes = {k: tuple(v) for k, v in (doc.get("model", {}).get("inputs") or {}).items()}
+    loaded = load_model(model, shapes)
+    graph = build_graph(loaded)
+    chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
+    ruleset = load_rules(rules if rules is not None else doc.get("rules", {}).get("file") or None)
+    plan = load_plan(plan_path, graph, chip, loaded.sha256)
+    result: dict[str, Any] = {
+        "boundaries": [{"group": b.group, "next_layer": b.next_layer, "reasons": b.reasons}
+                       for b in boundaries(graph, plan, chip, ruleset)],
+        "violations": [{"group": gid, "rule": v.rule, "name": v.name, "message": v.message,
+                        "needed": v.needed, "allowed": v.allowed}
+                       for gid, v in recheck(graph, plan, chip, ruleset)],
+    }
+    if layer is not None:
+        owner = next((g for g in plan.groups if layer in g.layers), None)
+        if owner is None:
+            raise InputError(f"{plan_path}: no layer named '{layer}' in the plan. "
+                             "`fuseplan inspect MODEL` lists the layer names.")
+        result["layer"] = {"name": layer, "group": owner.id, "group_layers": list(owner.layers)}
+        result["boundaries"] = [b for b in result["boundaries"]
+                                if b["group"] == owner.id or b["next_layer"] == layer]
+    return result
+
+
+def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+    """The layer graph as a JSON document."""
+    loaded = load_model(model, dict(shapes or {}))
+    g = build_graph(loaded)
+    block_of = {}
+    for b in sorted(g.blocks, key=lambda b: -len(b.layers)):  # innermost block wins
+        for n in b.layers:
+            block_of[n] = b.id
+    layers = [{"name": lay.name, "op": lay.op, "class": lay.op_class.value,
+               "out_shape": list(lay.out_shape), "weight_elems": lay.weight_elems,
+               "macs": lay.macs, "block": block_of.get(lay.name),
+               "inputs": list(lay.fmap_inputs), "outputs": list(lay.outputs)}
+              for lay in g.layers]
+    return {
+        "model": {"path": loaded.path, "sha256": loaded.sha256, "opset": loaded.opset},
+        "inputs": {k: list(v) for k, v in loaded.inputs.items()},
+        "outputs": {t: list(g.shapes[t]) for t in g.outputs},
+        "layers": layers,
+        "blocks": [{"id": b.id, "entry": b.entry, "exit": b.exit, "layers": list(b.layers)}
+                   for b in g.blocks],
+        "totals": {"layers": len(layers), "weight_elems": sum(x["weight_elems"] for x in layers),
+                   "macs": sum(x["macs"] for x in layers)},
+    }

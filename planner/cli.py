@@ -1,0 +1,279 @@
+"""`fuseplan`: the command line, a thin shell over planner.api.
+
+Exit codes: 0 success; 1 the answer is "no" (mismatch, infeasible, rule violated);
+2 bad input, with one paragraph on stderr and no traceback. With --json, stdout
+holds exactly one JSON document; progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from planner import api
+from planner.errors import InputError, PlanningError
+from planner.onnx_load import parse_shape_option
+from planner.plan import Plan, plan_to_json, save_plan
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Layer-fusion planner for neural-network accelerators.")
+rules_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rule files.")
+app.add_typer(rules_app, name="rules")
+out = Console()
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RulesOpt = Annotated[str | None, typer.Option("--rules", help="Rule YAML (default rules/default.yaml).")]
+HwOpt = Annotated[str | None, typer.Option("--hw", help="Chip YAML file or preset name.")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Chip override KEY=VALUE, e.g. sram.bytes=256KiB.")]
+ShapeOpt = Annotated[list[str] | None, typer.Option("--shape", help="Bind input dims: NAME=D0,D1,...")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+ObjOpt = Annotated[str | None, typer.Option("--objective", help="traffic | latency | energy | weighted")]
+TimeOpt = Annotated[float | None, typer.Option("--time-limit", help="CP-SAT time limit in seconds.")]
+
+
+def guarded(fn: F) -> F:
+    """Turn fuseplan's errors into exit codes and one-paragraph messages."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            err.print(f"error: {exc}", markup=False, highlight=False)
+            raise typer.Exit(2) from None
+        except PlanningError as exc:
+            err.print(f"no plan: {exc}", markup=False, highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _shapes(values: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    return dict(parse_shape_option(v) for v in values or ())
+
+
+def _emit(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def _plan_table(plan: Plan) -> Table:
+    t = Table(title=f"fuseplan: {len(plan.groups)} groups ({plan.solver.get('name')}, "
+                    f"{plan.solver.get('status')})")
+    for col in ("id", "layers", "mode", "tile n×h×w", "weights", "DRAM", "redundant", "SRAM peak"):
+        t.add_column(col, justify="right" if col not in ("layers", "mode") else "left")
+    for g in plan.groups:
+        names = g.layers[0] if len(g.layers) == 1 else f"{g.layers[0]} … {g.layers[-1]} ({len(g.layers)})"
+        p = g.predicted
+        t.add_row(str(g.id), names, g.mode, f"{g.tile.n}×{g.tile.h}×{g.tile.w}",
+                  "resident" if g.weights_resident else "streamed", _mib(p.dram_bytes),
+                  _mib(p.redundant_read_bytes), f"{p.sram_peak_bytes / 1024:,.0f} KiB")
+    return t
+
+
+def _totals_lines(plan: Plan) -> list[str]:
+    t = plan.totals
+    floor = plan.compulsory_dram_bytes
+    lbl = plan.layer_by_layer_dram_bytes
+    return [
+        f"DRAM traffic {_mib(t.dram_bytes)} = {t.dram_bytes / max(floor, 1):.2f}× the compulsory "
+        f"floor ({_mib(floor)}), {t.dram_bytes / max(lbl, 1):.2f}× layer-by-layer ({_mib(lbl)})",
+        f"weights read {_mib(t.weight_read_bytes)}; cycles {t.cycles:,}; energy "
+        f"{t.energy_pj / 1e6:,.2f} µJ; solve {plan.solver.get('wall_s')} s",
+    ]
+
+
+@app.command()
+@guarded
+def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
+          shape: ShapeOpt = None, objective: ObjOpt = None,
+          solver: Annotated[str, typer.Option("--solver", help="cpsat | shortest-path | greedy | layer")] = "cpsat",
+          time_limit: TimeOpt = None,
+          output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan JSON here.")] = None,
+          as_json: JsonOpt = False) -> None:
+    """Plan MODEL: fusion groups and tiles under the rules, on the chip."""
+    plan = api.solve(model, rules, hw, _shapes(shape), objective, solver, time_limit, set_ or ())
+    if output is not None:
+        save_plan(plan, output)
+    if as_json:
+        _emit(plan_to_json(plan))
+        return
+    out.print(_plan_table(plan))
+    for line in _totals_lines(plan):
+        out.print(line)
+    if output is not None:
+        out.print(f"plan written to {output}")
+
+
+@app.command()
+@guarded
+def verify(model: str, plan: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
+           golden: Annotated[Path | None, typer.Option("--golden", help="Compare with stored outputs.")] = None,
+           save_golden: Annotated[Path | None, typer.Option("--save-golden", help="Store inputs and onnxruntime outputs.")] = None,
+           hw: HwOpt = None, set_: SetOpt = None, shape: ShapeOpt = None,
+           as_json: JsonOpt = False) -> None:
+    """Execute PLAN in the emulator and check outputs and bytes against onnxruntime."""
+    report = api.verify(model, plan, seed, golden, hw, set_ or (), _shapes(shape) or None)
+    if save_golden is not None:
+        api.write_golden(model, plan, seed, save_golden, _shapes(shape) or None)
+    if as_json:
+        _emit(report.to_json())
+    else:
+        e = report.emulated
+        out.print(f"outputs match {report.reference}: {report.outputs_match} "
+                  f"({report.checked_tensors} tensors, max abs err {report.max_abs_err:.3g}, "
+                  f"max rel err {report.max_rel_err:.3g})")
+        out.print(f"predicted bytes == emulated bytes: {report.predicted_matches_emulated} "
+                  f"(DRAM {e.dram_bytes:,} B, weights {e.weight_read_bytes:,} B, SRAM peak "
+                  f"{e.sram_peak_bytes:,} B)")
+        out.print(f"emulator {report.emulator_s:.3f} s, {report.reference} "
+                  f"{report.reference_s:.3f} s")
+        for line in (report.first_output_mismatch, report.first_counter_mismatch):
+            if line:
+                out.print(f"first mismatch: {line}")
+        for v in report.capacity_violations:
+            out.print(f"capacity violation: {v.describe()}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@guarded
+def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
+            shape: ShapeOpt = None, objective: ObjOpt = None, time_limit: TimeOpt = None,
+            as_json: JsonOpt = False) -> None:
+    """All four planners under the same rules and chip."""
+    problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
+    rows = api.compare(problem, objective, time_limit)
+    floor = next((p.compulsory_dram_bytes for _, p, _ in rows if p is not None), 0)
+    if as_json:
+        _emit({"rows": [
+            {"solver": name, "dram_bytes": p.totals.dram_bytes if p else None,
+             "cycles": p.totals.cycles if p else None,
+             "energy_pj": round(p.totals.energy_pj, 3) if p else None,
+             "groups": len(p.groups) if p else None,
+             "wall_s": p.solver.get("wall_s") if p else None, "status": status}
+            for name, p, status in rows], "compulsory_dram_bytes": floor})
+        return
+    t = Table(title=f"planners on {model} (floor {_mib(floor)})")
+    for col in ("solver", "DRAM", "× floor", "cycles", "energy µJ", "groups", "solve s", "status"):
+        t.add_column(col, justify="left" if col in ("solver", "status") else "right")
+    for name, p, status in rows:
+        if p is None:
+            t.add_row(name, "-", "-", "-", "-", "-", "-", status)
+            continue
+        tt = p.totals
+        t.add_row(name, _mib(tt.dram_bytes), f"{tt.dram_bytes / max(floor, 1):.2f}",
+                  f"{tt.cycles:,}", f"{tt.energy_pj / 1e6:,.2f}", str(len(p.groups)),
+                  str(p.solver.get("wall_s")), status)
+    out.print(t)
+
+
+@app.command()
+@guarded
+def explain(model: str, plan: Path, layer: Annotated[str | None, typer.Option("--layer")] = None,
+            rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
+            as_json: JsonOpt = False) -> None:
+    """Why each group ends where it does; re-check every group against the rules."""
+    doc = api.explain(model, plan, layer, rules, hw, set_ or ())
+    if as_json:
+        _emit(doc)
+    else:
+        if layer is not None:
+            out.print(f"layer {layer} is in group {doc['layer']['group']} "
+                      f"({len(doc['layer']['group_layers'])} layers)")
+        for b in doc["boundaries"]:
+            out.print(f"group {b['group']} stops before {b['next_layer']}: "
+                      + "; ".join(b["reasons"]))
+        if doc["violations"]:
+            for v in doc["violations"]:
+                out.print(f"VIOLATION group {v['group']}: {v['rule']} {v['name']}: {v['message']}")
+        else:
+            out.print("every group passes every enabled rule and fits the chip")
+    if doc["violations"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@guarded
+def inspect(model: str, shape: ShapeOpt = None, as_json: JsonOpt = False) -> None:
+    """The layer graph: op, class, output shape, weights, MACs, block of every layer."""
+    doc = api.inspect(model, _shapes(shape))
+    if as_json:
+        _emit(doc)
+        return
+    t = Table(title=f"{model}: {len(doc['layers'])} layers, {len(doc['blocks'])} blocks")
+    for col in ("name", "op", "class", "out shape", "weight elems", "MACs", "block"):
+        t.add_column(col, justify="right" if col in ("weight elems", "MACs") else "left")
+    for lay in doc["layers"]:
+        t.add_row(lay["name"], lay["op"], lay["class"], "×".join(map(str, lay["out_shape"])),
+                  f"{lay['weight_elems']:,}", f"{lay['macs']:,}",
+                  "" if lay["block"] is None else str(lay["block"]))
+    out.print(t)
+    tot = doc["totals"]
+    out.print(f"inputs {doc['inputs']}; outputs {doc['outputs']}; weights "
+              f"{tot['weight_elems']:,} elements; {tot['macs']:,} MACs")
+
+
+@app.command()
+@guarded
+def demo() -> None:
+    """Solve and verify the bundled example with rules/default.yaml on the default chip."""
+    model = str(api.DEMO_MODEL)
+    out.print(f"[bold]fuseplan demo[/]: {model}, rules/default.yaml, default chip")
+    plan = api.solve(model)
+    out.print(_plan_table(plan))
+    for line in _totals_lines(plan):
+        out.print(line)
+    path = Path(".fuseplan-demo-plan.json")
+    save_plan(plan, path)
+    report = api.verify(model, path)
+    out.print(f"verify: outputs match onnxruntime {report.outputs_match} (max rel err "
+              f"{report.max_rel_err:.2g}); predicted == emulated bytes "
+              f"{report.predicted_matches_emulated}; capacity violations "
+              f"{len(report.capacity_violations)}; emulator {report.emulator_s:.3f} s vs "
+              f"onnxruntime {report.reference_s:.3f} s")
+    path.unlink()
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@rules_app.command("check")
+@guarded
+def rules_check(path: Path, as_json: JsonOpt = False) -> None:
+    """Validate a rule file and print the effective rule set."""
+    from rules.ruleset import load_rules
+
+    rs = load_rules(path)
+    doc = rs.summary()
+    if as_json:
+        _emit(doc)
+        return
+    t = Table(title=f"{path}: {len(rs.enabled)} of {len(rs.rules)} rules enabled")
+    for col in ("code", "rule", "on", "settings"):
+        t.add_column(col)
+    for r in doc["rules"]:
+        settings = ", ".join(f"{k}={v}" for k, v in r.items()
+                             if k not in ("code", "key", "title", "enabled"))
+        t.add_row(r["code"], r["key"], "yes" if r["enabled"] else "no", settings)
+    out.print(t)
+    out.print(f"search: {doc['search']}")
+    out.print(f"objective: {doc['objective']}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,77 @@
+"""Why a plan looks the way it does: boundaries, layers, and a re-check of every group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hardware.chip import Chip
+from planner.ir import Graph
+from planner.plan import Plan
+from rules.base import GroupFacts, Violation
+from rules.ruleset import RuleSet
+from solver.groups import is_connected, is_convex
+from solver.tiles import GroupSearch, objective_value
+
+
+@dataclass
+class Boundary:
+    """What stops group `group` from taking in the layer `next_layer`."""
+
+    group: int
+    next_layer: str
+    reasons: list[str] = field(default_factory=list)
+
+
+def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str, ...],
+                  objective: str, current_cost: float) -> list[str]:
+    if not is_connected(graph, layers):
+        return ["not connected: the layer does not consume anything of the group"]
+    if not is_convex(graph, layers):
+        return ["not convex: a path would leave the group and come back"]
+    search = GroupSearch.of(graph, layers, chip, ruleset)
+    best = search.best(objective)
+    if best is not None:
+        grown = objective_value(best.cost, objective, ruleset)
+        return [f"allowed, but not better: {objective} of the merged group {grown:.0f} vs "
+                f"{current_cost:.0f} for the groups as planned"]
+    heights = search.heights()
+    found: dict[str, Violation] = {}
+    for th in (heights[-1], heights[0]):  # capacities bind at the top, halos at the bottom
+        for v in search.violations(search.tile_of(th), True):
+            found.setdefault(v.name, v)
+    return [str(v) for v in found.values()] or ["no tile fits the chip"]
+
+
+def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[Boundary]:
+    """For each group, why it did not take in the next layer after it."""
+    owner = {n: g for g in plan.groups for n in g.layers}
+    out = []
+    for g in plan.groups:
+        last = max(graph.index(n) for n in g.layers)
+        if last + 1 >= len(graph.layers):
+            continue
+        nxt = graph.layers[last + 1].name
+        other = owner[nxt]
+        layers = tuple(g.layers) + (nxt,)
+        current = (objective_value(g.predicted, plan.objective, ruleset)
+                   + objective_value(other.predicted, plan.objective, ruleset))
+        out.append(Boundary(g.id, nxt, _grow_reasons(graph, chip, ruleset, layers,
+                                                     plan.objective, current)))
+    return out
+
+
+def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tuple[int, Violation]]:
+    """Every group of the plan against every enabled rule and the chip's capacities."""
+    found = []
+    for g in plan.groups:
+        search = GroupSearch.of(graph, g.layers, chip, ruleset)
+        for v in search.violations(g.tile, g.weights_resident):
+            found.append((g.id, v))
+    return found
+
+
+def group_facts(graph: Graph, plan: Plan, chip: Chip, gid: int) -> GroupFacts:
+    """Facts of one planned group, for reports."""
+    g = plan.groups[gid]
+    search = GroupSearch.of(graph, g.layers, chip, RuleSet(()))
+    return search.facts(g.tile, g.weights_resident)
