@@ -8,6 +8,7 @@ holds exactly one JSON document; progress and logs go to stderr.
 from __future__ import annotations
 
 import functools
+from dataclasses import fields
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -272,6 +273,20 @@ def rules_check(path: Path, as_json: JsonOpt = False) -> None:
     out.print(t)
     out.print(f"search: {doc['search']}")
     out.print(f"objective: {doc['objective']}")
+
+
+@rules_app.command("doc")
+@guarded
+def rules_doc() -> None:
+    """Print the rule catalogue (markdown) from the rule classes' docstrings."""
+    from rules.ruleset import default_ruleset
+
+    for r in default_ruleset().rules:
+        doc = " ".join((type(r).__doc__ or "").split())
+        params = ", ".join(f"`{f.name}`" for f in fields(r) if f.name != "enabled")
+        sys.stdout.write(f"- **{r.code} `{r.key}`** — {doc}"
+                         + (f" Parameters: {params}." if params else "")
+                         + f" Default: {'on' if r.enabled else 'off'}.\n")
 
 
 def main() -> None:
