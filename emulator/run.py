@@ -94,6 +94,9 @@ def _window_attrs(lay: Layer, out_box: Box, in_len: tuple[int, int]) -> dict[str
 
 
 def _crop_axis(y: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
+    if start < 0 or start + length > y.shape[axis]:
+        raise ValueError(f"tile needs rows [{start}, {start + length}) of a kernel result with "
+                         f"{y.shape[axis]} rows")
     idx = [slice(None)] * y.ndim
     idx[axis] = slice(start, start + length)
     return y[tuple(idx)]
@@ -122,8 +125,18 @@ def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple
         s = lay.out_shape
         args[1] = np.array([out_box[1] - out_box[0], *s[1:-2], out_box[3] - out_box[2],
                             out_box[5] - out_box[4]], dtype=np.int64)
+    if lay.op == "Resize" and len(args) == 4 and lay.row_maps[0].kind is not MapKind.WHOLE:
+        # `sizes` names the whole map; a tile upsamples its own rows by the same scales
+        full_in, full_out = graph.shapes[lay.fmap_inputs[0]], lay.out_shape
+        scales = np.array([o / i for o, i in zip(full_out, full_in, strict=True)], np.float32)
+        args = [args[0], args[1] if args[1] is not None else np.zeros(0, np.float32), scales]
     window = bool(lay.row_maps) and lay.row_maps[0].kind is MapKind.WINDOW and out_spatial
     attrs = lay.attrs
+    if lay.row_maps and lay.row_maps[0].kind is MapKind.TRANSPOSED and out_spatial:
+        # scatter the whole slice (no output cropping) and cut the tile out afterwards
+        attrs = {k: v for k, v in lay.attrs.items()
+                 if k not in ("output_shape", "output_padding", "auto_pad")}
+        attrs["pads"] = [0, 0, 0, 0]
     if window:
         shape = graph.shapes[lay.fmap_inputs[0]]
         attrs = _window_attrs(lay, out_box, (shape[-2], shape[-1]))

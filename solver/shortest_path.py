@@ -21,6 +21,7 @@ from solver.tiles import GroupSearch, TileChoice, objective_value
 def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str) -> PlanningError:
     """The error for a layer that fits the chip at no tile, with the bytes over."""
     search = GroupSearch.of(graph, (name,), chip, ruleset)
+    search = search.at_batch(search.batch_options()[-1])
     smallest = search.tile_of(search.heights()[-1])
     worst = max(search.violations(smallest, False), key=lambda v: (v.needed or 0) - (v.allowed or 0))
     over = int((worst.needed or 0) - (worst.allowed or 0))

@@ -9,7 +9,7 @@ search scans every height from the top instead of bisecting.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 
 from hardware.chip import Chip
@@ -76,6 +76,7 @@ class GroupSearch:
     ruleset: RuleSet
     io: GroupIO
     chains: GroupChains
+    tn: int | None = None  # images per tile; None: the whole batch
 
     @classmethod
     def of(cls, graph: Graph, layers: Sequence[str], chip: Chip, ruleset: RuleSet) -> GroupSearch:
@@ -94,8 +95,20 @@ class GroupSearch:
         return list(range(h, low - 1, -1))
 
     def tile_of(self, th: int) -> Tile:
-        n, _, w = anchor_extent(self.graph, self.io)  # whole batch and width per tile
-        return Tile(n, th, w)
+        n, _, w = anchor_extent(self.graph, self.io)  # tiles span the whole width
+        return Tile(self.tn or n, th, w)
+
+    def batch_options(self) -> list[int]:
+        """Images per tile worth trying, largest first (the whole batch if it cannot split)."""
+        n = anchor_extent(self.graph, self.io)[0]
+        kept = all(c[0] is not None and c[0].s == 1 for c in self.chains.chains.values())
+        if n == 1 or not kept:
+            return [n]
+        return sorted({-(-n // k) for k in range(1, n + 1)}, reverse=True)
+
+    def at_batch(self, tn: int) -> GroupSearch:
+        """The same search with tn images per tile."""
+        return replace(self, tn=tn)
 
     def violations(self, tile: Tile, resident: bool, rules: Iterable[Rule] | None = None
                    ) -> list[Violation]:
@@ -119,6 +132,15 @@ class GroupSearch:
 
     def best(self, objective: str = "traffic", rules: Iterable[Rule] | None = None
              ) -> TileChoice | None:
+        """The exact best tile over every batch split, height and weight residency."""
+        found = [c for tn in self.batch_options()
+                 if (c := self.at_batch(tn)._best_height(objective, rules)) is not None]
+        if not found:
+            return None
+        return min(found, key=lambda c: (objective_value(c.cost, objective, self.ruleset),
+                                         not c.resident, -c.tile.n, -c.tile.h))
+
+    def _best_height(self, objective: str, rules: Iterable[Rule] | None) -> TileChoice | None:
         """The exact best tile over every height and weight residency.
 
         Capacities only shrink as tiles get shorter, so the heights that fit them form a
@@ -149,7 +171,15 @@ class GroupSearch:
                           group_cost(self.graph, self.layers, tile, self.chip, not streamed))
 
     def search(self, how: str, rules: Iterable[Rule] | None = None) -> TileChoice | None:
-        """Seed 000's tile searches: halve until it fits (refining), or grow until it would not."""
+        """Seed 000's tile searches (N first, then H): the largest batch split that fits."""
+        for tn in self.batch_options():
+            found = self.at_batch(tn)._search_height(how, rules)
+            if found is not None:
+                return found
+        return None
+
+    def _search_height(self, how: str, rules: Iterable[Rule] | None) -> TileChoice | None:
+        """Halve the height until it fits (refining the ratio), or grow it until it would not."""
         chosen = tuple(self.ruleset.enabled if rules is None else rules)
         heights = self.heights()
         low, high = heights[-1], heights[0]
