@@ -165,6 +165,24 @@ def _fit(x: _Array, g: _Geom, value: float) -> _Array:
     return _pad_crop(x, g.pad_begin, ends, value)
 
 
+def _window_reduce(xp: _Array, g: _Geom, fn: Callable[..., _Array]) -> _Array:
+    """Reduce every window with a binary ufunc, one strided view per kernel offset.
+
+    Faster than reducing the 2k-axis window view: each step is one contiguous-output
+    elementwise op over the whole map.
+    """
+    out: _Array | None = None
+    for offset in np.ndindex(*g.kernel):
+        idx = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (n - 1) * s + 1, s)
+            for o, d, n, s in zip(offset, g.dilations, g.out, g.strides, strict=True))
+        view = xp[idx]
+        out = view.copy() if out is None else fn(out, view, out=out)
+    if out is None:
+        raise ValueError("empty kernel")
+    return out
+
+
 def _windows(xp: _Array, g: _Geom) -> _Array:
     """Strided view ``(N, C, *out, *kernel)`` over an already fitted input."""
     nsp = len(g.kernel)
@@ -308,11 +326,10 @@ def _max_pool(n: _Node) -> list[_Array]:
     x = n.x()
     g = _pool_geom(n, x)
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    if n.num_outputs < 2:
+        return [_window_reduce(_fit(x, g, low), g, np.maximum)]
     win = _windows(_fit(x, g, low), g)
     nsp = len(g.kernel)
-    k_axes = tuple(range(-nsp, 0))
-    if n.num_outputs < 2:
-        return [np.ascontiguousarray(win.max(axis=k_axes))]
     flat = win.reshape(win.shape[: 2 + nsp] + (-1,))
     arg = flat.argmax(axis=-1)
     y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
@@ -335,7 +352,7 @@ def _avg_pool(n: _Node) -> list[_Array]:
     g = _pool_geom(n, x)
     nsp = len(g.kernel)
     include_pad = bool(n.attr("count_include_pad", 0))
-    sums = _windows(_fit(x, g, 0.0), g).sum(axis=tuple(range(-nsp, 0)), dtype=x.dtype)
+    sums = _window_reduce(_fit(x, g, 0.0), g, np.add)
     # Divisor: per-axis count of window cells that are "real" (input only, or
     # input plus explicit pads); the ceil_mode tail beyond the pads never counts.
     div = np.ones((), dtype=np.float64)
