@@ -17,7 +17,7 @@ import numpy as np
 
 from emulator.kernels import run_op
 from hardware.chip import Chip
-from planner.cost import Counters, cycles_energy
+from planner.cost import Counters, dram_bytes_per_cycle, in_group_uses, with_time
 from planner.ir import Graph, Layer, MapKind
 from planner.plan import Group, Plan
 from planner.regions import (
@@ -60,6 +60,19 @@ class EmulationResult:
     groups: list[Counters]
     violations: list[Violation] = field(default_factory=list)
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # everything written to DRAM
+
+    def timeline(self, chip: Chip) -> list[dict[str, int]]:
+        """Per group: start and end cycle (groups run back to back), DRAM and compute busy."""
+        bpc = dram_bytes_per_cycle(chip)
+        rows, clock = [], 0
+        for i, c in enumerate(self.groups):
+            compute = (ceil(c.macs / (chip.cores * chip.core.macs_per_cycle))
+                       + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
+            rows.append({"group": i, "start_cycle": clock, "end_cycle": clock + c.cycles,
+                         "dram_busy_cycles": ceil(c.dram_bytes / bpc),
+                         "compute_busy_cycles": compute})
+            clock += c.cycles
+        return rows
 
     @property
     def totals(self) -> Counters:
@@ -168,29 +181,34 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
     io = group_io(graph, group.layers)
     dt = chip.dtype_bytes
     last_use = _last_use(graph, io)
+    uses = in_group_uses(graph, io)
     wbytes = sum(int(graph.constants[w].size) for w in io.weights) * dt
-    read = write = wread = macs = peak = 0
+    n = dict.fromkeys(("read", "write", "wread", "macs", "vec", "core", "peak", "tiles",
+                       "first", "last"), 0)
     worst: dict[str, Violation] = {}  # per level, the tile that overflows most
     onchip_weights = wbytes if chip.unified and group.weights_resident else 0
     for ti, tile_box in enumerate(iter_tiles(graph, io, group.tile)):
         boxes = tile_regions(graph, io, tile_box)
-        if ti == 0 or not group.weights_resident:
-            wread += wbytes
+        n["tiles"] += 1
+        tile_read = wbytes if ti == 0 or not group.weights_resident else 0
         onchip: dict[str, tuple[Box, np.ndarray]] = {}
         for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
             arr = _slice(dram[t], _full(dram[t]), boxes[t], dram[t].ndim >= 4)
-            read += arr.size * dt
+            tile_read += arr.size * dt
+            n["core"] += arr.size * dt * (1 + uses.get(t, 0))
             onchip[t] = (boxes[t], arr)
+        prefetch = sum(a.size for _, a in onchip.values()) * dt if group.double_buffered else 0
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
             out_box = boxes[lay.outputs[0]]
             ys = run_layer(graph, lay, out_box, onchip, weights)
-            macs += ys[0].size * lay.macs_per_output
+            n["macs" if lay.is_main else "vec"] += ys[0].size * lay.macs_per_output
             for t, y in zip(lay.outputs, ys, strict=False):
                 if t:
                     onchip[t] = (out_box, y)
-            live = sum(a.size for _, a in onchip.values()) * dt + onchip_weights
-            peak = max(peak, live)
+                    n["core"] += y.size * dt * (1 + uses.get(t, 0))
+            live = sum(a.size for _, a in onchip.values()) * dt + onchip_weights + prefetch
+            n["peak"] = max(n["peak"], live)
             for v in _capacity(chip, group.id, ti, live, onchip_weights,
                                wbytes if group.weights_resident else 0):
                 if v.level not in worst or v.needed_bytes > worst[v.level].needed_bytes:
@@ -198,6 +216,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
             # free what no later layer of the group reads (outputs wait for their store)
             for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs]:
                 del onchip[t]
+        tile_write = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
             have, arr = onchip[t]
             want = tile_box if t == io.anchor else boxes[t]
@@ -205,11 +224,20 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
             if t not in dram:
                 dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)
             _slice(dram[t], _full(dram[t]), want, arr.ndim >= 4)[...] = part
-            write += part.size * dt
-    read += wread
-    cycles, energy = cycles_energy(chip, read + write, macs)
-    return Counters(read, write, wread, read - wread - _once(graph, io, dt), peak, macs, cycles,
-                    energy), list(worst.values())
+            tile_write += part.size * dt
+        if ti == 0:
+            n["first"] = tile_read
+        n["read"] += tile_read
+        n["wread"] += wbytes if ti == 0 or not group.weights_resident else 0
+        n["write"] += tile_write
+        n["last"] = tile_write
+    counters = Counters(
+        dram_read_bytes=n["read"], dram_write_bytes=n["write"], weight_read_bytes=n["wread"],
+        redundant_read_bytes=n["read"] - n["wread"] - _once(graph, io, dt),
+        sram_peak_bytes=n["peak"], macs=n["macs"], vector_ops=n["vec"],
+        core_fmap_bytes=n["core"], core_weight_bytes=wbytes * n["tiles"],
+        first_load_bytes=n["first"], last_store_bytes=n["last"])
+    return with_time(chip, counters, group.double_buffered), list(worst.values())
 
 
 def _once(graph: Graph, io: GroupIO, dt: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from math import isclose
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,7 @@ from planner.plan import Plan
 
 # float32 through 50+ layers: relative to the tensor's largest magnitude
 REL_TOLERANCE = 1e-3
-COUNTERS = ("dram_read_bytes", "dram_write_bytes", "weight_read_bytes", "redundant_read_bytes",
-            "sram_peak_bytes", "macs", "cycles")
+COUNTERS = tuple(f.name for f in fields(Counters) if f.name != "energy_pj")
 
 
 @dataclass
@@ -43,6 +42,7 @@ class VerifyReport:
     reference_s: float
     checked_tensors: int = 0
     per_group: list[Counters] = field(default_factory=list)
+    timeline: list[dict[str, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -57,17 +57,8 @@ class VerifyReport:
             "max_rel_err": self.max_rel_err,
             "reference": self.reference,
             "checked_tensors": self.checked_tensors,
-            "emulated": {
-                "dram_read_bytes": e.dram_read_bytes,
-                "dram_write_bytes": e.dram_write_bytes,
-                "dram_bytes": e.dram_bytes,
-                "weight_read_bytes": e.weight_read_bytes,
-                "redundant_read_bytes": e.redundant_read_bytes,
-                "sram_peak_bytes": e.sram_peak_bytes,
-                "macs": e.macs,
-                "cycles": e.cycles,
-                "energy_pj": round(e.energy_pj, 3),
-            },
+            "emulated": {**{f.name: getattr(e, f.name) for f in fields(e)},
+                         "dram_bytes": e.dram_bytes, "energy_pj": round(e.energy_pj, 3)},
             "predicted_matches_emulated": self.predicted_matches_emulated,
             "first_output_mismatch": self.first_output_mismatch,
             "first_counter_mismatch": self.first_counter_mismatch,
@@ -78,6 +69,7 @@ class VerifyReport:
             ],
             "timing": {"emulator_s": round(self.emulator_s, 4),
                        "reference_s": round(self.reference_s, 4)},
+            "timeline": self.timeline,
         }
 
 
@@ -167,6 +159,7 @@ def verify_plan(model: LoadedModel, graph: Graph, plan: Plan, chip: Chip,
         reference_s=reference_s,
         checked_tensors=len([n for n in names if n in want]),
         per_group=result.groups,
+        timeline=result.timeline(chip),
     )
 
 

@@ -15,7 +15,6 @@ from planner.graph_build import build_graph
 from planner.ir import Graph
 from planner.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
 from planner.plan import Plan, assemble, layer_plan, load_plan
-from planner.regions import Tile
 from rules.ruleset import RuleSet, load_rules
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
@@ -74,12 +73,13 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
         return _with_solver(plan, {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
                                    "wall_s": round(time.perf_counter() - started, 3)})
     info: dict[str, Any]
-    groups: list[tuple[Sequence[str], Tile, bool]]
+    groups: list[tuple[Any, ...]]
     if solver == "greedy":
-        groups = [(ls, c.tile, c.resident) for ls, c in greedy_groups(g, chip, rs)]
+        groups = [(ls, c.tile, c.resident, c.double_buffered)
+                  for ls, c in greedy_groups(g, chip, rs)]
         info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
     elif solver == "shortest-path":
-        groups = [(ls, c.tile, c.resident)
+        groups = [(ls, c.tile, c.resident, c.double_buffered)
                   for ls, c in shortest_path_groups(g, chip, rs, objective)]
         # exact over intervals of the topological order, which are all groups only on a chain
         chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)

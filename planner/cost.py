@@ -20,7 +20,7 @@ actually moves. Execution model, per group:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from math import ceil
 
@@ -51,7 +51,12 @@ class Counters:
     weight_read_bytes: int = 0
     redundant_read_bytes: int = 0  # halo re-reads beyond each input read once
     sram_peak_bytes: int = 0
-    macs: int = 0
+    macs: int = 0  # multiply-accumulates of main layers, halo recompute included
+    vector_ops: int = 0  # element operations of the other layers
+    core_fmap_bytes: int = 0  # feature-map bytes the cores read and write on chip
+    core_weight_bytes: int = 0  # weight bytes the cores read from WRAM (once per tile)
+    first_load_bytes: int = 0  # DRAM bytes the first tile waits for (pipeline fill)
+    last_store_bytes: int = 0  # DRAM bytes of the last tile's store (pipeline drain)
     cycles: int = 0
     energy_pj: float = 0.0
 
@@ -60,16 +65,9 @@ class Counters:
         return self.dram_read_bytes + self.dram_write_bytes
 
     def __add__(self, other: Counters) -> Counters:
-        return Counters(
-            self.dram_read_bytes + other.dram_read_bytes,
-            self.dram_write_bytes + other.dram_write_bytes,
-            self.weight_read_bytes + other.weight_read_bytes,
-            self.redundant_read_bytes + other.redundant_read_bytes,
-            max(self.sram_peak_bytes, other.sram_peak_bytes),
-            self.macs + other.macs,
-            self.cycles + other.cycles,
-            self.energy_pj + other.energy_pj,
-        )
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        summed["sram_peak_bytes"] = max(self.sram_peak_bytes, other.sram_peak_bytes)
+        return Counters(**summed)
 
 
 def weight_bytes(graph: Graph, weights: Iterable[str], chip: Chip) -> int:
@@ -143,7 +141,7 @@ def _representative(extent: int, size: int) -> list[tuple[int, int]]:
 
 
 def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
-               weights_resident: bool = True) -> int:
+               weights_resident: bool = True, double_buffered: bool = False) -> int:
     """Exact SRAM peak over all tiles (feature maps, plus resident weights on single-memory chips).
 
     Streamed weights pass through a DMA staging buffer that is not modeled.
@@ -162,6 +160,10 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
             for c0, c1 in pick(w, tile.w):
                 boxes = tile_regions(graph, io, (n0, n1, r0, r1, c0, c1))
                 peak = max(peak, footprint(graph, io, boxes, steps, chip.dtype_bytes))
+                if double_buffered:  # the next tile's inputs arrive while this one computes
+                    nxt = sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
+                    peak = max(peak, footprint(graph, io, boxes, steps, chip.dtype_bytes)
+                               + nxt * chip.dtype_bytes)
     if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)
     return peak
@@ -172,54 +174,117 @@ def dram_bytes_per_cycle(chip: Chip) -> Fraction:
     return Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
 
 
-def cycles_energy(chip: Chip, dram_bytes: int, macs: int) -> tuple[int, float]:
-    """Cycles (DRAM transfers overlapped with compute) and energy of a group."""
-    dram_cycles = ceil(dram_bytes / dram_bytes_per_cycle(chip))
-    compute_cycles = ceil(macs / (chip.cores * chip.core.macs_per_cycle))
-    cycles = max(dram_cycles, compute_cycles)
+def cycles_energy(chip: Chip, c: Counters, double_buffered: bool) -> tuple[int, float]:
+    """Cycles and energy of a group from its counters.
+
+    Compute: MACs on the matrix units and vector ops on the vector lanes of every core.
+    With a second buffer the next tile loads while the current one computes, so a group
+    costs fill (first load) + max(remaining DRAM transfers, compute) + drain (last store);
+    without one, transfers and compute add up. Energy: DRAM bytes pass through SRAM;
+    the cores' feature-map traffic is charged at NRAM, weight reads at WRAM (SRAM on
+    single-memory chips); plus MACs, vector ops and static power over the cycles.
+    """
+    bpc = dram_bytes_per_cycle(chip)
+    compute = (ceil(c.macs / (chip.cores * chip.core.macs_per_cycle))
+               + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
+    moved = c.dram_read_bytes + c.dram_write_bytes
+    if double_buffered:
+        fill, drain = ceil(c.first_load_bytes / bpc), ceil(c.last_store_bytes / bpc)
+        rest = ceil((moved - c.first_load_bytes - c.last_store_bytes) / bpc)
+        cycles = fill + max(rest, compute) + drain
+    else:
+        cycles = ceil(moved / bpc) + compute
+    core_fmap_pj = chip.nram.pj_per_byte if chip.nram else chip.sram.pj_per_byte
+    core_weight_pj = chip.wram.pj_per_byte if chip.wram else chip.sram.pj_per_byte
     seconds = cycles / (chip.clock_ghz * 1e9)
-    energy = (dram_bytes * (chip.dram.pj_per_byte + chip.sram.pj_per_byte)
-              + macs * chip.core.pj_per_mac + chip.static_power_mw * 1e-3 * seconds * 1e12)
+    energy = (moved * (chip.dram.pj_per_byte + chip.sram.pj_per_byte)
+              + c.core_fmap_bytes * core_fmap_pj + c.core_weight_bytes * core_weight_pj
+              + c.macs * chip.core.pj_per_mac + c.vector_ops * chip.core.pj_per_vector_op
+              + chip.static_power_mw * 1e-3 * seconds * 1e12)
     return cycles, energy
 
 
-def traffic_macs(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
-                 weights_resident: bool = True) -> tuple[int, int, int, int]:
-    """(feature-map read bytes, weight read bytes, write bytes, MACs): the cheap counters."""
+def in_group_uses(graph: Graph, io: GroupIO) -> dict[str, int]:
+    """How many layers of the group read each tensor."""
+    uses: dict[str, int] = {}
+    for name in io.layers:
+        for t in graph.layer(name).fmap_inputs:
+            uses[t] = uses.get(t, 0) + 1
+    return uses
+
+
+def group_tensors(graph: Graph, io: GroupIO) -> list[str]:
+    """Every tensor a tile touches: loaded inputs and every layer output."""
+    produced = [t for name in io.layers for t in graph.layer(name).outputs if t]
+    return list(io.inputs) + [t for t in produced if t in graph.shapes]
+
+
+def edge_tiles(graph: Graph, io: GroupIO, tile: Tile) -> tuple[Box, Box]:
+    """Anchor boxes of the first and the last tile."""
+    n, h, w = anchor_extent(graph, io)
+    first = (0, min(tile.n, n), 0, min(tile.h, h), 0, min(tile.w, w))
+    last_n, last_h, last_w = (axis_ranges(n, tile.n)[-1], axis_ranges(h, tile.h)[-1],
+                              axis_ranges(w, tile.w)[-1])
+    return first, (*last_n, *last_h, *last_w)
+
+
+def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+                  weights_resident: bool = True) -> Counters:
+    """Every counter but the SRAM peak, cycles and energy (closed forms; cheap)."""
     dt = chip.dtype_bytes
     n, h, w = anchor_extent(graph, io)
     tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
-    fmap_read = sum(region_sum(graph, io, chains, t, tile) for t in io.inputs) * dt
-    wbytes = weight_bytes(graph, io.weights, chip) * (1 if weights_resident else tiles)
+    sums = {t: region_sum(graph, io, chains, t, tile) for t in group_tensors(graph, io)}
+    fmap_read = sum(sums[t] for t in io.inputs) * dt
+    wbytes = weight_bytes(graph, io.weights, chip)
+    wread = wbytes * (1 if weights_resident else tiles)
     write = sum(graph.elems(t) for t in io.outputs) * dt
-    macs = sum(
-        graph.layer(name).macs_per_output
-        * region_sum(graph, io, chains, graph.layer(name).outputs[0], tile)
-        for name in io.layers if graph.layer(name).macs_per_output
+    macs = vector_ops = 0
+    for name in io.layers:
+        lay = graph.layer(name)
+        ops = lay.macs_per_output * sums.get(lay.outputs[0], 0)
+        if lay.is_main:
+            macs += ops
+        else:
+            vector_ops += ops
+    uses = in_group_uses(graph, io)
+    core_fmap = sum(sums[t] * (1 + uses.get(t, 0)) for t in sums) * dt
+    first, last = edge_tiles(graph, io, tile)
+    first_boxes = tile_regions(graph, io, first)
+    last_boxes = tile_regions(graph, io, last)
+    first_load = sum(box_elems(graph, t, first_boxes[t]) for t in io.inputs) * dt + wbytes
+    last_store = sum(box_elems(graph, t, last if t == io.anchor else last_boxes[t])
+                     for t in io.outputs) * dt
+    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
+    return Counters(
+        dram_read_bytes=fmap_read + wread,
+        dram_write_bytes=write,
+        weight_read_bytes=wread,
+        redundant_read_bytes=fmap_read - once,
+        macs=macs,
+        vector_ops=vector_ops,
+        core_fmap_bytes=core_fmap,
+        core_weight_bytes=wbytes * tiles,
+        first_load_bytes=first_load,
+        last_store_bytes=last_store,
     )
-    return fmap_read, wbytes, write, macs
+
+
+def with_time(chip: Chip, c: Counters, double_buffered: bool) -> Counters:
+    """The counters with cycles and energy filled in."""
+    cycles, energy = cycles_energy(chip, c, double_buffered)
+    return replace(c, cycles=cycles, energy_pj=energy)
 
 
 def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
-               weights_resident: bool = True) -> Counters:
+               weights_resident: bool = True, double_buffered: bool = False) -> Counters:
     """Predicted counters of one group of layers executed with `tile`."""
     io = group_io(graph, layers)
     chains = group_chains(graph, io)
-    fmap_read, wbytes, write, macs = traffic_macs(graph, io, chains, tile, chip,
-                                                  weights_resident)
-    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * chip.dtype_bytes
-    read = fmap_read + wbytes
-    cycles, energy = cycles_energy(chip, read + write, macs)
-    return Counters(
-        dram_read_bytes=read,
-        dram_write_bytes=write,
-        weight_read_bytes=wbytes,
-        redundant_read_bytes=fmap_read - once,
-        sram_peak_bytes=peak_bytes(graph, io, chains, tile, chip, weights_resident),
-        macs=macs,
-        cycles=cycles,
-        energy_pj=energy,
-    )
+    c = work_counters(graph, io, chains, tile, chip, weights_resident)
+    c = replace(c, sram_peak_bytes=peak_bytes(graph, io, chains, tile, chip, weights_resident,
+                                              double_buffered))
+    return with_time(chip, c, double_buffered)
 
 
 def compulsory_bytes(graph: Graph, chip: Chip) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +28,7 @@ class Group:
     mode: Mode
     weights_resident: bool
     predicted: Counters
+    double_buffered: bool = False  # a second input buffer prefetches the next tile
 
     @property
     def fused(self) -> bool:
@@ -56,11 +57,12 @@ def group_mode(graph: Graph, layers: Sequence[str], tile: Tile) -> Mode:
 
 
 def make_group(graph: Graph, gid: int, layers: Sequence[str], tile: Tile, chip: Chip,
-               weights_resident: bool = True) -> Group:
+               weights_resident: bool = True, double_buffered: bool = False) -> Group:
     """A group with its predicted counters from the cost model."""
     ordered = tuple(sorted(layers, key=graph.index))
     return Group(gid, ordered, tile, group_mode(graph, ordered, tile), weights_resident,
-                 group_cost(graph, ordered, tile, chip, weights_resident))
+                 group_cost(graph, ordered, tile, chip, weights_resident, double_buffered),
+                 double_buffered)
 
 
 def whole_tile(graph: Graph, layers: Sequence[str]) -> Tile:
@@ -86,13 +88,18 @@ def execution_order(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple
     return [tuple(groups[i]) for i in nx.lexicographical_topological_sort(dag, key=first.__getitem__)]
 
 
-def assemble(graph: Graph, chip: Chip, groups: Sequence[tuple[Sequence[str], Tile, bool]], *,
+Placement = tuple[Any, ...]  # (layers, tile, weights_resident[, double_buffered])
+
+
+def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
              model: Mapping[str, Any], hardware: Mapping[str, Any], rules: Mapping[str, Any],
              objective: str, solver: Mapping[str, Any]) -> Plan:
-    """Build a Plan from (layers, tile, weights_resident) triples, in execution order."""
-    info = {tuple(sorted(g, key=graph.index)): (t, r) for g, t, r in groups}
+    """Build a Plan from (layers, tile, weights_resident[, double_buffered]), in execution order."""
+    info = {tuple(sorted(g[0], key=graph.index)): (g[1], g[2], bool(g[3]) if len(g) > 3 else False)
+            for g in groups}
     ordered = execution_order(graph, list(info))
-    made = tuple(make_group(graph, i, g, info[g][0], chip, info[g][1]) for i, g in enumerate(ordered))
+    made = tuple(make_group(graph, i, g, info[g][0], chip, info[g][1], info[g][2])
+                 for i, g in enumerate(ordered))
     check_cover(graph, [g.layers for g in made], source="plan")
     totals = Counters()
     for g in made:
@@ -140,16 +147,9 @@ def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Any],
 
 
 def _counters_json(c: Counters) -> dict[str, Any]:
-    return {
-        "dram_read_bytes": c.dram_read_bytes,
-        "dram_write_bytes": c.dram_write_bytes,
-        "weight_read_bytes": c.weight_read_bytes,
-        "redundant_read_bytes": c.redundant_read_bytes,
-        "sram_peak_bytes": c.sram_peak_bytes,
-        "macs": c.macs,
-        "cycles": c.cycles,
-        "energy_pj": round(c.energy_pj, 3),
-    }
+    doc: dict[str, Any] = {f.name: getattr(c, f.name) for f in fields(c)}
+    doc["energy_pj"] = round(c.energy_pj, 3)
+    return doc
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:
@@ -170,6 +170,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "mode": g.mode,
                 "tile": {"n": g.tile.n, "h": g.tile.h, "w": g.tile.w},
                 "weights_resident": g.weights_resident,
+                "double_buffered": g.double_buffered,
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -184,6 +185,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             "compulsory_dram_bytes": plan.compulsory_dram_bytes,
             "layer_by_layer_dram_bytes": plan.layer_by_layer_dram_bytes,
             "macs": t.macs,
+            "vector_ops": t.vector_ops,
             "cycles": t.cycles,
             "energy_pj": round(t.energy_pj, 3),
         },
@@ -239,7 +241,8 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
         pd = g.get("predicted", {})
         predicted = Counters(**{k: pd[k] for k in Counters.__dataclass_fields__ if k in pd})
         groups.append(Group(int(g.get("id", i)), layers, tile, g.get("mode", "big"),
-                            bool(g.get("weights_resident", True)), predicted))
+                            bool(g.get("weights_resident", True)), predicted,
+                            bool(g.get("double_buffered", False))))
     check_cover(graph, [g.layers for g in groups], source=where)
     execution_order(graph, [g.layers for g in groups])
     totals = Counters()

@@ -59,6 +59,7 @@ class GroupFacts:
     tile: Tile
     chip: Chip
     weights_resident: bool = True
+    double_buffered: bool = False
 
     @cached_property
     def layers(self) -> list[Layer]:

@@ -19,7 +19,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from hardware.chip import Chip
-from planner.cost import Counters, dram_bytes_per_cycle
+from planner.cost import dram_bytes_per_cycle, group_tensors, in_group_uses
 from planner.errors import PlanningError
 from planner.ir import Graph
 from planner.regions import Tile
@@ -28,9 +28,7 @@ from rules.ruleset import RuleSet
 from solver.encoding import Candidate, Encoding
 from solver.groups import is_connected, is_convex
 from solver.shortest_path import infeasible_layer_error
-from solver.tiles import GroupSearch
-
-ENERGY_SCALE = 1000  # objective coefficients in milli-units, so fractional pJ stay integral
+from solver.tiles import ENERGY_SCALE, GroupSearch, energy_coefficients, objective_units
 
 
 @dataclass(frozen=True)
@@ -75,72 +73,106 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
 
 
 def _physical(enc: Encoding, cand: Candidate) -> None:
-    """Capacities every group obeys, fused or not (bounds, as solver.tiles.physical_violations)."""
+    """Capacities every group obeys, fused or not (bounds, as solver.tiles.physical_violations).
+
+    A double-buffered candidate also holds a second copy of its input boxes.
+    """
     m, chip = enc.model, enc.chip
     weights = enc.weight_bytes(cand)
-    steps = enc.live_steps_bytes(cand)
-    for step in steps:
+    prefetch = enc.in_bytes(cand)
+    for step in enc.live_steps_bytes(cand):
         sram = step + (weights * cand.resident if chip.unified else 0)
         enc.enforce(m.add(sram <= chip.sram.bytes), cand)
+        enc.enforce(m.add(sram + prefetch <= chip.sram.bytes), cand, cand.double_buffered)
         if chip.nram is not None:  # ceil(step / cores) <= NRAM
-            enc.enforce(m.add(step <= chip.nram.bytes * chip.cores_per_cluster), cand)
+            cap = chip.nram.bytes * chip.cores_per_cluster
+            enc.enforce(m.add(step <= cap), cand)
+            enc.enforce(m.add(step + prefetch <= cap), cand, cand.double_buffered)
     if chip.wram is not None and -(-weights // chip.cores_per_cluster) > chip.wram.bytes:
         m.add_implication(cand.selected, cand.resident.Not())
 
 
-def _cost_terms(enc: Encoding, cand: Candidate) -> tuple[Any, Any]:
-    """(DRAM bytes, MACs) of a candidate as expressions of its tile variables."""
-    m = enc.model
+@dataclass(frozen=True)
+class Terms:
+    """A candidate's cost quantities as CP-SAT expressions (planner.cost.work_counters)."""
+
+    dram: Any
+    macs: Any
+    vector_ops: Any
+    core_fmap: Any
+    core_weight: Any
+    first_load: Any
+    last_store: Any
+
+
+def _terms(enc: Encoding, cand: Candidate) -> Terms:
+    m, g, dt = enc.model, enc.graph, enc.chip.dtype_bytes
     reads = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
-    writes = sum(enc.graph.elems(t) for t in cand.io.outputs) * enc.chip.dtype_bytes
+    writes = sum(g.elems(t) for t in cand.io.outputs) * dt
     w = enc.weight_bytes(cand)
+    wread: Any = w
     if w and not isinstance(cand.tiles, int):
-        wread = m.new_int_var(0, w * enc.graph.shapes[cand.io.anchor][-2] * cand.extent[0],
-                              f"weight_read_{cand.index}")
+        upper = w * cand.extent[1] * cand.extent[0]
+        wread = m.new_int_var(0, upper, f"weight_read_{cand.index}")
         m.add(wread >= w).only_enforce_if(cand.resident)
         m.add(wread >= w * cand.tiles).only_enforce_if(cand.resident.Not())
-    else:
-        wread = w
-    macs = 0
+    macs: Any = 0
+    vector_ops: Any = 0
     for name in cand.io.layers:
-        lay = enc.graph.layer(name)
+        lay = g.layer(name)
         if lay.macs_per_output:
-            macs += lay.macs_per_output * enc.region_elems_total(cand, lay.outputs[0])
-    return reads + writes + wread, macs
+            ops = lay.macs_per_output * enc.region_elems_total(cand, lay.outputs[0])
+            if lay.is_main:
+                macs += ops
+            else:
+                vector_ops += ops
+    uses = in_group_uses(g, cand.io)
+    core_fmap = sum(enc.region_elems_total(cand, t) * ((1 + uses.get(t, 0)) * dt)
+                    for t in group_tensors(g, cand.io))
+    return Terms(reads + writes + wread, macs, vector_ops, core_fmap, w * cand.tiles,
+                 enc.first_load_bytes(cand), enc.last_store_bytes(cand))
+
+
+def _ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
+    """An integer >= expr * den / num; tight wherever the objective pushes it down."""
+    var = m.new_int_var(0, 10**12, name)
+    m.add(var * num >= expr * den)
+    return var
 
 
 def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: RuleSet) -> Any:
-    """Integer cost of a candidate (scaled) under the objective, as a variable."""
+    """Integer cost of a candidate (scaled) under the objective (planner.cost.cycles_energy)."""
     m, chip = enc.model, enc.chip
-    dram, macs = _cost_terms(enc, cand)
+    t = _terms(enc, cand)
     if objective == "traffic":
-        return dram
+        return t.dram
+    i = cand.index
     bpc = dram_bytes_per_cycle(chip)
-    per_cycle = chip.cores * chip.core.macs_per_cycle
-    cycles = m.new_int_var(0, 10**12, f"cycles_{cand.index}")
-    m.add(cycles * bpc.numerator >= dram * bpc.denominator)  # ceil(dram / bytes_per_cycle)
-    m.add(cycles * per_cycle >= macs)
+    num, den = bpc.numerator, bpc.denominator
+    compute = (_ceil_div(m, t.macs, chip.cores * chip.core.macs_per_cycle, 1, f"mac_cyc_{i}")
+               + _ceil_div(m, t.vector_ops, chip.cores * chip.core.vector_lanes, 1,
+                           f"vec_cyc_{i}"))
+    cycles = m.new_int_var(0, 10**12, f"cycles_{i}")
+    # without a second buffer, transfers and compute add up
+    serial = _ceil_div(m, t.dram, num, den, f"dram_cyc_{i}")
+    m.add(cycles >= serial + compute).only_enforce_if(cand.double_buffered.Not())
+    # with one: fill + max(remaining transfers, compute) + drain
+    fill = _ceil_div(m, t.first_load, num, den, f"fill_{i}")
+    drain = _ceil_div(m, t.last_store, num, den, f"drain_{i}")
+    rest = _ceil_div(m, t.dram - t.first_load - t.last_store, num, den, f"rest_{i}")
+    m.add(cycles >= fill + rest + drain).only_enforce_if(cand.double_buffered)
+    m.add(cycles >= fill + compute + drain).only_enforce_if(cand.double_buffered)
     if objective == "latency":
         return cycles
-    seconds_per_cycle = 1.0 / (chip.clock_ghz * 1e9)
-    static_pj = chip.static_power_mw * 1e-3 * seconds_per_cycle * 1e12
-    energy = (round(ENERGY_SCALE * (chip.dram.pj_per_byte + chip.sram.pj_per_byte)) * dram
-              + round(ENERGY_SCALE * chip.core.pj_per_mac) * macs
-              + round(ENERGY_SCALE * static_pj) * cycles)
+    k = energy_coefficients(chip)
+    energy = (k["dram"] * t.dram + k["core_fmap"] * t.core_fmap
+              + k["core_weight"] * t.core_weight + k["macs"] * t.macs
+              + k["vector_ops"] * t.vector_ops + k["cycles"] * cycles)
     if objective == "energy":
         return energy
     o = ruleset.objective
-    return (round(ENERGY_SCALE * o.dram_bytes_weight) * dram
+    return (round(ENERGY_SCALE * o.dram_bytes_weight) * t.dram
             + round(ENERGY_SCALE * o.cycles_weight) * cycles + round(o.energy_pj_weight) * energy)
-
-
-def _scaled(cost: Counters, objective: str, ruleset: RuleSet, chip: Chip) -> int:
-    """A lower bound, in the model's integer units, of a candidate's objective term."""
-    if objective == "traffic":
-        return cost.dram_bytes
-    if objective == "latency":
-        return cost.cycles
-    return 0  # energy and weighted terms are rounded sums; no bound is safer than a wrong one
 
 
 def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
@@ -213,7 +245,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         if best is None:
             continue
         candidates.append(layers)
-        floors.append(_scaled(best.cost, objective, ruleset, chip))
+        floors.append(objective_units(best.cost, objective, ruleset, chip))
     enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors)
     _hint(enc, warm)
     solver = cp_model.CpSolver()
@@ -239,8 +271,14 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         if solver.boolean_value(cand.selected):
             th = cand.th if isinstance(cand.th, int) else solver.value(cand.th)
             tn = cand.tn if isinstance(cand.tn, int) else solver.value(cand.tn)
-            groups.append((cand.layers, Tile(tn, th, cand.extent[2]),
-                           bool(solver.boolean_value(cand.resident))))
+            tile = Tile(tn, th, cand.extent[2])
+            resident = bool(solver.boolean_value(cand.resident))
+            db = bool(solver.boolean_value(cand.double_buffered))
+            if objective == "traffic":  # bytes do not depend on it: pick the faster one
+                search = GroupSearch.of(graph, cand.layers, chip, ruleset)
+                options = [False] + [True] * search.fits_double_buffer(tile, resident)
+                db = min(options, key=lambda o: search.quick_cost(tile, resident, o).cycles)
+            groups.append((cand.layers, tile, resident, db))
     obj, bound = solver.objective_value, solver.best_objective_bound
     gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
     return CpsatResult(groups, name, obj, bound, gap, time.perf_counter() - started)

@@ -57,8 +57,10 @@ class Candidate:
     th: Any  # IntVar or int
     tn: Any
     tiles_h: Any
+    tiles_n: Any
     tiles: Any  # tiles_h * tiles_n
     resident: Any  # BoolVar: weights held on chip for the whole group
+    double_buffered: Any  # BoolVar: a second input buffer prefetches the next tile
     small: Any  # BoolVar: th == H (whole maps on chip)
     th_low: int
     facts_any_tile: GroupFacts
@@ -115,9 +117,10 @@ class Encoding:
             tiles = m.new_int_var(1, h * n, f"tiles_{i}")
             m.add_multiplication_equality(tiles, [tiles_h, tiles_n])
         resident = m.new_bool_var(f"resident_{i}")
+        double_buffered = m.new_bool_var(f"double_buffered_{i}")
         facts = GroupFacts(graph, io, chains, Tile(n, h, w), self.chip)
         cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, th, tn, tiles_h,
-                         tiles, resident, small, h_low or h, facts)
+                         tiles_n, tiles, resident, double_buffered, small, h_low or h, facts)
         self.candidates.append(cand)
         return cand
 
@@ -193,13 +196,8 @@ class Encoding:
             raise ValueError("tileable candidate with a non-affine tensor")
         if chain.s == 0:
             return cand.tiles_h * chain.u
-        key = "#tth"
         m = self.model
-        if key not in cand.rows:
-            tth = m.new_int_var(0, 2 * h, f"tiles_x_th_{cand.index}")
-            m.add_multiplication_equality(tth, [cand.tiles_h, cand.th])
-            cand.rows[key] = tth
-        last = h - cand.rows[key] + cand.th  # rows of the last (shorter) tile
+        last = h - self.rows_tiles_x_th(cand) + cand.th  # rows of the last (shorter) tile
         d = chain.delta(h)
         over = m.new_int_var(0, max(d, 0), f"clip_{cand.index}_{len(cand.rows)}")
         # the tile before the last one overshoots U when the last tile is shorter than the halo
@@ -217,3 +215,62 @@ class Encoding:
     def read_bytes(self, cand: Candidate, t: str) -> Any:
         """DRAM bytes of input t over all tiles."""
         return self.region_elems_total(cand, t) * self._dt
+
+    # --- pipeline fill and drain ----------------------------------------------------------
+
+    def product(self, a: Any, b: Any, name: str, upper: int) -> Any:
+        """a * b as an expression (a multiplication constraint when both are variables)."""
+        if isinstance(a, int) or isinstance(b, int):
+            return a * b
+        var = self.model.new_int_var(0, upper, name)
+        self.model.add_multiplication_equality(var, [a, b])
+        return var
+
+    def first_load_bytes(self, cand: Candidate) -> Any:
+        """DRAM bytes of the first tile: its input boxes plus all the group's weights."""
+        total: Any = self.weight_bytes(cand)
+        for k, t in enumerate(cand.io.inputs):
+            chain = cand.chains.chains[t][1]
+            fb = cand.chains.full[t]
+            c = dims(self.graph.shapes[t])[1]
+            full_rows = fb[3] - fb[2]
+            if isinstance(cand.th, int) or chain is None or chain.s == 0:
+                rows: Any = full_rows
+            else:  # the first tile starts at row 0: [0, min(U, S*(th-1) + E))
+                rows = self.model.new_int_var(0, full_rows, f"first_rows_{cand.index}_{k}")
+                self.model.add_min_equality(rows, [chain.s * cand.th + (chain.e - chain.s),
+                                                   chain.u])
+            cn = cand.chains.chains[t][0]
+            images: Any = fb[1] - fb[0]
+            if cn is not None and cn.s == 1 and not isinstance(cand.tn, int):
+                images = cand.tn
+            both = self.product(rows, images, f"first_{cand.index}_{k}",
+                                full_rows * (fb[1] - fb[0]))
+            total = total + both * (c * (fb[5] - fb[4]) * self._dt)
+        return total
+
+    def last_store_bytes(self, cand: Candidate) -> Any:
+        """DRAM bytes the last tile stores (the anchor's last rows and images)."""
+        n, h, w = cand.extent
+        a = cand.io.anchor
+        c = dims(self.graph.shapes[a])[1]
+        others = sum(self.graph.elems(t) for t in cand.io.outputs if t != a) * self._dt
+        rows: Any = h
+        if not isinstance(cand.th, int):
+            rows = h - self.rows_tiles_x_th(cand) + cand.th
+        images: Any = n
+        if not isinstance(cand.tn, int):
+            both = self.product(cand.tiles_n, cand.tn, f"tiles_x_tn_{cand.index}", 2 * n)
+            images = n - both + cand.tn
+        return self.product(rows, images, f"last_{cand.index}", h * n) * (c * w * self._dt) \
+            + others
+
+    def rows_tiles_x_th(self, cand: Candidate) -> Any:
+        """T_h * th (shared by the row sums and the last tile's height)."""
+        key = "#tth"
+        if key not in cand.rows:
+            var = self.model.new_int_var(0, 2 * cand.extent[1], f"tiles_x_th_{cand.index}")
+            self.model.add_multiplication_equality(var, [cand.tiles_h, cand.th])
+            cand.rows[key] = var
+        return cand.rows[key]
+

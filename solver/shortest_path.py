@@ -15,7 +15,7 @@ from planner.errors import PlanningError
 from planner.ir import Graph
 from rules.ruleset import RuleSet
 from solver.groups import is_connected
-from solver.tiles import GroupSearch, TileChoice, objective_value
+from solver.tiles import GroupSearch, TileChoice, objective_units
 
 
 def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str) -> PlanningError:
@@ -51,6 +51,6 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                     raise infeasible_layer_error(graph, chip, ruleset, layers[0])
                 continue
             choice[i, j] = best
-            dag.add_edge(i, j, weight=objective_value(best.cost, objective, ruleset))
+            dag.add_edge(i, j, weight=objective_units(best.cost, objective, ruleset, chip))
     path = nx.shortest_path(dag, 0, len(order), weight="weight")
     return [(tuple(order[a:b]), choice[a, b]) for a, b in zip(path, path[1:], strict=False)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from math import ceil
 
 from hardware.chip import Chip
-from planner.cost import Counters, cycles_energy, group_cost, traffic_macs
+from planner.cost import Counters, group_cost, with_time, work_counters
 from planner.ir import Graph
 from planner.regions import GroupChains, GroupIO, Tile, anchor_extent, group_chains, group_io
 from rules.base import GroupFacts, Rule, Violation
@@ -28,6 +28,7 @@ class TileChoice:
     tile: Tile
     resident: bool
     cost: Counters
+    double_buffered: bool = False
 
 
 def physical_violations(facts: GroupFacts) -> list[Violation]:
@@ -35,6 +36,8 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
     chip = facts.chip
     out = []
     live = facts.live_peak_bytes
+    if facts.double_buffered:  # room to prefetch the next tile's inputs
+        live += facts.in_bytes
     weights = facts.weight_bytes if facts.weights_resident else 0
     sram_need = live + (weights if chip.unified else 0)
     if sram_need > chip.sram.bytes:
@@ -53,8 +56,47 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
     return out
 
 
+def _rank(cost: Counters, objective: str, ruleset: RuleSet, chip: Chip, c: TileChoice
+          ) -> tuple[float, ...]:
+    """Objective first; ties go to fewer cycles, resident weights, larger tiles."""
+    return (objective_units(cost, objective, ruleset, chip), cost.cycles, not c.resident,
+            -c.tile.n, -c.tile.h)
+
+
+ENERGY_SCALE = 1000  # energy in milli-pJ units, so fractional pJ/B stay integral
+
+
+def energy_coefficients(chip: Chip) -> dict[str, int]:
+    """Integer (milli-pJ) energy per unit of each counter; CP-SAT uses the same numbers."""
+    core_fmap = chip.nram.pj_per_byte if chip.nram else chip.sram.pj_per_byte
+    core_weight = chip.wram.pj_per_byte if chip.wram else chip.sram.pj_per_byte
+    static = chip.static_power_mw * 1e-3 / (chip.clock_ghz * 1e9) * 1e12  # pJ per cycle
+    coef = {"dram": chip.dram.pj_per_byte + chip.sram.pj_per_byte, "core_fmap": core_fmap,
+            "core_weight": core_weight, "macs": chip.core.pj_per_mac,
+            "vector_ops": chip.core.pj_per_vector_op, "cycles": static}
+    return {k: round(ENERGY_SCALE * v) for k, v in coef.items()}
+
+
+def objective_units(cost: Counters, objective: str, ruleset: RuleSet, chip: Chip) -> int:
+    """The integer the planners minimise: exactly CP-SAT's objective term for this cost."""
+    if objective == "traffic":
+        return cost.dram_bytes
+    if objective == "latency":
+        return cost.cycles
+    k = energy_coefficients(chip)
+    energy = (k["dram"] * cost.dram_bytes + k["core_fmap"] * cost.core_fmap_bytes
+              + k["core_weight"] * cost.core_weight_bytes + k["macs"] * cost.macs
+              + k["vector_ops"] * cost.vector_ops + k["cycles"] * cost.cycles)
+    if objective == "energy":
+        return energy
+    o = ruleset.objective
+    return (round(ENERGY_SCALE * o.dram_bytes_weight) * cost.dram_bytes
+            + round(ENERGY_SCALE * o.cycles_weight) * cost.cycles
+            + round(o.energy_pj_weight) * energy)
+
+
 def objective_value(cost: Counters, objective: str, ruleset: RuleSet) -> float:
-    """Scalar to minimise for a cost under an objective."""
+    """Scalar of a cost under an objective, in the objective's own unit (reports)."""
     if objective == "latency":
         return cost.cycles
     if objective == "energy":
@@ -83,8 +125,9 @@ class GroupSearch:
         io = group_io(graph, layers)
         return cls(graph, tuple(io.layers), chip, ruleset, io, group_chains(graph, io))
 
-    def facts(self, tile: Tile, resident: bool) -> GroupFacts:
-        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident)
+    def facts(self, tile: Tile, resident: bool, double_buffered: bool = False) -> GroupFacts:
+        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
+                          double_buffered)
 
     def heights(self) -> list[int]:
         """Candidate tile heights, tallest first (only the whole map if rows cannot tile)."""
@@ -123,25 +166,32 @@ class GroupSearch:
     def feasible(self, th: int, resident: bool, rules: Iterable[Rule] | None = None) -> bool:
         return not self.violations(self.tile_of(th), resident, rules)
 
-    def quick_cost(self, tile: Tile, resident: bool) -> Counters:
-        """DRAM bytes, MACs, cycles and energy of a tile, without the SRAM peak."""
-        fmap, wbytes, write, macs = traffic_macs(self.graph, self.io, self.chains, tile,
-                                                 self.chip, resident)
-        cycles, energy = cycles_energy(self.chip, fmap + wbytes + write, macs)
-        return Counters(fmap + wbytes, write, wbytes, 0, 0, macs, cycles, energy)
+    def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool) -> Counters:
+        """Every counter but the SRAM peak (closed forms; cheap)."""
+        work = work_counters(self.graph, self.io, self.chains, tile, self.chip, resident)
+        return with_time(self.chip, work, double_buffered)
+
+    def fits_double_buffer(self, tile: Tile, resident: bool) -> bool:
+        """A second input buffer (to prefetch the next tile) fits on chip too."""
+        return not physical_violations(self.facts(tile, resident, True))
+
+    def choice(self, tile: Tile, resident: bool, double_buffered: bool) -> TileChoice:
+        """A tile with its full predicted cost."""
+        return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
+                                                     resident, double_buffered),
+                          double_buffered)
 
     def best(self, objective: str = "traffic", rules: Iterable[Rule] | None = None
              ) -> TileChoice | None:
-        """The exact best tile over every batch split, height and weight residency."""
+        """The exact best tile over every batch split, height, weight residency and buffering."""
         found = [c for tn in self.batch_options()
                  if (c := self.at_batch(tn)._best_height(objective, rules)) is not None]
         if not found:
             return None
-        return min(found, key=lambda c: (objective_value(c.cost, objective, self.ruleset),
-                                         not c.resident, -c.tile.n, -c.tile.h))
+        return min(found, key=lambda c: _rank(c.cost, objective, self.ruleset, self.chip, c))
 
     def _best_height(self, objective: str, rules: Iterable[Rule] | None) -> TileChoice | None:
-        """The exact best tile over every height and weight residency.
+        """The exact best tile over every height, weight residency and buffering.
 
         Capacities only shrink as tiles get shorter, so the heights that fit them form a
         range found by bisection; inside it every height is costed (cost is not monotone:
@@ -152,7 +202,7 @@ class GroupSearch:
         shrink = tuple(r for r in chosen if r.tile_trend == "shrink")
         rest = tuple(r for r in chosen if r.tile_trend != "shrink")
         heights = self.heights()
-        options: list[tuple[float, bool, int]] = []
+        best: tuple[tuple[float, ...], Tile, bool, bool] | None = None
         for resident in (True, False):
             feasible = [heights[0]] if self.feasible(heights[0], resident, chosen) else []
             top = _tallest(self, heights[1:], resident, shrink)
@@ -160,15 +210,18 @@ class GroupSearch:
                 feasible += [th for th in heights[heights.index(top):]
                              if not rest or self.feasible(th, resident, rest)]
             for th in feasible:
-                value = objective_value(self.quick_cost(self.tile_of(th), resident), objective,
-                                        self.ruleset)
-                options.append((value, not resident, -th))
-        if not options:
+                tile = self.tile_of(th)
+                for db in (False, True):
+                    if db and not self.fits_double_buffer(tile, resident):
+                        continue
+                    cost = self.quick_cost(tile, resident, db)
+                    rank = _rank(cost, objective, self.ruleset, self.chip,
+                                 TileChoice(tile, resident, cost, db))
+                    if best is None or rank < best[0]:
+                        best = (rank, tile, resident, db)
+        if best is None:
             return None
-        _, streamed, neg_th = min(options)
-        tile = self.tile_of(-neg_th)
-        return TileChoice(tile, not streamed,
-                          group_cost(self.graph, self.layers, tile, self.chip, not streamed))
+        return self.choice(best[1], best[2], best[3])
 
     def search(self, how: str, rules: Iterable[Rule] | None = None) -> TileChoice | None:
         """Seed 000's tile searches (N first, then H): the largest batch split that fits."""
@@ -188,8 +241,7 @@ class GroupSearch:
                 else _small_to_large(self, low, high, resident, chosen)
             if th is not None:
                 tile = self.tile_of(th)
-                return TileChoice(tile, resident,
-                                  group_cost(self.graph, self.layers, tile, self.chip, resident))
+                return self.choice(tile, resident, self.fits_double_buffer(tile, resident))
         return None
 
 
