@@ -14,7 +14,7 @@ from planner.errors import InputError
 from planner.graph_build import build_graph
 from planner.ir import Graph
 from planner.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
-from planner.plan import Plan, assemble, layer_plan, load_plan
+from planner.plan import Plan, assemble, layer_plan, load_plan, whole_tile
 from rules.ruleset import RuleSet, load_rules
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
@@ -56,7 +56,6 @@ def prepare(model: str, rules: str | Path | None = None, hardware: str | None = 
 def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None = None,
                  time_limit: float | None = None) -> Plan:
     """Plan a prepared problem with one of the four planners."""
-    from solver.cpsat import solve_cpsat
     from solver.greedy import greedy_groups
     from solver.shortest_path import shortest_path_groups
 
@@ -68,6 +67,12 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     header = problem.plan_header()
     started = time.perf_counter()
+    whole = whole_network(problem) if rs.search.whole_network_first and solver != "layer" \
+        else None
+    if whole is not None:
+        info = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP", "gap": 0.0,
+                "wall_s": round(time.perf_counter() - started, 3)}
+        return assemble(g, chip, [whole], objective=objective, solver=info, **header)
     if solver == "layer":
         plan = layer_plan(g, chip, objective=objective, **header)
         return _with_solver(plan, {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
@@ -86,13 +91,88 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
         info = {"name": "shortest-path", "status": "OPTIMAL" if chain else "FEASIBLE",
                 "gap": 0.0 if chain else None}
     else:
-        warm = [(ls, c.tile) for ls, c in shortest_path_groups(g, chip, rs, objective)]
-        result = solve_cpsat(g, chip, rs, objective, warm, time_limit)
-        groups = list(result.groups)
-        info = {"name": "cpsat", "status": result.status, "gap": round(result.gap, 6),
-                "objective": result.objective, "bound": result.bound}
+        groups, info = _cpsat(problem, objective, time_limit)
     info["wall_s"] = round(time.perf_counter() - started, 3)
     return assemble(g, chip, groups, objective=objective, solver=info, **header)
+
+
+def whole_network(problem: Problem) -> tuple[Any, ...] | None:
+    """The one-group placement when every weight and the largest live set fit on chip."""
+    from solver.tiles import GroupSearch
+
+    g = problem.graph
+    layers = tuple(lay.name for lay in g.layers)
+    search = GroupSearch.of(g, layers, problem.chip, problem.ruleset)
+    tile = search.tile_of(search.heights()[0])
+    if tile != whole_tile(g, layers) or search.violations(tile, True, ()):
+        return None
+    return layers, tile, True, False
+
+
+def resolve_objective(ruleset: RuleSet, objective: str | None, prefer: str | None,
+                      battery: float | None) -> str | None:
+    """Seed 004's choice between time and energy: an explicit objective wins; `auto` picks
+    energy when the battery is below the rules' threshold, else latency."""
+    if objective is not None or prefer is None:
+        return objective
+    if prefer not in ("auto", "latency", "energy"):
+        raise InputError(f"unknown --prefer '{prefer}'. Use auto, latency or energy.")
+    if prefer != "auto":
+        return prefer
+    if battery is None:
+        raise InputError("--prefer auto needs --battery PERCENT (the device's battery level).")
+    return "energy" if battery < ruleset.objective.battery_threshold_pct else "latency"
+
+
+def _cpsat(problem: Problem, objective: str, time_limit: float | None,
+           cycles_cap: int | None = None) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    """CP-SAT groups warm-started from the shortest-path plan, and the solver info."""
+    from solver.cpsat import solve_cpsat
+    from solver.shortest_path import shortest_path_groups
+
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    warm = [(ls, c.tile) for ls, c in shortest_path_groups(g, chip, rs, objective)]
+    result = solve_cpsat(g, chip, rs, objective, warm, time_limit, cycles_cap)
+    info = {"name": "cpsat", "status": result.status, "gap": round(result.gap, 6),
+            "objective": result.objective, "bound": result.bound}
+    if cycles_cap is not None:
+        info["cycles_cap"] = cycles_cap
+    return list(result.groups), info
+
+
+def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -> list[Plan]:
+    """Non-dominated (cycles, energy) plans by epsilon constraints (seed 004 ¶49-54).
+
+    The latency-optimal and energy-optimal plans bound the front; between them CP-SAT
+    minimises energy with the plan's cycles capped at evenly spaced values.
+    """
+    if points < 2:
+        raise InputError(f"--points must be at least 2 (got {points}): the two ends of the front.")
+    ends = [plan_problem(problem, "cpsat", "latency", time_limit),
+            plan_problem(problem, "cpsat", "energy", time_limit)]
+    low, high = ends[0].totals.cycles, ends[1].totals.cycles
+    plans = list(ends)
+    header = problem.plan_header()
+    for k in range(1, points - 1):
+        cap = low + (high - low) * k // (points - 1)
+        if cap <= low or cap >= high:
+            continue
+        started = time.perf_counter()
+        groups, info = _cpsat(problem, "energy", time_limit, cap)
+        info["wall_s"] = round(time.perf_counter() - started, 3)
+        plans.append(assemble(problem.graph, problem.chip, groups, objective="energy",
+                              solver=info, **header))
+    return non_dominated(plans)
+
+
+def non_dominated(plans: Sequence[Plan]) -> list[Plan]:
+    """Plans no other plan beats on both cycles and energy, by increasing cycles."""
+    keep: list[Plan] = []
+    for p in sorted(plans, key=lambda p: (p.totals.cycles, p.totals.energy_pj)):
+        if keep and p.totals.energy_pj >= keep[-1].totals.energy_pj:
+            continue  # as slow or slower, and no less energy: dominated
+        keep.append(p)
+    return keep
 
 
 def _with_solver(plan: Plan, info: Mapping[str, Any]) -> Plan:

@@ -103,10 +103,14 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
           shape: ShapeOpt = None, objective: ObjOpt = None,
           solver: Annotated[str, typer.Option("--solver", help="cpsat | shortest-path | greedy | layer")] = "cpsat",
           time_limit: TimeOpt = None,
+          prefer: Annotated[str | None, typer.Option("--prefer", help="auto | latency | energy (seed 004)")] = None,
+          battery: Annotated[float | None, typer.Option("--battery", help="Battery level in percent, for --prefer auto.")] = None,
           output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan JSON here.")] = None,
           as_json: JsonOpt = False) -> None:
     """Plan MODEL: fusion groups and tiles under the rules, on the chip."""
-    plan = api.solve(model, rules, hw, _shapes(shape), objective, solver, time_limit, set_ or ())
+    problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
+    objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
+    plan = api.plan_problem(problem, solver, objective, time_limit)
     if output is not None:
         save_plan(plan, output)
     if as_json:
@@ -117,6 +121,65 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
         out.print(line)
     if output is not None:
         out.print(f"plan written to {output}")
+
+
+@app.command()
+@guarded
+def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
+           shape: ShapeOpt = None, time_limit: TimeOpt = None,
+           points: Annotated[int, typer.Option("--points", help="Points on the front (>= 2).")] = 5,
+           out_dir: Annotated[Path, typer.Option("--out-dir", help="Where the plan files go.")] = Path("pareto"),
+           plot: Annotated[Path | None, typer.Option("--plot", help="Draw the front as an SVG.")] = None,
+           as_json: JsonOpt = False) -> None:
+    """Non-dominated (cycles, energy) plans, each written as a plan file that verifies."""
+    if plot is not None and plot.suffix.lower() != ".svg":
+        raise InputError(f"{plot}: --plot writes SVG; name the file *.svg.")
+    problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
+    plans = api.pareto(problem, points, time_limit)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, plan in enumerate(plans):
+        path = out_dir / f"pareto_{i}.json"
+        save_plan(plan, path)
+        t = plan.totals
+        rows.append({"cycles": t.cycles, "energy_pj": round(t.energy_pj, 3),
+                     "dram_bytes": t.dram_bytes, "groups": len(plan.groups), "plan": str(path)})
+    if plot is not None:
+        plot.write_text(front_svg(rows))
+    if as_json:
+        _emit({"points": rows})
+        return
+    t = Table(title=f"{len(rows)} non-dominated plans of {model}")
+    for col in ("cycles", "energy µJ", "DRAM", "groups", "plan"):
+        t.add_column(col, justify="left" if col == "plan" else "right")
+    for r in rows:
+        t.add_row(f"{r['cycles']:,}", f"{r['energy_pj'] / 1e6:,.2f}", _mib(r["dram_bytes"]),
+                  str(r["groups"]), r["plan"])
+    out.print(t)
+
+
+def front_svg(rows: Sequence[dict[str, Any]]) -> str:
+    """A self-contained SVG scatter of the front: cycles across, energy up."""
+    w, h, pad = 480, 320, 50
+    xs = [r["cycles"] for r in rows]
+    ys = [r["energy_pj"] for r in rows]
+    x0, x1 = min(xs), max(xs) or 1
+    y0, y1 = min(ys), max(ys) or 1
+
+    def px(x: float, lo: float, hi: float, size: int) -> float:
+        return pad + (size - 2 * pad) * ((x - lo) / (hi - lo) if hi > lo else 0.5)
+
+    dots = "".join(
+        f'<circle cx="{px(x, x0, x1, w):.1f}" cy="{h - px(y, y0, y1, h):.1f}" r="5" '
+        f'fill="#1f77b4"><title>{x:,} cycles, {y / 1e6:,.2f} µJ</title></circle>'
+        for x, y in zip(xs, ys, strict=True))
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}">'
+            f'<rect width="{w}" height="{h}" fill="white"/>'
+            f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>'
+            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>'
+            f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">cycles</text>'
+            f'<text x="14" y="{h / 2}" transform="rotate(-90 14 {h / 2})" '
+            f'text-anchor="middle">energy (pJ)</text>{dots}</svg>\n')
 
 
 @app.command()

@@ -8,10 +8,9 @@ node's properties. ``export_dot`` writes the layer graph with one cluster per fu
 
 from __future__ import annotations
 
+import colorsys
 from collections.abc import Mapping
 from pathlib import Path
-
-import colorsys
 
 import onnx
 

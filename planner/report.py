@@ -238,8 +238,8 @@ def _svg_edges(graph: Graph, placed: Mapping[str, Placed]) -> list[str]:
 
 
 def _outline_shapes(group: Group, placed: Mapping[str, Placed]) -> list[tuple[int, ...]]:
-    """Rectangles (x, y, w, h, corner radius) whose union covers the group: one per column it occupies and a
-    bridge across the gap between adjacent columns."""
+    """Rectangles (x, y, w, h, corner radius) whose union covers the group: one per column
+    it occupies and a bridge across the gap between adjacent columns."""
     spans: dict[int, tuple[int, int, int]] = {}
     for p in (placed[n] for n in group.layers):
         x, top, bottom = spans.get(p.column, (p.x, p.y, p.y))
@@ -372,7 +372,8 @@ def render_group_table(problem: Problem, plan: Plan, verify_report: VerifyReport
     head = "".join(f"<th>{h}</th>" for h in ("group", "layers", "mode", "tile n×h×w",
                                              "halo re-reads", "weights", "SRAM peak",
                                              "DRAM bytes vs layer-by-layer", "bound by"))
-    return f'<table class="groups"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return (f'<table class="groups"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
 
 
 def render_legend(plan: Plan) -> str:

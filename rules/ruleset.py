@@ -26,6 +26,9 @@ class SearchSettings:
     workers: int = field(default=1, metadata={"ge": 1})  # 1 keeps CP-SAT deterministic
     relative_gap: float = field(default=0.0, metadata={"ge": 0})
     tile_search: Literal["large_to_small", "small_to_large"] = "large_to_small"
+    # seed 004's first check: a network whose weights and largest live set fit on chip runs
+    # as one group, whatever the rules say about fused groups
+    whole_network_first: bool = True
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class ObjectiveSettings:
     dram_bytes_weight: float = field(default=1.0, metadata={"ge": 0})
     cycles_weight: float = field(default=0.0, metadata={"ge": 0})
     energy_pj_weight: float = field(default=0.0, metadata={"ge": 0})
+    # --prefer auto picks energy below this battery level (percent), latency above it
+    battery_threshold_pct: float = field(default=30.0, metadata={"ge": 0})
 
 
 @dataclass(frozen=True)

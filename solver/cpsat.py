@@ -140,12 +140,13 @@ def _ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
     return var
 
 
-def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: RuleSet) -> Any:
-    """Integer cost of a candidate (scaled) under the objective (planner.cost.cycles_energy)."""
+def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: RuleSet
+                     ) -> tuple[Any, Any]:
+    """(integer cost under the objective, cycles or None): solver.tiles.objective_units."""
     m, chip = enc.model, enc.chip
     t = _terms(enc, cand)
     if objective == "traffic":
-        return t.dram
+        return t.dram, None
     i = cand.index
     bpc = dram_bytes_per_cycle(chip)
     num, den = bpc.numerator, bpc.denominator
@@ -163,32 +164,36 @@ def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: Ru
     m.add(cycles >= fill + rest + drain).only_enforce_if(cand.double_buffered)
     m.add(cycles >= fill + compute + drain).only_enforce_if(cand.double_buffered)
     if objective == "latency":
-        return cycles
+        return cycles, cycles
     k = energy_coefficients(chip)
     energy = (k["dram"] * t.dram + k["core_fmap"] * t.core_fmap
               + k["core_weight"] * t.core_weight + k["macs"] * t.macs
               + k["vector_ops"] * t.vector_ops + k["cycles"] * cycles)
     if objective == "energy":
-        return energy
+        return energy, cycles
     o = ruleset.objective
     return (round(ENERGY_SCALE * o.dram_bytes_weight) * t.dram
-            + round(ENERGY_SCALE * o.cycles_weight) * cycles + round(o.energy_pj_weight) * energy)
+            + round(ENERGY_SCALE * o.cycles_weight) * cycles
+            + round(o.energy_pj_weight) * energy), cycles
 
 
 def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
                 candidates: Sequence[Sequence[str]],
-                floors: Sequence[int] | None = None) -> tuple[Encoding, dict[str, Any]]:
+                floors: Sequence[int] | None = None, cycles_cap: int | None = None
+                ) -> tuple[Encoding, dict[str, Any]]:
     """The CP-SAT model over the candidates; returns it with the rule literals by key.
 
     ``floors`` (one per candidate, optional) are lower bounds on each candidate's cost
     (its best tile's cost from the same closed forms); they are valid cuts that tighten the
     LP relaxation to the set-partitioning bound and do not change the optimum.
+    ``cycles_cap`` bounds the plan's total cycles (the epsilon constraint of a Pareto sweep).
     """
     enc = Encoding(graph, chip)
     m = enc.model
     rule_lits = {r.key: m.new_bool_var(f"rule_{r.code}_{r.key}") for r in ruleset.enabled}
     cover: dict[str, list[Any]] = {lay.name: [] for lay in graph.layers}
     costs = []
+    capped: list[Any] = []
     for k, layers in enumerate(candidates):
         cand = enc.add_candidate(layers)
         for name in cand.layers:
@@ -197,7 +202,13 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         if cand.fused:
             for r in ruleset.enabled:
                 r.encode(enc, cand, rule_lits[r.key])
-        cost = _objective_terms(enc, cand, objective, ruleset)
+        cost, cycles = _objective_terms(enc, cand, objective, ruleset)
+        if cycles_cap is not None:
+            if cycles is None:
+                raise ValueError("a cycles cap needs the latency, energy or weighted objective")
+            spent = m.new_int_var(0, 10**12, f"cycles_paid_{cand.index}")
+            m.add(spent >= cycles).only_enforce_if(cand.selected)
+            capped.append(spent)
         # a selected candidate pays its floor (a lower bound of its cost) plus the excess of
         # its actual cost over it; with the floor outside the enforced constraint, the LP
         # relaxation is the set-partitioning bound
@@ -207,8 +218,10 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         m.add(excess == 0).only_enforce_if(cand.selected.Not())
         costs.append(excess + floor * cand.selected)
     # every layer in exactly one selected group
-    for name, lits in cover.items():
+    for lits in cover.values():
         m.add_exactly_one(lits)
+    if cycles_cap is not None:
+        m.add(sum(capped) <= cycles_cap)
     m.minimize(sum(costs))
     return enc, rule_lits
 
@@ -227,7 +240,8 @@ def _hint(enc: Encoding, warm: Sequence[tuple[Sequence[str], Tile]]) -> None:
 
 def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
                 warm: Sequence[tuple[Sequence[str], Tile]] = (),
-                time_limit_s: float | None = None) -> CpsatResult:
+                time_limit_s: float | None = None, cycles_cap: int | None = None
+                ) -> CpsatResult:
     """Optimal groups and tiles under the rules (or the best found within the time limit)."""
     started = time.perf_counter()
     for lay in graph.layers:  # a layer that fits at no tile makes every plan infeasible
@@ -246,7 +260,8 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             continue
         candidates.append(layers)
         floors.append(objective_units(best.cost, objective, ruleset, chip))
-    enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors)
+    enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors,
+                                 cycles_cap)
     _hint(enc, warm)
     solver = cp_model.CpSolver()
     p = solver.parameters

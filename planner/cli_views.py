@@ -1,0 +1,193 @@
+"""CLI commands that show a plan: ``report`` (HTML), ``export`` (annotated ONNX, dot), ``diff``.
+
+``planner.cli`` adds them to its app with ``register(app)``. They follow its conventions:
+errors become exit codes through ``planner.cli.guarded`` (InputError -> 2, PlanningError -> 1),
+``--json`` prints exactly one JSON document on stdout, and the answer "no" (a failed
+verification in ``report``) exits with 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from planner.plan import Plan
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+out = Console()
+err = Console(stderr=True)
+
+RulesOpt = Annotated[str | None, typer.Option(
+    "--rules", help="Rule YAML (default: the file the plan records).")]
+HwOpt = Annotated[str | None, typer.Option(
+    "--hw", help="Chip YAML file or preset name (default: the plan's chip).")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="Chip override KEY=VALUE, e.g. sram.bytes=256KiB.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def guarded(fn: F) -> F:
+    """``planner.cli.guarded``, looked up when the command runs (cli imports this module)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from planner.cli import guarded as cli_guarded
+
+        return cli_guarded(fn)(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _emit(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- report
+
+
+@guarded
+def report(model: str, plan: Path,
+           output: Annotated[Path, typer.Option("-o", "--output",
+                                                help="Write the HTML report here.")],
+           verify: Annotated[bool, typer.Option(
+               "--verify/--no-verify",
+               help="Emulate the plan first and show emulated bytes next to predicted.")] = True,
+           seed: Annotated[int, typer.Option("--seed", help="Seed of the inputs and weights.")] = 0,
+           rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
+           as_json: JsonOpt = False) -> None:
+    """Write a self-contained HTML report of PLAN: layer graph, groups, bytes, boundaries."""
+    from planner.report import load_problem_plan, write_report
+
+    problem, loaded = load_problem_plan(model, plan, rules, hw, set_ or ())
+    if verify and not as_json:
+        err.print(f"emulating {len(loaded.groups)} groups ...", highlight=False)
+    result = write_report(problem, loaded, output, verify, seed)
+    if as_json:
+        _emit({"report": str(output), "groups": len(loaded.groups),
+               "fused_groups": sum(g.fused for g in loaded.groups),
+               "verified": result is not None, "ok": None if result is None else result.ok,
+               "verify": None if result is None else result.to_json()})
+    else:
+        out.print(f"report written to {output} ({len(loaded.groups)} groups"
+                  + ("" if result is None else
+                     f"; verification {'passed' if result.ok else 'FAILED'}") + ")",
+                  highlight=False)
+    if result is not None and not result.ok:
+        raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------- export
+
+
+@guarded
+def export(model: str, plan: Path,
+           output: Annotated[Path, typer.Option(
+               "-o", "--output", help="Write the annotated ONNX model here.")],
+           dot: Annotated[Path | None, typer.Option(
+               "--dot", help="Also write a Graphviz dot file, one cluster per fused group.")
+           ] = None,
+           hw: HwOpt = None, set_: SetOpt = None, as_json: JsonOpt = False) -> None:
+    """Write MODEL annotated with PLAN (node metadata_props and doc strings, for Netron)."""
+    from planner.export import export_dot, export_onnx
+    from planner.report import load_problem_plan
+
+    problem, loaded = load_problem_plan(model, plan, None, hw, set_ or ())
+    export_onnx(problem, loaded, output)
+    if dot is not None:
+        export_dot(problem, loaded, dot)
+    if as_json:
+        _emit({"onnx": str(output), "dot": None if dot is None else str(dot),
+               "nodes": len(problem.model.proto.graph.node), "groups": len(loaded.groups),
+               "fused_groups": sum(g.fused for g in loaded.groups)})
+        return
+    out.print(f"annotated model written to {output} (metadata keys fuseplan.group, "
+              "fuseplan.tile, fuseplan.predicted_dram_bytes on every node)", highlight=False)
+    if dot is not None:
+        out.print(f"Graphviz file written to {dot} (render: dot -Tsvg {dot} -o plan.svg)",
+                  highlight=False)
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def _changes_table(doc: dict[str, Any], plan_a: Plan, plan_b: Plan) -> Table:
+    from planner.diff import group_label
+
+    t = Table(title="groups that changed (A → B)")
+    for col in ("change", "in A", "in B"):
+        t.add_column(col)
+    for s in doc["split"]:
+        t.add_row("split", group_label(plan_a, s["a"]),
+                  "\n".join(group_label(plan_b, b) for b in s["into"]))
+    for m in doc["merged"]:
+        t.add_row("merged", "\n".join(group_label(plan_a, a) for a in m["from"]),
+                  group_label(plan_b, m["b"]))
+    for s in doc["same"]:
+        if s["retiled"]:
+            ta, tb = s["tile_a"], s["tile_b"]
+            t.add_row("re-tiled", f"{group_label(plan_a, s['a'])}: {ta['n']}×{ta['h']}×{ta['w']}",
+                      f"{group_label(plan_b, s['b'])}: {tb['n']}×{tb['h']}×{tb['w']}")
+    return t
+
+
+def _totals_table(doc: dict[str, Any]) -> Table:
+    from planner.report import fmt_bytes
+
+    t = Table(title="totals")
+    for col in ("", "A", "B", "B − A", "B / A"):
+        t.add_column(col, justify="left" if not col else "right")
+    for key, row in doc["totals"].items():
+        def cell(v: Any, key: str = key) -> str:
+            if v is None:
+                return "-"
+            if key.endswith("bytes"):
+                return fmt_bytes(v)
+            return f"{v:,.0f}"
+        ratio = row.get("ratio")
+        t.add_row(key, cell(row["a"]), cell(row["b"]), cell(row["delta"]),
+                  "-" if ratio is None else f"{ratio:.3f}")
+    return t
+
+
+@guarded
+def diff(model: str, plan_a: Path, plan_b: Path, as_json: JsonOpt = False) -> None:
+    """What changed between two plans of MODEL: groups split, merged or re-tiled; totals."""
+    from planner.diff import diff_plans
+    from planner.report import load_problem_plan
+
+    _, a = load_problem_plan(model, plan_a)
+    _, b = load_problem_plan(model, plan_b)
+    doc = diff_plans(a, b)
+    if as_json:
+        _emit(doc)
+        return
+    out.print(f"A: {plan_a} ({len(a.groups)} groups, rules {a.rules.get('file')})",
+              highlight=False)
+    out.print(f"B: {plan_b} ({len(b.groups)} groups, rules {b.rules.get('file')})",
+              highlight=False)
+    if doc["changed"]:
+        out.print(_changes_table(doc, a, b))
+    else:
+        out.print("same groups and tiles")
+    out.print(f"groups only in A: {len(doc['only_in_a'])}, only in B: {len(doc['only_in_b'])}, "
+              f"unchanged: {sum(not s['retiled'] for s in doc['same'])}", highlight=False)
+    out.print(_totals_table(doc))
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``report``, ``export`` and ``diff`` commands to ``app``."""
+    app.command("report")(report)
+    app.command("export")(export)
+    app.command("diff")(diff)
