@@ -97,14 +97,15 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
 
 
 def whole_network(problem: Problem) -> tuple[Any, ...] | None:
-    """The one-group placement when every weight and the largest live set fit on chip."""
+    """The one-group placement when every weight and the largest live set fit on chip and the
+    enabled rules allow the network as one fused group."""
     from solver.tiles import GroupSearch
 
     g = problem.graph
     layers = tuple(lay.name for lay in g.layers)
     search = GroupSearch.of(g, layers, problem.chip, problem.ruleset)
     tile = search.tile_of(search.heights()[0])
-    if tile != whole_tile(g, layers) or search.violations(tile, True, ()):
+    if tile != whole_tile(g, layers) or search.violations(tile, True):
         return None
     return layers, tile, True, False
 

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner import api
+from planner.cli_views import register as register_views
 from planner.errors import InputError, PlanningError
 from planner.onnx_load import parse_shape_option
 from planner.plan import Plan, plan_to_json, save_plan
@@ -106,6 +107,7 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
           prefer: Annotated[str | None, typer.Option("--prefer", help="auto | latency | energy (seed 004)")] = None,
           battery: Annotated[float | None, typer.Option("--battery", help="Battery level in percent, for --prefer auto.")] = None,
           output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan JSON here.")] = None,
+          report: Annotated[Path | None, typer.Option("--report", help="Write a self-contained HTML report (verifies the plan).")] = None,
           as_json: JsonOpt = False) -> None:
     """Plan MODEL: fusion groups and tiles under the rules, on the chip."""
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
@@ -113,6 +115,10 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
     plan = api.plan_problem(problem, solver, objective, time_limit)
     if output is not None:
         save_plan(plan, output)
+    if report is not None:
+        from planner.report import write_report
+
+        write_report(problem, plan, report, verify=True)
     if as_json:
         _emit(plan_to_json(plan))
         return
@@ -121,6 +127,8 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
         out.print(line)
     if output is not None:
         out.print(f"plan written to {output}")
+    if report is not None:
+        out.print(f"report written to {report}")
 
 
 @app.command()
@@ -355,3 +363,6 @@ def rules_doc() -> None:
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+register_views(app)  # report, export, diff

@@ -36,8 +36,11 @@ from planner.regions import (
     axis_ranges,
     box_elems,
     dims,
+    full_box,
     group_chains,
     group_io,
+    hull,
+    input_box,
     tile_regions,
 )
 
@@ -288,7 +291,18 @@ def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
 
 
 def compulsory_bytes(graph: Graph, chip: Chip) -> int:
-    """The floor: every model input and weight read once, every model output written once."""
+    """The floor: every weight and the used part of every model input read once, every model
+    output written once (rows a strided layer never reads need not be loaded at all)."""
     weights = {w for lay in graph.layers for w in lay.weights}
-    fmaps = sum(graph.elems(t) for t in graph.inputs) + sum(graph.elems(t) for t in graph.outputs)
+    used = 0
+    for t in graph.inputs:
+        box: Box | None = None
+        for name in graph.consumers.get(t, ()):
+            lay = graph.layer(name)
+            full = full_box(graph, lay.outputs[0])
+            for i, x in enumerate(lay.fmap_inputs):
+                if x == t:
+                    box = hull(box, input_box(graph, lay, i, full))
+        used += box_elems(graph, t, box) if box is not None else 0
+    fmaps = used + sum(graph.elems(t) for t in graph.outputs)
     return fmaps * chip.dtype_bytes + weight_bytes(graph, weights, chip)

@@ -726,8 +726,18 @@ def _assemble(
             if name and name not in declared and name in types:
                 graph.value_info.add(name=name).type.CopyFrom(types[name])
                 declared.add(name)
-    model.ir_version = max(model.ir_version, 4)
+    # IR >= 4 lets initializers stay out of the inputs; newer onnx releases stamp IR versions
+    # that released onnxruntime builds refuse, and nothing here needs more than IR 8
+    model.ir_version = min(max(model.ir_version, 4), max(8, _ort_max_ir()))
     return model
+
+
+def _ort_max_ir() -> int:
+    """Highest IR version the installed onnxruntime accepts (8 if it cannot be told)."""
+    import onnxruntime
+
+    major_minor = tuple(int(x) for x in onnxruntime.__version__.split(".")[:2])
+    return 10 if major_minor >= (1, 17) else 8
 
 
 def _missing_shapes(model: onnx.ModelProto) -> list[str]:

@@ -184,8 +184,8 @@ def layer_depths(graph: Graph) -> dict[str, int]:
 
 
 def _columns(graph: Graph, plan: Plan, depth: Mapping[str, int]) -> list[list[str]]:
-    """Layers per depth, by group (so a group's members sit together), then by the mean row
-    of their predecessors (fewer crossings)."""
+    """Layers per depth, in group order (so a group's members sit together), then in
+    topological order."""
     position = {n: i for i, g in enumerate(plan.groups) for n in g.layers}
     columns: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
     for lay in graph.layers:
@@ -339,11 +339,11 @@ def _bound_cell(group: Group, explain_doc: Mapping[str, Any]) -> str:
     return "".join(parts) or '<span class="muted">last group</span>'
 
 
-def _group_row(problem: Problem, group: Group, emulated: Counters | None,
+def _group_row(group: Group, baseline: int, emulated: Counters | None,
                explain_doc: Mapping[str, Any], scale: float) -> str:
     fill, stroke = group_colours(group.id)
     p = group.predicted
-    bars = [_bar("layer-by-layer", layer_by_layer_group_bytes(problem, group), scale),
+    bars = [_bar("layer-by-layer", baseline, scale),
             _bar("predicted", p.dram_bytes, scale, stroke)]
     if emulated is not None:
         bars.append(_bar("emulated", emulated.dram_bytes, scale))
@@ -364,11 +364,11 @@ def render_group_table(problem: Problem, plan: Plan, verify_report: VerifyReport
     emulated: list[Counters | None] = (list(verify_report.per_group)
                                        if verify_report is not None and verify_report.per_group
                                        else [None] * len(plan.groups))
-    scale = max([layer_by_layer_group_bytes(problem, g) for g in plan.groups]
-                + [g.predicted.dram_bytes for g in plan.groups]
+    baselines = [layer_by_layer_group_bytes(problem, g) for g in plan.groups]
+    scale = max(baselines + [g.predicted.dram_bytes for g in plan.groups]
                 + [e.dram_bytes for e in emulated if e is not None] + [1])
-    rows = [_group_row(problem, g, e, explain_doc, scale)
-            for g, e in zip(plan.groups, emulated, strict=True)]
+    rows = [_group_row(g, base, e, explain_doc, scale)
+            for g, base, e in zip(plan.groups, baselines, emulated, strict=True)]
     head = "".join(f"<th>{h}</th>" for h in ("group", "layers", "mode", "tile n×h×w",
                                              "halo re-reads", "weights", "SRAM peak",
                                              "DRAM bytes vs layer-by-layer", "bound by"))

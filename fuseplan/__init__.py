@@ -1,0 +1,82 @@
+"""fuseplan: a layer-fusion planner for neural-network accelerators, as a Python library.
+
+The ``fuseplan`` command line is a thin shell over these functions. A model is an ``.onnx``
+path or ``"zoo:NAME"``; rules and hardware are YAML paths or preset names (``None`` for
+``rules/default.yaml`` and the default chip)::
+
+    from pathlib import Path
+
+    import fuseplan
+
+    plan = fuseplan.solve("model.onnx", rules="rules/default.yaml", hardware="cluster4x4")
+    print(len(plan.groups), plan.totals.dram_bytes, plan.compulsory_dram_bytes)
+    fuseplan.save_plan(plan, Path("plan.json"))
+
+    report = fuseplan.verify("model.onnx", "plan.json")       # emulator vs onnxruntime
+    assert report.ok, report.first_counter_mismatch
+    why = fuseplan.explain("model.onnx", "plan.json")         # what bound each boundary
+
+    # one problem, several planners or objectives
+    problem = fuseplan.prepare("zoo:squeezenet", hardware="frustum_npu",
+                               overrides=["sram.bytes=512KiB"])
+    greedy = fuseplan.plan_problem(problem, solver="greedy")
+    rows = fuseplan.compare(problem)                          # [(solver, plan, status), ...]
+
+    # what users see
+    fuseplan.write_report(problem, greedy, "report.html", verify=True)
+    fuseplan.export_onnx(problem, greedy, "annotated.onnx")  # open in Netron
+    changes = fuseplan.diff_plans(greedy, fuseplan.plan_problem(problem))
+
+Errors: :class:`InputError` for bad input (the CLI's exit code 2) and :class:`PlanningError`
+when the answer is "no" (exit code 1).
+"""
+
+from __future__ import annotations
+
+from hardware.chip import Chip, load_chip
+from planner.api import (
+    Problem,
+    compare,
+    explain,
+    inspect,
+    plan_problem,
+    prepare,
+    solve,
+    verify,
+)
+from planner.cost import Counters
+from planner.diff import diff_plans
+from planner.errors import InputError, PlanningError
+from planner.export import export_dot, export_onnx
+from planner.plan import Group, Plan, load_plan, plan_to_json, save_plan
+from planner.report import load_problem_plan, render_report, write_report
+from rules.ruleset import RuleSet, load_rules
+
+__all__ = [
+    "Chip",
+    "Counters",
+    "Group",
+    "InputError",
+    "Plan",
+    "PlanningError",
+    "Problem",
+    "RuleSet",
+    "compare",
+    "diff_plans",
+    "explain",
+    "export_dot",
+    "export_onnx",
+    "inspect",
+    "load_chip",
+    "load_plan",
+    "load_problem_plan",
+    "load_rules",
+    "plan_problem",
+    "plan_to_json",
+    "prepare",
+    "render_report",
+    "save_plan",
+    "solve",
+    "verify",
+    "write_report",
+]
