@@ -13,7 +13,13 @@ from hardware.chip import Chip, load_chip
 from planner.errors import InputError
 from planner.graph_build import build_graph
 from planner.ir import Graph
-from planner.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
+from planner.onnx_load import (
+    LoadedModel,
+    load_model,
+    random_inputs,
+    randomize_weights,
+    weights_are_placeholders,
+)
 from planner.plan import Plan, assemble, layer_plan, load_plan, whole_tile
 from rules.ruleset import RuleSet, load_rules
 
@@ -222,7 +228,7 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
         inputs, _, seed = load_golden(golden_path)
     else:
         inputs = random_inputs(loaded, seed)
-    weighted = randomize_weights(loaded, seed)
+    weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
     graph = build_graph(weighted)
     plan = load_plan(plan_path, graph, chip, loaded.sha256)
     return verify_plan(weighted, graph, plan, chip, inputs, golden_path)
@@ -252,7 +258,9 @@ def write_golden(model: str, plan_path: str | Path, seed: int, path: str | Path,
     from emulator.verify import save_golden
     from planner.onnx_load import run_onnxruntime
 
-    loaded = randomize_weights(load_model(model, dict(shapes or {})), seed)
+    loaded = load_model(model, dict(shapes or {}))
+    if weights_are_placeholders(loaded):
+        loaded = randomize_weights(loaded, seed)
     inputs = random_inputs(loaded, seed)
     outputs, _ = run_onnxruntime(loaded.proto, inputs)
     save_golden(Path(path), inputs, outputs, seed)

@@ -8,10 +8,10 @@ holds exactly one JSON document; progress and logs go to stderr.
 from __future__ import annotations
 
 import functools
-from dataclasses import fields
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
