@@ -10,7 +10,7 @@ from typing import Any
 
 from emulator.verify import VerifyReport, load_golden, verify_plan
 from hardware.chip import Chip, load_chip
-from planner.errors import InputError
+from planner.errors import InputError, PlanningError
 from planner.graph_build import build_graph
 from planner.ir import Graph
 from planner.onnx_load import (
@@ -20,7 +20,7 @@ from planner.onnx_load import (
     randomize_weights,
     weights_are_placeholders,
 )
-from planner.plan import Plan, assemble, layer_plan, load_plan, whole_tile
+from planner.plan import Plan, assemble, layer_plan, load_plan, save_plan, whole_tile
 from rules.ruleset import RuleSet, load_rules
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
@@ -237,8 +237,6 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
 def compare(problem: Problem, objective: str | None = None, time_limit: float | None = None
             ) -> list[tuple[str, Plan | None, str]]:
     """All four planners on the same problem: (solver, plan or None, status or error)."""
-    from planner.errors import PlanningError
-
     rows: list[tuple[str, Plan | None, str]] = []
     for name in ("layer", "greedy", "shortest-path", "cpsat"):
         try:
@@ -326,3 +324,73 @@ def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> 
         "totals": {"layers": len(layers), "weight_elems": sum(x["weight_elems"] for x in layers),
                    "macs": sum(x["macs"] for x in layers)},
     }
+
+
+def partition(problem: Problem, policy: str | None = None, out_dir: str | Path | None = None,
+              objective: str | None = None) -> tuple[list[Any], Plan]:
+    """Seed 003's serial subgraphs, each compiled, and one plan of the whole model built from
+    their plans (so the chain verifies in one emulation). With `out_dir`, each subgraph is
+    written as an ONNX model with its plan file."""
+    from dataclasses import replace as dc_replace
+
+    from planner.graph_build import restrict
+    from planner.partition import combined_plan
+    from planner.partition import partition as run_partition
+
+    settings = problem.ruleset.partition
+    if policy is not None:
+        if policy not in ("threshold", "forward", "bidirectional"):
+            raise InputError(f"unknown --policy '{policy}'. Use threshold, forward or "
+                             "bidirectional.")
+        settings = dc_replace(settings, policy=policy)
+    objective = objective or problem.ruleset.objective.default
+    header = problem.plan_header()
+
+    def plan_part(graph: Graph, layers: Sequence[str]) -> Plan:
+        sub = dc_replace(problem, graph=restrict(graph, layers))
+        return plan_problem(sub, settings.planner, objective)
+
+    subs = run_partition(problem.graph, problem.chip, problem.ruleset, settings, plan_part)
+    whole = combined_plan(problem.graph, problem.chip, subs, header, objective) \
+        if all(s.status == "ok" for s in subs) else None
+    if out_dir is not None:
+        subs = _write_parts(problem, subs, Path(out_dir))
+    if whole is None:
+        failed = next(s for s in subs if s.status != "ok")
+        raise PlanningError(f"subgraph starting at '{failed.layers[0]}' does not compile: "
+                            f"{failed.reason}")
+    return subs, whole
+
+
+def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[Any]:
+    """Each subgraph as an ONNX model (onnx.utils.Extractor) and its plan file."""
+    import hashlib
+    from dataclasses import replace as dc_replace
+
+    import onnx
+    from onnx.utils import Extractor
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    extractor = Extractor(problem.model.proto)
+    written = []
+    for i, sub in enumerate(subs):
+        model_path = out_dir / f"subgraph_{i}.onnx"
+        part = extractor.extract_model(list(sub.inputs), list(sub.outputs))
+        onnx.save(part, model_path)
+        if sub.plan is not None:
+            header = {"path": str(model_path),
+                      "sha256": hashlib.sha256(model_path.read_bytes()).hexdigest(),
+                      "inputs": {t: list(problem.graph.shapes[t]) for t in sub.inputs}}
+            plan = dc_replace(sub.plan, model=header)
+            save_plan(plan, out_dir / f"subgraph_{i}.plan.json")
+            sub = dc_replace(sub, plan=plan)
+        written.append(sub)
+    return written
+
+
+def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
+    """Verify a plan of a prepared problem without a plan file."""
+    loaded = problem.model
+    weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
+    graph = build_graph(weighted)
+    return verify_plan(weighted, graph, plan, problem.chip, random_inputs(loaded, seed))

@@ -192,6 +192,47 @@ def front_svg(rows: Sequence[dict[str, Any]]) -> str:
 
 @app.command()
 @guarded
+def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
+              shape: ShapeOpt = None, objective: ObjOpt = None,
+              policy: Annotated[str | None, typer.Option("--policy", help="threshold | forward | bidirectional")] = None,
+              out_dir: Annotated[Path | None, typer.Option("--out-dir", help="Write each subgraph's .onnx and plan here.")] = None,
+              verify_chain: Annotated[bool, typer.Option("--verify/--no-verify", help="Emulate the chain of subgraph plans against onnxruntime.")] = False,
+              as_json: JsonOpt = False) -> None:
+    """Seed 003: serial subgraphs, split until each compiles, then merged to balance."""
+    problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
+    subs, whole = api.partition(problem, policy, out_dir, objective)
+    report = None
+    if verify_chain:
+        report = api.verify_in_memory(problem, whole)
+    rows = [{"id": i, "layers": list(s.layers), "inputs": list(s.inputs),
+             "outputs": list(s.outputs), "macs": s.macs, "weight_bytes": s.weight_bytes,
+             "nodes": s.nodes, "status": s.status, "reason": s.reason,
+             "dram_bytes": s.plan.totals.dram_bytes if s.plan else None}
+            for i, s in enumerate(subs)]
+    doc: dict[str, Any] = {"subgraphs": rows, "dram_bytes": whole.totals.dram_bytes,
+                           "compulsory_dram_bytes": whole.compulsory_dram_bytes}
+    if report is not None:
+        doc["verify"] = report.to_json()
+    if as_json:
+        _emit(doc)
+    else:
+        t = Table(title=f"{len(rows)} serial subgraphs of {model}")
+        for col in ("id", "layers", "nodes", "MACs", "weights", "DRAM", "status", "why"):
+            t.add_column(col, justify="right" if col in ("nodes", "MACs") else "left")
+        for r in rows:
+            t.add_row(str(r["id"]), f"{r['layers'][0]} … {r['layers'][-1]}", str(r["nodes"]),
+                      f"{r['macs']:,}", _mib(r["weight_bytes"]),
+                      _mib(r["dram_bytes"] or 0), r["status"], r["reason"])
+        out.print(t)
+        out.print(f"whole chain: DRAM {_mib(whole.totals.dram_bytes)}")
+        if report is not None:
+            out.print(f"chain verifies against onnxruntime: {report.ok}")
+    if report is not None and not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@guarded
 def verify(model: str, plan: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
            golden: Annotated[Path | None, typer.Option("--golden", help="Compare with stored outputs.")] = None,
            save_golden: Annotated[Path | None, typer.Option("--save-golden", help="Store inputs and onnxruntime outputs.")] = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from math import ceil, prod
 from types import MappingProxyType
 from typing import Any
@@ -297,4 +297,30 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         col_maps=tuple(cols),
         batch_preserving=_batch_preserving(op, attrs, in_shapes, out_shape, opset),
         opset=opset,
+    )
+
+
+def restrict(graph: Graph, layers: Sequence[str]) -> Graph:
+    """The subgraph of `layers`: tensors crossing into it become its inputs, tensors leaving
+    it (or model outputs) its outputs; blocks wholly inside it are kept."""
+    from planner.regions import group_io
+
+    io = group_io(graph, layers)
+    keep = set(io.layers)
+    kept = tuple(lay for lay in graph.layers if lay.name in keep)
+    producer = {t: p for t, p in graph.producer.items() if p in keep}
+    consumers = {t: tuple(c for c in cs if c in keep) for t, cs in graph.consumers.items()}
+    blocks = tuple(b for b in graph.blocks if set(b.layers) <= keep)
+    return Graph(
+        name=graph.name,
+        layers=kept,
+        shapes=graph.shapes,
+        constants=graph.constants,
+        inputs=io.inputs,
+        outputs=io.outputs,
+        producer=MappingProxyType(producer),
+        consumers=MappingProxyType({t: cs for t, cs in consumers.items() if cs}),
+        dag=graph.dag.subgraph(keep).copy(),
+        blocks=blocks,
+        opset=graph.opset,
     )

@@ -14,6 +14,7 @@ from rules.base import REGISTRY, GroupFacts, Rule, Violation
 RULES_DIR = Path(__file__).resolve().parent
 DEFAULT_RULES = RULES_DIR / "default.yaml"
 Objective = Literal["traffic", "latency", "energy", "weighted"]
+Policy = Literal["threshold", "forward", "bidirectional"]
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,29 @@ class ObjectiveSettings:
 
 
 @dataclass(frozen=True)
+class PartitionSettings:
+    """Limits a subgraph must meet to compile, and the merge policy (rules YAML `partition`)."""
+
+    policy: Policy = "threshold"
+    planner: Literal["cpsat", "shortest-path", "greedy"] = "shortest-path"
+    min_nodes: int = field(default=1, metadata={"ge": 1})
+    max_nodes: int = field(default=64, metadata={"ge": 1})
+    min_macs: int = field(default=0, metadata={"ge": 0})
+    max_macs: int = field(default=10**15, metadata={"ge": 1})
+    min_weight_bytes: int = field(default=0, metadata={"ge": 0, "size": True})
+    max_weight_bytes: int = field(default=10**15, metadata={"ge": 1, "size": True})
+    # a compiled subgraph keeps its weights on chip (WRAM of every core, or SRAM)
+    weights_on_chip: bool = False
+
+
+@dataclass(frozen=True)
 class RuleSet:
     """Every registered rule with its configuration, plus search and objective settings."""
 
     rules: tuple[Rule, ...]
     search: SearchSettings = SearchSettings()
     objective: ObjectiveSettings = ObjectiveSettings()
+    partition: PartitionSettings = PartitionSettings()
     file: str = ""
     sha256: str = ""
 
@@ -82,6 +100,7 @@ class RuleSet:
             ],
             "search": {f.name: getattr(self.search, f.name) for f in fields(self.search)},
             "objective": {f.name: getattr(self.objective, f.name) for f in fields(self.objective)},
+            "partition": {f.name: getattr(self.partition, f.name) for f in fields(self.partition)},
         }
 
 
@@ -98,7 +117,7 @@ def load_rules(path: str | Path | None = None) -> RuleSet:
     """Read a rule file; unknown rules or keys and wrong types are InputErrors with line:col."""
     file = Path(path) if path is not None else DEFAULT_RULES
     doc = load_yaml(file)
-    known_top = ("rules", "search", "objective")
+    known_top = ("rules", "search", "objective", "partition")
     for key in doc:
         if key not in known_top:
             raise InputError(f"{where(file, doc, key)}: unknown section `{key}`."
@@ -124,5 +143,7 @@ def load_rules(path: str | Path | None = None) -> RuleSet:
     search = build_dataclass(SearchSettings, doc.get("search") or {}, file, "search settings")
     objective = build_dataclass(ObjectiveSettings, doc.get("objective") or {}, file,
                                 "objective settings")
+    partition = build_dataclass(PartitionSettings, doc.get("partition") or {}, file,
+                                "partition settings")
     sha = hashlib.sha256(file.read_bytes()).hexdigest()
-    return RuleSet(rules, search, objective, str(file), sha)
+    return RuleSet(rules, search, objective, partition, str(file), sha)

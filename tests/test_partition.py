@@ -1,0 +1,132 @@
+"""Seed 003: serial subgraphs at target nodes, recursive splitting, the three merge policies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import onnx
+import pytest
+
+import models
+from planner import api
+from planner.errors import PlanningError
+from planner.graph_build import build_graph
+from planner.onnx_load import load_model
+from planner.partition import (
+    Compiler,
+    merge_bidirectional,
+    merge_forward,
+    merge_threshold,
+    target_nodes,
+)
+from rules.ruleset import PartitionSettings
+
+FUSEPLAN = str(Path(sys.executable).with_name("fuseplan"))
+
+
+@pytest.fixture(scope="module")
+def resnet_stages(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ResNet-50 (zoo) with an extra graph output after each of its four stages."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(load_model("zoo:resnet50").proto)
+    sums = [n for n in proto.graph.node if n.op_type == "Sum"]
+    relu_of = {n.input[0]: n for n in proto.graph.node if n.op_type == "Relu"}
+    info = {v.name: v for v in proto.graph.value_info}
+    for i in (2, 6, 12, 15):  # last bottleneck of stages res2..res5
+        proto.graph.output.append(info[relu_of[sums[i].output[0]].output[0]])
+    path = tmp_path_factory.mktemp("stages") / "resnet_stages.onnx"
+    onnx.save(proto, path)
+    return path
+
+
+def test_resnet_stage_outputs_cut_into_serial_subgraphs(resnet_stages: Path,
+                                                        tmp_path: Path) -> None:
+    problem = api.prepare(str(resnet_stages))
+    # every stage output also feeds the next stage (the last one the classifier head)
+    assert len(target_nodes(problem.graph)) == 4
+    subs, whole = api.partition(problem, out_dir=tmp_path)
+    assert len(subs) >= 4, [s.reason for s in subs]
+    assert all(s.status == "ok" for s in subs)
+    assert sum(s.nodes for s in subs) == len(problem.graph.layers)
+    assert sum("target node" in s.reason for s in subs) >= 3
+    # every stage output is the output of some subgraph, written off chip there
+    for t in problem.graph.outputs:
+        assert any(t in s.outputs for s in subs), t
+    report = api.verify_in_memory(problem, whole)
+    assert report.ok, (report.first_output_mismatch, report.first_counter_mismatch)
+    assert report.checked_tensors >= 5
+    # each written subgraph is a valid model whose plan verifies on its own
+    for i in (0, len(subs) - 1):
+        run = subprocess.run([FUSEPLAN, "verify", str(tmp_path / f"subgraph_{i}.onnx"),
+                              str(tmp_path / f"subgraph_{i}.plan.json"), "--json"],
+                             capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["predicted_matches_emulated"]
+
+
+def test_tiny_chip_splits_recursively_with_reasons(tmp_path: Path) -> None:
+    path = models.save(models.chain_cnn(h=32, w=32), tmp_path, "chain")
+    problem = api.prepare(str(path), overrides=["wram.bytes=128"])  # 2 KiB over 16 cores
+    settings = replace(problem.ruleset.partition, weights_on_chip=True, max_nodes=1000)
+    problem = replace(problem, ruleset=replace(problem.ruleset, partition=settings))
+    with pytest.raises(PlanningError, match="does not compile"):
+        api.partition(problem)
+    from planner.partition import partition as run
+
+    subs = run(problem.graph, problem.chip, problem.ruleset, settings,
+               lambda g, layers: api.plan_problem(replace(problem, graph=g), "shortest-path"))
+    assert len(subs) > 1
+    assert any("split (depth" in s.reason or "cut at the cheapest" in s.reason for s in subs)
+    failed = [s for s in subs if s.status == "failed"]
+    assert failed and all(len(s.layers) == 1 for s in failed)
+    assert all("do not stay on chip" in s.reason for s in failed)
+
+
+# --- the merge policies on a hand-made example -----------------------------------------
+
+
+class _Fake:
+    """Four pieces A|B|C|D of a chain; compiling fails for any piece holding both A and B."""
+
+    def __init__(self, tmp_path: Path, settings: PartitionSettings) -> None:
+        path = models.save(models.chain_cnn(), tmp_path, "chain")
+        self.graph = build_graph(load_model(str(path)))
+        names = [lay.name for lay in self.graph.layers]
+        self.pieces = [names[0:2], names[2:4], names[4:6], names[6:8]]
+        bad = set(names[1:3])  # the last layer of A and the first of B
+
+        def plan_fn(graph, layers):  # noqa: ANN001, ANN202
+            if bad <= set(layers):
+                raise PlanningError("A and B do not fit together")
+            return "plan"
+
+        problem = api.prepare(str(path))
+        self.compiler = Compiler(self.graph, problem.chip, problem.ruleset, settings, plan_fn)
+        self.subs = [self.compiler.compile(self.compiler.describe(p, "piece"))
+                     for p in self.pieces]
+
+    def shape(self, merged) -> list[int]:  # noqa: ANN001
+        return [len(s.layers) for s in merged]
+
+
+def test_forward_merge(tmp_path: Path) -> None:
+    fake = _Fake(tmp_path, PartitionSettings())
+    # A+B fails: keep A, move on; B+C ok, then BC+D ok
+    assert fake.shape(merge_forward(fake.compiler, fake.subs)) == [2, 6]
+
+
+def test_bidirectional_merge(tmp_path: Path) -> None:
+    fake = _Fake(tmp_path, PartitionSettings())
+    # front: A+B fails -> [A][B]; back: C+D ok -> [CD]; meeting: B+CD ok
+    assert fake.shape(merge_bidirectional(fake.compiler, fake.subs)) == [2, 6]
+
+
+def test_threshold_merge(tmp_path: Path) -> None:
+    fake = _Fake(tmp_path, PartitionSettings(max_nodes=4))
+    # pieces of 2 nodes merge while the sum stays <= 4: A+B would fit but does not compile,
+    # B+C = 4 fits, BC+D = 6 does not
+    assert fake.shape(merge_threshold(fake.compiler, fake.subs)) == [2, 4, 2]
