@@ -187,7 +187,8 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
                        "first", "last"), 0)
     worst: dict[str, Violation] = {}  # per level, the tile that overflows most
     onchip_weights = wbytes if chip.unified and group.weights_resident else 0
-    for ti, tile_box in enumerate(iter_tiles(graph, io, group.tile)):
+    tiles = group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile)
+    for ti, tile_box in enumerate(tiles):
         boxes = tile_regions(graph, io, tile_box)
         n["tiles"] += 1
         tile_read = wbytes if ti == 0 or not group.weights_resident else 0
@@ -219,7 +220,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         tile_write = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
             have, arr = onchip[t]
-            want = tile_box if t == io.anchor else boxes[t]
+            want = tuple(tile_box) if t == io.anchor else boxes[t]
             part = _slice(arr, have, want, arr.ndim >= 4)
             if t not in dram:
                 dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)

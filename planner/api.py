@@ -394,3 +394,149 @@ def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0) -> VerifyRepor
     weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
     graph = build_graph(weighted)
     return verify_plan(weighted, graph, plan, problem.chip, random_inputs(loaded, seed))
+
+
+def _range_map(ranges: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
+    from planner.dynamic import parse_dynamic_option
+
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for text in ranges:
+        name, axis, lo, hi = parse_dynamic_option(text)
+        out.setdefault(name, {})[axis] = (lo, hi)
+    return out
+
+
+def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = None,
+                  hardware: str | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  overrides: Sequence[str] = (), solver: str = "cpsat",
+                  objective: str | None = None, tail: str = "overlap",
+                  combination: str = "optimized", tail_range: int = 0) -> dict[str, Any]:
+    """A dynamic plan (seed 002): the grouping planned once, at the smallest shape of the
+    ranges, and per group a library of static units sized so that each fits the chip at the
+    largest shape (units are fixed tiles, so a unit that fits there fits everywhere)."""
+    from planner.dynamic import TAIL_MODES, DynamicGroup, choose_units, dynamic_doc
+    from planner.onnx_load import declared_input_dims
+    from planner.plan import plan_to_json
+
+    if tail not in TAIL_MODES:
+        raise InputError(f"unknown tail mode '{tail}'. Use one of: {', '.join(TAIL_MODES)}.")
+    if combination not in ("simple", "optimized"):
+        raise InputError(f"unknown combination '{combination}'. Use simple or optimized.")
+    by_input = _range_map(ranges)
+    declared = declared_input_dims(model)
+    largest: dict[str, tuple[int, ...]] = dict(shapes or {})
+    smallest: dict[str, tuple[int, ...]] = dict(shapes or {})
+    for name, axes in by_input.items():
+        if name not in declared:
+            raise InputError(f"{model}: --dynamic names input '{name}', which the model does "
+                             f"not have. Inputs: {', '.join(declared)}.")
+        dims = list(largest.get(name, declared[name]))
+        low = list(dims)
+        for axis, (lo, hi) in axes.items():
+            if not 0 <= axis < len(dims):
+                raise InputError(f"--dynamic {name}:{axis}: input '{name}' has {len(dims)} axes.")
+            dims[axis], low[axis] = hi, lo
+        if any(not isinstance(d, int) or d < 1 for d in dims):
+            raise InputError(f"{model}: input '{name}' still has an unbound dim {dims}; bind it "
+                             "with --shape or give it a --dynamic range.")
+        largest[name] = tuple(int(d) for d in dims)
+        smallest[name] = tuple(int(d) for d in low)
+    problem = prepare(model, rules, hardware, smallest, overrides)
+    plan = plan_problem(problem, solver, objective)
+    big = build_graph(load_model(model, largest))
+    groups = [DynamicGroup(g.layers, choose_units(big, g.layers, problem.chip,
+                                                   g.weights_resident), g.weights_resident)
+              for g in plan.groups]
+    return dynamic_doc(problem.plan_header(), by_input, groups, tail, combination,  # type: ignore[arg-type]
+                       tail_range, plan_to_json(plan))
+
+
+def table(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: str | None = None,
+          combination: str | None = None, cache_dir: str | Path | None = None,
+          hardware: str | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The parameter table of a dynamic plan at a concrete shape, from the cache if there."""
+    import hashlib
+
+    from planner.dynamic import TableCache, buckets, group_table, in_range, read_dynamic
+    from planner.dynamic import table_summary
+
+    plan_path = Path(plan_path)
+    doc = _read_json(plan_path)
+    groups, settings = read_dynamic(doc, str(plan_path))
+    tail = tail or settings["tail_mode"]
+    combination = combination or settings["combination"]
+    in_range(settings, shapes, str(plan_path))
+    sha = hashlib.sha256(plan_path.read_bytes()).hexdigest()
+    cache = TableCache(Path(cache_dir) if cache_dir is not None else Path(".fuseplan-cache"))
+    hit = cache.get(sha, shapes, tail, combination)
+    if hit is not None:
+        return {**hit, "cached": True}
+    loaded = load_model(doc["model"]["path"], dict(shapes))
+    graph = build_graph(loaded)
+    chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
+    tables = [group_table(graph, i, g, chip, tail, combination, int(settings["tail_range"]))  # type: ignore[arg-type]
+              for i, g in enumerate(groups)]
+    result = table_summary(tables, tail, combination)  # type: ignore[arg-type]
+    spans = [range(lo, hi + 1) for axes in settings["ranges"].values() for lo, hi in axes.values()]
+    top = groups[0].units[0].h if groups else 0
+    result["buckets"] = max((buckets(list(s), top) for s in spans), default=1)
+    cache.put(sha, shapes, tail, combination, result)
+    return {**result, "cached": False}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such plan file.") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a JSON plan file ({exc}).") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: not a fuseplan plan.")
+    return doc
+
+
+def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]],
+                   seed: int = 0, tail: str | None = None, combination: str | None = None,
+                   hardware: str | None = None, overrides: Sequence[str] = ()) -> VerifyReport:
+    """Execute a dynamic plan at a concrete shape through its parameter tables and check it."""
+    from dataclasses import replace as dc_replace
+
+    from planner.dynamic import group_table, in_range, read_dynamic
+    from planner.plan import Group, check_cover, group_mode
+    from planner.regions import Tile
+
+    plan_path = Path(plan_path)
+    doc = _read_json(plan_path)
+    groups, settings = read_dynamic(doc, str(plan_path))
+    in_range(settings, shapes, str(plan_path))
+    loaded = load_model(model, dict(shapes))
+    if doc.get("model", {}).get("sha256") != loaded.sha256:
+        raise InputError(f"{plan_path}: the plan was made for a different model. Solve this "
+                         "model again to get its plan.")
+    weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
+    graph = build_graph(weighted)
+    chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
+    made = []
+    for i, g in enumerate(groups):
+        t = group_table(graph, i, g, chip, tail or settings["tail_mode"],
+                        combination or settings["combination"], int(settings["tail_range"]))
+        unit = g.units[0]
+        tile = Tile(t.extent[0], unit.h or t.extent[1], unit.w or t.extent[2])
+        made.append(Group(i, g.layers, tile, group_mode(graph, g.layers, tile),
+                          g.weights_resident, t.cost, False, t.boxes))
+    check_cover(graph, [g.layers for g in made], str(plan_path))
+    header = {k: doc.get(k, {}) for k in ("hardware", "rules")}
+    base = layer_plan(graph, chip, model=doc["model"], **header)
+    plan = dc_replace(base, groups=tuple(made))
+    return verify_plan(weighted, graph, plan, chip, random_inputs(loaded, seed))
+
+
+def is_dynamic(plan_path: str | Path) -> bool:
+    """Whether a plan file is a dynamic plan."""
+    try:
+        return "dynamic" in _read_json(Path(plan_path))
+    except InputError:
+        return False

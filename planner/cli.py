@@ -108,8 +108,26 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
           battery: Annotated[float | None, typer.Option("--battery", help="Battery level in percent, for --prefer auto.")] = None,
           output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan JSON here.")] = None,
           report: Annotated[Path | None, typer.Option("--report", help="Write a self-contained HTML report (verifies the plan).")] = None,
+          dynamic: Annotated[list[str] | None, typer.Option("--dynamic", help="Dynamic axis NAME:AXIS=LO..HI (a dynamic plan, seed 002).")] = None,
+          tail_mode: Annotated[str, typer.Option("--tail-mode", help="pad | overlap | variable | tail-range")] = "overlap",
+          combination: Annotated[str, typer.Option("--combination", help="simple | optimized")] = "optimized",
+          tail_range: Annotated[int, typer.Option("--tail-range", help="tail-range mode: units accept [size-r, size].")] = 0,
           as_json: JsonOpt = False) -> None:
     """Plan MODEL: fusion groups and tiles under the rules, on the chip."""
+    if dynamic:
+        doc = api.solve_dynamic(model, dynamic, rules, hw, _shapes(shape), set_ or (), solver,
+                                objective, tail_mode, combination, tail_range)
+        if output is not None:
+            output.write_text(json.dumps(doc, indent=2) + "\n")
+        if as_json:
+            _emit(doc)
+            return
+        for g in doc["groups"]:
+            units = ", ".join(f"{u['h']}×{u['w']}" for u in g["units"])
+            out.print(f"group {g['id']} ({len(g['layers'])} layers): units {units}")
+        out.print(f"dynamic plan over {doc['dynamic']['ranges']}"
+                  + (f" written to {output}" if output is not None else ""))
+        return
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
     plan = api.plan_problem(problem, solver, objective, time_limit)
@@ -239,7 +257,11 @@ def verify(model: str, plan: Path, seed: Annotated[int, typer.Option("--seed")] 
            hw: HwOpt = None, set_: SetOpt = None, shape: ShapeOpt = None,
            as_json: JsonOpt = False) -> None:
     """Execute PLAN in the emulator and check outputs and bytes against onnxruntime."""
-    report = api.verify(model, plan, seed, golden, hw, set_ or (), _shapes(shape) or None)
+    if api.is_dynamic(plan):
+        report = api.verify_dynamic(model, plan, _shapes(shape), seed, hardware=hw,
+                                    overrides=set_ or ())
+    else:
+        report = api.verify(model, plan, seed, golden, hw, set_ or (), _shapes(shape) or None)
     if save_golden is not None:
         api.write_golden(model, plan, seed, save_golden, _shapes(shape) or None)
     if as_json:
@@ -362,6 +384,34 @@ def demo() -> None:
     path.unlink()
     if not report.ok:
         raise typer.Exit(1)
+
+
+@app.command("table")
+@guarded
+def table_cmd(plan: Path, shape: ShapeOpt = None,
+              tail_mode: Annotated[str | None, typer.Option("--tail-mode", help="pad | overlap | variable | tail-range")] = None,
+              combination: Annotated[str | None, typer.Option("--combination", help="simple | optimized")] = None,
+              cache: Annotated[Path | None, typer.Option("--cache", help="Table cache directory.")] = None,
+              as_json: JsonOpt = False) -> None:
+    """The parameter table of a dynamic PLAN at a concrete --shape (seed 002)."""
+    doc = api.table(plan, _shapes(shape), tail_mode, combination, cache)
+    if as_json:
+        _emit(doc)
+        return
+    t = Table(title=f"{doc['invocations']} unit invocations ({doc['combination']}, tail "
+                    f"{doc['tail_mode']}, waste {doc['waste']:.1%}"
+                    f"{', cached' if doc['cached'] else ''})")
+    for col in ("group", "unit", "rows (offset, len)", "cols (offset, len)", "waste"):
+        t.add_column(col)
+    for e in doc["entries"][:60]:
+        t.add_row(str(e["group"]), str(e["unit"]), str(tuple(e["h"])), str(tuple(e["w"])),
+                  str(e["waste"]))
+    out.print(t)
+    if len(doc["entries"]) > 60:
+        out.print(f"... {len(doc['entries']) - 60} more entries (--json for all)")
+    c = doc["cost"]
+    out.print(f"cost: DRAM {_mib(c['dram_bytes'])}, {c['macs']:,} MACs, halo re-reads "
+              f"{_mib(c['redundant_read_bytes'])}; {doc['buckets']} tables cover the range")
 
 
 @rules_app.command("check")

@@ -306,3 +306,47 @@ def compulsory_bytes(graph: Graph, chip: Chip) -> int:
         used += box_elems(graph, t, box) if box is not None else 0
     fmaps = used + sum(graph.elems(t) for t in graph.outputs)
     return fmaps * chip.dtype_bytes + weight_bytes(graph, weights, chip)
+
+
+def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], chip: Chip,
+                    weights_resident: bool = True, double_buffered: bool = False) -> Counters:
+    """Counters of a group run over an explicit list of anchor boxes (a parameter table's
+    entries: any sizes, overlaps allowed), by enumeration. Same execution model as
+    group_cost, which is this sum in closed form for a regular grid of tiles."""
+    io = group_io(graph, layers)
+    chains = group_chains(graph, io)
+    dt = chip.dtype_bytes
+    steps = live_steps(graph, io)
+    uses = in_group_uses(graph, io)
+    wbytes = weight_bytes(graph, io.weights, chip)
+    reads = writes = macs = vector_ops = core = peak = first = last = 0
+    for i, box in enumerate(boxes):
+        regions = tile_regions(graph, io, box)
+        loaded = sum(box_elems(graph, t, regions[t]) for t in io.inputs) * dt
+        stored = sum(box_elems(graph, t, box if t == io.anchor else regions[t])
+                     for t in io.outputs) * dt
+        reads += loaded
+        writes += stored
+        first = loaded + wbytes if i == 0 else first
+        last = stored
+        for name in io.layers:
+            lay = graph.layer(name)
+            ops = lay.macs_per_output * box_elems(graph, lay.outputs[0], regions[lay.outputs[0]])
+            if lay.is_main:
+                macs += ops
+            else:
+                vector_ops += ops
+        core += sum(box_elems(graph, t, regions[t]) * (1 + uses.get(t, 0))
+                    for t in group_tensors(graph, io) if t in regions) * dt
+        tile_peak = footprint(graph, io, regions, steps, dt)
+        peak = max(peak, tile_peak + (loaded if double_buffered else 0))
+    wread = wbytes * (1 if weights_resident else len(boxes))
+    if chip.unified and weights_resident:
+        peak += wbytes
+    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
+    c = Counters(dram_read_bytes=reads + wread, dram_write_bytes=writes,
+                 weight_read_bytes=wread, redundant_read_bytes=reads - once,
+                 sram_peak_bytes=peak, macs=macs, vector_ops=vector_ops, core_fmap_bytes=core,
+                 core_weight_bytes=wbytes * len(boxes), first_load_bytes=first,
+                 last_store_bytes=last)
+    return with_time(chip, c, double_buffered)

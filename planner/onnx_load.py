@@ -1122,3 +1122,12 @@ def weights_are_placeholders(model: LoadedModel) -> bool:
     constant = sum(w.size for w in weights if w.size > 1 and float(w.min()) == float(w.max()))
     return total > 0 and constant * 2 > total
 
+
+def declared_input_dims(spec: str) -> dict[str, list[int | str | None]]:
+    """The real inputs of a model file as declared (symbolic dims as names), before binding."""
+    file = resolve_model(spec)
+    proto = _parse_model(_read_bytes(file, spec), file, spec)
+    constants = {t.name for t in proto.graph.initializer}
+    return {vi.name: list(_declared_dims(vi) or []) for vi in proto.graph.input
+            if vi.name not in constants}
+

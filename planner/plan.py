@@ -29,6 +29,9 @@ class Group:
     weights_resident: bool
     predicted: Counters
     double_buffered: bool = False  # a second input buffer prefetches the next tile
+    # explicit anchor boxes (n0, n1, r0, r1, c0, c1) of a parameter table, run in this order
+    # instead of the regular grid of `tile` (dynamic plans, seed 002)
+    boxes: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def fused(self) -> bool:

@@ -284,3 +284,18 @@ def _random_layer(b: _Builder, rng: np.random.Generator, x: str,
         return y, (c, *out_hw)
     cout = int(rng.choice([4, 8, 12, 16]))
     return b.conv(x, c, cout, k, stride, pad), (cout, *out_hw)
+
+
+def detection_net(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """A detection-style model over ``x`` [1, 3, H, W] with dynamic H and W (multiples of 4):
+    a conv backbone down to 1/4, nearest upsampling back to 1/2, a concat with the 1/2 map and
+    a conv head."""
+    b = _Builder(np.random.default_rng(seed))
+    c1 = b.one("Relu", [b.conv("x", 3, 8, 3, prefix="stem")])
+    c2 = b.one("Relu", [b.conv(c1, 8, 16, 3, stride=2, prefix="down1")])
+    c3 = b.one("Relu", [b.conv(c2, 16, 16, 3, stride=2, prefix="down2")])
+    up = _upsample2(b, c3, opset)
+    merged = b.one("Concat", [c2, up], axis=1)
+    head = b.one("Relu", [b.conv(merged, 32, 8, 3, prefix="head")])
+    out = b.conv(head, 8, 4, 1, prefix="pred")
+    return b.model((1, 3, "H", "W"), out, opset, input_name="x", name="detection_net")
