@@ -145,16 +145,69 @@ def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple
         args = [args[0], args[1] if args[1] is not None else np.zeros(0, np.float32), scales]
     window = bool(lay.row_maps) and lay.row_maps[0].kind is MapKind.WINDOW and out_spatial
     attrs = lay.attrs
-    if lay.row_maps and lay.row_maps[0].kind is MapKind.TRANSPOSED and out_spatial:
-        # scatter the whole slice (no output cropping) and cut the tile out afterwards
-        attrs = {k: v for k, v in lay.attrs.items()
-                 if k not in ("output_shape", "output_padding", "auto_pad")}
-        attrs["pads"] = [0, 0, 0, 0]
+    if lay.row_maps and lay.row_maps[0].kind is MapKind.TRANSPOSED and out_spatial \
+            and first_box is not None:
+        return [_transposed_tile(lay, args, out_box, first_box)]
     if window:
         shape = graph.shapes[lay.fmap_inputs[0]]
         attrs = _window_attrs(lay, out_box, (shape[-2], shape[-1]))
+        if lay.op == "AveragePool" and int(lay.attrs.get("count_include_pad", 0)):
+            return [_avg_pool_including_pads(lay, attrs, args, out_box, shape)]
     outs = run_op(lay.op, attrs, args, lay.opset, num_outputs=len(lay.outputs))
     return [_crop_output(np.asarray(y), graph, lay, out_box, window, first_box) for y in outs]
+
+
+def _avg_pool_including_pads(lay: Layer, attrs: dict[str, Any], args: list[np.ndarray | None],
+                             out_box: Box, in_shape: tuple[int, ...]) -> np.ndarray:
+    """AveragePool counting the model's pads but not the ceil_mode overhang, on a tile.
+
+    The tile's pads mix the model's pads with rows past them (ceil_mode), so pool over real
+    cells only and rescale by (real cells / cells inside the model's padded map) per window.
+    """
+    y = np.asarray(run_op(lay.op, {**attrs, "count_include_pad": 0}, args, lay.opset)[0])
+    pads = list(lay.attrs.get("pads", [0, 0, 0, 0]))
+    factors = []
+    for axis, (lo, hi) in enumerate(((out_box[2], out_box[3]), (out_box[4], out_box[5]))):
+        m = (lay.row_maps if axis == 0 else lay.col_maps)[0]
+        size = in_shape[-2 + axis]
+        start = np.arange(lo, hi) * m.stride - m.pad
+        end = start + (m.kernel - 1) * m.dilation + 1
+        real = np.minimum(end, size) - np.maximum(start, 0)
+        inside = np.minimum(end, size + pads[2 + axis]) - np.maximum(start, -pads[axis])
+        factors.append(real / np.maximum(inside, 1))
+    scale = np.multiply.outer(factors[0], factors[1]).astype(np.float32)
+    return (y * scale).astype(np.float32)
+
+
+def _transposed_tile(lay: Layer, args: list[np.ndarray | None], out_box: Box,
+                     in_box: Box) -> np.ndarray:
+    """ConvTranspose on a tile: scatter the input slice (no pads, no bias) into the tile's box.
+
+    Output rows no input reaches (output padding, kernel smaller than stride) hold only the
+    bias, so the box starts as the bias and receives the slice's contributions.
+    """
+    x, w = args[0], args[1]
+    bias = args[2] if len(args) > 2 else None
+    if x is None or w is None:
+        raise ValueError(f"{lay.name}: ConvTranspose without input or weights")
+    cout = lay.out_shape[1]
+    rows, cols = out_box[3] - out_box[2], out_box[5] - out_box[4]
+    y = np.zeros((out_box[1] - out_box[0], cout, rows, cols), np.float32)
+    if x.shape[-2] and x.shape[-1]:
+        attrs = {k: v for k, v in lay.attrs.items()
+                 if k not in ("output_shape", "output_padding", "auto_pad")}
+        attrs["pads"] = [0, 0, 0, 0]
+        part = np.asarray(run_op(lay.op, attrs, [x, w], lay.opset)[0], np.float32)
+        r0 = lay.row_maps[0].virtual_start(in_box[2]) - out_box[2]
+        c0 = lay.col_maps[0].virtual_start(in_box[4]) - out_box[4]
+        # overlap of the scattered slice [r0, r0 + len) with the box [0, rows)
+        ra, rb = max(0, r0), min(rows, r0 + part.shape[-2])
+        ca, cb = max(0, c0), min(cols, c0 + part.shape[-1])
+        if ra < rb and ca < cb:
+            y[..., ra:rb, ca:cb] = part[..., ra - r0:rb - r0, ca - c0:cb - c0]
+    if bias is not None:
+        y += np.asarray(bias, np.float32).reshape(1, cout, 1, 1)
+    return y
 
 
 def _crop_output(y: np.ndarray, graph: Graph, lay: Layer, out_box: Box, window: bool,

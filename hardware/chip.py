@@ -16,7 +16,8 @@ path and ``--set key.sub=VALUE`` overrides.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,18 @@ def load_chip(spec: str | Path | None = None, overrides: Sequence[str] = ()) -> 
 
     chip = build_dataclass(Chip, node, path, f"chip file {path.name}")
     return chip, str(path.resolve())
+
+
+def chip_to_dict(chip: Chip) -> dict[str, Any]:
+    """The chip's fields as plain data (plan files embed it, so a plan verifies anywhere)."""
+    return asdict(chip)
+
+
+def chip_from_dict(data: Mapping[str, Any]) -> Chip:
+    """Rebuild a chip from chip_to_dict's output."""
+    parts = {"dram": Dram, "sram": Sram, "nram": CoreMem, "wram": CoreMem, "core": Core,
+             "dma": Dma}
+    fields_ = {f.name for f in dataclasses.fields(Chip)}
+    kwargs = {k: (parts[k](**v) if k in parts and isinstance(v, Mapping) else v)
+              for k, v in data.items() if k in fields_}
+    return Chip(**kwargs)

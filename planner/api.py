@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.verify import VerifyReport, load_golden, verify_plan
-from hardware.chip import Chip, load_chip
+from hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
 from planner.errors import InputError, PlanningError
 from planner.graph_build import build_graph
 from planner.ir import Graph
@@ -44,7 +44,8 @@ class Problem:
             "model": {"path": self.model.path, "sha256": self.model.sha256,
                       "inputs": {k: list(v) for k, v in self.model.inputs.items()}},
             "hardware": {"name": self.chip.name, "file": self.chip_file,
-                         "overrides": list(self.chip_overrides)},
+                         "overrides": list(self.chip_overrides),
+                         "spec": chip_to_dict(self.chip)},
             "rules": {"file": self.ruleset.file, "sha256": self.ruleset.sha256},
         }
 
@@ -199,9 +200,16 @@ def solve(model: str, rules: str | Path | None = None, hardware: str | None = No
 
 def chip_for_plan(plan_doc_hardware: Mapping[str, Any], hardware: str | None,
                   overrides: Sequence[str]) -> tuple[Chip, str]:
-    """The chip a plan was made for (its file and overrides), unless the user names another."""
+    """The chip a plan was made for (embedded in the plan, so a moved plan still verifies),
+    unless the user names another; --set overrides apply either way."""
     if hardware is not None:
         return load_chip(hardware, overrides)
+    spec = plan_doc_hardware.get("spec")
+    if isinstance(spec, Mapping) and not overrides:
+        try:
+            return chip_from_dict(spec), str(plan_doc_hardware.get("file", ""))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"the plan's embedded chip is invalid ({exc}); pass --hw.") from None
     file = plan_doc_hardware.get("file") or None
     saved = list(plan_doc_hardware.get("overrides", []))
     if file is not None and not Path(file).exists():

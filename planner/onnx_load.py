@@ -784,8 +784,22 @@ def _runtime_types(
     return types
 
 
+def _ceil_pool_outputs(model: onnx.ModelProto) -> list[str]:
+    """Tensors downstream of a ceil_mode pool: onnx shape inference keeps a last window that
+    starts in the padding, which onnxruntime (and the spec) drop, so measure those instead."""
+    ceil_pools = [n for n in model.graph.node if n.op_type in ("MaxPool", "AveragePool")
+                  and any(a.name == "ceil_mode" and a.i for a in n.attribute)]
+    if not ceil_pools:
+        return []
+    tainted = {o for n in ceil_pools for o in n.output}
+    for node in model.graph.node:
+        if tainted & set(node.input):
+            tainted.update(o for o in node.output if o)
+    return [t for t in tainted if t]
+
+
 def _fill_runtime_shapes(model: onnx.ModelProto, spec: str) -> None:
-    missing = _missing_shapes(model)
+    missing = sorted(set(_missing_shapes(model)) | set(_ceil_pool_outputs(model)))
     if not missing:
         return
     types = _runtime_types(model, missing, spec)

@@ -98,7 +98,8 @@ def _map_range(m: AxisMap, lo: int, hi: int, in_len: int, out_spatial: bool,
     if not out_spatial or m.kind is MapKind.WHOLE:
         return 0, in_len
     a, b = m.needed(lo, hi, in_len)
-    return max(0, a), min(in_len, b)
+    a, b = max(0, a), min(in_len, b)
+    return a, max(a, b)  # empty when no input row reaches the range (kernel < stride)
 
 
 def input_box(graph: Graph, lay: Layer, index: int, out_box: Box) -> Box:
