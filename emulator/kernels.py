@@ -200,29 +200,39 @@ def _windows(xp: _Array, g: _Geom) -> _Array:
 # --------------------------------------------------------------------------- #
 
 
-def _conv_2d_shifts(xp: _Array, w: _Array, g: _Geom, group: int) -> _Array:
-    """2-D conv as a sum over kernel offsets of (C_out x C_in) @ (C_in x pixels) matmuls.
+def _conv_2d_taps(xp: _Array, w: _Array, g: _Geom, group: int) -> _Array:
+    """2-D conv with one strided view of the padded input per kernel tap.
 
-    Each offset reads one strided view of the padded input, so no im2col tensor with a
-    six-axis transpose is built; depthwise convs become elementwise multiply-adds.
+    Dense convs stack the taps into one (taps*C_in, pixels) matrix (a single BLAS matmul
+    with the reordered weights, no six-axis transpose); depthwise convs are elementwise
+    multiply-adds over the taps.
     """
     n, c = xp.shape[:2]
     m = w.shape[0]
     (oh, ow), (sh, sw), (dh, dw) = g.out, g.strides, g.dilations
-    depthwise = group == c and m == c
-    taps = np.ascontiguousarray(w.transpose(2, 3, 0, 1))  # BLAS wants contiguous (M, C) slices
-    y = np.zeros((n, m, oh, ow) if depthwise else (n, m, oh * ow), dtype=np.float32)
-    for i in range(g.kernel[0]):
-        for j in range(g.kernel[1]):
-            view = xp[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh,
-                      j * dw:j * dw + (ow - 1) * sw + 1:sw]
-            if depthwise:
-                y += taps[i, j, :, 0].reshape(1, m, 1, 1) * view
-                continue
-            cols = view.reshape(n, c, oh * ow)
-            for b in range(n):
-                y[b] += taps[i, j] @ cols[b]
-    return y.reshape(n, m, oh, ow)
+    taps = [(i, j) for i in range(g.kernel[0]) for j in range(g.kernel[1])]
+
+    def view(b: int, i: int, j: int) -> _Array:
+        return xp[b, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+
+    if group == c and m == c:  # depthwise
+        y = np.zeros((n, m, oh, ow), dtype=np.float32)
+        for i, j in taps:
+            y += w[:, 0, i, j].reshape(1, m, 1, 1) * xp[
+                :, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+        return y
+    # weights as (M, taps*C) in tap-major order, matching the stacked columns
+    wk = np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(m, len(taps) * c))
+    out = np.empty((n, m, oh * ow), dtype=np.float32)
+    cols = np.empty((len(taps) * c, oh * ow), dtype=np.float32)
+    for b in range(n):
+        if len(taps) == 1 and sh == sw == 1:
+            out[b] = wk @ xp[b].reshape(c, oh * ow)
+            continue
+        for t, (i, j) in enumerate(taps):
+            cols[t * c:(t + 1) * c].reshape(c, oh, ow)[...] = view(b, i, j)
+        np.matmul(wk, cols, out=out[b])
+    return out.reshape(n, m, oh, ow)
 
 
 def _conv_core(x: _Array, w: _Array, b: _Array | None, g: _Geom, group: int) -> _Array:
@@ -232,7 +242,7 @@ def _conv_core(x: _Array, w: _Array, b: _Array | None, g: _Geom, group: int) -> 
     nsp = len(g.kernel)
     cg, mg = c // group, m // group
     if nsp == 2 and (group == 1 or (group == c and m == c)) and x.dtype == np.float32:
-        y = _conv_2d_shifts(_fit(x, g, 0.0), w.astype(np.float32, copy=False), g, group)
+        y = _conv_2d_taps(_fit(x, g, 0.0), w.astype(np.float32, copy=False), g, group)
         if b is not None:
             y += b.reshape(1, m, 1, 1).astype(np.float32, copy=False)
         return y
