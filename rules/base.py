@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from hardware.chip import Chip
 from planner.cost import live_steps, region_sum, weight_bytes
 from planner.ir import Graph, Layer
-from planner.regions import AxisChain, GroupChains, GroupIO, Tile, anchor_extent, box_elems, dims
+from planner.regions import (
+    AxisChain,
+    GroupChains,
+    GroupIO,
+    Tile,
+    anchor_extent,
+    box_elems,
+    dims,
+    tile_regions,
+)
 
 if TYPE_CHECKING:
     from solver.encoding import Candidate, Encoding
@@ -80,14 +89,40 @@ class GroupFacts:
         return self.tile.h >= h and self.tile.w >= w
 
     def tensor_bound_bytes(self, t: str) -> int:
-        """Largest box of tensor t any tile needs (same bound as the CP-SAT encoding)."""
+        """Largest box of tensor t any tile needs (same bound as the CP-SAT encoding).
+
+        Along an axis without a closed form (upsampling, transposed conv inside the group)
+        the bound is the longest range over the tiles, found by enumerating them.
+        """
         n, h, w = self.extent
         cn, cr, cc = self.chains.chains[t]
         fb = self.chains.full[t]
         c = dims(self.graph.shapes[t])[1]
-        return (c * _axis_bound(cn, n, self.tile.n, fb[1] - fb[0])
-                * _axis_bound(cr, h, self.tile.h, fb[3] - fb[2])
-                * _axis_bound(cc, w, self.tile.w, fb[5] - fb[4]) * self.chip.dtype_bytes)
+        sizes = []
+        for axis, (chain, extent, size) in enumerate(
+                ((cn, n, self.tile.n), (cr, h, self.tile.h), (cc, w, self.tile.w))):
+            full = fb[2 * axis + 1] - fb[2 * axis]
+            if chain is None and size < extent:
+                sizes.append(self._enumerated_span(axis).get(t, full))
+            else:
+                sizes.append(_axis_bound(chain, extent, size, full))
+        return c * sizes[0] * sizes[1] * sizes[2] * self.chip.dtype_bytes
+
+    def _enumerated_span(self, axis: int) -> dict[str, int]:
+        """Longest range of every tensor along one axis over all tiles of that axis."""
+        cache = self.__dict__.setdefault("_spans", {})
+        if axis not in cache:
+            n, h, w = self.extent
+            size = (self.tile.n, self.tile.h, self.tile.w)[axis]
+            extent = (n, h, w)[axis]
+            longest: dict[str, int] = {}
+            for lo in range(0, extent, size):
+                box = [0, n, 0, h, 0, w]
+                box[2 * axis], box[2 * axis + 1] = lo, min(extent, lo + size)
+                for t, b in tile_regions(self.graph, self.io, tuple(box)).items():  # type: ignore[arg-type]
+                    longest[t] = max(longest.get(t, 0), b[2 * axis + 1] - b[2 * axis])
+            cache[axis] = longest
+        return cache[axis]
 
     @cached_property
     def in_bytes(self) -> int:

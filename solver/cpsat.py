@@ -106,6 +106,10 @@ class Terms:
 
 
 def _terms(enc: Encoding, cand: Candidate) -> Terms:
+    if cand.fixed is not None:
+        c = cand.fixed
+        return Terms(c.dram_bytes, c.macs, c.vector_ops, c.core_fmap_bytes, c.core_weight_bytes,
+                     c.first_load_bytes, c.last_store_bytes)
     m, g, dt = enc.model, enc.graph, enc.chip.dtype_bytes
     reads = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
     writes = sum(g.elems(t) for t in cand.io.outputs) * dt
@@ -179,8 +183,8 @@ def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: Ru
 
 def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
                 candidates: Sequence[Sequence[str]],
-                floors: Sequence[int] | None = None, cycles_cap: int | None = None
-                ) -> tuple[Encoding, dict[str, Any]]:
+                floors: Sequence[int] | None = None, cycles_cap: int | None = None,
+                fixed: Sequence[Any] | None = None) -> tuple[Encoding, dict[str, Any]]:
     """The CP-SAT model over the candidates; returns it with the rule literals by key.
 
     ``floors`` (one per candidate, optional) are lower bounds on each candidate's cost
@@ -195,7 +199,7 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
     costs = []
     capped: list[Any] = []
     for k, layers in enumerate(candidates):
-        cand = enc.add_candidate(layers)
+        cand = enc.add_candidate(layers, fixed[k] if fixed is not None else None)
         for name in cand.layers:
             cover[name].append(cand.selected)
         _physical(enc, cand)
@@ -247,7 +251,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
     for lay in graph.layers:  # a layer that fits at no tile makes every plan infeasible
         if GroupSearch.of(graph, (lay.name,), chip, ruleset).best(objective) is None:
             raise infeasible_layer_error(graph, chip, ruleset, lay.name)
-    candidates, floors = [], []
+    candidates, floors, pinned = [], [], []
     structural = [r for r in ruleset.enabled if isinstance(r, StructuralRule)]
     for layers in candidate_sets(graph, ruleset, [g for g, _ in warm]):
         search = GroupSearch.of(graph, layers, chip, ruleset)
@@ -260,8 +264,10 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             continue
         candidates.append(layers)
         floors.append(objective_units(best.cost, objective, ruleset, chip))
+        # rows without a closed form keep the exact Python tile (enumerated costs)
+        pinned.append(None if search.closed_form else best)
     enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors,
-                                 cycles_cap)
+                                 cycles_cap, pinned)
     _hint(enc, warm)
     solver = cp_model.CpSolver()
     p = solver.parameters

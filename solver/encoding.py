@@ -21,7 +21,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from hardware.chip import Chip
-from planner.cost import live_steps, weight_bytes
+from planner.cost import Counters, live_steps, region_sum, weight_bytes
 from planner.ir import Graph
 from planner.regions import GroupChains, GroupIO, Tile, anchor_extent, dims, group_chains, group_io
 from rules.base import GroupFacts
@@ -65,6 +65,7 @@ class Candidate:
     th_low: int
     facts_any_tile: GroupFacts
     rows: dict[str, Any] = field(default_factory=dict)  # tensor -> bound-rows var/int
+    fixed: Counters | None = None  # the pinned tile's cost (no closed form for its rows)
 
     @property
     def fused(self) -> bool:
@@ -84,14 +85,32 @@ class Encoding:
     def _dt(self) -> int:
         return self.chip.dtype_bytes
 
-    def add_candidate(self, layers: Sequence[str]) -> Candidate:
-        """Create the variables of one candidate group."""
+    def add_candidate(self, layers: Sequence[str], fixed: Any = None) -> Candidate:
+        """Create the variables of one candidate group.
+
+        ``fixed`` (a solver.tiles.TileChoice) pins the tile, weight residency and buffering of
+        a group whose rows have no closed form (upsampling inside it): its cost terms are the
+        Python cost model's constants and only its selection is decided here.
+        """
         graph, m = self.graph, self.model
         i = len(self.candidates)
         io = group_io(graph, layers)
         chains = group_chains(graph, io)
         n, h, w = anchor_extent(graph, io)
         sel = m.new_bool_var(f"select_{i}")
+        if fixed is not None:
+            t = fixed.tile
+            tiles = ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w)
+            facts = GroupFacts(graph, io, chains, t, self.chip, fixed.resident,
+                               fixed.double_buffered)
+            cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, t.h, t.n,
+                             ceil(h / t.h), ceil(n / t.n), tiles,
+                             m.new_constant(int(fixed.resident)),
+                             m.new_constant(int(fixed.double_buffered)),
+                             m.new_constant(int(t.h >= h and t.w >= w)), t.h, facts,
+                             fixed=fixed.cost)
+            self.candidates.append(cand)
+            return cand
         h_low = tile_floor(chains, io, graph, 1)
         n_low = tile_floor(chains, io, graph, 0)
         th: Any = h if h_low is None or h_low >= h else m.new_int_var(h_low, h, f"th_{i}")
@@ -142,6 +161,8 @@ class Encoding:
 
     def tensor_bytes(self, cand: Candidate, t: str) -> Any:
         """Largest box of tensor t any tile needs, in bytes (linear in th; times tn if batched)."""
+        if cand.fixed is not None:
+            return cand.facts_any_tile.tensor_bound_bytes(t)
         c = dims(self.graph.shapes[t])[1]
         fb = cand.chains.full[t]
         cols = fb[5] - fb[4]
@@ -208,6 +229,8 @@ class Encoding:
     def region_elems_total(self, cand: Candidate, t: str) -> Any:
         """Elements of tensor t summed over all tiles (tiles span the full width; the batch
         splits without overlap because tn is only variable when every tensor keeps it)."""
+        if cand.fixed is not None:
+            return region_sum(self.graph, cand.io, cand.chains, t, cand.facts_any_tile.tile)
         fb = cand.chains.full[t]
         c = dims(self.graph.shapes[t])[1]
         return self.rows_total(cand, t) * (c * (fb[1] - fb[0]) * (fb[5] - fb[4]))
@@ -228,6 +251,8 @@ class Encoding:
 
     def first_load_bytes(self, cand: Candidate) -> Any:
         """DRAM bytes of the first tile: its input boxes plus all the group's weights."""
+        if cand.fixed is not None:
+            return cand.fixed.first_load_bytes
         total: Any = self.weight_bytes(cand)
         for k, t in enumerate(cand.io.inputs):
             chain = cand.chains.chains[t][1]
@@ -251,6 +276,8 @@ class Encoding:
 
     def last_store_bytes(self, cand: Candidate) -> Any:
         """DRAM bytes the last tile stores (the anchor's last rows and images)."""
+        if cand.fixed is not None:
+            return cand.fixed.last_store_bytes
         n, h, w = cand.extent
         a = cand.io.anchor
         c = dims(self.graph.shapes[a])[1]

@@ -130,12 +130,21 @@ class GroupSearch:
                           double_buffered)
 
     def heights(self) -> list[int]:
-        """Candidate tile heights, tallest first (only the whole map if rows cannot tile)."""
+        """Candidate tile heights, tallest first.
+
+        Rows without a closed form (upsampling inside the group) are costed by enumerating
+        tiles, so only halvings of the map are offered there, to bound the work.
+        """
         _, h, _ = anchor_extent(self.graph, self.io)
         low = tile_floor(self.chains, self.io, self.graph, 1)
         if low is None:
-            return [h]
+            return sorted({-(-h // (1 << k)) for k in range(h.bit_length() + 1)}, reverse=True)
         return list(range(h, low - 1, -1))
+
+    @property
+    def closed_form(self) -> bool:
+        """Whether every row range of the group has a closed form (CP-SAT can vary th)."""
+        return tile_floor(self.chains, self.io, self.graph, 1) is not None
 
     def tile_of(self, th: int) -> Tile:
         n, _, w = anchor_extent(self.graph, self.io)  # tiles span the whole width
