@@ -273,7 +273,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         tile_write = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
             have, arr = onchip[t]
-            want = tuple(tile_box) if t == io.anchor else boxes[t]
+            want = tile_box if t == io.anchor else boxes[t]
             part = _slice(arr, have, want, arr.ndim >= 4)
             if t not in dram:
                 dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)

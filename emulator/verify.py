@@ -168,7 +168,8 @@ def save_golden(path: Path, inputs: Mapping[str, np.ndarray], outputs: Mapping[s
     """Store inputs and reference outputs for `verify --golden`."""
     arrays = {f"input:{k}": v for k, v in inputs.items()}
     arrays.update({f"output:{k}": v for k, v in outputs.items()})
-    np.savez_compressed(path, seed=np.array(seed), **arrays)
+    arrays["seed"] = np.array(seed)
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
 
 
 def load_golden(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:

@@ -77,9 +77,9 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
     whole = whole_network(problem) if rs.search.whole_network_first and solver != "layer" \
         else None
     if whole is not None:
-        info = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP", "gap": 0.0,
-                "wall_s": round(time.perf_counter() - started, 3)}
-        return assemble(g, chip, [whole], objective=objective, solver=info, **header)
+        at_once = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP", "gap": 0.0,
+                   "wall_s": round(time.perf_counter() - started, 3)}
+        return assemble(g, chip, [whole], objective=objective, solver=at_once, **header)
     if solver == "layer":
         plan = layer_plan(g, chip, objective=objective, **header)
         return _with_solver(plan, {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
@@ -350,7 +350,7 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
         if policy not in ("threshold", "forward", "bidirectional"):
             raise InputError(f"unknown --policy '{policy}'. Use threshold, forward or "
                              "bidirectional.")
-        settings = dc_replace(settings, policy=policy)
+        settings = dc_replace(settings, policy=policy)  # type: ignore[arg-type]
     objective = objective or problem.ruleset.objective.default
     header = problem.plan_header()
 
@@ -447,8 +447,8 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
         if any(not isinstance(d, int) or d < 1 for d in dims):
             raise InputError(f"{model}: input '{name}' still has an unbound dim {dims}; bind it "
                              "with --shape or give it a --dynamic range.")
-        largest[name] = tuple(int(d) for d in dims)
-        smallest[name] = tuple(int(d) for d in low)
+        largest[name] = tuple(int(d) for d in dims)  # type: ignore[arg-type]
+        smallest[name] = tuple(int(d) for d in low)  # type: ignore[arg-type]
     problem = prepare(model, rules, hardware, smallest, overrides)
     plan = plan_problem(problem, solver, objective)
     big = build_graph(load_model(model, largest))
@@ -465,8 +465,14 @@ def table(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: st
     """The parameter table of a dynamic plan at a concrete shape, from the cache if there."""
     import hashlib
 
-    from planner.dynamic import TableCache, buckets, group_table, in_range, read_dynamic
-    from planner.dynamic import table_summary
+    from planner.dynamic import (
+        TableCache,
+        buckets,
+        group_table,
+        in_range,
+        read_dynamic,
+        table_summary,
+    )
 
     plan_path = Path(plan_path)
     doc = _read_json(plan_path)
@@ -529,7 +535,7 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     made = []
     for i, g in enumerate(groups):
-        t = group_table(graph, i, g, chip, tail or settings["tail_mode"],
+        t = group_table(graph, i, g, chip, tail or settings["tail_mode"],  # type: ignore[arg-type]
                         combination or settings["combination"], int(settings["tail_range"]))
         unit = g.units[0]
         tile = Tile(t.extent[0], unit.h or t.extent[1], unit.w or t.extent[2])

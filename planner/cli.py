@@ -34,13 +34,62 @@ err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-RulesOpt = Annotated[str | None, typer.Option("--rules", help="Rule YAML (default rules/default.yaml).")]
+RulesOpt = Annotated[str | None, typer.Option("--rules",
+    help="Rule YAML (default rules/default.yaml).")]
 HwOpt = Annotated[str | None, typer.Option("--hw", help="Chip YAML file or preset name.")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Chip override KEY=VALUE, e.g. sram.bytes=256KiB.")]
-ShapeOpt = Annotated[list[str] | None, typer.Option("--shape", help="Bind input dims: NAME=D0,D1,...")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set",
+    help="Chip override KEY=VALUE, e.g. sram.bytes=256KiB.")]
+ShapeOpt = Annotated[list[str] | None, typer.Option("--shape",
+    help="Bind input dims: NAME=D0,D1,...")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-ObjOpt = Annotated[str | None, typer.Option("--objective", help="traffic | latency | energy | weighted")]
-TimeOpt = Annotated[float | None, typer.Option("--time-limit", help="CP-SAT time limit in seconds.")]
+ObjOpt = Annotated[str | None, typer.Option("--objective",
+    help="traffic | latency | energy | weighted")]
+TimeOpt = Annotated[float | None, typer.Option("--time-limit",
+    help="CP-SAT time limit in seconds.")]
+
+
+SolverOpt = Annotated[str, typer.Option("--solver",
+    help="cpsat | shortest-path | greedy | layer")]
+PreferOpt = Annotated[str | None, typer.Option("--prefer",
+    help="auto | latency | energy (seed 004)")]
+BatteryOpt = Annotated[float | None, typer.Option("--battery",
+    help="Battery level in percent, for --prefer auto.")]
+OutputOpt = Annotated[Path | None, typer.Option("-o", "--output",
+    help="Write the plan JSON here.")]
+ReportOpt = Annotated[Path | None, typer.Option("--report",
+    help="Write a self-contained HTML report (verifies the plan).")]
+DynamicOpt = Annotated[list[str] | None, typer.Option("--dynamic",
+    help="Dynamic axis NAME:AXIS=LO..HI (a dynamic plan, seed 002).")]
+TailModeOpt = Annotated[str, typer.Option("--tail-mode",
+    help="pad | overlap | variable | tail-range")]
+CombinationOpt = Annotated[str, typer.Option("--combination",
+    help="simple | optimized")]
+TailRangeOpt = Annotated[int, typer.Option("--tail-range",
+    help="tail-range mode: units accept [size-r, size].")]
+PointsOpt = Annotated[int, typer.Option("--points",
+    help="Points on the front (>= 2).")]
+OutDirOpt = Annotated[Path, typer.Option("--out-dir",
+    help="Where the plan files go.")]
+PlotOpt = Annotated[Path | None, typer.Option("--plot",
+    help="Draw the front as an SVG.")]
+PolicyOpt = Annotated[str | None, typer.Option("--policy",
+    help="threshold | forward | bidirectional")]
+PartsDirOpt = Annotated[Path | None, typer.Option("--out-dir",
+    help="Write each subgraph's .onnx and plan here.")]
+VerifyChainOpt = Annotated[bool, typer.Option("--verify/--no-verify",
+    help="Emulate the chain of subgraph plans against onnxruntime.")]
+SeedOpt = Annotated[int, typer.Option("--seed")]
+GoldenOpt = Annotated[Path | None, typer.Option("--golden",
+    help="Compare with stored outputs.")]
+SaveGoldenOpt = Annotated[Path | None, typer.Option("--save-golden",
+    help="Store inputs and onnxruntime outputs.")]
+LayerOpt = Annotated[str | None, typer.Option("--layer")]
+TableTailOpt = Annotated[str | None, typer.Option("--tail-mode",
+    help="pad | overlap | variable | tail-range")]
+TableCombinationOpt = Annotated[str | None, typer.Option("--combination",
+    help="simple | optimized")]
+CacheOpt = Annotated[Path | None, typer.Option("--cache",
+    help="Table cache directory.")]
 
 
 def guarded(fn: F) -> F:
@@ -78,7 +127,8 @@ def _plan_table(plan: Plan) -> Table:
     for col in ("id", "layers", "mode", "tile n×h×w", "weights", "DRAM", "redundant", "SRAM peak"):
         t.add_column(col, justify="right" if col not in ("layers", "mode") else "left")
     for g in plan.groups:
-        names = g.layers[0] if len(g.layers) == 1 else f"{g.layers[0]} … {g.layers[-1]} ({len(g.layers)})"
+        names = g.layers[0] if len(g.layers) == 1 \
+            else f"{g.layers[0]} … {g.layers[-1]} ({len(g.layers)})"
         p = g.predicted
         t.add_row(str(g.id), names, g.mode, f"{g.tile.n}×{g.tile.h}×{g.tile.w}",
                   "resident" if g.weights_resident else "streamed", _mib(p.dram_bytes),
@@ -102,16 +152,16 @@ def _totals_lines(plan: Plan) -> list[str]:
 @guarded
 def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
           shape: ShapeOpt = None, objective: ObjOpt = None,
-          solver: Annotated[str, typer.Option("--solver", help="cpsat | shortest-path | greedy | layer")] = "cpsat",
+          solver: SolverOpt = "cpsat",
           time_limit: TimeOpt = None,
-          prefer: Annotated[str | None, typer.Option("--prefer", help="auto | latency | energy (seed 004)")] = None,
-          battery: Annotated[float | None, typer.Option("--battery", help="Battery level in percent, for --prefer auto.")] = None,
-          output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan JSON here.")] = None,
-          report: Annotated[Path | None, typer.Option("--report", help="Write a self-contained HTML report (verifies the plan).")] = None,
-          dynamic: Annotated[list[str] | None, typer.Option("--dynamic", help="Dynamic axis NAME:AXIS=LO..HI (a dynamic plan, seed 002).")] = None,
-          tail_mode: Annotated[str, typer.Option("--tail-mode", help="pad | overlap | variable | tail-range")] = "overlap",
-          combination: Annotated[str, typer.Option("--combination", help="simple | optimized")] = "optimized",
-          tail_range: Annotated[int, typer.Option("--tail-range", help="tail-range mode: units accept [size-r, size].")] = 0,
+          prefer: PreferOpt = None,
+          battery: BatteryOpt = None,
+          output: OutputOpt = None,
+          report: ReportOpt = None,
+          dynamic: DynamicOpt = None,
+          tail_mode: TailModeOpt = "overlap",
+          combination: CombinationOpt = "optimized",
+          tail_range: TailRangeOpt = 0,
           as_json: JsonOpt = False) -> None:
     """Plan MODEL: fusion groups and tiles under the rules, on the chip."""
     if dynamic:
@@ -153,9 +203,9 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
 @guarded
 def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
            shape: ShapeOpt = None, time_limit: TimeOpt = None,
-           points: Annotated[int, typer.Option("--points", help="Points on the front (>= 2).")] = 5,
-           out_dir: Annotated[Path, typer.Option("--out-dir", help="Where the plan files go.")] = Path("pareto"),
-           plot: Annotated[Path | None, typer.Option("--plot", help="Draw the front as an SVG.")] = None,
+           points: PointsOpt = 5,
+           out_dir: OutDirOpt = Path("pareto"),
+           plot: PlotOpt = None,
            as_json: JsonOpt = False) -> None:
     """Non-dominated (cycles, energy) plans, each written as a plan file that verifies."""
     if plot is not None and plot.suffix.lower() != ".svg":
@@ -163,7 +213,7 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     plans = api.pareto(problem, points, time_limit)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, plan in enumerate(plans):
         path = out_dir / f"pareto_{i}.json"
         save_plan(plan, path)
@@ -175,13 +225,13 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
     if as_json:
         _emit({"points": rows})
         return
-    t = Table(title=f"{len(rows)} non-dominated plans of {model}")
+    table = Table(title=f"{len(rows)} non-dominated plans of {model}")
     for col in ("cycles", "energy µJ", "DRAM", "groups", "plan"):
-        t.add_column(col, justify="left" if col == "plan" else "right")
+        table.add_column(col, justify="left" if col == "plan" else "right")
     for r in rows:
-        t.add_row(f"{r['cycles']:,}", f"{r['energy_pj'] / 1e6:,.2f}", _mib(r["dram_bytes"]),
+        table.add_row(f"{r['cycles']:,}", f"{r['energy_pj'] / 1e6:,.2f}", _mib(r["dram_bytes"]),
                   str(r["groups"]), r["plan"])
-    out.print(t)
+    out.print(table)
 
 
 def front_svg(rows: Sequence[dict[str, Any]]) -> str:
@@ -212,9 +262,9 @@ def front_svg(rows: Sequence[dict[str, Any]]) -> str:
 @guarded
 def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
               shape: ShapeOpt = None, objective: ObjOpt = None,
-              policy: Annotated[str | None, typer.Option("--policy", help="threshold | forward | bidirectional")] = None,
-              out_dir: Annotated[Path | None, typer.Option("--out-dir", help="Write each subgraph's .onnx and plan here.")] = None,
-              verify_chain: Annotated[bool, typer.Option("--verify/--no-verify", help="Emulate the chain of subgraph plans against onnxruntime.")] = False,
+              policy: PolicyOpt = None,
+              out_dir: PartsDirOpt = None,
+              verify_chain: VerifyChainOpt = False,
               as_json: JsonOpt = False) -> None:
     """Seed 003: serial subgraphs, split until each compiles, then merged to balance."""
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
@@ -251,9 +301,9 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
 
 @app.command()
 @guarded
-def verify(model: str, plan: Path, seed: Annotated[int, typer.Option("--seed")] = 0,
-           golden: Annotated[Path | None, typer.Option("--golden", help="Compare with stored outputs.")] = None,
-           save_golden: Annotated[Path | None, typer.Option("--save-golden", help="Store inputs and onnxruntime outputs.")] = None,
+def verify(model: str, plan: Path, seed: SeedOpt = 0,
+           golden: GoldenOpt = None,
+           save_golden: SaveGoldenOpt = None,
            hw: HwOpt = None, set_: SetOpt = None, shape: ShapeOpt = None,
            as_json: JsonOpt = False) -> None:
     """Execute PLAN in the emulator and check outputs and bytes against onnxruntime."""
@@ -319,7 +369,7 @@ def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt =
 
 @app.command()
 @guarded
-def explain(model: str, plan: Path, layer: Annotated[str | None, typer.Option("--layer")] = None,
+def explain(model: str, plan: Path, layer: LayerOpt = None,
             rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
             as_json: JsonOpt = False) -> None:
     """Why each group ends where it does; re-check every group against the rules."""
@@ -389,9 +439,9 @@ def demo() -> None:
 @app.command("table")
 @guarded
 def table_cmd(plan: Path, shape: ShapeOpt = None,
-              tail_mode: Annotated[str | None, typer.Option("--tail-mode", help="pad | overlap | variable | tail-range")] = None,
-              combination: Annotated[str | None, typer.Option("--combination", help="simple | optimized")] = None,
-              cache: Annotated[Path | None, typer.Option("--cache", help="Table cache directory.")] = None,
+              tail_mode: TableTailOpt = None,
+              combination: TableCombinationOpt = None,
+              cache: CacheOpt = None,
               as_json: JsonOpt = False) -> None:
     """The parameter table of a dynamic PLAN at a concrete --shape (seed 002)."""
     doc = api.table(plan, _shapes(shape), tail_mode, combination, cache)
@@ -445,7 +495,8 @@ def rules_doc() -> None:
 
     for r in default_ruleset().rules:
         doc = " ".join((type(r).__doc__ or "").split())
-        params = ", ".join(f"`{f.name}`" for f in fields(r) if f.name != "enabled")
+        params = ", ".join(f"`{f.name}`" for f in fields(r)  # type: ignore[arg-type]
+                           if f.name != "enabled")
         sys.stdout.write(f"- **{r.code} `{r.key}`** — {doc}"
                          + (f" Parameters: {params}." if params else "")
                          + f" Default: {'on' if r.enabled else 'off'}.\n")

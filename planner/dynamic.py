@@ -34,7 +34,7 @@ from hardware.chip import Chip
 from planner.cost import Counters, enumerated_cost, footprint, live_steps, weight_bytes
 from planner.errors import InputError
 from planner.ir import Graph
-from planner.regions import anchor_extent, group_io, tile_regions
+from planner.regions import Box, anchor_extent, group_io, tile_regions
 
 TailMode = Literal["pad", "overlap", "variable", "tail-range"]
 TAIL_MODES = ("pad", "overlap", "variable", "tail-range")
@@ -101,7 +101,7 @@ def choose_units(graph: Graph, layers: Sequence[str], chip: Chip, resident: bool
     side = min(big_h, big_w)
     while side > 1 and not _units_fit(graph, layers, chip, side, side, resident):
         side //= 2
-    units = []
+    units: list[Unit] = []
     for k in range(count):
         s = max(1, side >> k)
         if units and s == units[-1].h:
@@ -212,7 +212,7 @@ class GroupTable:
     cost: Counters
 
     @property
-    def boxes(self) -> tuple[tuple[int, ...], ...]:
+    def boxes(self) -> tuple[Box, ...]:
         return tuple((e.n[0], e.n[0] + e.n[1], e.h[0], e.h[0] + e.h[1], e.w[0],
                       e.w[0] + e.w[1]) for e in self.entries)
 
@@ -240,18 +240,19 @@ def group_table(graph: Graph, gid: int, group: DynamicGroup, chip: Chip, tail: T
             entries.append(Entry(unit, (0, n), (rb.offset, rb.length), (cb.offset, cb.length),
                                  (computed - rb.length * cb.length) * n))
     table = tuple(entries)
-    boxes = tuple((0, n, e.h[0], e.h[0] + e.h[1], e.w[0], e.w[0] + e.w[1]) for e in table)
-    cost = enumerated_cost(graph, group.layers, boxes, chip, group.weights_resident)
+    result = GroupTable(gid, table, (n, h, w), Counters())
+    cost = enumerated_cost(graph, group.layers, result.boxes, chip, group.weights_resident)
     return GroupTable(gid, table, (n, h, w), cost)
 
 
 def table_summary(tables: Sequence[GroupTable], tail: TailMode, combination: str
                   ) -> dict[str, Any]:
     """The JSON of `fuseplan table`."""
-    entries = [{"group": t.group, "unit": e.unit, "n": list(e.n), "h": list(e.h),
-                "w": list(e.w), "waste": e.waste} for t in tables for e in t.entries]
-    computed = sum((e["h"][1] * e["w"][1]) * (e["n"][1]) + e["waste"] for e in entries)
-    wasted = sum(e["waste"] for e in entries)
+    rows = [(t.group, e) for t in tables for e in t.entries]
+    entries = [{"group": g, "unit": e.unit, "n": list(e.n), "h": list(e.h), "w": list(e.w),
+                "waste": e.waste} for g, e in rows]
+    computed = sum(e.h[1] * e.w[1] * e.n[1] + e.waste for _, e in rows)
+    wasted = sum(e.waste for _, e in rows)
     total = Counters()
     for t in tables:
         total = total + t.cost

@@ -141,7 +141,8 @@ def _maps(op: str, attrs: dict[str, Any], in_shapes: list[tuple[int, ...]],
                 reduced = set(range(axis, rank)) if opset < 13 else {axis}
                 row = WHOLE if rank - 2 in reduced else IDENTITY
                 col = WHOLE if rank - 1 in reduced else IDENTITY
-            elif op in ("InstanceNormalization",) or op_class(op) in (OpClass.REDUCTION, OpClass.OPAQUE):
+            elif op == "InstanceNormalization" \
+                    or op_class(op) in (OpClass.REDUCTION, OpClass.OPAQUE):
                 row = col = WHOLE
             elif op not in ("Gemm", "MatMul"):
                 row = col = IDENTITY

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 from math import prod
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 
-class OpClass(str, Enum):
+class OpClass(StrEnum):
     """Op families the rules speak of (seed 000 ¶87-146)."""
 
     MAIN = "main"
@@ -65,7 +65,7 @@ def op_class(op_type: str) -> OpClass:
     return OpClass.OPAQUE
 
 
-class MapKind(str, Enum):
+class MapKind(StrEnum):
     """How an output range along one spatial axis maps to an input range."""
 
     IDENTITY = "identity"  # row r needs row r (elementwise, concat on channels...)

@@ -12,7 +12,7 @@ from hardware.chip import Chip
 from planner.cost import Counters, compulsory_bytes, group_cost
 from planner.errors import InputError
 from planner.ir import Graph
-from planner.regions import Tile, anchor_extent, group_io
+from planner.regions import Box, Tile, anchor_extent, group_io
 
 PLAN_VERSION = 1
 Mode = Literal["big", "small"]
@@ -31,7 +31,7 @@ class Group:
     double_buffered: bool = False  # a second input buffer prefetches the next tile
     # explicit anchor boxes (n0, n1, r0, r1, c0, c1) of a parameter table, run in this order
     # instead of the regular grid of `tile` (dynamic plans, seed 002)
-    boxes: tuple[tuple[int, ...], ...] | None = None
+    boxes: tuple[Box, ...] | None = None
 
     @property
     def fused(self) -> bool:
@@ -88,7 +88,8 @@ def execution_order(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple
         raise InputError("the plan's groups depend on each other in a cycle: a group must be "
                          "convex (no path leaves it and comes back).")
     first = {i: min(graph.index(n) for n in g) for i, g in enumerate(groups)}
-    return [tuple(groups[i]) for i in nx.lexicographical_topological_sort(dag, key=first.__getitem__)]
+    order = nx.lexicographical_topological_sort(dag, key=first.__getitem__)
+    return [tuple(groups[i]) for i in order]
 
 
 Placement = tuple[Any, ...]  # (layers, tile, weights_resident[, double_buffered])
@@ -127,8 +128,8 @@ def check_cover(graph: Graph, groups: Sequence[Sequence[str]], source: str) -> N
                 raise InputError(f"{source}: group {i} names layer '{name}', which the model does "
                                  "not have. Was the plan made for another model?")
             if name in seen:
-                raise InputError(f"{source}: layer '{name}' is in group {seen[name]} and group {i}; "
-                                 "each layer must be in exactly one group.")
+                raise InputError(f"{source}: layer '{name}' is in group {seen[name]} and group "
+                                 f"{i}; each layer must be in exactly one group.")
             seen[name] = i
     missing = [n for n in known if n not in seen]
     if missing:

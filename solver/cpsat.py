@@ -35,7 +35,7 @@ from solver.tiles import ENERGY_SCALE, GroupSearch, energy_coefficients, objecti
 class CpsatResult:
     """Groups chosen by CP-SAT, with solver status and proof quality."""
 
-    groups: list[tuple[tuple[str, ...], Tile, bool]]
+    groups: list[tuple[tuple[str, ...], Tile, bool, bool]]  # layers, tile, resident, buffered
     status: str
     objective: float
     bound: float

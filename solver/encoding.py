@@ -100,14 +100,14 @@ class Encoding:
         sel = m.new_bool_var(f"select_{i}")
         if fixed is not None:
             t = fixed.tile
-            tiles = ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w)
-            facts = GroupFacts(graph, io, chains, t, self.chip, fixed.resident,
-                               fixed.double_buffered)
+            pinned = GroupFacts(graph, io, chains, t, self.chip, fixed.resident,
+                                fixed.double_buffered)
             cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, t.h, t.n,
-                             ceil(h / t.h), ceil(n / t.n), tiles,
+                             ceil(h / t.h), ceil(n / t.n),
+                             ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w),
                              m.new_constant(int(fixed.resident)),
                              m.new_constant(int(fixed.double_buffered)),
-                             m.new_constant(int(t.h >= h and t.w >= w)), t.h, facts,
+                             m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
                              fixed=fixed.cost)
             self.candidates.append(cand)
             return cand

@@ -23,7 +23,8 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
     search = GroupSearch.of(graph, (name,), chip, ruleset)
     search = search.at_batch(search.batch_options()[-1])
     smallest = search.tile_of(search.heights()[-1])
-    worst = max(search.violations(smallest, False), key=lambda v: (v.needed or 0) - (v.allowed or 0))
+    worst = max(search.violations(smallest, False),
+                key=lambda v: (v.needed or 0) - (v.allowed or 0))
     over = int((worst.needed or 0) - (worst.allowed or 0))
     return PlanningError(
         f"layer '{name}' ({graph.layer(name).op}) cannot fit the chip '{chip.name}' even alone at "
