@@ -875,6 +875,8 @@ def load_model(
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
     _bind_shapes(work, graph, shapes)
     types = _fold_constants(work, model)
+    if _rebatch_reshapes(work, types, spec):
+        types = _fold_constants(work, model)
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
     _trim_unused_outputs(work.nodes, (o.name for o in graph.output), opset)
     _assemble(work, model, types)
@@ -889,6 +891,36 @@ def load_model(
         outputs=tuple(o.name for o in model.graph.output),
         opset=opset,
     )
+
+
+def _rebatch_reshapes(work: _Work, types: Mapping[str, onnx.TypeProto], spec: str) -> bool:
+    """Exports often hard-code the batch in a Reshape's target ([1, 25088] in the zoo VGG).
+    When --shape changes the batch, such a target no longer holds the input's elements: keep
+    the per-sample shape and put the batch back in axis 0. Any other mismatch is an error."""
+    changed = False
+    for node in work.nodes:
+        if node.op_type != "Reshape" or len(node.input) < 2 or not work.is_const(node.input[1]):
+            continue
+        shape = _static_shape(types.get(node.input[0]))
+        if shape is None:
+            continue
+        target = [int(v) for v in work.value(node.input[1]).reshape(-1)]
+        dims = [shape[i] if v == 0 and i < len(shape) else v for i, v in enumerate(target)]
+        numel = int(np.prod(shape))
+        known = int(np.prod([d for d in dims if d != -1]))
+        if -1 in dims or known == numel:
+            continue
+        rest = int(np.prod(dims[1:]))
+        if rest > 0 and numel % rest == 0 and shape and numel // rest == shape[0]:
+            dims[0] = shape[0]
+            work.folded[node.input[1]] = np.array(dims, dtype=np.int64)
+            changed = True
+            continue
+        raise InputError(
+            f"Model file '{spec}': node '{node.name}' (Reshape) cannot reshape {list(shape)} "
+            f"({numel} elements) into {target}. Check the --shape values ({_SHAPE_HINT})."
+        )
+    return changed
 
 
 def _copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
