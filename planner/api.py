@@ -217,19 +217,30 @@ def chip_for_plan(plan_doc_hardware: Mapping[str, Any], hardware: str | None,
     return load_chip(file, saved + list(overrides))
 
 
+def _plan_header_of(plan_path: Path) -> dict[str, Any]:
+    """A plan file's JSON, or {} when unreadable (load_plan then reports it precisely)."""
+    import json
+
+    try:
+        doc = json.loads(plan_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _plan_shapes(doc: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The input shapes a plan was made for."""
+    inputs = (doc.get("model") or {}).get("inputs") or {}
+    return {k: tuple(v) for k, v in inputs.items()}
+
+
 def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path | None = None,
            hardware: str | None = None, overrides: Sequence[str] = (),
            shapes: Mapping[str, tuple[int, ...]] | None = None) -> VerifyReport:
     """Emulate a plan file and check it against onnxruntime (or golden outputs)."""
-    import json
-
     plan_path = Path(plan_path)
-    try:
-        doc = json.loads(plan_path.read_text())
-    except (OSError, json.JSONDecodeError):
-        doc = {}
-    plan_shapes = {k: tuple(v) for k, v in (doc.get("model", {}).get("inputs") or {}).items()}
-    loaded = load_model(model, dict(shapes or plan_shapes))
+    doc = _plan_header_of(plan_path)
+    loaded = load_model(model, dict(shapes or _plan_shapes(doc)))
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     golden_path = Path(golden) if golden is not None else None
     if golden_path is not None:
@@ -276,17 +287,11 @@ def explain(model: str, plan_path: str | Path, layer: str | None = None,
             rules: str | Path | None = None, hardware: str | None = None,
             overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Boundaries, a layer's placement and a re-check of every group, as a JSON document."""
-    import json
-
     from planner.explain import boundaries, recheck
 
     plan_path = Path(plan_path)
-    try:
-        doc = json.loads(plan_path.read_text())
-    except (OSError, json.JSONDecodeError):
-        doc = {}
-    shapes = {k: tuple(v) for k, v in (doc.get("model", {}).get("inputs") or {}).items()}
-    loaded = load_model(model, shapes)
+    doc = _plan_header_of(plan_path)
+    loaded = load_model(model, _plan_shapes(doc))
     graph = build_graph(loaded)
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     ruleset = load_rules(rules if rules is not None else doc.get("rules", {}).get("file") or None)

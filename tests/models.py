@@ -299,3 +299,21 @@ def detection_net(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     head = b.one("Relu", [b.conv(merged, 32, 8, 3, prefix="head")])
     out = b.conv(head, 8, 4, 1, prefix="pred")
     return b.model((1, 3, "H", "W"), out, opset, input_name="x", name="detection_net")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
+    """rules/default.yaml without the whole-network shortcut (small test nets fit on chip, and
+    these tests need real group boundaries), plus textual ``edits`` (old -> new)."""
+    text = (ROOT / "rules" / "default.yaml").read_text()
+    for old, new in {"whole_network_first: true": "whole_network_first: false",
+                     **(edits or {})}.items():
+        if old.startswith("whole_network_first") and old not in text:
+            continue  # the shortcut is gone or off already
+        assert old in text, f"rules/default.yaml changed: update this test's edit of {old!r}"
+        text = text.replace(old, new)
+    path = tmp / f"rules_{len(list(tmp.glob('rules_*.yaml')))}.yaml"
+    path.write_text(text)
+    return path

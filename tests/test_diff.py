@@ -8,6 +8,7 @@ from pathlib import Path
 import models
 import pytest
 import typer
+from models import fusing_rules
 from typer.testing import CliRunner
 
 from planner import api
@@ -16,21 +17,6 @@ from planner.diff import diff_plans
 from planner.plan import Plan, save_plan
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
-    """rules/default.yaml without the whole-network shortcut (small test nets fit on chip, and
-    these tests need real group boundaries), plus textual ``edits`` (old -> new)."""
-    text = (ROOT / "rules" / "default.yaml").read_text()
-    for old, new in {"whole_network_first: true": "whole_network_first: false",
-                     **(edits or {})}.items():
-        if old.startswith("whole_network_first") and old not in text:
-            continue  # the shortcut is gone or off already
-        assert old in text, f"rules/default.yaml changed: update this test's edit of {old!r}"
-        text = text.replace(old, new)
-    path = tmp / f"rules_{len(list(tmp.glob('rules_*.yaml')))}.yaml"
-    path.write_text(text)
-    return path
 
 
 def strict_rules(tmp: Path) -> Path:

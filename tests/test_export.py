@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import typer
+from models import fusing_rules
 from typer.testing import CliRunner
 
 from planner import api
@@ -23,21 +24,6 @@ from planner.export import export_dot, export_onnx, render_dot
 from planner.plan import Plan, save_plan
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
-    """rules/default.yaml without the whole-network shortcut (small test nets fit on chip, and
-    these tests need real group boundaries), plus textual ``edits`` (old -> new)."""
-    text = (ROOT / "rules" / "default.yaml").read_text()
-    for old, new in {"whole_network_first: true": "whole_network_first: false",
-                     **(edits or {})}.items():
-        if old.startswith("whole_network_first") and old not in text:
-            continue  # the shortcut is gone or off already
-        assert old in text, f"rules/default.yaml changed: update this test's edit of {old!r}"
-        text = text.replace(old, new)
-    path = tmp / f"rules_{len(list(tmp.glob('rules_*.yaml')))}.yaml"
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture(scope="module", params=["inception_net", "exported_net"])

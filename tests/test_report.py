@@ -18,6 +18,7 @@ from pathlib import Path
 import models
 import pytest
 import typer
+from models import fusing_rules
 from typer.testing import CliRunner
 
 from planner import api
@@ -38,21 +39,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0"]
-
-
-def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
-    """rules/default.yaml without the whole-network shortcut (small test nets fit on chip, and
-    these tests need real group boundaries), plus textual ``edits`` (old -> new)."""
-    text = (ROOT / "rules" / "default.yaml").read_text()
-    for old, new in {"whole_network_first: true": "whole_network_first: false",
-                     **(edits or {})}.items():
-        if old.startswith("whole_network_first") and old not in text:
-            continue  # the shortcut is gone or off already
-        assert old in text, f"rules/default.yaml changed: update this test's edit of {old!r}"
-        text = text.replace(old, new)
-    path = tmp / f"rules_{len(list(tmp.glob('rules_*.yaml')))}.yaml"
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture(scope="module")
