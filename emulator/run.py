@@ -228,9 +228,63 @@ def _crop_output(y: np.ndarray, graph: Graph, lay: Layer, out_box: Box, window: 
     return y.astype(np.float32, copy=False) if y.dtype == np.float64 else y
 
 
+class _Tile:
+    """On-chip state of one tile: held boxes, and rows kept across tiles for halo reuse."""
+
+    def __init__(self, graph: Graph, boxes: dict[str, Box], incoming: dict[str, np.ndarray],
+                 next_boxes: dict[str, Box] | None) -> None:
+        self.graph, self.boxes, self.next_boxes = graph, boxes, next_boxes
+        self.incoming = incoming  # tensor -> rows kept from the previous tile
+        self.outgoing: dict[str, np.ndarray] = {}  # tensor -> rows kept for the next tile
+        self.onchip: dict[str, tuple[Box, np.ndarray]] = {}
+
+    def kept_until(self, t: str) -> int:
+        """First row of t's box this tile must make (rows before it were kept on chip)."""
+        box = self.boxes[t]
+        kept = self.incoming.get(t)
+        if kept is None or len(self.graph.shapes[t]) < 4:
+            return box[2] if kept is None else box[3]
+        return box[2] + kept.shape[-2]
+
+    def assemble(self, t: str, new: np.ndarray | None) -> np.ndarray:
+        """t's whole box from its kept rows and the rows just made; keep rows for the next."""
+        box = self.boxes[t]
+        kept = self.incoming.pop(t, None)
+        spatial = len(self.graph.shapes[t]) >= 4
+        if kept is None:
+            full = new
+        elif new is None or not spatial:
+            full = kept
+        else:
+            full = np.concatenate([kept, new], axis=-2)
+        if full is None:
+            raise ValueError(f"tensor {t}: nothing kept and nothing made")
+        if self.next_boxes is not None:
+            nb = self.next_boxes[t]
+            if not spatial:
+                self.outgoing[t] = full
+            elif nb[2] < box[3]:
+                self.outgoing[t] = full[..., max(nb[2], box[2]) - box[2]:, :].copy()
+        self.onchip[t] = (box, full)
+        return full
+
+    def held_bytes(self, dt: int) -> int:
+        arrays = [a for _, a in self.onchip.values()]
+        arrays += list(self.incoming.values()) + list(self.outgoing.values())
+        return sum(a.size for a in arrays) * dt
+
+
+def _rows_box(box: Box, lo: int) -> Box:
+    return box[0], box[1], lo, box[3], box[4], box[5]
+
+
 def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                   weights: Mapping[str, np.ndarray]) -> tuple[Counters, list[Violation]]:
-    """Run one group over all its tiles; reads and writes `dram` (tensor name -> full array)."""
+    """Run one group over all its tiles; reads and writes `dram` (tensor name -> full array).
+
+    With halo reuse the row tiles run top to bottom and every tensor keeps the rows the next
+    tile shares with this one, so those are neither reloaded nor recomputed.
+    """
     io = group_io(graph, group.layers)
     dt = chip.dtype_bytes
     last_use = _last_use(graph, io)
@@ -240,45 +294,63 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
                        "first", "last"), 0)
     worst: dict[str, Violation] = {}  # per level, the tile that overflows most
     onchip_weights = wbytes if chip.unified and group.weights_resident else 0
-    tiles = group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile)
-    for ti, tile_box in enumerate(tiles):
-        boxes = tile_regions(graph, io, tile_box)
+    anchors = list(group.boxes if group.boxes is not None
+                   else iter_tiles(graph, io, group.tile))
+    regions = [tile_regions(graph, io, anchors[0])] if anchors else []
+    incoming: dict[str, np.ndarray] = {}
+    for ti, tile_box in enumerate(anchors):
+        boxes = regions[ti]
+        if ti + 1 < len(anchors):
+            regions.append(tile_regions(graph, io, anchors[ti + 1]))
+        state = _Tile(graph, boxes, incoming, regions[ti + 1]
+                      if group.halo_reuse and ti + 1 < len(anchors) else None)
         n["tiles"] += 1
         tile_read = wbytes if ti == 0 or not group.weights_resident else 0
-        onchip: dict[str, tuple[Box, np.ndarray]] = {}
-        for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
-            arr = _slice(dram[t], _full(dram[t]), boxes[t], dram[t].ndim >= 4)
-            tile_read += arr.size * dt
-            n["core"] += arr.size * dt * (1 + uses.get(t, 0))
-            onchip[t] = (boxes[t], arr)
-        prefetch = sum(a.size for _, a in onchip.values()) * dt if group.double_buffered else 0
+        loaded = 0
+        for t in io.inputs:  # DRAM -> SRAM: the rows of the tile's box not kept on chip
+            want = _rows_box(boxes[t], state.kept_until(t))
+            arr = _slice(dram[t], _full(dram[t]), want, dram[t].ndim >= 4) \
+                if want[3] > want[2] else None
+            if arr is not None:
+                loaded += arr.size * dt
+                n["core"] += arr.size * dt
+            full = state.assemble(t, arr)
+            n["core"] += full.size * dt * uses.get(t, 0)
+        tile_read += loaded
+        prefetch = loaded if group.double_buffered else 0
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
-            out_box = boxes[lay.outputs[0]]
-            ys = run_layer(graph, lay, out_box, onchip, weights)
-            n["macs" if lay.is_main else "vec"] += ys[0].size * lay.macs_per_output
-            for t, y in zip(lay.outputs, ys, strict=False):
+            first = lay.outputs[0]
+            new_box = _rows_box(boxes[first], state.kept_until(first))
+            ys = run_layer(graph, lay, new_box, state.onchip, weights) \
+                if new_box[3] > new_box[2] else []
+            if ys:
+                n["macs" if lay.is_main else "vec"] += ys[0].size * lay.macs_per_output
+            for k, t in enumerate(lay.outputs):
                 if t:
-                    onchip[t] = (out_box, y)
-                    n["core"] += y.size * dt * (1 + uses.get(t, 0))
-            live = sum(a.size for _, a in onchip.values()) * dt + onchip_weights + prefetch
+                    y = ys[k] if ys else None
+                    n["core"] += (y.size * dt if y is not None else 0)
+                    full = state.assemble(t, y)
+                    n["core"] += full.size * dt * uses.get(t, 0)
+            live = state.held_bytes(dt) + onchip_weights + prefetch
             n["peak"] = max(n["peak"], live)
             for v in _capacity(chip, group.id, ti, live, onchip_weights,
                                wbytes if group.weights_resident else 0):
                 if v.level not in worst or v.needed_bytes > worst[v.level].needed_bytes:
                     worst[v.level] = v
             # free what no later layer of the group reads (outputs wait for their store)
-            for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs]:
-                del onchip[t]
+            for t in [t for t in state.onchip if last_use.get(t, i) <= i and t not in io.outputs]:
+                del state.onchip[t]
         tile_write = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
-            have, arr = onchip[t]
+            have, arr = state.onchip[t]
             want = tile_box if t == io.anchor else boxes[t]
             part = _slice(arr, have, want, arr.ndim >= 4)
             if t not in dram:
                 dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)
             _slice(dram[t], _full(dram[t]), want, arr.ndim >= 4)[...] = part
             tile_write += part.size * dt
+        incoming = state.outgoing
         if ti == 0:
             n["first"] = tile_read
         n["read"] += tile_read

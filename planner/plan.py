@@ -32,6 +32,9 @@ class Group:
     # explicit anchor boxes (n0, n1, r0, r1, c0, c1) of a parameter table, run in this order
     # instead of the regular grid of `tile` (dynamic plans, seed 002)
     boxes: tuple[Box, ...] | None = None
+    # halos: "recompute" (overlapping tiles reload and recompute their borders) or "reuse"
+    # (row tiles run in order and keep the border rows of every tensor on chip)
+    halo_reuse: bool = False
 
     @property
     def fused(self) -> bool:
@@ -60,12 +63,25 @@ def group_mode(graph: Graph, layers: Sequence[str], tile: Tile) -> Mode:
 
 
 def make_group(graph: Graph, gid: int, layers: Sequence[str], tile: Tile, chip: Chip,
-               weights_resident: bool = True, double_buffered: bool = False) -> Group:
+               weights_resident: bool = True, double_buffered: bool = False,
+               halo_reuse: bool = False) -> Group:
     """A group with its predicted counters from the cost model."""
     ordered = tuple(sorted(layers, key=graph.index))
+    if halo_reuse:
+        check_reuse_tile(graph, ordered, tile, "plan")
     return Group(gid, ordered, tile, group_mode(graph, ordered, tile), weights_resident,
-                 group_cost(graph, ordered, tile, chip, weights_resident, double_buffered),
-                 double_buffered)
+                 group_cost(graph, ordered, tile, chip, weights_resident, double_buffered,
+                            halo_reuse),
+                 double_buffered, halo_reuse=halo_reuse)
+
+
+def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: str) -> None:
+    """Halo reuse runs row tiles in order: a tile must span the whole batch and width."""
+    n, _, w = anchor_extent(graph, group_io(graph, layers))
+    if tile.n < n or tile.w < w:
+        raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos with tile "
+                         f"{tile.n}x{tile.h}x{tile.w}; halo reuse needs tiles over the whole "
+                         f"batch and width ({n} x ... x {w}). Use \"halo\": \"recompute\".")
 
 
 def whole_tile(graph: Graph, layers: Sequence[str]) -> Tile:
@@ -92,17 +108,18 @@ def execution_order(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple
     return [tuple(groups[i]) for i in order]
 
 
-Placement = tuple[Any, ...]  # (layers, tile, weights_resident[, double_buffered])
+Placement = tuple[Any, ...]  # (layers, tile, weights_resident[, double_buffered[, reuse]])
 
 
 def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
              model: Mapping[str, Any], hardware: Mapping[str, Any], rules: Mapping[str, Any],
              objective: str, solver: Mapping[str, Any]) -> Plan:
     """Build a Plan from (layers, tile, weights_resident[, double_buffered]), in execution order."""
-    info = {tuple(sorted(g[0], key=graph.index)): (g[1], g[2], bool(g[3]) if len(g) > 3 else False)
+    info = {tuple(sorted(g[0], key=graph.index)):
+            (g[1], g[2], bool(g[3]) if len(g) > 3 else False, bool(g[4]) if len(g) > 4 else False)
             for g in groups}
     ordered = execution_order(graph, list(info))
-    made = tuple(make_group(graph, i, g, info[g][0], chip, info[g][1], info[g][2])
+    made = tuple(make_group(graph, i, g, *info[g][:1], chip, *info[g][1:])
                  for i, g in enumerate(ordered))
     check_cover(graph, [g.layers for g in made], source="plan")
     totals = Counters()
@@ -175,6 +192,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "tile": {"n": g.tile.n, "h": g.tile.h, "w": g.tile.w},
                 "weights_resident": g.weights_resident,
                 "double_buffered": g.double_buffered,
+                "halo": "reuse" if g.halo_reuse else "recompute",
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -244,9 +262,14 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
             raise InputError(f"{gw}: tile sizes must be at least 1, got {tile}.")
         pd = g.get("predicted", {})
         predicted = Counters(**{k: pd[k] for k in Counters.__dataclass_fields__ if k in pd})
+        halo = g.get("halo", "recompute")
+        if halo not in ("recompute", "reuse"):
+            raise InputError(f"{gw}: 'halo' must be \"recompute\" or \"reuse\", got {halo!r}.")
+        if halo == "reuse":
+            check_reuse_tile(graph, layers, tile, gw)
         groups.append(Group(int(g.get("id", i)), layers, tile, g.get("mode", "big"),
                             bool(g.get("weights_resident", True)), predicted,
-                            bool(g.get("double_buffered", False))))
+                            bool(g.get("double_buffered", False)), halo_reuse=halo == "reuse"))
     check_cover(graph, [g.layers for g in groups], source=where)
     execution_order(graph, [g.layers for g in groups])
     totals = Counters()

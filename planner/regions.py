@@ -207,6 +207,20 @@ class AxisChain:
         return (t * (self.s * size + self.e + self.p - self.s) - self.s * (t * size - extent)
                 - self.p - d - max(0, d - self.s * last) * (t >= 2))
 
+    def union(self, extent: int, size: int) -> int:
+        """Rows in the union of all tiles' ranges: each row loaded or computed once when
+        halos are reused (consecutive ranges overlap, unless the kernel is smaller than the
+        stride and skips rows)."""
+        if self.s == 0 or self.e + self.p >= self.s:
+            return self.u
+        return self.total(extent, size)
+
+    def overlap(self) -> int:
+        """Rows a tile shares with the next one (kept on chip when halos are reused)."""
+        if self.s == 0:
+            return self.u
+        return min(self.u, max(0, self.e + self.p - self.s))
+
     def bound(self, size: int) -> int:
         """Largest range any tile of this size needs (a safe bound, used for capacity)."""
         if self.s == 0:
