@@ -87,11 +87,11 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
     info: dict[str, Any]
     groups: list[tuple[Any, ...]]
     if solver == "greedy":
-        groups = [(ls, c.tile, c.resident, c.double_buffered)
+        groups = [(ls, c.tile, c.resident, c.double_buffered, c.halo_reuse)
                   for ls, c in greedy_groups(g, chip, rs)]
         info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
     elif solver == "shortest-path":
-        groups = [(ls, c.tile, c.resident, c.double_buffered)
+        groups = [(ls, c.tile, c.resident, c.double_buffered, c.halo_reuse)
                   for ls, c in shortest_path_groups(g, chip, rs, objective)]
         # exact over intervals of the topological order, which are all groups only on a chain
         chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)

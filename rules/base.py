@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hardware.chip import Chip
-from planner.cost import live_steps, region_sum, weight_bytes
+from planner.cost import live_steps, region_sum, union_sum, weight_bytes
 from planner.ir import Graph, Layer
 from planner.regions import (
     AxisChain,
@@ -69,6 +69,7 @@ class GroupFacts:
     chip: Chip
     weights_resident: bool = True
     double_buffered: bool = False
+    halo_reuse: bool = False
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -148,10 +149,23 @@ class GroupFacts:
         tensors = set(self.io.inputs) | set(self.io.outputs) | set(self.io.internal)
         return sum(self.tensor_bound_bytes(t) for t in tensors)
 
+    @cached_property
+    def cache_bytes(self) -> int:
+        """Rows every tensor keeps for the next tile when halos are reused (a bound)."""
+        total = 0
+        for t, (_, chain, _) in self.chains.chains.items():
+            if chain is None:
+                continue
+            fb = self.chains.full[t]
+            c = dims(self.graph.shapes[t])[1]
+            total += c * (fb[1] - fb[0]) * (fb[5] - fb[4]) * chain.overlap()
+        return total * self.chip.dtype_bytes
+
     def redundancy_pct(self) -> float:
         """Halo re-reads as a percentage of reading each input once (rule 11)."""
         once = sum(box_elems(self.graph, t, self.chains.full[t]) for t in self.io.inputs)
-        loaded = sum(region_sum(self.graph, self.io, self.chains, t, self.tile)
+        read = union_sum if self.halo_reuse else region_sum
+        loaded = sum(read(self.graph, self.io, self.chains, t, self.tile)
                      for t in self.io.inputs)
         return 100.0 * (loaded - once) / max(once, 1)
 

@@ -35,7 +35,7 @@ from solver.tiles import ENERGY_SCALE, GroupSearch, energy_coefficients, objecti
 class CpsatResult:
     """Groups chosen by CP-SAT, with solver status and proof quality."""
 
-    groups: list[tuple[tuple[str, ...], Tile, bool, bool]]  # layers, tile, resident, buffered
+    groups: list[tuple[tuple[str, ...], Tile, bool, bool, bool]]  # + resident, buffered, reuse
     status: str
     objective: float
     bound: float
@@ -84,10 +84,18 @@ def _physical(enc: Encoding, cand: Candidate) -> None:
         sram = step + (weights * cand.resident if chip.unified else 0)
         enc.enforce(m.add(sram <= chip.sram.bytes), cand)
         enc.enforce(m.add(sram + prefetch <= chip.sram.bytes), cand, cand.double_buffered)
+        # halo reuse keeps each tensor's shared rows for the next tile
+        cache = enc.cache_bytes(cand)
+        enc.enforce(m.add(sram + cache <= chip.sram.bytes), cand, cand.halo_reuse)
+        enc.enforce(m.add(sram + cache + prefetch <= chip.sram.bytes), cand, cand.halo_reuse,
+                    cand.double_buffered)
         if chip.nram is not None:  # ceil(step / cores) <= NRAM
             cap = chip.nram.bytes * chip.cores_per_cluster
             enc.enforce(m.add(step <= cap), cand)
             enc.enforce(m.add(step + prefetch <= cap), cand, cand.double_buffered)
+            enc.enforce(m.add(step + cache <= cap), cand, cand.halo_reuse)
+            enc.enforce(m.add(step + cache + prefetch <= cap), cand, cand.halo_reuse,
+                        cand.double_buffered)
     if chip.wram is not None and -(-weights // chip.cores_per_cluster) > chip.wram.bytes:
         m.add_implication(cand.selected, cand.resident.Not())
 
@@ -131,10 +139,39 @@ def _terms(enc: Encoding, cand: Candidate) -> Terms:
             else:
                 vector_ops += ops
     uses = in_group_uses(g, cand.io)
+    tensors = group_tensors(g, cand.io)
     core_fmap = sum(enc.region_elems_total(cand, t) * ((1 + uses.get(t, 0)) * dt)
-                    for t in group_tensors(g, cand.io))
-    return Terms(reads + writes + wread, macs, vector_ops, core_fmap, w * cand.tiles,
+                    for t in tensors)
+    # with halo reuse each row is loaded or computed once (planner.cost.work_counters)
+    reads_ru = sum(enc.union_elems_total(cand, t) for t in cand.io.inputs) * dt
+    macs_ru: Any = 0
+    vector_ru: Any = 0
+    for name in cand.io.layers:
+        lay = g.layer(name)
+        if lay.macs_per_output:
+            ops = lay.macs_per_output * enc.union_elems_total(cand, lay.outputs[0])
+            if lay.is_main:
+                macs_ru += ops
+            else:
+                vector_ru += ops
+    core_ru = sum((enc.union_elems_total(cand, t)
+                   + enc.region_elems_total(cand, t) * uses.get(t, 0)) * dt for t in tensors)
+    r = cand.halo_reuse
+    return Terms(_either(m, r, reads + writes + wread, reads_ru + writes + wread, "dram", cand),
+                 _either(m, r, macs, macs_ru, "macs", cand),
+                 _either(m, r, vector_ops, vector_ru, "vec", cand),
+                 _either(m, r, core_fmap, core_ru, "core", cand), w * cand.tiles,
                  enc.first_load_bytes(cand), enc.last_store_bytes(cand))
+
+
+def _either(m: Any, reuse: Any, recompute: Any, reused: Any, what: str, cand: Candidate) -> Any:
+    """An integer at least `recompute`, or at least `reused` when halos are reused."""
+    if isinstance(recompute, int) and isinstance(reused, int) and recompute == reused:
+        return recompute
+    var = m.new_int_var(0, 10**13, f"{what}_{cand.index}")
+    m.add(var >= recompute).only_enforce_if(reuse.Not())
+    m.add(var >= reused).only_enforce_if(reuse)
+    return var
 
 
 def _ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
@@ -295,11 +332,13 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             tile = Tile(tn, th, cand.extent[2])
             resident = bool(solver.boolean_value(cand.resident))
             db = bool(solver.boolean_value(cand.double_buffered))
+            reuse = bool(solver.boolean_value(cand.halo_reuse))
             if objective == "traffic":  # bytes do not depend on it: pick the faster one
                 search = GroupSearch.of(graph, cand.layers, chip, ruleset)
-                options = [False] + [True] * search.fits_double_buffer(tile, resident)
-                db = min(options, key=lambda o: search.quick_cost(tile, resident, o).cycles)
-            groups.append((cand.layers, tile, resident, db))
+                options = [False] + [True] * search.fits_double_buffer(tile, resident, reuse)
+                db = min(options, key=lambda o: search.quick_cost(tile, resident, o,
+                                                                  reuse).cycles)
+            groups.append((cand.layers, tile, resident, db, reuse))
     obj, bound = solver.objective_value, solver.best_objective_bound
     gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
     return CpsatResult(groups, name, obj, bound, gap, time.perf_counter() - started)

@@ -61,6 +61,7 @@ class Candidate:
     tiles: Any  # tiles_h * tiles_n
     resident: Any  # BoolVar: weights held on chip for the whole group
     double_buffered: Any  # BoolVar: a second input buffer prefetches the next tile
+    halo_reuse: Any  # BoolVar: row tiles keep shared rows on chip instead of recomputing
     small: Any  # BoolVar: th == H (whole maps on chip)
     th_low: int
     facts_any_tile: GroupFacts
@@ -107,6 +108,7 @@ class Encoding:
                              ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w),
                              m.new_constant(int(fixed.resident)),
                              m.new_constant(int(fixed.double_buffered)),
+                             m.new_constant(int(fixed.halo_reuse)),
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
                              fixed=fixed.cost)
             self.candidates.append(cand)
@@ -137,9 +139,14 @@ class Encoding:
             m.add_multiplication_equality(tiles, [tiles_h, tiles_n])
         resident = m.new_bool_var(f"resident_{i}")
         double_buffered = m.new_bool_var(f"double_buffered_{i}")
+        reuse: Any = m.new_constant(0)
+        if not isinstance(th, int) and isinstance(tn, int) and tn >= n:
+            reuse = m.new_bool_var(f"halo_reuse_{i}")  # rows only: whole batch and width
+            m.add_implication(reuse, small.Not())
         facts = GroupFacts(graph, io, chains, Tile(n, h, w), self.chip)
         cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, th, tn, tiles_h,
-                         tiles_n, tiles, resident, double_buffered, small, h_low or h, facts)
+                         tiles_n, tiles, resident, double_buffered, reuse, small,
+                         h_low or h, facts)
         self.candidates.append(cand)
         return cand
 
@@ -238,6 +245,21 @@ class Encoding:
     def read_bytes(self, cand: Candidate, t: str) -> Any:
         """DRAM bytes of input t over all tiles."""
         return self.region_elems_total(cand, t) * self._dt
+
+    def union_elems_total(self, cand: Candidate, t: str) -> Any:
+        """Elements of t loaded or computed once each when halos are reused (AxisChain.union):
+        its whole range where consecutive tiles overlap, else the (disjoint) tile sum."""
+        chain = cand.chains.chains[t][1]
+        fb = cand.chains.full[t]
+        if cand.fixed is None and chain is not None and (chain.s == 0
+                                                         or chain.e + chain.p >= chain.s):
+            c = dims(self.graph.shapes[t])[1]
+            return c * (fb[1] - fb[0]) * (fb[5] - fb[4]) * chain.u
+        return self.region_elems_total(cand, t)
+
+    def cache_bytes(self, cand: Candidate) -> int:
+        """Rows kept for the next tile under halo reuse (GroupFacts.cache_bytes)."""
+        return cand.facts_any_tile.cache_bytes
 
     # --- pipeline fill and drain ----------------------------------------------------------
 

@@ -29,6 +29,7 @@ class TileChoice:
     resident: bool
     cost: Counters
     double_buffered: bool = False
+    halo_reuse: bool = False
 
 
 def physical_violations(facts: GroupFacts) -> list[Violation]:
@@ -38,6 +39,8 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
     live = facts.live_peak_bytes
     if facts.double_buffered:  # room to prefetch the next tile's inputs
         live += facts.in_bytes
+    if facts.halo_reuse:  # rows kept on chip for the next tile
+        live += facts.cache_bytes
     weights = facts.weight_bytes if facts.weights_resident else 0
     sram_need = live + (weights if chip.unified else 0)
     if sram_need > chip.sram.bytes:
@@ -125,9 +128,10 @@ class GroupSearch:
         io = group_io(graph, layers)
         return cls(graph, tuple(io.layers), chip, ruleset, io, group_chains(graph, io))
 
-    def facts(self, tile: Tile, resident: bool, double_buffered: bool = False) -> GroupFacts:
+    def facts(self, tile: Tile, resident: bool, double_buffered: bool = False,
+              halo_reuse: bool = False) -> GroupFacts:
         return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
-                          double_buffered)
+                          double_buffered, halo_reuse)
 
     def heights(self) -> list[int]:
         """Candidate tile heights, tallest first.
@@ -162,33 +166,42 @@ class GroupSearch:
         """The same search with tn images per tile."""
         return replace(self, tn=tn)
 
-    def violations(self, tile: Tile, resident: bool, rules: Iterable[Rule] | None = None
-                   ) -> list[Violation]:
+    def violations(self, tile: Tile, resident: bool, rules: Iterable[Rule] | None = None,
+                   halo_reuse: bool = False) -> list[Violation]:
         """Physical capacity and rule violations of one tile."""
-        f = self.facts(tile, resident)
+        f = self.facts(tile, resident, False, halo_reuse)
         found = physical_violations(f)
         if len(self.layers) > 1:
             chosen = self.ruleset.enabled if rules is None else tuple(rules)
             found += [v for r in chosen if (v := r.check(f)) is not None]
         return found
 
-    def feasible(self, th: int, resident: bool, rules: Iterable[Rule] | None = None) -> bool:
-        return not self.violations(self.tile_of(th), resident, rules)
+    def feasible(self, th: int, resident: bool, rules: Iterable[Rule] | None = None,
+                 halo_reuse: bool = False) -> bool:
+        return not self.violations(self.tile_of(th), resident, rules, halo_reuse)
 
-    def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool) -> Counters:
+    def can_reuse(self) -> bool:
+        """Halo reuse needs closed-form rows and tiles over the whole batch."""
+        n = anchor_extent(self.graph, self.io)[0]
+        return self.closed_form and (self.tn or n) >= n
+
+    def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
+                   halo_reuse: bool = False) -> Counters:
         """Every counter but the SRAM peak (closed forms; cheap)."""
-        work = work_counters(self.graph, self.io, self.chains, tile, self.chip, resident)
+        work = work_counters(self.graph, self.io, self.chains, tile, self.chip, resident,
+                             halo_reuse)
         return with_time(self.chip, work, double_buffered)
 
-    def fits_double_buffer(self, tile: Tile, resident: bool) -> bool:
+    def fits_double_buffer(self, tile: Tile, resident: bool, halo_reuse: bool = False) -> bool:
         """A second input buffer (to prefetch the next tile) fits on chip too."""
-        return not physical_violations(self.facts(tile, resident, True))
+        return not physical_violations(self.facts(tile, resident, True, halo_reuse))
 
-    def choice(self, tile: Tile, resident: bool, double_buffered: bool) -> TileChoice:
+    def choice(self, tile: Tile, resident: bool, double_buffered: bool,
+               halo_reuse: bool = False) -> TileChoice:
         """A tile with its full predicted cost."""
         return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
-                                                     resident, double_buffered),
-                          double_buffered)
+                                                     resident, double_buffered, halo_reuse),
+                          double_buffered, halo_reuse)
 
     def best(self, objective: str = "traffic", rules: Iterable[Rule] | None = None
              ) -> TileChoice | None:
@@ -200,37 +213,40 @@ class GroupSearch:
         return min(found, key=lambda c: _rank(c.cost, objective, self.ruleset, self.chip, c))
 
     def _best_height(self, objective: str, rules: Iterable[Rule] | None) -> TileChoice | None:
-        """The exact best tile over every height, weight residency and buffering.
+        """The exact best tile over every height, weight residency, buffering and halo mode.
 
         Capacities only shrink as tiles get shorter, so the heights that fit them form a
         range found by bisection; inside it every height is costed (cost is not monotone:
         short tiles of a strided 1x1 conv skip the rows it never reads) and checked against
-        the other rules.
+        the other rules. The whole map (one tile) has no halo to reuse.
         """
         chosen = tuple(self.ruleset.enabled if rules is None else rules)
         shrink = tuple(r for r in chosen if r.tile_trend == "shrink")
         rest = tuple(r for r in chosen if r.tile_trend != "shrink")
         heights = self.heights()
-        best: tuple[tuple[float, ...], Tile, bool, bool] | None = None
-        for resident in (True, False):
-            feasible = [heights[0]] if self.feasible(heights[0], resident, chosen) else []
-            top = _tallest(self, heights[1:], resident, shrink)
+        best: tuple[tuple[float, ...], Tile, bool, bool, bool] | None = None
+        for resident, reuse in ((True, False), (False, False), (True, True), (False, True)):
+            if reuse and (not self.can_reuse() or len(heights) < 2):
+                continue
+            feasible = [heights[0]] if not reuse and self.feasible(heights[0], resident,
+                                                                    chosen) else []
+            top = _tallest(self, heights[1:], resident, shrink, reuse)
             if top is not None:
                 feasible += [th for th in heights[heights.index(top):]
-                             if not rest or self.feasible(th, resident, rest)]
+                             if not rest or self.feasible(th, resident, rest, reuse)]
             for th in feasible:
                 tile = self.tile_of(th)
                 for db in (False, True):
-                    if db and not self.fits_double_buffer(tile, resident):
+                    if db and not self.fits_double_buffer(tile, resident, reuse):
                         continue
-                    cost = self.quick_cost(tile, resident, db)
+                    cost = self.quick_cost(tile, resident, db, reuse)
                     rank = _rank(cost, objective, self.ruleset, self.chip,
-                                 TileChoice(tile, resident, cost, db))
+                                 TileChoice(tile, resident, cost, db, reuse))
                     if best is None or rank < best[0]:
-                        best = (rank, tile, resident, db)
+                        best = (rank, tile, resident, db, reuse)
         if best is None:
             return None
-        return self.choice(best[1], best[2], best[3])
+        return self.choice(best[1], best[2], best[3], best[4])
 
     def search(self, how: str, rules: Iterable[Rule] | None = None) -> TileChoice | None:
         """Seed 000's tile searches (N first, then H): the largest batch split that fits."""
@@ -255,14 +271,14 @@ class GroupSearch:
 
 
 def _tallest(s: GroupSearch, heights: Sequence[int], resident: bool,
-             rules: tuple[Rule, ...]) -> int | None:
+             rules: tuple[Rule, ...], reuse: bool = False) -> int | None:
     """Largest height (heights descending) passing rules that only get easier as tiles shrink."""
     lo, hi = 0, len(heights) - 1
-    if hi < 0 or not s.feasible(heights[hi], resident, rules):
+    if hi < 0 or not s.feasible(heights[hi], resident, rules, reuse):
         return None
     while lo < hi:  # invariant: heights[hi] is feasible
         mid = (lo + hi) // 2
-        if s.feasible(heights[mid], resident, rules):
+        if s.feasible(heights[mid], resident, rules, reuse):
             hi = mid
         else:
             lo = mid + 1
