@@ -124,13 +124,15 @@ def _mib(n: float) -> str:
 def _plan_table(plan: Plan) -> Table:
     t = Table(title=f"fuseplan: {len(plan.groups)} groups ({plan.solver.get('name')}, "
                     f"{plan.solver.get('status')})")
-    for col in ("id", "layers", "mode", "tile n×h×w", "weights", "DRAM", "redundant", "SRAM peak"):
-        t.add_column(col, justify="right" if col not in ("layers", "mode") else "left")
+    for col in ("id", "layers", "mode", "tile n×h×w", "halo", "weights", "DRAM", "redundant",
+                "SRAM peak"):
+        t.add_column(col, justify="left" if col in ("layers", "mode", "halo") else "right")
     for g in plan.groups:
         names = g.layers[0] if len(g.layers) == 1 \
             else f"{g.layers[0]} … {g.layers[-1]} ({len(g.layers)})"
         p = g.predicted
         t.add_row(str(g.id), names, g.mode, f"{g.tile.n}×{g.tile.h}×{g.tile.w}",
+                  "reuse" if g.halo_reuse else "recompute",
                   "resident" if g.weights_resident else "streamed", _mib(p.dram_bytes),
                   _mib(p.redundant_read_bytes), f"{p.sram_peak_bytes / 1024:,.0f} KiB")
     return t
