@@ -139,8 +139,9 @@ def _cpsat(problem: Problem, objective: str, time_limit: float | None,
     from solver.shortest_path import shortest_path_groups
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
-    warm = [(ls, c.tile) for ls, c in shortest_path_groups(g, chip, rs, objective)]
-    result = solve_cpsat(g, chip, rs, objective, warm, time_limit, cycles_cap)
+    memo: dict[tuple[str, ...], Any] = {}  # each interval's best tile, computed once
+    warm = [(ls, c.tile) for ls, c in shortest_path_groups(g, chip, rs, objective, memo)]
+    result = solve_cpsat(g, chip, rs, objective, warm, time_limit, cycles_cap, memo)
     info = {"name": "cpsat", "status": result.status, "gap": round(result.gap, 6),
             "objective": result.objective, "bound": result.bound}
     if cycles_cap is not None:

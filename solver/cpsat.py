@@ -281,12 +281,16 @@ def _hint(enc: Encoding, warm: Sequence[tuple[Sequence[str], Tile]]) -> None:
 
 def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
                 warm: Sequence[tuple[Sequence[str], Tile]] = (),
-                time_limit_s: float | None = None, cycles_cap: int | None = None
-                ) -> CpsatResult:
+                time_limit_s: float | None = None, cycles_cap: int | None = None,
+                memo: dict[tuple[str, ...], Any] | None = None) -> CpsatResult:
     """Optimal groups and tiles under the rules (or the best found within the time limit)."""
     started = time.perf_counter()
+    memo = {} if memo is None else memo
     for lay in graph.layers:  # a layer that fits at no tile makes every plan infeasible
-        if GroupSearch.of(graph, (lay.name,), chip, ruleset).best(objective) is None:
+        alone = (lay.name,)
+        if alone not in memo:
+            memo[alone] = GroupSearch.of(graph, alone, chip, ruleset).best(objective)
+        if memo[alone] is None:
             raise infeasible_layer_error(graph, chip, ruleset, lay.name)
     candidates, floors, pinned = [], [], []
     structural = [r for r in ruleset.enabled if isinstance(r, StructuralRule)]
@@ -296,7 +300,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         # chosen: leave them out rather than let presolve find that out for each
         if len(layers) > 1 and any(r.check(search.facts(Tile(1, 1, 1), True)) for r in structural):
             continue
-        best = search.best(objective)
+        best = memo[layers] if layers in memo else search.best(objective)
         if best is None:
             continue
         candidates.append(layers)

@@ -34,9 +34,12 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
     )
 
 
-def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str
+def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
+                         memo: dict[tuple[str, ...], TileChoice | None] | None = None
                          ) -> list[tuple[tuple[str, ...], TileChoice]]:
-    """Best grouping into intervals of the topological order."""
+    """Best grouping into intervals of the topological order.
+
+    ``memo`` collects each interval's best tile (CP-SAT reuses them as its cuts)."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -47,6 +50,8 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
             if j - i > 1 and not is_connected(graph, layers):
                 continue
             best = GroupSearch.of(graph, layers, chip, ruleset).best(objective)
+            if memo is not None:
+                memo[layers] = best
             if best is None:
                 if j - i == 1:
                     raise infeasible_layer_error(graph, chip, ruleset, layers[0])
