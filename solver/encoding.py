@@ -140,9 +140,11 @@ class Encoding:
         resident = m.new_bool_var(f"resident_{i}")
         double_buffered = m.new_bool_var(f"double_buffered_{i}")
         reuse: Any = m.new_constant(0)
-        if not isinstance(th, int) and isinstance(tn, int) and tn >= n:
+        if not isinstance(th, int) and (not isinstance(tn, int) or tn >= n):
             reuse = m.new_bool_var(f"halo_reuse_{i}")  # rows only: whole batch and width
             m.add_implication(reuse, small.Not())
+            if not isinstance(tn, int):
+                m.add(tn == n).only_enforce_if(reuse)
         facts = GroupFacts(graph, io, chains, Tile(n, h, w), self.chip)
         cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, th, tn, tiles_h,
                          tiles_n, tiles, resident, double_buffered, reuse, small,
