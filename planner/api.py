@@ -80,10 +80,20 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
         at_once = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP", "gap": 0.0,
                    "wall_s": round(time.perf_counter() - started, 3)}
         return assemble(g, chip, [whole], objective=objective, solver=at_once, **header)
-    if solver == "layer":
-        plan = layer_plan(g, chip, objective=objective, **header)
-        return _with_solver(plan, {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
-                                   "wall_s": round(time.perf_counter() - started, 3)})
+    if solver == "layer":  # no fusion; each layer still gets the tile that fits the chip
+        from solver.shortest_path import infeasible_layer_error
+        from solver.tiles import GroupSearch
+
+        alone = []
+        for lay in g.layers:
+            best = GroupSearch.of(g, (lay.name,), chip, rs).best(objective)
+            if best is None:
+                raise infeasible_layer_error(g, chip, rs, lay.name)
+            alone.append(((lay.name,), best.tile, best.resident, best.double_buffered,
+                          best.halo_reuse))
+        info = {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
+                "wall_s": round(time.perf_counter() - started, 3)}
+        return assemble(g, chip, alone, objective=objective, solver=info, **header)
     info: dict[str, Any]
     groups: list[tuple[Any, ...]]
     if solver == "greedy":
@@ -231,8 +241,11 @@ def _plan_header_of(plan_path: Path) -> dict[str, Any]:
 
 def _plan_shapes(doc: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     """The input shapes a plan was made for."""
-    inputs = (doc.get("model") or {}).get("inputs") or {}
-    return {k: tuple(v) for k, v in inputs.items()}
+    model = doc.get("model")
+    inputs = model.get("inputs") if isinstance(model, dict) else None
+    if not isinstance(inputs, dict):
+        return {}
+    return {k: tuple(v) for k, v in inputs.items() if isinstance(v, list)}
 
 
 def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path | None = None,
@@ -511,7 +524,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise InputError(f"{path}: no such plan file.") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a JSON plan file ({exc}).") from None
     if not isinstance(doc, dict):
         raise InputError(f"{path}: not a fuseplan plan.")

@@ -23,7 +23,9 @@ class Boundary:
 
 
 def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str, ...],
-                  objective: str, current_cost: float) -> list[str]:
+                  rest: tuple[str, ...], objective: str, current_cost: float) -> list[str]:
+    """Why `layers` (a group plus the next layer) is not a group of the plan; `rest` is what
+    would remain of the next layer's group."""
     if not is_connected(graph, layers):
         return ["not connected: the layer does not consume anything of the group"]
     if not is_convex(graph, layers):
@@ -32,8 +34,15 @@ def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str,
     best = search.best(objective)
     if best is not None:
         grown = objective_value(best.cost, objective, ruleset)
-        return [f"allowed, but not better: {objective} of the merged group {grown:.0f} vs "
-                f"{current_cost:.0f} for the groups as planned"]
+        left = GroupSearch.of(graph, rest, chip, ruleset).best(objective) \
+            if rest and is_connected(graph, rest) else None
+        if rest and left is None:
+            return [f"allowed, but what would remain of the next group ({len(rest)} layers) "
+                    "is not a valid group on its own"]
+        after = grown + (objective_value(left.cost, objective, ruleset) if left else 0)
+        verdict = "not better" if after >= current_cost else "better: the planner missed it"
+        return [f"allowed, {verdict}: {objective} {after:.0f} with the layer moved vs "
+                f"{current_cost:.0f} as planned"]
     heights = search.heights()
     found: dict[str, Violation] = {}
     for th in (heights[-1], heights[0]):  # capacities bind at the top, halos at the bottom
@@ -53,9 +62,10 @@ def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[B
         nxt = graph.layers[last + 1].name
         other = owner[nxt]
         layers = tuple(g.layers) + (nxt,)
+        rest = tuple(n for n in other.layers if n != nxt)
         current = (objective_value(g.predicted, plan.objective, ruleset)
                    + objective_value(other.predicted, plan.objective, ruleset))
-        out.append(Boundary(g.id, nxt, _grow_reasons(graph, chip, ruleset, layers,
+        out.append(Boundary(g.id, nxt, _grow_reasons(graph, chip, ruleset, layers, rest,
                                                      plan.objective, current)))
     return out
 
@@ -65,7 +75,8 @@ def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tupl
     found = []
     for g in plan.groups:
         search = GroupSearch.of(graph, g.layers, chip, ruleset)
-        for v in search.violations(g.tile, g.weights_resident):
+        for v in search.violations(g.tile, g.weights_resident, None, g.halo_reuse,
+                                   g.double_buffered):
             found.append((g.id, v))
     return found
 

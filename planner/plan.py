@@ -129,6 +129,19 @@ def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
                 compulsory_bytes(graph, chip), layer_by_layer_bytes(graph, chip))
 
 
+def check_order(graph: Graph, groups: Sequence[Sequence[str]], source: str) -> None:
+    """Groups run in the order given: each must find its inputs already in DRAM."""
+    ready = set(graph.inputs)
+    for i, layers in enumerate(groups):
+        io = group_io(graph, layers)
+        missing = [t for t in io.inputs if t not in ready]
+        if missing:
+            raise InputError(f"{source}: group {i} (starting at '{layers[0]}') reads "
+                             f"'{missing[0]}' before any earlier group writes it; list the "
+                             "groups in execution order.")
+        ready.update(t for name in io.layers for t in graph.layer(name).outputs)
+
+
 def layer_by_layer_bytes(graph: Graph, chip: Chip) -> int:
     """DRAM bytes with no fusion: each layer whole, on its own."""
     return sum(group_cost(graph, (lay.name,), whole_tile(graph, (lay.name,)), chip).dram_bytes
@@ -261,6 +274,13 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
         if min(tile.n, tile.h, tile.w) < 1:
             raise InputError(f"{gw}: tile sizes must be at least 1, got {tile}.")
         pd = g.get("predicted", {})
+        if not isinstance(pd, dict):
+            raise InputError(f"{gw}: 'predicted' must be a mapping of counters.")
+        bad = [k for k in Counters.__dataclass_fields__
+               if k in pd and (isinstance(pd[k], bool) or not isinstance(pd[k], int | float))]
+        if bad:
+            raise InputError(f"{gw}: predicted counter '{bad[0]}' must be a number, got "
+                             f"{pd[bad[0]]!r}. Regenerate the plan with `fuseplan solve`.")
         predicted = Counters(**{k: pd[k] for k in Counters.__dataclass_fields__ if k in pd})
         halo = g.get("halo", "recompute")
         if halo not in ("recompute", "reuse"):
@@ -271,7 +291,7 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
                             bool(g.get("weights_resident", True)), predicted,
                             bool(g.get("double_buffered", False)), halo_reuse=halo == "reuse"))
     check_cover(graph, [g.layers for g in groups], source=where)
-    execution_order(graph, [g.layers for g in groups])
+    check_order(graph, [g.layers for g in groups], where)
     totals = Counters()
     for grp in groups:
         totals = totals + grp.predicted

@@ -167,9 +167,9 @@ class GroupSearch:
         return replace(self, tn=tn)
 
     def violations(self, tile: Tile, resident: bool, rules: Iterable[Rule] | None = None,
-                   halo_reuse: bool = False) -> list[Violation]:
+                   halo_reuse: bool = False, double_buffered: bool = False) -> list[Violation]:
         """Physical capacity and rule violations of one tile."""
-        f = self.facts(tile, resident, False, halo_reuse)
+        f = self.facts(tile, resident, double_buffered, halo_reuse)
         found = physical_violations(f)
         if len(self.layers) > 1:
             chosen = self.ruleset.enabled if rules is None else tuple(rules)
