@@ -20,7 +20,15 @@ from planner.onnx_load import (
     randomize_weights,
     weights_are_placeholders,
 )
-from planner.plan import Plan, assemble, layer_plan, load_plan, save_plan, whole_tile
+from planner.plan import (
+    Plan,
+    assemble,
+    layer_placements,
+    layer_plan,
+    load_plan,
+    save_plan,
+    whole_tile,
+)
 from rules.ruleset import RuleSet, load_rules
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
@@ -80,21 +88,12 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
         at_once = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP", "gap": 0.0,
                    "wall_s": round(time.perf_counter() - started, 3)}
         return assemble(g, chip, [whole], objective=objective, solver=at_once, **header)
-    if solver == "layer":  # no fusion; each layer still gets the tile that fits the chip
-        from solver.shortest_path import infeasible_layer_error
-        from solver.tiles import GroupSearch
-
-        alone = []
-        for lay in g.layers:
-            best = GroupSearch.of(g, (lay.name,), chip, rs).best(objective)
-            if best is None:
-                raise infeasible_layer_error(g, chip, rs, lay.name)
-            alone.append(((lay.name,), best.tile, best.resident, best.double_buffered,
-                          best.halo_reuse))
+    info: dict[str, Any]
+    if solver == "layer":  # no fusion: whole layers, tiled only where they do not fit
         info = {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
                 "wall_s": round(time.perf_counter() - started, 3)}
-        return assemble(g, chip, alone, objective=objective, solver=info, **header)
-    info: dict[str, Any]
+        return assemble(g, chip, layer_placements(g, chip), objective=objective, solver=info,
+                        **header)
     groups: list[tuple[Any, ...]]
     if solver == "greedy":
         groups = [(ls, c.tile, c.resident, c.double_buffered, c.halo_reuse)
@@ -120,6 +119,8 @@ def whole_network(problem: Problem) -> tuple[Any, ...] | None:
 
     g = problem.graph
     layers = tuple(lay.name for lay in g.layers)
+    if len(layers) > problem.ruleset.search.max_group_layers:  # seed 004: "not too deep"
+        return None
     search = GroupSearch.of(g, layers, problem.chip, problem.ruleset)
     tile = search.tile_of(search.heights()[0])
     if tile != whole_tile(g, layers) or search.violations(tile, True):
@@ -515,6 +516,37 @@ def table(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: st
     result["buckets"] = max((buckets(list(s), top) for s in spans), default=1)
     cache.put(sha, shapes, tail, combination, result)
     return {**result, "cached": False}
+
+
+def table_first(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]],
+                tail: str | None = None, cache_dir: str | Path | None = None
+                ) -> tuple[dict[str, Any], Any]:
+    """Seed 002 ¶193: the optimized table from the cache if it is there; else the simple
+    table at once, with a thread (to join) computing the optimized one into the cache."""
+    import threading
+
+    cached = table(plan_path, shapes, tail, "optimized", cache_dir) \
+        if _cache_has(plan_path, shapes, tail, cache_dir) else None
+    if cached is not None:
+        return cached, None
+    simple = table(plan_path, shapes, tail, "simple", cache_dir)
+    worker = threading.Thread(target=table, args=(plan_path, shapes, tail, "optimized",
+                                                  cache_dir), daemon=True)
+    worker.start()
+    return {**simple, "pending": "optimized"}, worker
+
+
+def _cache_has(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: str | None,
+               cache_dir: str | Path | None) -> bool:
+    import hashlib
+
+    from planner.dynamic import TableCache, read_dynamic
+
+    path = Path(plan_path)
+    _, settings = read_dynamic(_read_json(path), str(path))
+    cache = TableCache(Path(cache_dir) if cache_dir is not None else Path(".fuseplan-cache"))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return cache.get(sha, shapes, tail or settings["tail_mode"], "optimized") is not None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

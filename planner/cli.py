@@ -11,6 +11,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -90,6 +91,29 @@ TableCombinationOpt = Annotated[str | None, typer.Option("--combination",
     help="simple | optimized")]
 CacheOpt = Annotated[Path | None, typer.Option("--cache",
     help="Table cache directory.")]
+
+
+class _Settings:
+    """Options every command shares (set by the app callback)."""
+
+    quiet = False
+
+
+_settings = _Settings()
+
+
+@app.callback()
+def _options(quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No progress display on stderr.")] = False) -> None:
+    """Layer-fusion planner for neural-network accelerators."""
+    _settings.quiet = quiet
+
+
+def working(what: str) -> AbstractContextManager[Any]:
+    """A progress spinner on stderr for a long step (stdout stays clean for --json)."""
+    if _settings.quiet or not err.is_terminal:
+        return nullcontext()
+    return err.status(what)
 
 
 def guarded(fn: F) -> F:
@@ -182,7 +206,8 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
         return
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
-    plan = api.plan_problem(problem, solver, objective, time_limit)
+    with working(f"planning {model} with {solver}"):
+        plan = api.plan_problem(problem, solver, objective, time_limit)
     if output is not None:
         save_plan(plan, output)
     if report is not None:
@@ -213,7 +238,8 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
     if plot is not None and plot.suffix.lower() != ".svg":
         raise InputError(f"{plot}: --plot writes SVG; name the file *.svg.")
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
-    plans = api.pareto(problem, points, time_limit)
+    with working(f"sweeping {points} points of the cycles/energy front"):
+        plans = api.pareto(problem, points, time_limit)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for i, plan in enumerate(plans):
@@ -270,7 +296,8 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
               as_json: JsonOpt = False) -> None:
     """Seed 003: serial subgraphs, split until each compiles, then merged to balance."""
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
-    subs, whole = api.partition(problem, policy, out_dir, objective)
+    with working("cutting, compiling and merging serial subgraphs"):
+        subs, whole = api.partition(problem, policy, out_dir, objective)
     report = None
     if verify_chain:
         report = api.verify_in_memory(problem, whole)
@@ -313,7 +340,9 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
         report = api.verify_dynamic(model, plan, _shapes(shape), seed, hardware=hw,
                                     overrides=set_ or ())
     else:
-        report = api.verify(model, plan, seed, golden, hw, set_ or (), _shapes(shape) or None)
+        with working(f"emulating {plan} and running onnxruntime"):
+            report = api.verify(model, plan, seed, golden, hw, set_ or (),
+                                _shapes(shape) or None)
     if save_golden is not None:
         api.write_golden(model, plan, seed, save_golden, _shapes(shape) or None)
     if as_json:
@@ -344,7 +373,8 @@ def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt =
             as_json: JsonOpt = False) -> None:
     """All four planners under the same rules and chip."""
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
-    rows = api.compare(problem, objective, time_limit)
+    with working("planning with layer, greedy, shortest-path and cpsat"):
+        rows = api.compare(problem, objective, time_limit)
     floor = next((p.compulsory_dram_bytes for _, p, _ in rows if p is not None), 0)
     if as_json:
         _emit({"rows": [
@@ -446,9 +476,15 @@ def table_cmd(plan: Path, shape: ShapeOpt = None,
               cache: CacheOpt = None,
               as_json: JsonOpt = False) -> None:
     """The parameter table of a dynamic PLAN at a concrete --shape (seed 002)."""
-    doc = api.table(plan, _shapes(shape), tail_mode, combination, cache)
+    pending = None
+    if combination is None:  # simple at once, optimized into the cache behind it
+        doc, pending = api.table_first(plan, _shapes(shape), tail_mode, cache)
+    else:
+        doc = api.table(plan, _shapes(shape), tail_mode, combination, cache)
     if as_json:
         _emit(doc)
+        if pending is not None:
+            pending.join()
         return
     t = Table(title=f"{doc['invocations']} unit invocations ({doc['combination']}, tail "
                     f"{doc['tail_mode']}, waste {doc['waste']:.1%}"
@@ -464,6 +500,9 @@ def table_cmd(plan: Path, shape: ShapeOpt = None,
     c = doc["cost"]
     out.print(f"cost: DRAM {_mib(c['dram_bytes'])}, {c['macs']:,} MACs, halo re-reads "
               f"{_mib(c['redundant_read_bytes'])}; {doc['buckets']} tables cover the range")
+    if pending is not None:
+        out.print("the optimized table is being computed into the cache")
+        pending.join()
 
 
 @rules_app.command("check")

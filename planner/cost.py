@@ -39,8 +39,6 @@ from planner.regions import (
     full_box,
     group_chains,
     group_io,
-    hull,
-    input_box,
     tile_regions,
 )
 
@@ -392,16 +390,10 @@ def compulsory_bytes(graph: Graph, chip: Chip) -> int:
     """The floor: every weight and the used part of every model input read once, every model
     output written once (rows a strided layer never reads need not be loaded at all)."""
     weights = {w for lay in graph.layers for w in lay.weights}
-    used = 0
-    for t in graph.inputs:
-        box: Box | None = None
-        for name in graph.consumers.get(t, ()):
-            lay = graph.layer(name)
-            full = full_box(graph, lay.outputs[0])
-            for i, x in enumerate(lay.fmap_inputs):
-                if x == t:
-                    box = hull(box, input_box(graph, lay, i, full))
-        used += box_elems(graph, t, box) if box is not None else 0
+    # what the outputs need, walked back through every layer: the used part of each input
+    whole = group_io(graph, [lay.name for lay in graph.layers])
+    need = tile_regions(graph, whole, full_box(graph, whole.anchor))
+    used = sum(box_elems(graph, t, need[t]) for t in graph.inputs if t in need)
     fmaps = used + sum(graph.elems(t) for t in graph.outputs)
     return fmaps * chip.dtype_bytes + weight_bytes(graph, weights, chip)
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from hardware.chip import Chip
 from planner.cost import Counters, compulsory_bytes, group_cost
-from planner.errors import InputError
+from planner.errors import InputError, PlanningError
 from planner.ir import Graph
 from planner.regions import Box, Tile, anchor_extent, group_io
 
@@ -142,10 +142,36 @@ def check_order(graph: Graph, groups: Sequence[Sequence[str]], source: str) -> N
         ready.update(t for name in io.layers for t in graph.layer(name).outputs)
 
 
+def layer_placements(graph: Graph, chip: Chip) -> list[Placement]:
+    """No fusion: every layer alone, whole where it fits the chip, else at its best tile.
+    Raises PlanningError naming a layer that fits at no tile."""
+    from rules.ruleset import RuleSet
+    from solver.shortest_path import infeasible_layer_error
+    from solver.tiles import GroupSearch
+
+    out: list[Placement] = []
+    for lay in graph.layers:
+        alone = (lay.name,)
+        search = GroupSearch.of(graph, alone, chip, RuleSet(()))
+        whole = whole_tile(graph, alone)
+        fits = [r for r in (True, False) if not search.violations(whole, r)]
+        if fits:
+            out.append((alone, whole, fits[0]))
+            continue
+        best = search.best("traffic")
+        if best is None:
+            raise infeasible_layer_error(graph, chip, RuleSet(()), lay.name)
+        out.append((alone, best.tile, best.resident, best.double_buffered, best.halo_reuse))
+    return out
+
+
 def layer_by_layer_bytes(graph: Graph, chip: Chip) -> int:
-    """DRAM bytes with no fusion: each layer whole, on its own."""
-    return sum(group_cost(graph, (lay.name,), whole_tile(graph, (lay.name,)), chip).dram_bytes
-               for lay in graph.layers)
+    """DRAM bytes with no fusion (the `layer` planner's plan); 0 when a layer fits nowhere."""
+    try:
+        placements = layer_placements(graph, chip)
+    except PlanningError:
+        return 0
+    return sum(group_cost(graph, p[0], p[1], chip, *p[2:]).dram_bytes for p in placements)
 
 
 def check_cover(graph: Graph, groups: Sequence[Sequence[str]], source: str) -> None:
@@ -170,9 +196,8 @@ def check_cover(graph: Graph, groups: Sequence[Sequence[str]], source: str) -> N
 def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Any],
                hardware: Mapping[str, Any], rules: Mapping[str, Any] | None = None,
                objective: str = "traffic") -> Plan:
-    """The layer-by-layer plan: no fusion, every layer computed whole."""
-    groups = [((lay.name,), whole_tile(graph, (lay.name,)), True) for lay in graph.layers]
-    return assemble(graph, chip, groups, model=model, hardware=hardware, rules=rules or {},
+    """The layer-by-layer plan: no fusion, every layer whole where it fits the chip."""
+    return assemble(graph, chip, layer_placements(graph, chip), model=model, hardware=hardware, rules=rules or {},
                     objective=objective,
                     solver={"name": "layer", "status": "OPTIMAL", "gap": 0.0, "wall_s": 0.0})
 

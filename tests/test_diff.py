@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import models
 import pytest
 import typer
-from models import fusing_rules
 from typer.testing import CliRunner
 
 from planner import api
 from planner.cli_views import register
 from planner.diff import diff_plans
 from planner.plan import Plan, save_plan
+
+import models
+from models import fusing_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import models
 from planner import api
 from planner.cost import enumerated_cost, group_cost
 from planner.dynamic import cover_optimized, cover_simple
@@ -16,6 +15,8 @@ from planner.errors import InputError
 from planner.graph_build import build_graph
 from planner.onnx_load import load_model
 from planner.regions import Tile, group_io, iter_tiles
+
+import models
 
 RANGES = ["x:2=64..1024", "x:3=64..1024"]
 
@@ -109,3 +110,15 @@ def test_enumerated_cost_equals_closed_form(tmp_path: Path) -> None:
             for db in (False, True):
                 closed = group_cost(graph, layers, tile, chip, True, db)
                 assert enumerated_cost(graph, layers, boxes, chip, True, db) == closed, (a, b, th)
+
+
+def test_simple_table_first_then_optimized_from_cache(dynamic_plan: tuple[Path, Path],
+                                                      tmp_path: Path) -> None:
+    _, plan = dynamic_plan
+    shape = {"x": (1, 3, 484, 612)}
+    first, pending = api.table_first(plan, shape, "pad", tmp_path)
+    assert first["combination"] == "simple" and first["pending"] == "optimized"
+    pending.join()
+    second, none = api.table_first(plan, shape, "pad", tmp_path)
+    assert none is None and second["cached"] and second["combination"] == "optimized"
+    assert second["waste"] <= first["waste"]

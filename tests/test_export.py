@@ -8,13 +8,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import models
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 import typer
-from models import fusing_rules
 from typer.testing import CliRunner
 
 from planner import api
@@ -22,6 +20,9 @@ from planner.api import Problem
 from planner.cli_views import register
 from planner.export import export_dot, export_onnx, render_dot
 from planner.plan import Plan, save_plan
+
+import models
+from models import fusing_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import models
 from planner import api
 from planner.plan import save_plan
+
+import models
 
 
 @pytest.mark.parametrize("opset", [9, 11, 13, 14, 17])

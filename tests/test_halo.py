@@ -9,7 +9,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import models
 from emulator.run import emulate
 from hardware.chip import load_chip
 from planner.cost import group_cost
@@ -17,6 +16,8 @@ from planner.graph_build import build_graph
 from planner.onnx_load import load_model, random_inputs, run_onnxruntime
 from planner.plan import assemble
 from planner.regions import Tile, anchor_extent, group_io
+
+import models
 
 
 def _graph(tmp: Path, model, name: str):  # noqa: ANN001, ANN202

@@ -11,7 +11,6 @@ from pathlib import Path
 import onnx
 import pytest
 
-import models
 from planner import api
 from planner.errors import PlanningError
 from planner.graph_build import build_graph
@@ -24,6 +23,8 @@ from planner.partition import (
     target_nodes,
 )
 from rules.ruleset import PartitionSettings
+
+import models
 
 FUSEPLAN = str(Path(sys.executable).with_name("fuseplan"))
 

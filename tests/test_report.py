@@ -15,10 +15,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import models
 import pytest
 import typer
-from models import fusing_rules
 from typer.testing import CliRunner
 
 from planner import api
@@ -33,6 +31,9 @@ from planner.report import (
     render_report,
     write_report,
 )
+
+import models
+from models import fusing_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
