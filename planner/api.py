@@ -195,12 +195,6 @@ def non_dominated(plans: Sequence[Plan]) -> list[Plan]:
     return keep
 
 
-def _with_solver(plan: Plan, info: Mapping[str, Any]) -> Plan:
-    from dataclasses import replace
-
-    return replace(plan, solver=dict(info))
-
-
 def solve(model: str, rules: str | Path | None = None, hardware: str | None = None,
           shapes: Mapping[str, tuple[int, ...]] | None = None, objective: str | None = None,
           solver: str = "cpsat", time_limit: float | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -324,8 +324,3 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
     return Plan(tuple(groups), model, doc.get("hardware", {}), doc.get("rules", {}),
                 doc.get("objective", "traffic"), doc.get("solver", {}), totals,
                 int(t.get("compulsory_dram_bytes", 0)), int(t.get("layer_by_layer_dram_bytes", 0)))
-
-
-def with_groups(plan: Plan, groups: Sequence[Group]) -> Plan:
-    """A copy of the plan with other groups."""
-    return replace(plan, groups=tuple(groups))
