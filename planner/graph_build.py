@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from math import ceil, prod
 from types import MappingProxyType
 from typing import Any
@@ -311,7 +312,9 @@ def restrict(graph: Graph, layers: Sequence[str]) -> Graph:
     kept = tuple(lay for lay in graph.layers if lay.name in keep)
     producer = {t: p for t, p in graph.producer.items() if p in keep}
     consumers = {t: tuple(c for c in cs if c in keep) for t, cs in graph.consumers.items()}
-    blocks = tuple(b for b in graph.blocks if set(b.layers) <= keep)
+    # blocks wholly inside; one whose fork lies outside now starts at the subgraph's input
+    blocks = tuple(b if b.entry in keep else replace(b, entry="")
+                   for b in graph.blocks if set(b.layers) <= keep)
     return Graph(
         name=graph.name,
         layers=kept,

@@ -131,3 +131,15 @@ def test_threshold_merge(tmp_path: Path) -> None:
     # pieces of 2 nodes merge while the sum stays <= 4: A+B would fit but does not compile,
     # B+C = 4 fits, BC+D = 6 does not
     assert fake.shape(merge_threshold(fake.compiler, fake.subs)) == [2, 4, 2]
+
+
+def test_cpsat_compiles_pieces_that_cut_blocks(tmp_path: Path) -> None:
+    """Pieces of at most 5 layers cut residual blocks; CP-SAT still plans every piece."""
+    path = models.save(models.residual_net(), tmp_path, "res")
+    problem = api.prepare(str(path))
+    settings = replace(problem.ruleset.partition, planner="cpsat", max_nodes=5)
+    problem = replace(problem, ruleset=replace(problem.ruleset, partition=settings))
+    subs, whole = api.partition(problem)
+    assert len(subs) >= 4 and all(s.status == "ok" and s.nodes <= 5 for s in subs)
+    report = api.verify_in_memory(problem, whole)
+    assert report.ok, (report.first_output_mismatch, report.first_counter_mismatch)
