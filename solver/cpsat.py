@@ -128,32 +128,14 @@ def _terms(enc: Encoding, cand: Candidate) -> Terms:
         wread = m.new_int_var(0, upper, f"weight_read_{cand.index}")
         m.add(wread >= w).only_enforce_if(cand.resident)
         m.add(wread >= w * cand.tiles).only_enforce_if(cand.resident.Not())
-    macs: Any = 0
-    vector_ops: Any = 0
-    for name in cand.io.layers:
-        lay = g.layer(name)
-        if lay.macs_per_output:
-            ops = lay.macs_per_output * enc.region_elems_total(cand, lay.outputs[0])
-            if lay.is_main:
-                macs += ops
-            else:
-                vector_ops += ops
+    macs, vector_ops = _ops(enc, cand, enc.region_elems_total)
     uses = in_group_uses(g, cand.io)
     tensors = group_tensors(g, cand.io)
     core_fmap = sum(enc.region_elems_total(cand, t) * ((1 + uses.get(t, 0)) * dt)
                     for t in tensors)
     # with halo reuse each row is loaded or computed once (planner.cost.work_counters)
     reads_ru = sum(enc.union_elems_total(cand, t) for t in cand.io.inputs) * dt
-    macs_ru: Any = 0
-    vector_ru: Any = 0
-    for name in cand.io.layers:
-        lay = g.layer(name)
-        if lay.macs_per_output:
-            ops = lay.macs_per_output * enc.union_elems_total(cand, lay.outputs[0])
-            if lay.is_main:
-                macs_ru += ops
-            else:
-                vector_ru += ops
+    macs_ru, vector_ru = _ops(enc, cand, enc.union_elems_total)
     core_ru = sum((enc.union_elems_total(cand, t)
                    + enc.region_elems_total(cand, t) * uses.get(t, 0)) * dt for t in tensors)
     r = cand.halo_reuse
@@ -162,6 +144,22 @@ def _terms(enc: Encoding, cand: Candidate) -> Terms:
                  _either(m, r, vector_ops, vector_ru, "vec", cand),
                  _either(m, r, core_fmap, core_ru, "core", cand), w * cand.tiles,
                  enc.first_load_bytes(cand), enc.last_store_bytes(cand))
+
+
+def _ops(enc: Encoding, cand: Candidate, elems: Any) -> tuple[Any, Any]:
+    """(MACs of main layers, vector ops of the others) with each output's element count
+    given by `elems(cand, tensor)`."""
+    macs: Any = 0
+    vector_ops: Any = 0
+    for name in cand.io.layers:
+        lay = enc.graph.layer(name)
+        if lay.macs_per_output:
+            ops = lay.macs_per_output * elems(cand, lay.outputs[0])
+            if lay.is_main:
+                macs += ops
+            else:
+                vector_ops += ops
+    return macs, vector_ops
 
 
 def _either(m: Any, reuse: Any, recompute: Any, reused: Any, what: str, cand: Candidate) -> Any:
