@@ -221,7 +221,7 @@ def combined_plan(graph: Graph, chip: Chip, subs: Sequence[Subgraph], header: di
                   objective: str) -> Plan:
     """One plan of the whole model made of every subgraph's groups, for verification."""
     started = time.perf_counter()
-    placements = [(g.layers, g.tile, g.weights_resident, g.double_buffered)
+    placements = [(g.layers, g.tile, g.weights_resident, g.double_buffered, g.halo_reuse)
                   for s in subs if s.plan is not None for g in s.plan.groups]
     info = {"name": "partition", "status": "FEASIBLE", "gap": None,
             "wall_s": round(time.perf_counter() - started, 3)}

@@ -57,6 +57,8 @@ def test_resnet_stage_outputs_cut_into_serial_subgraphs(resnet_stages: Path,
     # every stage output is the output of some subgraph, written off chip there
     for t in problem.graph.outputs:
         assert any(t in s.outputs for s in subs), t
+    # the chain's plan is its pieces' plans, group for group (halo modes included)
+    assert whole.totals.dram_bytes == sum(s.plan.totals.dram_bytes for s in subs)
     report = api.verify_in_memory(problem, whole)
     assert report.ok, (report.first_output_mismatch, report.first_counter_mismatch)
     assert report.checked_tensors >= 5
@@ -141,5 +143,6 @@ def test_cpsat_compiles_pieces_that_cut_blocks(tmp_path: Path) -> None:
     problem = replace(problem, ruleset=replace(problem.ruleset, partition=settings))
     subs, whole = api.partition(problem)
     assert len(subs) >= 4 and all(s.status == "ok" and s.nodes <= 5 for s in subs)
+    assert whole.totals.dram_bytes == sum(s.plan.totals.dram_bytes for s in subs)
     report = api.verify_in_memory(problem, whole)
     assert report.ok, (report.first_output_mismatch, report.first_counter_mismatch)
