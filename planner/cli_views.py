@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from planner.errors import InputError
 from planner.plan import Plan
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -159,10 +160,19 @@ def _totals_table(doc: dict[str, Any]) -> Table:
 
 
 @guarded
-def diff(model: str, plan_a: Path, plan_b: Path, as_json: JsonOpt = False) -> None:
-    """What changed between two plans of MODEL: groups split, merged or re-tiled; totals."""
+def diff(paths: Annotated[list[str], typer.Argument(
+        metavar="[MODEL] PLAN_A PLAN_B",
+        help="Two plan files, optionally after the model (else the model named in PLAN_A).")],
+         as_json: JsonOpt = False) -> None:
+    """What changed between two plans of a model: groups split, merged or re-tiled; totals."""
     from planner.diff import diff_plans
     from planner.report import load_problem_plan
+
+    if len(paths) not in (2, 3):
+        raise InputError("diff takes two plan files, optionally after the model: "
+                         "`fuseplan diff [MODEL] PLAN_A PLAN_B`.")
+    plan_a, plan_b = Path(paths[-2]), Path(paths[-1])
+    model = paths[0] if len(paths) == 3 else _model_of(plan_a)
 
     _, a = load_problem_plan(model, plan_a)
     _, b = load_problem_plan(model, plan_b)
@@ -181,6 +191,16 @@ def diff(model: str, plan_a: Path, plan_b: Path, as_json: JsonOpt = False) -> No
     out.print(f"groups only in A: {len(doc['only_in_a'])}, only in B: {len(doc['only_in_b'])}, "
               f"unchanged: {sum(not s['retiled'] for s in doc['same'])}", highlight=False)
     out.print(_totals_table(doc))
+
+
+def _model_of(plan: Path) -> str:
+    """The model a plan file was made for (its "model.path")."""
+    try:
+        doc = json.loads(plan.read_text())
+        return str(doc["model"]["path"])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        raise InputError(f"{plan}: not a plan file naming its model; pass the model first: "
+                         "`fuseplan diff MODEL PLAN_A PLAN_B`.") from None
 
 
 # --------------------------------------------------------------------------- registration

@@ -113,3 +113,22 @@ def test_cli_diff(two_plans: tuple[Path, Path, Path, Plan, Plan], tmp_path: Path
     wrong = CliRunner().invoke(app, ["diff", str(other), str(path_a), str(path_b)])
     assert wrong.exit_code == 2
     assert "different model" in wrong.stderr and "Traceback" not in wrong.output
+
+
+def test_diff_takes_the_model_from_the_plan(tmp_path: Path) -> None:
+    """`fuseplan diff PLAN_A PLAN_B` reads the model named in PLAN_A."""
+    import subprocess
+    import sys
+
+    from planner.plan import save_plan
+
+    model = models.save(models.inception_net(), tmp_path, "inc")
+    for name, solver in (("a", "cpsat"), ("b", "layer")):
+        save_plan(api.solve(str(model), rules=fusing_rules(tmp_path), solver=solver),
+                  tmp_path / f"{name}.json")
+    exe = str(Path(sys.executable).with_name("fuseplan"))
+    run = subprocess.run([exe, "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                          "--json"], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["split"], doc  # the layer plan splits every fused group of the CP-SAT plan
