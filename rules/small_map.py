@@ -48,17 +48,10 @@ class SmallSubmapBuffer(Rule):
     enabled: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
-        if not facts.small:
-            return None
-        cores = facts.chip.cores_per_cluster
-        need = ceil(facts.in_bytes / cores) + _w_share(facts.weight_bytes, cores) + facts.in_bytes
-        cap = facts.chip.sram.bytes
-        if need > cap:
-            return self.violation(f"subIN_i + W_i + IN2 = {need} B > SRAM {cap} B", need, cap)
-        return None
+        return _check_share(self, facts, facts.in_bytes, "subIN_i + W_i + IN2")
 
     def encode(self, enc: Any, cand: Any, lit: Any) -> None:
-        _encode_share(enc, cand, lit, enc.in_bytes(cand))
+        _encode_share(enc, cand, lit, enc.in_bytes(cand), "in")
 
 
 @rule("R15", "small_subout_buffer", "Small mode: subOUT_i + W_i+1 + IN2 <= S")
@@ -69,24 +62,29 @@ class SmallSuboutBuffer(Rule):
     enabled: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
-        if not facts.small:
-            return None
-        cores = facts.chip.cores_per_cluster
-        need = ceil(facts.out_bytes / cores) + _w_share(facts.weight_bytes, cores) + facts.in_bytes
-        cap = facts.chip.sram.bytes
-        if need > cap:
-            return self.violation(f"subOUT_i + W_i+1 + IN2 = {need} B > SRAM {cap} B", need, cap)
-        return None
+        return _check_share(self, facts, facts.out_bytes, "subOUT_i + W_i+1 + IN2")
 
     def encode(self, enc: Any, cand: Any, lit: Any) -> None:
-        _encode_share(enc, cand, lit, enc.out_bytes(cand))
+        _encode_share(enc, cand, lit, enc.out_bytes(cand), "out")
 
 
-def _encode_share(enc: Any, cand: Any, lit: Any, part: Any) -> None:
+def _check_share(rule: Rule, facts: GroupFacts, part: int, label: str) -> Violation | None:
+    """Small mode: ceil(part / cores) + W_i + IN <= S (rules 14 and 15)."""
+    if not facts.small:
+        return None
+    cores = facts.chip.cores_per_cluster
+    need = ceil(part / cores) + _w_share(facts.weight_bytes, cores) + facts.in_bytes
+    cap = facts.chip.sram.bytes
+    if need > cap:
+        return rule.violation(f"{label} = {need} B > SRAM {cap} B", need, cap)
+    return None
+
+
+def _encode_share(enc: Any, cand: Any, lit: Any, part: Any, which: str) -> None:
     """ceil(part / cores) + W_i + IN <= S, with the ceiling as an existential integer."""
     m = enc.model
     cores = enc.chip.cores_per_cluster
-    sub = m.new_int_var(0, enc.chip.sram.bytes, f"sub_{cand.index}_{id(part) % 100000}")
+    sub = m.new_int_var(0, enc.chip.sram.bytes, f"sub_{which}_{cand.index}")
     enc.enforce(m.add(cores * sub >= part), cand, lit, cand.small)
     w = _w_share(enc.weight_bytes(cand), cores)
     enc.enforce(m.add(sub + w + enc.in_bytes(cand) <= enc.chip.sram.bytes), cand, lit, cand.small)
