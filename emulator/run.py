@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from emulator.kernels import run_op
+from emulator.reuse import run_reuse_tiles
 from hardware.chip import Chip
 from planner.cost import Counters, dram_bytes_per_cycle, in_group_uses, with_time
 from planner.ir import Graph, Layer, MapKind
@@ -228,142 +229,119 @@ def _crop_output(y: np.ndarray, graph: Graph, lay: Layer, out_box: Box, window: 
     return y.astype(np.float32, copy=False) if y.dtype == np.float64 else y
 
 
-class _Tile:
-    """On-chip state of one tile: held boxes, and rows kept across tiles for halo reuse."""
+@dataclass
+class Tally:
+    """Counters of one group as its tiles run, with the worst overflow per level."""
 
-    def __init__(self, graph: Graph, boxes: dict[str, Box], incoming: dict[str, np.ndarray],
-                 next_boxes: dict[str, Box] | None) -> None:
-        self.graph, self.boxes, self.next_boxes = graph, boxes, next_boxes
-        self.incoming = incoming  # tensor -> rows kept from the previous tile
-        self.outgoing: dict[str, np.ndarray] = {}  # tensor -> rows kept for the next tile
-        self.onchip: dict[str, tuple[Box, np.ndarray]] = {}
+    chip: Chip
+    group: Group
+    weight_bytes: int
+    read: int = 0
+    write: int = 0
+    weight_read: int = 0
+    macs: int = 0
+    vector_ops: int = 0
+    core: int = 0
+    peak: int = 0
+    tiles: int = 0
+    first: int = 0
+    last: int = 0
+    worst: dict[str, Violation] = field(default_factory=dict)
 
-    def kept_until(self, t: str) -> int:
-        """First row of t's box this tile must make (rows before it were kept on chip)."""
-        box = self.boxes[t]
-        kept = self.incoming.get(t)
-        if kept is None or len(self.graph.shapes[t]) < 4:
-            return box[2] if kept is None else box[3]
-        return box[2] + kept.shape[-2]
+    @property
+    def onchip_weights(self) -> int:
+        """Resident weights held in SRAM on single-memory chips."""
+        return self.weight_bytes if self.chip.unified and self.group.weights_resident else 0
 
-    def assemble(self, t: str, new: np.ndarray | None) -> np.ndarray:
-        """t's whole box from its kept rows and the rows just made; keep rows for the next."""
-        box = self.boxes[t]
-        kept = self.incoming.pop(t, None)
-        spatial = len(self.graph.shapes[t]) >= 4
-        if kept is None:
-            full = new
-        elif new is None or not spatial:
-            full = kept
+    def ops(self, lay: Layer, outputs: int) -> None:
+        """Count the work of computing `outputs` elements of a layer."""
+        if lay.is_main:
+            self.macs += outputs * lay.macs_per_output
         else:
-            full = np.concatenate([kept, new], axis=-2)
-        if full is None:
-            raise ValueError(f"tensor {t}: nothing kept and nothing made")
-        if self.next_boxes is not None:
-            nb = self.next_boxes[t]
-            if not spatial:
-                self.outgoing[t] = full
-            elif nb[2] < box[3]:
-                self.outgoing[t] = full[..., max(nb[2], box[2]) - box[2]:, :].copy()
-        self.onchip[t] = (box, full)
-        return full
+            self.vector_ops += outputs * lay.macs_per_output
 
-    def held_bytes(self, dt: int) -> int:
-        arrays = [a for _, a in self.onchip.values()]
-        arrays += list(self.incoming.values()) + list(self.outgoing.values())
-        return sum(a.size for a in arrays) * dt
+    def step(self, tile: int, fmap_bytes: int) -> None:
+        """Feature-map bytes on chip after a layer ran: peak and capacity."""
+        live = fmap_bytes + self.onchip_weights
+        self.peak = max(self.peak, live)
+        resident = self.weight_bytes if self.group.weights_resident else 0
+        for v in _capacity(self.chip, self.group.id, tile, live, self.onchip_weights, resident):
+            if v.level not in self.worst or v.needed_bytes > self.worst[v.level].needed_bytes:
+                self.worst[v.level] = v
 
+    def tile(self, index: int, loaded: int, written: int) -> None:
+        """A tile's DRAM traffic: its loads, its stores, and the weights it streams."""
+        weights = self.weight_bytes if index == 0 or not self.group.weights_resident else 0
+        self.tiles += 1
+        self.read += loaded + weights
+        self.weight_read += weights
+        self.write += written
+        if index == 0:
+            self.first = loaded + weights
+        self.last = written
 
-def _rows_box(box: Box, lo: int) -> Box:
-    return box[0], box[1], lo, box[3], box[4], box[5]
+    def counters(self, graph: Graph, io: GroupIO) -> Counters:
+        dt = self.chip.dtype_bytes
+        c = Counters(
+            dram_read_bytes=self.read, dram_write_bytes=self.write,
+            weight_read_bytes=self.weight_read,
+            redundant_read_bytes=self.read - self.weight_read - _once(graph, io, dt),
+            sram_peak_bytes=self.peak, macs=self.macs, vector_ops=self.vector_ops,
+            core_fmap_bytes=self.core, core_weight_bytes=self.weight_bytes * self.tiles,
+            first_load_bytes=self.first, last_store_bytes=self.last)
+        return with_time(self.chip, c, self.group.double_buffered)
 
 
 def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                   weights: Mapping[str, np.ndarray]) -> tuple[Counters, list[Violation]]:
     """Run one group over all its tiles; reads and writes `dram` (tensor name -> full array).
 
-    With halo reuse the row tiles run top to bottom and every tensor keeps the rows the next
-    tile shares with this one, so those are neither reloaded nor recomputed.
+    Each tile loads the boxes of its inputs (halo included), computes every layer on its
+    box and stores its box of the outputs; halo-reusing groups run in emulator.reuse.
     """
     io = group_io(graph, group.layers)
     dt = chip.dtype_bytes
+    tally = Tally(chip, group, sum(int(graph.constants[w].size) for w in io.weights) * dt)
+    if group.halo_reuse:
+        run_reuse_tiles(graph, group, chip, dram, weights, tally)
+        return tally.counters(graph, io), list(tally.worst.values())
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)
-    wbytes = sum(int(graph.constants[w].size) for w in io.weights) * dt
-    n = dict.fromkeys(("read", "write", "wread", "macs", "vec", "core", "peak", "tiles",
-                       "first", "last"), 0)
-    worst: dict[str, Violation] = {}  # per level, the tile that overflows most
-    onchip_weights = wbytes if chip.unified and group.weights_resident else 0
-    anchors = list(group.boxes if group.boxes is not None
-                   else iter_tiles(graph, io, group.tile))
-    regions = [tile_regions(graph, io, anchors[0])] if anchors else []
-    incoming: dict[str, np.ndarray] = {}
+    anchors = group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile)
     for ti, tile_box in enumerate(anchors):
-        boxes = regions[ti]
-        if ti + 1 < len(anchors):
-            regions.append(tile_regions(graph, io, anchors[ti + 1]))
-        state = _Tile(graph, boxes, incoming, regions[ti + 1]
-                      if group.halo_reuse and ti + 1 < len(anchors) else None)
-        n["tiles"] += 1
-        tile_read = wbytes if ti == 0 or not group.weights_resident else 0
+        boxes = tile_regions(graph, io, tile_box)
+        onchip: dict[str, tuple[Box, np.ndarray]] = {}
         loaded = 0
-        for t in io.inputs:  # DRAM -> SRAM: the rows of the tile's box not kept on chip
-            want = _rows_box(boxes[t], state.kept_until(t))
-            arr = _slice(dram[t], _full(dram[t]), want, dram[t].ndim >= 4) \
-                if want[3] > want[2] else None
-            if arr is not None:
-                loaded += arr.size * dt
-                n["core"] += arr.size * dt
-            full = state.assemble(t, arr)
-            n["core"] += full.size * dt * uses.get(t, 0)
-        tile_read += loaded
+        for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
+            arr = _slice(dram[t], _full(dram[t]), boxes[t], dram[t].ndim >= 4)
+            onchip[t] = (boxes[t], arr)
+            loaded += arr.size * dt
+            tally.core += arr.size * dt * (1 + uses.get(t, 0))
         prefetch = loaded if group.double_buffered else 0
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
             first = lay.outputs[0]
-            new_box = _rows_box(boxes[first], state.kept_until(first))
-            ys = run_layer(graph, lay, new_box, state.onchip, weights) \
-                if new_box[3] > new_box[2] else []
-            if ys:
-                n["macs" if lay.is_main else "vec"] += ys[0].size * lay.macs_per_output
-            for k, t in enumerate(lay.outputs):
+            ys = run_layer(graph, lay, boxes[first], onchip, weights)
+            tally.ops(lay, ys[0].size)
+            for t, y in zip(lay.outputs, ys, strict=False):
                 if t:
-                    y = ys[k] if ys else None
-                    n["core"] += (y.size * dt if y is not None else 0)
-                    full = state.assemble(t, y)
-                    n["core"] += full.size * dt * uses.get(t, 0)
-            live = state.held_bytes(dt) + onchip_weights + prefetch
-            n["peak"] = max(n["peak"], live)
-            for v in _capacity(chip, group.id, ti, live, onchip_weights,
-                               wbytes if group.weights_resident else 0):
-                if v.level not in worst or v.needed_bytes > worst[v.level].needed_bytes:
-                    worst[v.level] = v
+                    onchip[t] = (boxes[first], y)
+                    tally.core += y.size * dt * (1 + uses.get(t, 0))
+            tally.step(ti, sum(a.size for _, a in onchip.values()) * dt + prefetch)
             # free what no later layer of the group reads (outputs wait for their store)
-            for t in [t for t in state.onchip if last_use.get(t, i) <= i and t not in io.outputs]:
-                del state.onchip[t]
-        tile_write = 0
+            for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs]:
+                del onchip[t]
+        written = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
-            have, arr = state.onchip[t]
+            have, arr = onchip[t]
             want = tile_box if t == io.anchor else boxes[t]
             part = _slice(arr, have, want, arr.ndim >= 4)
             if t not in dram:
                 dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)
             _slice(dram[t], _full(dram[t]), want, arr.ndim >= 4)[...] = part
-            tile_write += part.size * dt
-        incoming = state.outgoing
-        if ti == 0:
-            n["first"] = tile_read
-        n["read"] += tile_read
-        n["wread"] += wbytes if ti == 0 or not group.weights_resident else 0
-        n["write"] += tile_write
-        n["last"] = tile_write
-    counters = Counters(
-        dram_read_bytes=n["read"], dram_write_bytes=n["write"], weight_read_bytes=n["wread"],
-        redundant_read_bytes=n["read"] - n["wread"] - _once(graph, io, dt),
-        sram_peak_bytes=n["peak"], macs=n["macs"], vector_ops=n["vec"],
-        core_fmap_bytes=n["core"], core_weight_bytes=wbytes * n["tiles"],
-        first_load_bytes=n["first"], last_store_bytes=n["last"])
-    return with_time(chip, counters, group.double_buffered), list(worst.values())
+            written += part.size * dt
+        tally.tile(ti, loaded, written)
+    return tally.counters(graph, io), list(tally.worst.values())
 
 
 def _once(graph: Graph, io: GroupIO, dt: int) -> int:

@@ -25,6 +25,7 @@ from fractions import Fraction
 from math import ceil
 
 from hardware.chip import Chip
+from planner.halo_reuse import ReuseGrid, reuse_peak_elems
 from planner.ir import Graph
 from planner.regions import (
     AxisChain,
@@ -127,63 +128,8 @@ def region_sum(graph: Graph, io: GroupIO, chains: GroupChains, tensor: str, tile
 
 
 def union_sum(graph: Graph, io: GroupIO, chains: GroupChains, tensor: str, tile: Tile) -> int:
-    """Elements of `tensor` loaded or computed once each when halos are reused (row tiles
-    spanning the whole batch and width): the union of the tiles' ranges."""
-    _, h, _ = anchor_extent(graph, io)
-    fb = chains.full[tensor]
-    per_row = dims(graph.shapes[tensor])[1] * (fb[1] - fb[0]) * (fb[5] - fb[4])
-    chain = chains.chains[tensor][1]
-    low = chain.min_tile(h) if chain is not None else None
-    if chain is not None and low is not None and tile.h >= low:
-        return per_row * chain.union(h, min(tile.h, h))
-    rows: set[int] = set()
-    for box in reuse_tiles(graph, io, tile):
-        b = tile_regions(graph, io, box)[tensor]
-        rows.update(range(b[2], b[3]))
-    return per_row * len(rows)
-
-
-def reuse_tiles(graph: Graph, io: GroupIO, tile: Tile) -> list[Box]:
-    """Anchor boxes of a halo-reusing group: row tiles over the whole batch and width."""
-    n, h, w = anchor_extent(graph, io)
-    return [(0, n, r0, r1, 0, w) for r0, r1 in axis_ranges(h, tile.h)]
-
-
-def cached_rows(prev: Box | None, cur: Box) -> tuple[int, int]:
-    """Rows of `cur` a tile finds on chip from the tile before it (empty if none)."""
-    if prev is None or prev[3] <= cur[2]:
-        return cur[2], cur[2]
-    return cur[2], min(prev[3], cur[3])
-
-
-def reuse_footprint(graph: Graph, io: GroupIO, boxes: list[dict[str, Box]], i: int,
-                    steps: Sequence[tuple[str, ...]], dtype_bytes: int) -> int:
-    """Peak bytes of tile i when halos are reused: the live boxes, plus, per tensor, the rows
-    kept for it from the tile before (until the tensor is loaded or computed) or the rows kept
-    from it for the tile after (once it is)."""
-    born: dict[str, int] = {t: -1 for t in io.inputs}
-    for k, name in enumerate(io.layers):
-        for t in graph.layer(name).outputs:
-            if t and t in boxes[i]:
-                born[t] = k
-    prev = boxes[i - 1] if i > 0 else None
-    nxt = boxes[i + 1] if i + 1 < len(boxes) else None
-
-    def rows_bytes(t: str, lo: int, hi: int) -> int:
-        b = boxes[i][t]
-        return box_elems(graph, t, (b[0], b[1], lo, hi, b[4], b[5]))
-
-    peak = 0
-    for k, live in enumerate(steps):
-        held = sum(box_elems(graph, t, boxes[i][t]) for t in live if t in boxes[i])
-        for t, b in born.items():
-            if b > k and prev is not None:
-                held += rows_bytes(t, *cached_rows(prev[t], boxes[i][t]))
-            elif b <= k and nxt is not None:
-                lo, hi = cached_rows(boxes[i][t], nxt[t])
-                held += rows_bytes(t, lo, hi)
-        peak = max(peak, held)
-    return peak * dtype_bytes
+    """Elements of `tensor` loaded or computed once each when halos are reused."""
+    return ReuseGrid.of(graph, io, chains, tile).made_elems(tensor)
 
 
 def _tiles(n: int, h: int, w: int, tile: Tile) -> Iterable[Box]:
@@ -218,7 +164,7 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     pick = _representative if exact else axis_ranges
     peak = 0
     if halo_reuse:
-        peak = _reuse_peak(graph, io, tile, steps, chip.dtype_bytes, exact, double_buffered)
+        peak = reuse_peak_elems(graph, io, chains, tile, double_buffered) * chip.dtype_bytes
     for n0, n1 in ([] if halo_reuse else pick(n, tile.n)):
         for r0, r1 in pick(h, tile.h):
             for c0, c1 in pick(w, tile.w):
@@ -231,35 +177,6 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)
     return peak
-
-
-def _reuse_peak(graph: Graph, io: GroupIO, tile: Tile, steps: Sequence[tuple[str, ...]],
-                dt: int, exact: bool, double_buffered: bool) -> int:
-    anchors = reuse_tiles(graph, io, tile)
-    count = len(anchors)
-    # interior tiles are translates of each other, and so are their overlaps with neighbours
-    picked = sorted({i for i in (0, 1, 2, count - 3, count - 2, count - 1) if 0 <= i < count}) \
-        if exact else list(range(count))
-    near = {j for i in picked for j in (i - 1, i, i + 1) if 0 <= j < count}
-    window = [tile_regions(graph, io, anchors[j]) if j in near else {} for j in range(count)]
-    peak = 0
-    for i in picked:
-        tile_peak = reuse_footprint(graph, io, window, i, steps, dt)
-        if double_buffered:  # room for the next tile's new input rows
-            tile_peak += new_input_elems(graph, io, window[i - 1] if i else None, window[i]) * dt
-        peak = max(peak, tile_peak)
-    return peak
-
-
-def new_input_elems(graph: Graph, io: GroupIO, prev: dict[str, Box] | None,
-                    cur: dict[str, Box]) -> int:
-    """Input elements a halo-reusing tile loads from DRAM (rows not kept from the last tile)."""
-    total = 0
-    for t in io.inputs:
-        b = cur[t]
-        kept_hi = cached_rows(prev[t] if prev else None, b)[1]
-        total += box_elems(graph, t, (b[0], b[1], kept_hi, b[3], b[4], b[5]))
-    return total
 
 
 def dram_bytes_per_cycle(chip: Chip) -> Fraction:
@@ -325,14 +242,15 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
                   weights_resident: bool = True, halo_reuse: bool = False) -> Counters:
     """Every counter but the SRAM peak, cycles and energy (closed forms; cheap).
 
-    With halo reuse each row of every tensor is loaded or computed once (the union of the
-    tiles' ranges); consumers still read their whole range per tile from the cores' memory.
+    With halo reuse every element is loaded or computed once and each layer reads only
+    what its new part needs (planner.halo_reuse).
     """
     dt = chip.dtype_bytes
     n, h, w = anchor_extent(graph, io)
     tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
     sums = {t: region_sum(graph, io, chains, t, tile) for t in group_tensors(graph, io)}
-    made = {t: union_sum(graph, io, chains, t, tile) for t in sums} if halo_reuse else sums
+    grid = ReuseGrid.of(graph, io, chains, tile) if halo_reuse else None
+    made = {t: grid.made_elems(t) for t in sums} if grid else sums
     fmap_read = sum(made[t] for t in io.inputs) * dt
     wbytes = weight_bytes(graph, io.weights, chip)
     wread = wbytes * (1 if weights_resident else tiles)
@@ -345,8 +263,14 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
             macs += ops
         else:
             vector_ops += ops
-    uses = in_group_uses(graph, io)
-    core_fmap = sum(made[t] + sums[t] * uses.get(t, 0) for t in sums) * dt
+    if grid is None:
+        uses = in_group_uses(graph, io)
+        core_fmap = sum(made[t] + sums[t] * uses.get(t, 0) for t in sums) * dt
+    else:
+        core_fmap = (sum(made.values()) + sum(
+            grid.read_elems(name, j) for name in io.layers
+            if graph.layer(name).outputs[0] in sums
+            for j in range(len(graph.layer(name).fmap_inputs)))) * dt
     first, last = edge_tiles(graph, io, tile)
     first_boxes = tile_regions(graph, io, first)
     last_boxes = tile_regions(graph, io, last)

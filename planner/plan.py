@@ -76,12 +76,12 @@ def make_group(graph: Graph, gid: int, layers: Sequence[str], tile: Tile, chip: 
 
 
 def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: str) -> None:
-    """Halo reuse runs row tiles in order: a tile must span the whole batch and width."""
-    n, _, w = anchor_extent(graph, group_io(graph, layers))
-    if tile.n < n or tile.w < w:
+    """Halo reuse runs the tiles of one batch in order: a tile must span the whole batch."""
+    n, _, _ = anchor_extent(graph, group_io(graph, layers))
+    if tile.n < n:
         raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos with tile "
                          f"{tile.n}x{tile.h}x{tile.w}; halo reuse needs tiles over the whole "
-                         f"batch and width ({n} x ... x {w}). Use \"halo\": \"recompute\".")
+                         f"batch ({n} images). Use \"halo\": \"recompute\".")
 
 
 def whole_tile(graph: Graph, layers: Sequence[str]) -> Tile:
@@ -197,7 +197,8 @@ def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Any],
                hardware: Mapping[str, Any], rules: Mapping[str, Any] | None = None,
                objective: str = "traffic") -> Plan:
     """The layer-by-layer plan: no fusion, every layer whole where it fits the chip."""
-    return assemble(graph, chip, layer_placements(graph, chip), model=model, hardware=hardware, rules=rules or {},
+    return assemble(graph, chip, layer_placements(graph, chip), model=model, hardware=hardware,
+                    rules=rules or {},
                     objective=objective,
                     solver={"name": "layer", "status": "OPTIMAL", "gap": 0.0, "wall_s": 0.0})
 

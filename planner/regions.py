@@ -91,8 +91,9 @@ def group_io(graph: Graph, layers: Sequence[str]) -> GroupIO:
                    tuple(weights), anchor)
 
 
-def _map_range(m: AxisMap, lo: int, hi: int, in_len: int, out_spatial: bool,
+def needed_range(m: AxisMap, lo: int, hi: int, in_len: int, out_spatial: bool,
                in_spatial: bool) -> tuple[int, int]:
+    """Input range along one axis that output range [lo, hi) needs, clipped to the map."""
     if not in_spatial:
         return 0, 1
     if not out_spatial or m.kind is MapKind.WHOLE:
@@ -109,8 +110,10 @@ def input_box(graph: Graph, lay: Layer, index: int, out_box: Box) -> Box:
     out_spatial = len(lay.out_shape) >= 4
     in_spatial = len(graph.shapes[t]) >= 4
     n0, n1 = (out_box[0], out_box[1]) if lay.batch_preserving else (0, n_in)
-    r0, r1 = _map_range(lay.row_maps[index], out_box[2], out_box[3], h_in, out_spatial, in_spatial)
-    c0, c1 = _map_range(lay.col_maps[index], out_box[4], out_box[5], w_in, out_spatial, in_spatial)
+    r0, r1 = needed_range(lay.row_maps[index], out_box[2], out_box[3], h_in, out_spatial,
+                          in_spatial)
+    c0, c1 = needed_range(lay.col_maps[index], out_box[4], out_box[5], w_in, out_spatial,
+                          in_spatial)
     return n0, n1, r0, r1, c0, c1
 
 

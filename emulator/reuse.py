@@ -1,0 +1,239 @@
+"""Emulate a halo-reusing group: tiles run row-major, each makes only what no earlier tile
+made, and the chip keeps exactly what later tiles will read (planner.halo_reuse states
+the same policy in closed form; this module finds it by running the tiles).
+
+Every tensor of the group has an on-chip image (an array the size of the tensor) and a
+validity mask over its rows and columns. Reads check the mask, so a policy that drops
+data a later tile needs fails loudly instead of reading stale values; held bytes are the
+valid elements, so the peak is what the policy really keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hardware.chip import Chip
+from planner.halo_reuse import lifetimes
+from planner.ir import Graph
+from planner.plan import Group
+from planner.regions import (
+    Box,
+    GroupIO,
+    dims,
+    full_box,
+    group_io,
+    input_box,
+    iter_tiles,
+    tile_regions,
+)
+
+if TYPE_CHECKING:
+    from emulator.run import Tally
+
+Rect = tuple[int, int, int, int]  # r0, r1, c0, c1
+
+
+class ReuseError(RuntimeError):
+    """A tile read data the retention policy had not kept (a bug, never a user error)."""
+
+
+@dataclass
+class Step:
+    """What one tile makes of each tensor and reads for each layer input."""
+
+    made: dict[str, Rect] = field(default_factory=dict)
+    reads: dict[tuple[str, int], Rect] = field(default_factory=dict)
+
+
+def _rect(box: Box) -> Rect:
+    return box[2], box[3], box[4], box[5]
+
+
+def _new_part(ever: np.ndarray, box: Box) -> Rect | None:
+    """The rectangle of `box` not made before; the model needs it to be one rectangle."""
+    r0, r1, c0, c1 = _rect(box)
+    fresh = ~ever[r0:r1, c0:c1]
+    if not fresh.any():
+        return None
+    rows, cols = np.flatnonzero(fresh.any(axis=1)), np.flatnonzero(fresh.any(axis=0))
+    rect = (r0 + rows[0], r0 + rows[-1] + 1, c0 + cols[0], c0 + cols[-1] + 1)
+    if int(fresh.sum()) != (rect[1] - rect[0]) * (rect[3] - rect[2]):
+        raise ReuseError(f"the new part of box {box} is not a rectangle")
+    return rect
+
+
+def schedule(graph: Graph, io: GroupIO, anchors: list[Box]) -> list[Step]:
+    """Per tile, the made rectangle of every tensor and the rectangle each layer input reads."""
+    regions = [tile_regions(graph, io, a) for a in anchors]
+    ever = {t: np.zeros(dims(graph.shapes[t])[2:], bool) for t in regions[0]}
+    steps = []
+    for boxes in regions:
+        step = Step()
+        for t, box in boxes.items():
+            rect = _new_part(ever[t], box)
+            if rect is not None:
+                step.made[t] = rect
+                ever[t][rect[0]:rect[1], rect[2]:rect[3]] = True
+        for name in io.layers:
+            lay = graph.layer(name)
+            made = step.made.get(lay.outputs[0])
+            if made is None:
+                continue
+            out_box = (*boxes[lay.outputs[0]][:2], *made)
+            for j in range(len(lay.fmap_inputs)):
+                step.reads[(name, j)] = _rect(input_box(graph, lay, j, out_box))
+        steps.append(step)
+    return steps
+
+
+def _lows(steps: list[Step], graph: Graph, io: GroupIO, tiles: list[int]
+          ) -> dict[str, tuple[int, int]]:
+    """Per tensor, the lowest row and lowest column any of `tiles` reads."""
+    lows: dict[str, tuple[int, int]] = {}
+    for i in tiles:
+        for (name, j), rect in steps[i].reads.items():
+            t = graph.layer(name).fmap_inputs[j]
+            if rect[1] > rect[0] and rect[3] > rect[2]:
+                r, c = lows.get(t, (rect[0], rect[2]))
+                lows[t] = (min(r, rect[0]), min(c, rect[2]))
+    return lows
+
+
+def keep_policy(graph: Graph, io: GroupIO, anchors: list[Box], steps: list[Step]
+                ) -> list[dict[str, list[tuple[int, int]]]]:
+    """Per tile, per tensor: the (row, column) corners from which data stays on chip after
+    the tile: what the rest of its tile row reads, and what the next tile row reads."""
+    rows = [a[2] for a in anchors]
+    out = []
+    for i in range(len(anchors)):
+        rest = [k for k in range(i + 1, len(anchors)) if rows[k] == rows[i]]
+        nxt_row = next((rows[k] for k in range(i + 1, len(anchors)) if rows[k] != rows[i]), None)
+        later = [k for k in range(i + 1, len(anchors)) if rows[k] == nxt_row]
+        corners: dict[str, list[tuple[int, int]]] = {}
+        for lows in (_lows(steps, graph, io, rest), _lows(steps, graph, io, later)):
+            for t, corner in lows.items():
+                corners.setdefault(t, []).append(corner)
+        out.append(corners)
+    return out
+
+
+@dataclass
+class OnChip:
+    """Images of the group's tensors on chip and which of their positions hold data."""
+
+    graph: Graph
+    images: dict[str, np.ndarray] = field(default_factory=dict)
+    valid: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def put(self, t: str, rect: Rect, data: np.ndarray) -> int:
+        """Store data at a rectangle of t; returns the elements stored."""
+        if t not in self.images:
+            self.images[t] = np.zeros(self.graph.shapes[t], np.float32)
+            self.valid[t] = np.zeros(dims(self.graph.shapes[t])[2:], bool)
+        r0, r1, c0, c1 = rect
+        _cut(self.images[t], rect)[...] = data
+        self.valid[t][r0:r1, c0:c1] = True
+        return int(np.asarray(data).size)
+
+    def check(self, t: str, rect: Rect, layer: str) -> None:
+        r0, r1, c0, c1 = rect
+        if t not in self.valid or not self.valid[t][r0:r1, c0:c1].all():
+            raise ReuseError(f"layer {layer} reads rows {r0}:{r1}, columns {c0}:{c1} of {t}, "
+                             "which are no longer (or not yet) on chip")
+
+    def keep(self, t: str, corners: list[tuple[int, int]]) -> None:
+        """Drop everything of t outside the union of the quadrants below-right of corners."""
+        if t not in self.valid:
+            return
+        mask = np.zeros_like(self.valid[t])
+        for r, c in corners:
+            mask[r:, c:] = True
+        self.valid[t] &= mask
+
+    def held_elems(self) -> int:
+        n = 0
+        for t, v in self.valid.items():
+            b, c, _, _ = dims(self.graph.shapes[t])
+            n += int(v.sum()) * b * c
+        return n
+
+    def region(self, t: str) -> tuple[Box, np.ndarray]:
+        return full_box(self.graph, t), self.images[t]
+
+
+def rect_elems(graph: Graph, t: str, rect: Rect) -> int:
+    """Elements of t in a rectangle of rows and columns (whole batch and channels)."""
+    n, c, _, _ = dims(graph.shapes[t])
+    return n * c * (rect[1] - rect[0]) * (rect[3] - rect[2])
+
+
+def plan_tiles(graph: Graph, group: Group) -> tuple[GroupIO, list[Step],
+                                                   list[dict[str, list[tuple[int, int]]]],
+                                                   dict[str, tuple[int, int]]]:
+    """Everything a reusing group's run needs before it starts."""
+    io = group_io(graph, group.layers)
+    anchors = list(iter_tiles(graph, io, group.tile))
+    steps = schedule(graph, io, anchors)
+    return io, steps, keep_policy(graph, io, anchors, steps), lifetimes(graph, io)
+
+
+def as_box(graph: Graph, t: str, rect: Rect) -> Box:
+    n = dims(graph.shapes[t])[0]
+    return 0, n, *rect
+
+
+def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
+                    weights: Mapping[str, np.ndarray], tally: Tally) -> None:
+    """Run a reusing group's tiles, reading and writing `dram`, counting into `tally`."""
+    from emulator.run import run_layer  # run.py dispatches reusing groups here
+
+    io, steps, keeps, spans = plan_tiles(graph, group)
+    dt = chip.dtype_bytes
+    chip_mem = OnChip(graph)
+    end = len(io.layers)
+    for ti, step in enumerate(steps):
+        loaded = 0
+        for t in io.inputs:
+            if t in step.made:
+                loaded += chip_mem.put(t, step.made[t], _cut(dram[t], step.made[t])) * dt
+        tally.core += loaded
+        prefetch = loaded if group.double_buffered else 0
+        for k, name in enumerate(io.layers):
+            lay = graph.layer(name)
+            out_rect = step.made.get(lay.outputs[0])
+            if out_rect is not None:
+                for j, t in enumerate(lay.fmap_inputs):
+                    chip_mem.check(t, step.reads[(name, j)], name)
+                    tally.core += rect_elems(graph, t, step.reads[(name, j)]) * dt
+                onchip = {t: chip_mem.region(t) for t in lay.fmap_inputs}
+                ys = run_layer(graph, lay, as_box(graph, lay.outputs[0], out_rect), onchip,
+                               weights)
+                tally.ops(lay, ys[0].size)
+                for t, y in zip(lay.outputs, ys, strict=False):
+                    if t in step.made:
+                        tally.core += chip_mem.put(t, step.made[t], y) * dt
+            tally.step(ti, chip_mem.held_elems() * dt + prefetch)
+            for t, (_, last) in spans.items():
+                if last == k:
+                    chip_mem.keep(t, keeps[ti].get(t, []))
+        written = 0
+        for t in io.outputs:
+            if t in step.made:
+                part = _cut(chip_mem.images[t], step.made[t])
+                if t not in dram:
+                    dram[t] = np.zeros(graph.shapes[t], np.float32)
+                _cut(dram[t], step.made[t])[...] = part
+                written += part.size * dt
+        for t, (_, last) in spans.items():
+            if last == end:
+                chip_mem.keep(t, keeps[ti].get(t, []))
+        tally.tile(ti, loaded, written)
+
+
+def _cut(arr: np.ndarray, rect: Rect) -> np.ndarray:
+    """The rows and columns of a rectangle (a view); tensors without them whole."""
+    return arr[..., rect[0]:rect[1], rect[2]:rect[3]] if arr.ndim >= 4 else arr

@@ -1,0 +1,263 @@
+"""Halo reuse: tiles run in order, keep on chip what later tiles read, and make each
+element of every tensor once.
+
+A reusing group's tiles span the whole batch and run row-major over a grid of tile rows
+and tile columns (full-width row tiles are the one-column case). For every tensor of
+the group a tile *makes* (loads, for group inputs; computes, for layer outputs) only
+the part of its box no earlier tile made: ``[max(a_i, b_(i-1)), b_i)`` along each axis
+for boxes ``[a_i, b_i)``. A layer computes the part of its output the tile makes and
+reads from each input only the range that part needs: the border a 3x3 conv reads is
+k - s rows and columns, not the whole overlap of the tiles' boxes.
+
+Retention (the emulator applies the same policy to the data it really holds): once a
+tile is done with a tensor, it keeps only what later tiles may read, i.e. rows from the
+lowest row the tile row reads, in columns from the lowest column the next tile of the
+row reads; and rows from the lowest row the next tile row reads, in columns from the
+lowest column it reads. Everything is separable by axis, so each quantity is a product
+of one-axis quantities; interior tiles are translates of each other, so sums and peaks
+need only the first and last few tiles of each axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from planner.ir import Graph
+from planner.regions import (
+    GroupChains,
+    GroupIO,
+    Tile,
+    anchor_extent,
+    axis_ranges,
+    dims,
+    needed_range,
+    tile_regions,
+)
+
+Span = tuple[int, int]
+NEVER = 1 << 62  # a read bound no tile reaches: nothing is kept
+EDGE = 4  # tiles at each end of an axis that clipping can make differ from the interior
+
+
+def length(span: Span) -> int:
+    """Elements in a half-open range."""
+    return max(0, span[1] - span[0])
+
+
+def from_(span: Span, x: int) -> int:
+    """Elements of a range at or after x."""
+    return max(0, span[1] - max(span[0], x))
+
+
+@dataclass
+class AxisSchedule:
+    """One axis (1 rows, 2 columns) of a reusing group's tile grid: for each tile index,
+    every tensor's box, the part the tile makes, and what each layer input reads."""
+
+    graph: Graph
+    io: GroupIO
+    chains: GroupChains
+    axis: int
+    size: int
+    _boxes: dict[int, dict[str, Span]] = field(default_factory=dict)
+    _reads: dict[int, dict[tuple[str, int], Span]] = field(default_factory=dict)
+
+    @property
+    def ranges(self) -> list[Span]:
+        return axis_ranges(anchor_extent(self.graph, self.io)[self.axis], self.size)
+
+    @property
+    def count(self) -> int:
+        return len(self.ranges)
+
+    @property
+    def exact(self) -> bool:
+        """Interior tiles are translates (every tensor has a closed form at this size)."""
+        extent = anchor_extent(self.graph, self.io)[self.axis]
+        for chain in self.chains.chains.values():
+            c = chain[self.axis]
+            low = c.min_tile(extent) if c is not None else None
+            if low is None or self.size < low:
+                return False
+        return True
+
+    def indices(self) -> list[int]:
+        """Tile indices whose values differ (all of them unless interior tiles repeat)."""
+        count = self.count
+        if not self.exact or count <= 2 * EDGE + 1:
+            return list(range(count))
+        return list(range(EDGE + 1)) + list(range(count - EDGE, count))
+
+    def total(self, value: Callable[[int], int]) -> int:
+        """Sum of value(i) over every tile index, interior tiles counted from one of them."""
+        picked = self.indices()
+        if len(picked) == self.count:
+            return sum(value(i) for i in picked)
+        return sum(value(i) for i in picked) + (self.count - len(picked)) * value(EDGE)
+
+    def boxes(self, i: int) -> dict[str, Span]:
+        """Every tensor's range along this axis in tile i."""
+        if i not in self._boxes:
+            n, h, w = anchor_extent(self.graph, self.io)
+            lo, hi = self.ranges[i]
+            anchor = (0, n, lo, hi, 0, w) if self.axis == 1 else (0, n, 0, h, lo, hi)
+            k = 2 * self.axis
+            self._boxes[i] = {t: (b[k], b[k + 1])
+                              for t, b in tile_regions(self.graph, self.io, anchor).items()}
+        return self._boxes[i]
+
+    def made(self, i: int, t: str) -> Span:
+        """Part of t's range tile i makes: its box past what the tile before made (boxes
+        advance monotonically, so what came before ends where the previous box ends)."""
+        a, b = self.boxes(i)[t]
+        if i == 0:
+            return a, b
+        before = self.boxes(i - 1)[t][1]
+        return max(a, before), max(b, before)
+
+    def reads(self, i: int) -> dict[tuple[str, int], Span]:
+        """Range of fmap input j of each layer that the layer's made part in tile i needs."""
+        if i not in self._reads:
+            out: dict[tuple[str, int], Span] = {}
+            boxes = self.boxes(i)
+            for name in self.io.layers:
+                lay = self.graph.layer(name)
+                first = lay.outputs[0]
+                if first not in boxes:
+                    continue
+                lo, hi = self.made(i, first)
+                if hi <= lo:
+                    continue
+                maps = lay.row_maps if self.axis == 1 else lay.col_maps
+                for j, t in enumerate(lay.fmap_inputs):
+                    shape = self.graph.shapes[t]
+                    out[(name, j)] = needed_range(maps[j], lo, hi, dims(shape)[self.axis + 1],
+                                                  len(lay.out_shape) >= 4, len(shape) >= 4)
+            self._reads[i] = out
+        return self._reads[i]
+
+    def read_low(self, i: int, t: str) -> int:
+        """Lowest index of t that tile i reads (NEVER when it reads none, or past the end)."""
+        if i >= self.count:
+            return NEVER
+        lows = [span[0] for (name, j), span in self.reads(i).items()
+                if self.graph.layer(name).fmap_inputs[j] == t and span[1] > span[0]]
+        return min(lows, default=NEVER)
+
+    def made_from(self, i: int, t: str, x: int) -> int:
+        """Elements of t at or after x made by tiles before i (made parts are disjoint and
+        ascending, so only the last few tiles can reach past x)."""
+        total = 0
+        for j in range(i - 1, -1, -1):
+            span = self.made(j, t)
+            if span[1] <= x and span[1] > span[0]:
+                break
+            total += from_(span, x)
+        return total
+
+
+@dataclass
+class ReuseGrid:
+    """Both axes of a reusing group's tiles, with the per-tensor quantities of the model."""
+
+    graph: Graph
+    io: GroupIO
+    rows: AxisSchedule
+    cols: AxisSchedule
+
+    @classmethod
+    def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile) -> ReuseGrid:
+        return cls(graph, io, AxisSchedule(graph, io, chains, 1, tile.h),
+                   AxisSchedule(graph, io, chains, 2, tile.w))
+
+    def plane(self, t: str) -> int:
+        """Elements of t per (row, column) position: the whole batch times the channels."""
+        n, c, _, _ = dims(self.graph.shapes[t])
+        return n * c
+
+    def made_elems(self, t: str) -> int:
+        """Elements of t made over all tiles (each once)."""
+        return (self.plane(t) * self.rows.total(lambda i: length(self.rows.made(i, t)))
+                * self.cols.total(lambda q: length(self.cols.made(q, t))))
+
+    def read_elems(self, name: str, j: int) -> int:
+        """Elements of fmap input j that layer `name` reads over all tiles."""
+        t = self.graph.layer(name).fmap_inputs[j]
+
+        def along(axis: AxisSchedule) -> int:
+            return axis.total(lambda i: length(axis.reads(i).get((name, j), (0, 0))))
+
+        return self.plane(t) * along(self.rows) * along(self.cols)
+
+    def kept_after(self, t: str, r: int, q: int) -> int:
+        """Elements of t on chip once tile (r, q) is done with it (the retention policy)."""
+        rows, cols = self.rows, self.cols
+        keeps = []
+        if q + 1 < cols.count:  # the rest of this tile row
+            keeps.append((rows.read_low(r, t), cols.read_low(q + 1, t)))
+        if r + 1 < rows.count:  # the next tile rows
+            keeps.append((rows.read_low(r + 1, t), cols.read_low(0, t)))
+        if len(keeps) == 2:  # inclusion-exclusion of the two quadrants
+            keeps.append((max(keeps[0][0], keeps[1][0]), max(keeps[0][1], keeps[1][1])))
+        signs = [1, 1, -1][:len(keeps)]
+        made_row = rows.made(r, t)
+        total = 0
+        for sign, (x, y) in zip(signs, keeps, strict=True):
+            earlier_rows = rows.made_from(r, t, x) * cols.made_from(cols.count, t, y)
+            this_row = from_(made_row, x) * cols.made_from(q + 1, t, y)
+            total += sign * (earlier_rows + this_row)
+        return total * self.plane(t)
+
+    def made_now(self, t: str, r: int, q: int) -> int:
+        """Elements of t tile (r, q) makes."""
+        return self.plane(t) * length(self.rows.made(r, t)) * length(self.cols.made(q, t))
+
+    def tiles(self) -> list[tuple[int, int]]:
+        """Tiles whose footprints differ (all, unless interior tiles repeat)."""
+        return [(r, q) for r in self.rows.indices() for q in self.cols.indices()]
+
+
+def lifetimes(graph: Graph, io: GroupIO) -> dict[str, tuple[int, int]]:
+    """Per tensor: the step it is made at (-1: loaded before the first layer) and the last
+    step it stays whole on chip (its last use in the group; past the end for outputs,
+    which wait for their store)."""
+    born: dict[str, int] = {t: -1 for t in io.inputs}
+    last: dict[str, int] = {}
+    for k, name in enumerate(io.layers):
+        lay = graph.layer(name)
+        for t in lay.fmap_inputs:
+            last[t] = k
+        for t in lay.outputs:
+            if t:
+                born[t] = k
+    end = len(io.layers)
+    return {t: (b, end if t in io.outputs else max(b, last.get(t, b))) for t, b in born.items()}
+
+
+def reuse_peak_elems(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
+                     double_buffered: bool) -> int:
+    """Peak feature-map elements on chip over every tile and step of a reusing group.
+
+    At step k a tensor holds what it kept from earlier tiles, plus (from the step it is
+    made until its last use) what this tile makes; after its last use, what it keeps for
+    later tiles. A second input buffer adds this tile's loads (the next tile's arrive).
+    """
+    grid = ReuseGrid.of(graph, io, chains, tile)
+    spans = lifetimes(graph, io)
+    tensors = [t for t in spans if t in grid.rows.boxes(0)]
+    peak = 0
+    for r, q in grid.tiles():
+        prev = (r, q - 1) if q else (r - 1, grid.cols.count - 1) if r else None
+        state = []
+        for t in tensors:
+            before = grid.kept_after(t, *prev) if prev else 0
+            state.append((t, before, grid.made_now(t, r, q), grid.kept_after(t, r, q)))
+        loads = sum(made for t, _, made, _ in state if t in io.inputs) if double_buffered else 0
+        for k in range(len(io.layers)):
+            held = 0
+            for t, before, made, after in state:
+                born, last = spans[t]
+                held += before if k < born else before + made if k <= last else after
+            peak = max(peak, held + loads)
+    return peak
