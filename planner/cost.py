@@ -239,7 +239,8 @@ def edge_tiles(graph: Graph, io: GroupIO, tile: Tile) -> tuple[Box, Box]:
 
 
 def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
-                  weights_resident: bool = True, halo_reuse: bool = False) -> Counters:
+                  weights_resident: bool = True, halo_reuse: bool = False,
+                  grid: ReuseGrid | None = None) -> Counters:
     """Every counter but the SRAM peak, cycles and energy (closed forms; cheap).
 
     With halo reuse every element is loaded or computed once and each layer reads only
@@ -249,7 +250,10 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     n, h, w = anchor_extent(graph, io)
     tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
     sums = {t: region_sum(graph, io, chains, t, tile) for t in group_tensors(graph, io)}
-    grid = ReuseGrid.of(graph, io, chains, tile) if halo_reuse else None
+    if halo_reuse:
+        grid = grid or ReuseGrid.of(graph, io, chains, tile)
+    else:
+        grid = None
     made = {t: grid.made_elems(t) for t in sums} if grid else sums
     fmap_read = sum(made[t] for t in io.inputs) * dt
     wbytes = weight_bytes(graph, io.weights, chip)

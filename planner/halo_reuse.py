@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from planner.ir import Graph
 from planner.regions import (
@@ -62,8 +63,11 @@ class AxisSchedule:
     size: int
     _boxes: dict[int, dict[str, Span]] = field(default_factory=dict)
     _reads: dict[int, dict[tuple[str, int], Span]] = field(default_factory=dict)
+    _made_from: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    _lows: dict[int, dict[str, int]] = field(default_factory=dict)
+    _factors: dict[tuple[int, str], tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def ranges(self) -> list[Span]:
         return axis_ranges(anchor_extent(self.graph, self.io)[self.axis], self.size)
 
@@ -71,7 +75,7 @@ class AxisSchedule:
     def count(self) -> int:
         return len(self.ranges)
 
-    @property
+    @cached_property
     def exact(self) -> bool:
         """Interior tiles are translates (every tensor has a closed form at this size)."""
         extent = anchor_extent(self.graph, self.io)[self.axis]
@@ -99,13 +103,32 @@ class AxisSchedule:
     def boxes(self, i: int) -> dict[str, Span]:
         """Every tensor's range along this axis in tile i."""
         if i not in self._boxes:
-            n, h, w = anchor_extent(self.graph, self.io)
             lo, hi = self.ranges[i]
-            anchor = (0, n, lo, hi, 0, w) if self.axis == 1 else (0, n, 0, h, lo, hi)
-            k = 2 * self.axis
-            self._boxes[i] = {t: (b[k], b[k + 1])
-                              for t, b in tile_regions(self.graph, self.io, anchor).items()}
+            self._boxes[i] = self._closed_boxes(lo, hi) if self.exact else self._walked_boxes(
+                lo, hi)
         return self._boxes[i]
+
+    def _walked_boxes(self, lo: int, hi: int) -> dict[str, Span]:
+        n, h, w = anchor_extent(self.graph, self.io)
+        anchor = (0, n, lo, hi, 0, w) if self.axis == 1 else (0, n, 0, h, lo, hi)
+        k = 2 * self.axis
+        return {t: (b[k], b[k + 1]) for t, b in tile_regions(self.graph, self.io, anchor).items()}
+
+    def _closed_boxes(self, lo: int, hi: int) -> dict[str, Span]:
+        """tile_regions along this axis from the chains' closed forms (no walk)."""
+        out: dict[str, Span] = {}
+        for t, chain in self.chains.chains.items():
+            c = chain[self.axis]
+            assert c is not None  # exact
+            out[t] = (0, c.u) if c.s == 0 else (max(0, c.s * lo - c.p),
+                                                min(c.u, c.s * (hi - 1) + c.e))
+        for name in self.io.layers:  # every output of a layer is computed on one range
+            outs = [t for t in self.graph.layer(name).outputs if t]
+            known = next((out[t] for t in outs if t in out), None)
+            if known is not None:
+                for t in outs:
+                    out.setdefault(t, known)
+        return out
 
     def made(self, i: int, t: str) -> Span:
         """Part of t's range tile i makes: its box past what the tile before made (boxes
@@ -141,20 +164,48 @@ class AxisSchedule:
         """Lowest index of t that tile i reads (NEVER when it reads none, or past the end)."""
         if i >= self.count:
             return NEVER
-        lows = [span[0] for (name, j), span in self.reads(i).items()
-                if self.graph.layer(name).fmap_inputs[j] == t and span[1] > span[0]]
-        return min(lows, default=NEVER)
+        if i not in self._lows:
+            lows: dict[str, int] = {}
+            for (name, j), span in self.reads(i).items():
+                if span[1] > span[0]:
+                    t_in = self.graph.layer(name).fmap_inputs[j]
+                    lows[t_in] = min(lows.get(t_in, NEVER), span[0])
+            self._lows[i] = lows
+        return self._lows[i].get(t, NEVER)
+
+    def keep_factors(self, i: int, t: str) -> tuple[tuple[int, int], ...]:
+        """This axis's factors of what tensor t keeps after tile index i (ReuseGrid.kept_after),
+        for the three quadrant corners: rows (i is a tile row) give (made by earlier tile
+        rows, made by this one) at or after the corner; columns (i is a tile column) give
+        (made by all tile columns, made by those up to i) at or after it."""
+        key = (i, t)
+        if key not in self._factors:
+            if self.axis == 1:  # corners: this row's reads, the next row's
+                a, b = self.read_low(i, t), self.read_low(i + 1, t)
+                corners = (a, b, max(a, b))
+                made = self.made(i, t)
+                out = tuple((self.made_from(i, t, x), from_(made, x)) for x in corners)
+            else:  # corners: the next column's reads, the first column's (for the next row)
+                a, b = self.read_low(i + 1, t), self.read_low(0, t)
+                corners = (a, b, max(a, b))
+                out = tuple((self.made_from(self.count, t, y), self.made_from(i + 1, t, y))
+                            for y in corners)
+            self._factors[key] = out
+        return self._factors[key]
 
     def made_from(self, i: int, t: str, x: int) -> int:
         """Elements of t at or after x made by tiles before i (made parts are disjoint and
         ascending, so only the last few tiles can reach past x)."""
-        total = 0
-        for j in range(i - 1, -1, -1):
-            span = self.made(j, t)
-            if span[1] <= x and span[1] > span[0]:
-                break
-            total += from_(span, x)
-        return total
+        key = (i, t, x)
+        if key not in self._made_from:
+            total = 0
+            for j in range(i - 1, -1, -1):
+                span = self.made(j, t)
+                if span[1] <= x and span[1] > span[0]:
+                    break
+                total += from_(span, x)
+            self._made_from[key] = total
+        return self._made_from[key]
 
 
 @dataclass
@@ -191,22 +242,17 @@ class ReuseGrid:
         return self.plane(t) * along(self.rows) * along(self.cols)
 
     def kept_after(self, t: str, r: int, q: int) -> int:
-        """Elements of t on chip once tile (r, q) is done with it (the retention policy)."""
-        rows, cols = self.rows, self.cols
-        keeps = []
-        if q + 1 < cols.count:  # the rest of this tile row
-            keeps.append((rows.read_low(r, t), cols.read_low(q + 1, t)))
-        if r + 1 < rows.count:  # the next tile rows
-            keeps.append((rows.read_low(r + 1, t), cols.read_low(0, t)))
-        if len(keeps) == 2:  # inclusion-exclusion of the two quadrants
-            keeps.append((max(keeps[0][0], keeps[1][0]), max(keeps[0][1], keeps[1][1])))
-        signs = [1, 1, -1][:len(keeps)]
-        made_row = rows.made(r, t)
+        """Elements of t on chip once tile (r, q) is done with it (the retention policy):
+        the union of two quadrants, (this row's lowest read row, the next column's lowest
+        read column) and (the next row's lowest read row, the first column's), intersected
+        with what was made so far (earlier tile rows whole, this one up to column q); by
+        inclusion-exclusion, a signed sum of products of one-axis factors. A quadrant no
+        later tile needs has its corner at NEVER and contributes nothing."""
+        rows, cols = self.rows.keep_factors(r, t), self.cols.keep_factors(q, t)
         total = 0
-        for sign, (x, y) in zip(signs, keeps, strict=True):
-            earlier_rows = rows.made_from(r, t, x) * cols.made_from(cols.count, t, y)
-            this_row = from_(made_row, x) * cols.made_from(q + 1, t, y)
-            total += sign * (earlier_rows + this_row)
+        for sign, (earlier_rows, this_row), (all_cols, cols_so_far) in zip(
+                (1, 1, -1), rows, cols, strict=True):
+            total += sign * (earlier_rows * all_cols + this_row * cols_so_far)
         return total * self.plane(t)
 
     def made_now(self, t: str, r: int, q: int) -> int:
@@ -236,14 +282,14 @@ def lifetimes(graph: Graph, io: GroupIO) -> dict[str, tuple[int, int]]:
 
 
 def reuse_peak_elems(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
-                     double_buffered: bool) -> int:
+                     double_buffered: bool, grid: ReuseGrid | None = None) -> int:
     """Peak feature-map elements on chip over every tile and step of a reusing group.
 
     At step k a tensor holds what it kept from earlier tiles, plus (from the step it is
     made until its last use) what this tile makes; after its last use, what it keeps for
     later tiles. A second input buffer adds this tile's loads (the next tile's arrive).
     """
-    grid = ReuseGrid.of(graph, io, chains, tile)
+    grid = grid or ReuseGrid.of(graph, io, chains, tile)
     spans = lifetimes(graph, io)
     tensors = [t for t in spans if t in grid.rows.boxes(0)]
     peak = 0

@@ -16,12 +16,13 @@ Rules apply to fused groups; a layer left alone is always allowed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hardware.chip import Chip
 from planner.cost import live_steps, region_sum, union_sum, weight_bytes
+from planner.halo_reuse import ReuseGrid, reuse_peak_elems
 from planner.ir import Graph, Layer
 from planner.regions import (
     AxisChain,
@@ -70,6 +71,8 @@ class GroupFacts:
     weights_resident: bool = True
     double_buffered: bool = False
     halo_reuse: bool = False
+    # the reusing tile grid, when the caller keeps one across tiles (its axes are memoized)
+    grid: ReuseGrid | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -150,16 +153,11 @@ class GroupFacts:
         return sum(self.tensor_bound_bytes(t) for t in tensors)
 
     @cached_property
-    def cache_bytes(self) -> int:
-        """Rows every tensor keeps for the next tile when halos are reused (a bound)."""
-        total = 0
-        for t, (_, chain, _) in self.chains.chains.items():
-            if chain is None:
-                continue
-            fb = self.chains.full[t]
-            c = dims(self.graph.shapes[t])[1]
-            total += c * (fb[1] - fb[0]) * (fb[5] - fb[4]) * chain.overlap()
-        return total * self.chip.dtype_bytes
+    def reuse_peak_bytes(self) -> int:
+        """Exact peak of feature-map bytes on chip when halos are reused (the kept borders,
+        each tile's new parts, and with double buffering the next tile's loads)."""
+        return reuse_peak_elems(self.graph, self.io, self.chains, self.tile,
+                                self.double_buffered, self.grid) * self.chip.dtype_bytes
 
     def redundancy_pct(self) -> float:
         """Halo re-reads as a percentage of reading each input once (rule 11)."""

@@ -36,12 +36,8 @@ class Redundancy(Rule):
             return
         once = sum(_once(enc, cand, t) for t in cand.io.inputs)
         loaded = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
-        reused = sum(enc.union_elems_total(cand, t) for t in cand.io.inputs) * enc.chip.dtype_bytes
         limit = (100 + self.threshold_pct) * once
-        enc.enforce(enc.model.add(100 * loaded <= limit), cand, lit, cand.small.Not(),
-                    cand.halo_reuse.Not())
-        enc.enforce(enc.model.add(100 * reused <= limit), cand, lit, cand.small.Not(),
-                    cand.halo_reuse)
+        enc.enforce(enc.model.add(100 * loaded <= limit), cand, lit, cand.small.Not())
 
 
 def _once(enc: Any, cand: Any, t: str) -> int:

@@ -30,6 +30,9 @@ class SearchSettings:
     # seed 004's first check: a network whose weights and largest live set fit on chip runs
     # as one group, whatever the rules say about fused groups
     whole_network_first: bool = True
+    # 2-D tiles (narrower than the map) are searched for a group whose best full-width tile
+    # is shorter than this many rows, or that fits no full-width tile at all
+    narrow_tiles_below_rows: int = field(default=4, metadata={"ge": 0})
 
 
 @dataclass(frozen=True)

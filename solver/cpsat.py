@@ -84,18 +84,10 @@ def _physical(enc: Encoding, cand: Candidate) -> None:
         sram = step + (weights * cand.resident if chip.unified else 0)
         enc.enforce(m.add(sram <= chip.sram.bytes), cand)
         enc.enforce(m.add(sram + prefetch <= chip.sram.bytes), cand, cand.double_buffered)
-        # halo reuse keeps each tensor's shared rows for the next tile
-        cache = enc.cache_bytes(cand)
-        enc.enforce(m.add(sram + cache <= chip.sram.bytes), cand, cand.halo_reuse)
-        enc.enforce(m.add(sram + cache + prefetch <= chip.sram.bytes), cand, cand.halo_reuse,
-                    cand.double_buffered)
         if chip.nram is not None:  # ceil(step / cores) <= NRAM
             cap = chip.nram.bytes * chip.cores_per_cluster
             enc.enforce(m.add(step <= cap), cand)
             enc.enforce(m.add(step + prefetch <= cap), cand, cand.double_buffered)
-            enc.enforce(m.add(step + cache <= cap), cand, cand.halo_reuse)
-            enc.enforce(m.add(step + cache + prefetch <= cap), cand, cand.halo_reuse,
-                        cand.double_buffered)
     if chip.wram is not None and -(-weights // chip.cores_per_cluster) > chip.wram.bytes:
         m.add_implication(cand.selected, cand.resident.Not())
 
@@ -133,16 +125,7 @@ def _terms(enc: Encoding, cand: Candidate) -> Terms:
     tensors = group_tensors(g, cand.io)
     core_fmap = sum(enc.region_elems_total(cand, t) * ((1 + uses.get(t, 0)) * dt)
                     for t in tensors)
-    # with halo reuse each row is loaded or computed once (planner.cost.work_counters)
-    reads_ru = sum(enc.union_elems_total(cand, t) for t in cand.io.inputs) * dt
-    macs_ru, vector_ru = _ops(enc, cand, enc.union_elems_total)
-    core_ru = sum((enc.union_elems_total(cand, t)
-                   + enc.region_elems_total(cand, t) * uses.get(t, 0)) * dt for t in tensors)
-    r = cand.halo_reuse
-    return Terms(_either(m, r, reads + writes + wread, reads_ru + writes + wread, "dram", cand),
-                 _either(m, r, macs, macs_ru, "macs", cand),
-                 _either(m, r, vector_ops, vector_ru, "vec", cand),
-                 _either(m, r, core_fmap, core_ru, "core", cand), w * cand.tiles,
+    return Terms(reads + writes + wread, macs, vector_ops, core_fmap, w * cand.tiles,
                  enc.first_load_bytes(cand), enc.last_store_bytes(cand))
 
 
@@ -160,16 +143,6 @@ def _ops(enc: Encoding, cand: Candidate, elems: Any) -> tuple[Any, Any]:
             else:
                 vector_ops += ops
     return macs, vector_ops
-
-
-def _either(m: Any, reuse: Any, recompute: Any, reused: Any, what: str, cand: Candidate) -> Any:
-    """An integer at least `recompute`, or at least `reused` when halos are reused."""
-    if isinstance(recompute, int) and isinstance(reused, int) and recompute == reused:
-        return recompute
-    var = m.new_int_var(0, 10**13, f"{what}_{cand.index}")
-    m.add(var >= recompute).only_enforce_if(reuse.Not())
-    m.add(var >= reused).only_enforce_if(reuse)
-    return var
 
 
 def _ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
@@ -269,7 +242,7 @@ def _hint(enc: Encoding, warm: Sequence[tuple[Sequence[str], Tile]]) -> None:
     """Warm start from another planner's groups and tiles."""
     chosen = {frozenset(g): t for g, t in warm}
     for cand in enc.candidates:
-        tile = chosen.get(frozenset(cand.layers))
+        tile = chosen.pop(frozenset(cand.layers), None)  # one of a group's alternatives
         enc.model.add_hint(cand.selected, tile is not None)
         if tile is not None and not isinstance(cand.th, int):
             enc.model.add_hint(cand.th, tile.h)
@@ -305,6 +278,13 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         floors.append(objective_units(best.cost, objective, ruleset, chip))
         # rows without a closed form keep the exact Python tile (enumerated costs)
         pinned.append(None if search.closed_form else best)
+        if search.closed_form and (best.halo_reuse or best.tile.w < search.tile_of(1).w):
+            # the search's best is a halo-reusing or 2-D tile, which the tile variables do
+            # not describe: offer it pinned beside them (costs add up per group, so the
+            # best tile of each group is all an optimal plan needs)
+            candidates.append(layers)
+            floors.append(floors[-1])
+            pinned.append(best)
     enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors,
                                  cycles_cap, pinned)
     _hint(enc, warm)
@@ -331,7 +311,8 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         if solver.boolean_value(cand.selected):
             th = cand.th if isinstance(cand.th, int) else solver.value(cand.th)
             tn = cand.tn if isinstance(cand.tn, int) else solver.value(cand.tn)
-            tile = Tile(tn, th, cand.extent[2])
+            tile = cand.facts_any_tile.tile if cand.fixed is not None \
+                else Tile(tn, th, cand.extent[2])
             resident = bool(solver.boolean_value(cand.resident))
             db = bool(solver.boolean_value(cand.double_buffered))
             reuse = bool(solver.boolean_value(cand.halo_reuse))

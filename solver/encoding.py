@@ -6,8 +6,9 @@ tile count ``T = ceil(H / th)`` (a division constraint), and, per tensor, the
 largest row range a tile needs, ``min(S*th + E + P - S, U)``: capacities are
 linear inequalities in those. DRAM reads sum the row ranges over all tiles in
 closed form (planner.regions.AxisChain.total), with ``T*th`` a multiplication
-constraint. Tiles span the whole width here; the cost model and emulator
-accept any (n, h, w).
+constraint. Tiles span the whole width and recompute their halos here;
+halo-reusing and 2-D tiles enter as pinned candidates, each with the exact
+best tile of the Python search (solver.tiles) and its cost as constants.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class Candidate:
     tiles: Any  # tiles_h * tiles_n
     resident: Any  # BoolVar: weights held on chip for the whole group
     double_buffered: Any  # BoolVar: a second input buffer prefetches the next tile
-    halo_reuse: Any  # BoolVar: row tiles keep shared rows on chip instead of recomputing
+    halo_reuse: Any  # constant: tiles keep what later tiles read (pinned candidates only)
     small: Any  # BoolVar: th == H (whole maps on chip)
     th_low: int
     facts_any_tile: GroupFacts
@@ -102,7 +103,7 @@ class Encoding:
         if fixed is not None:
             t = fixed.tile
             pinned = GroupFacts(graph, io, chains, t, self.chip, fixed.resident,
-                                fixed.double_buffered)
+                                fixed.double_buffered, fixed.halo_reuse)
             cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, t.h, t.n,
                              ceil(h / t.h), ceil(n / t.n),
                              ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w),
@@ -139,12 +140,8 @@ class Encoding:
             m.add_multiplication_equality(tiles, [tiles_h, tiles_n])
         resident = m.new_bool_var(f"resident_{i}")
         double_buffered = m.new_bool_var(f"double_buffered_{i}")
-        reuse: Any = m.new_constant(0)
-        if not isinstance(th, int) and (not isinstance(tn, int) or tn >= n):
-            reuse = m.new_bool_var(f"halo_reuse_{i}")  # rows only: whole batch and width
-            m.add_implication(reuse, small.Not())
-            if not isinstance(tn, int):
-                m.add(tn == n).only_enforce_if(reuse)
+        # halo reuse and 2-D tiles come pinned from the Python search (solver.cpsat)
+        reuse = m.new_constant(0)
         facts = GroupFacts(graph, io, chains, Tile(n, h, w), self.chip)
         cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, th, tn, tiles_h,
                          tiles_n, tiles, resident, double_buffered, reuse, small,
@@ -247,21 +244,6 @@ class Encoding:
     def read_bytes(self, cand: Candidate, t: str) -> Any:
         """DRAM bytes of input t over all tiles."""
         return self.region_elems_total(cand, t) * self._dt
-
-    def union_elems_total(self, cand: Candidate, t: str) -> Any:
-        """Elements of t loaded or computed once each when halos are reused (AxisChain.union):
-        its whole range where consecutive tiles overlap, else the (disjoint) tile sum."""
-        chain = cand.chains.chains[t][1]
-        fb = cand.chains.full[t]
-        if cand.fixed is None and chain is not None and (chain.s == 0
-                                                         or chain.e + chain.p >= chain.s):
-            c = dims(self.graph.shapes[t])[1]
-            return c * (fb[1] - fb[0]) * (fb[5] - fb[4]) * chain.u
-        return self.region_elems_total(cand, t)
-
-    def cache_bytes(self, cand: Candidate) -> int:
-        """Rows kept for the next tile under halo reuse (GroupFacts.cache_bytes)."""
-        return cand.facts_any_tile.cache_bytes
 
     # --- pipeline fill and drain ----------------------------------------------------------
 

@@ -8,12 +8,14 @@ search scans every height from the top instead of bisecting.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 from math import ceil
 
 from hardware.chip import Chip
 from planner.cost import Counters, group_cost, with_time, work_counters
+from planner.halo_reuse import AxisSchedule, ReuseGrid
 from planner.ir import Graph
 from planner.regions import GroupChains, GroupIO, Tile, anchor_extent, group_chains, group_io
 from rules.base import GroupFacts, Rule, Violation
@@ -36,11 +38,12 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
     """Capacity the chip enforces on every group, fused or not (bound formulas, as CP-SAT)."""
     chip = facts.chip
     out = []
-    live = facts.live_peak_bytes
-    if facts.double_buffered:  # room to prefetch the next tile's inputs
-        live += facts.in_bytes
-    if facts.halo_reuse:  # rows kept on chip for the next tile
-        live += facts.cache_bytes
+    if facts.halo_reuse:  # exact: borders kept for later tiles plus each tile's new parts
+        live = facts.reuse_peak_bytes
+    else:
+        live = facts.live_peak_bytes
+        if facts.double_buffered:  # room to prefetch the next tile's inputs
+            live += facts.in_bytes
     weights = facts.weight_bytes if facts.weights_resident else 0
     sram_need = live + (weights if chip.unified else 0)
     if sram_need > chip.sram.bytes:
@@ -63,7 +66,7 @@ def _rank(cost: Counters, objective: str, ruleset: RuleSet, chip: Chip, c: TileC
           ) -> tuple[float, ...]:
     """Objective first; ties go to fewer cycles, resident weights, larger tiles."""
     return (objective_units(cost, objective, ruleset, chip), cost.cycles, not c.resident,
-            -c.tile.n, -c.tile.h)
+            -c.tile.n, -c.tile.w, -c.tile.h)
 
 
 ENERGY_SCALE = 1000  # energy in milli-pJ units, so fractional pJ/B stay integral
@@ -122,6 +125,10 @@ class GroupSearch:
     io: GroupIO
     chains: GroupChains
     tn: int | None = None  # images per tile; None: the whole batch
+    tw: int | None = None  # tile width; None: the whole width
+    # one-axis schedules of halo-reusing tiles by (axis, size), shared by every tile tried
+    schedules: dict[tuple[int, int], AxisSchedule] = field(default_factory=dict, repr=False,
+                                                           compare=False)
 
     @classmethod
     def of(cls, graph: Graph, layers: Sequence[str], chip: Chip, ruleset: RuleSet) -> GroupSearch:
@@ -131,18 +138,31 @@ class GroupSearch:
     def facts(self, tile: Tile, resident: bool, double_buffered: bool = False,
               halo_reuse: bool = False) -> GroupFacts:
         return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
-                          double_buffered, halo_reuse)
+                          double_buffered, halo_reuse,
+                          self.reuse_grid(tile) if halo_reuse else None)
+
+    def reuse_grid(self, tile: Tile) -> ReuseGrid:
+        """The halo-reusing grid of a tile, its axes memoized across the tiles tried."""
+        axes = []
+        for axis, size in ((1, tile.h), (2, tile.w)):
+            if (axis, size) not in self.schedules:
+                self.schedules[(axis, size)] = AxisSchedule(self.graph, self.io, self.chains,
+                                                            axis, size)
+            axes.append(self.schedules[(axis, size)])
+        return ReuseGrid(self.graph, self.io, axes[0], axes[1])
 
     def heights(self) -> list[int]:
         """Candidate tile heights, tallest first.
 
         Rows without a closed form (upsampling inside the group) are costed by enumerating
-        tiles, so only halvings of the map are offered there, to bound the work.
+        tiles, and 2-D tiles multiply the choices, so only halvings of the map are offered
+        there, to bound the work.
         """
-        _, h, _ = anchor_extent(self.graph, self.io)
+        _, h, w = anchor_extent(self.graph, self.io)
         low = tile_floor(self.chains, self.io, self.graph, 1)
-        if low is None:
-            return sorted({-(-h // (1 << k)) for k in range(h.bit_length() + 1)}, reverse=True)
+        if low is None or (self.tw or w) < w:  # 2-D tiles: halvings along both axes
+            halvings = {-(-h // (1 << k)) for k in range(h.bit_length() + 1)}
+            return sorted((th for th in halvings if th >= (low or 1)), reverse=True)
         return list(range(h, low - 1, -1))
 
     @property
@@ -151,8 +171,29 @@ class GroupSearch:
         return tile_floor(self.chains, self.io, self.graph, 1) is not None
 
     def tile_of(self, th: int) -> Tile:
-        n, _, w = anchor_extent(self.graph, self.io)  # tiles span the whole width
-        return Tile(self.tn or n, th, w)
+        n, _, w = anchor_extent(self.graph, self.io)
+        return Tile(self.tn or n, th, self.tw or w)
+
+    def widths(self) -> list[int]:
+        """Tile widths narrower than the map worth trying, widest first: halvings of the
+        width down to the narrowest at which every column range has its closed form."""
+        w = anchor_extent(self.graph, self.io)[2]
+        low = tile_floor(self.chains, self.io, self.graph, 2)
+        if low is None or w <= 1:
+            return []
+        halvings = {-(-w // (1 << k)) for k in range(1, w.bit_length() + 1)}
+        return sorted((tw for tw in halvings if low <= tw < w), reverse=True)
+
+    def at_width(self, tw: int) -> GroupSearch:
+        """The same search with tiles tw columns wide."""
+        return replace(self, tw=tw)
+
+    def narrow_worth_trying(self, wide: TileChoice | None) -> bool:
+        """Whether to search 2-D tiles: no full-width tile fits, or the best is so short that
+        halos dominate (search.narrow_tiles_below_rows)."""
+        h = anchor_extent(self.graph, self.io)[1]
+        limit = self.ruleset.search.narrow_tiles_below_rows
+        return wide is None or (wide.tile.h < min(h, limit))
 
     def batch_options(self) -> list[int]:
         """Images per tile worth trying, largest first (the whole batch if it cannot split)."""
@@ -167,30 +208,43 @@ class GroupSearch:
         return replace(self, tn=tn)
 
     def violations(self, tile: Tile, resident: bool, rules: Iterable[Rule] | None = None,
-                   halo_reuse: bool = False, double_buffered: bool = False) -> list[Violation]:
-        """Physical capacity and rule violations of one tile."""
+                   halo_reuse: bool = False, double_buffered: bool = False,
+                   physical: bool = True) -> list[Violation]:
+        """Rule violations of one tile, and (unless told not to) the chip's capacities."""
         f = self.facts(tile, resident, double_buffered, halo_reuse)
-        found = physical_violations(f)
+        found = physical_violations(f) if physical else []
         if len(self.layers) > 1:
             chosen = self.ruleset.enabled if rules is None else tuple(rules)
             found += [v for r in chosen if (v := r.check(f)) is not None]
         return found
 
     def feasible(self, th: int, resident: bool, rules: Iterable[Rule] | None = None,
-                 halo_reuse: bool = False) -> bool:
-        return not self.violations(self.tile_of(th), resident, rules, halo_reuse)
+                 halo_reuse: bool = False, physical: bool = True) -> bool:
+        return not self.violations(self.tile_of(th), resident, rules, halo_reuse,
+                                   physical=physical)
 
     def can_reuse(self) -> bool:
-        """Halo reuse needs closed-form rows and tiles over the whole batch."""
+        """Halo reuse needs closed-form rows (and columns, for 2-D tiles) and tiles over the
+        whole batch."""
         n = anchor_extent(self.graph, self.io)[0]
-        return self.closed_form and (self.tn or n) >= n
+        cols = self.tw is None or tile_floor(self.chains, self.io, self.graph, 2) is not None
+        return self.closed_form and cols and (self.tn or n) >= n
 
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
                    halo_reuse: bool = False) -> Counters:
         """Every counter but the SRAM peak (closed forms; cheap)."""
         work = work_counters(self.graph, self.io, self.chains, tile, self.chip, resident,
-                             halo_reuse)
+                             halo_reuse, self.reuse_grid(tile) if halo_reuse else None)
         return with_time(self.chip, work, double_buffered)
+
+    def fits_rules(self, th: int, *, resident: bool, rules: tuple[Rule, ...],
+                   halo_reuse: bool) -> bool:
+        """feasible() with keyword arguments, for bisections."""
+        return self.feasible(th, resident, rules, halo_reuse)
+
+    def fits_double_buffer_at(self, th: int, *, resident: bool, halo_reuse: bool) -> bool:
+        """fits_double_buffer() of the tile th rows tall."""
+        return self.fits_double_buffer(self.tile_of(th), resident, halo_reuse)
 
     def fits_double_buffer(self, tile: Tile, resident: bool, halo_reuse: bool = False) -> bool:
         """A second input buffer (to prefetch the next tile) fits on chip too."""
@@ -205,9 +259,21 @@ class GroupSearch:
 
     def best(self, objective: str = "traffic", rules: Iterable[Rule] | None = None
              ) -> TileChoice | None:
-        """The exact best tile over every batch split, height, weight residency and buffering."""
-        found = [c for tn in self.batch_options()
-                 if (c := self.at_batch(tn)._best_height(objective, rules)) is not None]
+        """The exact best tile over every batch split, height, weight residency, buffering
+        and halo mode; over widths too when full-width tiles fall short (narrow_worth_trying).
+        """
+        wide = self._best_of(objective, rules)
+        if not self.narrow_worth_trying(wide):
+            return wide
+        found = [wide] + [self.at_width(tw)._best_of(objective, rules) for tw in self.widths()]
+        return self._min([c for c in found if c is not None], objective)
+
+    def _best_of(self, objective: str, rules: Iterable[Rule] | None) -> TileChoice | None:
+        return self._min([c for tn in self.batch_options()
+                          if (c := self.at_batch(tn)._best_height(objective, rules)) is not None],
+                         objective)
+
+    def _min(self, found: list[TileChoice], objective: str) -> TileChoice | None:
         if not found:
             return None
         return min(found, key=lambda c: _rank(c.cost, objective, self.ruleset, self.chip, c))
@@ -224,20 +290,27 @@ class GroupSearch:
         shrink = tuple(r for r in chosen if r.tile_trend == "shrink")
         rest = tuple(r for r in chosen if r.tile_trend != "shrink")
         heights = self.heights()
+        narrow = self.tile_of(1).w < anchor_extent(self.graph, self.io)[2]
         best: tuple[tuple[float, ...], Tile, bool, bool, bool] | None = None
         for resident, reuse in ((True, False), (False, False), (True, True), (False, True)):
-            if reuse and (not self.can_reuse() or len(heights) < 2):
+            if reuse and (not self.can_reuse() or (len(heights) < 2 and not narrow)):
                 continue
-            feasible = [heights[0]] if not reuse and self.feasible(heights[0], resident,
-                                                                    chosen) else []
-            top = _tallest(self, heights[1:], resident, shrink, reuse)
+            # the full height is checked on its own: at full width it is the whole map
+            # (small-map rules apply, nothing to reuse)
+            full = (narrow or not reuse) and self.feasible(heights[0], resident, chosen, reuse)
+            feasible = [heights[0]] if full else []
+            top = _tallest(heights[1:], partial(self.fits_rules, resident=resident,
+                                                rules=shrink, halo_reuse=reuse))
             if top is not None:
                 feasible += [th for th in heights[heights.index(top):]
-                             if not rest or self.feasible(th, resident, rest, reuse)]
+                             if not rest or self.feasible(th, resident, rest, reuse, False)]
+            # a second input buffer fits up to some height (capacities shrink with tiles)
+            db_top = _tallest(feasible, partial(self.fits_double_buffer_at, resident=resident,
+                                                halo_reuse=reuse))
             for th in feasible:
                 tile = self.tile_of(th)
                 for db in (False, True):
-                    if db and not self.fits_double_buffer(tile, resident, reuse):
+                    if db and (db_top is None or th > db_top):
                         continue
                     cost = self.quick_cost(tile, resident, db, reuse)
                     rank = _rank(cost, objective, self.ruleset, self.chip,
@@ -270,15 +343,15 @@ class GroupSearch:
         return None
 
 
-def _tallest(s: GroupSearch, heights: Sequence[int], resident: bool,
-             rules: tuple[Rule, ...], reuse: bool = False) -> int | None:
-    """Largest height (heights descending) passing rules that only get easier as tiles shrink."""
+def _tallest(heights: Sequence[int], ok: Callable[[int], bool]) -> int | None:
+    """Largest height (heights descending) for which ok holds, when it holds for every height
+    below one that passes (capacities, which only get easier as tiles shrink)."""
     lo, hi = 0, len(heights) - 1
-    if hi < 0 or not s.feasible(heights[hi], resident, rules, reuse):
+    if hi < 0 or not ok(heights[hi]):
         return None
-    while lo < hi:  # invariant: heights[hi] is feasible
+    while lo < hi:  # invariant: heights[hi] passes
         mid = (lo + hi) // 2
-        if s.feasible(heights[mid], resident, rules, reuse):
+        if ok(heights[mid]):
             hi = mid
         else:
             lo = mid + 1

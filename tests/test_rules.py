@@ -271,7 +271,7 @@ def binds(tight: Problem, loose: Problem, key: str, solver: str = "cpsat"
 
 
 def _solve_single(graph: Any, chip: Any, layers: Sequence[str], rule: Any, th: int, tn: int,
-                  double_buffered: bool = False, halo_reuse: bool = False) -> tuple[bool, Any]:
+                  double_buffered: bool = False) -> tuple[bool, Any]:
     """Encode one rule for one candidate with selected, resident, th, tn and the buffering
     flags fixed; feasible?"""
     enc = Encoding(graph, chip)
@@ -281,8 +281,6 @@ def _solve_single(graph: Any, chip: Any, layers: Sequence[str], rule: Any, th: i
     m.add(cand.resident == 1)
     if hasattr(cand, "double_buffered"):
         m.add(cand.double_buffered == int(double_buffered))
-    if hasattr(cand, "halo_reuse"):
-        m.add(cand.halo_reuse == int(halo_reuse))
     if not isinstance(cand.th, int):
         m.add(cand.th == th)
     if not isinstance(cand.tn, int):
@@ -371,21 +369,19 @@ def test_check_and_encode_agree(store: ModelStore, seed: int, batch: int, preset
     rules = [replace(r, enabled=True, **params.get(r.key, {})) for r in default_ruleset().rules]
     assert len(rules) == 19
     double_buffered = data.draw(st.booleans(), label="double buffered")
-    # halo reuse keeps rows on chip between row tiles: only for row tiles of the whole batch
-    reuse_ok = not isinstance(probe.th, int) and isinstance(probe.tn, int) and hasattr(
-        probe, "halo_reuse")
-    halo_reuse = reuse_ok and data.draw(st.booleans(), label="halo reuse")
+    # halo-reusing and 2-D tiles are chosen in Python and pinned in CP-SAT (solver.cpsat),
+    # where rules are the same bound formulas of the pinned tile: only recompute row tiles
+    # have tile variables to check here
     disagree = []
     for th in heights:
-        reuse = halo_reuse and th < full_h
         facts = GroupFacts(graph, probe.io, probe.chains, Tile(tn, th, full_w), chip, True,
-                           double_buffered=double_buffered, halo_reuse=reuse)
+                           double_buffered=double_buffered)
         for rule in rules:
-            feasible, _ = _solve_single(graph, chip, layers, rule, th, tn, double_buffered, reuse)
+            feasible, _ = _solve_single(graph, chip, layers, rule, th, tn, double_buffered)
             violation = rule.check(facts)
             if feasible != (violation is None):
-                disagree.append(f"tile n={tn} h={th} double_buffered={double_buffered} "
-                                f"halo_reuse={reuse}: {rule.code} {rule.key}: CP-SAT "
+                disagree.append(f"tile n={tn} h={th} double_buffered={double_buffered}: "
+                                f"{rule.code} {rule.key}: CP-SAT "
                                 f"{'feasible' if feasible else 'infeasible'}, check says "
                                 f"{violation or 'ok'}")
     assert not disagree, (
