@@ -60,7 +60,7 @@ def _new_part(ever: np.ndarray, box: Box) -> Rect | None:
     if not fresh.any():
         return None
     rows, cols = np.flatnonzero(fresh.any(axis=1)), np.flatnonzero(fresh.any(axis=0))
-    rect = (r0 + rows[0], r0 + rows[-1] + 1, c0 + cols[0], c0 + cols[-1] + 1)
+    rect = (r0 + int(rows[0]), r0 + int(rows[-1]) + 1, c0 + int(cols[0]), c0 + int(cols[-1]) + 1)
     if int(fresh.sum()) != (rect[1] - rect[0]) * (rect[3] - rect[2]):
         raise ReuseError(f"the new part of box {box} is not a rectangle")
     return rect

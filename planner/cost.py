@@ -25,7 +25,7 @@ from fractions import Fraction
 from math import ceil
 
 from hardware.chip import Chip
-from planner.halo_reuse import ReuseGrid, reuse_peak_elems
+from planner.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from planner.ir import Graph
 from planner.regions import (
     AxisChain,
@@ -116,15 +116,45 @@ def _axis_sum(chain: AxisChain | None, extent: int, size: int) -> int | None:
 
 def region_sum(graph: Graph, io: GroupIO, chains: GroupChains, tensor: str, tile: Tile) -> int:
     """Elements of `tensor` summed over all tiles: closed form where valid, else enumeration."""
-    n, h, w = anchor_extent(graph, io)
-    cn, cr, cc = chains.chains[tensor]
-    parts = []
-    for chain, extent, size in ((cn, n, tile.n), (cr, h, tile.h), (cc, w, tile.w)):
-        parts.append(_axis_sum(chain, extent, size))
-    if all(p is not None for p in parts):
-        return dims(graph.shapes[tensor])[1] * parts[0] * parts[1] * parts[2]  # type: ignore[operator]
-    return sum(box_elems(graph, tensor, tile_regions(graph, io, b)[tensor])
-               for b in _tiles(n, h, w, tile))
+    return region_sums(graph, io, chains, tile, [tensor])[tensor]
+
+
+def region_sums(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
+                tensors: Sequence[str]) -> dict[str, int]:
+    """Elements of each tensor summed over all tiles.
+
+    A tensor's box is a product of one range per axis, each depending only on the tile's
+    range along that axis, so the sum over the tile grid is the product of one-axis sums:
+    closed forms where valid, else one walk per tile along that axis (not per tile of the
+    grid).
+    """
+    extent = anchor_extent(graph, io)
+    sizes = (tile.n, tile.h, tile.w)
+    walked: dict[int, dict[str, int]] = {}
+    out = {}
+    for t in tensors:
+        parts = []
+        for axis in range(3):
+            closed = _axis_sum(chains.chains[t][axis], extent[axis], sizes[axis])
+            if closed is None:
+                if axis not in walked:
+                    walked[axis] = _walk_axis(graph, io, axis, sizes[axis])
+                closed = walked[axis].get(t, 0)
+            parts.append(closed)
+        out[t] = dims(graph.shapes[t])[1] * parts[0] * parts[1] * parts[2]
+    return out
+
+
+def _walk_axis(graph: Graph, io: GroupIO, axis: int, size: int) -> dict[str, int]:
+    """Per tensor, its range length along one axis summed over the tiles along that axis."""
+    full = list(full_box(graph, io.anchor))
+    totals: dict[str, int] = {}
+    for lo, hi in axis_ranges(full[2 * axis + 1], size):
+        strip = list(full)
+        strip[2 * axis], strip[2 * axis + 1] = lo, hi
+        for t, b in tile_regions(graph, io, tuple(strip)).items():  # type: ignore[arg-type]
+            totals[t] = totals.get(t, 0) + max(0, b[2 * axis + 1] - b[2 * axis])
+    return totals
 
 
 def union_sum(graph: Graph, io: GroupIO, chains: GroupChains, tensor: str, tile: Tile) -> int:
@@ -165,9 +195,11 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     peak = 0
     if halo_reuse:
         peak = reuse_peak_elems(graph, io, chains, tile, double_buffered) * chip.dtype_bytes
+    rows, cols = (AxisSchedule(graph, io, chains, axis, size).picked_ranges()
+                  for axis, size in ((1, tile.h), (2, tile.w)))
     for n0, n1 in ([] if halo_reuse else pick(n, tile.n)):
-        for r0, r1 in pick(h, tile.h):
-            for c0, c1 in pick(w, tile.w):
+        for r0, r1 in rows:
+            for c0, c1 in cols:
                 boxes = tile_regions(graph, io, (n0, n1, r0, r1, c0, c1))
                 peak = max(peak, footprint(graph, io, boxes, steps, chip.dtype_bytes))
                 if double_buffered:  # the next tile's inputs arrive while this one computes
@@ -249,7 +281,7 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     dt = chip.dtype_bytes
     n, h, w = anchor_extent(graph, io)
     tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
-    sums = {t: region_sum(graph, io, chains, t, tile) for t in group_tensors(graph, io)}
+    sums = region_sums(graph, io, chains, tile, group_tensors(graph, io))
     if halo_reuse:
         grid = grid or ReuseGrid.of(graph, io, chains, tile)
     else:

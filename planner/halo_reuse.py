@@ -38,7 +38,7 @@ from planner.regions import (
 
 Span = tuple[int, int]
 NEVER = 1 << 62  # a read bound no tile reaches: nothing is kept
-EDGE = 4  # tiles at each end of an axis that clipping can make differ from the interior
+EDGE = 4  # tiles at each end that may differ from the interior when one tile is clipped
 
 
 def length(span: Span) -> int:
@@ -86,19 +86,40 @@ class AxisSchedule:
                 return False
         return True
 
+    @cached_property
+    def edge(self) -> int:
+        """Tiles at each end that may differ from the interior: those whose ranges clipping
+        at the map's borders reaches (one, at sizes where every closed form is exact), plus
+        the neighbours the made parts and kept borders look at."""
+        clipped = 1
+        for chain in self.chains.chains.values():
+            c = chain[self.axis]
+            if c is None:  # not affine: no interior to stand for the rest
+                return self.count
+            if c.s > 0:
+                reach = max(c.p, c.delta(anchor_extent(self.graph, self.io)[self.axis]), 0)
+                clipped = max(clipped, -(-reach // (c.s * self.size)))
+        return clipped + EDGE - 1
+
     def indices(self) -> list[int]:
-        """Tile indices whose values differ (all of them unless interior tiles repeat)."""
-        count = self.count
-        if not self.exact or count <= 2 * EDGE + 1:
+        """Tile indices whose values differ: the ends, and one interior tile standing for
+        all (interior tiles are translates of each other)."""
+        count, edge = self.count, self.edge
+        if count <= 2 * edge + 1:
             return list(range(count))
-        return list(range(EDGE + 1)) + list(range(count - EDGE, count))
+        return list(range(edge + 1)) + list(range(count - edge, count))
+
+    def picked_ranges(self) -> list[Span]:
+        """The anchor ranges of indices(): the tiles whose footprints can differ."""
+        ranges = self.ranges
+        return [ranges[i] for i in self.indices()]
 
     def total(self, value: Callable[[int], int]) -> int:
         """Sum of value(i) over every tile index, interior tiles counted from one of them."""
         picked = self.indices()
         if len(picked) == self.count:
             return sum(value(i) for i in picked)
-        return sum(value(i) for i in picked) + (self.count - len(picked)) * value(EDGE)
+        return sum(value(i) for i in picked) + (self.count - len(picked)) * value(self.edge)
 
     def boxes(self, i: int) -> dict[str, Span]:
         """Every tensor's range along this axis in tile i."""

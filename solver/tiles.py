@@ -161,8 +161,7 @@ class GroupSearch:
         _, h, w = anchor_extent(self.graph, self.io)
         low = tile_floor(self.chains, self.io, self.graph, 1)
         if low is None or (self.tw or w) < w:  # 2-D tiles: halvings along both axes
-            halvings = {-(-h // (1 << k)) for k in range(h.bit_length() + 1)}
-            return sorted((th for th in halvings if th >= (low or 1)), reverse=True)
+            return sorted({-(-h // (1 << k)) for k in range(h.bit_length() + 1)}, reverse=True)
         return list(range(h, low - 1, -1))
 
     @property
@@ -176,13 +175,13 @@ class GroupSearch:
 
     def widths(self) -> list[int]:
         """Tile widths narrower than the map worth trying, widest first: halvings of the
-        width down to the narrowest at which every column range has its closed form."""
+        width, where every column range is affine (their sums are then exact, by closed
+        form or, below the closed forms' floor, by enumerating the tiles)."""
         w = anchor_extent(self.graph, self.io)[2]
-        low = tile_floor(self.chains, self.io, self.graph, 2)
-        if low is None or w <= 1:
+        if tile_floor(self.chains, self.io, self.graph, 2) is None or w <= 1:
             return []
-        halvings = {-(-w // (1 << k)) for k in range(1, w.bit_length() + 1)}
-        return sorted((tw for tw in halvings if low <= tw < w), reverse=True)
+        return sorted({-(-w // (1 << k)) for k in range(1, w.bit_length() + 1)} - {w},
+                      reverse=True)
 
     def at_width(self, tw: int) -> GroupSearch:
         """The same search with tiles tw columns wide."""
