@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
+
 from planner.ir import Graph
 from planner.regions import (
     GroupChains,
@@ -237,6 +239,7 @@ class ReuseGrid:
     io: GroupIO
     rows: AxisSchedule
     cols: AxisSchedule
+    peaks: dict[bool, int] = field(default_factory=dict)  # by double buffering
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile) -> ReuseGrid:
@@ -280,10 +283,6 @@ class ReuseGrid:
         """Elements of t tile (r, q) makes."""
         return self.plane(t) * length(self.rows.made(r, t)) * length(self.cols.made(q, t))
 
-    def tiles(self) -> list[tuple[int, int]]:
-        """Tiles whose footprints differ (all, unless interior tiles repeat)."""
-        return [(r, q) for r in self.rows.indices() for q in self.cols.indices()]
-
 
 def lifetimes(graph: Graph, io: GroupIO) -> dict[str, tuple[int, int]]:
     """Per tensor: the step it is made at (-1: loaded before the first layer) and the last
@@ -309,22 +308,44 @@ def reuse_peak_elems(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
     At step k a tensor holds what it kept from earlier tiles, plus (from the step it is
     made until its last use) what this tile makes; after its last use, what it keeps for
     later tiles. A second input buffer adds this tile's loads (the next tile's arrive).
+    Every quantity is an outer product of one-axis factors over the representative tile
+    rows and columns, so each tensor contributes three small arrays.
     """
     grid = grid or ReuseGrid.of(graph, io, chains, tile)
+    if double_buffered not in grid.peaks:
+        grid.peaks[double_buffered] = _peak(grid, double_buffered)
+    return grid.peaks[double_buffered]
+
+
+def _peak(grid: ReuseGrid, double_buffered: bool) -> int:
+    graph, io = grid.graph, grid.io
     spans = lifetimes(graph, io)
     tensors = [t for t in spans if t in grid.rows.boxes(0)]
-    peak = 0
-    for r, q in grid.tiles():
-        prev = (r, q - 1) if q else (r - 1, grid.cols.count - 1) if r else None
-        state = []
-        for t in tensors:
-            before = grid.kept_after(t, *prev) if prev else 0
-            state.append((t, before, grid.made_now(t, r, q), grid.kept_after(t, r, q)))
-        loads = sum(made for t, _, made, _ in state if t in io.inputs) if double_buffered else 0
+    rows, cols = grid.rows.indices(), grid.cols.indices()
+    last_col = grid.cols.count - 1
+    held = np.zeros((len(io.layers), len(rows), len(cols)), np.int64)
+    loads = np.zeros((len(rows), len(cols)), np.int64)
+    for t in tensors:
+        after = _kept_table(grid, t, rows, cols)
+        # before tile (r, q): what tile (r, q - 1) kept, or for q = 0 the last tile of row r - 1
+        before = np.zeros_like(after)
+        before[:, 1:] = _kept_table(grid, t, rows, [q - 1 for q in cols[1:]])
+        before[:, 0] = [grid.kept_after(t, r - 1, last_col) if r else 0 for r in rows]
+        made = grid.plane(t) * np.outer([length(grid.rows.made(r, t)) for r in rows],
+                                        [length(grid.cols.made(q, t)) for q in cols])
+        born, last = spans[t]
         for k in range(len(io.layers)):
-            held = 0
-            for t, before, made, after in state:
-                born, last = spans[t]
-                held += before if k < born else before + made if k <= last else after
-            peak = max(peak, held + loads)
-    return peak
+            held[k] += before if k < born else before + made if k <= last else after
+        if double_buffered and t in io.inputs:
+            loads += made
+    return int((held + loads).max()) if len(io.layers) else 0
+
+
+def _kept_table(grid: ReuseGrid, t: str, rows: list[int], cols: list[int]) -> np.ndarray:
+    """grid.kept_after(t, r, q) for every r in rows and q in cols, as outer products."""
+    r_f = np.array([grid.rows.keep_factors(r, t) for r in rows], np.int64).reshape(-1, 3, 2)
+    c_f = np.array([grid.cols.keep_factors(q, t) for q in cols], np.int64).reshape(-1, 3, 2)
+    sign = np.array([1, 1, -1], np.int64)
+    table = (np.einsum("k,rk,qk->rq", sign, r_f[:, :, 0], c_f[:, :, 0])
+             + np.einsum("k,rk,qk->rq", sign, r_f[:, :, 1], c_f[:, :, 1]))
+    return table * grid.plane(t)

@@ -129,6 +129,7 @@ class GroupSearch:
     # one-axis schedules of halo-reusing tiles by (axis, size), shared by every tile tried
     schedules: dict[tuple[int, int], AxisSchedule] = field(default_factory=dict, repr=False,
                                                            compare=False)
+    grids: dict[Tile, ReuseGrid] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, graph: Graph, layers: Sequence[str], chip: Chip, ruleset: RuleSet) -> GroupSearch:
@@ -143,13 +144,16 @@ class GroupSearch:
 
     def reuse_grid(self, tile: Tile) -> ReuseGrid:
         """The halo-reusing grid of a tile, its axes memoized across the tiles tried."""
+        if tile in self.grids:
+            return self.grids[tile]
         axes = []
         for axis, size in ((1, tile.h), (2, tile.w)):
             if (axis, size) not in self.schedules:
                 self.schedules[(axis, size)] = AxisSchedule(self.graph, self.io, self.chains,
                                                             axis, size)
             axes.append(self.schedules[(axis, size)])
-        return ReuseGrid(self.graph, self.io, axes[0], axes[1])
+        self.grids[tile] = ReuseGrid(self.graph, self.io, axes[0], axes[1])
+        return self.grids[tile]
 
     def heights(self) -> list[int]:
         """Candidate tile heights, tallest first.
