@@ -17,9 +17,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -39,8 +38,7 @@ _Array = np.ndarray
 # --------------------------------------------------------------------------- #
 
 
-@dataclass(frozen=True)
-class _Node:
+class _Node(NamedTuple):
     """One ONNX node invocation as seen by a kernel."""
 
     op_type: str
@@ -117,8 +115,7 @@ def _pad_crop(x: _Array, begin: Sequence[int], end: Sequence[int], value: float,
 # --------------------------------------------------------------------------- #
 
 
-@dataclass(frozen=True)
-class _Geom:
+class _Geom(NamedTuple):
     """Resolved sliding-window geometry for the spatial axes."""
 
     kernel: tuple[int, ...]
@@ -138,40 +135,47 @@ def _geometry(n: _Node, in_sp: Sequence[int], kernel: Sequence[int],
               ceil_mode: bool = False) -> _Geom:
     """Resolve strides, dilations, pads (auto_pad aware) and output size."""
     nsp = len(kernel)
-    strides = _ints(n.attr("strides", [1] * nsp))
-    dil = _ints(n.attr("dilations", [1] * nsp))
-    auto_pad = n.attr("auto_pad", "NOTSET")
+    pads = n.attr("pads")
+    return _resolve_geometry(
+        tuple(in_sp), tuple(kernel), tuple(_ints(n.attr("strides", [1] * nsp))),
+        tuple(_ints(n.attr("dilations", [1] * nsp))),
+        tuple(_ints(pads)) if pads is not None else (0,) * (2 * nsp),
+        str(n.attr("auto_pad", "NOTSET")), bool(ceil_mode))
+
+
+@functools.lru_cache(maxsize=4096)  # a network's tiles ask for a handful of geometries
+def _resolve_geometry(in_sp: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
+                      dil: tuple[int, ...], pads: tuple[int, ...], auto_pad: str,
+                      ceil_mode: bool) -> _Geom:
+    nsp = len(kernel)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil, strict=True)]
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = [-(-i // s) for i, s in zip(in_sp, strides, strict=True)]
         total = [max(0, (o - 1) * s + e - i)
                  for o, s, e, i in zip(out, strides, eff, in_sp, strict=True)]
-        small = [t // 2 for t in total]
-        big = [t - t // 2 for t in total]
-        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-        return _Geom(tuple(kernel), tuple(strides), tuple(dil), tuple(begin), tuple(end),
-                     tuple(out))
+        small = tuple(t // 2 for t in total)
+        big = tuple(t - t // 2 for t in total)
+        same = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        return _Geom(kernel, strides, dil, same[0], same[1], tuple(out))
     if auto_pad == "VALID":
-        pads = [0] * (2 * nsp)
-    else:
-        pads = _ints(n.attr("pads", [0] * (2 * nsp)))
+        pads = (0,) * (2 * nsp)
     begin, end = pads[:nsp], pads[nsp:]
-    out = []
+    sizes = []
     for i, b, e, ef, s in zip(in_sp, begin, end, eff, strides, strict=True):
         span = i + b + e - ef
         o = (-(-span // s) if ceil_mode else span // s) + 1
         if ceil_mode and (o - 1) * s >= i + b:
             o -= 1  # a window may not start in the right padding / beyond it
-        out.append(o)
-    return _Geom(tuple(kernel), tuple(strides), tuple(dil), tuple(begin), tuple(end), tuple(out))
+        sizes.append(o)
+    return _Geom(kernel, strides, dil, begin, end, tuple(sizes))
 
 
 def _fit(x: _Array, g: _Geom, value: float) -> _Array:
     """Pad (or crop) ``x`` so that exactly the windows of ``g`` fit."""
-    ends = []
-    for i, (b, o, s, ef) in enumerate(zip(g.pad_begin, g.out, g.strides, g.eff, strict=True)):
-        need = (o - 1) * s + ef
-        ends.append(need - x.shape[2 + i] - b)
+    ends = [(o - 1) * s + ef - n - b for n, b, o, s, ef
+            in zip(x.shape[2:], g.pad_begin, g.out, g.strides, g.eff, strict=True)]
+    if not any(ends) and not any(g.pad_begin):
+        return x  # the windows cover the map exactly (a 1x1 conv, a tile inside the map)
     return _pad_crop(x, g.pad_begin, ends, value)
 
 

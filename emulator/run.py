@@ -96,7 +96,8 @@ def _slice(arr: np.ndarray, have: Box, want: Box, spatial: bool) -> np.ndarray:
 class _LayerStatic:
     """What run_layer needs of a layer that no tile changes, worked out once per layer."""
 
-    fmaps: tuple[tuple[int, int, str, bool], ...]  # (arg position, fmap index, tensor, spatial)
+    # (arg position, fmap index, tensor, spatial, needs exactly the output's box)
+    fmaps: tuple[tuple[int, int, str, bool, bool], ...]
     consts: tuple[tuple[int, str], ...]  # (arg position, tensor): weights and parameters
     n_args: int
     out_spatial: bool
@@ -125,12 +126,15 @@ def _static(graph: Graph, lay: Layer) -> _LayerStatic:
 
 def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
     fmaps, consts = [], []
+    out_spatial = len(lay.out_shape) >= 4
     for pos, name in enumerate(lay.inputs):
         if name in lay.fmap_inputs:
-            fmaps.append((pos, lay.fmap_inputs.index(name), name, len(graph.shapes[name]) >= 4))
+            i = lay.fmap_inputs.index(name)
+            shape = graph.shapes[name]
+            spatial = len(shape) >= 4
+            fmaps.append((pos, i, name, spatial, _same_box(lay, i, shape, out_spatial)))
         elif name:
             consts.append((pos, name))
-    out_spatial = len(lay.out_shape) >= 4
     kind = lay.row_maps[0].kind if lay.row_maps else None
     window = kind is MapKind.WINDOW and out_spatial
     first = graph.shapes[lay.fmap_inputs[0]] if lay.fmap_inputs else ()
@@ -142,6 +146,19 @@ def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
         transposed=kind is MapKind.TRANSPOSED and out_spatial,
         in_hw=(first[-2], first[-1]) if in_spatial else (1, 1), attrs=attrs,
         crop_spatial=out_spatial and not window, in_spatial=in_spatial)
+
+
+def _same_box(lay: Layer, i: int, shape: tuple[int, ...], out_spatial: bool) -> bool:
+    """True when input_box(lay, i, box) is box itself for every box of the output.
+
+    An elementwise input of the output's own extent: identity row and column maps and the
+    batch kept, so the region function's clipping never bites. run_layer then skips it.
+    """
+    return (out_spatial and len(shape) >= 4 and lay.batch_preserving
+            and lay.row_maps[i].kind is MapKind.IDENTITY
+            and lay.col_maps[i].kind is MapKind.IDENTITY
+            and (shape[0], shape[-2], shape[-1])
+            == (lay.out_shape[0], lay.out_shape[-2], lay.out_shape[-1]))
 
 
 def _window_attrs(lay: Layer, info: _LayerStatic, out_box: Box) -> dict[str, Any]:
@@ -171,8 +188,8 @@ def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple
     info = _static(graph, lay)
     args: list[np.ndarray | None] = [None] * info.n_args
     first_box: Box | None = None
-    for pos, i, name, spatial in info.fmaps:
-        want = input_box(graph, lay, i, out_box)
+    for pos, i, name, spatial, same in info.fmaps:
+        want = out_box if same else input_box(graph, lay, i, out_box)
         have, arr = onchip[name]
         args[pos] = _slice(arr, have, want, spatial)
         if first_box is None:
