@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -224,6 +226,40 @@ def _im2col(xp: _Array, g: _Geom, cols: _Array) -> None:
     cols[...] = v[:, ::sh, ::sw, ::dh, ::dw].transpose(0, 3, 4, 1, 2)
 
 
+# Products of at least this many MACs (a few hundred microseconds on one core) are split
+# over two threads; below it the hand-off costs more than the second core saves.
+_SPLIT_MACS = 1 << 22
+
+
+@functools.cache
+def _helper() -> ThreadPoolExecutor | None:
+    """One helper thread for big matrix products, or None on a single-CPU machine."""
+    return ThreadPoolExecutor(max_workers=1) if len(os.sched_getaffinity(0)) > 1 else None
+
+
+def _split_matmul(a: _Array, b: _Array, out: _Array) -> None:
+    """``out = a @ b`` for stacks (G, M, K) @ (G, K, P), big products on two cores.
+
+    The rows of ``a`` are halved: a helper thread takes the second half while this one does
+    the first. If the helper has not started by then (a busy machine), this thread takes its
+    half back, so the split never waits on a core it cannot get. BLAS itself runs one
+    thread per call (see emulator.run.emulate): its spin-waiting threads are what a busy
+    machine punishes.
+    """
+    g, m, k = a.shape
+    pool = _helper()
+    if pool is None or m < 2 or g * m * k * b.shape[-1] < _SPLIT_MACS:
+        np.matmul(a, b, out=out)
+        return
+    h = m // 2
+    second = pool.submit(np.matmul, a[:, h:], b, out=out[:, h:])
+    np.matmul(a[:, :h], b, out=out[:, :h])
+    if second.cancel():
+        np.matmul(a[:, h:], b, out=out[:, h:])
+    else:
+        second.result()
+
+
 def _conv_2d_gemm(x: _Array, w: _Array, b: _Array | None, g: _Geom, group: int) -> _Array:
     """2-D (grouped) conv as one BLAS matmul per image over the stacked kernel taps.
 
@@ -246,7 +282,7 @@ def _conv_2d_gemm(x: _Array, w: _Array, b: _Array | None, g: _Geom, group: int) 
         else:
             _im2col(xp[k], g, cols)
             rhs = cols.reshape(group, (c // group) * taps, p)
-        np.matmul(wk, rhs, out=out[k].reshape(group, m // group, p))
+        _split_matmul(wk, rhs, out[k].reshape(group, m // group, p))
     if b is not None:
         out += b.astype(np.float32, copy=False).reshape(1, m, 1)
     return out.reshape(n, m, oh, ow)
