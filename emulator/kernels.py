@@ -565,12 +565,12 @@ def _batch_norm(n: _Node) -> list[_Array]:
     params = [n.x(i) for i in range(1, 5)]
     eps = float(n.attr("epsilon", 1e-5))
     if x.ndim >= 2 and all(p.ndim == 1 and p.dtype == x.dtype for p in params):
-        # per-channel parameters as (C, 1, ..): they broadcast into x, so after one fresh
-        # array the rest runs in place, in the same order as (x - mean) * inv + bias
+        # x * inv + (bias - mean * inv): two passes over the map instead of three, the
+        # per-channel work on C values; (C, 1, ..) parameters broadcast into x in place
         scale, bias, mean, var = (p.reshape((-1,) + (1,) * (x.ndim - 2)) for p in params)
-        y = np.subtract(x, mean)
-        y *= scale / np.sqrt(var + var.dtype.type(eps))
-        y += bias
+        inv = scale / np.sqrt(var + var.dtype.type(eps))
+        y = np.multiply(x, inv)
+        y += bias - mean * inv
         return [y]
     scale, bias, mean, var = (_channel_param(p, x) for p in params)
     inv = scale / np.sqrt(var + var.dtype.type(eps))
