@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -39,8 +40,7 @@ _Array = np.ndarray
 # --------------------------------------------------------------------------- #
 
 
-@dataclass(frozen=True)
-class _Node:
+class _Node(NamedTuple):
     """One ONNX node invocation as seen by a kernel."""
 
     op_type: str
@@ -80,6 +80,8 @@ def _nonempty(a: _Array | None) -> _Array | None:
 
 
 def _ints(values: Any) -> list[int]:
+    if isinstance(values, (list, tuple)):  # attributes: skip the array round trip
+        return [int(v) for v in values]
     return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
@@ -97,9 +99,17 @@ def _pad_crop(x: _Array, begin: Sequence[int], end: Sequence[int], value: float,
         crop[ax] = slice(max(-b, 0), x.shape[ax] - max(-e, 0))
         widths[ax] = (max(b, 0), max(e, 0))
     x = x[tuple(crop)]
-    if any(w != (0, 0) for w in widths):
-        x = np.pad(x, widths, mode="constant", constant_values=value)
-    return x
+    if all(w == (0, 0) for w in widths):
+        return x
+    # np.pad's set-up costs more than the copy on a tile: fill the borders, copy the inside
+    out = np.empty(tuple(n + b + e for n, (b, e) in zip(x.shape, widths, strict=True)), x.dtype)
+    for ax, (b, e) in enumerate(widths):
+        if b:
+            out[(slice(None),) * ax + (slice(0, b),)] = value
+        if e:
+            out[(slice(None),) * ax + (slice(b + x.shape[ax], None),)] = value
+    out[tuple(slice(b, b + n) for n, (b, _) in zip(x.shape, widths, strict=True))] = x
+    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -107,8 +117,7 @@ def _pad_crop(x: _Array, begin: Sequence[int], end: Sequence[int], value: float,
 # --------------------------------------------------------------------------- #
 
 
-@dataclass(frozen=True)
-class _Geom:
+class _Geom(NamedTuple):
     """Resolved sliding-window geometry for the spatial axes."""
 
     kernel: tuple[int, ...]
@@ -128,40 +137,47 @@ def _geometry(n: _Node, in_sp: Sequence[int], kernel: Sequence[int],
               ceil_mode: bool = False) -> _Geom:
     """Resolve strides, dilations, pads (auto_pad aware) and output size."""
     nsp = len(kernel)
-    strides = _ints(n.attr("strides", [1] * nsp))
-    dil = _ints(n.attr("dilations", [1] * nsp))
-    auto_pad = n.attr("auto_pad", "NOTSET")
+    pads = n.attr("pads")
+    return _resolve_geometry(
+        tuple(in_sp), tuple(kernel), tuple(_ints(n.attr("strides", [1] * nsp))),
+        tuple(_ints(n.attr("dilations", [1] * nsp))),
+        tuple(_ints(pads)) if pads is not None else (0,) * (2 * nsp),
+        str(n.attr("auto_pad", "NOTSET")), bool(ceil_mode))
+
+
+@functools.lru_cache(maxsize=4096)  # a network's tiles ask for a handful of geometries
+def _resolve_geometry(in_sp: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
+                      dil: tuple[int, ...], pads: tuple[int, ...], auto_pad: str,
+                      ceil_mode: bool) -> _Geom:
+    nsp = len(kernel)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil, strict=True)]
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = [-(-i // s) for i, s in zip(in_sp, strides, strict=True)]
         total = [max(0, (o - 1) * s + e - i)
                  for o, s, e, i in zip(out, strides, eff, in_sp, strict=True)]
-        small = [t // 2 for t in total]
-        big = [t - t // 2 for t in total]
-        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-        return _Geom(tuple(kernel), tuple(strides), tuple(dil), tuple(begin), tuple(end),
-                     tuple(out))
+        small = tuple(t // 2 for t in total)
+        big = tuple(t - t // 2 for t in total)
+        same = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        return _Geom(kernel, strides, dil, same[0], same[1], tuple(out))
     if auto_pad == "VALID":
-        pads = [0] * (2 * nsp)
-    else:
-        pads = _ints(n.attr("pads", [0] * (2 * nsp)))
+        pads = (0,) * (2 * nsp)
     begin, end = pads[:nsp], pads[nsp:]
-    out = []
+    sizes = []
     for i, b, e, ef, s in zip(in_sp, begin, end, eff, strides, strict=True):
         span = i + b + e - ef
         o = (-(-span // s) if ceil_mode else span // s) + 1
         if ceil_mode and (o - 1) * s >= i + b:
             o -= 1  # a window may not start in the right padding / beyond it
-        out.append(o)
-    return _Geom(tuple(kernel), tuple(strides), tuple(dil), tuple(begin), tuple(end), tuple(out))
+        sizes.append(o)
+    return _Geom(kernel, strides, dil, begin, end, tuple(sizes))
 
 
 def _fit(x: _Array, g: _Geom, value: float) -> _Array:
     """Pad (or crop) ``x`` so that exactly the windows of ``g`` fit."""
-    ends = []
-    for i, (b, o, s, ef) in enumerate(zip(g.pad_begin, g.out, g.strides, g.eff, strict=True)):
-        need = (o - 1) * s + ef
-        ends.append(need - x.shape[2 + i] - b)
+    ends = [(o - 1) * s + ef - n - b for n, b, o, s, ef
+            in zip(x.shape[2:], g.pad_begin, g.out, g.strides, g.eff, strict=True)]
+    if not any(ends) and not any(g.pad_begin):
+        return x  # the windows cover the map exactly (a 1x1 conv, a tile inside the map)
     return _pad_crop(x, g.pad_begin, ends, value)
 
 
@@ -200,39 +216,87 @@ def _windows(xp: _Array, g: _Geom) -> _Array:
 # --------------------------------------------------------------------------- #
 
 
-def _conv_2d_taps(xp: _Array, w: _Array, g: _Geom, group: int) -> _Array:
-    """2-D conv with one strided view of the padded input per kernel tap.
+def _im2col(xp: _Array, g: _Geom, cols: _Array) -> None:
+    """Fill ``cols`` (C, kh, kw, oh, ow) with every kernel tap's view of a fitted map (C, H, W).
 
-    Dense convs stack the taps into one (taps*C_in, pixels) matrix (a single BLAS matmul
-    with the reordered weights, no six-axis transpose); depthwise convs are elementwise
-    multiply-adds over the taps.
+    One strided copy of the window view, in the weights' (C, kh, kw) row order.
     """
-    n, c = xp.shape[:2]
+    v = sliding_window_view(xp, g.eff, axis=(1, 2))  # (C, H', W', eh, ew)
+    (sh, sw), (dh, dw) = g.strides, g.dilations
+    cols[...] = v[:, ::sh, ::sw, ::dh, ::dw].transpose(0, 3, 4, 1, 2)
+
+
+# Products of at least this many MACs (a few hundred microseconds on one core) are split
+# over two threads; below it the hand-off costs more than the second core saves.
+_SPLIT_MACS = 1 << 22
+
+
+@functools.cache
+def _helper() -> ThreadPoolExecutor | None:
+    """One helper thread for big matrix products, or None on a single-CPU machine."""
+    return ThreadPoolExecutor(max_workers=1) if len(os.sched_getaffinity(0)) > 1 else None
+
+
+def _split_matmul(a: _Array, b: _Array, out: _Array) -> None:
+    """``out = a @ b`` for stacks (G, M, K) @ (G, K, P), big products on two cores.
+
+    The rows of ``a`` are halved: a helper thread takes the second half while this one does
+    the first. If the helper has not started by then (a busy machine), this thread takes its
+    half back, so the split never waits on a core it cannot get. BLAS itself runs one
+    thread per call (see emulator.run.emulate): its spin-waiting threads are what a busy
+    machine punishes.
+    """
+    g, m, k = a.shape
+    pool = _helper()
+    if pool is None or m < 2 or g * m * k * b.shape[-1] < _SPLIT_MACS:
+        np.matmul(a, b, out=out)
+        return
+    h = m // 2
+    second = pool.submit(np.matmul, a[:, h:], b, out=out[:, h:])
+    np.matmul(a[:, :h], b, out=out[:, :h])
+    if second.cancel():
+        np.matmul(a[:, h:], b, out=out[:, h:])
+    else:
+        second.result()
+
+
+def _conv_2d_gemm(x: _Array, w: _Array, b: _Array | None, g: _Geom, group: int) -> _Array:
+    """2-D (grouped) conv as one BLAS matmul per image over the stacked kernel taps.
+
+    The taps are stacked channel-major, (C, taps) rows by output pixels, which is the
+    native memory order of the weights (M, C/group, kh, kw): the weights are used as a
+    reshaped view, never reordered. A 1x1 stride-1 unpadded conv multiplies the map itself.
+    """
+    n, c = x.shape[:2]
     m = w.shape[0]
-    (oh, ow), (sh, sw), (dh, dw) = g.out, g.strides, g.dilations
-    taps = [(i, j) for i in range(g.kernel[0]) for j in range(g.kernel[1])]
-
-    def view(b: int, i: int, j: int) -> _Array:
-        return xp[b, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
-
-    if group == c and m == c:  # depthwise
-        y = np.zeros((n, m, oh, ow), dtype=np.float32)
-        for i, j in taps:
-            y += w[:, 0, i, j].reshape(1, m, 1, 1) * xp[
-                :, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
-        return y
-    # weights as (M, taps*C) in tap-major order, matching the stacked columns
-    wk = np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(m, len(taps) * c))
-    out = np.empty((n, m, oh * ow), dtype=np.float32)
-    cols = np.empty((len(taps) * c, oh * ow), dtype=np.float32)
-    for b in range(n):
-        if len(taps) == 1 and sh == sw == 1:
-            out[b] = wk @ xp[b].reshape(c, oh * ow)
-            continue
-        for t, (i, j) in enumerate(taps):
-            cols[t * c:(t + 1) * c].reshape(c, oh, ow)[...] = view(b, i, j)
-        np.matmul(wk, cols, out=out[b])
+    (oh, ow), taps = g.out, math.prod(g.kernel)
+    p = oh * ow
+    wk = w.reshape(group, m // group, (c // group) * taps)
+    out = np.empty((n, m, p), dtype=np.float32)
+    xp = _fit(x, g, 0.0)  # a view unless the tile touches a padded border
+    plain = taps == 1 and g.strides == (1, 1)
+    cols = None if plain else np.empty((c, *g.kernel, oh, ow), dtype=np.float32)
+    for k in range(n):
+        if cols is None:
+            rhs = xp[k].reshape(group, c // group, p)
+        else:
+            _im2col(xp[k], g, cols)
+            rhs = cols.reshape(group, (c // group) * taps, p)
+        _split_matmul(wk, rhs, out[k].reshape(group, m // group, p))
+    if b is not None:
+        out += b.astype(np.float32, copy=False).reshape(1, m, 1)
     return out.reshape(n, m, oh, ow)
+
+
+def _conv_depthwise(xp: _Array, w: _Array, g: _Geom) -> _Array:
+    """Depthwise 2-D conv on a fitted input: an elementwise multiply-add per kernel tap."""
+    n, m = xp.shape[0], w.shape[0]
+    (oh, ow), (sh, sw), (dh, dw) = g.out, g.strides, g.dilations
+    y = np.zeros((n, m, oh, ow), dtype=np.float32)
+    for i, j in np.ndindex(*g.kernel):
+        y += w[:, 0, i, j].reshape(1, m, 1, 1) * xp[
+            :, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+    return y
 
 
 def _conv_core(x: _Array, w: _Array, b: _Array | None, g: _Geom, group: int) -> _Array:
@@ -241,11 +305,14 @@ def _conv_core(x: _Array, w: _Array, b: _Array | None, g: _Geom, group: int) -> 
     m = w.shape[0]
     nsp = len(g.kernel)
     cg, mg = c // group, m // group
-    if nsp == 2 and (group == 1 or (group == c and m == c)) and x.dtype == np.float32:
-        y = _conv_2d_taps(_fit(x, g, 0.0), w.astype(np.float32, copy=False), g, group)
-        if b is not None:
-            y += b.reshape(1, m, 1, 1).astype(np.float32, copy=False)
-        return y
+    if nsp == 2 and x.dtype == np.float32:
+        w = w.astype(np.float32, copy=False)
+        if group == c and m == c and group > 1:
+            y = _conv_depthwise(_fit(x, g, 0.0), w, g)
+            if b is not None:
+                y += b.reshape(1, m, 1, 1).astype(np.float32, copy=False)
+            return y
+        return _conv_2d_gemm(x, w, b, g, group)
     win = _windows(_fit(x, g, 0.0), g)  # (N, C, *out, *k)
     kk = math.prod(g.kernel)
     p = math.prod(g.out)
@@ -495,8 +562,17 @@ def _batch_norm(n: _Node) -> list[_Array]:
     if int(n.attr("training_mode", 0)) == 1:
         return n.fallback()
     x = n.x()
-    scale, bias, mean, var = (_channel_param(n.x(i), x) for i in range(1, 5))
+    params = [n.x(i) for i in range(1, 5)]
     eps = float(n.attr("epsilon", 1e-5))
+    if x.ndim >= 2 and all(p.ndim == 1 and p.dtype == x.dtype for p in params):
+        # x * inv + (bias - mean * inv): two passes over the map instead of three, the
+        # per-channel work on C values; (C, 1, ..) parameters broadcast into x in place
+        scale, bias, mean, var = (p.reshape((-1,) + (1,) * (x.ndim - 2)) for p in params)
+        inv = scale / np.sqrt(var + var.dtype.type(eps))
+        y = np.multiply(x, inv)
+        y += bias - mean * inv
+        return [y]
+    scale, bias, mean, var = (_channel_param(p, x) for p in params)
     inv = scale / np.sqrt(var + var.dtype.type(eps))
     y = (x - mean) * inv + bias
     return [y.astype(x.dtype, copy=False)]

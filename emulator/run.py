@@ -8,12 +8,14 @@ closed form in the cost model shows up as a counter mismatch.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from math import ceil
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from emulator.kernels import run_op
 from emulator.reuse import run_reuse_tiles
@@ -91,19 +93,82 @@ def _slice(arr: np.ndarray, have: Box, want: Box, spatial: bool) -> np.ndarray:
     return arr[n0:n1, ..., want[2] - have[2]:want[3] - have[2], want[4] - have[4]:want[5] - have[4]]
 
 
-def _window_attrs(lay: Layer, out_box: Box, in_len: tuple[int, int]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _LayerStatic:
+    """What run_layer needs of a layer that no tile changes, worked out once per layer."""
+
+    # (arg position, fmap index, tensor, spatial, needs exactly the output's box)
+    fmaps: tuple[tuple[int, int, str, bool, bool], ...]
+    consts: tuple[tuple[int, str], ...]  # (arg position, tensor): weights and parameters
+    n_args: int
+    out_spatial: bool
+    window: bool  # conv / pool: the tile passes its own pads
+    transposed: bool  # ConvTranspose: scattered into the tile's box
+    in_hw: tuple[int, int]  # rows and columns of the first fmap input
+    attrs: Mapping[str, Any]  # without ceil_mode for window layers (the pads say it all)
+    crop_spatial: bool  # a non-window kernel result may cover more rows than the box
+    in_spatial: bool  # first fmap input has H and W
+
+
+_STATIC: dict[int, tuple[weakref.ref[Graph], weakref.ref[Layer], _LayerStatic]] = {}
+
+
+def _static(graph: Graph, lay: Layer) -> _LayerStatic:
+    """The layer's static facts, cached by identity for as long as graph and layer live."""
+    hit = _STATIC.get(id(lay))
+    if hit is not None and hit[0]() is graph and hit[1]() is lay:
+        return hit[2]
+    if len(_STATIC) > 8192:  # stale entries of graphs long gone
+        _STATIC.clear()
+    info = _layer_static(graph, lay)
+    _STATIC[id(lay)] = (weakref.ref(graph), weakref.ref(lay), info)
+    return info
+
+
+def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
+    fmaps, consts = [], []
+    out_spatial = len(lay.out_shape) >= 4
+    for pos, name in enumerate(lay.inputs):
+        if name in lay.fmap_inputs:
+            i = lay.fmap_inputs.index(name)
+            shape = graph.shapes[name]
+            spatial = len(shape) >= 4
+            fmaps.append((pos, i, name, spatial, _same_box(lay, i, shape, out_spatial)))
+        elif name:
+            consts.append((pos, name))
+    kind = lay.row_maps[0].kind if lay.row_maps else None
+    window = kind is MapKind.WINDOW and out_spatial
+    first = graph.shapes[lay.fmap_inputs[0]] if lay.fmap_inputs else ()
+    in_spatial = len(first) >= 4
+    attrs = {k: v for k, v in lay.attrs.items() if k != "ceil_mode"} if window else lay.attrs
+    return _LayerStatic(
+        fmaps=tuple(fmaps), consts=tuple(consts), n_args=len(lay.inputs),
+        out_spatial=out_spatial, window=window,
+        transposed=kind is MapKind.TRANSPOSED and out_spatial,
+        in_hw=(first[-2], first[-1]) if in_spatial else (1, 1), attrs=attrs,
+        crop_spatial=out_spatial and not window, in_spatial=in_spatial)
+
+
+def _same_box(lay: Layer, i: int, shape: tuple[int, ...], out_spatial: bool) -> bool:
+    """True when input_box(lay, i, box) is box itself for every box of the output.
+
+    An elementwise input of the output's own extent: identity row and column maps and the
+    batch kept, so the region function's clipping never bites. run_layer then skips it.
+    """
+    return (out_spatial and len(shape) >= 4 and lay.batch_preserving
+            and lay.row_maps[i].kind is MapKind.IDENTITY
+            and lay.col_maps[i].kind is MapKind.IDENTITY
+            and (shape[0], shape[-2], shape[-1])
+            == (lay.out_shape[0], lay.out_shape[-2], lay.out_shape[-1]))
+
+
+def _window_attrs(lay: Layer, info: _LayerStatic, out_box: Box) -> dict[str, Any]:
     """Kernel attributes with the pads this tile needs: the clipped-away part of the window."""
-    attrs = dict(lay.attrs)
-    pads = []
-    ends = []
-    for m, (lo, hi), n in zip(lay.row_maps[:1] + lay.col_maps[:1],
-                              ((out_box[2], out_box[3]), (out_box[4], out_box[5])), in_len,
-                              strict=True):
-        u0, u1 = m.needed(lo, hi, n)
-        pads.append(max(0, -u0))
-        ends.append(max(0, u1 - n))
-    attrs["pads"] = pads + ends
-    attrs.pop("ceil_mode", None)
+    (h, w), rm, cm = info.in_hw, lay.row_maps[0], lay.col_maps[0]
+    r0, r1 = rm.needed(out_box[2], out_box[3], h)
+    c0, c1 = cm.needed(out_box[4], out_box[5], w)
+    attrs = dict(info.attrs)
+    attrs["pads"] = [max(0, -r0), max(0, -c0), max(0, r1 - h), max(0, c1 - w)]
     return attrs
 
 
@@ -111,6 +176,8 @@ def _crop_axis(y: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
     if start < 0 or start + length > y.shape[axis]:
         raise ValueError(f"tile needs rows [{start}, {start + length}) of a kernel result with "
                          f"{y.shape[axis]} rows")
+    if start == 0 and length == y.shape[axis]:
+        return y
     idx = [slice(None)] * y.ndim
     idx[axis] = slice(start, start + length)
     return y[tuple(idx)]
@@ -119,22 +186,18 @@ def _crop_axis(y: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
 def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple[Box, np.ndarray]],
               weights: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Compute `out_box` of a layer's outputs from the boxes of its inputs held on chip."""
-    args: list[np.ndarray | None] = []
+    info = _static(graph, lay)
+    args: list[np.ndarray | None] = [None] * info.n_args
     first_box: Box | None = None
-    for name in lay.inputs:
-        if not name:
-            args.append(None)
-        elif name in lay.fmap_inputs:
-            i = lay.fmap_inputs.index(name)
-            want = input_box(graph, lay, i, out_box)
-            have, arr = onchip[name]
-            args.append(_slice(arr, have, want, len(graph.shapes[name]) >= 4))
-            if first_box is None:
-                first_box = want
-        else:
-            args.append(weights.get(name, graph.constants.get(name)))
-    out_spatial = len(lay.out_shape) >= 4
-    if lay.op == "Reshape" and out_spatial and lay.row_maps[0].kind is MapKind.IDENTITY:
+    for pos, i, name, spatial, same in info.fmaps:
+        want = out_box if same else input_box(graph, lay, i, out_box)
+        have, arr = onchip[name]
+        args[pos] = _slice(arr, have, want, spatial)
+        if first_box is None:
+            first_box = want
+    for pos, name in info.consts:
+        args[pos] = weights.get(name, graph.constants.get(name))
+    if lay.op == "Reshape" and info.out_spatial and lay.row_maps[0].kind is MapKind.IDENTITY:
         # the target shape names the whole map; a tile reshapes only its own box
         s = lay.out_shape
         args[1] = np.array([out_box[1] - out_box[0], *s[1:-2], out_box[3] - out_box[2],
@@ -144,18 +207,16 @@ def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple
         full_in, full_out = graph.shapes[lay.fmap_inputs[0]], lay.out_shape
         scales = np.array([o / i for o, i in zip(full_out, full_in, strict=True)], np.float32)
         args = [args[0], args[1] if args[1] is not None else np.zeros(0, np.float32), scales]
-    window = bool(lay.row_maps) and lay.row_maps[0].kind is MapKind.WINDOW and out_spatial
-    attrs = lay.attrs
-    if lay.row_maps and lay.row_maps[0].kind is MapKind.TRANSPOSED and out_spatial \
-            and first_box is not None:
+    if info.transposed and first_box is not None:
         return [_transposed_tile(lay, args, out_box, first_box)]
-    if window:
-        shape = graph.shapes[lay.fmap_inputs[0]]
-        attrs = _window_attrs(lay, out_box, (shape[-2], shape[-1]))
+    attrs = info.attrs
+    if info.window:
+        attrs = _window_attrs(lay, info, out_box)
         if lay.op == "AveragePool" and int(lay.attrs.get("count_include_pad", 0)):
+            shape = graph.shapes[lay.fmap_inputs[0]]
             return [_avg_pool_including_pads(lay, attrs, args, out_box, shape)]
     outs = run_op(lay.op, attrs, args, lay.opset, num_outputs=len(lay.outputs))
-    return [_crop_output(np.asarray(y), graph, lay, out_box, window, first_box) for y in outs]
+    return [_crop_output(np.asarray(y), lay, info, out_box, first_box) for y in outs]
 
 
 def _avg_pool_including_pads(lay: Layer, attrs: dict[str, Any], args: list[np.ndarray | None],
@@ -211,19 +272,17 @@ def _transposed_tile(lay: Layer, args: list[np.ndarray | None], out_box: Box,
     return y
 
 
-def _crop_output(y: np.ndarray, graph: Graph, lay: Layer, out_box: Box, window: bool,
+def _crop_output(y: np.ndarray, lay: Layer, info: _LayerStatic, out_box: Box,
                  first_box: Box | None) -> np.ndarray:
     """Cut the tile's box out of a kernel result computed on a larger (virtual) range."""
-    out_spatial = len(lay.out_shape) >= 4
     if not lay.batch_preserving and y.ndim:
         y = _crop_axis(y, 0, out_box[0], out_box[1] - out_box[0])
-    if out_spatial and not window and first_box is not None and y.ndim >= 4:
-        in_spatial = len(graph.shapes[lay.fmap_inputs[0]]) >= 4
+    if info.crop_spatial and first_box is not None and y.ndim >= 4:
         for axis, m, lo, hi, a0 in ((y.ndim - 2, lay.row_maps[0], out_box[2], out_box[3],
                                      first_box[2]),
                                     (y.ndim - 1, lay.col_maps[0], out_box[4], out_box[5],
                                      first_box[4])):
-            whole = m.kind is MapKind.WHOLE or not in_spatial
+            whole = m.kind is MapKind.WHOLE or not info.in_spatial
             start = lo if whole else lo - m.virtual_start(a0)
             y = _crop_axis(y, axis, start, hi - lo)
     return y.astype(np.float32, copy=False) if y.dtype == np.float64 else y
@@ -386,8 +445,11 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
     """Run every group of the plan in order; returns the model outputs and counters."""
     dram: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float32) for k, v in inputs.items()}
     counters, violations = [], []
-    for group in plan.groups:
-        c, v = emulate_group(graph, group, chip, dram, weights or graph.constants)
-        counters.append(c)
-        violations.extend(v)
+    # A tile's matrix products are small: BLAS threads cost more in hand-offs than they
+    # gain, and on a busy machine their spin-waits slow the emulator down tenfold.
+    with threadpool_limits(limits=1, user_api="blas"):
+        for group in plan.groups:
+            c, v = emulate_group(graph, group, chip, dram, weights or graph.constants)
+            counters.append(c)
+            violations.extend(v)
     return EmulationResult({t: dram[t] for t in graph.outputs}, counters, violations, dram)

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.run import emulate
+from emulator.run import _layer_static, emulate
 from emulator.verify import VerifyReport, verify_plan
 from hardware.chip import Chip, load_chip
 from planner.cost import weight_bytes
@@ -33,7 +33,7 @@ from planner.graph_build import build_graph
 from planner.ir import Graph
 from planner.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
 from planner.plan import Plan, assemble, layer_plan, load_plan, save_plan, whole_tile
-from planner.regions import Tile, group_io, tile_count
+from planner.regions import Tile, dims, group_io, input_box, tile_count
 from tests import models
 
 HYP = settings(max_examples=int(os.environ.get("FUSEPLAN_EXAMPLES", "25")), deadline=None,
@@ -242,6 +242,28 @@ def test_hand_tiled_plan_verifies(case: str, preset: str, resident: bool) -> Non
     if resident and saves:  # fusion keeps intermediates on chip: less than layer by layer
         assert report.emulated.dram_bytes < plan.layer_by_layer_dram_bytes, \
             f"{what}: {report.emulated.dram_bytes} B vs {plan.layer_by_layer_dram_bytes} B"
+
+
+@pytest.mark.parametrize("name", ["resnet50", "densenet121", "inception_v2", "shufflenet"])
+def test_run_layer_same_box_shortcut_is_the_region_function(
+        zoo_model: Callable[[str], LoadedModel], name: str) -> None:
+    """run_layer skips input_box for inputs it marks as needing the output's own box: for
+    every such input of a zoo model and boxes all over the output, input_box agrees."""
+    graph = build_graph(zoo_model(name))
+    rng = np.random.default_rng(0)
+    marked = 0
+    for lay in graph.layers:
+        for _, i, name_, _, same in _layer_static(graph, lay).fmaps:
+            if not same:
+                continue
+            marked += 1
+            n, _, h, w = dims(lay.out_shape)
+            for _ in range(4):
+                n0, r0, c0 = (int(rng.integers(0, e)) for e in (n, h, w))
+                box = (n0, int(rng.integers(n0 + 1, n + 1)), r0, int(rng.integers(r0 + 1, h + 1)),
+                       c0, int(rng.integers(c0 + 1, w + 1)))
+                assert input_box(graph, lay, i, box) == box, f"{lay.name} input {name_} {box}"
+    assert marked > 0
 
 
 def test_tile_size_does_not_change_results() -> None:

@@ -9,6 +9,7 @@ the pad handling is exercised here with independent random pads on every side.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
 
+from emulator import kernels
 from emulator.kernels import SUPPORTED, run_op, run_reference
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -177,6 +179,33 @@ def test_conv_negative_pads_crop() -> None:
     got = run_op("Conv", {"pads": [-1, 0, 1, -2]}, [x, w], 13)[0]
     want = run_op("Conv", {"pads": [0, 0, 1, 0]}, [x[:, :, 1:, :-2], w], 13)[0]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_big_conv_split_over_two_threads(group: int) -> None:
+    """A conv big enough for the two-thread product (rows halved) still matches."""
+    # weights scaled so that sums over 576 products stay within the absolute tolerance
+    x, w = rnd(1, 64, 12, 13), rnd(256, 64 // group, 3, 3, seed=1) * np.float32(0.05)
+    b = rnd(256, seed=2)
+    assert 256 // group * 64 // group * 9 * 12 * 13 * group >= kernels._SPLIT_MACS
+    check("Conv", {"kernel_shape": [3, 3], "pads": [1, 0, 1, 1], "group": group}, [x, w, b], 13)
+
+
+def test_split_matmul_takes_back_the_half_a_busy_helper_never_started() -> None:
+    """When the helper thread is busy, the caller computes both halves itself."""
+    pool = kernels._helper()
+    if pool is None:
+        pytest.skip("single-CPU machine: products are never split")
+    a, b = rnd(2, 300, 200), rnd(2, 200, 80, seed=1)
+    out = np.empty((2, 300, 80), np.float32)
+    gate = threading.Event()
+    blocker = pool.submit(gate.wait)  # the helper's one thread is now busy
+    try:
+        kernels._split_matmul(a, b, out)
+    finally:
+        gate.set()
+        blocker.result()
+    np.testing.assert_allclose(out, a @ b, rtol=RTOL, atol=ATOL)
 
 
 @st.composite
