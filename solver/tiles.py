@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from math import ceil
 
 from hardware.chip import Chip
-from planner.cost import Counters, group_cost, with_time, work_counters
+from planner.cost import Counters, group_cost, idle_dram_cycles, with_time, work_counters
 from planner.ir import Graph
 from planner.regions import GroupChains, GroupIO, Tile, anchor_extent, group_chains, group_io
 from rules.base import GroupFacts, Rule, Violation
@@ -30,6 +30,20 @@ class TileChoice:
     cost: Counters
     double_buffered: bool = False
     halo_reuse: bool = False
+
+
+@dataclass(frozen=True)
+class Option:
+    """One feasible tile choice of a group, with what a next-group prefetch needs of it."""
+
+    rank: tuple[float, ...]  # objective first (_rank)
+    tile: Tile
+    resident: bool
+    double_buffered: bool
+    halo_reuse: bool
+    cost: Counters  # every counter but the SRAM peak
+    idle: int  # DRAM idle cycles the next group's weights can load in
+    room: int  # bytes left on chip for them (prefetch_room)
 
 
 def physical_violations(facts: GroupFacts) -> list[Violation]:
@@ -57,6 +71,38 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
             out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for resident "
                                  f"weights, has {chip.wram.bytes} B", share, chip.wram.bytes))
     return out
+
+
+def prefetch_room(facts: GroupFacts) -> int:
+    """Bytes left for the next group's weights while this group runs (bounds, as CP-SAT).
+
+    Weights go to WRAM beside this group's resident weights on chips with one; else to
+    SRAM beside the live tiles (with their second buffer and kept halo rows) and, on
+    single-memory chips, this group's resident weights.
+    """
+    chip = facts.chip
+    weights = facts.weight_bytes if facts.weights_resident else 0
+    if chip.wram is not None:
+        return chip.wram.bytes * chip.cores_per_cluster - weights
+    live = facts.live_peak_bytes
+    if facts.double_buffered:
+        live += facts.in_bytes
+    if facts.halo_reuse:
+        live += facts.cache_bytes
+    return chip.sram.bytes - live - (weights if chip.unified else 0)
+
+
+def prefetch_coefficient(objective: str, ruleset: RuleSet, chip: Chip) -> int:
+    """What one cycle is worth in objective_units (0: the objective ignores time)."""
+    if objective == "traffic":
+        return 0
+    if objective == "latency":
+        return 1
+    k = energy_coefficients(chip)["cycles"]
+    if objective == "energy":
+        return k
+    o = ruleset.objective
+    return round(ENERGY_SCALE * o.cycles_weight) + round(o.energy_pj_weight) * k
 
 
 def _rank(cost: Counters, objective: str, ruleset: RuleSet, chip: Chip, c: TileChoice
@@ -212,8 +258,34 @@ class GroupSearch:
             return None
         return min(found, key=lambda c: _rank(c.cost, objective, self.ruleset, self.chip, c))
 
+    def options(self, objective: str, rules: Iterable[Rule] | None = None) -> list[Option]:
+        """Every feasible tile choice that a next-group prefetch could make worth it: those
+        no better-ranked choice beats on both DRAM idle cycles and room left on chip, best
+        rank first (so the first is `best`'s choice)."""
+        found = sorted((o for tn in self.batch_options()
+                        for o in self.at_batch(tn)._height_options(objective, rules)),
+                       key=lambda o: o.rank)
+        kept: list[Option] = []
+        for o in found:
+            if not any(k.idle >= o.idle and k.room >= o.room for k in kept):
+                kept.append(o)
+        return kept
+
+    def option_choice(self, o: Option) -> TileChoice:
+        """The option's tile with its full predicted cost."""
+        return self.at_batch(o.tile.n).choice(o.tile, o.resident, o.double_buffered,
+                                              o.halo_reuse)
+
     def _best_height(self, objective: str, rules: Iterable[Rule] | None) -> TileChoice | None:
-        """The exact best tile over every height, weight residency, buffering and halo mode.
+        found = self._height_options(objective, rules, with_room=False)
+        if not found:
+            return None
+        o = min(found, key=lambda o: o.rank)
+        return self.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse)
+
+    def _height_options(self, objective: str, rules: Iterable[Rule] | None,
+                        with_room: bool = True) -> list[Option]:
+        """Every feasible tile over every height, weight residency, buffering and halo mode.
 
         Capacities only shrink as tiles get shorter, so the heights that fit them form a
         range found by bisection; inside it every height is costed (cost is not monotone:
@@ -224,7 +296,7 @@ class GroupSearch:
         shrink = tuple(r for r in chosen if r.tile_trend == "shrink")
         rest = tuple(r for r in chosen if r.tile_trend != "shrink")
         heights = self.heights()
-        best: tuple[tuple[float, ...], Tile, bool, bool, bool] | None = None
+        out: list[Option] = []
         for resident, reuse in ((True, False), (False, False), (True, True), (False, True)):
             if reuse and (not self.can_reuse() or len(heights) < 2):
                 continue
@@ -242,11 +314,11 @@ class GroupSearch:
                     cost = self.quick_cost(tile, resident, db, reuse)
                     rank = _rank(cost, objective, self.ruleset, self.chip,
                                  TileChoice(tile, resident, cost, db, reuse))
-                    if best is None or rank < best[0]:
-                        best = (rank, tile, resident, db, reuse)
-        if best is None:
-            return None
-        return self.choice(best[1], best[2], best[3], best[4])
+                    idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
+                    room = prefetch_room(self.facts(tile, resident, db, reuse)) \
+                        if with_room else 0
+                    out.append(Option(rank, tile, resident, db, reuse, cost, idle, room))
+        return out
 
     def search(self, how: str, rules: Iterable[Rule] | None = None) -> TileChoice | None:
         """Seed 000's tile searches (N first, then H): the largest batch split that fits."""
