@@ -211,21 +211,65 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -
         return assemble(problem.graph, problem.chip, groups, objective=objective, solver=info,
                         **header), groups
 
-    fastest, fast_groups = planned("latency")
+    fastest, _ = planned("latency")
     cheapest, _ = planned("energy")
     low, high = fastest.totals.cycles, cheapest.totals.cycles
     plans = [fastest, cheapest]
-    # the whole latency plan (tiles, weight residency, buffering) as every capped solve's hint
-    warm = [(g[0], g[1], TileChoice(g[1], g[2], Counters(), g[3], g[4])) for g in fast_groups]
     for k in range(1, points - 1):
         cap = low + (high - low) * k // (points - 1)
         if cap <= low or cap >= high:
             continue
+        start = blend(problem, fastest, cheapest, cap)
+        warm = [(g.layers, g.tile, TileChoice(g.tile, g.weights_resident, Counters(),
+                                              g.double_buffered, g.halo_reuse))
+                for g in start.groups]
         try:
             plans.append(planned("energy", cap, warm)[0])
         except PlanningError:  # no plan under this cap within the time limit: skip the point
             continue
     return non_dominated(plans)
+
+
+def blend(problem: Problem, fast: Plan, cheap: Plan, cap: int) -> Plan:
+    """A plan within `cap` cycles mixing two plans (the capped solves' warm start): where both
+    plans cut the layer order at the same place, each stretch between such cuts comes from
+    either plan; the cheap plan's stretches that save the most energy per extra cycle are
+    taken while the total stays within the cap (the fast plan itself when none fits)."""
+    g = problem.graph
+
+    def cuts(plan: Plan) -> set[int]:
+        spans = [(min(map(g.index, grp.layers)), max(map(g.index, grp.layers)))
+                 for grp in plan.groups]
+        return {p for p in range(len(g.layers)) if not any(a <= p < b for a, b in spans)}
+
+    common = sorted(cuts(fast) & cuts(cheap))
+    stretches = list(zip([-1, *common], common, strict=False))
+
+    def part(plan: Plan, lo: int, hi: int) -> list[Any]:
+        return [grp for grp in plan.groups if lo < g.index(grp.layers[0]) <= hi]
+
+    def total(groups: Sequence[Any]) -> tuple[int, float]:
+        return (sum(grp.predicted.cycles for grp in groups),
+                sum(grp.predicted.energy_pj for grp in groups))
+
+    gains = []
+    for lo, hi in stretches:
+        (fc, fe), (cc, ce) = total(part(fast, lo, hi)), total(part(cheap, lo, hi))
+        if ce < fe:
+            gains.append(((fe - ce) / max(cc - fc, 1), cc - fc, lo, hi))
+    chosen: set[tuple[int, int]] = set()
+    spent = fast.totals.cycles
+    for _, extra, lo, hi in sorted(gains, reverse=True):
+        if spent + extra <= cap:
+            chosen.add((lo, hi))
+            spent += extra
+    placements = [(grp.layers, grp.tile, grp.weights_resident, grp.double_buffered,
+                   grp.halo_reuse)
+                  for lo, hi in stretches
+                  for grp in part(cheap if (lo, hi) in chosen else fast, lo, hi)]
+    mixed = assemble(g, problem.chip, placements, objective="energy", solver={},
+                     **problem.plan_header())
+    return mixed if mixed.totals.cycles <= cap else fast
 
 
 def non_dominated(plans: Sequence[Plan]) -> list[Plan]:
