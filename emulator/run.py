@@ -20,7 +20,14 @@ from threadpoolctl import threadpool_limits
 from emulator.kernels import run_op
 from emulator.reuse import run_reuse_tiles
 from hardware.chip import Chip
-from planner.cost import Counters, dram_bytes_per_cycle, in_group_uses, with_time
+from planner.cost import (
+    Counters,
+    compute_cycles,
+    dram_bytes_per_cycle,
+    in_group_uses,
+    prefetch_cycles,
+    with_time,
+)
 from planner.ir import Graph, Layer, MapKind
 from planner.plan import Group, Plan
 from planner.regions import (
@@ -65,15 +72,16 @@ class EmulationResult:
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # everything written to DRAM
 
     def timeline(self, chip: Chip) -> list[dict[str, int]]:
-        """Per group: start and end cycle (groups run back to back), DRAM and compute busy."""
+        """Per group: start and end cycle (groups run back to back), the cycle its prefetched
+        weights started loading (inside the previous group's DRAM idle time), DRAM and
+        compute busy cycles (the prefetch's share of the link counted in the group's own)."""
         bpc = dram_bytes_per_cycle(chip)
         rows, clock = [], 0
         for i, c in enumerate(self.groups):
-            compute = (ceil(c.macs / (chip.cores * chip.core.macs_per_cycle))
-                       + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
             rows.append({"group": i, "start_cycle": clock, "end_cycle": clock + c.cycles,
+                         "prefetch_start_cycle": clock - c.prefetch_cycles,
                          "dram_busy_cycles": ceil(c.dram_bytes / bpc),
-                         "compute_busy_cycles": compute})
+                         "compute_busy_cycles": compute_cycles(chip, c)})
             clock += c.cycles
         return rows
 
@@ -440,16 +448,39 @@ def _capacity(chip: Chip, group: int, tile: int, live: int, sram_weights: int,
     return found
 
 
+def _prefetch_capacity(graph: Graph, chip: Chip, group: Group, counted: Counters, gid: int,
+                       prefetched: int) -> list[Violation]:
+    """Overflow from holding the next group's weights while `group` runs: in WRAM beside its
+    resident weights, else in SRAM beside its peak of live bytes."""
+    if chip.wram is not None:
+        own = sum(int(graph.constants[w].size) for w in group_io(graph, group.layers).weights) \
+            * chip.dtype_bytes if group.weights_resident else 0
+        share = ceil((own + prefetched) / chip.cores_per_cluster)
+        return [Violation(gid, -1, "wram", share, chip.wram.bytes)] \
+            if share > chip.wram.bytes else []
+    need = counted.sram_peak_bytes + prefetched
+    return [Violation(gid, -1, "sram", need, chip.sram.bytes)] if need > chip.sram.bytes else []
+
+
 def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarray],
             weights: Mapping[str, np.ndarray] | None = None) -> EmulationResult:
     """Run every group of the plan in order; returns the model outputs and counters."""
     dram: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float32) for k, v in inputs.items()}
-    counters, violations = [], []
+    counters: list[Counters] = []
+    violations: list[Violation] = []
     # A tile's matrix products are small: BLAS threads cost more in hand-offs than they
     # gain, and on a busy machine their spin-waits slow the emulator down tenfold.
     with threadpool_limits(limits=1, user_api="blas"):
-        for group in plan.groups:
+        for k, group in enumerate(plan.groups):
             c, v = emulate_group(graph, group, chip, dram, weights or graph.constants)
+            if group.prefetch and k:  # its weights loaded while the group before it computed
+                prev, prev_group = counters[k - 1], plan.groups[k - 1]
+                wbytes = sum(int(graph.constants[w].size) for w in group_io(graph, group.layers)
+                             .weights) * chip.dtype_bytes
+                violations.extend(_prefetch_capacity(graph, chip, prev_group, prev, k - 1,
+                                                     wbytes))
+                c = with_time(chip, c, group.double_buffered,
+                              prefetch_cycles(chip, prev, prev_group.double_buffered, wbytes))
             counters.append(c)
             violations.extend(v)
     return EmulationResult({t: dram[t] for t in graph.outputs}, counters, violations, dram)

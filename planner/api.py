@@ -144,45 +144,132 @@ def resolve_objective(ruleset: RuleSet, objective: str | None, prefer: str | Non
 
 
 def _cpsat(problem: Problem, objective: str, time_limit: float | None,
-           cycles_cap: int | None = None) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
-    """CP-SAT groups warm-started from the shortest-path plan, and the solver info."""
+           cycles_cap: int | None = None, cache: dict[str, Any] | None = None,
+           warm: Sequence[tuple[Any, ...]] | None = None
+           ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    """CP-SAT groups warm-started from the shortest-path plan (or `warm`), and the solver
+    info. ``cache`` keeps each objective's interval tiles across calls (a Pareto sweep)."""
     from solver.cpsat import solve_cpsat
     from solver.shortest_path import shortest_path_groups
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
-    memo: dict[tuple[str, ...], Any] = {}  # each interval's best tile, computed once
-    warm = [(ls, c.tile) for ls, c in shortest_path_groups(g, chip, rs, objective, memo)]
-    result = solve_cpsat(g, chip, rs, objective, warm, time_limit, cycles_cap, memo)
+    cache = {} if cache is None else cache
+    if objective not in cache:
+        memo: dict[tuple[str, ...], Any] = {}  # each interval's best tile, computed once
+        options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
+        path = [(ls, c.tile, c) for ls, c in
+                shortest_path_groups(g, chip, rs, objective, memo, options)]
+        cache[objective] = (memo, options, path)
+    memo, options, path = cache[objective]
+    hint = path if warm is None else warm
+    result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo, options)
     info = {"name": "cpsat", "status": result.status, "gap": round(result.gap, 6),
             "objective": result.objective, "bound": result.bound}
     if cycles_cap is not None:
         info["cycles_cap"] = cycles_cap
-    return list(result.groups), info
+    groups = list(result.groups)
+    if result.status != "OPTIMAL" and hint and len(hint[0]) > 2:
+        # stopped by the time limit: never return worse than the plan it started from
+        from solver.tiles import objective_units
+
+        def units(placements: Sequence[tuple[Any, ...]]) -> tuple[bool, int]:
+            t = assemble(g, chip, placements, objective=objective, solver={}, model={},
+                         hardware={}, rules={}).totals
+            over = cycles_cap is not None and t.cycles > cycles_cap
+            return over, objective_units(t, objective, rs, chip)
+
+        start = [(h[0], h[1], h[2].resident, h[2].double_buffered, h[2].halo_reuse)
+                 for h in hint]
+        if units(start) < units(groups):
+            groups = start
+            info["kept_warm_start"] = True
+    return groups, info
 
 
 def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -> list[Plan]:
     """Non-dominated (cycles, energy) plans by epsilon constraints (seed 004 ¶49-54).
 
     The latency-optimal and energy-optimal plans bound the front; between them CP-SAT
-    minimises energy with the plan's cycles capped at evenly spaced values.
+    minimises energy with the plan's cycles capped at evenly spaced values, warm-started
+    from the latency plan (which meets every cap).
     """
+    from planner.cost import Counters
+    from solver.tiles import TileChoice
+
     if points < 2:
         raise InputError(f"--points must be at least 2 (got {points}): the two ends of the front.")
-    ends = [plan_problem(problem, "cpsat", "latency", time_limit),
-            plan_problem(problem, "cpsat", "energy", time_limit)]
-    low, high = ends[0].totals.cycles, ends[1].totals.cycles
-    plans = list(ends)
+    if whole_network(problem) is not None:  # one group: nothing to trade
+        return [plan_problem(problem, "cpsat", "latency", time_limit)]
     header = problem.plan_header()
+    cache: dict[str, Any] = {}
+
+    def planned(objective: str, cap: int | None = None,
+                warm: Sequence[tuple[Any, ...]] | None = None) -> tuple[Plan, list[Any]]:
+        started = time.perf_counter()
+        groups, info = _cpsat(problem, objective, time_limit, cap, cache, warm)
+        info["wall_s"] = round(time.perf_counter() - started, 3)
+        return assemble(problem.graph, problem.chip, groups, objective=objective, solver=info,
+                        **header), groups
+
+    fastest, _ = planned("latency")
+    cheapest, _ = planned("energy")
+    low, high = fastest.totals.cycles, cheapest.totals.cycles
+    plans = [fastest, cheapest]
     for k in range(1, points - 1):
         cap = low + (high - low) * k // (points - 1)
         if cap <= low or cap >= high:
             continue
-        started = time.perf_counter()
-        groups, info = _cpsat(problem, "energy", time_limit, cap)
-        info["wall_s"] = round(time.perf_counter() - started, 3)
-        plans.append(assemble(problem.graph, problem.chip, groups, objective="energy",
-                              solver=info, **header))
+        start = blend(problem, fastest, cheapest, cap)
+        warm = [(g.layers, g.tile, TileChoice(g.tile, g.weights_resident, Counters(),
+                                              g.double_buffered, g.halo_reuse))
+                for g in start.groups]
+        try:
+            plans.append(planned("energy", cap, warm)[0])
+        except PlanningError:  # no plan under this cap within the time limit: skip the point
+            continue
     return non_dominated(plans)
+
+
+def blend(problem: Problem, fast: Plan, cheap: Plan, cap: int) -> Plan:
+    """A plan within `cap` cycles mixing two plans (the capped solves' warm start): where both
+    plans cut the layer order at the same place, each stretch between such cuts comes from
+    either plan; the cheap plan's stretches that save the most energy per extra cycle are
+    taken while the total stays within the cap (the fast plan itself when none fits)."""
+    g = problem.graph
+
+    def cuts(plan: Plan) -> set[int]:
+        spans = [(min(map(g.index, grp.layers)), max(map(g.index, grp.layers)))
+                 for grp in plan.groups]
+        return {p for p in range(len(g.layers)) if not any(a <= p < b for a, b in spans)}
+
+    common = sorted(cuts(fast) & cuts(cheap))
+    stretches = list(zip([-1, *common], common, strict=False))
+
+    def part(plan: Plan, lo: int, hi: int) -> list[Any]:
+        return [grp for grp in plan.groups if lo < g.index(grp.layers[0]) <= hi]
+
+    def total(groups: Sequence[Any]) -> tuple[int, float]:
+        return (sum(grp.predicted.cycles for grp in groups),
+                sum(grp.predicted.energy_pj for grp in groups))
+
+    gains = []
+    for lo, hi in stretches:
+        (fc, fe), (cc, ce) = total(part(fast, lo, hi)), total(part(cheap, lo, hi))
+        if ce < fe:
+            gains.append(((fe - ce) / max(cc - fc, 1), cc - fc, lo, hi))
+    chosen: set[tuple[int, int]] = set()
+    spent = fast.totals.cycles
+    for _, extra, lo, hi in sorted(gains, reverse=True):
+        if spent + extra <= cap:
+            chosen.add((lo, hi))
+            spent += extra
+    placements = [(grp.layers, grp.tile, grp.weights_resident, grp.double_buffered,
+                   grp.halo_reuse)
+                  for lo, hi in stretches
+                  for grp in part(cheap if (lo, hi) in chosen else fast, lo, hi)]
+    mixed = assemble(g, problem.chip, placements, objective="energy", solver={},
+                     **problem.plan_header())
+    return mixed if mixed.totals.cycles <= cap else fast
 
 
 def non_dominated(plans: Sequence[Plan]) -> list[Plan]:

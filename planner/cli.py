@@ -72,7 +72,7 @@ PointsOpt = Annotated[int, typer.Option("--points",
 OutDirOpt = Annotated[Path, typer.Option("--out-dir",
     help="Where the plan files go.")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot",
-    help="Draw the front as an SVG.")]
+    help="Draw the front as a chart: FILE.svg or FILE.png.")]
 PolicyOpt = Annotated[str | None, typer.Option("--policy",
     help="threshold | forward | bidirectional")]
 PartsDirOpt = Annotated[Path | None, typer.Option("--out-dir",
@@ -235,8 +235,8 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
            plot: PlotOpt = None,
            as_json: JsonOpt = False) -> None:
     """Non-dominated (cycles, energy) plans, each written as a plan file that verifies."""
-    if plot is not None and plot.suffix.lower() != ".svg":
-        raise InputError(f"{plot}: --plot writes SVG; name the file *.svg.")
+    if plot is not None and plot.suffix.lower() not in (".svg", ".png"):
+        raise InputError(f"{plot}: --plot writes SVG or PNG; name the file *.svg or *.png.")
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working(f"sweeping {points} points of the cycles/energy front"):
         plans = api.pareto(problem, points, time_limit)
@@ -248,7 +248,9 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
         t = plan.totals
         rows.append({"cycles": t.cycles, "energy_pj": round(t.energy_pj, 3),
                      "dram_bytes": t.dram_bytes, "groups": len(plan.groups), "plan": str(path)})
-    if plot is not None:
+    if plot is not None and plot.suffix.lower() == ".png":
+        plot.write_bytes(front_png(rows, model))
+    elif plot is not None:
         plot.write_text(front_svg(rows))
     if as_json:
         _emit({"points": rows})
@@ -284,6 +286,33 @@ def front_svg(rows: Sequence[dict[str, Any]]) -> str:
             f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">cycles</text>'
             f'<text x="14" y="{h / 2}" transform="rotate(-90 14 {h / 2})" '
             f'text-anchor="middle">energy (pJ)</text>{dots}</svg>\n')
+
+
+def front_png(rows: Sequence[dict[str, Any]], title: str) -> bytes:
+    """A PNG chart of the front (matplotlib, headless Agg backend): cycles across, energy up,
+    the points joined in order of cycles."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    xs = [r["cycles"] for r in rows]
+    ys = [r["energy_pj"] / 1e6 for r in rows]
+    ax.plot(xs, ys, "o-", color="#1f77b4")
+    for x, y, r in zip(xs, ys, rows, strict=True):
+        ax.annotate(f"{r['dram_bytes'] / 2**20:.1f} MiB", (x, y), textcoords="offset points",
+                    xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("cycles")
+    ax.set_ylabel("energy (µJ)")
+    ax.set_title(f"cycles / energy front of {title}")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
 
 
 @app.command()

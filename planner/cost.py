@@ -13,8 +13,21 @@ actually moves. Execution model, per group:
 * on chip, a tensor lives from its load/production to its last consumer in the
   group; the SRAM footprint of a tile is the peak of live feature-map bytes
   (plus the weights on single-memory chips);
-* cycles = max(DRAM time, compute time) (loads double-buffered behind compute),
-  energy = DRAM bytes x (DRAM + SRAM pJ/B) + MACs x pJ/MAC + static power x time.
+* cycles (cycles_energy): compute = MACs on the matrix units + vector ops on the vector
+  lanes of every core; with a second input buffer the next tile loads while this one
+  computes, so a group costs fill (first tile's loads) + max(remaining transfers,
+  compute) + drain (last store), else transfers and compute add up;
+* next-group prefetch (prefetch_cycles): a group's weights do not depend on the group
+  before it, so they load while that group computes, when they fit beside it (WRAM on
+  chips with one, else SRAM beside the previous group's live tiles and resident weights).
+  The DRAM link is idle for `idle_dram_cycles` of the previous group (compute - remaining
+  transfers when double-buffered, all of compute when not), so the group starts
+  min(idle, floor(weight bytes / DRAM bytes per cycle)) cycles earlier: its fill shrinks
+  by that much. Only the weights are prefetched (they are the same for every tile choice,
+  which keeps the saving a function of the previous group and one number of this one, so
+  CP-SAT and the shortest path optimise it exactly over consecutive pairs);
+* energy = DRAM bytes x (DRAM + SRAM pJ/B) + core traffic x NRAM/WRAM pJ/B + MACs x pJ/MAC
+  + vector ops x pJ/op + static power x time (time after prefetch).
 """
 
 from __future__ import annotations
@@ -59,6 +72,7 @@ class Counters:
     core_weight_bytes: int = 0  # weight bytes the cores read from WRAM (once per tile)
     first_load_bytes: int = 0  # DRAM bytes the first tile waits for (pipeline fill)
     last_store_bytes: int = 0  # DRAM bytes of the last tile's store (pipeline drain)
+    prefetch_cycles: int = 0  # fill cycles hidden behind the previous group (its weights)
     cycles: int = 0
     energy_pj: float = 0.0
 
@@ -216,26 +230,42 @@ def dram_bytes_per_cycle(chip: Chip) -> Fraction:
     return Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
 
 
-def cycles_energy(chip: Chip, c: Counters, double_buffered: bool) -> tuple[int, float]:
+def compute_cycles(chip: Chip, c: Counters) -> int:
+    """Cycles of the cores: MACs on the matrix units, vector ops on the vector lanes."""
+    return (ceil(c.macs / (chip.cores * chip.core.macs_per_cycle))
+            + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
+
+
+def dram_phases(chip: Chip, c: Counters) -> tuple[int, int, int]:
+    """(fill, remaining transfers, drain) in cycles of a double-buffered group."""
+    bpc = dram_bytes_per_cycle(chip)
+    fill, drain = ceil(c.first_load_bytes / bpc), ceil(c.last_store_bytes / bpc)
+    rest = ceil((c.dram_bytes - c.first_load_bytes - c.last_store_bytes) / bpc)
+    return fill, rest, drain
+
+
+def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
+                  prefetched: int = 0) -> tuple[int, float]:
     """Cycles and energy of a group from its counters.
 
     Compute: MACs on the matrix units and vector ops on the vector lanes of every core.
     With a second buffer the next tile loads while the current one computes, so a group
     costs fill (first load) + max(remaining DRAM transfers, compute) + drain (last store);
-    without one, transfers and compute add up. Energy: DRAM bytes pass through SRAM;
-    the cores' feature-map traffic is charged at NRAM, weight reads at WRAM (SRAM on
-    single-memory chips); plus MACs, vector ops and static power over the cycles.
+    without one, transfers and compute add up. ``prefetched`` cycles of the fill were spent
+    during the previous group (prefetch_cycles) and are not this group's. Energy: DRAM
+    bytes pass through SRAM; the cores' feature-map traffic is charged at NRAM, weight
+    reads at WRAM (SRAM on single-memory chips); plus MACs, vector ops and static power
+    over the cycles.
     """
     bpc = dram_bytes_per_cycle(chip)
-    compute = (ceil(c.macs / (chip.cores * chip.core.macs_per_cycle))
-               + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
+    compute = compute_cycles(chip, c)
     moved = c.dram_read_bytes + c.dram_write_bytes
     if double_buffered:
-        fill, drain = ceil(c.first_load_bytes / bpc), ceil(c.last_store_bytes / bpc)
-        rest = ceil((moved - c.first_load_bytes - c.last_store_bytes) / bpc)
+        fill, rest, drain = dram_phases(chip, c)
         cycles = fill + max(rest, compute) + drain
     else:
         cycles = ceil(moved / bpc) + compute
+    cycles -= prefetched
     core_fmap_pj = chip.nram.pj_per_byte if chip.nram else chip.sram.pj_per_byte
     core_weight_pj = chip.wram.pj_per_byte if chip.wram else chip.sram.pj_per_byte
     seconds = cycles / (chip.clock_ghz * 1e9)
@@ -244,6 +274,30 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool) -> tuple[int, 
               + c.macs * chip.core.pj_per_mac + c.vector_ops * chip.core.pj_per_vector_op
               + chip.static_power_mw * 1e-3 * seconds * 1e12)
     return cycles, energy
+
+
+def idle_dram_cycles(chip: Chip, c: Counters, double_buffered: bool) -> int:
+    """Cycles of a group's span in which the DRAM link moves nothing of its own: compute
+    beyond the remaining transfers when double-buffered (fill and drain keep the link
+    busy), the whole compute phase when loads, compute and stores run one after another."""
+    compute = compute_cycles(chip, c)
+    if double_buffered:
+        _, rest, _ = dram_phases(chip, c)
+        return max(0, compute - rest)
+    return compute
+
+
+def weight_prefetch_cycles(chip: Chip, weight_bytes_next: int) -> int:
+    """Whole cycles the next group's weights occupy the DRAM link (the most it can hide)."""
+    return int(weight_bytes_next // dram_bytes_per_cycle(chip))
+
+
+def prefetch_cycles(chip: Chip, prev: Counters, prev_double_buffered: bool,
+                    weight_bytes_next: int) -> int:
+    """Fill cycles of a group hidden behind the previous group: its weights load while the
+    DRAM link is idle there, up to their own load time (the caller checks they fit)."""
+    return min(idle_dram_cycles(chip, prev, prev_double_buffered),
+               weight_prefetch_cycles(chip, weight_bytes_next))
 
 
 def in_group_uses(graph: Graph, io: GroupIO) -> dict[str, int]:
@@ -328,10 +382,11 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     )
 
 
-def with_time(chip: Chip, c: Counters, double_buffered: bool) -> Counters:
-    """The counters with cycles and energy filled in."""
-    cycles, energy = cycles_energy(chip, c, double_buffered)
-    return replace(c, cycles=cycles, energy_pj=energy)
+def with_time(chip: Chip, c: Counters, double_buffered: bool, prefetched: int = 0) -> Counters:
+    """The counters with cycles and energy filled in (``prefetched``: fill cycles spent
+    during the previous group, see prefetch_cycles)."""
+    cycles, energy = cycles_energy(chip, c, double_buffered, prefetched)
+    return replace(c, cycles=cycles, energy_pj=energy, prefetch_cycles=prefetched)
 
 
 def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from hardware.chip import Chip
-from planner.cost import Counters, compulsory_bytes, group_cost
+from planner.cost import (
+    Counters,
+    compulsory_bytes,
+    group_cost,
+    prefetch_cycles,
+    weight_bytes,
+    with_time,
+)
 from planner.errors import InputError, PlanningError
 from planner.ir import Graph
 from planner.regions import Box, Tile, anchor_extent, group_io
@@ -35,6 +42,8 @@ class Group:
     # halos: "recompute" (overlapping tiles reload and recompute their borders) or "reuse"
     # (row tiles run in order and keep the border rows of every tensor on chip)
     halo_reuse: bool = False
+    # its weights loaded while the previous group computed (planner.cost.prefetch_cycles)
+    prefetch: bool = False
 
     @property
     def fused(self) -> bool:
@@ -73,6 +82,49 @@ def make_group(graph: Graph, gid: int, layers: Sequence[str], tile: Tile, chip: 
                  group_cost(graph, ordered, tile, chip, weights_resident, double_buffered,
                             halo_reuse),
                  double_buffered, halo_reuse=halo_reuse)
+
+
+def prefetch_eligible(graph: Graph, groups: Sequence[Sequence[str]]) -> list[bool]:
+    """Per group (in execution order), whether the planners may prefetch its weights behind
+    the group before it: both are intervals of the topological order, adjacent, and no
+    group spans the first one (then the second surely runs right after it, which is what
+    CP-SAT can state without knowing the execution order)."""
+    spans = [(min(map(graph.index, g)), max(map(graph.index, g)), len(g)) for g in groups]
+    out = [False]
+    for (a0, a1, na), (b0, b1, nb) in zip(spans, spans[1:], strict=False):
+        intervals = a1 - a0 + 1 == na and b1 - b0 + 1 == nb
+        spanned = any(c0 < a0 and c1 > a1 for c0, c1, _ in spans)
+        out.append(intervals and b0 == a1 + 1 and not spanned)
+    return out
+
+
+def prefetch_fits(graph: Graph, chip: Chip, prev: Group, nxt: Group) -> bool:
+    """The next group's weights fit on chip beside the previous group (capacity bounds, as
+    CP-SAT: solver.tiles.prefetch_room)."""
+    from planner.regions import group_chains
+    from rules.base import GroupFacts
+    from solver.tiles import prefetch_room
+
+    io = group_io(graph, prev.layers)
+    facts = GroupFacts(graph, io, group_chains(graph, io), prev.tile, chip,
+                       prev.weights_resident, prev.double_buffered, prev.halo_reuse)
+    return weight_bytes(graph, group_io(graph, nxt.layers).weights, chip) <= prefetch_room(facts)
+
+
+def with_prefetch(graph: Graph, chip: Chip, groups: Sequence[Group]) -> tuple[Group, ...]:
+    """The groups with each one's weights prefetched behind the group before it wherever
+    that is allowed, fits and hides at least a cycle (it never costs anything)."""
+    out = list(groups)
+    for k, ok in enumerate(prefetch_eligible(graph, [g.layers for g in groups])):
+        if not ok or out[k].boxes is not None or out[k - 1].boxes is not None:
+            continue
+        prev, g = out[k - 1], out[k]
+        w = weight_bytes(graph, group_io(graph, g.layers).weights, chip)
+        hidden = prefetch_cycles(chip, prev.predicted, prev.double_buffered, w)
+        if hidden and prefetch_fits(graph, chip, prev, g):
+            out[k] = replace(g, predicted=with_time(chip, g.predicted, g.double_buffered, hidden),
+                             prefetch=True)
+    return tuple(out)
 
 
 def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: str) -> None:
@@ -119,8 +171,8 @@ def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
             (g[1], g[2], bool(g[3]) if len(g) > 3 else False, bool(g[4]) if len(g) > 4 else False)
             for g in groups}
     ordered = execution_order(graph, list(info))
-    made = tuple(make_group(graph, i, g, *info[g][:1], chip, *info[g][1:])
-                 for i, g in enumerate(ordered))
+    made = with_prefetch(graph, chip, [make_group(graph, i, g, *info[g][:1], chip, *info[g][1:])
+                                       for i, g in enumerate(ordered)])
     check_cover(graph, [g.layers for g in made], source="plan")
     totals = Counters()
     for g in made:
@@ -198,8 +250,7 @@ def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Any],
                objective: str = "traffic") -> Plan:
     """The layer-by-layer plan: no fusion, every layer whole where it fits the chip."""
     return assemble(graph, chip, layer_placements(graph, chip), model=model, hardware=hardware,
-                    rules=rules or {},
-                    objective=objective,
+                    rules=rules or {}, objective=objective,
                     solver={"name": "layer", "status": "OPTIMAL", "gap": 0.0, "wall_s": 0.0})
 
 
@@ -232,6 +283,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "weights_resident": g.weights_resident,
                 "double_buffered": g.double_buffered,
                 "halo": "reuse" if g.halo_reuse else "recompute",
+                "prefetch": g.prefetch,
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -315,7 +367,8 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
             check_reuse_tile(graph, layers, tile, gw)
         groups.append(Group(int(g.get("id", i)), layers, tile, g.get("mode", "big"),
                             bool(g.get("weights_resident", True)), predicted,
-                            bool(g.get("double_buffered", False)), halo_reuse=halo == "reuse"))
+                            bool(g.get("double_buffered", False)), halo_reuse=halo == "reuse",
+                            prefetch=bool(g.get("prefetch", False))))
     check_cover(graph, [g.layers for g in groups], source=where)
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()

@@ -12,23 +12,36 @@ passed as an assumption so an infeasible model names the rules in conflict.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ortools.sat.python import cp_model
 
 from hardware.chip import Chip
-from planner.cost import dram_bytes_per_cycle, group_tensors, in_group_uses
+from planner.cost import (
+    dram_bytes_per_cycle,
+    group_tensors,
+    in_group_uses,
+    weight_bytes,
+    weight_prefetch_cycles,
+)
 from planner.errors import PlanningError
 from planner.ir import Graph
 from planner.regions import Tile
 from rules.base import StructuralRule
 from rules.ruleset import RuleSet
-from solver.encoding import Candidate, Encoding
+from solver.encoding import Candidate, Encoding, tile_floor
 from solver.groups import is_connected, is_convex
 from solver.shortest_path import infeasible_layer_error
-from solver.tiles import ENERGY_SCALE, GroupSearch, energy_coefficients, objective_units
+from solver.tiles import (
+    ENERGY_SCALE,
+    GroupSearch,
+    Option,
+    energy_coefficients,
+    objective_units,
+    prefetch_coefficient,
+)
 
 
 @dataclass(frozen=True)
@@ -72,16 +85,26 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
     return out
 
 
-def _physical(enc: Encoding, cand: Candidate) -> None:
+def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
     """Capacities every group obeys, fused or not (bounds, as solver.tiles.physical_violations).
 
-    A double-buffered candidate also holds a second copy of its input boxes.
+    A double-buffered candidate also holds a second copy of its input boxes; ``room`` is the
+    next group's weights when they prefetch while this one runs (solver.tiles.prefetch_room:
+    in WRAM on chips with one, else in SRAM).
     """
     m, chip = enc.model, enc.chip
     weights = enc.weight_bytes(cand)
     prefetch = enc.in_bytes(cand)
-    for step in enc.live_steps_bytes(cand):
-        sram = step + (weights * cand.resident if chip.unified else 0)
+    steps = enc.live_steps_bytes(cand)
+    if cand.fixed is not None and cand.facts_any_tile.halo_reuse:
+        # a pinned halo-reusing tile: its exact peak, second buffer included
+        steps, prefetch = [cand.facts_any_tile.reuse_peak_bytes], 0
+    if chip.wram is not None and not isinstance(room, int):
+        enc.enforce(m.add(weights * cand.resident + room
+                          <= chip.wram.bytes * chip.cores_per_cluster), cand)
+    sram_room = room if chip.wram is None else 0
+    for step in steps:
+        sram = step + (weights * cand.resident if chip.unified else 0) + sram_room
         enc.enforce(m.add(sram <= chip.sram.bytes), cand)
         enc.enforce(m.add(sram + prefetch <= chip.sram.bytes), cand, cand.double_buffered)
         if chip.nram is not None:  # ceil(step / cores) <= NRAM
@@ -152,9 +175,19 @@ def _ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
     return var
 
 
+@dataclass(frozen=True)
+class Timing:
+    """A candidate's cycles and its DRAM-busy cycles in either buffering mode: the cycles
+    minus the busy ones are the link's idle time (planner.cost.idle_dram_cycles)."""
+
+    cycles: Any
+    busy_double_buffered: Any  # fill + remaining transfers + drain
+    busy_serial: Any  # all transfers
+
+
 def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: RuleSet
-                     ) -> tuple[Any, Any]:
-    """(integer cost under the objective, cycles or None): solver.tiles.objective_units."""
+                     ) -> tuple[Any, Timing | None]:
+    """(integer cost under the objective, timing or None): solver.tiles.objective_units."""
     m, chip = enc.model, enc.chip
     t = _terms(enc, cand)
     if objective == "traffic":
@@ -175,51 +208,65 @@ def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: Ru
     rest = _ceil_div(m, t.dram - t.first_load - t.last_store, num, den, f"rest_{i}")
     m.add(cycles >= fill + rest + drain).only_enforce_if(cand.double_buffered)
     m.add(cycles >= fill + compute + drain).only_enforce_if(cand.double_buffered)
+    timing = Timing(cycles, fill + rest + drain, serial)
     if objective == "latency":
-        return cycles, cycles
+        return cycles, timing
     k = energy_coefficients(chip)
     energy = (k["dram"] * t.dram + k["core_fmap"] * t.core_fmap
               + k["core_weight"] * t.core_weight + k["macs"] * t.macs
               + k["vector_ops"] * t.vector_ops + k["cycles"] * cycles)
     if objective == "energy":
-        return energy, cycles
+        return energy, timing
     o = ruleset.objective
     return (round(ENERGY_SCALE * o.dram_bytes_weight) * t.dram
             + round(ENERGY_SCALE * o.cycles_weight) * cycles
-            + round(o.energy_pj_weight) * energy), cycles
+            + round(o.energy_pj_weight) * energy), timing
 
 
 def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
                 candidates: Sequence[Sequence[str]],
                 floors: Sequence[int] | None = None, cycles_cap: int | None = None,
-                fixed: Sequence[Any] | None = None) -> tuple[Encoding, dict[str, Any]]:
+                fixed: Sequence[Any] | None = None,
+                options: Mapping[tuple[str, ...], Sequence[Option]] | None = None
+                ) -> tuple[Encoding, dict[str, Any]]:
     """The CP-SAT model over the candidates; returns it with the rule literals by key.
 
     ``floors`` (one per candidate, optional) are lower bounds on each candidate's cost
     (its best tile's cost from the same closed forms); they are valid cuts that tighten the
     LP relaxation to the set-partitioning bound and do not change the optimum.
     ``cycles_cap`` bounds the plan's total cycles (the epsilon constraint of a Pareto sweep).
+    ``options`` (solver.tiles.GroupSearch.options by layers, optional) bound what each pair
+    of consecutive groups can save by prefetching, which tightens the LP relaxation.
     """
     enc = Encoding(graph, chip)
     m = enc.model
     rule_lits = {r.key: m.new_bool_var(f"rule_{r.code}_{r.key}") for r in ruleset.enabled}
     cover: dict[str, list[Any]] = {lay.name: [] for lay in graph.layers}
+    cands = [enc.add_candidate(layers, fixed[k] if fixed is not None else None)
+             for k, layers in enumerate(candidates)]
+    coef = prefetch_coefficient(objective, ruleset, chip)
+    pairs = _prefetch_pairs(graph, chip, cands, options or {}) \
+        if objective != "traffic" and (coef or cycles_cap is not None) else {}
+    rooms = {a: m.new_int_var(0, max(enc.weight_bytes(cands[b]) for b, _ in bs),
+                              f"prefetch_room_{a}") for a, bs in pairs.items()}
     costs = []
     capped: list[Any] = []
-    for k, layers in enumerate(candidates):
-        cand = enc.add_candidate(layers, fixed[k] if fixed is not None else None)
+    timings: dict[int, Timing] = {}
+    for k, cand in enumerate(cands):
         for name in cand.layers:
             cover[name].append(cand.selected)
-        _physical(enc, cand)
+        _physical(enc, cand, rooms.get(k, 0))
         if cand.fused:
             for r in ruleset.enabled:
                 r.encode(enc, cand, rule_lits[r.key])
-        cost, cycles = _objective_terms(enc, cand, objective, ruleset)
+        cost, timing = _objective_terms(enc, cand, objective, ruleset)
+        if timing is not None:
+            timings[k] = timing
         if cycles_cap is not None:
-            if cycles is None:
+            if timing is None:
                 raise ValueError("a cycles cap needs the latency, energy or weighted objective")
             spent = m.new_int_var(0, 10**12, f"cycles_paid_{cand.index}")
-            m.add(spent >= cycles).only_enforce_if(cand.selected)
+            m.add(spent >= timing.cycles).only_enforce_if(cand.selected)
             capped.append(spent)
         # a selected candidate pays its floor (a lower bound of its cost) plus the excess of
         # its actual cost over it; with the floor outside the enforced constraint, the LP
@@ -229,32 +276,151 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         m.add(excess >= cost - floor).only_enforce_if(cand.selected)
         m.add(excess == 0).only_enforce_if(cand.selected.Not())
         costs.append(excess + floor * cand.selected)
+    hidden = _encode_prefetch(enc, cands, pairs, rooms, timings)
     # every layer in exactly one selected group
     for lits in cover.values():
         m.add_exactly_one(lits)
     if cycles_cap is not None:
-        m.add(sum(capped) <= cycles_cap)
-    m.minimize(sum(costs))
+        m.add(sum(capped) - sum(hidden) <= cycles_cap)
+    m.minimize(sum(costs) - coef * sum(hidden))
     return enc, rule_lits
 
 
-def _hint(enc: Encoding, warm: Sequence[tuple[Sequence[str], Tile]]) -> None:
-    """Warm start from another planner's groups and tiles."""
-    chosen = {frozenset(g): t for g, t in warm}
+def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
+                    options: Mapping[tuple[str, ...], Sequence[Option]]
+                    ) -> dict[int, list[tuple[int, int]]]:
+    """Candidates whose successor may prefetch its weights behind them, with the most the
+    pair can save: both intervals of the topological order, the second starting right after
+    the first (planner.plan.prefetch_eligible), and a saving possible at some tile of the
+    first (its options, when known; else the second's weight load time)."""
+    spans = [(min(map(graph.index, c.layers)), max(map(graph.index, c.layers))) for c in cands]
+    interval = [b - a + 1 == len(c.layers) for (a, b), c in zip(spans, cands, strict=True)]
+    starting: dict[int, list[int]] = {}
+    for k, cand in enumerate(cands):
+        w = weight_bytes(graph, cand.io.weights, chip)
+        if interval[k] and weight_prefetch_cycles(chip, w) > 0:
+            starting.setdefault(spans[k][0], []).append(k)
+    pairs: dict[int, list[tuple[int, int]]] = {}
+    for a, cand in enumerate(cands):
+        if not interval[a] or spans[a][1] + 1 not in starting:
+            continue
+        for b in starting[spans[a][1] + 1]:
+            w = weight_bytes(graph, cands[b].io.weights, chip)
+            most = weight_prefetch_cycles(chip, w)
+            known = options.get(cand.layers) if cand.fixed is None else None
+            if known is not None:
+                most = max((min(o.idle, most) for o in known if o.room >= w), default=0)
+            if most > 0:
+                pairs.setdefault(a, []).append((b, most))
+    return pairs
+
+
+def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
+                     pairs: dict[int, list[tuple[int, int]]],
+                     rooms: dict[int, Any], timings: dict[int, Timing]) -> list[Any]:
+    """Cycles each selected pair hides (planner.cost.prefetch_cycles): at most the second's
+    weight load time and the first's DRAM idle time, when its weights fit the room the
+    first leaves and no selected group spans the first (so the second runs right after)."""
+    m, graph = enc.model, enc.graph
+    spans = [(min(map(graph.index, c.layers)), max(map(graph.index, c.layers))) for c in cands]
+    hidden = []
+    before: dict[int, list[Any]] = {}  # pair literals by second group
+    for a, bs in pairs.items():
+        ta, first = timings[a], cands[a]
+        spanning = [c for c, (c0, c1) in enumerate(spans)
+                    if c0 < spans[a][0] and c1 > spans[a][1]
+                    and c1 - c0 + 1 != len(cands[c].layers)]
+        after: list[Any] = []
+        for b, cap in bs:
+            w = enc.weight_bytes(cands[b])
+            pair = m.new_bool_var(f"prefetch_{a}_{b}")
+            h = m.new_int_var(0, cap, f"prefetch_cycles_{a}_{b}")
+            m.add_implication(pair, first.selected)
+            m.add_implication(pair, cands[b].selected)
+            m.add(h <= cap * pair)
+            m.add(h <= ta.cycles - ta.busy_double_buffered).only_enforce_if(
+                [pair, first.double_buffered])
+            m.add(h <= ta.cycles - ta.busy_serial).only_enforce_if(
+                [pair, first.double_buffered.Not()])
+            m.add(rooms[a] >= w).only_enforce_if(pair)
+            for c in spanning:
+                m.add_implication(pair, cands[c].selected.Not())
+            hidden.append(h)
+            after.append(pair)
+            before.setdefault(b, []).append(pair)
+        # a group has one successor (its next layer is in exactly one group): implied by
+        # the cover, but stated it keeps the LP relaxation from pairing a fractional group
+        # with several successors at once
+        m.add(sum(after) <= first.selected)
+    for b, lits in before.items():
+        m.add(sum(lits) <= cands[b].selected)
+    return hidden
+
+
+def _hint(enc: Encoding, warm: Sequence[tuple[Any, ...]]) -> None:
+    """Warm start from another planner's groups and tiles (and TileChoices, if given: their
+    weight residency and buffering too)."""
+    chosen = {frozenset(g[0]): g[1:] for g in warm}
     for cand in enc.candidates:
-        tile = chosen.pop(frozenset(cand.layers), None)  # one of a group's alternatives
-        enc.model.add_hint(cand.selected, tile is not None)
-        if tile is not None and not isinstance(cand.th, int):
+        key = frozenset(cand.layers)
+        picked = chosen.get(key)
+        match = picked is not None and _describes(cand, picked)
+        enc.model.add_hint(cand.selected, match)
+        if picked is None or not match:
+            continue
+        del chosen[key]  # a group's alternatives: hint the one that describes the choice
+        tile = picked[0]
+        if not isinstance(cand.th, int):
             enc.model.add_hint(cand.th, tile.h)
-        if tile is not None and not isinstance(cand.tn, int):
+        if not isinstance(cand.tn, int):
             enc.model.add_hint(cand.tn, tile.n)
+        if len(picked) > 1 and cand.fixed is None:
+            c = picked[1]
+            enc.model.add_hint(cand.resident, c.resident)
+            enc.model.add_hint(cand.double_buffered, c.double_buffered)
+
+
+def _describes(cand: Candidate, picked: tuple[Any, ...]) -> bool:
+    """Whether a candidate can take a warm-start choice: halo-reusing and 2-D choices are
+    the pinned alternatives', others the tile variables' (a group without closed forms has
+    only its pinned candidate)."""
+    c = picked[1] if len(picked) > 1 else None
+    special = c is not None and (c.halo_reuse or c.tile.w < cand.extent[2])
+    if cand.fixed is None:
+        return not special
+    closed = tile_floor(cand.chains, cand.io, cand.facts_any_tile.graph, 1) is not None
+    return special or not closed
+
+
+def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
+    """Turn the partial warm start into a whole assignment: solve once with the hinted
+    variables fixed (the rest, prefetch pairs included, mostly follows by propagation) and
+    hint every variable with that solution. From a partial hint the search may wander off
+    the warm plan; from a whole one it starts there."""
+    probe = cp_model.CpSolver()
+    probe.parameters.fix_variables_to_their_hinted_value = True
+    probe.parameters.max_time_in_seconds = seconds
+    probe.parameters.num_workers = 1
+    probe.parameters.random_seed = seed
+    if probe.solve(enc.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return
+    m = enc.model
+    values = [probe.value(m.get_int_var_from_proto_index(i))
+              for i in range(len(m.proto.variables))]
+    m.clear_hints()
+    for i, v in enumerate(values):
+        m.add_hint(m.get_int_var_from_proto_index(i), v)
 
 
 def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
-                warm: Sequence[tuple[Sequence[str], Tile]] = (),
+                warm: Sequence[tuple[Any, ...]] = (),
                 time_limit_s: float | None = None, cycles_cap: int | None = None,
-                memo: dict[tuple[str, ...], Any] | None = None) -> CpsatResult:
-    """Optimal groups and tiles under the rules (or the best found within the time limit)."""
+                memo: dict[tuple[str, ...], Any] | None = None,
+                prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None = None
+                ) -> CpsatResult:
+    """Optimal groups and tiles under the rules (or the best found within the time limit).
+
+    ``warm``: (layers, tile[, TileChoice]) of another planner's plan, as hints."""
     started = time.perf_counter()
     memo = {} if memo is None else memo
     for lay in graph.layers:  # a layer that fits at no tile makes every plan infeasible
@@ -265,7 +431,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             raise infeasible_layer_error(graph, chip, ruleset, lay.name)
     candidates, floors, pinned = [], [], []
     structural = [r for r in ruleset.enabled if isinstance(r, StructuralRule)]
-    for layers in candidate_sets(graph, ruleset, [g for g, _ in warm]):
+    for layers in candidate_sets(graph, ruleset, [g[0] for g in warm]):
         search = GroupSearch.of(graph, layers, chip, ruleset)
         # with every rule literal true, structurally invalid or unfittable groups can never be
         # chosen: leave them out rather than let presolve find that out for each
@@ -278,19 +444,28 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         floors.append(objective_units(best.cost, objective, ruleset, chip))
         # rows without a closed form keep the exact Python tile (enumerated costs)
         pinned.append(None if search.closed_form else best)
-        if search.closed_form and (best.halo_reuse or best.tile.w < search.tile_of(1).w):
-            # the search's best is a halo-reusing or 2-D tile, which the tile variables do
-            # not describe: offer it pinned beside them (costs add up per group, so the
-            # best tile of each group is all an optimal plan needs)
+        if not search.closed_form:
+            continue
+        # the search's best halo-reusing or 2-D tile, which the tile variables do not
+        # describe, is offered pinned beside them (group costs add up, so the best tile of
+        # each group is all an optimal plan needs, next-group prefetch aside); under a
+        # cycles cap (a Pareto sweep) the fastest such tile too, to trade time for energy
+        extra = [best] if cycles_cap is None or objective == "latency" \
+            else [best, search.best("latency")]
+        for choice in {c for c in extra if c is not None
+                       and (c.halo_reuse or c.tile.w < search.tile_of(1).w)}:
             candidates.append(layers)
-            floors.append(floors[-1])
-            pinned.append(best)
+            floors.append(objective_units(best.cost, objective, ruleset, chip))  # a bound
+            pinned.append(choice)
     enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors,
-                                 cycles_cap, pinned)
+                                 cycles_cap, pinned, prefetch_options)
     _hint(enc, warm)
+    limit = time_limit_s or ruleset.search.time_limit_s
+    if warm:
+        _complete_hint(enc, max(limit / 10, 5.0), ruleset.search.seed)
     solver = cp_model.CpSolver()
     p = solver.parameters
-    p.max_time_in_seconds = time_limit_s or ruleset.search.time_limit_s
+    p.max_time_in_seconds = limit
     p.num_workers = ruleset.search.workers
     p.random_seed = ruleset.search.seed
     p.relative_gap_limit = ruleset.search.relative_gap

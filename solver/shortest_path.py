@@ -4,6 +4,14 @@ Nodes are the cut positions 0..N of the topological order; an edge i -> j means
 "layers i+1..j form one group", weighted by that group's best cost under the
 rules and the objective. On a chain network these intervals are all the convex
 groups there are, so the shortest path is the optimum (CP-SAT must agree).
+
+Under a time-aware objective the next group's weights prefetch while a group computes
+(planner.cost.prefetch_cycles), which couples consecutive groups: the saving depends on
+the first group's tile choice (its DRAM idle cycles and the room it leaves) and on the
+second group's weights only. The path then runs over the line graph (a node per interval,
+an edge per pair of adjacent intervals), each edge costing the first interval's best
+option given its successor: still exact, since an interval's tile choice touches nothing
+but its own cost and its successor's saving.
 """
 
 from __future__ import annotations
@@ -11,11 +19,12 @@ from __future__ import annotations
 import networkx as nx
 
 from hardware.chip import Chip
+from planner.cost import prefetch_cycles, weight_bytes
 from planner.errors import PlanningError
 from planner.ir import Graph
 from rules.ruleset import RuleSet
 from solver.groups import is_connected
-from solver.tiles import GroupSearch, TileChoice, objective_units
+from solver.tiles import GroupSearch, Option, TileChoice, objective_units, prefetch_coefficient
 
 
 def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str) -> PlanningError:
@@ -37,21 +46,34 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
 
 
 def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
-                         memo: dict[tuple[str, ...], TileChoice | None] | None = None
+                         memo: dict[tuple[str, ...], TileChoice | None] | None = None,
+                         options_memo: dict[tuple[str, ...], list[Option]] | None = None
                          ) -> list[tuple[tuple[str, ...], TileChoice]]:
     """Best grouping into intervals of the topological order.
 
-    ``memo`` collects each interval's best tile (CP-SAT reuses them as its cuts)."""
+    ``memo`` collects each interval's best tile (CP-SAT reuses them as its cuts);
+    ``options_memo`` its prefetch options under a time-aware objective (CP-SAT bounds each
+    pair's saving with them)."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
     choice: dict[tuple[int, int], TileChoice] = {}
+    coef = prefetch_coefficient(objective, ruleset, chip)
+    options: dict[tuple[int, int], list[Option]] = {}
+    timed = bool(coef) or (options_memo is not None and objective != "traffic")
     for i in range(len(order)):
         for j in range(i + 1, min(len(order), i + limit) + 1):
             layers = tuple(order[i:j])
             if j - i > 1 and not is_connected(graph, layers):
                 continue
-            best = GroupSearch.of(graph, layers, chip, ruleset).best(objective)
+            search = GroupSearch.of(graph, layers, chip, ruleset)
+            if timed:  # the options a prefetch may prefer, the first being the best
+                options[i, j] = search.options(objective)
+                best = search.option_choice(options[i, j][0]) if options[i, j] else None
+                if options_memo is not None:
+                    options_memo[layers] = options[i, j]
+            else:
+                best = search.best(objective)
             if memo is not None:
                 memo[layers] = best
             if best is None:
@@ -60,5 +82,48 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                 continue
             choice[i, j] = best
             dag.add_edge(i, j, weight=objective_units(best.cost, objective, ruleset, chip))
-    path = nx.shortest_path(dag, 0, len(order), weight="weight")
-    return [(tuple(order[a:b]), choice[a, b]) for a, b in zip(path, path[1:], strict=False)]
+    if not coef:
+        path = nx.shortest_path(dag, 0, len(order), weight="weight")
+        return [(tuple(order[a:b]), choice[a, b]) for a, b in zip(path, path[1:], strict=False)]
+    return _with_prefetch(graph, chip, ruleset, objective, order, options)
+
+
+def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
+                   order: list[str], options: dict[tuple[int, int], list[Option]]
+                   ) -> list[tuple[tuple[str, ...], TileChoice]]:
+    """Shortest path over the line graph of intervals, pricing each group's prefetch."""
+    coef = prefetch_coefficient(objective, ruleset, chip)
+    intervals = [iv for iv, opts in options.items() if opts]
+    searches = {iv: GroupSearch.of(graph, order[iv[0]:iv[1]], chip, ruleset) for iv in intervals}
+    weights = {iv: weight_bytes(graph, searches[iv].io.weights, chip) for iv in intervals}
+
+    def given(a: tuple[int, int], b: tuple[int, int] | None) -> tuple[int, Option]:
+        """a's best option and its cost net of b's saving (b None: a is the last group)."""
+        best: tuple[int, Option] | None = None
+        for o in options[a]:
+            units = objective_units(o.cost, objective, ruleset, chip)
+            if b is not None and o.room >= weights[b]:
+                units -= coef * prefetch_cycles(chip, o.cost, o.double_buffered, weights[b])
+            if best is None or units < best[0]:
+                best = (units, o)
+        assert best is not None  # every interval kept here has a feasible option
+        return best
+
+    line = nx.DiGraph()
+    start, end = (-1, 0), (len(order), len(order) + 1)
+    by_start: dict[int, list[tuple[int, int]]] = {}
+    for iv in intervals:
+        by_start.setdefault(iv[0], []).append(iv)
+    for a in intervals:
+        if a[0] == 0:
+            line.add_edge(start, a, weight=0)
+        if a[1] == len(order):
+            line.add_edge(a, end, weight=given(a, None)[0])
+        for b in by_start.get(a[1], []):
+            line.add_edge(a, b, weight=given(a, b)[0])
+    path = nx.shortest_path(line, start, end, weight="weight")[1:-1]
+    out = []
+    for k, a in enumerate(path):
+        o = given(a, path[k + 1] if k + 1 < len(path) else None)[1]
+        out.append((tuple(order[a[0]:a[1]]), searches[a].option_choice(o)))
+    return out

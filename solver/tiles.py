@@ -14,7 +14,7 @@ from functools import partial
 from math import ceil
 
 from hardware.chip import Chip
-from planner.cost import Counters, group_cost, with_time, work_counters
+from planner.cost import Counters, group_cost, idle_dram_cycles, with_time, work_counters
 from planner.halo_reuse import AxisSchedule, ReuseGrid
 from planner.ir import Graph
 from planner.regions import GroupChains, GroupIO, Tile, anchor_extent, group_chains, group_io
@@ -32,6 +32,53 @@ class TileChoice:
     cost: Counters
     double_buffered: bool = False
     halo_reuse: bool = False
+
+
+@dataclass(frozen=True)
+class Option:
+    """One feasible tile choice of a group, with what a next-group prefetch needs of it."""
+
+    rank: tuple[float, ...]  # objective first (_rank)
+    tile: Tile
+    resident: bool
+    double_buffered: bool
+    halo_reuse: bool
+    cost: Counters  # every counter but the SRAM peak
+    idle: int  # DRAM idle cycles the next group's weights can load in
+    room: int  # bytes left on chip for them (prefetch_room)
+
+
+def prefetch_room(facts: GroupFacts) -> int:
+    """Bytes left for the next group's weights while this group runs (bounds, as CP-SAT).
+
+    Weights go to WRAM beside this group's resident weights on chips with one; else to
+    SRAM beside the live tiles (with their second buffer, or the exact halo-reuse peak)
+    and, on single-memory chips, this group's resident weights.
+    """
+    chip = facts.chip
+    weights = facts.weight_bytes if facts.weights_resident else 0
+    if chip.wram is not None:
+        return chip.wram.bytes * chip.cores_per_cluster - weights
+    if facts.halo_reuse:
+        live = facts.reuse_peak_bytes
+    else:
+        live = facts.live_peak_bytes
+        if facts.double_buffered:
+            live += facts.in_bytes
+    return chip.sram.bytes - live - (weights if chip.unified else 0)
+
+
+def prefetch_coefficient(objective: str, ruleset: RuleSet, chip: Chip) -> int:
+    """What one cycle is worth in objective_units (0: the objective ignores time)."""
+    if objective == "traffic":
+        return 0
+    if objective == "latency":
+        return 1
+    k = energy_coefficients(chip)["cycles"]
+    if objective == "energy":
+        return k
+    o = ruleset.objective
+    return round(ENERGY_SCALE * o.cycles_weight) + round(o.energy_pj_weight) * k
 
 
 def physical_violations(facts: GroupFacts) -> list[Violation]:
@@ -191,12 +238,13 @@ class GroupSearch:
         """The same search with tiles tw columns wide."""
         return replace(self, tw=tw)
 
-    def narrow_worth_trying(self, wide: TileChoice | None) -> bool:
-        """Whether to search 2-D tiles: no full-width tile fits, or the best is so short that
-        halos dominate (search.narrow_tiles_below_rows)."""
+    def narrow_worth_trying(self, wide_height: int | None) -> bool:
+        """Whether to search 2-D tiles, given the best full-width tile's height (None: none
+        fits): none fits, or the best is so short that halos dominate
+        (search.narrow_tiles_below_rows)."""
         h = anchor_extent(self.graph, self.io)[1]
         limit = self.ruleset.search.narrow_tiles_below_rows
-        return wide is None or (wide.tile.h < min(h, limit))
+        return wide_height is None or wide_height < min(h, limit)
 
     def batch_options(self) -> list[int]:
         """Images per tile worth trying, largest first (the whole batch if it cannot split)."""
@@ -265,24 +313,44 @@ class GroupSearch:
         """The exact best tile over every batch split, height, weight residency, buffering
         and halo mode; over widths too when full-width tiles fall short (narrow_worth_trying).
         """
-        wide = self._best_of(objective, rules)
-        if not self.narrow_worth_trying(wide):
-            return wide
-        found = [wide] + [self.at_width(tw)._best_of(objective, rules) for tw in self.widths()]
-        return self._min([c for c in found if c is not None], objective)
-
-    def _best_of(self, objective: str, rules: Iterable[Rule] | None) -> TileChoice | None:
-        return self._min([c for tn in self.batch_options()
-                          if (c := self.at_batch(tn)._best_height(objective, rules)) is not None],
-                         objective)
-
-    def _min(self, found: list[TileChoice], objective: str) -> TileChoice | None:
+        found = self._all_options(objective, rules, with_room=False)
         if not found:
             return None
-        return min(found, key=lambda c: _rank(c.cost, objective, self.ruleset, self.chip, c))
+        o = min(found, key=lambda o: o.rank)
+        return self.option_choice(o)
 
-    def _best_height(self, objective: str, rules: Iterable[Rule] | None) -> TileChoice | None:
-        """The exact best tile over every height, weight residency, buffering and halo mode.
+    def options(self, objective: str, rules: Iterable[Rule] | None = None) -> list[Option]:
+        """Every feasible tile choice that a next-group prefetch could make worth it: those
+        no better-ranked choice beats on both DRAM idle cycles and room left on chip, best
+        rank first (so the first is `best`'s choice)."""
+        found = sorted(self._all_options(objective, rules), key=lambda o: o.rank)
+        kept: list[Option] = []
+        for o in found:
+            if not any(k.idle >= o.idle and k.room >= o.room for k in kept):
+                kept.append(o)
+        return kept
+
+    def option_choice(self, o: Option) -> TileChoice:
+        """The option's tile with its full predicted cost."""
+        return self.at_batch(o.tile.n).choice(o.tile, o.resident, o.double_buffered,
+                                              o.halo_reuse)
+
+    def _all_options(self, objective: str, rules: Iterable[Rule] | None,
+                     with_room: bool = True) -> list[Option]:
+        """Options over batch splits at full width, and over narrower widths when the best
+        of those falls short."""
+        found = [o for tn in self.batch_options()
+                 for o in self.at_batch(tn)._height_options(objective, rules, with_room)]
+        wide = min(found, key=lambda o: o.rank) if found else None
+        if self.narrow_worth_trying(wide.tile.h if wide else None):
+            found += [o for tw in self.widths() for tn in self.batch_options()
+                      for o in self.at_width(tw).at_batch(tn)._height_options(
+                          objective, rules, with_room)]
+        return found
+
+    def _height_options(self, objective: str, rules: Iterable[Rule] | None,
+                        with_room: bool = True) -> list[Option]:
+        """Every feasible tile over every height, weight residency, buffering and halo mode.
 
         Capacities only shrink as tiles get shorter, so the heights that fit them form a
         range found by bisection; inside it every height is costed (cost is not monotone:
@@ -294,7 +362,7 @@ class GroupSearch:
         rest = tuple(r for r in chosen if r.tile_trend != "shrink")
         heights = self.heights()
         narrow = self.tile_of(1).w < anchor_extent(self.graph, self.io)[2]
-        best: tuple[tuple[float, ...], Tile, bool, bool, bool] | None = None
+        out: list[Option] = []
         for resident, reuse in ((True, False), (False, False), (True, True), (False, True)):
             if reuse and (not self.can_reuse() or (len(heights) < 2 and not narrow)):
                 continue
@@ -318,11 +386,11 @@ class GroupSearch:
                     cost = self.quick_cost(tile, resident, db, reuse)
                     rank = _rank(cost, objective, self.ruleset, self.chip,
                                  TileChoice(tile, resident, cost, db, reuse))
-                    if best is None or rank < best[0]:
-                        best = (rank, tile, resident, db, reuse)
-        if best is None:
-            return None
-        return self.choice(best[1], best[2], best[3], best[4])
+                    idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
+                    room = prefetch_room(self.facts(tile, resident, db, reuse)) \
+                        if with_room else 0
+                    out.append(Option(rank, tile, resident, db, reuse, cost, idle, room))
+        return out
 
     def search(self, how: str, rules: Iterable[Rule] | None = None) -> TileChoice | None:
         """Seed 000's tile searches (N first, then H): the largest batch split that fits."""

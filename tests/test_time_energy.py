@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import itertools
+import json
+import subprocess
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -11,10 +17,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hardware.chip import load_chip
 from planner import api
+from planner.cli import front_png
 from planner.cost import group_cost
 from planner.graph_build import build_graph
 from planner.onnx_load import load_model
+from planner.plan import Plan, assemble, plan_to_json
 from planner.regions import Tile
+from solver.cpsat import solve_cpsat
+from solver.shortest_path import shortest_path_groups
+from solver.tiles import GroupSearch, objective_units
 
 CHIP = """
 name: unit
@@ -117,3 +128,186 @@ def test_whole_network_on_chip_is_one_group(tmp_path: Path) -> None:
     assert plan.solver["status"] == "WHOLE_NETWORK_ON_CHIP"
     assert len(plan.groups) == 1
     assert plan.totals.dram_bytes == plan.compulsory_dram_bytes
+
+
+# --- next-group prefetch ------------------------------------------------------------------
+
+TWO = """
+name: unit2
+dtype_bytes: 1
+clock_ghz: 1.0
+clusters: 1
+cores_per_cluster: 1
+dram: {bandwidth_gbps: 1, pj_per_byte: 10}
+sram: {bytes: 100, bandwidth_gbps: 64, pj_per_byte: 1}
+core: {macs_per_cycle: 1, vector_lanes: 1, pj_per_mac: 2, pj_per_vector_op: 0.5}
+static_power_mw: 1
+"""
+
+
+def _two_convs(tmp_path: Path) -> Path:
+    """conv1 1x1 (2 -> 2, 4 weights, 64 MACs) then conv2 3x3 pad 1 (2 -> 2, 36 weights,
+    576 MACs) on 4x4 maps."""
+    w1 = numpy_helper.from_array(np.full((2, 2, 1, 1), 0.5, np.float32), "w1")
+    w2 = numpy_helper.from_array(np.linspace(-1, 1, 36, dtype=np.float32).reshape(2, 2, 3, 3),
+                                 "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y"], name="conv1", kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["y", "w2"], ["z"], name="conv2", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 2, 4, 4])], [helper.make_tensor_value_info(
+            "z", TensorProto.FLOAT, [1, 2, 4, 4])], [w1, w2])
+    path = tmp_path / "two.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+@pytest.fixture()
+def two(tmp_path: Path):  # noqa: ANN201
+    chip_file = tmp_path / "unit2.yaml"
+    chip_file.write_text(TWO)
+    return api.prepare(str(_two_convs(tmp_path)), hardware=str(chip_file)), tmp_path
+
+
+def _two_groups(problem: api.Problem, first_tile: Tile, first_db: bool) -> Plan:
+    return assemble(problem.graph, problem.chip,
+                    [(("conv1",), first_tile, True, first_db), (("conv2",), Tile(1, 4, 4), True)],
+                    objective="latency", solver={"name": "hand"}, **problem.plan_header())
+
+
+def test_prefetch_hides_weights_behind_serial_group(two) -> None:  # noqa: ANN001
+    problem, _ = two
+    # SRAM 104 B would be needed: conv1 holds x and y (64 B) and its weights (4 B) while
+    # conv2's 36 weight bytes arrive; with 100 B they wait for conv2's own fill
+    plan = _two_groups(problem, Tile(1, 4, 4), False)
+    a, b = (g.predicted for g in plan.groups)
+    assert a.cycles == 36 + 32 + 64  # loads, store, compute in turn
+    assert b.cycles == 68 + 32 + 576  # 32 input + 36 weight bytes, 32 out, 576 MACs
+    assert not plan.groups[1].prefetch and b.prefetch_cycles == 0
+    roomy = replace(problem, chip=replace(problem.chip, sram=replace(problem.chip.sram,
+                                                                     bytes=104)))
+    plan = _two_groups(roomy, Tile(1, 4, 4), False)
+    a, b = (g.predicted for g in plan.groups)
+    # the link is idle for conv1's 64 compute cycles: all 36 weight cycles fit in them
+    assert plan.groups[1].prefetch and b.prefetch_cycles == 36
+    assert b.cycles == 676 - 36 and plan.totals.cycles == 132 + 640
+    # static power 1 mW at 1 GHz: 1 pJ per cycle saved
+    alone = group_cost(problem.graph, ("conv2",), Tile(1, 4, 4), roomy.chip)
+    assert b.energy_pj == pytest.approx(alone.energy_pj - 36)
+
+
+def test_prefetch_behind_double_buffered_group_uses_its_idle_link(two) -> None:  # noqa: ANN001
+    problem, _ = two
+    # conv1 in two row tiles, double-buffered: fill 16 + 4 B, drain 16 B, 32 B in between
+    # behind 64 compute cycles: the link idles 32 cycles, so 32 of the 36 weight cycles hide;
+    # it holds 2 rows of x and y plus the next 2 rows of x and its weights: 52 B, room 48 B
+    plan = _two_groups(problem, Tile(1, 2, 4), True)
+    a, b = (g.predicted for g in plan.groups)
+    assert a.cycles == 20 + 64 + 16
+    assert plan.groups[1].prefetch and b.prefetch_cycles == 32
+    assert plan.totals.cycles == 100 + 676 - 32
+    report = api.verify_in_memory(problem, plan)
+    assert report.ok, (report.first_counter_mismatch, report.capacity_violations)
+    assert report.emulated.cycles == plan.totals.cycles
+    starts = [(r["start_cycle"], r["end_cycle"], r["prefetch_start_cycle"])
+              for r in report.timeline]
+    assert starts == [(0, 100, 0), (100, 744, 68)]
+
+
+def test_emulator_reports_a_prefetch_that_does_not_fit(two, tmp_path: Path) -> None:  # noqa: ANN001
+    problem, _ = two
+    plan = _two_groups(problem, Tile(1, 4, 4), False)
+    doc = plan_to_json(plan)
+    doc["groups"][1]["prefetch"] = True  # hand-edited: 68 B + 36 B > 100 B
+    doc["groups"][1]["predicted"]["cycles"] -= 36
+    doc["groups"][1]["predicted"]["prefetch_cycles"] = 36
+    doc["groups"][1]["predicted"]["energy_pj"] -= 36  # 1 pJ of static power per cycle
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(doc))
+    report = api.verify(problem.model.path, path, hardware=problem.chip_file)
+    assert report.predicted_matches_emulated  # timing as written, but it overflows
+    assert [(v.group, v.level, v.needed_bytes) for v in report.capacity_violations] \
+        == [(0, "sram", 104)]
+
+
+@pytest.mark.parametrize("objective", ["latency", "energy", "weighted"])
+def test_planners_optimise_prefetch_exactly(two, objective: str) -> None:  # noqa: ANN001
+    """Shortest path and CP-SAT agree with brute force over every grouping and tile choice
+    (each group's feasible options, 2-D ones included; prefetch decided by the cost
+    model)."""
+    problem, _ = two
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    header = problem.plan_header()
+
+    def plan_of(placements: list[tuple[Any, ...]]) -> Plan:
+        return assemble(g, chip, placements, objective=objective, solver={}, **header)
+
+    def units(plan: Plan) -> int:
+        return objective_units(plan.totals, objective, rs, chip)
+
+    every = []
+    for grouping in ((("conv1", "conv2"),), (("conv1",), ("conv2",))):
+        choices = [GroupSearch.of(g, ls, chip, rs)._all_options(objective, None)
+                   for ls in grouping]
+        for combo in itertools.product(*choices):
+            every.append(plan_of([(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse)
+                                  for ls, o in zip(grouping, combo, strict=True)]))
+    best = min(units(p) for p in every)
+    path = plan_of([(ls, c.tile, c.resident, c.double_buffered, c.halo_reuse)
+                    for ls, c in shortest_path_groups(g, chip, rs, objective)])
+    exact = solve_cpsat(g, chip, rs, objective, time_limit_s=20)
+    assert exact.status == "OPTIMAL"
+    assert units(path) == best
+    assert units(plan_of(list(exact.groups))) == best
+    assert any(grp.prefetch for p in every for grp in p.groups)  # the case is exercised
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_front_png_is_an_image_with_its_points() -> None:
+    from matplotlib.image import imread
+
+    rows = [{"cycles": 100, "energy_pj": 9e6, "dram_bytes": 2**20},
+            {"cycles": 150, "energy_pj": 6e6, "dram_bytes": 2**21},
+            {"cycles": 300, "energy_pj": 5e6, "dram_bytes": 2**22}]
+    data = front_png(rows, "test")
+    assert _png_size(data) == (640, 400)
+    pixels = imread(io.BytesIO(data))[..., :3]
+    # the markers' colour (#1f77b4) is drawn, and more of it with more points
+    blue = np.all(np.abs(pixels - np.array([0x1f, 0x77, 0xb4]) / 255) < 0.02, axis=-1)
+    fewer = imread(io.BytesIO(front_png(rows[:1], "test")))[..., :3]
+    blue_one = np.all(np.abs(fewer - np.array([0x1f, 0x77, 0xb4]) / 255) < 0.02, axis=-1)
+    assert blue_one.sum() > 50 and blue.sum() > 2 * blue_one.sum()
+
+
+def test_pareto_cli_writes_png_and_plans(two) -> None:  # noqa: ANN001
+    problem, tmp = two
+    fuseplan = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "fuseplan"
+    args = [str(fuseplan), "pareto", problem.model.path, "--hw", problem.chip_file,
+            "--points", "3", "--out-dir", str(tmp / "front"), "--time-limit", "10"]
+    res = subprocess.run([*args, "--plot", str(tmp / "front.png"), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    points = json.loads(res.stdout)["points"]
+    assert points and all(Path(p["plan"]).exists() for p in points)
+    assert _png_size((tmp / "front.png").read_bytes()) == (640, 400)
+    bad = subprocess.run([*args, "--plot", str(tmp / "front.gif")], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and "*.svg or *.png" in bad.stderr
+
+
+def test_squeezenet_front_conflicts_and_every_point_verifies() -> None:
+    problem = api.prepare("zoo:squeezenet")
+    plans = api.pareto(problem, points=4, time_limit=20)
+    assert len(plans) >= 3
+    cycles = [p.totals.cycles for p in plans]
+    energy = [p.totals.energy_pj for p in plans]
+    # non-dominated: faster costs more energy, at every step
+    assert cycles == sorted(set(cycles)) and energy == sorted(set(energy), reverse=True)
+    for plan in plans:
+        report = api.verify_in_memory(problem, plan)
+        assert report.ok, (report.first_counter_mismatch, report.capacity_violations)
+        assert report.timeline[-1]["end_cycle"] == plan.totals.cycles
