@@ -291,6 +291,8 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             raise infeasible_layer_error(graph, chip, ruleset, lay.name)
     candidates, floors, pinned = [], [], []
     for layers in candidate_sets(graph, ruleset, [g for g, _ in warm]):
+        if layers in memo and memo[layers] is None:  # no tile passes, or it cuts a block
+            continue
         search = GroupSearch.of(graph, layers, chip, ruleset)
         # with every rule literal true, structurally invalid or unfittable groups can never be
         # chosen: leave them out rather than let presolve find that out for each

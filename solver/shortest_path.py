@@ -19,6 +19,8 @@ from rules.ruleset import RuleSet
 from solver.groups import is_connected
 from solver.tiles import GroupSearch, TileChoice, objective_units
 
+_UNSEEN = object()  # not in the memo
+
 
 def breaks_structure(search: GroupSearch, ruleset: RuleSet) -> bool:
     """A fused group that breaks a structural rule, which no tile can mend.
@@ -55,9 +57,11 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                          ) -> list[tuple[tuple[str, ...], TileChoice]]:
     """Best grouping into intervals of the topological order.
 
-    ``memo`` collects each interval's best tile (CP-SAT reuses them as its cuts); an interval
-    already there (planned in another subgraph of the same model) is not searched again, only
-    its structure is checked again, since this graph may see blocks the other did not."""
+    ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
+    them as its cuts). An interval already there (planned in another subgraph of the same
+    model) is not searched again; one with a tile has its structure checked again, since this
+    graph may see blocks the other did not (one with none stays out: a graph that sees fewer
+    blocks keeps the whole model's rules)."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -67,15 +71,18 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
             layers = tuple(order[i:j])
             if j - i > 1 and not is_connected(graph, layers):
                 continue
+            cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
+            if cached is None and j - i > 1:
+                continue
             search = GroupSearch.of(graph, layers, chip, ruleset)
             if breaks_structure(search, ruleset):
-                continue  # (not memoized: a smaller subgraph may not see the block it cuts)
-            if memo is not None and layers in memo:
-                best = memo[layers]
+                best = None
+            elif isinstance(cached, TileChoice):
+                best = cached
             else:
                 best = search.best(objective)
-                if memo is not None:
-                    memo[layers] = best
+            if memo is not None:
+                memo[layers] = best
             if best is None:
                 if j - i == 1:
                     raise infeasible_layer_error(graph, chip, ruleset, layers[0])
