@@ -231,3 +231,14 @@ def test_merge_trials_search_no_group_twice(tmp_path: Path,
     subs, _ = api.partition(problem)
     assert len(subs) == 1 and "merged" in subs[0].reason  # three merge trials compiled
     assert searched and len(searched) == len(set(searched))
+
+
+def test_cli_partition_with_jobs(tmp_path: Path) -> None:
+    path = models.save(_dense_net(), tmp_path, "dense")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("partition:\n  planner: cpsat\n  max_nodes: 6\n")
+    run = subprocess.run([FUSEPLAN, "partition", str(path), "--rules", str(rules), "--jobs", "2",
+                          "--json"], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert len(doc["subgraphs"]) >= 3 and all(s["status"] == "ok" for s in doc["subgraphs"])
