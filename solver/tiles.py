@@ -9,7 +9,7 @@ search scans every height from the top instead of bisecting.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from math import ceil
 
 from hardware.chip import Chip
@@ -111,11 +111,6 @@ def objective_value(cost: Counters, objective: str, ruleset: RuleSet) -> float:
     return cost.dram_bytes
 
 
-# GroupFacts' cached quantities that depend on the group and tile only, not on the modes
-_TILE_ONLY = frozenset({"layers", "extent", "_spans", "in_bytes", "out_bytes", "weight_bytes",
-                        "live_peak_bytes", "all_fmap_bytes", "cache_bytes"})
-
-
 @dataclass
 class GroupSearch:
     """Tile search for one set of layers."""
@@ -127,11 +122,6 @@ class GroupSearch:
     io: GroupIO
     chains: GroupChains
     tn: int | None = None  # images per tile; None: the whole batch
-    # per tile, the facts first made for it and the work counters per (residency, halo
-    # mode): the search asks for each tile under several modes (shared by at_batch copies)
-    _facts: dict[Tile, GroupFacts] = field(default_factory=dict, repr=False, compare=False)
-    _work: dict[tuple[Tile, bool, bool], Counters] = field(default_factory=dict, repr=False,
-                                                           compare=False)
 
     @classmethod
     def of(cls, graph: Graph, layers: Sequence[str], chip: Chip, ruleset: RuleSet) -> GroupSearch:
@@ -140,12 +130,8 @@ class GroupSearch:
 
     def facts(self, tile: Tile, resident: bool, double_buffered: bool = False,
               halo_reuse: bool = False) -> GroupFacts:
-        made = GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
+        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
                           double_buffered, halo_reuse)
-        first = self._facts.setdefault(tile, made)
-        if first is not made:  # box bounds and live peaks depend on the tile alone
-            made.__dict__.update((k, v) for k, v in first.__dict__.items() if k in _TILE_ONLY)
-        return made
 
     def heights(self) -> list[int]:
         """Candidate tile heights, tallest first.
@@ -202,11 +188,8 @@ class GroupSearch:
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
                    halo_reuse: bool = False) -> Counters:
         """Every counter but the SRAM peak (closed forms; cheap)."""
-        key = (tile, resident, halo_reuse)
-        work = self._work.get(key)
-        if work is None:  # buffering changes only the time, so both options share it
-            work = self._work[key] = work_counters(self.graph, self.io, self.chains, tile,
-                                                   self.chip, resident, halo_reuse)
+        work = work_counters(self.graph, self.io, self.chains, tile, self.chip, resident,
+                             halo_reuse)
         return with_time(self.chip, work, double_buffered)
 
     def fits_double_buffer(self, tile: Tile, resident: bool, halo_reuse: bool = False) -> bool:
