@@ -140,7 +140,8 @@ def _resolve_zoo(spec: str) -> Path:
         hint = f" Did you mean 'zoo:{close[0]}'?" if close else ""
         raise InputError(
             f"Unknown zoo model '{name}' in '{spec}'.{hint} Valid names: "
-            f"{', '.join(ZOO)}. Pass zoo:NAME with one of them as MODEL, or a path to an .onnx file."
+            f"{', '.join(ZOO)}. Pass zoo:NAME with one of them as MODEL, or a path to an "
+            ".onnx file."
         )
     path = zoo_dir() / ZOO[name]
     if not path.is_file():

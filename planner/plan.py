@@ -197,7 +197,8 @@ def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Any],
                hardware: Mapping[str, Any], rules: Mapping[str, Any] | None = None,
                objective: str = "traffic") -> Plan:
     """The layer-by-layer plan: no fusion, every layer whole where it fits the chip."""
-    return assemble(graph, chip, layer_placements(graph, chip), model=model, hardware=hardware, rules=rules or {},
+    return assemble(graph, chip, layer_placements(graph, chip), model=model, hardware=hardware,
+                    rules=rules or {},
                     objective=objective,
                     solver={"name": "layer", "status": "OPTIMAL", "gap": 0.0, "wall_s": 0.0})
 
