@@ -69,8 +69,13 @@ def prepare(model: str, rules: str | Path | None = None, hardware: str | None = 
 
 
 def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None = None,
-                 time_limit: float | None = None) -> Plan:
-    """Plan a prepared problem with one of the four planners."""
+                 time_limit: float | None = None,
+                 memo: dict[tuple[str, ...], Any] | None = None) -> Plan:
+    """Plan a prepared problem with one of the four planners.
+
+    ``memo`` (shortest-path and CP-SAT) holds each candidate group's best tile under this
+    objective; pass the same dict to plans of overlapping subgraphs of one model so no group's
+    tile search runs twice."""
     from solver.greedy import greedy_groups
     from solver.shortest_path import shortest_path_groups
 
@@ -101,13 +106,13 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
         info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
     elif solver == "shortest-path":
         groups = [(ls, c.tile, c.resident, c.double_buffered, c.halo_reuse)
-                  for ls, c in shortest_path_groups(g, chip, rs, objective)]
+                  for ls, c in shortest_path_groups(g, chip, rs, objective, memo)]
         # exact over intervals of the topological order, which are all groups only on a chain
         chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)
         info = {"name": "shortest-path", "status": "OPTIMAL" if chain else "FEASIBLE",
                 "gap": 0.0 if chain else None}
     else:
-        groups, info = _cpsat(problem, objective, time_limit)
+        groups, info = _cpsat(problem, objective, time_limit, memo=memo)
     info["wall_s"] = round(time.perf_counter() - started, 3)
     return assemble(g, chip, groups, objective=objective, solver=info, **header)
 
@@ -145,17 +150,19 @@ def resolve_objective(ruleset: RuleSet, objective: str | None, prefer: str | Non
 
 def _cpsat(problem: Problem, objective: str, time_limit: float | None,
            cycles_cap: int | None = None, cache: dict[str, Any] | None = None,
-           warm: Sequence[tuple[Any, ...]] | None = None
+           warm: Sequence[tuple[Any, ...]] | None = None,
+           memo: dict[tuple[str, ...], Any] | None = None
            ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
     """CP-SAT groups warm-started from the shortest-path plan (or `warm`), and the solver
-    info. ``cache`` keeps each objective's interval tiles across calls (a Pareto sweep)."""
+    info. ``cache`` keeps each objective's interval tiles across calls (a Pareto sweep);
+    ``memo`` seeds this objective's interval tiles (shared by a partition's pieces)."""
     from solver.cpsat import solve_cpsat
     from solver.shortest_path import shortest_path_groups
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     cache = {} if cache is None else cache
     if objective not in cache:
-        memo: dict[tuple[str, ...], Any] = {}  # each interval's best tile, computed once
+        memo = {} if memo is None else memo  # each interval's best tile, computed once
         options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
         path = [(ls, c.tile, c) for ls, c in
                 shortest_path_groups(g, chip, rs, objective, memo, options)]
@@ -436,10 +443,11 @@ def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> 
 
 
 def partition(problem: Problem, policy: str | None = None, out_dir: str | Path | None = None,
-              objective: str | None = None) -> tuple[list[Any], Plan]:
-    """Seed 003's serial subgraphs, each compiled, and one plan of the whole model built from
-    their plans (so the chain verifies in one emulation). With `out_dir`, each subgraph is
-    written as an ONNX model with its plan file."""
+              objective: str | None = None, jobs: int = 1) -> tuple[list[Any], Plan]:
+    """Seed 003's serial subgraphs, each compiled (`jobs` at a time, in worker processes), and
+    one plan of the whole model built from their plans (so the chain verifies in one
+    emulation). With `out_dir`, each subgraph is written as an ONNX model with its plan
+    file."""
     from dataclasses import replace as dc_replace
 
     from planner.graph_build import restrict
@@ -455,11 +463,14 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
     objective = objective or problem.ruleset.objective.default
     header = problem.plan_header()
 
+    memo: dict[tuple[str, ...], Any] = {}  # shared by every piece and merge trial
+
     def plan_part(graph: Graph, layers: Sequence[str]) -> Plan:
         sub = dc_replace(problem, graph=restrict(graph, layers))
-        return plan_problem(sub, settings.planner, objective)
+        return plan_problem(sub, settings.planner, objective, memo=memo)
 
-    subs = run_partition(problem.graph, problem.chip, problem.ruleset, settings, plan_part)
+    subs = run_partition(problem.graph, problem.chip, problem.ruleset, settings, plan_part,
+                         jobs, memo)
     whole = combined_plan(problem.graph, problem.chip, subs, header, objective) \
         if all(s.status == "ok" for s in subs) else None
     if out_dir is not None:

@@ -77,6 +77,8 @@ PolicyOpt = Annotated[str | None, typer.Option("--policy",
     help="threshold | forward | bidirectional")]
 PartsDirOpt = Annotated[Path | None, typer.Option("--out-dir",
     help="Write each subgraph's .onnx and plan here.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", min=1,
+    help="Plan this many subgraphs at a time, in worker processes.")]
 VerifyChainOpt = Annotated[bool, typer.Option("--verify/--no-verify",
     help="Emulate the chain of subgraph plans against onnxruntime.")]
 SeedOpt = Annotated[int, typer.Option("--seed")]
@@ -321,12 +323,13 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
               shape: ShapeOpt = None, objective: ObjOpt = None,
               policy: PolicyOpt = None,
               out_dir: PartsDirOpt = None,
+              jobs: JobsOpt = 1,
               verify_chain: VerifyChainOpt = False,
               as_json: JsonOpt = False) -> None:
     """Seed 003: serial subgraphs, split until each compiles, then merged to balance."""
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working("cutting, compiling and merging serial subgraphs"):
-        subs, whole = api.partition(problem, policy, out_dir, objective)
+        subs, whole = api.partition(problem, policy, out_dir, objective, jobs)
     report = None
     if verify_chain:
         report = api.verify_in_memory(problem, whole)

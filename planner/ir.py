@@ -190,6 +190,15 @@ class Graph:
     def _position(self) -> dict[str, int]:
         return {lay.name: i for i, lay in enumerate(self.layers)}
 
+    @cached_property
+    def weight_users(self) -> dict[str, int]:
+        """How many layers use each weight tensor (rule 9 asks per candidate group)."""
+        users: dict[str, int] = {}
+        for lay in self.layers:
+            for w in lay.weights:
+                users[w] = users.get(w, 0) + 1
+        return users
+
     def layer(self, name: str) -> Layer:
         """The layer called name (KeyError names it)."""
         return self._by_name[name]

@@ -7,13 +7,23 @@ The cuts turn the topological order into a chain of serial subgraphs. Each is
 one that fails is split again at the cheapest cut of its own order,
 recursively, with the reason recorded. When all compile, neighbours are merged
 to balance load: by thresholds, greedily forward, or from both ends at once.
+
+The same machinery plans models too large for one CP-SAT model (issue 7's scale
+target): cuts fall on block boundaries, so every group a piece may choose is one
+the whole model allows and no piece loses a fused block; the pieces are planned
+in parallel processes; and one memo of each candidate group's best tile is shared
+by every piece and every merge trial, so no group's tile search runs twice.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hardware.chip import Chip
 from planner.cost import weight_bytes
@@ -59,13 +69,22 @@ def _chip_weight_capacity(chip: Chip) -> int:
     return chip.total_sram_bytes
 
 
+Memo = dict[tuple[str, ...], Any]  # candidate group -> its best tile (solver.tiles.TileChoice)
+
+
 class Compiler:
-    """Plans subgraphs and decides whether they compile."""
+    """Plans subgraphs and decides whether they compile.
+
+    ``memo`` is the dict ``plan_fn`` fills with each candidate group's best tile, if any:
+    pieces planned in worker processes send their new entries back through it.
+    """
 
     def __init__(self, graph: Graph, chip: Chip, ruleset: RuleSet, settings: PartitionSettings,
-                 plan_fn: Callable[[Graph, Sequence[str]], Plan]) -> None:
+                 plan_fn: Callable[[Graph, Sequence[str]], Plan],
+                 memo: Memo | None = None) -> None:
         self.graph, self.chip, self.ruleset, self.settings = graph, chip, ruleset, settings
         self.plan_fn = plan_fn
+        self.memo: Memo = {} if memo is None else memo
 
     def describe(self, layers: Sequence[str], reason: str) -> Subgraph:
         io = group_io(self.graph, layers)
@@ -97,35 +116,142 @@ class Compiler:
             return replace(sub, status="failed", reason=f"{sub.reason}; does not compile: {exc}")
         return replace(sub, plan=plan)
 
+    def compile_many(self, subs: Sequence[Subgraph], pool: Executor | None) -> list[Subgraph]:
+        """Compile every piece, in the pool's worker processes when there is one; pieces over
+        the limits fail at once, without planning, in this process."""
+        done: list[Subgraph | None] = [None] * len(subs)
+        todo = []
+        for i, sub in enumerate(subs):
+            if self.over_limits(sub) is not None or pool is None:
+                done[i] = self.compile(sub)
+            else:
+                todo.append(i)
+        # largest first, so the last piece to finish is a small one
+        todo.sort(key=lambda i: -subs[i].nodes)
+        futures = {i: pool.submit(_compile_in_worker, subs[i]) for i in todo} if pool else {}
+        for i, future in futures.items():
+            done[i], fresh = future.result()
+            self.memo.update(fresh)
+        return [d for d in done if d is not None]
+
+
+_WORKER: Compiler | None = None  # the compiler of a forked worker process
+
+
+def _compile_in_worker(sub: Subgraph) -> tuple[Subgraph, Memo]:
+    """Compile one piece in a worker; return it with the memo entries its planning added."""
+    assert _WORKER is not None
+    known = set(_WORKER.memo)
+    done = _WORKER.compile(sub)
+    return done, {k: v for k, v in _WORKER.memo.items() if k not in known}
+
+
+def _adopt(compiler: Compiler) -> None:
+    global _WORKER
+    _WORKER = compiler
+
+
+@contextmanager
+def planners(compiler: Compiler, jobs: int) -> Iterator[Executor | None]:
+    """Worker processes planning pieces side by side, or None to plan them here.
+
+    Workers are forked so they share the loaded model and the plan function (which need not
+    pickle); where fork is unavailable the pieces are planned one after another.
+    """
+    if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        yield None
+        return
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_adopt,
+                             initargs=(compiler,)) as pool:
+        yield pool
+
+
+def block_boundaries(graph: Graph, layers: Sequence[str]) -> set[int]:
+    """Cut positions k (1..len-1, between layers[k-1] and layers[k]) that split no block."""
+    where = {name: i for i, name in enumerate(layers)}
+    inside = set(range(1, len(layers)))
+    for block in graph.blocks:
+        at = [where[n] for n in block.layers if n in where]
+        if at:  # a cut in (first, last] leaves some of the block on either side
+            inside -= set(range(min(at) + 1, max(at) + 1))
+    return inside
+
 
 def best_cut(graph: Graph, layers: Sequence[str], chip: Chip) -> int:
     """Position (1..len-1) splitting `layers` where the fewest feature-map bytes cross,
-    preferring the middle half so recursion halves the work."""
+    on a block boundary if there is one, preferring the middle half so recursion halves
+    the work.
+
+    A cut inside a block would cost twice: the piece no longer sees the block, so its
+    groups may cut it (the whole model's rules forbid that), and the block's fused
+    groups are lost.
+    """
     n = len(layers)
+    if n < 2:
+        return 1
     lo, hi = max(1, n // 4), max(2, n - n // 4)
-    best, best_cost = n // 2, None
-    for k in range(max(1, lo), min(n, hi + 1)):
-        left = set(layers[:k])
+    middle = range(lo, min(n, hi + 1))
+    clean = block_boundaries(graph, layers)
+    options = [k for k in middle if k in clean] or sorted(clean) or list(middle)
+    position = {name: i for i, name in enumerate(layers)}
+
+    def crossing_bytes(k: int) -> int:
         crossing = {t for name in layers[k:] for t in graph.layer(name).fmap_inputs
-                    if graph.producer.get(t) in left}
-        cost = sum(graph.elems(t) for t in crossing) * chip.dtype_bytes
-        if best_cost is None or cost < best_cost:
-            best, best_cost = k, cost
-    return best
+                    if position.get(graph.producer.get(t, ""), n) < k}
+        return sum(graph.elems(t) for t in crossing) * chip.dtype_bytes
+
+    return min(options, key=lambda k: (crossing_bytes(k), abs(n - 2 * k)))
 
 
-def split_until_compiled(compiler: Compiler, sub: Subgraph, depth: int = 0) -> list[Subgraph]:
-    """Compile; on failure split at the best cut and recurse (a single layer is final)."""
-    done = compiler.compile(sub)
-    if done.status == "ok" or len(sub.layers) == 1:
-        return [done]
-    k = best_cut(compiler.graph, sub.layers, compiler.chip)
-    why = done.reason.split("; does not compile: ", 1)[-1]
-    left = compiler.describe(sub.layers[:k], f"{sub.reason}; split (depth {depth + 1}): {why}")
-    right = compiler.describe(sub.layers[k:], f"cut at the cheapest crossing after "
-                              f"'{sub.layers[k - 1]}' (depth {depth + 1}): {why}")
-    return (split_until_compiled(compiler, left, depth + 1)
-            + split_until_compiled(compiler, right, depth + 1))
+def _halves(compiler: Compiler, failed: Subgraph, depth: int) -> list[Subgraph]:
+    """A piece that did not compile, cut in two at its best cut, with the reasons."""
+    layers = failed.layers
+    k = best_cut(compiler.graph, layers, compiler.chip)
+    head, why = failed.reason.split("; does not compile: ", 1)
+    where = "block boundary" if k in block_boundaries(compiler.graph, layers) else "crossing"
+    left = compiler.describe(layers[:k], f"{head}; split (depth {depth + 1}): {why}")
+    right = compiler.describe(layers[k:], f"cut at the cheapest {where} after "
+                              f"'{layers[k - 1]}' (depth {depth + 1}): {why}")
+    return [left, right]
+
+
+def split_until_compiled(compiler: Compiler, subs: Sequence[Subgraph],
+                         pool: Executor | None = None) -> list[Subgraph]:
+    """Compile each piece; split one that fails at its best cut and compile the halves,
+    recursively (a single layer is final). Pieces over the limits are split before any
+    planning, so every piece that is planned is planned in one batch (in parallel with a
+    pool); only pieces that fail the planner itself need a second round."""
+    items: list[tuple[Subgraph, int, Subgraph | None]] = [(s, 0, None) for s in subs]
+    while any(done is None for _, _, done in items):
+        expanded: list[tuple[Subgraph, int, Subgraph | None]] = []
+        for sub, depth, done in items:  # over the limits: split without planning
+            expanded += _split_over_limits(compiler, sub, depth) if done is None \
+                else [(sub, depth, done)]
+        planned = iter(compiler.compile_many([s for s, _, d in expanded if d is None], pool))
+        items = []
+        for sub, depth, done in expanded:
+            if done is None:
+                done = next(planned)
+                if done.status != "ok" and len(sub.layers) > 1:
+                    items += [(half, depth + 1, None) for half in _halves(compiler, done, depth)]
+                    continue
+            items.append((sub, depth, done))
+    return [done for _, _, done in items if done is not None]
+
+
+def _split_over_limits(compiler: Compiler, sub: Subgraph, depth: int
+                       ) -> list[tuple[Subgraph, int, Subgraph | None]]:
+    """The piece, or its halves recursively while a piece is over the configured limits
+    (those fail at once, so they are final only as single layers)."""
+    why = compiler.over_limits(sub)
+    if why is None:
+        return [(sub, depth, None)]
+    failed = replace(sub, status="failed", reason=f"{sub.reason}; does not compile: {why}")
+    if len(sub.layers) == 1:
+        return [(sub, depth, failed)]
+    return [item for half in _halves(compiler, failed, depth)
+            for item in _split_over_limits(compiler, half, depth + 1)]
 
 
 def _merged(compiler: Compiler, a: Subgraph, b: Subgraph) -> Subgraph:
@@ -197,9 +323,11 @@ MERGES = {"threshold": merge_threshold, "forward": merge_forward,
 
 
 def partition(graph: Graph, chip: Chip, ruleset: RuleSet, settings: PartitionSettings,
-              plan_fn: Callable[[Graph, Sequence[str]], Plan]) -> list[Subgraph]:
-    """Serial subgraphs of the model, each compiled, merged by the policy."""
-    compiler = Compiler(graph, chip, ruleset, settings, plan_fn)
+              plan_fn: Callable[[Graph, Sequence[str]], Plan], jobs: int = 1,
+              memo: Memo | None = None) -> list[Subgraph]:
+    """Serial subgraphs of the model, each compiled (`jobs` pieces at a time), merged by the
+    policy. ``memo``: the dict plan_fn fills with candidate groups' best tiles, if any."""
+    compiler = Compiler(graph, chip, ruleset, settings, plan_fn, memo)
     order = [lay.name for lay in graph.layers]
     cuts = [0]
     reasons = ["start of the model"]
@@ -211,7 +339,8 @@ def partition(graph: Graph, chip: Chip, ruleset: RuleSet, settings: PartitionSet
     cuts.append(len(order))
     pieces = [compiler.describe(order[a:b], why)
               for a, b, why in zip(cuts, cuts[1:], reasons, strict=False)]
-    compiled = [s for p in pieces for s in split_until_compiled(compiler, p)]
+    with planners(compiler, jobs) as pool:
+        compiled = split_until_compiled(compiler, pieces, pool)
     if any(s.status != "ok" for s in compiled) or len(compiled) < 2:
         return compiled
     return MERGES[settings.policy](compiler, compiled)

@@ -33,10 +33,7 @@ class ConvWeightsNotShared(StructuralRule):
     enabled: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
-        users: dict[str, int] = {}
-        for lay in facts.graph.layers:
-            for w in lay.weights:
-                users[w] = users.get(w, 0) + 1
+        users = facts.graph.weight_users
         for lay in facts.layers:
             if lay.op in ("Conv", "ConvTranspose") and len(lay.inputs) > 1 \
                     and users.get(lay.inputs[1], 0) > 1:

@@ -29,11 +29,10 @@ from planner.cost import (
 from planner.errors import PlanningError
 from planner.ir import Graph
 from planner.regions import Tile
-from rules.base import StructuralRule
 from rules.ruleset import RuleSet
 from solver.encoding import Candidate, Encoding, tile_floor
 from solver.groups import is_connected, is_convex
-from solver.shortest_path import infeasible_layer_error
+from solver.shortest_path import breaks_structure, infeasible_layer_error
 from solver.tiles import (
     ENERGY_SCALE,
     GroupSearch,
@@ -430,14 +429,17 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         if memo[alone] is None:
             raise infeasible_layer_error(graph, chip, ruleset, lay.name)
     candidates, floors, pinned = [], [], []
-    structural = [r for r in ruleset.enabled if isinstance(r, StructuralRule)]
     for layers in candidate_sets(graph, ruleset, [g[0] for g in warm]):
+        if layers in memo and memo[layers] is None:  # no tile passes, or it cuts a block
+            continue
         search = GroupSearch.of(graph, layers, chip, ruleset)
         # with every rule literal true, structurally invalid or unfittable groups can never be
         # chosen: leave them out rather than let presolve find that out for each
-        if len(layers) > 1 and any(r.check(search.facts(Tile(1, 1, 1), True)) for r in structural):
+        if breaks_structure(search, ruleset):
             continue
-        best = memo[layers] if layers in memo else search.best(objective)
+        if layers not in memo:  # blocks and warm-start groups that are not intervals
+            memo[layers] = search.best(objective)
+        best = memo[layers]
         if best is None:
             continue
         candidates.append(layers)

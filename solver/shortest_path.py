@@ -22,9 +22,27 @@ from hardware.chip import Chip
 from planner.cost import prefetch_cycles, weight_bytes
 from planner.errors import PlanningError
 from planner.ir import Graph
+from planner.regions import Tile
+from rules.base import StructuralRule
 from rules.ruleset import RuleSet
 from solver.groups import is_connected
 from solver.tiles import GroupSearch, Option, TileChoice, objective_units, prefetch_coefficient
+
+_UNSEEN = object()  # not in the memo
+
+
+def breaks_structure(search: GroupSearch, ruleset: RuleSet) -> bool:
+    """A fused group that breaks a structural rule, which no tile can mend.
+
+    Checked before the tile search: most intervals of a blocky network (DenseNet: 84 %)
+    cut a block or hold too few main layers, and the tile search would try every tile
+    height to find none passes.
+    """
+    if len(search.layers) < 2:
+        return False
+    facts = search.facts(Tile(1, 1, 1), True)
+    return any(r.check(facts) is not None for r in ruleset.enabled
+               if isinstance(r, StructuralRule))
 
 
 def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str) -> PlanningError:
@@ -51,9 +69,13 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                          ) -> list[tuple[tuple[str, ...], TileChoice]]:
     """Best grouping into intervals of the topological order.
 
-    ``memo`` collects each interval's best tile (CP-SAT reuses them as its cuts);
-    ``options_memo`` its prefetch options under a time-aware objective (CP-SAT bounds each
-    pair's saving with them)."""
+    ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
+    them as its cuts). An interval already there (planned in another subgraph of the same
+    model) is not searched again; one with a tile has its structure checked again, since this
+    graph may see blocks the other did not (one with none stays out: a graph that sees fewer
+    blocks keeps the whole model's rules). ``options_memo`` collects each interval's
+    prefetch options under a time-aware objective (CP-SAT bounds each pair's saving with
+    them)."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -66,12 +88,19 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
             layers = tuple(order[i:j])
             if j - i > 1 and not is_connected(graph, layers):
                 continue
+            cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
+            if cached is None and j - i > 1:
+                continue
             search = GroupSearch.of(graph, layers, chip, ruleset)
-            if timed:  # the options a prefetch may prefer, the first being the best
+            if breaks_structure(search, ruleset):
+                best = None
+            elif timed:  # the options a prefetch may prefer, the first being the best
                 options[i, j] = search.options(objective)
                 best = search.option_choice(options[i, j][0]) if options[i, j] else None
                 if options_memo is not None:
                     options_memo[layers] = options[i, j]
+            elif isinstance(cached, TileChoice):
+                best = cached
             else:
                 best = search.best(objective)
             if memo is not None:

@@ -8,21 +8,26 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 from planner import api
 from planner.errors import PlanningError
+from planner.explain import recheck
 from planner.graph_build import build_graph
 from planner.onnx_load import load_model
 from planner.partition import (
     Compiler,
+    best_cut,
+    block_boundaries,
     merge_bidirectional,
     merge_forward,
     merge_threshold,
     target_nodes,
 )
 from rules.ruleset import PartitionSettings
+from solver.tiles import GroupSearch
 
 import models
 
@@ -146,3 +151,94 @@ def test_cpsat_compiles_pieces_that_cut_blocks(tmp_path: Path) -> None:
     assert whole.totals.dram_bytes == sum(s.plan.totals.dram_bytes for s in subs)
     report = api.verify_in_memory(problem, whole)
     assert report.ok, (report.first_output_mismatch, report.first_counter_mismatch)
+
+
+# --- scale: cuts at block boundaries, pieces in parallel, one shared memo ----------------
+
+
+def _dense_net(layers: int = 4) -> onnx.ModelProto:
+    """A stem and DenseNet layers x <- concat(x, conv3x3(relu(conv1x1(x)))): each dense layer
+    is a block whose last layer (the Concat) costs as much to cut before as after."""
+    b = models._Builder(np.random.default_rng(0))
+    x, c = b.one("Relu", [b.conv("input", 3, 8, 3, prefix="stem")]), 8
+    for _ in range(layers):
+        y = b.one("Relu", [b.conv(x, c, 8, 1, prefix="squeeze")])
+        x, c = b.one("Concat", [x, b.conv(y, 8, 4, 3, prefix="grow")], axis=1), c + 4
+    return b.model((1, 3, 16, 16), x, 13, name="dense_net")
+
+
+def _with(problem: api.Problem, **partition: object) -> api.Problem:
+    settings = replace(problem.ruleset.partition, **partition)
+    return replace(problem, ruleset=replace(problem.ruleset, partition=settings))
+
+
+def test_scale_cuts_fall_on_block_boundaries(tmp_path: Path) -> None:
+    problem = api.prepare(str(models.save(_dense_net(), tmp_path, "dense")))
+    graph = problem.graph
+    assert len(graph.blocks) == 4
+    subs, whole = api.partition(_with(problem, planner="cpsat", max_nodes=6))
+    assert len(subs) >= 3 and all(s.status == "ok" for s in subs)
+    for sub in subs[1:]:  # no block has layers on both sides of a cut
+        k = graph.index(sub.layers[0])
+        assert all(not (graph.index(b.layers[0]) < k <= graph.index(b.layers[-1]))
+                   for b in graph.blocks), sub.reason
+    # so the stitched plan keeps the whole model's rules, and cannot beat the optimum
+    assert recheck(graph, whole, problem.chip, problem.ruleset) == []
+    mono = api.plan_problem(problem, "cpsat")
+    assert whole.totals.dram_bytes >= mono.totals.dram_bytes
+
+
+def test_best_cut_prefers_a_block_boundary(tmp_path: Path) -> None:
+    graph = build_graph(load_model(str(models.save(_dense_net(2), tmp_path, "dense"))))
+    layers = [lay.name for lay in graph.layers]
+    chip = api.prepare(str(tmp_path / "dense.onnx")).chip
+    clean = block_boundaries(graph, layers)
+    assert clean == {1, 2, 6}  # after the stem conv, its Relu and the first Concat
+    assert best_cut(graph, layers, chip) in clean
+
+
+def test_pieces_in_parallel_plan_as_in_one_process(tmp_path: Path) -> None:
+    problem = _with(api.prepare(str(models.save(_dense_net(), tmp_path, "dense"))),
+                    planner="cpsat", max_nodes=6)
+    one, whole_one = api.partition(problem, jobs=1)
+    two, whole_two = api.partition(problem, jobs=2)
+    assert [s.layers for s in one] == [s.layers for s in two]
+    assert [s.reason for s in one] == [s.reason for s in two]
+    assert [(g.layers, g.tile, g.halo_reuse) for g in whole_one.groups] == \
+        [(g.layers, g.tile, g.halo_reuse) for g in whole_two.groups]
+
+
+def test_merge_trials_search_no_group_twice(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forward merging plans every merged pair again; the shared memo means only the groups
+    across the new junction get a tile search."""
+    proto = onnx.shape_inference.infer_shapes(_dense_net())
+    info = {v.name: v for v in proto.graph.value_info}
+    for node in proto.graph.node[:-1]:  # every Concat but the last becomes a target node
+        if node.op_type == "Concat":
+            proto.graph.output.append(info[node.output[0]])
+    problem = _with(api.prepare(str(models.save(proto, tmp_path, "dense_outputs"))),
+                    planner="cpsat", policy="forward")
+    assert len(target_nodes(problem.graph)) == 3
+    searched: list[tuple[str, ...]] = []
+    best = GroupSearch.best
+
+    def counting(self: GroupSearch, *args: object, **kwargs: object) -> object:
+        searched.append(self.layers)
+        return best(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GroupSearch, "best", counting)
+    subs, _ = api.partition(problem)
+    assert len(subs) == 1 and "merged" in subs[0].reason  # three merge trials compiled
+    assert searched and len(searched) == len(set(searched))
+
+
+def test_cli_partition_with_jobs(tmp_path: Path) -> None:
+    path = models.save(_dense_net(), tmp_path, "dense")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("partition:\n  planner: cpsat\n  max_nodes: 6\n")
+    run = subprocess.run([FUSEPLAN, "partition", str(path), "--rules", str(rules), "--jobs", "2",
+                          "--json"], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert len(doc["subgraphs"]) >= 3 and all(s["status"] == "ok" for s in doc["subgraphs"])
