@@ -30,9 +30,14 @@ class SearchSettings:
     # seed 004's first check: a network whose weights and largest live set fit on chip runs
     # as one group, whatever the rules say about fused groups
     whole_network_first: bool = True
-    # 2-D tiles (narrower than the map) are searched for a group whose best full-width tile
-    # is shorter than this many rows, or that fits no full-width tile at all
-    narrow_tiles_below_rows: int = field(default=4, metadata={"ge": 0})
+    # 2-D tiles (narrower than the map) are searched for a group that fits no full-width
+    # tile at all, or whose best full-width tile is shorter than this many rows (0: only
+    # the former; 2-D search multiplies the tile search's work)
+    narrow_tiles_below_rows: int = field(default=0, metadata={"ge": 0})
+    # off for chips whose DMA moves only whole rows: tiles then span the map's width
+    two_d_tiles: bool = True
+    # off for chips without scratch for kept borders: every tile recomputes its halo
+    halo_reuse: bool = True
 
 
 @dataclass(frozen=True)

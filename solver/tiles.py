@@ -243,8 +243,9 @@ class GroupSearch:
         fits): none fits, or the best is so short that halos dominate
         (search.narrow_tiles_below_rows)."""
         h = anchor_extent(self.graph, self.io)[1]
-        limit = self.ruleset.search.narrow_tiles_below_rows
-        return wide_height is None or wide_height < min(h, limit)
+        search = self.ruleset.search
+        return search.two_d_tiles and (wide_height is None
+                                       or wide_height < min(h, search.narrow_tiles_below_rows))
 
     def batch_options(self) -> list[int]:
         """Images per tile worth trying, largest first (the whole batch if it cannot split)."""
@@ -279,7 +280,8 @@ class GroupSearch:
         whole batch."""
         n = anchor_extent(self.graph, self.io)[0]
         cols = self.tw is None or tile_floor(self.chains, self.io, self.graph, 2) is not None
-        return self.closed_form and cols and (self.tn or n) >= n
+        return (self.ruleset.search.halo_reuse and self.closed_form and cols
+                and (self.tn or n) >= n)
 
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
                    halo_reuse: bool = False) -> Counters:
