@@ -42,14 +42,10 @@ def test_reuse_reads_each_input_row_once(tmp_path: Path) -> None:
     assert 0 < reuse.sram_peak_bytes < recompute.sram_peak_bytes
 
 
-@settings(max_examples=20, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), size=st.integers(1, 9), split=st.integers(1, 4))
-def test_reuse_plans_verify_on_random_cnns(tmp_path: Path, seed: int, size: int,
-                                           split: int) -> None:
-    rng = np.random.default_rng(seed)
-    loaded, graph = _graph(tmp_path, models.random_cnn(rng), f"r{seed}")
-    chip, _ = load_chip(None)
+def _cut(graph, split: int, th: int, tw: int | None, reuse: bool, resident_every: int = 1,
+         buffered_every: int = 0) -> list[tuple]:  # noqa: ANN001
+    """The model's layers cut into `split` groups, tiled (th, tw) where a group has one
+    output (whole maps otherwise, and no reuse)."""
     names = [lay.name for lay in graph.layers]
     step = max(1, len(names) // split)
     groups = []
@@ -58,17 +54,22 @@ def test_reuse_plans_verify_on_random_cnns(tmp_path: Path, seed: int, size: int,
         io = group_io(graph, layers)
         n, h, w = anchor_extent(graph, io)
         single = len(io.outputs) == 1
-        groups.append((layers, Tile(n, min(h, size) if single else h, w), True, i % 2 == 0,
-                       single and n == 1))
-    plan = assemble(graph, chip, groups, model={}, hardware={}, rules={},
-                    objective="traffic", solver={})
-    inputs = random_inputs(loaded, seed)
-    result = emulate(graph, plan, chip, inputs)
-    reference, _ = run_onnxruntime(loaded.proto, inputs)
-    for t in graph.outputs:
-        np.testing.assert_allclose(result.outputs[t], reference[t], rtol=1e-3, atol=1e-4)
-    for group, got in zip(plan.groups, result.groups, strict=True):
-        assert group.predicted == got, (group.layers, group.tile, group.halo_reuse)
+        tile = Tile(n, min(h, th), min(w, tw or w)) if single else Tile(n, h, w)
+        groups.append((layers, tile, i % resident_every == 0,
+                       bool(buffered_every) and i % buffered_every == 0, single and reuse))
+    return groups
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), size=st.integers(1, 9), split=st.integers(1, 4))
+def test_reuse_plans_verify_on_random_cnns(tmp_path: Path, seed: int, size: int,
+                                           split: int) -> None:
+    """Full-width row tiles reusing halos, every other group double-buffered."""
+    rng = np.random.default_rng(seed)
+    loaded, graph = _graph(tmp_path, models.random_cnn(rng), f"r{seed}")
+    chip, _ = load_chip(None)
+    _verify_plan(graph, loaded, chip, _cut(graph, split, size, None, True, 1, 2), seed)
 
 
 @pytest.mark.parametrize("solver", ["shortest-path", "cpsat"])
@@ -102,25 +103,18 @@ def _verify_plan(graph, loaded, chip, groups, seed: int) -> None:  # noqa: ANN00
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), th=st.integers(1, 9), tw=st.integers(1, 9),
-       split=st.integers(1, 4), reuse=st.booleans())
+       split=st.integers(1, 4), reuse=st.booleans(),
+       preset=st.sampled_from(["cluster4x4", "frustum_npu", "two_level", "manycore",
+                               "fused_layer_fp32"]))
 def test_2d_tiles_verify_in_both_halo_modes(tmp_path: Path, seed: int, th: int, tw: int,
-                                            split: int, reuse: bool) -> None:
-    """Random CNNs cut into groups with (h, w) tiles: outputs match onnxruntime and every
-    counter, the on-chip peak included, equals the prediction in both halo modes."""
+                                            split: int, reuse: bool, preset: str) -> None:
+    """Random CNNs on random chips cut into groups with (h, w) tiles: outputs match
+    onnxruntime and every counter, the on-chip peak included, equals the prediction in
+    both halo modes."""
     rng = np.random.default_rng(seed)
     loaded, graph = _graph(tmp_path, models.random_cnn(rng), f"t{seed}")
-    chip, _ = load_chip(None)
-    names = [lay.name for lay in graph.layers]
-    step = max(1, len(names) // split)
-    groups = []
-    for i in range(0, len(names), step):
-        layers = names[i:i + step]
-        io = group_io(graph, layers)
-        n, h, w = anchor_extent(graph, io)
-        single = len(io.outputs) == 1
-        tile = Tile(n, min(h, th), min(w, tw)) if single else Tile(n, h, w)
-        groups.append((layers, tile, i % 3 == 0, False, single and reuse))
-    _verify_plan(graph, loaded, chip, groups, seed)
+    chip, _ = load_chip(preset)
+    _verify_plan(graph, loaded, chip, _cut(graph, split, th, tw, reuse, 3), seed)
 
 
 def test_2d_reuse_keeps_only_what_later_tiles_read(tmp_path: Path) -> None:
