@@ -34,8 +34,10 @@ class SearchSettings:
     # tile at all, or whose best full-width tile is shorter than this many rows (0: only
     # the former; 2-D search multiplies the tile search's work)
     narrow_tiles_below_rows: int = field(default=0, metadata={"ge": 0})
-    # off for chips whose DMA moves only whole rows: tiles then span the map's width
-    two_d_tiles: bool = True
+    # 2-D tiles (pyramids) where no full-width tile fits; off by default: they make many
+    # more candidate groups fit, and CP-SAT then no longer proves ResNet-50 optimal within
+    # a minute (on: examples/fused-layer-vgg)
+    two_d_tiles: bool = False
     # off for chips without scratch for kept borders: every tile recomputes its halo
     halo_reuse: bool = True
 

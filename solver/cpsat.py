@@ -454,8 +454,14 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         # cycles cap (a Pareto sweep) the fastest such tile too, to trade time for energy
         extra = [best] if cycles_cap is None or objective == "latency" \
             else [best, search.best("latency")]
-        for choice in {c for c in extra if c is not None
-                       and (c.halo_reuse or c.tile.w < search.tile_of(1).w)}:
+        special = [c for c in dict.fromkeys(extra) if c is not None
+                   and (c.halo_reuse or c.tile.w < search.tile_of(1).w)]
+        if special and not prefetch_coefficient(objective, ruleset, chip) and cycles_cap is None:
+            # with costs that only add up, the best tile is all this group needs: pin it in
+            # place of the tile variables (a duplicate would only weaken the LP bound)
+            pinned[-1] = special[0]
+            continue
+        for choice in special:
             candidates.append(layers)
             floors.append(objective_units(best.cost, objective, ruleset, chip))  # a bound
             pinned.append(choice)

@@ -49,7 +49,7 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
     """The error for a layer that fits the chip at no tile, with the bytes over."""
     search = GroupSearch.of(graph, (name,), chip, ruleset)
     search = search.at_batch(search.batch_options()[-1])
-    if search.widths():  # the narrowest 2-D tile
+    if ruleset.search.two_d_tiles and search.widths():  # the narrowest 2-D tile
         search = search.at_width(search.widths()[-1])
     smallest = search.tile_of(search.heights()[-1])
     worst = max(search.violations(smallest, False),

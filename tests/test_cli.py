@@ -354,21 +354,19 @@ def test_unknown_zoo_message_suggests_a_real_option() -> None:
 
 
 def test_infeasible_chip_exits_1(work: Path) -> None:
-    # 1x1 tiles of the stem conv need a 3x3 window of 3 channels and 16 outputs: 86 B
-    res = run("solve", str(work / "residual_net.onnx"), "--set", "sram.bytes=64", "--json")
+    res = run("solve", str(work / "residual_net.onnx"), "--set", "sram.bytes=1KiB", "--json")
     assert res.returncode == 1, res.stderr
     msg = " ".join(res.stderr.split())
-    assert re.search(r"layer 'stem3' \(Conv\).*smallest tile 1x1x1: SRAM needs \d+ B but has "
-                     r"64 B", msg), msg
+    assert re.search(r"layer 'stem3' \(Conv\).*SRAM needs \d+ B but has 1024 B", msg), msg
     assert "Traceback" not in res.stderr and res.stdout.strip() == ""
 
 
 @pytest.mark.parametrize("solver", ["greedy", "layer"])
 def test_infeasible_chip_exits_1_for_every_solver(work: Path, solver: str) -> None:
-    res = run("solve", str(work / "residual_net.onnx"), "--set", "sram.bytes=64",
+    res = run("solve", str(work / "residual_net.onnx"), "--set", "sram.bytes=1KiB",
               "--solver", solver, "--json")
     assert res.returncode == 1, (
-        f"--solver {solver} on a 64 B SRAM exited {res.returncode}; stdout starts "
+        f"--solver {solver} on a 1 KiB SRAM exited {res.returncode}; stdout starts "
         f"{res.stdout[:200]!r}")
 
 

@@ -268,16 +268,16 @@ def test_every_plan_verifies_in_the_emulator(store: ModelStore, tmp_path: Path, 
 
 @pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize(("hw", "overrides", "level", "needed", "has"), [
-    (None, ["sram.bytes=64"], "SRAM", 70, 64),
-    (None, ["nram.bytes=16"], "NRAM", 18, 16),
-    ("two_level", ["sram.bytes=64"], "SRAM", 70, 64),
+    (None, ["sram.bytes=1KiB"], "SRAM", 1088, 1024),
+    (None, ["nram.bytes=64"], "NRAM", 272, 64),
+    ("two_level", ["sram.bytes=1KiB"], "SRAM", 1088, 1024),
 ], ids=["sram", "nram", "unified-sram"])
 def test_infeasible_chip_names_layer_level_and_bytes(store: ModelStore, solver: str,
                                                      hw: str | None, overrides: list[str],
                                                      level: str, needed: int, has: int) -> None:
-    """chain_cnn's conv3 at its smallest tile (one 2-D pixel of 8 channels from a 3x3 window
-    of 3 channels) needs (3x3x3 + 8) x 2 B = 70 B on chip, a quarter of it (18 B) per core
-    in NRAM."""
+    """chain_cnn's conv3 at its smallest tile (one row of 8x32 from 3 rows of 3x32) needs
+    (3x3x32 + 8x32) x 2 B = 1088 B on chip, a quarter of it per core in NRAM (2-D tiles,
+    off by default, would fit it in 70 B)."""
     problem = store.problem("chain_cnn", hw, overrides)
     with pytest.raises(PlanningError) as info:
         plan_problem(problem, solver)
