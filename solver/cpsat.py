@@ -454,8 +454,12 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         # cycles cap (a Pareto sweep) the fastest such tile too, to trade time for energy
         extra = [best] if cycles_cap is None or objective == "latency" \
             else [best, search.best("latency")]
+        if prefetch_options and layers in prefetch_options:
+            # a next-group prefetch may prefer another option (more idle DRAM time or room)
+            extra += [search.option_choice(o) for o in prefetch_options[layers]]
+        # at most three pinned alternatives per group: each one grows the model
         special = [c for c in dict.fromkeys(extra) if c is not None
-                   and (c.halo_reuse or c.tile.w < search.tile_of(1).w)]
+                   and (c.halo_reuse or c.tile.w < search.tile_of(1).w)][:3]
         if special and not prefetch_coefficient(objective, ruleset, chip) and cycles_cap is None:
             # with costs that only add up, the best tile is all this group needs: pin it in
             # place of the tile variables (a duplicate would only weaken the LP bound)
