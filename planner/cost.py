@@ -176,13 +176,6 @@ def union_sum(graph: Graph, io: GroupIO, chains: GroupChains, tensor: str, tile:
     return ReuseGrid.of(graph, io, chains, tile).made_elems(tensor)
 
 
-def _tiles(n: int, h: int, w: int, tile: Tile) -> Iterable[Box]:
-    for n0, n1 in axis_ranges(n, tile.n):
-        for r0, r1 in axis_ranges(h, tile.h):
-            for c0, c1 in axis_ranges(w, tile.w):
-                yield n0, n1, r0, r1, c0, c1
-
-
 def _representative(extent: int, size: int) -> list[tuple[int, int]]:
     """Ranges whose regions differ: interior tiles are translates of each other."""
     ranges = axis_ranges(extent, size)

@@ -658,13 +658,18 @@ def test_r13_small_double_buffer(store: ModelStore) -> None:
     assert head.mode == "small" and "fc23" in head.layers
 
 
+def _whole_maps_pool_conv(store: ModelStore, sram: str, cout: int) -> Problem:
+    """pool_conv on a 4x128 input with rule 13 off and row tiles only (2-D tiles would let
+    [pool, conv] avoid whole maps, where rules 14 and 15 apply)."""
+    return with_rules(store.problem("pool_conv", None, [sram], h=4, w=128, cout=cout),
+                      small_double_buffer={"enabled": False}, search={"two_d_tiles": False})
+
+
 def test_r14_small_submap_buffer(store: ModelStore) -> None:
     """pool_conv on a 4x128 input: the conv's output has one row, so [pool, conv] runs only as
     whole maps. Live peak 17408 B fits 20 KiB, but IN/4 + W_i + IN = 4096 + 576 + 16384 =
     21056 B does not: with rule 13 off, rule 14 alone keeps the pool's output in DRAM."""
-    p = with_rules(store.problem("pool_conv", None, ["sram.bytes=20KiB"], h=4, w=128, cout=8),
-                   small_double_buffer={"enabled": False},
-                   search={"two_d_tiles": False})  # else 2-D tiles avoid whole maps
+    p = _whole_maps_pool_conv(store, "sram.bytes=20KiB", 8)
     tight, loose = binds(p, with_rules(p, small_submap_buffer={"enabled": False}),
                          "small_submap_buffer")
     assert fused(tight) == []
@@ -677,9 +682,7 @@ def test_r15_small_subout_buffer(store: ModelStore) -> None:
     """pool_conv on a 4x128 input with 288 output channels: OUT/4 + W_i + IN = 4608 + 20736 +
     16384 = 41728 B > 41500 B of SRAM, while rule 14 needs 41216 B. With rule 13 off, rule 15
     alone keeps [pool, conv] apart (and turning rule 14 off changes nothing)."""
-    p = with_rules(store.problem("pool_conv", None, ["sram.bytes=41500"], h=4, w=128, cout=288),
-                   small_double_buffer={"enabled": False},
-                   search={"two_d_tiles": False})  # else 2-D tiles avoid whole maps
+    p = _whole_maps_pool_conv(store, "sram.bytes=41500", 288)
     assert plan_problem(with_rules(p, small_submap_buffer={"enabled": False}),
                         "cpsat").totals.dram_bytes == plan_problem(p, "cpsat").totals.dram_bytes
     tight, loose = binds(p, with_rules(p, small_subout_buffer={"enabled": False}),
