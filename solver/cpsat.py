@@ -37,10 +37,13 @@ from solver.tiles import (
     ENERGY_SCALE,
     GroupSearch,
     Option,
+    TileChoice,
     energy_coefficients,
     objective_units,
     prefetch_coefficient,
 )
+
+TRADE_OFFS = 4  # halo-reusing choices pinned per group under a cycles cap (Pareto sweeps)
 
 
 @dataclass(frozen=True)
@@ -380,15 +383,17 @@ def _hint(enc: Encoding, warm: Sequence[tuple[Any, ...]]) -> None:
 
 
 def _describes(cand: Candidate, picked: tuple[Any, ...]) -> bool:
-    """Whether a candidate can take a warm-start choice: halo-reusing and 2-D choices are
-    the pinned alternatives', others the tile variables' (a group without closed forms has
-    only its pinned candidate)."""
+    """Whether a candidate can take a warm-start choice: a pinned candidate the very choice
+    (any, when the warm start names only a tile and the rows have no closed form), the tile
+    variables any full-width tile that recomputes its halos."""
     c = picked[1] if len(picked) > 1 else None
-    special = c is not None and (c.halo_reuse or c.tile.w < cand.extent[2])
     if cand.fixed is None:
-        return not special
-    closed = tile_floor(cand.chains, cand.io, cand.facts_any_tile.graph, 1) is not None
-    return special or not closed
+        return c is None or not (c.halo_reuse or c.tile.w < cand.extent[2])
+    if c is None:
+        return tile_floor(cand.chains, cand.io, cand.facts_any_tile.graph, 1) is None
+    f = cand.facts_any_tile
+    return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse) == \
+        (c.tile, c.resident, c.double_buffered, c.halo_reuse)
 
 
 def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
@@ -411,6 +416,47 @@ def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
         m.add_hint(m.get_int_var_from_proto_index(i), v)
 
 
+def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None,
+                  objective: str, ruleset: RuleSet, cycles_cap: int | None,
+                  prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None
+                  ) -> list[TileChoice | None]:
+    """A group's candidates: None for its tile variables (full-width tiles that recompute
+    their halos), and pinned choices the variables do not describe.
+
+    Rows without a closed form have only pinned tiles (enumerated costs): the best one. With
+    closed forms, the search's best halo-reusing or 2-D tile is pinned too: in place of the
+    variables when group costs only add up (the best tile of each group is all an optimal
+    plan needs; a duplicate would only weaken the LP bound), beside them when next-group
+    prefetch couples neighbours (with the options a prefetch may prefer) or under a cycles
+    cap (with the choices that trade time for the objective). A warm start's choice that no
+    candidate describes is pinned as well, so that the warm plan is a solution of the model
+    (under a cycles cap, the only one known).
+    """
+    full_width = search.tile_of(1).w
+
+    def special(c: TileChoice | None) -> bool:
+        return c is not None and (c.halo_reuse or c.tile.w < full_width)
+
+    alts: list[TileChoice | None]
+    if not search.closed_form:
+        alts = [best]
+    else:
+        extra = [best]
+        most = 3  # pinned alternatives per group: each one grows the model
+        if cycles_cap is not None and objective != "latency":
+            extra += search.trade_offs(objective, TRADE_OFFS)
+            most += TRADE_OFFS
+        if prefetch_options and search.layers in prefetch_options:
+            extra += [search.option_choice(o) for o in prefetch_options[search.layers]]
+        pins = [c for c in dict.fromkeys(extra) if special(c)][:most]
+        additive = not prefetch_coefficient(objective, ruleset, search.chip) \
+            and cycles_cap is None
+        alts = [*pins] if pins and additive and special(best) else [None, *pins]
+    if warm is not None and warm not in alts and (special(warm) or None not in alts):
+        alts.append(warm)  # the warm start's own choice, when no candidate describes it
+    return alts
+
+
 def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
                 warm: Sequence[tuple[Any, ...]] = (),
                 time_limit_s: float | None = None, cycles_cap: int | None = None,
@@ -428,6 +474,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             memo[alone] = GroupSearch.of(graph, alone, chip, ruleset).best(objective)
         if memo[alone] is None:
             raise infeasible_layer_error(graph, chip, ruleset, lay.name)
+    started_from = {frozenset(g[0]): g[2] for g in warm if len(g) > 2}
     candidates, floors, pinned = [], [], []
     for layers in candidate_sets(graph, ruleset, [g[0] for g in warm]):
         if layers in memo and memo[layers] is None:  # no tile passes, or it cuts a block
@@ -442,32 +489,15 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         best = memo[layers]
         if best is None:
             continue
-        candidates.append(layers)
-        floors.append(objective_units(best.cost, objective, ruleset, chip))
-        # rows without a closed form keep the exact Python tile (enumerated costs)
-        pinned.append(None if search.closed_form else best)
-        if not search.closed_form:
-            continue
-        # the search's best halo-reusing or 2-D tile, which the tile variables do not
-        # describe, is offered pinned beside them (group costs add up, so the best tile of
-        # each group is all an optimal plan needs, next-group prefetch aside); under a
-        # cycles cap (a Pareto sweep) the fastest such tile too, to trade time for energy
-        extra = [best] if cycles_cap is None or objective == "latency" \
-            else [best, search.best("latency")]
-        if prefetch_options and layers in prefetch_options:
-            # a next-group prefetch may prefer another option (more idle DRAM time or room)
-            extra += [search.option_choice(o) for o in prefetch_options[layers]]
-        # at most three pinned alternatives per group: each one grows the model
-        special = [c for c in dict.fromkeys(extra) if c is not None
-                   and (c.halo_reuse or c.tile.w < search.tile_of(1).w)][:3]
-        if special and not prefetch_coefficient(objective, ruleset, chip) and cycles_cap is None:
-            # with costs that only add up, the best tile is all this group needs: pin it in
-            # place of the tile variables (a duplicate would only weaken the LP bound)
-            pinned[-1] = special[0]
-            continue
-        for choice in special:
+        floor = objective_units(best.cost, objective, ruleset, chip)
+        warm_choice = started_from.get(frozenset(layers))
+        if warm_choice is not None:
+            warm_choice = search.choice(warm_choice.tile, warm_choice.resident,
+                                        warm_choice.double_buffered, warm_choice.halo_reuse)
+        for choice in _alternatives(search, best, warm_choice, objective, ruleset,
+                                    cycles_cap, prefetch_options):
             candidates.append(layers)
-            floors.append(objective_units(best.cost, objective, ruleset, chip))  # a bound
+            floors.append(floor)  # a bound for every alternative
             pinned.append(choice)
     enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors,
                                  cycles_cap, pinned, prefetch_options)

@@ -332,6 +332,20 @@ class GroupSearch:
                 kept.append(o)
         return kept
 
+    def trade_offs(self, objective: str, most: int) -> list[TileChoice]:
+        """Halo-reusing or 2-D choices no other such choice beats on both cycles and the
+        objective (what a cycles cap trades between), fastest first; at most `most`, spread
+        evenly along that front with both ends kept."""
+        wide = self.tile_of(1).w
+        front: list[Option] = []
+        for o in sorted(self._all_options(objective, None, with_room=False),
+                        key=lambda o: (o.cost.cycles, o.rank)):
+            if (o.halo_reuse or o.tile.w < wide) and (not front or o.rank < front[-1].rank):
+                front.append(o)
+        if len(front) > most > 1:
+            front = [front[round(k * (len(front) - 1) / (most - 1))] for k in range(most)]
+        return [self.option_choice(o) for o in front[:most]]
+
     def option_choice(self, o: Option) -> TileChoice:
         """The option's tile with its full predicted cost."""
         return self.at_batch(o.tile.n).choice(o.tile, o.resident, o.double_buffered,
