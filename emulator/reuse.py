@@ -128,15 +128,21 @@ class OnChip:
     graph: Graph
     images: dict[str, np.ndarray] = field(default_factory=dict)
     valid: dict[str, np.ndarray] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)  # valid positions per tensor
+    depth: dict[str, int] = field(default_factory=dict)  # elements per position (N * C)
 
     def put(self, t: str, rect: Rect, data: np.ndarray) -> int:
         """Store data at a rectangle of t; returns the elements stored."""
         if t not in self.images:
             self.images[t] = np.zeros(self.graph.shapes[t], np.float32)
-            self.valid[t] = np.zeros(dims(self.graph.shapes[t])[2:], bool)
+            b, c, h, w = dims(self.graph.shapes[t])
+            self.valid[t] = np.zeros((h, w), bool)
+            self.depth[t] = b * c
         r0, r1, c0, c1 = rect
         _cut(self.images[t], rect)[...] = data
-        self.valid[t][r0:r1, c0:c1] = True
+        window = self.valid[t][r0:r1, c0:c1]
+        self.held[t] = self.held.get(t, 0) + window.size - int(np.count_nonzero(window))
+        window[...] = True
         return int(np.asarray(data).size)
 
     def check(self, t: str, rect: Rect, layer: str) -> None:
@@ -153,22 +159,16 @@ class OnChip:
         for r, c in corners:
             mask[r:, c:] = True
         self.valid[t] &= mask
+        self.held[t] = int(np.count_nonzero(self.valid[t]))
 
     def held_elems(self) -> int:
-        n = 0
-        for t, v in self.valid.items():
-            b, c, _, _ = dims(self.graph.shapes[t])
-            n += int(v.sum()) * b * c
-        return n
+        """Elements on chip: valid positions times batch and channels (counted as the masks
+        change, so that a tile's steps do not rescan every mask)."""
+        return sum(n * self.depth[t] for t, n in self.held.items())
 
     def region(self, t: str) -> tuple[Box, np.ndarray]:
         return full_box(self.graph, t), self.images[t]
 
-
-def rect_elems(graph: Graph, t: str, rect: Rect) -> int:
-    """Elements of t in a rectangle of rows and columns (whole batch and channels)."""
-    n, c, _, _ = dims(graph.shapes[t])
-    return n * c * (rect[1] - rect[0]) * (rect[3] - rect[2])
 
 
 def plan_tiles(graph: Graph, group: Group) -> tuple[GroupIO, list[Step],
@@ -208,7 +208,8 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
             if out_rect is not None:
                 for j, t in enumerate(lay.fmap_inputs):
                     chip_mem.check(t, step.reads[(name, j)], name)
-                    tally.core += rect_elems(graph, t, step.reads[(name, j)]) * dt
+                    r = step.reads[(name, j)]
+                    tally.core += chip_mem.depth[t] * (r[1] - r[0]) * (r[3] - r[2]) * dt
                 onchip = {t: chip_mem.region(t) for t in lay.fmap_inputs}
                 ys = run_layer(graph, lay, as_box(graph, lay.outputs[0], out_rect), onchip,
                                weights)
