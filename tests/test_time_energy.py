@@ -311,3 +311,83 @@ def test_squeezenet_front_conflicts_and_every_point_verifies() -> None:
         report = api.verify_in_memory(problem, plan)
         assert report.ok, (report.first_counter_mismatch, report.capacity_violations)
         assert report.timeline[-1]["end_cycle"] == plan.totals.cycles
+
+
+@pytest.fixture()
+def reusing_chain(tmp_path: Path):  # noqa: ANN201
+    """A chain CNN on a chip small enough that its front layers reuse halos, and the search
+    of those layers."""
+    import models
+
+    problem = api.prepare(str(models.save(models.chain_cnn(h=96, w=96), tmp_path, "chain")),
+                          overrides=["sram.bytes=48KiB"])
+    g = problem.graph
+    layers = [lay.name for lay in g.layers][:5]
+    return problem, GroupSearch.of(g, layers, problem.chip, problem.ruleset)
+
+
+def test_trade_offs_are_a_front_of_reusing_tiles(reusing_chain) -> None:  # noqa: ANN001
+    """A group's halo-reusing choices that no other beats on both cycles and energy: fastest
+    first, each slower one cheaper, both ends of the whole front kept when it is thinned."""
+    problem, search = reusing_chain
+    chip, rs = problem.chip, problem.ruleset
+    reusing = [o for o in search._all_options("energy", None) if o.halo_reuse]
+    whole = search.trade_offs("energy", len(reusing))
+    thin = search.trade_offs("energy", 2)
+    assert len(whole) > 2 and all(c.halo_reuse for c in whole)
+    cycles = [c.cost.cycles for c in whole]
+    energy = [objective_units(c.cost, "energy", rs, chip) for c in whole]
+    assert cycles == sorted(set(cycles)) and energy == sorted(set(energy), reverse=True)
+    assert cycles[0] == min(o.cost.cycles for o in reusing)
+    assert energy[-1] == min(o.rank[0] for o in reusing)
+    assert thin == [whole[0], whole[-1]]
+
+
+def test_capped_solves_match_brute_force(two) -> None:  # noqa: ANN001
+    """Under every cycles cap the brute-force cheapest plan within it is CP-SAT's, warm-started
+    from the fastest plan."""
+    problem, _ = two
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    header = problem.plan_header()
+    every = []
+    for grouping in ((("conv1", "conv2"),), (("conv1",), ("conv2",))):
+        choices = [GroupSearch.of(g, ls, chip, rs)._all_options("energy", None)
+                   for ls in grouping]
+        for combo in itertools.product(*choices):
+            placed = [(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse)
+                      for ls, o in zip(grouping, combo, strict=True)]
+            every.append(assemble(g, chip, placed, objective="energy", solver={}, **header))
+    fastest = min(every, key=lambda p: (p.totals.cycles, p.totals.energy_pj))
+    warm = [(grp.layers, grp.tile, GroupSearch.of(g, grp.layers, chip, rs).choice(
+        grp.tile, grp.weights_resident, grp.double_buffered, grp.halo_reuse))
+        for grp in fastest.groups]
+    caps = sorted({p.totals.cycles for p in every})
+    assert len(caps) > 3
+    for cap in caps[:4]:
+        best = min(objective_units(p.totals, "energy", rs, chip) for p in every
+                   if p.totals.cycles <= cap)
+        got = solve_cpsat(g, chip, rs, "energy", warm, 20, cap)
+        plan = assemble(g, chip, list(got.groups), objective="energy", solver={}, **header)
+        assert got.status == "OPTIMAL" and plan.totals.cycles <= cap
+        assert objective_units(plan.totals, "energy", rs, chip) == best, cap
+
+
+def test_a_warm_start_choice_is_a_candidate_exactly(reusing_chain) -> None:  # noqa: ANN001
+    """A warm start's reusing tile that no other pinned alternative describes is pinned as
+    well, and the warm start selects that candidate, not another tile of the same group."""
+    from solver.cpsat import _alternatives, _describes, build_model
+
+    problem, search = reusing_chain
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    best = search.best("energy")
+    front = search.trade_offs("energy", 100)
+    middle = next(c for o in search._all_options("energy", None)
+                  if o.halo_reuse and (c := search.option_choice(o)) not in front)
+    assert best is not None
+    for cap in (None, 10**9):
+        alts = _alternatives(search, best, middle, "energy", rs, cap, None)
+        assert middle in alts
+        assert _alternatives(search, best, None, "energy", rs, cap, None).count(middle) == 0
+    enc, _ = build_model(g, chip, rs, "energy", [search.layers] * len(alts), None, None, alts)
+    picked = [_describes(c, (middle.tile, middle)) for c in enc.candidates]
+    assert picked == [a == middle for a in alts]
