@@ -22,6 +22,7 @@ from hardware.chip import Chip
 from planner.cost import (
     dram_bytes_per_cycle,
     group_tensors,
+    idle_dram_cycles,
     in_group_uses,
     weight_bytes,
     weight_prefetch_cycles,
@@ -41,6 +42,7 @@ from solver.tiles import (
     energy_coefficients,
     objective_units,
     prefetch_coefficient,
+    prefetch_room,
 )
 
 TRADE_OFFS = 4  # halo-reusing choices pinned per group under a cycles cap (Pareto sweeps)
@@ -251,7 +253,7 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         if objective != "traffic" and (coef or cycles_cap is not None) else {}
     rooms = {a: m.new_int_var(0, max(enc.weight_bytes(cands[b]) for b, _ in bs),
                               f"prefetch_room_{a}") for a, bs in pairs.items()}
-    costs = []
+    costs, excesses = [], []
     capped: list[Any] = []
     timings: dict[int, Timing] = {}
     for k, cand in enumerate(cands):
@@ -278,7 +280,18 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         m.add(excess >= cost - floor).only_enforce_if(cand.selected)
         m.add(excess == 0).only_enforce_if(cand.selected.Not())
         costs.append(excess + floor * cand.selected)
-    hidden = _encode_prefetch(enc, cands, pairs, rooms, timings)
+        excesses.append(excess)
+    hidden_after = _encode_prefetch(enc, cands, pairs, rooms, timings)
+    hidden = [h for hs in hidden_after.values() for h in hs]
+    if coef and floors is not None:
+        # what a group hides cannot take its cost below its cheapest option's net of the
+        # most that option can hide: a valid cut that keeps the LP relaxation from pairing
+        # a group's floor (its best option) with the idle time of a slow one
+        for a, hs in hidden_after.items():
+            net = _net_floor(enc, cands[a], objective, ruleset, options or {},
+                             max(most for _, most in pairs[a]), coef)
+            if net is not None:
+                m.add(coef * sum(hs) <= (floors[a] - net) * cands[a].selected + excesses[a])
     # every layer in exactly one selected group
     for lits in cover.values():
         m.add_exactly_one(lits)
@@ -309,9 +322,13 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
         for b in starting[spans[a][1] + 1]:
             w = weight_bytes(graph, cands[b].io.weights, chip)
             most = weight_prefetch_cycles(chip, w)
-            known = options.get(cand.layers) if cand.fixed is None else None
-            if known is not None:
-                most = max((min(o.idle, most) for o in known if o.room >= w), default=0)
+            if cand.fixed is not None:  # a pinned choice: its idle time and room are known
+                facts = cand.facts_any_tile
+                most = min(most, idle_dram_cycles(chip, cand.fixed, facts.double_buffered)) \
+                    if prefetch_room(facts) >= w else 0
+            elif cand.layers in options:
+                most = max((min(o.idle, most) for o in options[cand.layers] if o.room >= w),
+                           default=0)
             if most > 0:
                 pairs.setdefault(a, []).append((b, most))
     return pairs
@@ -319,13 +336,13 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
 
 def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
                      pairs: dict[int, list[tuple[int, int]]],
-                     rooms: dict[int, Any], timings: dict[int, Timing]) -> list[Any]:
+                     rooms: dict[int, Any], timings: dict[int, Timing]) -> dict[int, list[Any]]:
     """Cycles each selected pair hides (planner.cost.prefetch_cycles): at most the second's
     weight load time and the first's DRAM idle time, when its weights fit the room the
     first leaves and no selected group spans the first (so the second runs right after)."""
     m, graph = enc.model, enc.graph
     spans = [(min(map(graph.index, c.layers)), max(map(graph.index, c.layers))) for c in cands]
-    hidden = []
+    hidden: dict[int, list[Any]] = {}
     before: dict[int, list[Any]] = {}  # pair literals by second group
     for a, bs in pairs.items():
         ta, first = timings[a], cands[a]
@@ -347,7 +364,7 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
             m.add(rooms[a] >= w).only_enforce_if(pair)
             for c in spanning:
                 m.add_implication(pair, cands[c].selected.Not())
-            hidden.append(h)
+            hidden.setdefault(a, []).append(h)
             after.append(pair)
             before.setdefault(b, []).append(pair)
         # a group has one successor (its next layer is in exactly one group): implied by
@@ -357,6 +374,20 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
     for b, lits in before.items():
         m.add(sum(lits) <= cands[b].selected)
     return hidden
+
+
+def _net_floor(enc: Encoding, cand: Candidate, objective: str, ruleset: RuleSet,
+               options: Mapping[tuple[str, ...], Sequence[Option]], most: int, coef: int
+               ) -> int | None:
+    """A lower bound on a candidate's cost minus what it can hide (at most `most` cycles,
+    worth `coef` each), None when its options are not known: over its options (those the
+    search keeps beat every other one on rank, idle time and room together)."""
+    if cand.fixed is not None:
+        return objective_units(cand.fixed, objective, ruleset, enc.chip) - coef * most
+    known = options.get(cand.layers)
+    if not known:
+        return None
+    return min(int(o.rank[0]) - coef * min(o.idle, most) for o in known)
 
 
 def _hint(enc: Encoding, warm: Sequence[tuple[Any, ...]]) -> None:
