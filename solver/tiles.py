@@ -364,15 +364,8 @@ class GroupSearch:
                           objective, rules, with_room)]
         return found
 
-    def best_row_recompute(self, objective: str) -> TileChoice | None:
-        """The best full-width tile that recomputes its halo: what CP-SAT's tile variables
-        can express (their cost floor when the overall best reuses halos or is 2-D)."""
-        found = [o for tn in self.batch_options()
-                 for o in self.at_batch(tn)._height_options(objective, None, False, False)]
-        return self.option_choice(min(found, key=lambda o: o.rank)) if found else None
-
     def _height_options(self, objective: str, rules: Iterable[Rule] | None,
-                        with_room: bool = True, reuse_too: bool = True) -> list[Option]:
+                        with_room: bool = True) -> list[Option]:
         """Every feasible tile over every height, weight residency, buffering and halo mode.
 
         Capacities only shrink as tiles get shorter, so the heights that fit them form a
@@ -387,7 +380,7 @@ class GroupSearch:
         narrow = self.tile_of(1).w < anchor_extent(self.graph, self.io)[2]
         out: list[Option] = []
         for resident, reuse in ((True, False), (False, False), (True, True), (False, True)):
-            if reuse and (not reuse_too or not self.can_reuse()
+            if reuse and (not self.can_reuse()
                           or (len(heights) < 2 and not narrow)):
                 continue
             # the full height is checked on its own: at full width it is the whole map
