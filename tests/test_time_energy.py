@@ -230,6 +230,22 @@ def test_emulator_reports_a_prefetch_that_does_not_fit(two, tmp_path: Path) -> N
         == [(0, "sram", 104)]
 
 
+def _every_plan(problem: api.Problem, objective: str) -> list[Plan]:
+    """Every plan of the two-conv model: each grouping with each group's feasible options
+    (2-D ones included; prefetch decided by the cost model)."""
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    every = []
+    for grouping in ((("conv1", "conv2"),), (("conv1",), ("conv2",))):
+        choices = [GroupSearch.of(g, ls, chip, rs)._all_options(objective, None)
+                   for ls in grouping]
+        for combo in itertools.product(*choices):
+            placed = [(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse)
+                      for ls, o in zip(grouping, combo, strict=True)]
+            every.append(assemble(g, chip, placed, objective=objective, solver={},
+                                  **problem.plan_header()))
+    return every
+
+
 @pytest.mark.parametrize("objective", ["latency", "energy", "weighted"])
 def test_planners_optimise_prefetch_exactly(two, objective: str) -> None:  # noqa: ANN001
     """Shortest path and CP-SAT agree with brute force over every grouping and tile choice
@@ -245,13 +261,7 @@ def test_planners_optimise_prefetch_exactly(two, objective: str) -> None:  # noq
     def units(plan: Plan) -> int:
         return objective_units(plan.totals, objective, rs, chip)
 
-    every = []
-    for grouping in ((("conv1", "conv2"),), (("conv1",), ("conv2",))):
-        choices = [GroupSearch.of(g, ls, chip, rs)._all_options(objective, None)
-                   for ls in grouping]
-        for combo in itertools.product(*choices):
-            every.append(plan_of([(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse)
-                                  for ls, o in zip(grouping, combo, strict=True)]))
+    every = _every_plan(problem, objective)
     best = min(units(p) for p in every)
     path = plan_of([(ls, c.tile, c.resident, c.double_buffered, c.halo_reuse)
                     for ls, c in shortest_path_groups(g, chip, rs, objective)])
@@ -349,14 +359,7 @@ def test_capped_solves_match_brute_force(two) -> None:  # noqa: ANN001
     problem, _ = two
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     header = problem.plan_header()
-    every = []
-    for grouping in ((("conv1", "conv2"),), (("conv1",), ("conv2",))):
-        choices = [GroupSearch.of(g, ls, chip, rs)._all_options("energy", None)
-                   for ls in grouping]
-        for combo in itertools.product(*choices):
-            placed = [(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse)
-                      for ls, o in zip(grouping, combo, strict=True)]
-            every.append(assemble(g, chip, placed, objective="energy", solver={}, **header))
+    every = _every_plan(problem, "energy")
     fastest = min(every, key=lambda p: (p.totals.cycles, p.totals.energy_pj))
     warm = [(grp.layers, grp.tile, GroupSearch.of(g, grp.layers, chip, rs).choice(
         grp.tile, grp.weights_resident, grp.double_buffered, grp.halo_reuse))
