@@ -137,3 +137,24 @@ def test_2d_reuse_keeps_only_what_later_tiles_read(tmp_path: Path) -> None:
                                        ([n for n in (lay.name for lay in graph.layers)
                                          if n not in layers], Tile(1, 16, 16), True, False,
                                         False)], 0)
+
+
+def test_recompute_rules_forbid_reuse(tmp_path: Path) -> None:
+    """rules/recompute.yaml (search.halo_reuse off) plans the same model with no reusing
+    group, paying for it in re-read halos, and its plan verifies."""
+    from planner import api
+    from planner.plan import save_plan
+    from rules.ruleset import RULES_DIR
+
+    path = models.save(models.chain_cnn(h=96, w=96), tmp_path, "chain")
+    reuse = api.solve(str(path), overrides=["sram.bytes=48KiB"])
+    plan = api.solve(str(path), rules=RULES_DIR / "recompute.yaml",
+                     overrides=["sram.bytes=48KiB"])
+    assert any(g.halo_reuse for g in reuse.groups)
+    assert not any(g.halo_reuse for g in plan.groups)
+    assert plan.totals.redundant_read_bytes > 0
+    assert plan.totals.dram_bytes > reuse.totals.dram_bytes
+    file = tmp_path / "plan.json"
+    save_plan(plan, file)
+    report = api.verify(str(path), file)
+    assert report.ok, (report.first_output_mismatch, report.first_counter_mismatch)
