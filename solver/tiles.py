@@ -340,7 +340,7 @@ class GroupSearch:
         front: list[Option] = []
         for o in sorted(self._all_options(objective, None, with_room=False),
                         key=lambda o: (o.cost.cycles, o.rank)):
-            if (o.halo_reuse or o.tile.w < wide) and (not front or o.rank < front[-1].rank):
+            if (o.halo_reuse or o.tile.w < wide) and (not front or o.rank[0] < front[-1].rank[0]):
                 front.append(o)
         if len(front) > most > 1:
             front = [front[round(k * (len(front) - 1) / (most - 1))] for k in range(most)]
