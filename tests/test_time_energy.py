@@ -39,16 +39,22 @@ core: {macs_per_cycle: 1, vector_lanes: 1, pj_per_mac: 2, pj_per_vector_op: 0.5}
 """
 
 
+def _save_convs(tmp_path: Path, name: str, nodes: list[Any], output: str,
+                weights: list[Any]) -> Path:
+    """An opset-13 model of `nodes` from a 1x2x4x4 input x to a 1x2x4x4 `output`."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 2, 4, 4])], [helper.make_tensor_value_info(
+            output, TensorProto.FLOAT, [1, 2, 4, 4])], weights)
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
 def _one_conv(tmp_path: Path) -> Path:
     """Conv 1x1, 2 -> 2 channels on 4x4, no bias: 32 inputs, 4 weights, 64 MACs."""
     w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", kernel_shape=[1, 1])
-    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 2, 4, 4])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 2, 4, 4])], [w])
-    path = tmp_path / "one.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
-    return path
+    return _save_convs(tmp_path, "one", [node], "y", [w])
 
 
 @pytest.fixture()
@@ -154,12 +160,7 @@ def _two_convs(tmp_path: Path) -> Path:
     nodes = [helper.make_node("Conv", ["x", "w1"], ["y"], name="conv1", kernel_shape=[1, 1]),
              helper.make_node("Conv", ["y", "w2"], ["z"], name="conv2", kernel_shape=[3, 3],
                               pads=[1, 1, 1, 1])]
-    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 2, 4, 4])], [helper.make_tensor_value_info(
-            "z", TensorProto.FLOAT, [1, 2, 4, 4])], [w1, w2])
-    path = tmp_path / "two.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
-    return path
+    return _save_convs(tmp_path, "two", nodes, "z", [w1, w2])
 
 
 @pytest.fixture()
