@@ -166,10 +166,11 @@ def _cpsat(problem: Problem, objective: str, time_limit: float | None,
         options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
         path = [(ls, c.tile, c) for ls, c in
                 shortest_path_groups(g, chip, rs, objective, memo, options)]
-        cache[objective] = (memo, options, path)
-    memo, options, path = cache[objective]
+        cache[objective] = (memo, options, path, {})  # + trade-off fronts (capped solves)
+    memo, options, path, trade_offs = cache[objective]
     hint = path if warm is None else warm
-    result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo, options)
+    result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo, options,
+                         trade_offs)
     info = {"name": "cpsat", "status": result.status, "gap": round(result.gap, 6),
             "objective": result.objective, "bound": result.bound}
     if cycles_cap is not None:

@@ -449,7 +449,8 @@ def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
 
 def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None,
                   objective: str, ruleset: RuleSet, cycles_cap: int | None,
-                  prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None
+                  prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None,
+                  trade_offs: dict[tuple[str, ...], list[TileChoice]]
                   ) -> list[TileChoice | None]:
     """A group's candidates: None for its tile variables (full-width tiles that recompute
     their halos), and pinned choices the variables do not describe.
@@ -461,7 +462,8 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
     prefetch couples neighbours (with the options a prefetch may prefer) or under a cycles
     cap (with the choices that trade time for the objective). A warm start's choice that no
     candidate describes is pinned as well, so that the warm plan is a solution of the model
-    (under a cycles cap, the only one known).
+    (under a cycles cap, the only one known). ``trade_offs`` memoizes each group's front
+    across the capped solves of one sweep.
     """
     full_width = search.tile_of(1).w
 
@@ -475,7 +477,9 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
         extra = [best]
         most = 3  # pinned alternatives per group: each one grows the model
         if cycles_cap is not None and objective != "latency":
-            extra += search.trade_offs(objective, TRADE_OFFS)
+            if search.layers not in trade_offs:
+                trade_offs[search.layers] = search.trade_offs(objective, TRADE_OFFS)
+            extra += trade_offs[search.layers]
             most += TRADE_OFFS
         if prefetch_options and search.layers in prefetch_options:
             extra += [search.option_choice(o) for o in prefetch_options[search.layers]]
@@ -492,13 +496,17 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
                 warm: Sequence[tuple[Any, ...]] = (),
                 time_limit_s: float | None = None, cycles_cap: int | None = None,
                 memo: dict[tuple[str, ...], Any] | None = None,
-                prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None = None
+                prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None = None,
+                trade_offs: dict[tuple[str, ...], list[TileChoice]] | None = None
                 ) -> CpsatResult:
     """Optimal groups and tiles under the rules (or the best found within the time limit).
 
-    ``warm``: (layers, tile[, TileChoice]) of another planner's plan, as hints."""
+    ``warm``: (layers, tile[, TileChoice]) of another planner's plan, as hints;
+    ``trade_offs``: each group's reusing trade-off front under a cycles cap, kept across the
+    capped solves of a Pareto sweep (filled here)."""
     started = time.perf_counter()
     memo = {} if memo is None else memo
+    trade_offs = {} if trade_offs is None else trade_offs
     for lay in graph.layers:  # a layer that fits at no tile makes every plan infeasible
         alone = (lay.name,)
         if alone not in memo:
@@ -526,7 +534,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             warm_choice = search.choice(warm_choice.tile, warm_choice.resident,
                                         warm_choice.double_buffered, warm_choice.halo_reuse)
         for choice in _alternatives(search, best, warm_choice, objective, ruleset,
-                                    cycles_cap, prefetch_options):
+                                    cycles_cap, prefetch_options, trade_offs):
             candidates.append(layers)
             floors.append(floor)  # a bound for every alternative
             pinned.append(choice)

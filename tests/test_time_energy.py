@@ -389,9 +389,9 @@ def test_a_warm_start_choice_is_a_candidate_exactly(reusing_chain) -> None:  # n
                   if o.halo_reuse and (c := search.option_choice(o)) not in front)
     assert best is not None
     for cap in (None, 10**9):
-        alts = _alternatives(search, best, middle, "energy", rs, cap, None)
+        alts = _alternatives(search, best, middle, "energy", rs, cap, None, {})
         assert middle in alts
-        assert _alternatives(search, best, None, "energy", rs, cap, None).count(middle) == 0
+        assert _alternatives(search, best, None, "energy", rs, cap, None, {}).count(middle) == 0
     enc, _ = build_model(g, chip, rs, "energy", [search.layers] * len(alts), None, None, alts)
     picked = [_describes(c, (middle.tile, middle)) for c in enc.candidates]
     assert picked == [a == middle for a in alts]
