@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hardware.chip import Chip
-from planner.halo_reuse import lifetimes
-from planner.ir import Graph
+from planner.halo_reuse import lifetimes, stream_floors, streamed_step
+from planner.ir import Graph, Layer
 from planner.plan import Group
 from planner.regions import (
     Box,
@@ -161,6 +161,20 @@ class OnChip:
         self.valid[t] &= mask
         self.held[t] = int(np.count_nonzero(self.valid[t]))
 
+    def release_rows(self, t: str, r0: int, r1: int, corners: list[tuple[int, int]]) -> None:
+        """Drop rows r0:r1 of t outside the quadrants below-right of corners (what later
+        tiles read): a streamed step letting go of input rows it is done with."""
+        if t not in self.valid or r1 <= r0:
+            return
+        width = self.valid[t].shape[1]
+        first_kept = np.full(r1 - r0, width)
+        for r, c in corners:
+            first_kept[max(r - r0, 0):] = np.minimum(first_kept[max(r - r0, 0):], c)
+        rows = self.valid[t][r0:r1]
+        drop = rows & (np.arange(width)[None, :] < first_kept[:, None])
+        self.held[t] -= int(np.count_nonzero(drop))
+        rows &= ~drop
+
     def held_elems(self) -> int:
         """Elements on chip: valid positions times batch and channels (counted as the masks
         change, so that a tile's steps do not rescan every mask)."""
@@ -192,6 +206,8 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
     from emulator.run import run_layer  # run.py dispatches reusing groups here
 
     io, steps, keeps, spans = plan_tiles(graph, group)
+    streamed = {k: s for k in range(len(io.layers))
+                if (s := streamed_step(graph, io, k)) is not None}
     dt = chip.dtype_bytes
     chip_mem = OnChip(graph)
     end = len(io.layers)
@@ -214,10 +230,17 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
                 ys = run_layer(graph, lay, as_box(graph, lay.outputs[0], out_rect), onchip,
                                weights)
                 tally.ops(lay, ys[0].size)
-                for t, y in zip(lay.outputs, ys, strict=False):
-                    if t in step.made:
-                        tally.core += chip_mem.put(t, step.made[t], y) * dt
-            tally.step(ti, chip_mem.held_elems() * dt + prefetch)
+                if k in streamed:
+                    stored, most = _stream_rows(chip_mem, graph, lay, *streamed[k], out_rect,
+                                                ys[0], keeps[ti])
+                    tally.core += stored * dt
+                    tally.step(ti, most * dt + prefetch)
+                else:
+                    for t, y in zip(lay.outputs, ys, strict=False):
+                        if t in step.made:
+                            tally.core += chip_mem.put(t, step.made[t], y) * dt
+            if k not in streamed or out_rect is None:
+                tally.step(ti, chip_mem.held_elems() * dt + prefetch)
             for t, (_, last) in spans.items():
                 if last == k:
                     chip_mem.keep(t, keeps[ti].get(t, []))
@@ -233,6 +256,29 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
             if last == end:
                 chip_mem.keep(t, keeps[ti].get(t, []))
         tally.tile(ti, loaded, written)
+
+
+def _stream_rows(chip_mem: OnChip, graph: Graph, lay: Layer, out: str, released: list[str],
+                 rect: Rect, data: np.ndarray, keeps: dict[str, list[tuple[int, int]]]
+                 ) -> tuple[int, int]:
+    """Store a streamed step's output row by row (planner.halo_reuse.streamed_step): before
+    each row, its released inputs drop what is below their floor and not kept; each row's
+    reads are checked against what is still held. Returns (elements stored, the most
+    elements held at once)."""
+    r0, r1, c0, c1 = rect
+    floors = {t: stream_floors(graph, lay, t, r0, r1) for t in released}
+    done = dict.fromkeys(released, 0)  # rows below this are already released
+    stored = most = 0
+    for i, y in enumerate(range(r0, r1)):
+        for t in released:
+            chip_mem.release_rows(t, done[t], floors[t][i], keeps.get(t, []))
+            done[t] = max(done[t], floors[t][i])
+        row_box = as_box(graph, out, (y, y + 1, c0, c1))
+        for j, t in enumerate(lay.fmap_inputs):
+            chip_mem.check(t, _rect(input_box(graph, lay, j, row_box)), lay.name)
+        stored += chip_mem.put(out, (y, y + 1, c0, c1), data[..., i:i + 1, :])
+        most = max(most, chip_mem.held_elems())
+    return stored, most
 
 
 def _cut(arr: np.ndarray, rect: Rect) -> np.ndarray:

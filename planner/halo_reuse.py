@@ -26,7 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.ir import Graph
+from planner.ir import Graph, Layer
 from planner.regions import (
     GroupChains,
     GroupIO,
@@ -67,7 +67,8 @@ class AxisSchedule:
     _reads: dict[int, dict[tuple[str, int], Span]] = field(default_factory=dict)
     _made_from: dict[tuple[int, str, int], int] = field(default_factory=dict)
     _lows: dict[int, dict[str, int]] = field(default_factory=dict)
-    _factors: dict[tuple[int, str], tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    _factors: dict[tuple[int, str, int], tuple[tuple[int, int], ...]] = field(
+        default_factory=dict)
 
     @cached_property
     def ranges(self) -> list[Span]:
@@ -196,16 +197,17 @@ class AxisSchedule:
             self._lows[i] = lows
         return self._lows[i].get(t, NEVER)
 
-    def keep_factors(self, i: int, t: str) -> tuple[tuple[int, int], ...]:
+    def keep_factors(self, i: int, t: str, floor: int = 0) -> tuple[tuple[int, int], ...]:
         """This axis's factors of what tensor t keeps after tile index i (ReuseGrid.kept_after),
         for the three quadrant corners: rows (i is a tile row) give (made by earlier tile
         rows, made by this one) at or after the corner; columns (i is a tile column) give
-        (made by all tile columns, made by those up to i) at or after it."""
-        key = (i, t)
+        (made by all tile columns, made by those up to i) at or after it. A row floor
+        counts only rows at or after it (what a streamed layer step still holds)."""
+        key = (i, t, floor)
         if key not in self._factors:
             if self.axis == 1:  # corners: this row's reads, the next row's
                 a, b = self.read_low(i, t), self.read_low(i + 1, t)
-                corners = (a, b, max(a, b))
+                corners = (max(a, floor), max(b, floor), max(a, b, floor))
                 made = self.made(i, t)
                 out = tuple((self.made_from(i, t, x), from_(made, x)) for x in corners)
             else:  # corners: the next column's reads, the first column's (for the next row)
@@ -301,15 +303,50 @@ def lifetimes(graph: Graph, io: GroupIO) -> dict[str, tuple[int, int]]:
     return {t: (b, end if t in io.outputs else max(b, last.get(t, b))) for t, b in born.items()}
 
 
+def streamed_step(graph: Graph, io: GroupIO, k: int) -> tuple[str, list[str]] | None:
+    """Layer step k as a line buffer: (its output, the inputs it releases as it goes), or
+    None when the step runs whole.
+
+    A layer writing one spatial map computes it output row by row; after each row, an
+    input whose last use this is drops the rows no later output row of the tile reads,
+    except what the retention policy keeps for later tiles. So the step never holds its
+    whole input part and its whole output part at once, as the paper's line buffers do.
+    """
+    lay = graph.layer(io.layers[k])
+    outs = [t for t in lay.outputs if t]
+    if len(outs) != 1 or len(lay.out_shape) < 4:
+        return None
+    spans = lifetimes(graph, io)
+    released = [t for t in dict.fromkeys(lay.fmap_inputs)
+                if spans[t][1] == k and len(graph.shapes[t]) >= 4]
+    return outs[0], released
+
+
+def stream_floors(graph: Graph, lay: Layer, t: str, lo: int, hi: int) -> list[int]:
+    """Per output row y of [lo, hi): the row of input t below which a streamed step has
+    released what the policy does not keep, while row y runs (the lowest row that rows
+    y..hi-1 read; never lowered again)."""
+    h = dims(graph.shapes[t])[2]
+    floors, floor = [], 0
+    for y in range(lo, hi):
+        low = min(needed_range(lay.row_maps[j], y, hi, h, True, True)[0]
+                  for j, name in enumerate(lay.fmap_inputs) if name == t)
+        floor = max(floor, low)
+        floors.append(floor)
+    return floors
+
+
 def reuse_peak_elems(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
                      double_buffered: bool, grid: ReuseGrid | None = None) -> int:
     """Peak feature-map elements on chip over every tile and step of a reusing group.
 
     At step k a tensor holds what it kept from earlier tiles, plus (from the step it is
     made until its last use) what this tile makes; after its last use, what it keeps for
-    later tiles. A second input buffer adds this tile's loads (the next tile's arrive).
-    Every quantity is an outer product of one-axis factors over the representative tile
-    rows and columns, so each tensor contributes three small arrays.
+    later tiles. A streamed step (streamed_step) holds, while output row y runs, its
+    output's rows up to y and its released inputs from their floor (stream_floors) on.
+    A second input buffer adds this tile's loads (the next tile's arrive). Every quantity
+    is an outer product of one-axis factors over the representative tile rows and
+    columns, so each tensor contributes a few small arrays.
     """
     grid = grid or ReuseGrid.of(graph, io, chains, tile)
     if double_buffered not in grid.peaks:
@@ -323,8 +360,13 @@ def _peak(grid: ReuseGrid, double_buffered: bool) -> int:
     tensors = [t for t in spans if t in grid.rows.boxes(0)]
     rows, cols = grid.rows.indices(), grid.cols.indices()
     last_col = grid.cols.count - 1
+    streamed = {k: s for k in range(len(io.layers))
+                if (s := streamed_step(graph, io, k)) is not None}
     held = np.zeros((len(io.layers), len(rows), len(cols)), np.int64)
     loads = np.zeros((len(rows), len(cols)), np.int64)
+    befores: dict[str, np.ndarray] = {}
+    mades: dict[str, np.ndarray] = {}
+    afters: dict[str, np.ndarray] = {}
     for t in tensors:
         after = _kept_table(grid, t, rows, cols)
         # before tile (r, q): what tile (r, q - 1) kept, or for q = 0 the last tile of row r - 1
@@ -333,19 +375,71 @@ def _peak(grid: ReuseGrid, double_buffered: bool) -> int:
         before[:, 0] = [grid.kept_after(t, r - 1, last_col) if r else 0 for r in rows]
         made = grid.plane(t) * np.outer([length(grid.rows.made(r, t)) for r in rows],
                                         [length(grid.cols.made(q, t)) for q in cols])
+        befores[t], mades[t], afters[t] = before, made, after
         born, last = spans[t]
         for k in range(len(io.layers)):
+            if k in streamed and (t == streamed[k][0] or t in streamed[k][1]):
+                continue  # counted row by row below
             held[k] += before if k < born else before + made if k <= last else after
         if double_buffered and t in io.inputs:
             loads += made
+    for k, (out, released) in streamed.items():
+        lay = graph.layer(io.layers[k])
+        for a, r in enumerate(rows):
+            whole = sum(befores[t][a] + mades[t][a] for t in [out, *released])
+            runs = np.array([length(grid.rows.made(r, out)) * length(grid.cols.made(q, out)) > 0
+                             for q in cols])
+            # where the step makes nothing (no row to stream), its tensors stay whole
+            held[k, a] += np.where(runs, _streamed_row(grid, lay, out, released, r, cols,
+                                                       befores, afters, a), whole)
     return int((held + loads).max()) if len(io.layers) else 0
+
+
+def _streamed_row(grid: ReuseGrid, lay: Layer, out: str, released: list[str], r: int,
+                  cols: list[int], befores: dict[str, np.ndarray],
+                  afters: dict[str, np.ndarray], a: int) -> np.ndarray:
+    """A streamed step's output and released inputs in tile row r, for every column in
+    cols: the most they hold at once over the step's output rows."""
+    lo, hi = grid.rows.made(r, out)
+    col_made = np.array([length(grid.cols.made(q, out)) for q in cols], np.int64)
+    if hi <= lo:  # no row to stream (the caller keeps the whole step)
+        return np.zeros_like(col_made)
+    # output rows lo..y made, for each y (rows), in each tile column
+    total = befores[out][a] + grid.plane(out) * np.outer(np.arange(1, hi - lo + 1), col_made)
+    last_col = grid.cols.count - 1
+    for t in released:
+        floors = stream_floors(grid.graph, lay, t, lo, hi)
+        # the tile before (r, q) is (r, q - 1), or (r - 1, last column) for q = 0
+        prev = np.zeros((len(floors), len(cols)), np.int64)
+        prev[:, 1:] = _kept_floor(grid, t, r, [q - 1 for q in cols[1:]], floors)
+        if r:
+            prev[:, :1] = _kept_floor(grid, t, r - 1, [last_col], floors)
+        made_rows = [from_(grid.rows.made(r, t), f) for f in floors]
+        made = grid.plane(t) * np.outer(made_rows, [length(grid.cols.made(q, t)) for q in cols])
+        # below the floor only what later tiles read stays
+        kept_low = afters[t][a][None, :] - _kept_floor(grid, t, r, cols, floors)
+        total = total + prev + made + kept_low
+    return total.max(axis=0)
+
+
+def _kept_floor(grid: ReuseGrid, t: str, r: int, cols: list[int], floors: list[int]
+                ) -> np.ndarray:
+    """grid.kept_after(t, r, q) counting only rows at or after each floor: (floor, q)."""
+    r_f = np.array([grid.rows.keep_factors(r, t, f) for f in floors], np.int64).reshape(-1, 3, 2)
+    c_f = np.array([grid.cols.keep_factors(q, t) for q in cols], np.int64).reshape(-1, 3, 2)
+    return _signed_products(r_f, c_f) * grid.plane(t)
+
+
+def _signed_products(r_f: np.ndarray, c_f: np.ndarray) -> np.ndarray:
+    """Inclusion-exclusion over the three quadrant corners, for every pair of row and
+    column factors: the kept elements per position."""
+    sign = np.array([1, 1, -1], np.int64)
+    return (np.einsum("k,rk,qk->rq", sign, r_f[:, :, 0], c_f[:, :, 0])
+            + np.einsum("k,rk,qk->rq", sign, r_f[:, :, 1], c_f[:, :, 1]))
 
 
 def _kept_table(grid: ReuseGrid, t: str, rows: list[int], cols: list[int]) -> np.ndarray:
     """grid.kept_after(t, r, q) for every r in rows and q in cols, as outer products."""
     r_f = np.array([grid.rows.keep_factors(r, t) for r in rows], np.int64).reshape(-1, 3, 2)
     c_f = np.array([grid.cols.keep_factors(q, t) for q in cols], np.int64).reshape(-1, 3, 2)
-    sign = np.array([1, 1, -1], np.int64)
-    table = (np.einsum("k,rk,qk->rq", sign, r_f[:, :, 0], c_f[:, :, 0])
-             + np.einsum("k,rk,qk->rq", sign, r_f[:, :, 1], c_f[:, :, 1]))
-    return table * grid.plane(t)
+    return _signed_products(r_f, c_f) * grid.plane(t)

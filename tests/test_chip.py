@@ -129,8 +129,8 @@ def test_seed_presets_structure() -> None:
     assert not many.unified and many.cores_per_cluster == 16
     fused = load_chip("fused_layer_fp32")[0]
     assert fused.dtype_bytes == 4 and fused.cores == 1
-    assert fused.sram.bytes == 362_000
-    assert fused.nram is not None and fused.nram.bytes == 362_000
+    assert fused.sram.bytes == 362 * 1024
+    assert fused.nram is not None and fused.nram.bytes == 362 * 1024
 
 
 def test_unified_chip(tmp_path: Path) -> None:
