@@ -185,12 +185,13 @@ class OnChip:
 
 
 
-def plan_tiles(graph: Graph, group: Group) -> tuple[GroupIO, list[Step],
-                                                   list[dict[str, list[tuple[int, int]]]],
-                                                   dict[str, tuple[int, int]]]:
-    """Everything a reusing group's run needs before it starts."""
+def plan_tiles(graph: Graph, group: Group, anchors: list[Box] | None = None
+               ) -> tuple[GroupIO, list[Step], list[dict[str, list[tuple[int, int]]]],
+                          dict[str, tuple[int, int]]]:
+    """Everything a reusing group's run (over `anchors`, by default all its tiles) needs
+    before it starts."""
     io = group_io(graph, group.layers)
-    anchors = list(iter_tiles(graph, io, group.tile))
+    anchors = anchors if anchors is not None else list(iter_tiles(graph, io, group.tile))
     steps = schedule(graph, io, anchors)
     return io, steps, keep_policy(graph, io, anchors, steps), lifetimes(graph, io)
 
@@ -201,11 +202,13 @@ def as_box(graph: Graph, t: str, rect: Rect) -> Box:
 
 
 def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
-                    weights: Mapping[str, np.ndarray], tally: Tally) -> None:
-    """Run a reusing group's tiles, reading and writing `dram`, counting into `tally`."""
+                    weights: Mapping[str, np.ndarray], tally: Tally,
+                    anchors: list[Box] | None = None) -> None:
+    """Run a reusing group's tiles (or only `anchors`, one band's, on chip images of their
+    own), reading and writing `dram`, counting into `tally`."""
     from emulator.run import run_layer  # run.py dispatches reusing groups here
 
-    io, steps, keeps, spans = plan_tiles(graph, group)
+    io, steps, keeps, spans = plan_tiles(graph, group, anchors)
     streamed = {k: s for k in range(len(io.layers))
                 if (s := streamed_step(graph, io, k)) is not None}
     dt = chip.dtype_bytes

@@ -20,6 +20,7 @@ from threadpoolctl import threadpool_limits
 from emulator.kernels import run_op
 from emulator.reuse import run_reuse_tiles
 from hardware.chip import Chip
+from planner.bands import band_columns, band_compute_cycles, band_overflows, cluster_loads
 from planner.cost import (
     Counters,
     compute_cycles,
@@ -29,10 +30,11 @@ from planner.cost import (
     with_time,
 )
 from planner.ir import Graph, Layer, MapKind
-from planner.plan import Group, Plan
+from planner.plan import Group, Plan, check_bands
 from planner.regions import (
     Box,
     GroupIO,
+    anchor_extent,
     box_elems,
     full_box,
     group_io,
@@ -314,6 +316,7 @@ class Tally:
     first: int = 0
     last: int = 0
     worst: dict[str, Violation] = field(default_factory=dict)
+    checks: bool = True  # capacity per step (a band's tally leaves it to the whole group)
 
     @property
     def onchip_weights(self) -> int:
@@ -331,6 +334,8 @@ class Tally:
         """Feature-map bytes on chip after a layer ran: peak and capacity."""
         live = fmap_bytes + self.onchip_weights
         self.peak = max(self.peak, live)
+        if not self.checks:
+            return
         resident = self.weight_bytes if self.group.weights_resident else 0
         for v in _capacity(self.chip, self.group.id, tile, live, self.onchip_weights, resident):
             if v.level not in self.worst or v.needed_bytes > self.worst[v.level].needed_bytes:
@@ -369,6 +374,8 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
     io = group_io(graph, group.layers)
     dt = chip.dtype_bytes
     tally = Tally(chip, group, sum(int(graph.constants[w].size) for w in io.weights) * dt)
+    if group.halo_reuse and group.tile.bands > 1:
+        return _run_bands(graph, group, chip, dram, weights, io)
     if group.halo_reuse:
         run_reuse_tiles(graph, group, chip, dram, weights, tally)
         return tally.counters(graph, io), list(tally.worst.values())
@@ -409,6 +416,44 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
             written += part.size * dt
         tally.tile(ti, loaded, written)
     return tally.counters(graph, io), list(tally.worst.values())
+
+
+def _run_bands(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
+               weights: Mapping[str, np.ndarray], io: GroupIO
+               ) -> tuple[Counters, list[Violation]]:
+    """A banded halo-reusing group (planner.bands): each band's tiles run on their own chip
+    images, as its cores would; work and feature-map traffic add up, the weights are read
+    once (broadcast), the compute is the slowest band's, and capacity is checked per
+    cluster and core from each band's measured peak."""
+    dt = chip.dtype_bytes
+    wbytes = sum(int(graph.constants[w].size) for w in io.weights) * dt
+    anchors = list(iter_tiles(graph, io, group.tile))
+    columns = ceil(anchor_extent(graph, io)[2] / group.tile.w)
+    tallies = []
+    for first, end in band_columns(columns, group.tile.bands):
+        tally = Tally(chip, group, wbytes, checks=False)
+        mine = [a for a in anchors if first <= a[4] // group.tile.w < end]
+        run_reuse_tiles(graph, group, chip, dram, weights, tally, mine)
+        tallies.append(tally)
+    fmap_peaks = [t.peak - t.onchip_weights for t in tallies]
+    found = [Violation(group.id, -1, level, need, cap) for level, need, cap in
+             band_overflows(chip, fmap_peaks, wbytes, group.weights_resident)]
+    # the weights are read once per step of the bands and broadcast to all of them
+    weight_read = max(t.weight_read for t in tallies)
+    fmaps = sum(t.read - t.weight_read for t in tallies)
+    c = Counters(
+        dram_read_bytes=fmaps + weight_read, dram_write_bytes=sum(t.write for t in tallies),
+        weight_read_bytes=weight_read,
+        redundant_read_bytes=fmaps - _once(graph, io, dt),
+        sram_peak_bytes=max(cluster_loads(chip, fmap_peaks)) + tallies[0].onchip_weights,
+        macs=sum(t.macs for t in tallies), vector_ops=sum(t.vector_ops for t in tallies),
+        core_fmap_bytes=sum(t.core for t in tallies),
+        core_weight_bytes=wbytes * sum(t.tiles for t in tallies),
+        first_load_bytes=sum(t.first for t in tallies) - (len(tallies) - 1) * wbytes,
+        last_store_bytes=sum(t.last for t in tallies),
+        band_compute_cycles=max(band_compute_cycles(chip, t.macs, t.vector_ops,
+                                                    group.tile.bands) for t in tallies))
+    return with_time(chip, c, group.double_buffered), found
 
 
 def _once(graph: Graph, io: GroupIO, dt: int) -> int:
@@ -472,6 +517,7 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
     # gain, and on a busy machine their spin-waits slow the emulator down tenfold.
     with threadpool_limits(limits=1, user_api="blas"):
         for k, group in enumerate(plan.groups):
+            check_bands(graph, group.layers, group.tile, chip, group.halo_reuse, f"group {k}")
             c, v = emulate_group(graph, group, chip, dram, weights or graph.constants)
             if group.prefetch and k:  # its weights loaded while the group before it computed
                 prev, prev_group = counters[k - 1], plan.groups[k - 1]

@@ -157,7 +157,7 @@ def _plan_table(plan: Plan) -> Table:
         names = g.layers[0] if len(g.layers) == 1 \
             else f"{g.layers[0]} … {g.layers[-1]} ({len(g.layers)})"
         p = g.predicted
-        t.add_row(str(g.id), names, g.mode, f"{g.tile.n}×{g.tile.h}×{g.tile.w}",
+        t.add_row(str(g.id), names, g.mode, g.tile.label(),
                   "reuse" if g.halo_reuse else "recompute",
                   "resident" if g.weights_resident else "streamed", _mib(p.dram_bytes),
                   _mib(p.redundant_read_bytes), f"{p.sram_peak_bytes / 1024:,.0f} KiB")
@@ -168,9 +168,11 @@ def _totals_lines(plan: Plan) -> list[str]:
     t = plan.totals
     floor = plan.compulsory_dram_bytes
     lbl = plan.layer_by_layer_dram_bytes
+    versus = (f"{t.dram_bytes / lbl:.2f}× layer-by-layer ({_mib(lbl)})" if lbl
+              else "layer by layer does not fit this chip")
     return [
         f"DRAM traffic {_mib(t.dram_bytes)} = {t.dram_bytes / max(floor, 1):.2f}× the compulsory "
-        f"floor ({_mib(floor)}), {t.dram_bytes / max(lbl, 1):.2f}× layer-by-layer ({_mib(lbl)})",
+        f"floor ({_mib(floor)}), {versus}",
         f"weights read {_mib(t.weight_read_bytes)}; cycles {t.cycles:,}; energy "
         f"{t.energy_pj / 1e6:,.2f} µJ; solve {plan.solver.get('wall_s')} s",
     ]

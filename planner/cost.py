@@ -38,6 +38,7 @@ from fractions import Fraction
 from math import ceil
 
 from hardware.chip import Chip
+from planner.bands import band_compute_cycles, cluster_loads
 from planner.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from planner.ir import Graph
 from planner.regions import (
@@ -73,6 +74,7 @@ class Counters:
     first_load_bytes: int = 0  # DRAM bytes the first tile waits for (pipeline fill)
     last_store_bytes: int = 0  # DRAM bytes of the last tile's store (pipeline drain)
     prefetch_cycles: int = 0  # fill cycles hidden behind the previous group (its weights)
+    band_compute_cycles: int = 0  # banded groups: the slowest band's compute (else 0)
     cycles: int = 0
     energy_pj: float = 0.0
 
@@ -200,6 +202,9 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     )
     pick = _representative if exact else axis_ranges
     peak = 0
+    if halo_reuse and tile.bands > 1:
+        return banded_sram_bytes(graph, io, chains, tile, chip, weights_resident,
+                                 double_buffered)
     if halo_reuse:
         peak = reuse_peak_elems(graph, io, chains, tile, double_buffered) * chip.dtype_bytes
     rows, cols = (AxisSchedule(graph, io, chains, axis, size).picked_ranges()
@@ -224,7 +229,10 @@ def dram_bytes_per_cycle(chip: Chip) -> Fraction:
 
 
 def compute_cycles(chip: Chip, c: Counters) -> int:
-    """Cycles of the cores: MACs on the matrix units, vector ops on the vector lanes."""
+    """Cycles of the cores: MACs on the matrix units, vector ops on the vector lanes; for a
+    banded group, its slowest band's (the bands run at once on their own cores)."""
+    if c.band_compute_cycles:
+        return c.band_compute_cycles
     return (ceil(c.macs / (chip.cores * chip.core.macs_per_cycle))
             + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
 
@@ -325,6 +333,9 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     With halo reuse every element is loaded or computed once and each layer reads only
     what its new part needs (planner.halo_reuse).
     """
+    if halo_reuse and tile.bands > 1:
+        return banded_work(graph, io, chains, tile, chip, weights_resident,
+                           ReuseGrid.bands_of(graph, io, chains, tile))
     dt = chip.dtype_bytes
     n, h, w = anchor_extent(graph, io)
     tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
@@ -373,6 +384,71 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
         first_load_bytes=first_load,
         last_store_bytes=last_store,
     )
+
+
+def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+                weights_resident: bool, grids: Sequence[ReuseGrid]) -> Counters:
+    """work_counters of a halo-reusing group run in bands (planner.bands): each band's grid
+    loads, computes, reads and stores what it makes (its overlap with the band before it
+    included); the group's compute is its slowest band's; the weights are read once (per
+    tile of the longest band when streamed) and broadcast to every band."""
+    dt = chip.dtype_bytes
+    wbytes = weight_bytes(graph, io.weights, chip)
+    tensors = [t for t in group_tensors(graph, io) if t in grids[0].rows.boxes(0)]
+    read = write = macs = vector_ops = core = first = last = tiles = slowest = longest = 0
+    for grid in grids:
+        made = {t: grid.made_elems(t) for t in tensors}
+        b_macs = b_vector_ops = 0
+        for name in io.layers:
+            lay = graph.layer(name)
+            ops = lay.macs_per_output * made.get(lay.outputs[0], 0)
+            if lay.is_main:
+                b_macs += ops
+            else:
+                b_vector_ops += ops
+        macs, vector_ops = macs + b_macs, vector_ops + b_vector_ops
+        slowest = max(slowest, band_compute_cycles(chip, b_macs, b_vector_ops, tile.bands))
+        read += sum(made[t] for t in io.inputs)
+        write += sum(made[t] for t in io.outputs)
+        core += sum(made.values()) + sum(
+            grid.read_elems(name, j) for name in io.layers if graph.layer(name).outputs[0] in made
+            for j in range(len(graph.layer(name).fmap_inputs)))
+        tiles += grid.rows.count * grid.cols.count
+        longest = max(longest, grid.rows.count * grid.cols.count)
+        n = anchor_extent(graph, io)[0]
+        (r0, r1), (c0, c1) = grid.rows.ranges[0], grid.cols.ranges[0]
+        boxes = tile_regions(graph, io, (0, n, r0, r1, c0, c1))
+        first += sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
+        (r0, r1), (c0, c1) = grid.rows.ranges[-1], grid.cols.ranges[-1]
+        end: Box = (0, n, r0, r1, c0, c1)
+        boxes = tile_regions(graph, io, end)
+        last += sum(box_elems(graph, t, end if t == io.anchor else boxes[t]) for t in io.outputs)
+    wread = wbytes * (1 if weights_resident else longest)
+    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
+    return Counters(dram_read_bytes=read * dt + wread, dram_write_bytes=write * dt,
+                    weight_read_bytes=wread, redundant_read_bytes=read * dt - once,
+                    macs=macs, vector_ops=vector_ops, core_fmap_bytes=core * dt,
+                    core_weight_bytes=wbytes * tiles, first_load_bytes=first * dt + wbytes,
+                    last_store_bytes=last * dt, band_compute_cycles=slowest)
+
+
+def band_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+                    double_buffered: bool, grids: Sequence[ReuseGrid] | None = None
+                    ) -> list[int]:
+    """Each band's exact feature-map peak (planner.halo_reuse.reuse_peak_elems of its grid)."""
+    grids = grids or ReuseGrid.bands_of(graph, io, chains, tile)
+    return [reuse_peak_elems(graph, io, chains, tile, double_buffered, g) * chip.dtype_bytes
+            for g in grids]
+
+
+def banded_sram_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+                      weights_resident: bool, double_buffered: bool,
+                      grids: Sequence[ReuseGrid] | None = None) -> int:
+    """SRAM of the fullest cluster under a banded group: its bands' peaks, plus the resident
+    weights on single-memory chips."""
+    own = weight_bytes(graph, io.weights, chip) if chip.unified and weights_resident else 0
+    peaks = band_peak_bytes(graph, io, chains, tile, chip, double_buffered, grids)
+    return max(cluster_loads(chip, peaks)) + own
 
 
 def with_time(chip: Chip, c: Counters, double_buffered: bool, prefetched: int = 0) -> Counters:

@@ -26,6 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
+from planner.bands import band_columns
 from planner.ir import Graph, Layer
 from planner.regions import (
     GroupChains,
@@ -63,6 +64,7 @@ class AxisSchedule:
     chains: GroupChains
     axis: int
     size: int
+    part: tuple[int, int] | None = None  # only tile indices [first, end): one band's columns
     _boxes: dict[int, dict[str, Span]] = field(default_factory=dict)
     _reads: dict[int, dict[tuple[str, int], Span]] = field(default_factory=dict)
     _made_from: dict[tuple[int, str, int], int] = field(default_factory=dict)
@@ -72,7 +74,8 @@ class AxisSchedule:
 
     @cached_property
     def ranges(self) -> list[Span]:
-        return axis_ranges(anchor_extent(self.graph, self.io)[self.axis], self.size)
+        every = axis_ranges(anchor_extent(self.graph, self.io)[self.axis], self.size)
+        return every if self.part is None else every[self.part[0]:self.part[1]]
 
     @property
     def count(self) -> int:
@@ -247,6 +250,16 @@ class ReuseGrid:
     def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile) -> ReuseGrid:
         return cls(graph, io, AxisSchedule(graph, io, chains, 1, tile.h),
                    AxisSchedule(graph, io, chains, 2, tile.w))
+
+    @classmethod
+    def bands_of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile
+                 ) -> list[ReuseGrid]:
+        """One grid per band (planner.bands): every tile row, the band's tile columns; each
+        band runs on its own, so its first tile column makes its whole boxes (the overlap)."""
+        rows = AxisSchedule(graph, io, chains, 1, tile.h)
+        count = len(axis_ranges(anchor_extent(graph, io)[2], tile.w))
+        return [cls(graph, io, rows, AxisSchedule(graph, io, chains, 2, tile.w, part))
+                for part in band_columns(count, tile.bands)]
 
     def plane(self, t: str) -> int:
         """Elements of t per (row, column) position: the whole batch times the channels."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from math import ceil
 from pathlib import Path
 from typing import Any, Literal
 
 from hardware.chip import Chip
+from planner.bands import bands_problem
 from planner.cost import (
     Counters,
     compulsory_bytes,
@@ -78,6 +80,7 @@ def make_group(graph: Graph, gid: int, layers: Sequence[str], tile: Tile, chip: 
     ordered = tuple(sorted(layers, key=graph.index))
     if halo_reuse:
         check_reuse_tile(graph, ordered, tile, "plan")
+    check_bands(graph, ordered, tile, chip, halo_reuse, "plan")
     return Group(gid, ordered, tile, group_mode(graph, ordered, tile), weights_resident,
                  group_cost(graph, ordered, tile, chip, weights_resident, double_buffered,
                             halo_reuse),
@@ -134,6 +137,20 @@ def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: st
         raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos with tile "
                          f"{tile.n}x{tile.h}x{tile.w}; halo reuse needs tiles over the whole "
                          f"batch ({n} images). Use \"halo\": \"recompute\".")
+
+
+def check_bands(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip, halo_reuse: bool,
+                source: str) -> None:
+    """Bands split halo-reusing tiles among the chip's cores (planner.bands)."""
+    if tile.bands == 1:
+        return
+    columns = ceil(anchor_extent(graph, group_io(graph, layers))[2] / tile.w)
+    problem = ("bands need halo reuse" if not halo_reuse
+               else bands_problem(chip, tile.bands, columns))
+    if problem:
+        raise InputError(f"{source}: group starting at '{layers[0]}' runs in {tile.bands} "
+                         f"bands on chip {chip.name}, but {problem}. Use \"bands\": 1 or "
+                         "solve again for this chip.")
 
 
 def whole_tile(graph: Graph, layers: Sequence[str]) -> Tile:
@@ -279,7 +296,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "layers": list(g.layers),
                 "fused": g.fused,
                 "mode": g.mode,
-                "tile": {"n": g.tile.n, "h": g.tile.h, "w": g.tile.w},
+                "tile": {"n": g.tile.n, "h": g.tile.h, "w": g.tile.w, "bands": g.tile.bands},
                 "weights_resident": g.weights_resident,
                 "double_buffered": g.double_buffered,
                 "halo": "reuse" if g.halo_reuse else "recompute",
@@ -346,11 +363,11 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
         layers = tuple(_field(g, "layers", gw, list))
         td = _field(g, "tile", gw, dict)
         try:
-            tile = Tile(int(td["n"]), int(td["h"]), int(td["w"]))
+            tile = Tile(int(td["n"]), int(td["h"]), int(td["w"]), int(td.get("bands", 1)))
         except (KeyError, TypeError, ValueError):
-            raise InputError(f"{gw}: 'tile' needs integer n, h and w.") from None
-        if min(tile.n, tile.h, tile.w) < 1:
-            raise InputError(f"{gw}: tile sizes must be at least 1, got {tile}.")
+            raise InputError(f"{gw}: 'tile' needs integer n, h and w (and bands).") from None
+        if min(tile.n, tile.h, tile.w, tile.bands) < 1:
+            raise InputError(f"{gw}: tile sizes and bands must be at least 1, got {tile}.")
         pd = g.get("predicted", {})
         if not isinstance(pd, dict):
             raise InputError(f"{gw}: 'predicted' must be a mapping of counters.")
@@ -365,6 +382,9 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
             raise InputError(f"{gw}: 'halo' must be \"recompute\" or \"reuse\", got {halo!r}.")
         if halo == "reuse":
             check_reuse_tile(graph, layers, tile, gw)
+        elif tile.bands > 1:
+            raise InputError(f"{gw}: {tile.bands} bands need \"halo\": \"reuse\" (bands are "
+                             "strips of halo-reusing tiles); set \"bands\": 1.")
         groups.append(Group(int(g.get("id", i)), layers, tile, g.get("mode", "big"),
                             bool(g.get("weights_resident", True)), predicted,
                             bool(g.get("double_buffered", False)), halo_reuse=halo == "reuse",

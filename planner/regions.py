@@ -25,6 +25,12 @@ class Tile:
     n: int
     h: int
     w: int
+    bands: int = 1  # halo-reusing tiles only: tile columns split among cores (planner.bands)
+
+    def label(self) -> str:
+        """n×h×w, and the bands when there are several (tables and reports)."""
+        size = f"{self.n}×{self.h}×{self.w}"
+        return size if self.bands == 1 else f"{size} /{self.bands} bands"
 
 
 Box = tuple[int, int, int, int, int, int]  # n0, n1, r0, r1, c0, c1

@@ -305,7 +305,7 @@ def render_graph_svg(graph: Graph, plan: Plan) -> str:
 
 
 def _tile(group: Group) -> str:
-    return f"{group.tile.n}×{group.tile.h}×{group.tile.w}"
+    return group.tile.label()
 
 
 def _bar(kind: str, value: int, scale: float, colour: str = "") -> str:

@@ -21,7 +21,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hardware.chip import Chip
-from planner.cost import live_steps, region_sum, union_sum, weight_bytes
+from planner.bands import cluster_loads
+from planner.cost import band_peak_bytes, live_steps, region_sum, union_sum, weight_bytes
 from planner.halo_reuse import ReuseGrid, reuse_peak_elems
 from planner.ir import Graph, Layer
 from planner.regions import (
@@ -155,9 +156,20 @@ class GroupFacts:
     @cached_property
     def reuse_peak_bytes(self) -> int:
         """Exact peak of feature-map bytes on chip when halos are reused (the kept borders,
-        each tile's new parts, and with double buffering the next tile's loads)."""
+        each tile's new parts, and with double buffering the next tile's loads); for a
+        banded tile, the fullest cluster's bands together."""
+        if self.tile.bands > 1:
+            return max(cluster_loads(self.chip, self.band_peak_bytes))
         return reuse_peak_elems(self.graph, self.io, self.chains, self.tile,
                                 self.double_buffered, self.grid) * self.chip.dtype_bytes
+
+    @cached_property
+    def band_peak_bytes(self) -> list[int]:
+        """Each band's exact feature-map peak (planner.bands; one entry without bands)."""
+        if self.tile.bands == 1:
+            return [self.reuse_peak_bytes]
+        return band_peak_bytes(self.graph, self.io, self.chains, self.tile, self.chip,
+                               self.double_buffered)
 
     def redundancy_pct(self) -> float:
         """Halo re-reads as a percentage of reading each input once (rule 11)."""

@@ -40,6 +40,9 @@ class SearchSettings:
     two_d_tiles: bool = False
     # off for chips without scratch for kept borders: every tile recomputes its halo
     halo_reuse: bool = True
+    # with 2-D halo-reusing tiles, also try one band of tile columns per core
+    # (planner.bands): bands spread a group over every cluster's SRAM
+    bands: bool = True
 
 
 @dataclass(frozen=True)

@@ -199,9 +199,13 @@ def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: Ru
     i = cand.index
     bpc = dram_bytes_per_cycle(chip)
     num, den = bpc.numerator, bpc.denominator
-    compute = (_ceil_div(m, t.macs, chip.cores * chip.core.macs_per_cycle, 1, f"mac_cyc_{i}")
-               + _ceil_div(m, t.vector_ops, chip.cores * chip.core.vector_lanes, 1,
-                           f"vec_cyc_{i}"))
+    if cand.fixed is not None and cand.fixed.band_compute_cycles:  # its slowest band's
+        compute: Any = cand.fixed.band_compute_cycles
+    else:
+        compute = (_ceil_div(m, t.macs, chip.cores * chip.core.macs_per_cycle, 1,
+                             f"mac_cyc_{i}")
+                   + _ceil_div(m, t.vector_ops, chip.cores * chip.core.vector_lanes, 1,
+                               f"vec_cyc_{i}"))
     cycles = m.new_int_var(0, 10**12, f"cycles_{i}")
     # without a second buffer, transfers and compute add up
     serial = _ceil_div(m, t.dram, num, den, f"dram_cyc_{i}")

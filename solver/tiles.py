@@ -14,6 +14,7 @@ from functools import partial
 from math import ceil
 
 from hardware.chip import Chip
+from planner.bands import band_counts, band_overflows, cluster_loads, cores_per_band
 from planner.cost import Counters, group_cost, idle_dram_cycles, with_time, work_counters
 from planner.halo_reuse import AxisSchedule, ReuseGrid
 from planner.ir import Graph
@@ -57,8 +58,14 @@ def prefetch_room(facts: GroupFacts) -> int:
     """
     chip = facts.chip
     weights = facts.weight_bytes if facts.weights_resident else 0
+    if chip.wram is not None and facts.tile.bands > 1:  # each band's cores hold a copy
+        return (chip.wram.bytes - ceil(weights / cores_per_band(chip, facts.tile.bands))) \
+            * chip.cores_per_cluster
     if chip.wram is not None:
         return chip.wram.bytes * chip.cores_per_cluster - weights
+    if facts.tile.bands > 1:
+        return (chip.sram.bytes - max(cluster_loads(chip, facts.band_peak_bytes))
+                - (weights if chip.unified else 0))
     if facts.halo_reuse:
         live = facts.reuse_peak_bytes
     else:
@@ -85,6 +92,13 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
     """Capacity the chip enforces on every group, fused or not (bound formulas, as CP-SAT)."""
     chip = facts.chip
     out = []
+    if facts.tile.bands > 1:  # each band on its own cores and its cluster's SRAM
+        return [Violation("HW", level, f"each {'cluster' if level == 'sram' else 'core'} "
+                          f"needs {need} B of {level.upper()} for its bands, has {cap} B",
+                          need, cap)
+                for level, need, cap in band_overflows(chip, facts.band_peak_bytes,
+                                                       facts.weight_bytes,
+                                                       facts.weights_resident)]
     if facts.halo_reuse:  # exact: borders kept for later tiles plus each tile's new parts
         live = facts.reuse_peak_bytes
     else:
@@ -173,6 +187,7 @@ class GroupSearch:
     chains: GroupChains
     tn: int | None = None  # images per tile; None: the whole batch
     tw: int | None = None  # tile width; None: the whole width
+    bands: int = 1  # halo-reusing tiles only: tile columns split among cores (planner.bands)
     # one-axis schedules of halo-reusing tiles by (axis, size), shared by every tile tried
     schedules: dict[tuple[int, int], AxisSchedule] = field(default_factory=dict, repr=False,
                                                            compare=False)
@@ -222,7 +237,7 @@ class GroupSearch:
 
     def tile_of(self, th: int) -> Tile:
         n, _, w = anchor_extent(self.graph, self.io)
-        return Tile(self.tn or n, th, self.tw or w)
+        return Tile(self.tn or n, th, self.tw or w, self.bands)
 
     def widths(self) -> list[int]:
         """Tile widths narrower than the map worth trying, widest first: halvings of the
@@ -274,6 +289,16 @@ class GroupSearch:
                  halo_reuse: bool = False, physical: bool = True) -> bool:
         return not self.violations(self.tile_of(th), resident, rules, halo_reuse,
                                    physical=physical)
+
+    def at_bands(self, bands: int) -> GroupSearch:
+        """The same search with halo-reusing tiles in `bands` bands."""
+        return replace(self, bands=bands)
+
+    def band_options(self, tw: int) -> list[int]:
+        """Band counts worth trying for tiles tw columns wide (search.bands)."""
+        if not self.ruleset.search.bands:
+            return []
+        return band_counts(self.chip, -(-anchor_extent(self.graph, self.io)[2] // tw))
 
     def can_reuse(self) -> bool:
         """Halo reuse needs closed-form rows (and columns, for 2-D tiles) and tiles over the
@@ -348,8 +373,8 @@ class GroupSearch:
 
     def option_choice(self, o: Option) -> TileChoice:
         """The option's tile with its full predicted cost."""
-        return self.at_batch(o.tile.n).choice(o.tile, o.resident, o.double_buffered,
-                                              o.halo_reuse)
+        search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
+        return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse)
 
     def _all_options(self, objective: str, rules: Iterable[Rule] | None,
                      with_room: bool = True) -> list[Option]:
@@ -361,6 +386,9 @@ class GroupSearch:
         if self.narrow_worth_trying(wide.tile.h if wide else None):
             found += [o for tw in self.widths() for tn in self.batch_options()
                       for o in self.at_width(tw).at_batch(tn)._height_options(
+                          objective, rules, with_room)]
+            found += [o for tw in self.widths() for b in self.band_options(tw)
+                      for o in self.at_width(tw).at_bands(b)._height_options(
                           objective, rules, with_room)]
         return found
 
@@ -382,6 +410,8 @@ class GroupSearch:
         for resident, reuse in ((True, False), (False, False), (True, True), (False, True)):
             if reuse and (not self.can_reuse()
                           or (len(heights) < 2 and not narrow)):
+                continue
+            if self.bands > 1 and not reuse:  # bands are strips of halo-reusing tiles
                 continue
             # the full height is checked on its own: at full width it is the whole map
             # (small-map rules apply, nothing to reuse)
