@@ -296,7 +296,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "layers": list(g.layers),
                 "fused": g.fused,
                 "mode": g.mode,
-                "tile": {"n": g.tile.n, "h": g.tile.h, "w": g.tile.w, "bands": g.tile.bands},
+                "tile": {"n": g.tile.n, "h": g.tile.h, "w": g.tile.w,
+                         **({"bands": g.tile.bands} if g.tile.bands > 1 else {})},
                 "weights_resident": g.weights_resident,
                 "double_buffered": g.double_buffered,
                 "halo": "reuse" if g.halo_reuse else "recompute",
@@ -367,7 +368,7 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
         except (KeyError, TypeError, ValueError):
             raise InputError(f"{gw}: 'tile' needs integer n, h and w (and bands).") from None
         if min(tile.n, tile.h, tile.w, tile.bands) < 1:
-            raise InputError(f"{gw}: tile sizes and bands must be at least 1, got {tile}.")
+            raise InputError(f"{gw}: tile sizes must be at least 1 (bands too), got {tile}.")
         pd = g.get("predicted", {})
         if not isinstance(pd, dict):
             raise InputError(f"{gw}: 'predicted' must be a mapping of counters.")
