@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hardware.chip import Chip
 from planner.bands import cluster_loads
-from planner.cost import band_peak_bytes, live_steps, region_sum, union_sum, weight_bytes
+from planner.cost import (
+    band_peak_bytes,
+    live_steps,
+    region_sum,
+    union_sum,
+    weight_bytes,
+    work_counters,
+)
 from planner.halo_reuse import ReuseGrid, reuse_peak_elems
 from planner.ir import Graph, Layer
 from planner.regions import (
@@ -174,6 +181,10 @@ class GroupFacts:
     def redundancy_pct(self) -> float:
         """Halo re-reads as a percentage of reading each input once (rule 11)."""
         once = sum(box_elems(self.graph, t, self.chains.full[t]) for t in self.io.inputs)
+        if self.tile.bands > 1:  # the bands' overlaps are re-read
+            c = work_counters(self.graph, self.io, self.chains, self.tile, self.chip,
+                              self.weights_resident, True)
+            return 100.0 * c.redundant_read_bytes / max(once * self.chip.dtype_bytes, 1)
         read = union_sum if self.halo_reuse else region_sum
         loaded = sum(read(self.graph, self.io, self.chains, t, self.tile)
                      for t in self.io.inputs)

@@ -19,6 +19,7 @@ from planner.errors import InputError
 from planner.halo_reuse import ReuseGrid
 from planner.plan import assemble, load_plan, plan_to_json
 from planner.regions import Tile, anchor_extent, group_chains, group_io
+from rules.base import GroupFacts
 from rules.ruleset import load_rules
 from solver.tiles import GroupSearch, physical_violations
 
@@ -79,6 +80,10 @@ def test_bands_split_the_kept_rows_and_pay_with_their_overlap(wide) -> None:  # 
     assert one.redundant_read_bytes == 0 < banded.redundant_read_bytes
     assert banded.macs > one.macs  # each band's first column recomputes its left border
     io = group_io(graph, layers)
+    facts = GroupFacts(graph, io, group_chains(graph, io), Tile(1, 1, 1, 16), chip, True,
+                       False, True)
+    once = graph.elems(io.inputs[0]) * chip.dtype_bytes
+    assert facts.redundancy_pct() == pytest.approx(100 * banded.redundant_read_bytes / once)
     grids = ReuseGrid.bands_of(graph, io, group_chains(graph, io), Tile(1, 1, 1, 16))
     per_band = []
     for grid in grids:
