@@ -32,7 +32,7 @@ actually moves. Execution model, per group:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from math import ceil
@@ -349,22 +349,12 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     wbytes = weight_bytes(graph, io.weights, chip)
     wread = wbytes * (1 if weights_resident else tiles)
     write = sum(graph.elems(t) for t in io.outputs) * dt
-    macs = vector_ops = 0
-    for name in io.layers:
-        lay = graph.layer(name)
-        ops = lay.macs_per_output * made.get(lay.outputs[0], 0)
-        if lay.is_main:
-            macs += ops
-        else:
-            vector_ops += ops
+    macs, vector_ops = _layer_ops(graph, io, made)
     if grid is None:
         uses = in_group_uses(graph, io)
         core_fmap = sum(made[t] + sums[t] * uses.get(t, 0) for t in sums) * dt
     else:
-        core_fmap = (sum(made.values()) + sum(
-            grid.read_elems(name, j) for name in io.layers
-            if graph.layer(name).outputs[0] in sums
-            for j in range(len(graph.layer(name).fmap_inputs)))) * dt
+        core_fmap = _reuse_core_elems(graph, io, grid, made) * dt
     first, last = edge_tiles(graph, io, tile)
     first_boxes = tile_regions(graph, io, first)
     last_boxes = tile_regions(graph, io, last)
@@ -386,6 +376,28 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     )
 
 
+def _layer_ops(graph: Graph, io: GroupIO, made: Mapping[str, int]) -> tuple[int, int]:
+    """(MACs of main layers, vector ops of the others) for `made` elements of each output."""
+    macs = vector_ops = 0
+    for name in io.layers:
+        lay = graph.layer(name)
+        ops = lay.macs_per_output * made.get(lay.outputs[0], 0)
+        if lay.is_main:
+            macs += ops
+        else:
+            vector_ops += ops
+    return macs, vector_ops
+
+
+def _reuse_core_elems(graph: Graph, io: GroupIO, grid: ReuseGrid, made: Mapping[str, int]
+                      ) -> int:
+    """Elements a reusing grid's cores move on chip: each made once, plus what every layer
+    reads for its new part."""
+    return sum(made.values()) + sum(
+        grid.read_elems(name, j) for name in io.layers if graph.layer(name).outputs[0] in made
+        for j in range(len(graph.layer(name).fmap_inputs)))
+
+
 def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                 weights_resident: bool, grids: Sequence[ReuseGrid]) -> Counters:
     """work_counters of a halo-reusing group run in bands (planner.bands): each band's grid
@@ -396,26 +408,17 @@ def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip
     wbytes = weight_bytes(graph, io.weights, chip)
     tensors = [t for t in group_tensors(graph, io) if t in grids[0].rows.boxes(0)]
     read = write = macs = vector_ops = core = first = last = tiles = slowest = longest = 0
+    n = anchor_extent(graph, io)[0]
     for grid in grids:
         made = {t: grid.made_elems(t) for t in tensors}
-        b_macs = b_vector_ops = 0
-        for name in io.layers:
-            lay = graph.layer(name)
-            ops = lay.macs_per_output * made.get(lay.outputs[0], 0)
-            if lay.is_main:
-                b_macs += ops
-            else:
-                b_vector_ops += ops
+        b_macs, b_vector_ops = _layer_ops(graph, io, made)
         macs, vector_ops = macs + b_macs, vector_ops + b_vector_ops
         slowest = max(slowest, band_compute_cycles(chip, b_macs, b_vector_ops, tile.bands))
         read += sum(made[t] for t in io.inputs)
         write += sum(made[t] for t in io.outputs)
-        core += sum(made.values()) + sum(
-            grid.read_elems(name, j) for name in io.layers if graph.layer(name).outputs[0] in made
-            for j in range(len(graph.layer(name).fmap_inputs)))
+        core += _reuse_core_elems(graph, io, grid, made)
         tiles += grid.rows.count * grid.cols.count
         longest = max(longest, grid.rows.count * grid.cols.count)
-        n = anchor_extent(graph, io)[0]
         (r0, r1), (c0, c1) = grid.rows.ranges[0], grid.cols.ranges[0]
         boxes = tile_regions(graph, io, (0, n, r0, r1, c0, c1))
         first += sum(box_elems(graph, t, boxes[t]) for t in io.inputs)

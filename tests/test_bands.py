@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_halo import _graph, _verify_plan
+from test_halo import _cut, _graph, _verify_plan
 
 from hardware.chip import load_chip
 from planner.bands import band_compute_cycles
@@ -26,24 +26,6 @@ from solver.tiles import GroupSearch, physical_violations
 import models
 
 
-def _banded(graph, split: int, th: int, tw: int, cores: int) -> list[tuple]:  # noqa: ANN001
-    """The model's layers cut into `split` groups; single-output groups reuse halos on
-    (th, tw) tiles in one band per core where the tile columns allow it."""
-    names = [lay.name for lay in graph.layers]
-    step = max(1, len(names) // split)
-    groups = []
-    for i in range(0, len(names), step):
-        layers = names[i:i + step]
-        io = group_io(graph, layers)
-        n, h, w = anchor_extent(graph, io)
-        single = len(io.outputs) == 1
-        width = min(w, tw)
-        bands = cores if single and -(-w // width) >= cores else 1
-        tile = Tile(n, min(h, th), width, bands) if single else Tile(n, h, w)
-        groups.append((layers, tile, i % 2 == 0, i % 3 == 0, single))
-    return groups
-
-
 @settings(max_examples=15, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), th=st.integers(1, 6), tw=st.integers(1, 3),
@@ -57,7 +39,8 @@ def test_banded_plans_verify_on_random_cnns(tmp_path: Path, seed: int, th: int, 
     rng = np.random.default_rng(seed)
     loaded, graph = _graph(tmp_path, models.random_cnn(rng), f"b{seed}")
     chip, _ = load_chip(preset)
-    _verify_plan(graph, loaded, chip, _banded(graph, split, th, tw, chip.cores), seed)
+    _verify_plan(graph, loaded, chip, _cut(graph, split, th, tw, True, 2, 3, chip.cores),
+                 seed)
 
 
 @pytest.fixture(scope="module")

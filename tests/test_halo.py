@@ -43,9 +43,10 @@ def test_reuse_reads_each_input_row_once(tmp_path: Path) -> None:
 
 
 def _cut(graph, split: int, th: int, tw: int | None, reuse: bool, resident_every: int = 1,
-         buffered_every: int = 0) -> list[tuple]:  # noqa: ANN001
+         buffered_every: int = 0, cores: int = 1) -> list[tuple]:  # noqa: ANN001
     """The model's layers cut into `split` groups, tiled (th, tw) where a group has one
-    output (whole maps otherwise, and no reuse)."""
+    output (whole maps otherwise, and no reuse); reusing groups in one band per core
+    (`cores` > 1) where they have that many tile columns."""
     names = [lay.name for lay in graph.layers]
     step = max(1, len(names) // split)
     groups = []
@@ -54,7 +55,9 @@ def _cut(graph, split: int, th: int, tw: int | None, reuse: bool, resident_every
         io = group_io(graph, layers)
         n, h, w = anchor_extent(graph, io)
         single = len(io.outputs) == 1
-        tile = Tile(n, min(h, th), min(w, tw or w)) if single else Tile(n, h, w)
+        width = min(w, tw or w)
+        bands = cores if single and reuse and -(-w // width) >= cores else 1
+        tile = Tile(n, min(h, th), width, bands) if single else Tile(n, h, w)
         groups.append((layers, tile, i % resident_every == 0,
                        bool(buffered_every) and i % buffered_every == 0, single and reuse))
     return groups
