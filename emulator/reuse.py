@@ -1,5 +1,5 @@
 """Emulate a halo-reusing group: tiles run row-major, each makes only what no earlier tile
-made, and the chip keeps exactly what later tiles will read (planner.halo_reuse states
+made, and the chip keeps exactly what later tiles will read (planner.geometry.halo_reuse states
 the same policy in closed form; this module finds it by running the tiles).
 
 Every tensor of the group has an on-chip image (an array the size of the tensor) and a
@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hardware.chip import Chip
-from planner.halo_reuse import lifetimes, stream_floors, streamed_step
-from planner.ir import Graph, Layer
-from planner.plan import Group
-from planner.regions import (
+from planner.geometry.halo_reuse import lifetimes, stream_floors, streamed_step
+from planner.geometry.regions import (
     Box,
     GroupIO,
     dims,
@@ -30,6 +28,8 @@ from planner.regions import (
     iter_tiles,
     tile_regions,
 )
+from planner.ir.graph import Graph, Layer
+from planner.plan.data import Group
 
 if TYPE_CHECKING:
     from emulator.run import Tally
@@ -264,7 +264,7 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
 def _stream_rows(chip_mem: OnChip, graph: Graph, lay: Layer, out: str, released: list[str],
                  rect: Rect, data: np.ndarray, keeps: dict[str, list[tuple[int, int]]]
                  ) -> tuple[int, int]:
-    """Store a streamed step's output row by row (planner.halo_reuse.streamed_step): before
+    """Store a streamed step's output row by row (planner.geometry.halo_reuse.streamed_step): before
     each row, its released inputs drop what is below their floor and not kept; each row's
     reads are checked against what is still held. Returns (elements stored, the most
     elements held at once)."""

@@ -1,6 +1,6 @@
 """Execute a plan on the modeled chip, tile by tile, counting every byte moved.
 
-The emulator shares only the region function (planner.regions.tile_regions)
+The emulator shares only the region function (planner.geometry.regions.tile_regions)
 with the planner: it slices real arrays for each tile, runs the layers with the
 NumPy kernels, and counts bytes from the arrays it actually moves, so a wrong
 closed form in the cost model shows up as a counter mismatch.
@@ -20,8 +20,7 @@ from threadpoolctl import threadpool_limits
 from emulator.kernels import run_op
 from emulator.reuse import run_reuse_tiles
 from hardware.chip import Chip
-from planner.bands import band_columns, band_compute_cycles, band_overflows, cluster_loads
-from planner.cost import (
+from planner.cost.model import (
     Counters,
     compute_cycles,
     dram_bytes_per_cycle,
@@ -29,9 +28,8 @@ from planner.cost import (
     prefetch_cycles,
     with_time,
 )
-from planner.ir import Graph, Layer, MapKind
-from planner.plan import Group, Plan, check_bands
-from planner.regions import (
+from planner.geometry.bands import band_columns, band_compute_cycles, band_overflows, cluster_loads
+from planner.geometry.regions import (
     Box,
     GroupIO,
     anchor_extent,
@@ -42,6 +40,9 @@ from planner.regions import (
     iter_tiles,
     tile_regions,
 )
+from planner.ir.graph import Graph, Layer, MapKind
+from planner.plan.checks import check_bands
+from planner.plan.data import Group, Plan
 
 
 @dataclass(frozen=True)
@@ -421,7 +422,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
 def _run_bands(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                weights: Mapping[str, np.ndarray], io: GroupIO
                ) -> tuple[Counters, list[Violation]]:
-    """A banded halo-reusing group (planner.bands): each band's tiles run on their own chip
+    """A banded halo-reusing group (planner.geometry.bands): each band's tiles run on their own chip
     images, as its cores would; work and feature-map traffic add up, the weights are read
     once (broadcast), the compute is the slowest band's, and capacity is checked per
     cluster and core from each band's measured peak."""

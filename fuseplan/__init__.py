@@ -34,7 +34,7 @@ when the answer is "no" (exit code 1).
 from __future__ import annotations
 
 from hardware.chip import Chip, load_chip
-from planner.api import (
+from planner.app.api import (
     Problem,
     compare,
     explain,
@@ -44,12 +44,13 @@ from planner.api import (
     solve,
     verify,
 )
-from planner.cost import Counters
-from planner.diff import diff_plans
-from planner.errors import InputError, PlanningError
-from planner.export import export_dot, export_onnx
-from planner.plan import Group, Plan, load_plan, plan_to_json, save_plan
-from planner.report import load_problem_plan, render_report, write_report
+from planner.cost.model import Counters
+from planner.ui.diff import diff_plans
+from planner.core.errors import InputError, PlanningError
+from planner.ui.export import export_dot, export_onnx
+from planner.plan.data import Group, Plan
+from planner.plan.json_io import load_plan, plan_to_json, save_plan
+from planner.ui.report import load_problem_plan, render_report, write_report
 from rules.ruleset import RuleSet, load_rules
 
 __all__ = [

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
-from planner.yamlio import apply_overrides, build_dataclass, did_you_mean, load_yaml, where
+from planner.core.errors import InputError
+from planner.core.yamlio import apply_overrides, build_dataclass, did_you_mean, load_yaml, where
 
 __all__ = [
     "DEFAULT_PRESET",
@@ -48,7 +48,7 @@ PRESETS: tuple[str, ...] = tuple(sorted(p.stem for p in HARDWARE_DIR.glob("*.yam
 DEFAULT_PRESET = "cluster4x4"
 """Preset used when no chip is given (seed 000's clustered design)."""
 
-# Field metadata understood by planner.yamlio.build_dataclass.
+# Field metadata understood by planner.core.yamlio.build_dataclass.
 _SIZE: dict[str, Any] = {"size": True, "gt": 0}
 _POSITIVE: dict[str, Any] = {"gt": 0}
 _NON_NEGATIVE: dict[str, Any] = {"ge": 0}

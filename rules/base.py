@@ -21,8 +21,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hardware.chip import Chip
-from planner.bands import cluster_loads
-from planner.cost import (
+from planner.cost.model import (
     band_peak_bytes,
     live_steps,
     region_sum,
@@ -30,9 +29,9 @@ from planner.cost import (
     weight_bytes,
     work_counters,
 )
-from planner.halo_reuse import ReuseGrid, reuse_peak_elems
-from planner.ir import Graph, Layer
-from planner.regions import (
+from planner.geometry.bands import cluster_loads
+from planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
+from planner.geometry.regions import (
     AxisChain,
     GroupChains,
     GroupIO,
@@ -42,6 +41,7 @@ from planner.regions import (
     dims,
     tile_regions,
 )
+from planner.ir.graph import Graph, Layer
 
 if TYPE_CHECKING:
     from solver.encoding import Candidate, Encoding
@@ -172,7 +172,7 @@ class GroupFacts:
 
     @cached_property
     def band_peak_bytes(self) -> list[int]:
-        """Each band's exact feature-map peak (planner.bands; one entry without bands)."""
+        """Each band's exact feature-map peak (planner.geometry.bands; one entry without bands)."""
         if self.tile.bands == 1:
             return [self.reuse_peak_bytes]
         return band_peak_bytes(self.graph, self.io, self.chains, self.tile, self.chip,

@@ -41,6 +41,6 @@ class Redundancy(Rule):
 
 
 def _once(enc: Any, cand: Any, t: str) -> int:
-    from planner.regions import box_elems
+    from planner.geometry.regions import box_elems
 
     return box_elems(enc.graph, t, cand.chains.full[t]) * enc.chip.dtype_bytes

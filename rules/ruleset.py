@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from planner.errors import InputError
-from planner.yamlio import build_dataclass, did_you_mean, load_yaml, where
+from planner.core.errors import InputError
+from planner.core.yamlio import build_dataclass, did_you_mean, load_yaml, where
 from rules.base import REGISTRY, GroupFacts, Rule, Violation
 
 RULES_DIR = Path(__file__).resolve().parent
@@ -41,7 +41,7 @@ class SearchSettings:
     # off for chips without scratch for kept borders: every tile recomputes its halo
     halo_reuse: bool = True
     # with 2-D halo-reusing tiles, also try one band of tile columns per core
-    # (planner.bands): bands spread a group over every cluster's SRAM
+    # (planner.geometry.bands): bands spread a group over every cluster's SRAM
     bands: bool = True
 
 

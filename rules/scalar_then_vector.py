@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from planner.ir import OpClass
+from planner.ir.graph import OpClass
 from rules.base import GroupFacts, StructuralRule, Violation, adjacent_pairs, rule
 
 

@@ -19,7 +19,8 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from hardware.chip import Chip
-from planner.cost import (
+from planner.core.errors import PlanningError
+from planner.cost.model import (
     dram_bytes_per_cycle,
     group_tensors,
     idle_dram_cycles,
@@ -27,9 +28,8 @@ from planner.cost import (
     weight_bytes,
     weight_prefetch_cycles,
 )
-from planner.errors import PlanningError
-from planner.ir import Graph
-from planner.regions import Tile
+from planner.geometry.regions import Tile
+from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
 from solver.encoding import Candidate, Encoding, tile_floor
 from solver.groups import is_connected, is_convex
@@ -121,7 +121,7 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
 
 @dataclass(frozen=True)
 class Terms:
-    """A candidate's cost quantities as CP-SAT expressions (planner.cost.work_counters)."""
+    """A candidate's cost quantities as CP-SAT expressions (planner.cost.model.work_counters)."""
 
     dram: Any
     macs: Any
@@ -182,7 +182,7 @@ def _ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
 @dataclass(frozen=True)
 class Timing:
     """A candidate's cycles and its DRAM-busy cycles in either buffering mode: the cycles
-    minus the busy ones are the link's idle time (planner.cost.idle_dram_cycles)."""
+    minus the busy ones are the link's idle time (planner.cost.model.idle_dram_cycles)."""
 
     cycles: Any
     busy_double_buffered: Any  # fill + remaining transfers + drain
@@ -310,7 +310,7 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
                     ) -> dict[int, list[tuple[int, int]]]:
     """Candidates whose successor may prefetch its weights behind them, with the most the
     pair can save: both intervals of the topological order, the second starting right after
-    the first (planner.plan.prefetch_eligible), and a saving possible at some tile of the
+    the first (planner.app.assemble.prefetch_eligible), and a saving possible at some tile of the
     first (its options, when known; else the second's weight load time)."""
     spans = [(min(map(graph.index, c.layers)), max(map(graph.index, c.layers))) for c in cands]
     interval = [b - a + 1 == len(c.layers) for (a, b), c in zip(spans, cands, strict=True)]
@@ -341,7 +341,7 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
 def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
                      pairs: dict[int, list[tuple[int, int]]],
                      rooms: dict[int, Any], timings: dict[int, Timing]) -> dict[int, list[Any]]:
-    """Cycles each selected pair hides (planner.cost.prefetch_cycles): at most the second's
+    """Cycles each selected pair hides (planner.cost.model.prefetch_cycles): at most the second's
     weight load time and the first's DRAM idle time, when its weights fit the room the
     first leaves and no selected group spans the first (so the second runs right after)."""
     m, graph = enc.model, enc.graph

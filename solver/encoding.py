@@ -5,7 +5,7 @@ height ``th`` (and tile batch ``tn`` when the batch is larger than one), the
 tile count ``T = ceil(H / th)`` (a division constraint), and, per tensor, the
 largest row range a tile needs, ``min(S*th + E + P - S, U)``: capacities are
 linear inequalities in those. DRAM reads sum the row ranges over all tiles in
-closed form (planner.regions.AxisChain.total), with ``T*th`` a multiplication
+closed form (planner.geometry.regions.AxisChain.total), with ``T*th`` a multiplication
 constraint. Tiles span the whole width and recompute their halos here;
 halo-reusing and 2-D tiles enter as pinned candidates, each with the exact
 best tile of the Python search (solver.tiles) and its cost as constants.
@@ -22,9 +22,17 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from hardware.chip import Chip
-from planner.cost import Counters, live_steps, region_sum, weight_bytes
-from planner.ir import Graph
-from planner.regions import GroupChains, GroupIO, Tile, anchor_extent, dims, group_chains, group_io
+from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
+from planner.geometry.regions import (
+    GroupChains,
+    GroupIO,
+    Tile,
+    anchor_extent,
+    dims,
+    group_chains,
+    group_io,
+)
+from planner.ir.graph import Graph
 from rules.base import GroupFacts
 
 LinearExpr = Any

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hardware.chip import Chip
-from planner.ir import Graph
+from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
 from solver.groups import is_connected, is_convex
 from solver.shortest_path import infeasible_layer_error

@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 import networkx as nx
 
-from planner.ir import Graph
+from planner.ir.graph import Graph
 
 
 def is_convex(graph: Graph, layers: Collection[str]) -> bool:

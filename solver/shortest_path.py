@@ -6,7 +6,7 @@ rules and the objective. On a chain network these intervals are all the convex
 groups there are, so the shortest path is the optimum (CP-SAT must agree).
 
 Under a time-aware objective the next group's weights prefetch while a group computes
-(planner.cost.prefetch_cycles), which couples consecutive groups: the saving depends on
+(planner.cost.model.prefetch_cycles), which couples consecutive groups: the saving depends on
 the first group's tile choice (its DRAM idle cycles and the room it leaves) and on the
 second group's weights only. The path then runs over the line graph (a node per interval,
 an edge per pair of adjacent intervals), each edge costing the first interval's best
@@ -19,10 +19,10 @@ from __future__ import annotations
 import networkx as nx
 
 from hardware.chip import Chip
-from planner.cost import prefetch_cycles, weight_bytes
-from planner.errors import PlanningError
-from planner.ir import Graph
-from planner.regions import Tile
+from planner.core.errors import PlanningError
+from planner.cost.model import prefetch_cycles, weight_bytes
+from planner.geometry.regions import Tile
+from planner.ir.graph import Graph
 from rules.base import StructuralRule
 from rules.ruleset import RuleSet
 from solver.groups import is_connected

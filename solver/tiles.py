@@ -14,11 +14,18 @@ from functools import partial
 from math import ceil
 
 from hardware.chip import Chip
-from planner.bands import band_counts, band_overflows, cluster_loads, cores_per_band
-from planner.cost import Counters, group_cost, idle_dram_cycles, with_time, work_counters
-from planner.halo_reuse import AxisSchedule, ReuseGrid
-from planner.ir import Graph
-from planner.regions import GroupChains, GroupIO, Tile, anchor_extent, group_chains, group_io
+from planner.cost.model import Counters, group_cost, idle_dram_cycles, with_time, work_counters
+from planner.geometry.bands import band_counts, band_overflows, cluster_loads, cores_per_band
+from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid
+from planner.geometry.regions import (
+    GroupChains,
+    GroupIO,
+    Tile,
+    anchor_extent,
+    group_chains,
+    group_io,
+)
+from planner.ir.graph import Graph
 from rules.base import GroupFacts, Rule, Violation
 from rules.ruleset import RuleSet
 from solver.encoding import tile_floor
@@ -187,7 +194,7 @@ class GroupSearch:
     chains: GroupChains
     tn: int | None = None  # images per tile; None: the whole batch
     tw: int | None = None  # tile width; None: the whole width
-    bands: int = 1  # halo-reusing tiles only: tile columns split among cores (planner.bands)
+    bands: int = 1  # halo-reusing tiles only: columns split among cores (planner.geometry.bands)
     # one-axis schedules of halo-reusing tiles by (axis, size), shared by every tile tried
     schedules: dict[tuple[int, int], AxisSchedule] = field(default_factory=dict, repr=False,
                                                            compare=False)

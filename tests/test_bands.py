@@ -1,4 +1,4 @@
-"""Bands: a halo-reusing group's tile columns split among the cores (planner.bands)."""
+"""Bands: a halo-reusing group's tile columns split among the cores (planner.geometry.bands)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 from test_halo import _cut, _graph, _verify_plan
 
 from hardware.chip import load_chip
-from planner.bands import band_compute_cycles
-from planner.cost import group_cost
-from planner.errors import InputError
-from planner.halo_reuse import ReuseGrid
-from planner.plan import assemble, load_plan, plan_to_json
-from planner.regions import Tile, anchor_extent, group_chains, group_io
+from planner.app.assemble import assemble
+from planner.core.errors import InputError
+from planner.cost.model import group_cost
+from planner.geometry.bands import band_compute_cycles
+from planner.geometry.halo_reuse import ReuseGrid
+from planner.geometry.regions import Tile, anchor_extent, group_chains, group_io
+from planner.plan.json_io import load_plan, plan_to_json
 from rules.base import GroupFacts
 from rules.ruleset import load_rules
 from solver.tiles import GroupSearch, physical_violations

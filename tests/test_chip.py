@@ -19,7 +19,7 @@ from hardware.chip import (
     Sram,
     load_chip,
 )
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 CONTRACT_EXAMPLE = """\
 name: cluster4x4

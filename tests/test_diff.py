@@ -9,10 +9,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from planner import api
-from planner.cli_views import register
-from planner.diff import diff_plans
-from planner.plan import Plan, save_plan
+from planner.app import api
+from planner.plan.data import Plan
+from planner.plan.json_io import save_plan
+from planner.ui.cli_views import register
+from planner.ui.diff import diff_plans
 
 import models
 from models import fusing_rules
@@ -120,7 +121,7 @@ def test_diff_takes_the_model_from_the_plan(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from planner.plan import save_plan
+    from planner.plan.json_io import save_plan
 
     model = models.save(models.inception_net(), tmp_path, "inc")
     for name, solver in (("a", "cpsat"), ("b", "layer")):

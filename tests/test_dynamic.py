@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner import api
-from planner.cost import enumerated_cost, group_cost
-from planner.dynamic import cover_optimized, cover_simple
-from planner.errors import InputError
-from planner.graph_build import build_graph
-from planner.onnx_load import load_model
-from planner.regions import Tile, group_io, iter_tiles
+from planner.app import api
+from planner.app.dynamic import cover_optimized, cover_simple
+from planner.core.errors import InputError
+from planner.cost.model import enumerated_cost, group_cost
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model
+from planner.geometry.regions import Tile, group_io, iter_tiles
 
 import models
 

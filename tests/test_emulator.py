@@ -25,15 +25,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulator.run import _layer_static, emulate
-from emulator.verify import VerifyReport, verify_plan
 from hardware.chip import Chip, load_chip
-from planner.cost import weight_bytes
-from planner.errors import InputError
-from planner.graph_build import build_graph
-from planner.ir import Graph
-from planner.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
-from planner.plan import Plan, assemble, layer_plan, load_plan, save_plan, whole_tile
-from planner.regions import Tile, dims, group_io, input_box, tile_count
+from planner.app.assemble import assemble, layer_plan
+from planner.app.verify import VerifyReport, verify_plan
+from planner.core.errors import InputError
+from planner.cost.model import weight_bytes
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
+from planner.geometry.regions import Tile, dims, group_io, input_box, tile_count
+from planner.ir.graph import Graph
+from planner.plan.checks import whole_tile
+from planner.plan.data import Plan
+from planner.plan.json_io import load_plan, save_plan
 from tests import models
 
 HYP = settings(max_examples=int(os.environ.get("FUSEPLAN_EXAMPLES", "25")), deadline=None,

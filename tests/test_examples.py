@@ -19,10 +19,10 @@ import numpy as np
 import onnx
 import pytest
 
-from emulator.verify import load_golden
 from hardware.chip import load_chip
-from planner.graph_build import build_graph
-from planner.onnx_load import load_model, run_onnxruntime
+from planner.app.verify import load_golden
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model, run_onnxruntime
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -31,7 +31,7 @@ FILES = ["model.onnx", "rules.yaml", "hardware.yaml", "plan.json", "golden.npz"]
 
 _SCRIPT = Path(sys.executable).parent / "fuseplan"
 FUSEPLAN = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "from planner.cli import main; main()"]
+    sys.executable, "-c", "from planner.ui.cli import main; main()"]
 
 
 def fuseplan(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from planner import api
-from planner.plan import save_plan
+from planner.app import api
+from planner.plan.json_io import save_plan
 
 import models
 

@@ -1,4 +1,4 @@
-"""planner.graph_build on the nine zoo models: layers, shapes, op classes and blocks."""
+"""planner.front.graph_build on the nine zoo models: layers, shapes, op classes and blocks."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import onnx
 import pytest
 
-from planner.graph_build import build_graph
-from planner.ir import Graph, OpClass
-from planner.onnx_load import ZOO, LoadedModel, load_model, random_inputs, run_onnxruntime
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import ZOO, LoadedModel, load_model, random_inputs, run_onnxruntime
+from planner.ir.graph import Graph, OpClass
 
 # Layers per op type, from the model files: every node except the constant-producing ones
 # that are folded into weights (ConstantOfShape; inception_v2's and densenet121's Unsqueeze of

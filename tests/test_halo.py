@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from emulator.run import emulate
 from hardware.chip import load_chip
-from planner.cost import group_cost
-from planner.graph_build import build_graph
-from planner.onnx_load import load_model, random_inputs, run_onnxruntime
-from planner.plan import assemble
-from planner.regions import Tile, anchor_extent, group_io
+from planner.app.assemble import assemble
+from planner.cost.model import group_cost
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model, random_inputs, run_onnxruntime
+from planner.geometry.regions import Tile, anchor_extent, group_io
 
 import models
 
@@ -77,8 +77,8 @@ def test_reuse_plans_verify_on_random_cnns(tmp_path: Path, seed: int, size: int,
 
 @pytest.mark.parametrize("solver", ["shortest-path", "cpsat"])
 def test_solvers_choose_reuse_where_it_pays(tmp_path: Path, solver: str) -> None:
-    from planner import api
-    from planner.plan import save_plan
+    from planner.app import api
+    from planner.plan.json_io import save_plan
 
     path = models.save(models.chain_cnn(h=96, w=96), tmp_path, "chain")
     plan = api.solve(str(path), solver=solver, overrides=["sram.bytes=48KiB"])
@@ -145,8 +145,8 @@ def test_2d_reuse_keeps_only_what_later_tiles_read(tmp_path: Path) -> None:
 def test_recompute_rules_forbid_reuse(tmp_path: Path) -> None:
     """rules/recompute.yaml (search.halo_reuse off) plans the same model with no reusing
     group, paying for it in re-read halos, and its plan verifies."""
-    from planner import api
-    from planner.plan import save_plan
+    from planner.app import api
+    from planner.plan.json_io import save_plan
     from rules.ruleset import RULES_DIR
 
     path = models.save(models.chain_cnn(h=96, w=96), tmp_path, "chain")

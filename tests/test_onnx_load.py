@@ -1,4 +1,4 @@
-"""Tests for planner.onnx_load: loading, shape binding, constant folding, weights, errors."""
+"""Tests for planner.front.onnx_load: loading, shape binding, constant folding, weights, errors."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from planner import onnx_load
-from planner.errors import InputError
-from planner.onnx_load import (
+from planner.core.errors import InputError
+from planner.front import onnx_load
+from planner.front.onnx_load import (
     ZOO,
     LoadedModel,
     load_model,

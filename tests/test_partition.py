@@ -12,12 +12,8 @@ import numpy as np
 import onnx
 import pytest
 
-from planner import api
-from planner.errors import PlanningError
-from planner.explain import recheck
-from planner.graph_build import build_graph
-from planner.onnx_load import load_model
-from planner.partition import (
+from planner.app import api
+from planner.app.partition import (
     Compiler,
     best_cut,
     block_boundaries,
@@ -26,6 +22,10 @@ from planner.partition import (
     merge_threshold,
     target_nodes,
 )
+from planner.core.errors import PlanningError
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model
+from planner.ui.explain import recheck
 from rules.ruleset import PartitionSettings
 from solver.tiles import GroupSearch
 
@@ -83,7 +83,7 @@ def test_tiny_chip_splits_recursively_with_reasons(tmp_path: Path) -> None:
     problem = replace(problem, ruleset=replace(problem.ruleset, partition=settings))
     with pytest.raises(PlanningError, match="does not compile"):
         api.partition(problem)
-    from planner.partition import partition as run
+    from planner.app.partition import partition as run
 
     subs = run(problem.graph, problem.chip, problem.ruleset, settings,
                lambda g, layers: api.plan_problem(replace(problem, graph=g), "shortest-path"))

@@ -5,7 +5,7 @@ Two families of properties:
 * closed forms: on random small CNNs and random convex groups (intervals of the
   topological order), ``AxisChain.total`` equals the sum, over the enumerated
   tiles, of the range ``tile_regions`` gives each tensor, ``AxisChain.bound`` is at
-  least every tile's range, and ``planner.cost.region_sum`` equals enumeration for
+  least every tile's range, and ``planner.cost.model.region_sum`` equals enumeration for
   any tile (closed form or not);
 * row maps: for random single-layer models (Conv, MaxPool, AveragePool,
   ConvTranspose, Resize, Upsample) and random output boxes, the input box given by
@@ -32,11 +32,10 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from emulator.run import run_layer
-from planner.cost import region_sum
-from planner.graph_build import build_graph
-from planner.ir import AxisMap, Graph, Layer, MapKind
-from planner.onnx_load import load_model, run_onnxruntime
-from planner.regions import (
+from planner.cost.model import region_sum
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model, run_onnxruntime
+from planner.geometry.regions import (
     Tile,
     axis_ranges,
     box_elems,
@@ -46,6 +45,7 @@ from planner.regions import (
     tile_count,
     tile_regions,
 )
+from planner.ir.graph import AxisMap, Graph, Layer, MapKind
 from tests import models
 
 # Deterministic in CI (same examples every run); FUSEPLAN_EXAMPLES=500 explores further.

@@ -19,11 +19,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from planner import api
-from planner.api import Problem
-from planner.cli_views import register
-from planner.plan import Plan, save_plan
-from planner.report import (
+from planner.app import api
+from planner.app.api import Problem
+from planner.plan.data import Plan
+from planner.plan.json_io import save_plan
+from planner.ui.cli_views import register
+from planner.ui.report import (
     explain_plan,
     layer_by_layer_group_bytes,
     layer_depths,

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from planner.regions import Tile
+from planner.geometry.regions import Tile
 from rules.base import REGISTRY, GroupFacts
 from solver.encoding import Encoding, tile_floor
 from solver.tiles import GroupSearch

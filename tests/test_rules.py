@@ -33,10 +33,10 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from ortools.sat.python import cp_model
 
-from planner.api import Problem, plan_problem, prepare
-from planner.errors import InputError
-from planner.plan import Group, Plan
-from planner.regions import Tile
+from planner.app.api import Problem, plan_problem, prepare
+from planner.core.errors import InputError
+from planner.geometry.regions import Tile
+from planner.plan.data import Group, Plan
 from rules.base import REGISTRY, GroupFacts, Violation
 from rules.ruleset import DEFAULT_RULES, default_ruleset, load_rules
 from solver.encoding import Encoding, tile_floor

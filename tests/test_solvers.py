@@ -18,9 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.api import Problem, plan_problem, prepare, verify
-from planner.errors import PlanningError
-from planner.plan import Plan, plan_to_json, save_plan
+from planner.app.api import Problem, plan_problem, prepare, verify
+from planner.core.errors import PlanningError
+from planner.plan.data import Plan
+from planner.plan.json_io import plan_to_json, save_plan
 from tests import models
 from tests.test_rules import ModelStore, describe, with_rules
 

@@ -16,13 +16,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hardware.chip import load_chip
-from planner import api
-from planner.cli import front_png
-from planner.cost import group_cost
-from planner.graph_build import build_graph
-from planner.onnx_load import load_model
-from planner.plan import Plan, assemble, plan_to_json
-from planner.regions import Tile
+from planner.app import api
+from planner.app.assemble import assemble
+from planner.cost.model import group_cost
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model
+from planner.geometry.regions import Tile
+from planner.plan.data import Plan
+from planner.plan.json_io import plan_to_json
+from planner.ui.cli import front_png
 from solver.cpsat import solve_cpsat
 from solver.shortest_path import shortest_path_groups
 from solver.tiles import GroupSearch, objective_units
@@ -95,7 +97,7 @@ def test_emulator_reproduces_cycles_and_energy(unit) -> None:  # noqa: ANN001
     plan = api.solve(str(tmp / "one.onnx"), hardware=str(chip_file), solver="shortest-path",
                      objective="latency")
     path = tmp / "plan.json"
-    from planner.plan import save_plan
+    from planner.plan.json_io import save_plan
 
     save_plan(plan, path)
     report = api.verify(str(tmp / "one.onnx"), path)

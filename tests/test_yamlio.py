@@ -1,4 +1,4 @@
-"""Tests for planner.yamlio: loading, sizes, schema-by-dataclass and overrides."""
+"""Tests for planner.core.yamlio: loading, sizes, schema-by-dataclass and overrides."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.errors import InputError
-from planner.yamlio import (
+from planner.core.errors import InputError
+from planner.core.yamlio import (
     apply_overrides,
     build_dataclass,
     did_you_mean,

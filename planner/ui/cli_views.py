@@ -1,7 +1,7 @@
 """CLI commands that show a plan: ``report`` (HTML), ``export`` (annotated ONNX, dot), ``diff``.
 
-``planner.cli`` adds them to its app with ``register(app)``. They follow its conventions:
-errors become exit codes through ``planner.cli.guarded`` (InputError -> 2, PlanningError -> 1),
+``planner.ui.cli`` adds them to its app with ``register(app)``. They follow its conventions:
+errors become exit codes through ``planner.ui.cli.guarded`` (InputError -> 2, PlanningError -> 1),
 ``--json`` prints exactly one JSON document on stdout, and the answer "no" (a failed
 verification in ``report``) exits with 1.
 """
@@ -19,8 +19,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner.errors import InputError
-from planner.plan import Plan
+from planner.core.errors import InputError
+from planner.plan.data import Plan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,11 +37,11 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 
 
 def guarded(fn: F) -> F:
-    """``planner.cli.guarded``, looked up when the command runs (cli imports this module)."""
+    """``planner.ui.cli.guarded``, looked up when the command runs (cli imports this module)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from planner.cli import guarded as cli_guarded
+        from planner.ui.cli import guarded as cli_guarded
 
         return cli_guarded(fn)(*args, **kwargs)
 
@@ -66,7 +66,7 @@ def report(model: str, plan: Path,
            rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
            as_json: JsonOpt = False) -> None:
     """Write a self-contained HTML report of PLAN: layer graph, groups, bytes, boundaries."""
-    from planner.report import load_problem_plan, write_report
+    from planner.ui.report import load_problem_plan, write_report
 
     problem, loaded = load_problem_plan(model, plan, rules, hw, set_ or ())
     if verify and not as_json:
@@ -98,8 +98,8 @@ def export(model: str, plan: Path,
            ] = None,
            hw: HwOpt = None, set_: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Write MODEL annotated with PLAN (node metadata_props and doc strings, for Netron)."""
-    from planner.export import export_dot, export_onnx
-    from planner.report import load_problem_plan
+    from planner.ui.export import export_dot, export_onnx
+    from planner.ui.report import load_problem_plan
 
     problem, loaded = load_problem_plan(model, plan, None, hw, set_ or ())
     export_onnx(problem, loaded, output)
@@ -121,7 +121,7 @@ def export(model: str, plan: Path,
 
 
 def _changes_table(doc: dict[str, Any], plan_a: Plan, plan_b: Plan) -> Table:
-    from planner.diff import group_label
+    from planner.ui.diff import group_label
 
     t = Table(title="groups that changed (A → B)")
     for col in ("change", "in A", "in B"):
@@ -141,7 +141,7 @@ def _changes_table(doc: dict[str, Any], plan_a: Plan, plan_b: Plan) -> Table:
 
 
 def _totals_table(doc: dict[str, Any]) -> Table:
-    from planner.report import fmt_bytes
+    from planner.ui.report import fmt_bytes
 
     t = Table(title="totals")
     for col in ("", "A", "B", "B − A", "B / A"):
@@ -165,8 +165,8 @@ def diff(paths: Annotated[list[str], typer.Argument(
         help="Two plan files, optionally after the model (else the model named in PLAN_A).")],
          as_json: JsonOpt = False) -> None:
     """What changed between two plans of a model: groups split, merged or re-tiled; totals."""
-    from planner.diff import diff_plans
-    from planner.report import load_problem_plan
+    from planner.ui.diff import diff_plans
+    from planner.ui.report import load_problem_plan
 
     if len(paths) not in (2, 3):
         raise InputError("diff takes two plan files, optionally after the model: "

@@ -14,7 +14,7 @@ extra checks a type cannot express:
 - ``{"gt": 0}`` / ``{"ge": 0}``: numeric lower bounds (exclusive / inclusive);
 - ``{"choices": (1, 2, 4)}``: the value must be one of these.
 
-Any problem becomes an :class:`~planner.errors.InputError` whose one-paragraph
+Any problem becomes an :class:`~planner.core.errors.InputError` whose one-paragraph
 message starts with ``FILE:LINE:COL`` (1-based) and says what to do.
 """
 
@@ -33,7 +33,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 __all__ = [
     "apply_overrides",

@@ -14,11 +14,11 @@ import onnx
 
 from emulator.run import EmulationResult, Violation, emulate
 from hardware.chip import Chip
-from planner.cost import Counters
-from planner.errors import InputError
-from planner.ir import Graph
-from planner.onnx_load import LoadedModel, run_onnxruntime
-from planner.plan import Plan
+from planner.core.errors import InputError
+from planner.cost.model import Counters
+from planner.front.onnx_load import LoadedModel, run_onnxruntime
+from planner.ir.graph import Graph
+from planner.plan.data import Plan
 
 # float32 through 50+ layers: relative to the tensor's largest magnitude
 REL_TOLERANCE = 1e-3
@@ -89,7 +89,7 @@ def counter_mismatch(plan: Plan, emulated: list[Counters]) -> str | None:
 
 def dram_tensors(graph: Graph, plan: Plan) -> list[str]:
     """Tensors the plan writes to DRAM (every group output), graph outputs first."""
-    from planner.regions import group_io
+    from planner.geometry.regions import group_io
 
     written = [t for g in plan.groups for t in group_io(graph, g.layers).outputs]
     return list(graph.outputs) + [t for t in written if t not in graph.outputs]

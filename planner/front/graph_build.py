@@ -1,4 +1,4 @@
-"""Cleaned ONNX model -> layer graph (planner.ir.Graph)."""
+"""Cleaned ONNX model -> layer graph (planner.ir.graph.Graph)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from planner.blocks import find_blocks
-from planner.errors import InputError
-from planner.ir import (
+from planner.core.errors import InputError
+from planner.front.blocks import find_blocks
+from planner.front.onnx_load import LoadedModel
+from planner.ir.graph import (
     IDENTITY,
     PARAMETER_INPUT_OPS,
     WHOLE,
@@ -26,7 +27,6 @@ from planner.ir import (
     OpClass,
     op_class,
 )
-from planner.onnx_load import LoadedModel
 
 WINDOW_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})
 
@@ -305,7 +305,7 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
 def restrict(graph: Graph, layers: Sequence[str]) -> Graph:
     """The subgraph of `layers`: tensors crossing into it become its inputs, tensors leaving
     it (or model outputs) its outputs; blocks wholly inside it are kept."""
-    from planner.regions import group_io
+    from planner.geometry.regions import group_io
 
     io = group_io(graph, layers)
     keep = set(io.layers)

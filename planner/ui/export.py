@@ -14,10 +14,10 @@ from pathlib import Path
 
 import onnx
 
-from planner.api import Problem
-from planner.errors import InputError
-from planner.plan import Group, Plan
-from planner.report import group_colours
+from planner.app.api import Problem
+from planner.core.errors import InputError
+from planner.plan.data import Group, Plan
+from planner.ui.report import group_colours
 
 METADATA_PREFIX = "fuseplan."
 

@@ -26,11 +26,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hardware.chip import Chip
-from planner.cost import weight_bytes
-from planner.errors import PlanningError
-from planner.ir import Graph
-from planner.plan import Plan, assemble
-from planner.regions import group_io
+from planner.app.assemble import assemble
+from planner.core.errors import PlanningError
+from planner.cost.model import weight_bytes
+from planner.geometry.regions import group_io
+from planner.ir.graph import Graph
+from planner.plan.data import Plan
 from rules.ruleset import PartitionSettings, RuleSet
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from math import ceil, prod
 
-from planner.ir import AxisMap, Graph, Layer, MapKind
+from planner.ir.graph import AxisMap, Graph, Layer, MapKind
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Tile:
     n: int
     h: int
     w: int
-    bands: int = 1  # halo-reusing tiles only: tile columns split among cores (planner.bands)
+    bands: int = 1  # halo-reusing tiles only: columns split among cores (planner.geometry.bands)
 
     def label(self) -> str:
         """n×h×w, and the bands when there are several (tables and reports)."""

@@ -8,27 +8,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator.verify import VerifyReport, load_golden, verify_plan
 from hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
-from planner.errors import InputError, PlanningError
-from planner.graph_build import build_graph
-from planner.ir import Graph
-from planner.onnx_load import (
+from planner.app.assemble import assemble, layer_placements, layer_plan
+from planner.app.verify import VerifyReport, load_golden, verify_plan
+from planner.core.errors import InputError, PlanningError
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import (
     LoadedModel,
     load_model,
     random_inputs,
     randomize_weights,
     weights_are_placeholders,
 )
-from planner.plan import (
-    Plan,
-    assemble,
-    layer_placements,
-    layer_plan,
-    load_plan,
-    save_plan,
-    whole_tile,
-)
+from planner.ir.graph import Graph
+from planner.plan.checks import whole_tile
+from planner.plan.data import Plan
+from planner.plan.json_io import load_plan, save_plan
 from rules.ruleset import RuleSet, load_rules
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
@@ -201,7 +196,7 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -
     minimises energy with the plan's cycles capped at evenly spaced values, warm-started
     from the latency plan (which meets every cap).
     """
-    from planner.cost import Counters
+    from planner.cost.model import Counters
     from solver.tiles import TileChoice
 
     if points < 2:
@@ -370,14 +365,14 @@ def compare(problem: Problem, objective: str | None = None, time_limit: float | 
     return rows
 
 
-DEMO_MODEL = Path(__file__).resolve().parent / "data" / "demo.onnx"
+DEMO_MODEL = Path(__file__).resolve().parent.parent / "data" / "demo.onnx"
 
 
 def write_golden(model: str, plan_path: str | Path, seed: int, path: str | Path,
                  shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
     """Store seeded inputs and onnxruntime outputs (with seeded weights) for `verify --golden`."""
-    from emulator.verify import save_golden
-    from planner.onnx_load import run_onnxruntime
+    from planner.app.verify import save_golden
+    from planner.front.onnx_load import run_onnxruntime
 
     loaded = load_model(model, dict(shapes or {}))
     if weights_are_placeholders(loaded):
@@ -391,7 +386,7 @@ def explain(model: str, plan_path: str | Path, layer: str | None = None,
             rules: str | Path | None = None, hardware: str | None = None,
             overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Boundaries, a layer's placement and a re-check of every group, as a JSON document."""
-    from planner.explain import boundaries, recheck
+    from planner.ui.explain import boundaries, recheck
 
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
@@ -451,9 +446,9 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
     file."""
     from dataclasses import replace as dc_replace
 
-    from planner.graph_build import restrict
-    from planner.partition import combined_plan
-    from planner.partition import partition as run_partition
+    from planner.app.partition import combined_plan
+    from planner.app.partition import partition as run_partition
+    from planner.front.graph_build import restrict
 
     settings = problem.ruleset.partition
     if policy is not None:
@@ -518,7 +513,7 @@ def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0) -> VerifyRepor
 
 
 def _range_map(ranges: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
-    from planner.dynamic import parse_dynamic_option
+    from planner.app.dynamic import parse_dynamic_option
 
     out: dict[str, dict[int, tuple[int, int]]] = {}
     for text in ranges:
@@ -535,9 +530,9 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
     """A dynamic plan (seed 002): the grouping planned once, at the smallest shape of the
     ranges, and per group a library of static units sized so that each fits the chip at the
     largest shape (units are fixed tiles, so a unit that fits there fits everywhere)."""
-    from planner.dynamic import TAIL_MODES, DynamicGroup, choose_units, dynamic_doc
-    from planner.onnx_load import declared_input_dims
-    from planner.plan import plan_to_json
+    from planner.app.dynamic import TAIL_MODES, DynamicGroup, choose_units, dynamic_doc
+    from planner.front.onnx_load import declared_input_dims
+    from planner.plan.json_io import plan_to_json
 
     if tail not in TAIL_MODES:
         raise InputError(f"unknown tail mode '{tail}'. Use one of: {', '.join(TAIL_MODES)}.")
@@ -578,7 +573,7 @@ def table(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: st
     """The parameter table of a dynamic plan at a concrete shape, from the cache if there."""
     import hashlib
 
-    from planner.dynamic import (
+    from planner.app.dynamic import (
         TableCache,
         buckets,
         group_table,
@@ -633,7 +628,7 @@ def _cache_has(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tai
                cache_dir: str | Path | None) -> bool:
     import hashlib
 
-    from planner.dynamic import TableCache, read_dynamic
+    from planner.app.dynamic import TableCache, read_dynamic
 
     path = Path(plan_path)
     _, settings = read_dynamic(_read_json(path), str(path))
@@ -662,9 +657,10 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
     """Execute a dynamic plan at a concrete shape through its parameter tables and check it."""
     from dataclasses import replace as dc_replace
 
-    from planner.dynamic import group_table, in_range, read_dynamic
-    from planner.plan import Group, check_cover, group_mode
-    from planner.regions import Tile
+    from planner.app.dynamic import group_table, in_range, read_dynamic
+    from planner.geometry.regions import Tile
+    from planner.plan.checks import check_cover, group_mode
+    from planner.plan.data import Group
 
     plan_path = Path(plan_path)
     doc = _read_json(plan_path)

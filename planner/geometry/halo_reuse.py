@@ -26,9 +26,8 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.bands import band_columns
-from planner.ir import Graph, Layer
-from planner.regions import (
+from planner.geometry.bands import band_columns
+from planner.geometry.regions import (
     GroupChains,
     GroupIO,
     Tile,
@@ -38,6 +37,7 @@ from planner.regions import (
     needed_range,
     tile_regions,
 )
+from planner.ir.graph import Graph, Layer
 
 Span = tuple[int, int]
 NEVER = 1 << 62  # a read bound no tile reaches: nothing is kept
@@ -254,7 +254,7 @@ class ReuseGrid:
     @classmethod
     def bands_of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile
                  ) -> list[ReuseGrid]:
-        """One grid per band (planner.bands): every tile row, the band's tile columns; each
+        """One grid per band (planner.geometry.bands): every tile row, the band's tile columns; each
         band runs on its own, so its first tile column makes its whole boxes (the overlap)."""
         rows = AxisSchedule(graph, io, chains, 1, tile.h)
         count = len(axis_ranges(anchor_extent(graph, io)[2], tile.w))

@@ -31,10 +31,10 @@ from typing import Any, Literal
 from ortools.sat.python import cp_model
 
 from hardware.chip import Chip
-from planner.cost import Counters, enumerated_cost, footprint, live_steps, weight_bytes
-from planner.errors import InputError
-from planner.ir import Graph
-from planner.regions import Box, anchor_extent, group_io, tile_regions
+from planner.core.errors import InputError
+from planner.cost.model import Counters, enumerated_cost, footprint, live_steps, weight_bytes
+from planner.geometry.regions import Box, anchor_extent, group_io, tile_regions
+from planner.ir.graph import Graph
 
 TailMode = Literal["pad", "overlap", "variable", "tail-range"]
 TAIL_MODES = ("pad", "overlap", "variable", "tail-range")

@@ -35,7 +35,7 @@ from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 ZOO: dict[str, str] = {
     name: f"light_{name}.onnx"

@@ -38,10 +38,9 @@ from fractions import Fraction
 from math import ceil
 
 from hardware.chip import Chip
-from planner.bands import band_compute_cycles, cluster_loads
-from planner.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
-from planner.ir import Graph
-from planner.regions import (
+from planner.geometry.bands import band_compute_cycles, cluster_loads
+from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
+from planner.geometry.regions import (
     AxisChain,
     Box,
     GroupChains,
@@ -56,6 +55,7 @@ from planner.regions import (
     group_io,
     tile_regions,
 )
+from planner.ir.graph import Graph
 
 
 @dataclass(frozen=True)
@@ -331,7 +331,7 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     """Every counter but the SRAM peak, cycles and energy (closed forms; cheap).
 
     With halo reuse every element is loaded or computed once and each layer reads only
-    what its new part needs (planner.halo_reuse).
+    what its new part needs (planner.geometry.halo_reuse).
     """
     if halo_reuse and tile.bands > 1:
         return banded_work(graph, io, chains, tile, chip, weights_resident,
@@ -400,7 +400,7 @@ def _reuse_core_elems(graph: Graph, io: GroupIO, grid: ReuseGrid, made: Mapping[
 
 def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                 weights_resident: bool, grids: Sequence[ReuseGrid]) -> Counters:
-    """work_counters of a halo-reusing group run in bands (planner.bands): each band's grid
+    """work_counters of a halo-reusing group run in bands (planner.geometry.bands): each band's grid
     loads, computes, reads and stores what it makes (its overlap with the band before it
     included); the group's compute is its slowest band's; the weights are read once (per
     tile of the longest band when streamed) and broadcast to every band."""
@@ -438,7 +438,7 @@ def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip
 def band_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                     double_buffered: bool, grids: Sequence[ReuseGrid] | None = None
                     ) -> list[int]:
-    """Each band's exact feature-map peak (planner.halo_reuse.reuse_peak_elems of its grid)."""
+    """Each band's exact feature-map peak (halo_reuse.reuse_peak_elems of its grid)."""
     grids = grids or ReuseGrid.bands_of(graph, io, chains, tile)
     return [reuse_peak_elems(graph, io, chains, tile, double_buffered, g) * chip.dtype_bytes
             for g in grids]

@@ -21,14 +21,16 @@ from typing import Any
 
 import networkx as nx
 
-from emulator.verify import VerifyReport, verify_plan
-from planner.api import Problem, chip_for_plan
-from planner.cost import Counters, group_cost
-from planner.errors import InputError
-from planner.graph_build import build_graph
-from planner.ir import Graph
-from planner.onnx_load import load_model, random_inputs, randomize_weights
-from planner.plan import Group, Plan, load_plan, whole_tile
+from planner.app.api import Problem, chip_for_plan
+from planner.app.verify import VerifyReport, verify_plan
+from planner.core.errors import InputError
+from planner.cost.model import Counters, group_cost
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model, random_inputs, randomize_weights
+from planner.ir.graph import Graph
+from planner.plan.checks import whole_tile
+from planner.plan.data import Group, Plan
+from planner.plan.json_io import load_plan
 from rules.ruleset import load_rules
 
 # SVG layout of the layer graph (pixels)
@@ -90,7 +92,7 @@ def verify_problem(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
 
 def explain_plan(problem: Problem, plan: Plan) -> dict[str, Any]:
     """The ``explain`` document (boundaries with reasons, violations) of an in-memory plan."""
-    from planner.explain import boundaries, recheck
+    from planner.ui.explain import boundaries, recheck
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     return {

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hardware.chip import Chip
-from planner.ir import Graph
-from planner.plan import Plan
+from planner.ir.graph import Graph
+from planner.plan.data import Plan
 from rules.base import GroupFacts, Violation
 from rules.ruleset import RuleSet
 from solver.groups import is_connected, is_convex

@@ -1,4 +1,4 @@
-"""`fuseplan`: the command line, a thin shell over planner.api.
+"""`fuseplan`: the command line, a thin shell over planner.app.api.
 
 Exit codes: 0 success; 1 the answer is "no" (mismatch, infeasible, rule violated);
 2 bad input, with one paragraph on stderr and no traceback. With --json, stdout
@@ -20,11 +20,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner import api
-from planner.cli_views import register as register_views
-from planner.errors import InputError, PlanningError
-from planner.onnx_load import parse_shape_option
-from planner.plan import Plan, plan_to_json, save_plan
+from planner.app import api
+from planner.core.errors import InputError, PlanningError
+from planner.front.onnx_load import parse_shape_option
+from planner.plan.data import Plan
+from planner.plan.json_io import plan_to_json, save_plan
+from planner.ui.cli_views import register as register_views
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Layer-fusion planner for neural-network accelerators.")
@@ -215,7 +216,7 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
     if output is not None:
         save_plan(plan, output)
     if report is not None:
-        from planner.report import write_report
+        from planner.ui.report import write_report
 
         write_report(problem, plan, report, verify=True)
     if as_json:

@@ -1,0 +1,146 @@
+"""Plans from placements: counters from the cost model, execution order, prefetch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from hardware.chip import Chip
+from planner.core.errors import PlanningError
+from planner.cost.model import (
+    Counters,
+    compulsory_bytes,
+    group_cost,
+    prefetch_cycles,
+    weight_bytes,
+    with_time,
+)
+from planner.geometry.regions import Tile, group_chains, group_io
+from planner.ir.graph import Graph
+from planner.plan.checks import (
+    check_bands,
+    check_cover,
+    check_reuse_tile,
+    execution_order,
+    group_mode,
+    whole_tile,
+)
+from planner.plan.data import Group, Plan
+from rules.base import GroupFacts
+from rules.ruleset import RuleSet
+from solver.shortest_path import infeasible_layer_error
+from solver.tiles import GroupSearch, prefetch_room
+
+
+def make_group(graph: Graph, gid: int, layers: Sequence[str], tile: Tile, chip: Chip,
+               weights_resident: bool = True, double_buffered: bool = False,
+               halo_reuse: bool = False) -> Group:
+    """A group with its predicted counters from the cost model."""
+    ordered = tuple(sorted(layers, key=graph.index))
+    if halo_reuse:
+        check_reuse_tile(graph, ordered, tile, "plan")
+    check_bands(graph, ordered, tile, chip, halo_reuse, "plan")
+    return Group(gid, ordered, tile, group_mode(graph, ordered, tile), weights_resident,
+                 group_cost(graph, ordered, tile, chip, weights_resident, double_buffered,
+                            halo_reuse),
+                 double_buffered, halo_reuse=halo_reuse)
+
+
+def prefetch_eligible(graph: Graph, groups: Sequence[Sequence[str]]) -> list[bool]:
+    """Per group (in execution order), whether the planners may prefetch its weights behind
+    the group before it: both are intervals of the topological order, adjacent, and no
+    group spans the first one (then the second surely runs right after it, which is what
+    CP-SAT can state without knowing the execution order)."""
+    spans = [(min(map(graph.index, g)), max(map(graph.index, g)), len(g)) for g in groups]
+    out = [False]
+    for (a0, a1, na), (b0, b1, nb) in zip(spans, spans[1:], strict=False):
+        intervals = a1 - a0 + 1 == na and b1 - b0 + 1 == nb
+        spanned = any(c0 < a0 and c1 > a1 for c0, c1, _ in spans)
+        out.append(intervals and b0 == a1 + 1 and not spanned)
+    return out
+
+
+def prefetch_fits(graph: Graph, chip: Chip, prev: Group, nxt: Group) -> bool:
+    """The next group's weights fit on chip beside the previous group (capacity bounds, as
+    CP-SAT: solver.tiles.prefetch_room)."""
+
+    io = group_io(graph, prev.layers)
+    facts = GroupFacts(graph, io, group_chains(graph, io), prev.tile, chip,
+                       prev.weights_resident, prev.double_buffered, prev.halo_reuse)
+    return weight_bytes(graph, group_io(graph, nxt.layers).weights, chip) <= prefetch_room(facts)
+
+
+def with_prefetch(graph: Graph, chip: Chip, groups: Sequence[Group]) -> tuple[Group, ...]:
+    """The groups with each one's weights prefetched behind the group before it wherever
+    that is allowed, fits and hides at least a cycle (it never costs anything)."""
+    out = list(groups)
+    for k, ok in enumerate(prefetch_eligible(graph, [g.layers for g in groups])):
+        if not ok or out[k].boxes is not None or out[k - 1].boxes is not None:
+            continue
+        prev, g = out[k - 1], out[k]
+        w = weight_bytes(graph, group_io(graph, g.layers).weights, chip)
+        hidden = prefetch_cycles(chip, prev.predicted, prev.double_buffered, w)
+        if hidden and prefetch_fits(graph, chip, prev, g):
+            out[k] = replace(g, predicted=with_time(chip, g.predicted, g.double_buffered, hidden),
+                             prefetch=True)
+    return tuple(out)
+
+
+Placement = tuple[Any, ...]  # (layers, tile, weights_resident[, double_buffered[, reuse]])
+
+
+def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
+             model: Mapping[str, Any], hardware: Mapping[str, Any], rules: Mapping[str, Any],
+             objective: str, solver: Mapping[str, Any]) -> Plan:
+    """Build a Plan from (layers, tile, weights_resident[, double_buffered]), in execution order."""
+    info = {tuple(sorted(g[0], key=graph.index)):
+            (g[1], g[2], bool(g[3]) if len(g) > 3 else False, bool(g[4]) if len(g) > 4 else False)
+            for g in groups}
+    ordered = execution_order(graph, list(info))
+    made = with_prefetch(graph, chip, [make_group(graph, i, g, *info[g][:1], chip, *info[g][1:])
+                                       for i, g in enumerate(ordered)])
+    check_cover(graph, [g.layers for g in made], source="plan")
+    totals = Counters()
+    for g in made:
+        totals = totals + g.predicted
+    return Plan(made, model, hardware, rules, objective, solver, totals,
+                compulsory_bytes(graph, chip), layer_by_layer_bytes(graph, chip))
+
+
+def layer_placements(graph: Graph, chip: Chip) -> list[Placement]:
+    """No fusion: every layer alone, whole where it fits the chip, else at its best tile.
+    Raises PlanningError naming a layer that fits at no tile."""
+
+    out: list[Placement] = []
+    for lay in graph.layers:
+        alone = (lay.name,)
+        search = GroupSearch.of(graph, alone, chip, RuleSet(()))
+        whole = whole_tile(graph, alone)
+        fits = [r for r in (True, False) if not search.violations(whole, r)]
+        if fits:
+            out.append((alone, whole, fits[0]))
+            continue
+        best = search.best("traffic")
+        if best is None:
+            raise infeasible_layer_error(graph, chip, RuleSet(()), lay.name)
+        out.append((alone, best.tile, best.resident, best.double_buffered, best.halo_reuse))
+    return out
+
+
+def layer_by_layer_bytes(graph: Graph, chip: Chip) -> int:
+    """DRAM bytes with no fusion (the `layer` planner's plan); 0 when a layer fits nowhere."""
+    try:
+        placements = layer_placements(graph, chip)
+    except PlanningError:
+        return 0
+    return sum(group_cost(graph, p[0], p[1], chip, *p[2:]).dram_bytes for p in placements)
+
+
+def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Any],
+               hardware: Mapping[str, Any], rules: Mapping[str, Any] | None = None,
+               objective: str = "traffic") -> Plan:
+    """The layer-by-layer plan: no fusion, every layer whole where it fits the chip."""
+    return assemble(graph, chip, layer_placements(graph, chip), model=model, hardware=hardware,
+                    rules=rules or {}, objective=objective,
+                    solver={"name": "layer", "status": "OPTIMAL", "gap": 0.0, "wall_s": 0.0})
