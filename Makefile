@@ -18,9 +18,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# ruff over the packages, tests and the bench scripts (extensionless, named one by one);
+# mypy over the packages, then over tests/ from inside it (its modules import `models` as
+# top-level, as pytest's rootdir insertion makes them).
 lint: $(STAMP)
-	$(BIN)/ruff check planner rules hardware solver emulator tests bench
+	$(BIN)/ruff check planner rules hardware solver emulator fuseplan tests examples bench/*
 	$(BIN)/mypy
+	cd tests && ../$(BIN)/mypy --config-file ../pyproject.toml *.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run

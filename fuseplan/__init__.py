@@ -44,12 +44,12 @@ from planner.app.api import (
     solve,
     verify,
 )
-from planner.cost.model import Counters
-from planner.ui.diff import diff_plans
 from planner.core.errors import InputError, PlanningError
-from planner.ui.export import export_dot, export_onnx
+from planner.cost.model import Counters
 from planner.plan.data import Group, Plan
 from planner.plan.json_io import load_plan, plan_to_json, save_plan
+from planner.ui.diff import diff_plans
+from planner.ui.export import export_dot, export_onnx
 from planner.ui.report import load_problem_plan, render_report, write_report
 from rules.ruleset import RuleSet, load_rules
 

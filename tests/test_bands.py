@@ -45,14 +45,14 @@ def test_banded_plans_verify_on_random_cnns(tmp_path: Path, seed: int, th: int, 
 
 
 @pytest.fixture(scope="module")
-def wide(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def wide(tmp_path_factory: pytest.TempPathFactory):
     """A conv pair over a 128 x 128 map: the rows (or columns) a reusing tile keeps span it."""
     loaded, graph = _graph(tmp_path_factory.mktemp("wide"), models.chain_cnn(h=128, w=128),
                            "wide")
     return loaded, graph, [lay.name for lay in graph.layers][:4]  # conv, relu, conv, relu
 
 
-def test_bands_split_the_kept_rows_and_pay_with_their_overlap(wide) -> None:  # noqa: ANN001
+def test_bands_split_the_kept_rows_and_pay_with_their_overlap(wide) -> None:
     """16 bands on 4 clusters: each cluster keeps a quarter of the rows' width (plus the
     overlaps), the overlaps are recomputed and re-read, and the compute is the slowest
     band's on its one core."""
@@ -83,14 +83,14 @@ def test_bands_split_the_kept_rows_and_pay_with_their_overlap(wide) -> None:  # 
     assert max(per_band) < sum(per_band) / 8
 
 
-def _search(graph, layers, chip, bands: bool) -> GroupSearch:  # noqa: ANN001
+def _search(graph, layers, chip, bands: bool) -> GroupSearch:
     rules = load_rules(None)
     rules = dataclasses.replace(rules, search=dataclasses.replace(
         rules.search, two_d_tiles=True, narrow_tiles_below_rows=8, bands=bands))
     return GroupSearch.of(graph, layers, chip, rules)
 
 
-def test_solver_bands_a_group_that_no_cluster_holds_alone(wide) -> None:  # noqa: ANN001
+def test_solver_bands_a_group_that_no_cluster_holds_alone(wide) -> None:
     """4 KiB of SRAM per cluster: no cluster holds the reusing group's kept rows alone, so
     the tile search spreads it over the 4 clusters in 16 bands (and cannot with bands off);
     the plan verifies with bytes equal to the prediction."""
@@ -110,7 +110,7 @@ def test_solver_bands_a_group_that_no_cluster_holds_alone(wide) -> None:  # noqa
                                         True), (rest, Tile(n, h, w), True, False, False)], 0)
 
 
-def test_bands_round_trip_and_bad_bands_are_named(wide, tmp_path: Path) -> None:  # noqa: ANN001
+def test_bands_round_trip_and_bad_bands_are_named(wide, tmp_path: Path) -> None:
     """A plan file keeps the bands; bands on recomputing tiles, or a count that does not
     split the chip's clusters, are refused with the group named."""
     _, graph, layers = wide

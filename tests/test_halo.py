@@ -20,7 +20,7 @@ from planner.geometry.regions import Tile, anchor_extent, group_io
 import models
 
 
-def _graph(tmp: Path, model, name: str):  # noqa: ANN001, ANN202
+def _graph(tmp: Path, model, name: str):
     loaded = load_model(str(models.save(model, tmp, name)))
     return loaded, build_graph(loaded)
 
@@ -43,7 +43,7 @@ def test_reuse_reads_each_input_row_once(tmp_path: Path) -> None:
 
 
 def _cut(graph, split: int, th: int, tw: int | None, reuse: bool, resident_every: int = 1,
-         buffered_every: int = 0, cores: int = 1) -> list[tuple]:  # noqa: ANN001
+         buffered_every: int = 0, cores: int = 1) -> list[tuple]:
     """The model's layers cut into `split` groups, tiled (th, tw) where a group has one
     output (whole maps otherwise, and no reuse); reusing groups in one band per core
     (`cores` > 1) where they have that many tile columns."""
@@ -89,7 +89,7 @@ def test_solvers_choose_reuse_where_it_pays(tmp_path: Path, solver: str) -> None
     assert report.ok, (report.first_output_mismatch, report.first_counter_mismatch)
 
 
-def _verify_plan(graph, loaded, chip, groups, seed: int) -> None:  # noqa: ANN001
+def _verify_plan(graph, loaded, chip, groups, seed: int) -> None:
     plan = assemble(graph, chip, groups, model={}, hardware={}, rules={},
                     objective="traffic", solver={})
     inputs = random_inputs(loaded, seed)

@@ -107,7 +107,7 @@ class _Fake:
         self.pieces = [names[0:2], names[2:4], names[4:6], names[6:8]]
         bad = set(names[1:3])  # the last layer of A and the first of B
 
-        def plan_fn(graph, layers):  # noqa: ANN001, ANN202
+        def plan_fn(graph, layers):
             if bad <= set(layers):
                 raise PlanningError("A and B do not fit together")
             return "plan"
@@ -117,7 +117,7 @@ class _Fake:
         self.subs = [self.compiler.compile(self.compiler.describe(p, "piece"))
                      for p in self.pieces]
 
-    def shape(self, merged) -> list[int]:  # noqa: ANN001
+    def shape(self, merged) -> list[int]:
         return [len(s.layers) for s in merged]
 
 

@@ -60,7 +60,7 @@ def _one_conv(tmp_path: Path) -> Path:
 
 
 @pytest.fixture()
-def unit(tmp_path: Path):  # noqa: ANN201
+def unit(tmp_path: Path):
     chip_file = tmp_path / "unit.yaml"
     chip_file.write_text(CHIP)
     chip, _ = load_chip(str(chip_file))
@@ -68,7 +68,7 @@ def unit(tmp_path: Path):  # noqa: ANN201
     return graph, chip, chip_file, tmp_path
 
 
-def test_one_tile_serial(unit) -> None:  # noqa: ANN001
+def test_one_tile_serial(unit) -> None:
     graph, chip, _, _ = unit
     c = group_cost(graph, ("conv",), Tile(1, 4, 4), chip)
     assert (c.dram_read_bytes, c.dram_write_bytes, c.macs) == (36, 32, 64)
@@ -79,7 +79,7 @@ def test_one_tile_serial(unit) -> None:  # noqa: ANN001
     assert c.energy_pj == pytest.approx(68 * 11 + 96 * 1 + 4 * 1 + 64 * 2)
 
 
-def test_two_tiles_double_buffered_overlap(unit) -> None:  # noqa: ANN001
+def test_two_tiles_double_buffered_overlap(unit) -> None:
     graph, chip, _, _ = unit
     serial = group_cost(graph, ("conv",), Tile(1, 2, 4), chip, double_buffered=False)
     piped = group_cost(graph, ("conv",), Tile(1, 2, 4), chip, double_buffered=True)
@@ -92,7 +92,7 @@ def test_two_tiles_double_buffered_overlap(unit) -> None:  # noqa: ANN001
     assert piped.sram_peak_bytes == serial.sram_peak_bytes + 16
 
 
-def test_emulator_reproduces_cycles_and_energy(unit) -> None:  # noqa: ANN001
+def test_emulator_reproduces_cycles_and_energy(unit) -> None:
     graph, chip, chip_file, tmp = unit
     plan = api.solve(str(tmp / "one.onnx"), hardware=str(chip_file), solver="shortest-path",
                      objective="latency")
@@ -166,7 +166,7 @@ def _two_convs(tmp_path: Path) -> Path:
 
 
 @pytest.fixture()
-def two(tmp_path: Path):  # noqa: ANN201
+def two(tmp_path: Path):
     chip_file = tmp_path / "unit2.yaml"
     chip_file.write_text(TWO)
     return api.prepare(str(_two_convs(tmp_path)), hardware=str(chip_file)), tmp_path
@@ -178,7 +178,7 @@ def _two_groups(problem: api.Problem, first_tile: Tile, first_db: bool) -> Plan:
                     objective="latency", solver={"name": "hand"}, **problem.plan_header())
 
 
-def test_prefetch_hides_weights_behind_serial_group(two) -> None:  # noqa: ANN001
+def test_prefetch_hides_weights_behind_serial_group(two) -> None:
     problem, _ = two
     # SRAM 104 B would be needed: conv1 holds x and y (64 B) and its weights (4 B) while
     # conv2's 36 weight bytes arrive; with 100 B they wait for conv2's own fill
@@ -199,7 +199,7 @@ def test_prefetch_hides_weights_behind_serial_group(two) -> None:  # noqa: ANN00
     assert b.energy_pj == pytest.approx(alone.energy_pj - 36)
 
 
-def test_prefetch_behind_double_buffered_group_uses_its_idle_link(two) -> None:  # noqa: ANN001
+def test_prefetch_behind_double_buffered_group_uses_its_idle_link(two) -> None:
     problem, _ = two
     # conv1 in two row tiles, double-buffered: fill 16 + 4 B, drain 16 B, 32 B in between
     # behind 64 compute cycles: the link idles 32 cycles, so 32 of the 36 weight cycles hide;
@@ -217,7 +217,7 @@ def test_prefetch_behind_double_buffered_group_uses_its_idle_link(two) -> None: 
     assert starts == [(0, 100, 0), (100, 744, 68)]
 
 
-def test_emulator_reports_a_prefetch_that_does_not_fit(two, tmp_path: Path) -> None:  # noqa: ANN001
+def test_emulator_reports_a_prefetch_that_does_not_fit(two, tmp_path: Path) -> None:
     problem, _ = two
     plan = _two_groups(problem, Tile(1, 4, 4), False)
     doc = plan_to_json(plan)
@@ -250,7 +250,7 @@ def _every_plan(problem: api.Problem, objective: str) -> list[Plan]:
 
 
 @pytest.mark.parametrize("objective", ["latency", "energy", "weighted"])
-def test_planners_optimise_prefetch_exactly(two, objective: str) -> None:  # noqa: ANN001
+def test_planners_optimise_prefetch_exactly(two, objective: str) -> None:
     """Shortest path and CP-SAT agree with brute force over every grouping and tile choice
     (each group's feasible options, 2-D ones included; prefetch decided by the cost
     model)."""
@@ -296,7 +296,7 @@ def test_front_png_is_an_image_with_its_points() -> None:
     assert blue_one.sum() > 50 and blue.sum() > 2 * blue_one.sum()
 
 
-def test_pareto_cli_writes_png_and_plans(two) -> None:  # noqa: ANN001
+def test_pareto_cli_writes_png_and_plans(two) -> None:
     problem, tmp = two
     fuseplan = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "fuseplan"
     args = [str(fuseplan), "pareto", problem.model.path, "--hw", problem.chip_file,
@@ -327,7 +327,7 @@ def test_squeezenet_front_conflicts_and_every_point_verifies() -> None:
 
 
 @pytest.fixture()
-def reusing_chain(tmp_path: Path):  # noqa: ANN201
+def reusing_chain(tmp_path: Path):
     """A chain CNN on a chip small enough that its front layers reuse halos, and the search
     of those layers."""
     import models
@@ -339,7 +339,7 @@ def reusing_chain(tmp_path: Path):  # noqa: ANN201
     return problem, GroupSearch.of(g, layers, problem.chip, problem.ruleset)
 
 
-def test_trade_offs_are_a_front_of_reusing_tiles(reusing_chain) -> None:  # noqa: ANN001
+def test_trade_offs_are_a_front_of_reusing_tiles(reusing_chain) -> None:
     """A group's halo-reusing choices that no other beats on both cycles and energy: fastest
     first, each slower one cheaper, both ends of the whole front kept when it is thinned."""
     problem, search = reusing_chain
@@ -356,7 +356,7 @@ def test_trade_offs_are_a_front_of_reusing_tiles(reusing_chain) -> None:  # noqa
     assert thin == [whole[0], whole[-1]]
 
 
-def test_capped_solves_match_brute_force(two) -> None:  # noqa: ANN001
+def test_capped_solves_match_brute_force(two) -> None:
     """Under every cycles cap the brute-force cheapest plan within it is CP-SAT's, warm-started
     from the fastest plan."""
     problem, _ = two
@@ -378,7 +378,7 @@ def test_capped_solves_match_brute_force(two) -> None:  # noqa: ANN001
         assert objective_units(plan.totals, "energy", rs, chip) == best, cap
 
 
-def test_a_warm_start_choice_is_a_candidate_exactly(reusing_chain) -> None:  # noqa: ANN001
+def test_a_warm_start_choice_is_a_candidate_exactly(reusing_chain) -> None:
     """A warm start's reusing tile that no other pinned alternative describes is pinned as
     well, and the warm start selects that candidate, not another tile of the same group."""
     from solver.cpsat import _alternatives, _describes, build_model
