@@ -7,9 +7,11 @@ input slice (halo included) and the tile's *effective* pads: real zero padding
 only on the sides where the tile touches the feature-map border, and zero (or
 even negative, meaning "crop") elsewhere.
 
-``run_op`` dispatches through an immutable op -> function table; any op that
-is not implemented natively is executed by :func:`run_reference`, which wraps
-the node in a one-node ONNX model and runs ``onnx.reference.ReferenceEvaluator``.
+``run_op`` asks the op table (planner.ir.ops) for the op's kernel name and
+calls the function registered under it in an immutable name -> function table;
+an op the table names no kernel for is executed by :func:`run_reference`, which
+wraps the node in a one-node ONNX model and runs
+``onnx.reference.ReferenceEvaluator``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto
 from onnx.reference import ReferenceEvaluator
 
-__all__ = ["SUPPORTED", "run_op", "run_reference"]
+from planner.ir.ops import known_ops, op_spec
+
+__all__ = ["SUPPORTED", "registered_kernels", "run_op", "run_reference"]
 
 _Array = np.ndarray
 
@@ -442,6 +446,15 @@ def _avg_pool(n: _Node) -> list[_Array]:
         cnt = sliding_window_view(valid, g.eff[i])[:: g.strides[i]][: g.out[i], :: g.dilations[i]]
         div = np.multiply.outer(div, cnt.sum(axis=-1))
     return [(sums / div.astype(x.dtype)).astype(x.dtype, copy=False)]
+
+
+def _lp_pool(n: _Node) -> list[_Array]:
+    """p-norm of every window, (sum |x|^p)^(1/p); padded cells are zeros and add nothing."""
+    x = n.x()
+    g = _pool_geom(n, x)
+    p = int(n.attr("p", 2))
+    powered = np.abs(_fit(x, g, 0.0)) ** p
+    return [(_window_reduce(powered, g, np.add) ** (1.0 / p)).astype(x.dtype, copy=False)]
 
 
 def _global_pool(reduce: Callable[..., _Array]) -> _Kernel:
@@ -990,6 +1003,7 @@ _KERNELS: Mapping[str, _Kernel] = MappingProxyType({
     "ConvTranspose": _conv_transpose,
     "MaxPool": _max_pool,
     "AveragePool": _avg_pool,
+    "LpPool": _lp_pool,
     "GlobalAveragePool": _global_pool(np.mean),
     "GlobalMaxPool": _global_pool(np.max),
     "Relu": _unary(lambda x: np.maximum(x, 0)),
@@ -1044,8 +1058,14 @@ _KERNELS: Mapping[str, _Kernel] = MappingProxyType({
     "Gather": _gather,
 })
 
-SUPPORTED: frozenset[str] = frozenset(_KERNELS)
+SUPPORTED: frozenset[str] = frozenset(
+    op for op, spec in known_ops().items() if spec.kernel is not None)
 """Op types that :func:`run_op` implements natively (others use :func:`run_reference`)."""
+
+
+def registered_kernels() -> frozenset[str]:
+    """Names of the kernels registered here (the op table names them, planner.ir.ops)."""
+    return frozenset(_KERNELS)
 
 
 def _default_num_outputs(op_type: str, attrs: Mapping[str, Any],
@@ -1091,10 +1111,10 @@ def run_op(op_type: str, attrs: Mapping[str, Any], inputs: Sequence[_Array | Non
     ins = _trim(inputs)
     count = num_outputs if num_outputs is not None else _default_num_outputs(
         op_type, attrs, ins, opset)
-    kernel = _KERNELS.get(op_type)
-    if kernel is None:
+    name = op_spec(op_type).kernel
+    if name is None:
         return run_reference(op_type, attrs, ins, opset, num_outputs=count)
-    return kernel(_Node(op_type, attrs, ins, opset, count))
+    return _KERNELS[name](_Node(op_type, attrs, ins, opset, count))
 
 
 def _attr_value(value: Any) -> Any:

@@ -29,10 +29,11 @@ from planner.geometry.regions import (
     tile_regions,
 )
 from planner.ir.graph import Graph, Layer
+from planner.ir.layout import layout_of
 from planner.plan.data import Group
 
 if TYPE_CHECKING:
-    from emulator.run import Tally
+    from emulator.run import LayerCache, Tally
 
 Rect = tuple[int, int, int, int]  # r0, r1, c0, c1
 
@@ -203,7 +204,8 @@ def as_box(graph: Graph, t: str, rect: Rect) -> Box:
 
 def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                     weights: Mapping[str, np.ndarray], tally: Tally,
-                    anchors: list[Box] | None = None) -> None:
+                    anchors: list[Box] | None = None, layers: LayerCache | None = None
+                    ) -> None:
     """Run a reusing group's tiles (or only `anchors`, one band's, on chip images of their
     own), reading and writing `dram`, counting into `tally`."""
     from emulator.run import run_layer  # run.py dispatches reusing groups here
@@ -231,7 +233,7 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
                     tally.core += chip_mem.depth[t] * (r[1] - r[0]) * (r[3] - r[2]) * dt
                 onchip = {t: chip_mem.region(t) for t in lay.fmap_inputs}
                 ys = run_layer(graph, lay, as_box(graph, lay.outputs[0], out_rect), onchip,
-                               weights)
+                               weights, layers)
                 tally.ops(lay, ys[0].size)
                 if k in streamed:
                     stored, most = _stream_rows(chip_mem, graph, lay, *streamed[k], out_rect,
@@ -279,11 +281,14 @@ def _stream_rows(chip_mem: OnChip, graph: Graph, lay: Layer, out: str, released:
         row_box = as_box(graph, out, (y, y + 1, c0, c1))
         for j, t in enumerate(lay.fmap_inputs):
             chip_mem.check(t, _rect(input_box(graph, lay, j, row_box)), lay.name)
-        stored += chip_mem.put(out, (y, y + 1, c0, c1), data[..., i:i + 1, :])
+        stored += chip_mem.put(out, (y, y + 1, c0, c1), _cut(data, (i, i + 1, 0, c1 - c0)))
         most = max(most, chip_mem.held_elems())
     return stored, most
 
 
 def _cut(arr: np.ndarray, rect: Rect) -> np.ndarray:
     """The rows and columns of a rectangle (a view); tensors without them whole."""
-    return arr[..., rect[0]:rect[1], rect[2]:rect[3]] if arr.ndim >= 4 else arr
+    layout = layout_of(arr.shape)
+    if not layout.spatial:
+        return arr
+    return arr[layout.index(slice(None), slice(rect[0], rect[1]), slice(rect[2], rect[3]))]

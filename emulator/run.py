@@ -3,32 +3,26 @@
 The emulator shares only the region function (planner.geometry.regions.tile_regions)
 with the planner: it slices real arrays for each tile, runs the layers with the
 NumPy kernels, and counts bytes from the arrays it actually moves, so a wrong
-closed form in the cost model shows up as a counter mismatch.
+closed form in the cost model shows up as a counter mismatch. Its cycles come from its
+own clock (emulator.clock), which plays the tiles it ran on the chip's DRAM link and cores.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from math import ceil
+from dataclasses import dataclass, field, replace
+from math import ceil, floor
 from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
 from emulator.kernels import run_op
 from emulator.reuse import run_reuse_tiles
 from hardware.chip import Chip
-from planner.cost.model import (
-    Counters,
-    compute_cycles,
-    dram_bytes_per_cycle,
-    in_group_uses,
-    prefetch_cycles,
-    with_time,
-)
-from planner.geometry.bands import band_columns, band_compute_cycles, band_overflows, cluster_loads
+from planner.cost.counters import Counters
+from planner.geometry.bands import band_columns, band_overflows, cluster_loads
 from planner.geometry.regions import (
     Box,
     GroupIO,
@@ -41,6 +35,8 @@ from planner.geometry.regions import (
     tile_regions,
 )
 from planner.ir.graph import Graph, Layer, MapKind
+from planner.ir.layout import Layout, layout_of
+from planner.ir.ops import ShapeParam, op_spec
 from planner.plan.checks import check_bands
 from planner.plan.data import Group, Plan
 
@@ -67,26 +63,28 @@ class Violation:
 
 @dataclass
 class EmulationResult:
-    """Outputs and counters of one emulated plan."""
+    """Outputs and counters of one emulated plan.
+
+    Each group's counters hold what the emulator counted and the cycles of the clock
+    (emulator.clock); energy_pj is left 0: pricing the counters is the cost model's job
+    (planner.app.verify fills it in).
+    """
 
     outputs: dict[str, np.ndarray]
     groups: list[Counters]
     violations: list[Violation] = field(default_factory=list)
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # everything written to DRAM
+    times: list[GroupTime] = field(default_factory=list)  # per group, from the clock
 
-    def timeline(self, chip: Chip) -> list[dict[str, int]]:
-        """Per group: start and end cycle (groups run back to back), the cycle its prefetched
-        weights started loading (inside the previous group's DRAM idle time), DRAM and
-        compute busy cycles (the prefetch's share of the link counted in the group's own)."""
-        bpc = dram_bytes_per_cycle(chip)
-        rows, clock = [], 0
-        for i, c in enumerate(self.groups):
-            rows.append({"group": i, "start_cycle": clock, "end_cycle": clock + c.cycles,
-                         "prefetch_start_cycle": clock - c.prefetch_cycles,
-                         "dram_busy_cycles": ceil(c.dram_bytes / bpc),
-                         "compute_busy_cycles": compute_cycles(chip, c)})
-            clock += c.cycles
-        return rows
+    def timeline(self) -> list[dict[str, int]]:
+        """Per group, from the clock: start and end cycle (groups run back to back), the
+        cycle its prefetched weights started loading (in the previous group's first idle
+        DRAM gap), DRAM and compute busy cycles (the prefetch's share of the link counted in
+        the group's own; a banded group's busiest band)."""
+        return [{"group": i, "start_cycle": t.start, "end_cycle": t.end,
+                 "prefetch_start_cycle": t.prefetch_start,
+                 "dram_busy_cycles": ceil(t.dram_busy), "compute_busy_cycles": t.compute_busy}
+                for i, t in enumerate(self.times)]
 
     @property
     def totals(self) -> Counters:
@@ -96,20 +94,19 @@ class EmulationResult:
         return total
 
 
-def _slice(arr: np.ndarray, have: Box, want: Box, spatial: bool) -> np.ndarray:
-    """Cut box `want` out of an array holding box `have` of a tensor."""
-    n0, n1 = want[0] - have[0], want[1] - have[0]
-    if not spatial:
-        return arr[n0:n1]
-    return arr[n0:n1, ..., want[2] - have[2]:want[3] - have[2], want[4] - have[4]:want[5] - have[4]]
+def _slice(arr: np.ndarray, have: Box, want: Box, layout: Layout) -> np.ndarray:
+    """Cut box `want` out of an array holding box `have` of a tensor of this layout."""
+    return arr[layout.index(slice(want[0] - have[0], want[1] - have[0]),
+                            slice(want[2] - have[2], want[3] - have[2]),
+                            slice(want[4] - have[4], want[5] - have[4]))]
 
 
 @dataclass(frozen=True)
 class _LayerStatic:
     """What run_layer needs of a layer that no tile changes, worked out once per layer."""
 
-    # (arg position, fmap index, tensor, spatial, needs exactly the output's box)
-    fmaps: tuple[tuple[int, int, str, bool, bool], ...]
+    # (arg position, fmap index, tensor, its layout, needs exactly the output's box)
+    fmaps: tuple[tuple[int, int, str, Layout, bool], ...]
     consts: tuple[tuple[int, str], ...]  # (arg position, tensor): weights and parameters
     n_args: int
     out_spatial: bool
@@ -119,58 +116,67 @@ class _LayerStatic:
     attrs: Mapping[str, Any]  # without ceil_mode for window layers (the pads say it all)
     crop_spatial: bool  # a non-window kernel result may cover more rows than the box
     in_spatial: bool  # first fmap input has H and W
+    out_layout: Layout
+    shape_param: ShapeParam  # a parameter input spelling out the whole output map
 
 
-_STATIC: dict[int, tuple[weakref.ref[Graph], weakref.ref[Layer], _LayerStatic]] = {}
+@dataclass
+class LayerCache:
+    """Static facts of one graph's layers, worked out once each: emulate() makes one per
+    run and hands it down, so nothing outlives the run."""
 
+    graph: Graph
+    facts: dict[str, _LayerStatic] = field(default_factory=dict)
 
-def _static(graph: Graph, lay: Layer) -> _LayerStatic:
-    """The layer's static facts, cached by identity for as long as graph and layer live."""
-    hit = _STATIC.get(id(lay))
-    if hit is not None and hit[0]() is graph and hit[1]() is lay:
-        return hit[2]
-    if len(_STATIC) > 8192:  # stale entries of graphs long gone
-        _STATIC.clear()
-    info = _layer_static(graph, lay)
-    _STATIC[id(lay)] = (weakref.ref(graph), weakref.ref(lay), info)
-    return info
+    def of(self, lay: Layer) -> _LayerStatic:
+        """The layer's static facts (computed on first use)."""
+        info = self.facts.get(lay.name)
+        if info is None:
+            info = self.facts[lay.name] = _layer_static(self.graph, lay)
+        return info
 
 
 def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
     fmaps, consts = [], []
-    out_spatial = len(lay.out_shape) >= 4
+    out_layout = graph.layout(lay.outputs[0])
+    out_spatial = out_layout.spatial
     for pos, name in enumerate(lay.inputs):
         if name in lay.fmap_inputs:
             i = lay.fmap_inputs.index(name)
-            shape = graph.shapes[name]
-            spatial = len(shape) >= 4
-            fmaps.append((pos, i, name, spatial, _same_box(lay, i, shape, out_spatial)))
+            layout = graph.layout(name)
+            fmaps.append((pos, i, name, layout,
+                          _same_box(lay, i, graph.shapes[name], layout, out_layout)))
         elif name:
             consts.append((pos, name))
     kind = lay.row_maps[0].kind if lay.row_maps else None
     window = kind is MapKind.WINDOW and out_spatial
     first = graph.shapes[lay.fmap_inputs[0]] if lay.fmap_inputs else ()
-    in_spatial = len(first) >= 4
+    first_layout = layout_of(first)
+    in_spatial = first_layout.spatial
     attrs = {k: v for k, v in lay.attrs.items() if k != "ceil_mode"} if window else lay.attrs
     return _LayerStatic(
         fmaps=tuple(fmaps), consts=tuple(consts), n_args=len(lay.inputs),
         out_spatial=out_spatial, window=window,
         transposed=kind is MapKind.TRANSPOSED and out_spatial,
-        in_hw=(first[-2], first[-1]) if in_spatial else (1, 1), attrs=attrs,
-        crop_spatial=out_spatial and not window, in_spatial=in_spatial)
+        in_hw=first_layout.dims(first)[2:], attrs=attrs,
+        crop_spatial=out_spatial and not window, in_spatial=in_spatial,
+        out_layout=out_layout, shape_param=op_spec(lay.op).shape_param)
 
 
-def _same_box(lay: Layer, i: int, shape: tuple[int, ...], out_spatial: bool) -> bool:
+def _same_box(lay: Layer, i: int, shape: tuple[int, ...], layout: Layout,
+              out_layout: Layout) -> bool:
     """True when input_box(lay, i, box) is box itself for every box of the output.
 
     An elementwise input of the output's own extent: identity row and column maps and the
     batch kept, so the region function's clipping never bites. run_layer then skips it.
     """
-    return (out_spatial and len(shape) >= 4 and lay.batch_preserving
+    if not (out_layout.spatial and layout.spatial and lay.batch_preserving
             and lay.row_maps[i].kind is MapKind.IDENTITY
-            and lay.col_maps[i].kind is MapKind.IDENTITY
-            and (shape[0], shape[-2], shape[-1])
-            == (lay.out_shape[0], lay.out_shape[-2], lay.out_shape[-1]))
+            and lay.col_maps[i].kind is MapKind.IDENTITY):
+        return False
+    n, _, h, w = layout.dims(shape)
+    out_n, _, out_h, out_w = out_layout.dims(lay.out_shape)
+    return (n, h, w) == (out_n, out_h, out_w)
 
 
 def _window_attrs(lay: Layer, info: _LayerStatic, out_box: Box) -> dict[str, Any]:
@@ -195,25 +201,30 @@ def _crop_axis(y: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
 
 
 def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple[Box, np.ndarray]],
-              weights: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Compute `out_box` of a layer's outputs from the boxes of its inputs held on chip."""
-    info = _static(graph, lay)
+              weights: Mapping[str, np.ndarray], layers: LayerCache | None = None
+              ) -> list[np.ndarray]:
+    """Compute `out_box` of a layer's outputs from the boxes of its inputs held on chip
+    (``layers``: the run's cache of static layer facts; without one they are worked out)."""
+    info = layers.of(lay) if layers is not None else _layer_static(graph, lay)
     args: list[np.ndarray | None] = [None] * info.n_args
     first_box: Box | None = None
-    for pos, i, name, spatial, same in info.fmaps:
+    for pos, i, name, layout, same in info.fmaps:
         want = out_box if same else input_box(graph, lay, i, out_box)
         have, arr = onchip[name]
-        args[pos] = _slice(arr, have, want, spatial)
+        args[pos] = _slice(arr, have, want, layout)
         if first_box is None:
             first_box = want
     for pos, name in info.consts:
         args[pos] = weights.get(name, graph.constants.get(name))
-    if lay.op == "Reshape" and info.out_spatial and lay.row_maps[0].kind is MapKind.IDENTITY:
+    if info.shape_param is ShapeParam.TARGET_SHAPE and info.out_spatial \
+            and lay.row_maps[0].kind is MapKind.IDENTITY:
         # the target shape names the whole map; a tile reshapes only its own box
-        s = lay.out_shape
-        args[1] = np.array([out_box[1] - out_box[0], *s[1:-2], out_box[3] - out_box[2],
-                            out_box[5] - out_box[4]], dtype=np.int64)
-    if lay.op == "Resize" and len(args) == 4 and lay.row_maps[0].kind is not MapKind.WHOLE:
+        target = list(lay.out_shape)
+        for axis, lo, hi in _box_axes(info.out_layout, out_box):
+            target[axis] = hi - lo
+        args[1] = np.array(target, dtype=np.int64)
+    if info.shape_param is ShapeParam.RESIZE_SIZES and len(args) == 4 \
+            and lay.row_maps[0].kind is not MapKind.WHOLE:
         # `sizes` names the whole map; a tile upsamples its own rows by the same scales
         full_in, full_out = graph.shapes[lay.fmap_inputs[0]], lay.out_shape
         scales = np.array([o / i for o, i in zip(full_out, full_in, strict=True)], np.float32)
@@ -223,15 +234,21 @@ def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple
     attrs = info.attrs
     if info.window:
         attrs = _window_attrs(lay, info, out_box)
-        if lay.op == "AveragePool" and int(lay.attrs.get("count_include_pad", 0)):
-            shape = graph.shapes[lay.fmap_inputs[0]]
-            return [_avg_pool_including_pads(lay, attrs, args, out_box, shape)]
+        if int(lay.attrs.get("count_include_pad", 0)):  # AveragePool's
+            return [_avg_pool_including_pads(lay, attrs, args, out_box, info.in_hw)]
     outs = run_op(lay.op, attrs, args, lay.opset, num_outputs=len(lay.outputs))
     return [_crop_output(np.asarray(y), lay, info, out_box, first_box) for y in outs]
 
 
+def _box_axes(layout: Layout, box: Box) -> list[tuple[int, int, int]]:
+    """(axis, start, end) of a box along the batch, row and column axes the layout has."""
+    return [(axis, box[2 * k], box[2 * k + 1])
+            for k, axis in enumerate((layout.batch_axis, layout.row_axis, layout.col_axis))
+            if axis is not None]
+
+
 def _avg_pool_including_pads(lay: Layer, attrs: dict[str, Any], args: list[np.ndarray | None],
-                             out_box: Box, in_shape: tuple[int, ...]) -> np.ndarray:
+                             out_box: Box, in_hw: tuple[int, int]) -> np.ndarray:
     """AveragePool counting the model's pads but not the ceil_mode overhang, on a tile.
 
     The tile's pads mix the model's pads with rows past them (ceil_mode), so pool over real
@@ -242,7 +259,7 @@ def _avg_pool_including_pads(lay: Layer, attrs: dict[str, Any], args: list[np.nd
     factors = []
     for axis, (lo, hi) in enumerate(((out_box[2], out_box[3]), (out_box[4], out_box[5]))):
         m = (lay.row_maps if axis == 0 else lay.col_maps)[0]
-        size = in_shape[-2 + axis]
+        size = in_hw[axis]
         start = np.arange(lo, hi) * m.stride - m.pad
         end = start + (m.kernel - 1) * m.dilation + 1
         real = np.minimum(end, size) - np.maximum(start, 0)
@@ -257,7 +274,8 @@ def _transposed_tile(lay: Layer, args: list[np.ndarray | None], out_box: Box,
     """ConvTranspose on a tile: scatter the input slice (no pads, no bias) into the tile's box.
 
     Output rows no input reaches (output padding, kernel smaller than stride) hold only the
-    bias, so the box starts as the bias and receives the slice's contributions.
+    bias, so the box starts as the bias and receives the slice's contributions. ONNX defines
+    ConvTranspose channel-first, so its rows and columns are the last two axes.
     """
     x, w = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
@@ -286,12 +304,13 @@ def _transposed_tile(lay: Layer, args: list[np.ndarray | None], out_box: Box,
 def _crop_output(y: np.ndarray, lay: Layer, info: _LayerStatic, out_box: Box,
                  first_box: Box | None) -> np.ndarray:
     """Cut the tile's box out of a kernel result computed on a larger (virtual) range."""
-    if not lay.batch_preserving and y.ndim:
-        y = _crop_axis(y, 0, out_box[0], out_box[1] - out_box[0])
-    if info.crop_spatial and first_box is not None and y.ndim >= 4:
-        for axis, m, lo, hi, a0 in ((y.ndim - 2, lay.row_maps[0], out_box[2], out_box[3],
-                                     first_box[2]),
-                                    (y.ndim - 1, lay.col_maps[0], out_box[4], out_box[5],
+    layout = layout_of(y.shape)
+    if not lay.batch_preserving and layout.batch_axis is not None:
+        y = _crop_axis(y, layout.batch_axis, out_box[0], out_box[1] - out_box[0])
+    if info.crop_spatial and first_box is not None and layout.spatial:
+        row, col = layout.tiled_axes
+        for axis, m, lo, hi, a0 in ((row, lay.row_maps[0], out_box[2], out_box[3], first_box[2]),
+                                    (col, lay.col_maps[0], out_box[4], out_box[5],
                                      first_box[4])):
             whole = m.kind is MapKind.WHOLE or not info.in_spatial
             start = lo if whole else lo - m.virtual_start(a0)
@@ -318,6 +337,8 @@ class Tally:
     last: int = 0
     worst: dict[str, Violation] = field(default_factory=dict)
     checks: bool = True  # capacity per step (a band's tally leaves it to the whole group)
+    events: list[TileEvents] = field(default_factory=list)  # per tile, for the clock
+    ops_before: tuple[int, int] = (0, 0)  # (MACs, vector ops) counted before this tile
 
     @property
     def onchip_weights(self) -> int:
@@ -352,22 +373,30 @@ class Tally:
         if index == 0:
             self.first = loaded + weights
         self.last = written
+        macs, vector_ops = self.ops_before
+        self.events.append(TileEvents(loaded, weights, self.macs - macs,
+                                      self.vector_ops - vector_ops, written))
+        self.ops_before = (self.macs, self.vector_ops)
 
     def counters(self, graph: Graph, io: GroupIO) -> Counters:
+        """The group's byte and work counters (its time comes from the clock, see emulate)."""
         dt = self.chip.dtype_bytes
-        c = Counters(
+        return Counters(
             dram_read_bytes=self.read, dram_write_bytes=self.write,
             weight_read_bytes=self.weight_read,
             redundant_read_bytes=self.read - self.weight_read - _once(graph, io, dt),
             sram_peak_bytes=self.peak, macs=self.macs, vector_ops=self.vector_ops,
             core_fmap_bytes=self.core, core_weight_bytes=self.weight_bytes * self.tiles,
             first_load_bytes=self.first, last_store_bytes=self.last)
-        return with_time(self.chip, c, self.group.double_buffered)
 
 
 def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
-                  weights: Mapping[str, np.ndarray]) -> tuple[Counters, list[Violation]]:
+                  weights: Mapping[str, np.ndarray], layers: LayerCache | None = None
+                  ) -> tuple[Counters, GroupRun, list[Violation]]:
     """Run one group over all its tiles; reads and writes `dram` (tensor name -> full array).
+
+    Returns its counters (no time yet), its tiles' events for the clock and its overflows.
+    ``layers``: the run's cache of static layer facts (emulate() passes one).
 
     Each tile loads the boxes of its inputs (halo included), computes every layer on its
     box and stores its box of the outputs; halo-reusing groups run in emulator.reuse.
@@ -375,20 +404,22 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
     io = group_io(graph, group.layers)
     dt = chip.dtype_bytes
     tally = Tally(chip, group, sum(int(graph.constants[w].size) for w in io.weights) * dt)
+    layers = layers if layers is not None else LayerCache(graph)
     if group.halo_reuse and group.tile.bands > 1:
-        return _run_bands(graph, group, chip, dram, weights, io)
+        return _run_bands(graph, group, chip, dram, weights, io, layers)
     if group.halo_reuse:
-        run_reuse_tiles(graph, group, chip, dram, weights, tally)
-        return tally.counters(graph, io), list(tally.worst.values())
+        run_reuse_tiles(graph, group, chip, dram, weights, tally, layers=layers)
+        return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     last_use = _last_use(graph, io)
-    uses = in_group_uses(graph, io)
+    uses = _uses(graph, io)
     anchors = group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile)
     for ti, tile_box in enumerate(anchors):
         boxes = tile_regions(graph, io, tile_box)
         onchip: dict[str, tuple[Box, np.ndarray]] = {}
         loaded = 0
         for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
-            arr = _slice(dram[t], _full(dram[t]), boxes[t], dram[t].ndim >= 4)
+            layout = graph.layout(t)
+            arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)
             onchip[t] = (boxes[t], arr)
             loaded += arr.size * dt
             tally.core += arr.size * dt * (1 + uses.get(t, 0))
@@ -396,7 +427,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
             first = lay.outputs[0]
-            ys = run_layer(graph, lay, boxes[first], onchip, weights)
+            ys = run_layer(graph, lay, boxes[first], onchip, weights, layers)
             tally.ops(lay, ys[0].size)
             for t, y in zip(lay.outputs, ys, strict=False):
                 if t:
@@ -410,22 +441,30 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
             have, arr = onchip[t]
             want = tile_box if t == io.anchor else boxes[t]
-            part = _slice(arr, have, want, arr.ndim >= 4)
+            layout = graph.layout(t)
+            part = _slice(arr, have, want, layout)
             if t not in dram:
                 dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)
-            _slice(dram[t], _full(dram[t]), want, arr.ndim >= 4)[...] = part
+            _slice(dram[t], _full(dram[t], layout), want, layout)[...] = part
             written += part.size * dt
         tally.tile(ti, loaded, written)
-    return tally.counters(graph, io), list(tally.worst.values())
+    return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
+
+
+def _group_run(group: Group, tallies: list[Tally]) -> GroupRun:
+    """The tiles' events of a group (one tally per band) as the clock plays them."""
+    return GroupRun(tuple(tuple(t.events) for t in tallies), group.double_buffered,
+                    group.prefetch)
 
 
 def _run_bands(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
-               weights: Mapping[str, np.ndarray], io: GroupIO
-               ) -> tuple[Counters, list[Violation]]:
+               weights: Mapping[str, np.ndarray], io: GroupIO, layers: LayerCache
+               ) -> tuple[Counters, GroupRun, list[Violation]]:
     """A banded halo-reusing group (planner.geometry.bands): each band's tiles run on their own chip
     images, as its cores would; work and feature-map traffic add up, the weights are read
-    once (broadcast), the compute is the slowest band's, and capacity is checked per
-    cluster and core from each band's measured peak."""
+    once (broadcast), each band's tiles go to the clock as their own stream (bands compute
+    at once on their own cores), and capacity is checked per cluster and core from each
+    band's measured peak."""
     dt = chip.dtype_bytes
     wbytes = sum(int(graph.constants[w].size) for w in io.weights) * dt
     anchors = list(iter_tiles(graph, io, group.tile))
@@ -434,7 +473,7 @@ def _run_bands(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
     for first, end in band_columns(columns, group.tile.bands):
         tally = Tally(chip, group, wbytes, checks=False)
         mine = [a for a in anchors if first <= a[4] // group.tile.w < end]
-        run_reuse_tiles(graph, group, chip, dram, weights, tally, mine)
+        run_reuse_tiles(graph, group, chip, dram, weights, tally, mine, layers)
         tallies.append(tally)
     fmap_peaks = [t.peak - t.onchip_weights for t in tallies]
     found = [Violation(group.id, -1, level, need, cap) for level, need, cap in
@@ -451,10 +490,8 @@ def _run_bands(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
         core_fmap_bytes=sum(t.core for t in tallies),
         core_weight_bytes=wbytes * sum(t.tiles for t in tallies),
         first_load_bytes=sum(t.first for t in tallies) - (len(tallies) - 1) * wbytes,
-        last_store_bytes=sum(t.last for t in tallies),
-        band_compute_cycles=max(band_compute_cycles(chip, t.macs, t.vector_ops,
-                                                    group.tile.bands) for t in tallies))
-    return with_time(chip, c, group.double_buffered), found
+        last_store_bytes=sum(t.last for t in tallies))
+    return c, _group_run(group, tallies), found
 
 
 def _once(graph: Graph, io: GroupIO, dt: int) -> int:
@@ -463,10 +500,10 @@ def _once(graph: Graph, io: GroupIO, dt: int) -> int:
     return sum(box_elems(graph, t, full[t]) for t in io.inputs) * dt
 
 
-def _full(arr: np.ndarray) -> Box:
-    if arr.ndim >= 4:
-        return 0, arr.shape[0], 0, arr.shape[-2], 0, arr.shape[-1]
-    return 0, arr.shape[0] if arr.ndim else 1, 0, 1, 0, 1
+def _full(arr: np.ndarray, layout: Layout) -> Box:
+    """The box of a whole array of this layout."""
+    n, _, h, w = layout.dims(arr.shape)
+    return 0, n, 0, h, 0, w
 
 
 def _last_use(graph: Graph, io: GroupIO) -> dict[str, int]:
@@ -475,6 +512,15 @@ def _last_use(graph: Graph, io: GroupIO) -> dict[str, int]:
         for t in graph.layer(name).fmap_inputs:
             last[t] = i
     return last
+
+
+def _uses(graph: Graph, io: GroupIO) -> dict[str, int]:
+    """How many layers of the group read each tensor (the cores read it once per reader)."""
+    uses: dict[str, int] = {}
+    for name in io.layers:
+        for t in graph.layer(name).fmap_inputs:
+            uses[t] = uses.get(t, 0) + 1
+    return uses
 
 
 def _capacity(chip: Chip, group: int, tile: int, live: int, sram_weights: int,
@@ -510,24 +556,30 @@ def _prefetch_capacity(graph: Graph, chip: Chip, group: Group, counted: Counters
 
 def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarray],
             weights: Mapping[str, np.ndarray] | None = None) -> EmulationResult:
-    """Run every group of the plan in order; returns the model outputs and counters."""
+    """Run every group of the plan in order; returns the model outputs, the counters and,
+    from the clock (emulator.clock) fed with every tile's events, each group's cycles."""
     dram: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float32) for k, v in inputs.items()}
     counters: list[Counters] = []
+    runs: list[GroupRun] = []
     violations: list[Violation] = []
+    layers = LayerCache(graph)
     # A tile's matrix products are small: BLAS threads cost more in hand-offs than they
     # gain, and on a busy machine their spin-waits slow the emulator down tenfold.
     with threadpool_limits(limits=1, user_api="blas"):
         for k, group in enumerate(plan.groups):
             check_bands(graph, group.layers, group.tile, chip, group.halo_reuse, f"group {k}")
-            c, v = emulate_group(graph, group, chip, dram, weights or graph.constants)
-            if group.prefetch and k:  # its weights loaded while the group before it computed
-                prev, prev_group = counters[k - 1], plan.groups[k - 1]
+            c, run, v = emulate_group(graph, group, chip, dram, weights or graph.constants,
+                                      layers)
+            if group.prefetch and k:  # its weights load while the group before it runs
                 wbytes = sum(int(graph.constants[w].size) for w in group_io(graph, group.layers)
                              .weights) * chip.dtype_bytes
-                violations.extend(_prefetch_capacity(graph, chip, prev_group, prev, k - 1,
-                                                     wbytes))
-                c = with_time(chip, c, group.double_buffered,
-                              prefetch_cycles(chip, prev, prev_group.double_buffered, wbytes))
+                violations.extend(_prefetch_capacity(graph, chip, plan.groups[k - 1],
+                                                     counters[k - 1], k - 1, wbytes))
             counters.append(c)
+            runs.append(run)
             violations.extend(v)
-    return EmulationResult({t: dram[t] for t in graph.outputs}, counters, violations, dram)
+    times = simulate_plan(chip, runs)
+    timed = [replace(c, cycles=t.cycles, prefetch_cycles=floor(t.prefetch_cycles),
+                     band_compute_cycles=t.compute_busy if len(run.bands) > 1 else 0)
+             for c, t, run in zip(counters, times, runs, strict=True)]
+    return EmulationResult({t: dram[t] for t in graph.outputs}, timed, violations, dram, times)

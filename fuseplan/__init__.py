@@ -20,6 +20,7 @@ path or ``"zoo:NAME"``; rules and hardware are YAML paths or preset names (``Non
     problem = fuseplan.prepare("zoo:squeezenet", hardware="frustum_npu",
                                overrides=["sram.bytes=512KiB"])
     greedy = fuseplan.plan_problem(problem, solver="greedy")
+    fastest = fuseplan.plan_problem(problem, objective=fuseplan.Objective.LATENCY)
     rows = fuseplan.compare(problem)                          # [(solver, plan, status), ...]
 
     # what users see
@@ -46,8 +47,10 @@ from planner.app.api import (
 )
 from planner.core.errors import InputError, PlanningError
 from planner.cost.model import Counters
+from planner.cost.objective import Objective
 from planner.plan.data import Group, Plan
 from planner.plan.json_io import load_plan, plan_to_json, save_plan
+from planner.plan.placement import HaloMode, Placement, WeightResidency
 from planner.ui.diff import diff_plans
 from planner.ui.export import export_dot, export_onnx
 from planner.ui.report import load_problem_plan, render_report, write_report
@@ -57,11 +60,15 @@ __all__ = [
     "Chip",
     "Counters",
     "Group",
+    "HaloMode",
     "InputError",
+    "Objective",
+    "Placement",
     "Plan",
     "PlanningError",
     "Problem",
     "RuleSet",
+    "WeightResidency",
     "compare",
     "diff_plans",
     "explain",

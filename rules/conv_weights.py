@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.ir.ops import op_spec
 from rules.base import GroupFacts, StructuralRule, Violation, rule
 
 
@@ -19,7 +20,7 @@ class ConvWeightsNotComputed(StructuralRule):
 
     def check(self, facts: GroupFacts) -> Violation | None:
         for lay in facts.layers:
-            if lay.op in ("Conv", "ConvTranspose") and len(lay.inputs) > 1 \
+            if op_spec(lay.op).is_convolution and len(lay.inputs) > 1 \
                     and lay.inputs[1] in lay.fmap_inputs:
                 return self.violation(f"'{lay.name}' takes its weights from a layer's output")
         return None
@@ -35,7 +36,7 @@ class ConvWeightsNotShared(StructuralRule):
     def check(self, facts: GroupFacts) -> Violation | None:
         users = facts.graph.weight_users
         for lay in facts.layers:
-            if lay.op in ("Conv", "ConvTranspose") and len(lay.inputs) > 1 \
+            if op_spec(lay.op).is_convolution and len(lay.inputs) > 1 \
                     and users.get(lay.inputs[1], 0) > 1:
                 return self.violation(f"'{lay.name}' shares its weights with another layer",
                                       needed=users[lay.inputs[1]], allowed=1)

@@ -8,9 +8,10 @@ grouping at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from rules.base import GroupFacts, Rule, Violation, rule
+from rules.encoding import Candidate, Encoding
 
 
 @rule("R01", "start_rule", "Start layer of a new group")
@@ -28,7 +29,7 @@ class StartRule(Rule):
     def check(self, facts: GroupFacts) -> Violation | None:
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
         return None
 
 
@@ -47,5 +48,5 @@ class Direction(Rule):
     def check(self, facts: GroupFacts) -> Violation | None:
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
         return None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rules.base import GroupFacts, Rule, Violation, rule
+from rules.encoding import Candidate, Encoding
 
 
 @rule("R11", "redundancy", "Halo re-reads within a percentage")
@@ -31,16 +32,17 @@ class Redundancy(Rule):
                                   needed=round(pct, 2), allowed=self.threshold_pct)
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
         if isinstance(cand.th, int):
             return
         once = sum(_once(enc, cand, t) for t in cand.io.inputs)
         loaded = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
         limit = (100 + self.threshold_pct) * once
-        enc.enforce(enc.model.add(100 * loaded <= limit), cand, lit, cand.small.Not())
+        enc.enforce(enc.model.add(100 * loaded <= limit), cand, enc.rule_lits[self.key],
+                    cand.small.Not())
 
 
-def _once(enc: Any, cand: Any, t: str) -> int:
+def _once(enc: Encoding, cand: Candidate, t: str) -> int:
     from planner.geometry.regions import box_elems
 
     return box_elems(enc.graph, t, cand.chains.full[t]) * enc.chip.dtype_bytes

@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 from planner.core.errors import InputError
 from planner.core.yamlio import build_dataclass, did_you_mean, load_yaml, where
+from planner.cost.objective import ObjectiveSettings
 from rules.base import REGISTRY, GroupFacts, Rule, Violation
 
 RULES_DIR = Path(__file__).resolve().parent
 DEFAULT_RULES = RULES_DIR / "default.yaml"
-Objective = Literal["traffic", "latency", "energy", "weighted"]
 Policy = Literal["threshold", "forward", "bidirectional"]
 
 
@@ -43,18 +43,6 @@ class SearchSettings:
     # with 2-D halo-reusing tiles, also try one band of tile columns per core
     # (planner.geometry.bands): bands spread a group over every cluster's SRAM
     bands: bool = True
-
-
-@dataclass(frozen=True)
-class ObjectiveSettings:
-    """What "best" means; `weighted` mixes the three with these weights."""
-
-    default: Objective = "traffic"
-    dram_bytes_weight: float = field(default=1.0, metadata={"ge": 0})
-    cycles_weight: float = field(default=0.0, metadata={"ge": 0})
-    energy_pj_weight: float = field(default=0.0, metadata={"ge": 0})
-    # --prefer auto picks energy below this battery level (percent), latency above it
-    battery_threshold_pct: float = field(default=30.0, metadata={"ge": 0})
 
 
 @dataclass(frozen=True)

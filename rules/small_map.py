@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import ceil
-from typing import Any
+
+from ortools.sat.python.cp_model import IntVar
 
 from rules.base import GroupFacts, Rule, Violation, rule
+from rules.encoding import Candidate, Encoding, Expr
 
 
 def _w_share(weight_bytes: int, cores: int) -> int:
@@ -34,10 +36,10 @@ class SmallDoubleBuffer(Rule):
             return self.violation(f"W_i + IN1 + IN2 = {need} B > SRAM {cap} B", need, cap)
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
         w = _w_share(enc.weight_bytes(cand), enc.chip.cores_per_cluster)
-        enc.enforce(enc.model.add(w + 2 * enc.in_bytes(cand) <= enc.chip.sram.bytes), cand, lit,
-                    cand.small)
+        enc.enforce(enc.model.add(w + 2 * enc.in_bytes(cand) <= enc.chip.sram.bytes), cand,
+                    enc.rule_lits[self.key], cand.small)
 
 
 @rule("R14", "small_submap_buffer", "Small mode: subIN_i + W_i + IN2 <= S")
@@ -50,8 +52,8 @@ class SmallSubmapBuffer(Rule):
     def check(self, facts: GroupFacts) -> Violation | None:
         return _check_share(self, facts, facts.in_bytes, "subIN_i + W_i + IN2")
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
-        _encode_share(enc, cand, lit, enc.in_bytes(cand), "in")
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
+        _encode_share(enc, cand, enc.rule_lits[self.key], enc.in_bytes(cand), "in")
 
 
 @rule("R15", "small_subout_buffer", "Small mode: subOUT_i + W_i+1 + IN2 <= S")
@@ -64,8 +66,8 @@ class SmallSuboutBuffer(Rule):
     def check(self, facts: GroupFacts) -> Violation | None:
         return _check_share(self, facts, facts.out_bytes, "subOUT_i + W_i+1 + IN2")
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
-        _encode_share(enc, cand, lit, enc.out_bytes(cand), "out")
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
+        _encode_share(enc, cand, enc.rule_lits[self.key], enc.out_bytes(cand), "out")
 
 
 def _check_share(rule: Rule, facts: GroupFacts, part: int, label: str) -> Violation | None:
@@ -80,7 +82,7 @@ def _check_share(rule: Rule, facts: GroupFacts, part: int, label: str) -> Violat
     return None
 
 
-def _encode_share(enc: Any, cand: Any, lit: Any, part: Any, which: str) -> None:
+def _encode_share(enc: Encoding, cand: Candidate, lit: IntVar, part: Expr, which: str) -> None:
     """ceil(part / cores) + W_i + IN <= S, with the ceiling as an existential integer."""
     m = enc.model
     cores = enc.chip.cores_per_cluster
@@ -107,12 +109,13 @@ class WramDoubleBuffer(Rule):
                                   wram.bytes)
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
         wram = enc.chip.wram
         if wram is None:
             return
         if 2 * _w_share(enc.weight_bytes(cand), enc.chip.cores_per_cluster) > wram.bytes:
-            enc.model.add_bool_or([cand.selected.Not(), lit.Not(), cand.small.Not()])
+            enc.model.add_bool_or([cand.selected.Not(), enc.rule_lits[self.key].Not(),
+                                   cand.small.Not()])
 
 
 @rule("R18", "max_maps", "Small mode: at most k feature maps per on-chip map")
@@ -128,7 +131,8 @@ class MaxMaps(Rule):
             return self.violation(f"{facts.tile.n} maps > {self.k}", facts.tile.n, self.k)
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
+        lit = enc.rule_lits[self.key]
         if isinstance(cand.tn, int):
             if cand.tn > self.k:
                 enc.model.add_bool_or([cand.selected.Not(), lit.Not(), cand.small.Not()])

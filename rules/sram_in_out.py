@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rules.base import GroupFacts, Rule, Violation, rule
+from rules.encoding import Candidate, Encoding
 
 
 @rule("R12", "sram_in_out", "In and out fit SRAM")
@@ -31,9 +31,9 @@ class SramInOut(Rule):
                                   allowed=cap - 1)
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
         cap = enc.chip.sram.bytes - 1
         weights = enc.weight_bytes(cand) * cand.resident if enc.chip.unified else 0
         steps = enc.live_steps_bytes(cand) if self.share_buffers else [enc.all_fmap_bytes(cand)]
         for step in steps:
-            enc.enforce(enc.model.add(step + weights <= cap), cand, lit)
+            enc.enforce(enc.model.add(step + weights <= cap), cand, enc.rule_lits[self.key])

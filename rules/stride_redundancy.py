@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner.ir.ops import op_spec
 from rules.base import GroupFacts, StructuralRule, Violation, rule
 
 
@@ -24,7 +25,7 @@ class StrideRedundancy(StructuralRule):
     def check(self, facts: GroupFacts) -> Violation | None:
         ky = kx = 0
         for lay in facts.layers:
-            if lay.op in ("Conv", "MaxPool", "AveragePool", "ConvTranspose"):
+            if op_spec(lay.op).sliding_window:
                 k_y, s_y, k_x, s_x = lay.kernel_hw
                 ky += max(0, k_y - s_y)
                 kx += max(0, k_x - s_x)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import ceil
-from typing import Any
 
 from rules.base import GroupFacts, Rule, Violation, rule
+from rules.encoding import Candidate, Encoding
 
 
 @rule("R17", "submap_fits_nram", "Sub-map fits NRAM")
@@ -32,11 +32,11 @@ class SubmapFitsNram(Rule):
                                   need, nram.bytes)
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
         nram = enc.chip.nram
         if nram is None:
             return
         # buffers * ceil(step / cores) <= NRAM  <=>  step <= cores * floor(NRAM / buffers)
         cap = enc.chip.cores_per_cluster * (nram.bytes // self.buffers)
         for step in enc.live_steps_bytes(cand):
-            enc.enforce(enc.model.add(step <= cap), cand, lit)
+            enc.enforce(enc.model.add(step <= cap), cand, enc.rule_lits[self.key])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
-from typing import Any
 
 from rules.base import GroupFacts, Rule, Violation, rule
+from rules.encoding import Candidate, Encoding
 
 
 @rule("R10", "weights_fit_wram", "Weights fit WRAM (split along C_out)")
@@ -37,7 +37,8 @@ class WeightsFitWram(Rule):
                                   needed=share, allowed=wram.bytes)
         return None
 
-    def encode(self, enc: Any, cand: Any, lit: Any) -> None:
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
+        lit = enc.rule_lits[self.key]
         wram = enc.chip.wram
         if wram is None:
             return

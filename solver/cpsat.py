@@ -3,7 +3,7 @@
 Candidates are intervals of the topological order (connected, up to the size
 limit), whole blocks, and the greedy planner's groups, so the greedy plan is a
 feasible warm start. One literal per candidate says it is selected; every layer
-is covered exactly once. Each candidate has its tile variables (solver.encoding)
+is covered exactly once. Each candidate has its tile variables (rules.encoding)
 and the chip's capacities as linear constraints; every enabled rule encodes
 itself, gated by the candidate's literal and the rule's own literal, which is
 passed as an assumption so an infeasible model names the rules in conflict.
@@ -28,22 +28,21 @@ from planner.cost.model import (
     weight_bytes,
     weight_prefetch_cycles,
 )
+from planner.cost.objective import (
+    Charged,
+    Objective,
+    cycle_units,
+    objective_terms,
+    objective_units,
+)
 from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
+from planner.plan.placement import Placement
+from rules.encoding import Candidate, Encoding
 from rules.ruleset import RuleSet
-from solver.encoding import Candidate, Encoding, tile_floor
 from solver.groups import is_connected, is_convex
 from solver.shortest_path import breaks_structure, infeasible_layer_error
-from solver.tiles import (
-    ENERGY_SCALE,
-    GroupSearch,
-    Option,
-    TileChoice,
-    energy_coefficients,
-    objective_units,
-    prefetch_coefficient,
-    prefetch_room,
-)
+from solver.tiles import GroupSearch, Option, TileChoice, prefetch_room
 
 TRADE_OFFS = 4  # halo-reusing choices pinned per group under a cycles cap (Pareto sweeps)
 
@@ -52,7 +51,7 @@ TRADE_OFFS = 4  # halo-reusing choices pinned per group under a cycles cap (Pare
 class CpsatResult:
     """Groups chosen by CP-SAT, with solver status and proof quality."""
 
-    groups: list[tuple[tuple[str, ...], Tile, bool, bool, bool]]  # + resident, buffered, reuse
+    groups: list[Placement]
     status: str
     objective: float
     bound: float
@@ -189,12 +188,13 @@ class Timing:
     busy_serial: Any  # all transfers
 
 
-def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: RuleSet
+def _objective_terms(enc: Encoding, cand: Candidate, objective: Objective, ruleset: RuleSet
                      ) -> tuple[Any, Timing | None]:
-    """(integer cost under the objective, timing or None): solver.tiles.objective_units."""
+    """(integer cost under the objective, timing or None): planner.cost.objective's
+    objective_terms over the candidate's expressions."""
     m, chip = enc.model, enc.chip
     t = _terms(enc, cand)
-    if objective == "traffic":
+    if not objective.timed:
         return t.dram, None
     i = cand.index
     bpc = dram_bytes_per_cycle(chip)
@@ -217,24 +217,14 @@ def _objective_terms(enc: Encoding, cand: Candidate, objective: str, ruleset: Ru
     m.add(cycles >= fill + rest + drain).only_enforce_if(cand.double_buffered)
     m.add(cycles >= fill + compute + drain).only_enforce_if(cand.double_buffered)
     timing = Timing(cycles, fill + rest + drain, serial)
-    if objective == "latency":
-        return cycles, timing
-    k = energy_coefficients(chip)
-    energy = (k["dram"] * t.dram + k["core_fmap"] * t.core_fmap
-              + k["core_weight"] * t.core_weight + k["macs"] * t.macs
-              + k["vector_ops"] * t.vector_ops + k["cycles"] * cycles)
-    if objective == "energy":
-        return energy, timing
-    o = ruleset.objective
-    return (round(ENERGY_SCALE * o.dram_bytes_weight) * t.dram
-            + round(ENERGY_SCALE * o.cycles_weight) * cycles
-            + round(o.energy_pj_weight) * energy), timing
+    charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles)
+    return objective_terms(objective, ruleset.objective, chip, charged), timing
 
 
-def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
+def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                 candidates: Sequence[Sequence[str]],
                 floors: Sequence[int] | None = None, cycles_cap: int | None = None,
-                fixed: Sequence[Any] | None = None,
+                fixed: Sequence[TileChoice | None] | None = None,
                 options: Mapping[tuple[str, ...], Sequence[Option]] | None = None
                 ) -> tuple[Encoding, dict[str, Any]]:
     """The CP-SAT model over the candidates; returns it with the rule literals by key.
@@ -249,12 +239,13 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
     enc = Encoding(graph, chip)
     m = enc.model
     rule_lits = {r.key: m.new_bool_var(f"rule_{r.code}_{r.key}") for r in ruleset.enabled}
+    enc.rule_lits.update(rule_lits)
     cover: dict[str, list[Any]] = {lay.name: [] for lay in graph.layers}
     cands = [enc.add_candidate(layers, fixed[k] if fixed is not None else None)
              for k, layers in enumerate(candidates)]
-    coef = prefetch_coefficient(objective, ruleset, chip)
+    coef = cycle_units(objective, ruleset.objective, chip)
     pairs = _prefetch_pairs(graph, chip, cands, options or {}) \
-        if objective != "traffic" and (coef or cycles_cap is not None) else {}
+        if objective.timed and (coef or cycles_cap is not None) else {}
     rooms = {a: m.new_int_var(0, max(enc.weight_bytes(cands[b]) for b, _ in bs),
                               f"prefetch_room_{a}") for a, bs in pairs.items()}
     costs, excesses = [], []
@@ -266,7 +257,7 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         _physical(enc, cand, rooms.get(k, 0))
         if cand.fused:
             for r in ruleset.enabled:
-                r.encode(enc, cand, rule_lits[r.key])
+                r.encode(enc, cand)
         cost, timing = _objective_terms(enc, cand, objective, ruleset)
         if timing is not None:
             timings[k] = timing
@@ -380,24 +371,24 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
     return hidden
 
 
-def _net_floor(enc: Encoding, cand: Candidate, objective: str, ruleset: RuleSet,
+def _net_floor(enc: Encoding, cand: Candidate, objective: Objective, ruleset: RuleSet,
                options: Mapping[tuple[str, ...], Sequence[Option]], most: int, coef: int
                ) -> int | None:
     """A lower bound on a candidate's cost minus what it can hide (at most `most` cycles,
     worth `coef` each), None when its options are not known: over its options (those the
     search keeps beat every other one on rank, idle time and room together)."""
     if cand.fixed is not None:
-        return objective_units(cand.fixed, objective, ruleset, enc.chip) - coef * most
+        return objective_units(cand.fixed, objective, ruleset.objective, enc.chip) - coef * most
     known = options.get(cand.layers)
     if not known:
         return None
     return min(int(o.rank[0]) - coef * min(o.idle, most) for o in known)
 
 
-def _hint(enc: Encoding, warm: Sequence[tuple[Any, ...]]) -> None:
-    """Warm start from another planner's groups and tiles (and TileChoices, if given: their
-    weight residency and buffering too)."""
-    chosen = {frozenset(g[0]): g[1:] for g in warm}
+def _hint(enc: Encoding, warm: Sequence[Placement]) -> None:
+    """Warm start from another planner's placements: groups, tiles, weight residency and
+    buffering."""
+    chosen = {frozenset(p.layers): p for p in warm}
     for cand in enc.candidates:
         key = frozenset(cand.layers)
         picked = chosen.get(key)
@@ -406,29 +397,23 @@ def _hint(enc: Encoding, warm: Sequence[tuple[Any, ...]]) -> None:
         if picked is None or not match:
             continue
         del chosen[key]  # a group's alternatives: hint the one that describes the choice
-        tile = picked[0]
         if not isinstance(cand.th, int):
-            enc.model.add_hint(cand.th, tile.h)
+            enc.model.add_hint(cand.th, picked.tile.h)
         if not isinstance(cand.tn, int):
-            enc.model.add_hint(cand.tn, tile.n)
-        if len(picked) > 1 and cand.fixed is None:
-            c = picked[1]
-            enc.model.add_hint(cand.resident, c.resident)
-            enc.model.add_hint(cand.double_buffered, c.double_buffered)
+            enc.model.add_hint(cand.tn, picked.tile.n)
+        if cand.fixed is None:
+            enc.model.add_hint(cand.resident, picked.weights_resident)
+            enc.model.add_hint(cand.double_buffered, picked.double_buffered)
 
 
-def _describes(cand: Candidate, picked: tuple[Any, ...]) -> bool:
-    """Whether a candidate can take a warm-start choice: a pinned candidate the very choice
-    (any, when the warm start names only a tile and the rows have no closed form), the tile
-    variables any full-width tile that recomputes its halos."""
-    c = picked[1] if len(picked) > 1 else None
+def _describes(cand: Candidate, picked: Placement) -> bool:
+    """Whether a candidate can take a warm-start placement: a pinned candidate the very
+    choice, the tile variables any full-width tile that recomputes its halos."""
     if cand.fixed is None:
-        return c is None or not (c.halo_reuse or c.tile.w < cand.extent[2])
-    if c is None:
-        return tile_floor(cand.chains, cand.io, cand.facts_any_tile.graph, 1) is None
+        return not (picked.halo_reuse or picked.tile.w < cand.extent[2])
     f = cand.facts_any_tile
     return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse) == \
-        (c.tile, c.resident, c.double_buffered, c.halo_reuse)
+        (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse)
 
 
 def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
@@ -452,7 +437,7 @@ def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
 
 
 def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None,
-                  objective: str, ruleset: RuleSet, cycles_cap: int | None,
+                  objective: Objective, ruleset: RuleSet, cycles_cap: int | None,
                   prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None,
                   trade_offs: dict[tuple[str, ...], list[TileChoice]]
                   ) -> list[TileChoice | None]:
@@ -480,7 +465,7 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
     else:
         extra = [best]
         most = 3  # pinned alternatives per group: each one grows the model
-        if cycles_cap is not None and objective != "latency":
+        if cycles_cap is not None and objective != Objective.LATENCY:
             if search.layers not in trade_offs:
                 trade_offs[search.layers] = search.trade_offs(objective, TRADE_OFFS)
             extra += trade_offs[search.layers]
@@ -488,7 +473,7 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
         if prefetch_options and search.layers in prefetch_options:
             extra += [search.option_choice(o) for o in prefetch_options[search.layers]]
         pins = [c for c in dict.fromkeys(extra) if special(c)][:most]
-        additive = not prefetch_coefficient(objective, ruleset, search.chip) \
+        additive = not cycle_units(objective, ruleset.objective, search.chip) \
             and cycles_cap is None
         alts = [*pins] if pins and additive and special(best) else [None, *pins]
     if warm is not None and warm not in alts and (special(warm) or None not in alts):
@@ -496,8 +481,8 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
     return alts
 
 
-def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
-                warm: Sequence[tuple[Any, ...]] = (),
+def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+                warm: Sequence[Placement] = (),
                 time_limit_s: float | None = None, cycles_cap: int | None = None,
                 memo: dict[tuple[str, ...], Any] | None = None,
                 prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None = None,
@@ -505,7 +490,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
                 ) -> CpsatResult:
     """Optimal groups and tiles under the rules (or the best found within the time limit).
 
-    ``warm``: (layers, tile[, TileChoice]) of another planner's plan, as hints;
+    ``warm``: another planner's placements, as hints;
     ``trade_offs``: each group's reusing trade-off front under a cycles cap, kept across the
     capped solves of a Pareto sweep (filled here)."""
     started = time.perf_counter()
@@ -517,9 +502,11 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             memo[alone] = GroupSearch.of(graph, alone, chip, ruleset).best(objective)
         if memo[alone] is None:
             raise infeasible_layer_error(graph, chip, ruleset, lay.name)
-    started_from = {frozenset(g[0]): g[2] for g in warm if len(g) > 2}
-    candidates, floors, pinned = [], [], []
-    for layers in candidate_sets(graph, ruleset, [g[0] for g in warm]):
+    started_from = {frozenset(p.layers): p for p in warm}
+    candidates: list[tuple[str, ...]] = []
+    floors: list[int] = []
+    pinned: list[TileChoice | None] = []
+    for layers in candidate_sets(graph, ruleset, [p.layers for p in warm]):
         if layers in memo and memo[layers] is None:  # no tile passes, or it cuts a block
             continue
         search = GroupSearch.of(graph, layers, chip, ruleset)
@@ -532,11 +519,10 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         best = memo[layers]
         if best is None:
             continue
-        floor = objective_units(best.cost, objective, ruleset, chip)
-        warm_choice = started_from.get(frozenset(layers))
-        if warm_choice is not None:
-            warm_choice = search.choice(warm_choice.tile, warm_choice.resident,
-                                        warm_choice.double_buffered, warm_choice.halo_reuse)
+        floor = objective_units(best.cost, objective, ruleset.objective, chip)
+        w = started_from.get(frozenset(layers))
+        warm_choice = None if w is None else search.choice(
+            w.tile, w.weights_resident, w.double_buffered, w.halo_reuse)
         for choice in _alternatives(search, best, warm_choice, objective, ruleset,
                                     cycles_cap, prefetch_options, trade_offs):
             candidates.append(layers)
@@ -576,12 +562,12 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
             resident = bool(solver.boolean_value(cand.resident))
             db = bool(solver.boolean_value(cand.double_buffered))
             reuse = bool(solver.boolean_value(cand.halo_reuse))
-            if objective == "traffic":  # bytes do not depend on it: pick the faster one
+            if not objective.timed:  # bytes do not depend on it: pick the faster one
                 search = GroupSearch.of(graph, cand.layers, chip, ruleset)
                 options = [False] + [True] * search.fits_double_buffer(tile, resident, reuse)
                 db = min(options, key=lambda o: search.quick_cost(tile, resident, o,
                                                                   reuse).cycles)
-            groups.append((cand.layers, tile, resident, db, reuse))
+            groups.append(Placement.of(cand.layers, tile, resident, db, reuse))
     obj, bound = solver.objective_value, solver.best_objective_bound
     gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
     return CpsatResult(groups, name, obj, bound, gap, time.perf_counter() - started)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from hardware.chip import Chip
 from planner.ir.graph import Graph
+from planner.plan.placement import Placement
 from rules.ruleset import RuleSet
 from solver.groups import is_connected, is_convex
 from solver.shortest_path import infeasible_layer_error
@@ -42,15 +43,14 @@ def _rule_setting(ruleset: RuleSet, key: str, field: str, default: str) -> str:
     return str(getattr(r, field)) if r.enabled else default
 
 
-def greedy_groups(graph: Graph, chip: Chip, ruleset: RuleSet
-                  ) -> list[tuple[tuple[str, ...], TileChoice]]:
+def greedy_groups(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Placement]:
     """Groups in the order the greedy planner forms them, each with its tile."""
     grower = _Grower(graph, chip, ruleset)
     start_mode = _rule_setting(ruleset, "start_rule", "start", "first_unfused")
     direction = _rule_setting(ruleset, "direction", "direction", "backward")
     blocks_first = ruleset.get("blocks_first").enabled
     unfused = [lay.name for lay in graph.layers]
-    result: list[tuple[tuple[str, ...], TileChoice]] = []
+    result: list[Placement] = []
     while unfused:
         start = unfused[0]
         if start_mode == "first_main":
@@ -79,9 +79,8 @@ def greedy_groups(graph: Graph, chip: Chip, ruleset: RuleSet
             if alone is None:
                 raise infeasible_layer_error(graph, chip, ruleset, start)
             valid = ([start], alone)
-        members, tile = valid
-        ordered = tuple(sorted(members, key=graph.index))
-        result.append((ordered, tile))
+        members, chosen = valid
+        result.append(chosen.placement(tuple(sorted(members, key=graph.index))))
         unfused = [n for n in unfused if n not in members]
     return result
 

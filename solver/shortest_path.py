@@ -21,12 +21,14 @@ import networkx as nx
 from hardware.chip import Chip
 from planner.core.errors import PlanningError
 from planner.cost.model import prefetch_cycles, weight_bytes
+from planner.cost.objective import Objective, cycle_units, objective_units
 from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
+from planner.plan.placement import Placement
 from rules.base import StructuralRule
 from rules.ruleset import RuleSet
 from solver.groups import is_connected
-from solver.tiles import GroupSearch, Option, TileChoice, objective_units, prefetch_coefficient
+from solver.tiles import GroupSearch, Option, TileChoice
 
 _UNSEEN = object()  # not in the memo
 
@@ -63,10 +65,10 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
     )
 
 
-def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
+def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                          memo: dict[tuple[str, ...], TileChoice | None] | None = None,
                          options_memo: dict[tuple[str, ...], list[Option]] | None = None
-                         ) -> list[tuple[tuple[str, ...], TileChoice]]:
+                         ) -> list[Placement]:
     """Best grouping into intervals of the topological order.
 
     ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
@@ -80,9 +82,9 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
     choice: dict[tuple[int, int], TileChoice] = {}
-    coef = prefetch_coefficient(objective, ruleset, chip)
+    coef = cycle_units(objective, ruleset.objective, chip)
     options: dict[tuple[int, int], list[Option]] = {}
-    timed = bool(coef) or (options_memo is not None and objective != "traffic")
+    timed = bool(coef) or (options_memo is not None and objective.timed)
     for i in range(len(order)):
         for j in range(i + 1, min(len(order), i + limit) + 1):
             layers = tuple(order[i:j])
@@ -110,18 +112,20 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                     raise infeasible_layer_error(graph, chip, ruleset, layers[0])
                 continue
             choice[i, j] = best
-            dag.add_edge(i, j, weight=objective_units(best.cost, objective, ruleset, chip))
+            dag.add_edge(i, j, weight=objective_units(best.cost, objective, ruleset.objective,
+                                                      chip))
     if not coef:
         path = nx.shortest_path(dag, 0, len(order), weight="weight")
-        return [(tuple(order[a:b]), choice[a, b]) for a, b in zip(path, path[1:], strict=False)]
+        return [choice[a, b].placement(tuple(order[a:b]))
+                for a, b in zip(path, path[1:], strict=False)]
     return _with_prefetch(graph, chip, ruleset, objective, order, options)
 
 
-def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
+def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                    order: list[str], options: dict[tuple[int, int], list[Option]]
-                   ) -> list[tuple[tuple[str, ...], TileChoice]]:
+                   ) -> list[Placement]:
     """Shortest path over the line graph of intervals, pricing each group's prefetch."""
-    coef = prefetch_coefficient(objective, ruleset, chip)
+    coef = cycle_units(objective, ruleset.objective, chip)
     intervals = [iv for iv, opts in options.items() if opts]
     searches = {iv: GroupSearch.of(graph, order[iv[0]:iv[1]], chip, ruleset) for iv in intervals}
     weights = {iv: weight_bytes(graph, searches[iv].io.weights, chip) for iv in intervals}
@@ -130,7 +134,7 @@ def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
         """a's best option and its cost net of b's saving (b None: a is the last group)."""
         best: tuple[int, Option] | None = None
         for o in options[a]:
-            units = objective_units(o.cost, objective, ruleset, chip)
+            units = objective_units(o.cost, objective, ruleset.objective, chip)
             if b is not None and o.room >= weights[b]:
                 units -= coef * prefetch_cycles(chip, o.cost, o.double_buffered, weights[b])
             if best is None or units < best[0]:
@@ -154,5 +158,5 @@ def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: str,
     out = []
     for k, a in enumerate(path):
         o = given(a, path[k + 1] if k + 1 < len(path) else None)[1]
-        out.append((tuple(order[a[0]:a[1]]), searches[a].option_choice(o)))
+        out.append(searches[a].option_choice(o).placement(tuple(order[a[0]:a[1]])))
     return out

@@ -15,6 +15,7 @@ from math import ceil
 
 from hardware.chip import Chip
 from planner.cost.model import Counters, group_cost, idle_dram_cycles, with_time, work_counters
+from planner.cost.objective import Objective, objective_units
 from planner.geometry.bands import band_counts, band_overflows, cluster_loads, cores_per_band
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid
 from planner.geometry.regions import (
@@ -26,9 +27,10 @@ from planner.geometry.regions import (
     group_io,
 )
 from planner.ir.graph import Graph
+from planner.plan.placement import Placement
 from rules.base import GroupFacts, Rule, Violation
+from rules.encoding import tile_floor
 from rules.ruleset import RuleSet
-from solver.encoding import tile_floor
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,11 @@ class TileChoice:
     cost: Counters
     double_buffered: bool = False
     halo_reuse: bool = False
+
+    def placement(self, layers: tuple[str, ...]) -> Placement:
+        """This choice as the placement of a group of these layers."""
+        return Placement.of(layers, self.tile, self.resident, self.double_buffered,
+                            self.halo_reuse)
 
 
 @dataclass(frozen=True)
@@ -82,19 +89,6 @@ def prefetch_room(facts: GroupFacts) -> int:
     return chip.sram.bytes - live - (weights if chip.unified else 0)
 
 
-def prefetch_coefficient(objective: str, ruleset: RuleSet, chip: Chip) -> int:
-    """What one cycle is worth in objective_units (0: the objective ignores time)."""
-    if objective == "traffic":
-        return 0
-    if objective == "latency":
-        return 1
-    k = energy_coefficients(chip)["cycles"]
-    if objective == "energy":
-        return k
-    o = ruleset.objective
-    return round(ENERGY_SCALE * o.cycles_weight) + round(o.energy_pj_weight) * k
-
-
 def physical_violations(facts: GroupFacts) -> list[Violation]:
     """Capacity the chip enforces on every group, fused or not (bound formulas, as CP-SAT)."""
     chip = facts.chip
@@ -130,56 +124,12 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
     return out
 
 
-def _rank(cost: Counters, objective: str, ruleset: RuleSet, chip: Chip, c: TileChoice
+def _rank(cost: Counters, objective: Objective, ruleset: RuleSet, chip: Chip, c: TileChoice
           ) -> tuple[float, ...]:
     """Objective first; ties go to fewer cycles, resident weights, larger tiles."""
-    return (objective_units(cost, objective, ruleset, chip), cost.cycles, not c.resident,
+    return (objective_units(cost, objective, ruleset.objective, chip), cost.cycles,
+            not c.resident,
             -c.tile.n, -c.tile.w, -c.tile.h)
-
-
-ENERGY_SCALE = 1000  # energy in milli-pJ units, so fractional pJ/B stay integral
-
-
-def energy_coefficients(chip: Chip) -> dict[str, int]:
-    """Integer (milli-pJ) energy per unit of each counter; CP-SAT uses the same numbers."""
-    core_fmap = chip.nram.pj_per_byte if chip.nram else chip.sram.pj_per_byte
-    core_weight = chip.wram.pj_per_byte if chip.wram else chip.sram.pj_per_byte
-    static = chip.static_power_mw * 1e-3 / (chip.clock_ghz * 1e9) * 1e12  # pJ per cycle
-    coef = {"dram": chip.dram.pj_per_byte + chip.sram.pj_per_byte, "core_fmap": core_fmap,
-            "core_weight": core_weight, "macs": chip.core.pj_per_mac,
-            "vector_ops": chip.core.pj_per_vector_op, "cycles": static}
-    return {k: round(ENERGY_SCALE * v) for k, v in coef.items()}
-
-
-def objective_units(cost: Counters, objective: str, ruleset: RuleSet, chip: Chip) -> int:
-    """The integer the planners minimise: exactly CP-SAT's objective term for this cost."""
-    if objective == "traffic":
-        return cost.dram_bytes
-    if objective == "latency":
-        return cost.cycles
-    k = energy_coefficients(chip)
-    energy = (k["dram"] * cost.dram_bytes + k["core_fmap"] * cost.core_fmap_bytes
-              + k["core_weight"] * cost.core_weight_bytes + k["macs"] * cost.macs
-              + k["vector_ops"] * cost.vector_ops + k["cycles"] * cost.cycles)
-    if objective == "energy":
-        return energy
-    o = ruleset.objective
-    return (round(ENERGY_SCALE * o.dram_bytes_weight) * cost.dram_bytes
-            + round(ENERGY_SCALE * o.cycles_weight) * cost.cycles
-            + round(o.energy_pj_weight) * energy)
-
-
-def objective_value(cost: Counters, objective: str, ruleset: RuleSet) -> float:
-    """Scalar of a cost under an objective, in the objective's own unit (reports)."""
-    if objective == "latency":
-        return cost.cycles
-    if objective == "energy":
-        return cost.energy_pj
-    if objective == "weighted":
-        o = ruleset.objective
-        return (o.dram_bytes_weight * cost.dram_bytes + o.cycles_weight * cost.cycles
-                + o.energy_pj_weight * cost.energy_pj)
-    return cost.dram_bytes
 
 
 @dataclass
@@ -342,7 +292,7 @@ class GroupSearch:
                                                      resident, double_buffered, halo_reuse),
                           double_buffered, halo_reuse)
 
-    def best(self, objective: str = "traffic", rules: Iterable[Rule] | None = None
+    def best(self, objective: Objective = Objective.TRAFFIC, rules: Iterable[Rule] | None = None
              ) -> TileChoice | None:
         """The exact best tile over every batch split, height, weight residency, buffering
         and halo mode; over widths too when full-width tiles fall short (narrow_worth_trying).
@@ -353,7 +303,7 @@ class GroupSearch:
         o = min(found, key=lambda o: o.rank)
         return self.option_choice(o)
 
-    def options(self, objective: str, rules: Iterable[Rule] | None = None) -> list[Option]:
+    def options(self, objective: Objective, rules: Iterable[Rule] | None = None) -> list[Option]:
         """Every feasible tile choice that a next-group prefetch could make worth it: those
         no better-ranked choice beats on both DRAM idle cycles and room left on chip, best
         rank first (so the first is `best`'s choice)."""
@@ -364,7 +314,7 @@ class GroupSearch:
                 kept.append(o)
         return kept
 
-    def trade_offs(self, objective: str, most: int) -> list[TileChoice]:
+    def trade_offs(self, objective: Objective, most: int) -> list[TileChoice]:
         """Halo-reusing or 2-D choices no other such choice beats on both cycles and the
         objective (what a cycles cap trades between), fastest first; at most `most`, spread
         evenly along that front with both ends kept."""
@@ -383,7 +333,7 @@ class GroupSearch:
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse)
 
-    def _all_options(self, objective: str, rules: Iterable[Rule] | None,
+    def _all_options(self, objective: Objective, rules: Iterable[Rule] | None,
                      with_room: bool = True) -> list[Option]:
         """Options over batch splits at full width, and over narrower widths when the best
         of those falls short."""
@@ -399,7 +349,7 @@ class GroupSearch:
                           objective, rules, with_room)]
         return found
 
-    def _height_options(self, objective: str, rules: Iterable[Rule] | None,
+    def _height_options(self, objective: Objective, rules: Iterable[Rule] | None,
                         with_room: bool = True) -> list[Option]:
         """Every feasible tile over every height, weight residency, buffering and halo mode.
 

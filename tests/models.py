@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -50,14 +51,14 @@ class _Builder:
         return self.const("b", (0.01 * self.rng.standard_normal(n)).astype(np.float32))
 
     def node(self, op: str, inputs: Sequence[str], prefix: str | None = None,
-             n_out: int = 1, **attrs: object) -> list[str]:
+             n_out: int = 1, **attrs: Any) -> list[str]:
         name = self.name(prefix or op.lower())
         outs = [f"{name}_out{i}" if i else f"{name}_out" for i in range(n_out)]
         self.nodes.append(helper.make_node(op, list(inputs), outs, name=name, **attrs))
         return outs
 
     def one(self, op: str, inputs: Sequence[str], prefix: str | None = None,
-            **attrs: object) -> str:
+            **attrs: Any) -> str:
         return self.node(op, inputs, prefix, **attrs)[0]
 
     def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, pad: int | None = None,

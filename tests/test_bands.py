@@ -16,10 +16,12 @@ from hardware.chip import load_chip
 from planner.app.assemble import assemble
 from planner.core.errors import InputError
 from planner.cost.model import group_cost
+from planner.cost.objective import Objective
 from planner.geometry.bands import band_compute_cycles
 from planner.geometry.halo_reuse import ReuseGrid
 from planner.geometry.regions import Tile, anchor_extent, group_chains, group_io
 from planner.plan.json_io import load_plan, plan_to_json
+from planner.plan.placement import Placement
 from rules.base import GroupFacts
 from rules.ruleset import load_rules
 from solver.tiles import GroupSearch, physical_violations
@@ -98,16 +100,16 @@ def test_solver_bands_a_group_that_no_cluster_holds_alone(wide) -> None:
     chip, _ = load_chip("cluster4x4", ["sram.bytes=4KiB"])
     assert physical_violations(_search(graph, layers, chip, True).facts(
         Tile(1, 1, 1), True, halo_reuse=True))
-    best = _search(graph, layers, chip, True).best("traffic")
+    best = _search(graph, layers, chip, True).best(Objective.TRAFFIC)
     assert best is not None and best.halo_reuse and best.tile.bands == 16
     assert not physical_violations(_search(graph, layers, chip, True).facts(
         best.tile, best.resident, best.double_buffered, True))
-    off = _search(graph, layers, chip, False).best("traffic")
+    off = _search(graph, layers, chip, False).best(Objective.TRAFFIC)
     assert off is None or off.tile.bands == 1 and off.cost.dram_bytes > best.cost.dram_bytes
     rest = [lay.name for lay in graph.layers][4:]
     n, h, w = anchor_extent(graph, group_io(graph, rest))
-    _verify_plan(graph, loaded, chip, [(layers, best.tile, best.resident, best.double_buffered,
-                                        True), (rest, Tile(n, h, w), True, False, False)], 0)
+    _verify_plan(graph, loaded, chip, [best.placement(tuple(layers)),
+                                       Placement.of(rest, Tile(n, h, w))], 0)
 
 
 def test_bands_round_trip_and_bad_bands_are_named(wide, tmp_path: Path) -> None:
@@ -117,9 +119,9 @@ def test_bands_round_trip_and_bad_bands_are_named(wide, tmp_path: Path) -> None:
     chip, _ = load_chip("cluster4x4")
     rest = [lay.name for lay in graph.layers][4:]
     n, h, w = anchor_extent(graph, group_io(graph, rest))
-    plan = assemble(graph, chip, [(layers, Tile(1, 2, 4, 8), True, False, True),
-                                  (rest, Tile(n, h, w), True, False, False)],
-                    model={}, hardware={}, rules={}, objective="traffic", solver={})
+    plan = assemble(graph, chip, [Placement.of(layers, Tile(1, 2, 4, 8), True, False, True),
+                                  Placement.of(rest, Tile(n, h, w))],
+                    model={}, hardware={}, rules={}, objective=Objective.TRAFFIC, solver={})
     doc = plan_to_json(plan)
     doc["model"] = {"sha256": "x"}
     assert doc["groups"][0]["tile"]["bands"] == 8
@@ -132,6 +134,6 @@ def test_bands_round_trip_and_bad_bands_are_named(wide, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="bands need"):
         load_plan(path, graph, chip, "x")
     with pytest.raises(InputError, match="do not split"):
-        assemble(graph, chip, [(layers, Tile(1, 2, 4, 6), True, False, True),
-                               (rest, Tile(n, h, w), True, False, False)],
-                 model={}, hardware={}, rules={}, objective="traffic", solver={})
+        assemble(graph, chip, [Placement.of(layers, Tile(1, 2, 4, 6), True, False, True),
+                               Placement.of(rest, Tile(n, h, w))],
+                 model={}, hardware={}, rules={}, objective=Objective.TRAFFIC, solver={})

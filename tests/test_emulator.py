@@ -30,6 +30,7 @@ from planner.app.assemble import assemble, layer_plan
 from planner.app.verify import VerifyReport, verify_plan
 from planner.core.errors import InputError
 from planner.cost.model import weight_bytes
+from planner.cost.objective import Objective
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
 from planner.geometry.regions import Tile, dims, group_io, input_box, tile_count
@@ -37,6 +38,7 @@ from planner.ir.graph import Graph
 from planner.plan.checks import whole_tile
 from planner.plan.data import Plan
 from planner.plan.json_io import load_plan, save_plan
+from planner.plan.placement import Placement
 from tests import models
 
 HYP = settings(max_examples=int(os.environ.get("FUSEPLAN_EXAMPLES", "25")), deadline=None,
@@ -65,10 +67,10 @@ def load_proto(proto: Any, seed: int | None = None) -> Model:
     return Model(loaded, build_graph(loaded))
 
 
-def make_plan(m: Model, chip: Chip, groups: Sequence[tuple[Any, ...]]) -> Plan:
-    return assemble(m.graph, chip, list(groups), model={"sha256": m.loaded.sha256},
-                    hardware={"name": chip.name}, rules={}, objective="traffic",
-                    solver={"name": "test"})
+def make_plan(m: Model, chip: Chip, groups: Sequence[Placement]) -> Plan:
+    return assemble(m.graph, chip, groups,
+                    model={"sha256": m.loaded.sha256}, hardware={"name": chip.name}, rules={},
+                    objective=Objective.TRAFFIC, solver={"name": "test"})
 
 
 def run_verify(m: Model, plan: Plan, chip: Chip, seed: int = 0) -> VerifyReport:
@@ -217,7 +219,7 @@ def test_hand_tiled_plan_verifies(case: str, preset: str, resident: bool) -> Non
     build, grouping, saves = CASES[case]
     m = load_proto(build())
     chip, _ = load_chip(preset)
-    spec = [(ls, t or whole_tile(m.graph, ls), resident) for ls, t in grouping(m)]
+    spec = [Placement.of(ls, t or whole_tile(m.graph, ls), resident) for ls, t in grouping(m)]
     plan = make_plan(m, chip, spec)
     report = run_verify(m, plan, chip, seed=5)
     what = f"{case} on {preset}, weights {'resident' if resident else 'streamed'}"
@@ -275,12 +277,12 @@ def test_tile_size_does_not_change_results() -> None:
     m = load_proto(models.chain_cnn(seed=7, h=40, w=40))
     chip, _ = load_chip("frustum_npu")
     group = m.names[0:5]
-    rest = [(m.names[5:8], whole_tile(m.graph, m.names[5:8]), True),
-            (m.names[8:], whole_tile(m.graph, m.names[8:]), True)]
+    rest = [Placement.of(m.names[5:8], whole_tile(m.graph, m.names[5:8])),
+            Placement.of(m.names[8:], whole_tile(m.graph, m.names[8:]))]
     inputs = random_inputs(m.loaded, 1)
     results = []
     for tile in (whole_tile(m.graph, group), Tile(1, 3, 4), Tile(1, 1, 1)):
-        plan = make_plan(m, chip, [(group, tile, True), *rest])
+        plan = make_plan(m, chip, [Placement.of(group, tile), *rest])
         results.append((emulate(m.graph, plan, chip, inputs), plan))
     anchor = group_io(m.graph, group).anchor
     base = results[0][0].tensors[anchor]
@@ -299,7 +301,7 @@ def test_tile_size_does_not_change_results() -> None:
 
 
 @st.composite
-def random_plans(draw: st.DrawFn) -> tuple[int, Model, Chip, list[tuple[Any, ...]]]:
+def random_plans(draw: st.DrawFn) -> tuple[int, Model, Chip, list[Placement]]:
     seed = draw(st.integers(0, 2**31 - 1), "model seed")
     m = load_proto(models.random_cnn(np.random.default_rng(seed)))
     preset = draw(st.sampled_from(["cluster4x4", "frustum_npu"]), "preset")
@@ -309,7 +311,7 @@ def random_plans(draw: st.DrawFn) -> tuple[int, Model, Chip, list[tuple[Any, ...
     names = m.names
     cuts = sorted(draw(st.sets(st.integers(1, len(names) - 1), max_size=len(names) - 1),
                        "group boundaries")) if len(names) > 1 else []
-    groups: list[tuple[Any, ...]] = []
+    groups: list[Placement] = []
     for a, b in zip([0, *cuts], [*cuts, len(names)], strict=True):
         layers = names[a:b]
         io = group_io(m.graph, layers)
@@ -319,14 +321,14 @@ def random_plans(draw: st.DrawFn) -> tuple[int, Model, Chip, list[tuple[Any, ...
                         draw(st.integers(1, full.w), "tile w"))
         else:
             tile = full
-        groups.append((layers, tile, draw(st.booleans(), "resident"),
-                       draw(st.booleans(), "double buffered")))
+        groups.append(Placement.of(layers, tile, draw(st.booleans(), "resident"),
+                                   draw(st.booleans(), "double buffered")))
     return seed, m, chip, groups
 
 
 @HYP
 @given(random_plans())
-def test_random_tilings_verify(case: tuple[int, Model, Chip, list[tuple[Any, ...]]]) -> None:
+def test_random_tilings_verify(case: tuple[int, Model, Chip, list[Placement]]) -> None:
     seed, m, chip, groups = case
     plan = make_plan(m, chip, groups)
     report = run_verify(m, plan, chip, seed=seed % 1000)
@@ -348,7 +350,8 @@ def _tiled_chain(overrides: list[str], preset: str = "cluster4x4",
                  resident: bool = True) -> tuple[Model, Chip, Plan, VerifyReport]:
     m = load_proto(models.chain_cnn(seed=1, h=32, w=32))
     chip, _ = load_chip(preset, overrides)
-    spec = [(ls, t or whole_tile(m.graph, ls), resident) for ls, t in _chain_groups(m)]
+    spec = [Placement.of(ls, t or whole_tile(m.graph, ls), resident)
+            for ls, t in _chain_groups(m)]
     plan = make_plan(m, chip, spec)
     return m, chip, plan, run_verify(m, plan, chip)
 
@@ -422,7 +425,7 @@ def saved_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Model, Chip, P
     m = load_proto(models.chain_cnn(seed=1))
     chip, _ = load_chip(None)
     path = tmp_path_factory.mktemp("plan") / "plan.json"
-    spec = [(ls, t or whole_tile(m.graph, ls), True) for ls, t in _chain_groups(m)]
+    spec = [Placement.of(ls, t or whole_tile(m.graph, ls)) for ls, t in _chain_groups(m)]
     save_plan(make_plan(m, chip, spec), path)
     return m, chip, path
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +65,7 @@ def weights(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def simple_model(nodes: list[onnx.NodeProto], inputs: dict[str, list[int | str]],
-                 output: str, inits: list[onnx.TensorProto] = (), opset: int = 13,
+                 output: str, inits: Sequence[onnx.TensorProto] = (), opset: int = 13,
                  ) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes, "g",

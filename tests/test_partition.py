@@ -13,6 +13,7 @@ import onnx
 import pytest
 
 from planner.app import api
+from planner.app.explain import recheck
 from planner.app.partition import (
     Compiler,
     best_cut,
@@ -25,7 +26,6 @@ from planner.app.partition import (
 from planner.core.errors import PlanningError
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import load_model
-from planner.ui.explain import recheck
 from rules.ruleset import PartitionSettings
 from solver.tiles import GroupSearch
 

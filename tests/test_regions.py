@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,8 @@ def resize_layers(draw: st.DrawFn) -> OneLayer:
     return OneLayer(proto, f"Resize({kind}) x{fh}x{fw} {attrs} on 1x{c}x{h}x{w}", (1, c, h, w))
 
 
-def _out_box(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[int, int, int, int, int, int]:
+def _out_box(draw: Callable[..., Any], shape: tuple[int, ...]
+             ) -> tuple[int, int, int, int, int, int]:
     h, w = shape[-2:]
     lo = draw(st.integers(0, h - 1), "row lo")
     hi = draw(st.integers(lo + 1, h), "row hi")

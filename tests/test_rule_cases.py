@@ -35,7 +35,7 @@ from ruamel.yaml import YAML
 
 from planner.geometry.regions import Tile
 from rules.base import REGISTRY, GroupFacts
-from solver.encoding import Encoding, tile_floor
+from rules.encoding import Encoding, tile_floor
 from solver.tiles import GroupSearch
 from tests.test_rules import BUILDERS, ModelStore, _solve_single
 

@@ -38,8 +38,8 @@ from planner.core.errors import InputError
 from planner.geometry.regions import Tile
 from planner.plan.data import Group, Plan
 from rules.base import REGISTRY, GroupFacts, Violation
+from rules.encoding import Encoding, tile_floor
 from rules.ruleset import DEFAULT_RULES, default_ruleset, load_rules
-from solver.encoding import Encoding, tile_floor
 from solver.groups import is_connected, is_convex
 from solver.tiles import GroupSearch
 from tests import models
@@ -287,7 +287,8 @@ def _solve_single(graph: Any, chip: Any, layers: Sequence[str], rule: Any, th: i
         m.add(cand.tn == tn)
     lit = m.new_bool_var("rule_lit")
     m.add(lit == 1)
-    rule.encode(enc, cand, lit)
+    enc.rule_lits[rule.key] = lit
+    rule.encode(enc, cand)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = 20

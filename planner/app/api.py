@@ -12,6 +12,7 @@ from hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
 from planner.app.assemble import assemble, layer_placements, layer_plan
 from planner.app.verify import VerifyReport, load_golden, verify_plan
 from planner.core.errors import InputError, PlanningError
+from planner.cost.objective import Objective, objective_units
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import (
     LoadedModel,
@@ -24,10 +25,10 @@ from planner.ir.graph import Graph
 from planner.plan.checks import whole_tile
 from planner.plan.data import Plan
 from planner.plan.json_io import load_plan, save_plan
+from planner.plan.placement import Placement
 from rules.ruleset import RuleSet, load_rules
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
-OBJECTIVES = ("traffic", "latency", "energy", "weighted")
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,14 @@ def prepare(model: str, rules: str | Path | None = None, hardware: str | None = 
                    load_rules(rules))
 
 
-def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None = None,
-                 time_limit: float | None = None,
+def objective_of(problem: Problem, objective: Objective | str | None) -> Objective:
+    """The objective named by the user (parsed here, once), else the rules' default."""
+    return problem.ruleset.objective.default if objective is None \
+        else Objective.parse(objective)
+
+
+def plan_problem(problem: Problem, solver: str = "cpsat",
+                 objective: Objective | str | None = None, time_limit: float | None = None,
                  memo: dict[tuple[str, ...], Any] | None = None) -> Plan:
     """Plan a prepared problem with one of the four planners.
 
@@ -76,43 +83,39 @@ def plan_problem(problem: Problem, solver: str = "cpsat", objective: str | None 
 
     if solver not in SOLVERS:
         raise InputError(f"unknown solver '{solver}'. Use one of: {', '.join(SOLVERS)}.")
-    objective = objective or problem.ruleset.objective.default
-    if objective not in OBJECTIVES:
-        raise InputError(f"unknown objective '{objective}'. Use one of: {', '.join(OBJECTIVES)}.")
+    goal = objective_of(problem, objective)
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     header = problem.plan_header()
     started = time.perf_counter()
     whole = whole_network(problem) if rs.search.whole_network_first and solver != "layer" \
         else None
     if whole is not None:
-        at_once = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP", "gap": 0.0,
-                   "wall_s": round(time.perf_counter() - started, 3)}
-        return assemble(g, chip, [whole], objective=objective, solver=at_once, **header)
+        at_once: dict[str, Any] = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP",
+                                   "gap": 0.0, "wall_s": round(time.perf_counter() - started, 3)}
+        return assemble(g, chip, [whole], objective=goal, solver=at_once, **header)
     info: dict[str, Any]
     if solver == "layer":  # no fusion: whole layers, tiled only where they do not fit
         info = {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
                 "wall_s": round(time.perf_counter() - started, 3)}
-        return assemble(g, chip, layer_placements(g, chip), objective=objective, solver=info,
+        return assemble(g, chip, layer_placements(g, chip), objective=goal, solver=info,
                         **header)
-    groups: list[tuple[Any, ...]]
+    groups: list[Placement]
     if solver == "greedy":
-        groups = [(ls, c.tile, c.resident, c.double_buffered, c.halo_reuse)
-                  for ls, c in greedy_groups(g, chip, rs)]
+        groups = greedy_groups(g, chip, rs)
         info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
     elif solver == "shortest-path":
-        groups = [(ls, c.tile, c.resident, c.double_buffered, c.halo_reuse)
-                  for ls, c in shortest_path_groups(g, chip, rs, objective, memo)]
+        groups = shortest_path_groups(g, chip, rs, goal, memo)
         # exact over intervals of the topological order, which are all groups only on a chain
         chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)
         info = {"name": "shortest-path", "status": "OPTIMAL" if chain else "FEASIBLE",
                 "gap": 0.0 if chain else None}
     else:
-        groups, info = _cpsat(problem, objective, time_limit, memo=memo)
+        groups, info = _cpsat(problem, goal, time_limit, memo=memo)
     info["wall_s"] = round(time.perf_counter() - started, 3)
-    return assemble(g, chip, groups, objective=objective, solver=info, **header)
+    return assemble(g, chip, groups, objective=goal, solver=info, **header)
 
 
-def whole_network(problem: Problem) -> tuple[Any, ...] | None:
+def whole_network(problem: Problem) -> Placement | None:
     """The one-group placement when every weight and the largest live set fit on chip and the
     enabled rules allow the network as one fused group."""
     from solver.tiles import GroupSearch
@@ -125,29 +128,30 @@ def whole_network(problem: Problem) -> tuple[Any, ...] | None:
     tile = search.tile_of(search.heights()[0])
     if tile != whole_tile(g, layers) or search.violations(tile, True):
         return None
-    return layers, tile, True, False
+    return Placement.of(layers, tile, True)
 
 
 def resolve_objective(ruleset: RuleSet, objective: str | None, prefer: str | None,
-                      battery: float | None) -> str | None:
+                      battery: float | None) -> Objective | None:
     """Seed 004's choice between time and energy: an explicit objective wins; `auto` picks
     energy when the battery is below the rules' threshold, else latency."""
     if objective is not None or prefer is None:
-        return objective
+        return None if objective is None else Objective.parse(objective)
     if prefer not in ("auto", "latency", "energy"):
         raise InputError(f"unknown --prefer '{prefer}'. Use auto, latency or energy.")
     if prefer != "auto":
-        return prefer
+        return Objective(prefer)
     if battery is None:
         raise InputError("--prefer auto needs --battery PERCENT (the device's battery level).")
-    return "energy" if battery < ruleset.objective.battery_threshold_pct else "latency"
+    return Objective.ENERGY if battery < ruleset.objective.battery_threshold_pct \
+        else Objective.LATENCY
 
 
-def _cpsat(problem: Problem, objective: str, time_limit: float | None,
-           cycles_cap: int | None = None, cache: dict[str, Any] | None = None,
-           warm: Sequence[tuple[Any, ...]] | None = None,
+def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
+           cycles_cap: int | None = None, cache: dict[Objective, Any] | None = None,
+           warm: Sequence[Placement] | None = None,
            memo: dict[tuple[str, ...], Any] | None = None
-           ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+           ) -> tuple[list[Placement], dict[str, Any]]:
     """CP-SAT groups warm-started from the shortest-path plan (or `warm`), and the solver
     info. ``cache`` keeps each objective's interval tiles across calls (a Pareto sweep);
     ``memo`` seeds this objective's interval tiles (shared by a partition's pieces)."""
@@ -159,8 +163,7 @@ def _cpsat(problem: Problem, objective: str, time_limit: float | None,
     if objective not in cache:
         memo = {} if memo is None else memo  # each interval's best tile, computed once
         options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
-        path = [(ls, c.tile, c) for ls, c in
-                shortest_path_groups(g, chip, rs, objective, memo, options)]
+        path = shortest_path_groups(g, chip, rs, objective, memo, options)
         cache[objective] = (memo, options, path, {})  # + trade-off fronts (capped solves)
     memo, options, path, trade_offs = cache[objective]
     hint = path if warm is None else warm
@@ -171,18 +174,15 @@ def _cpsat(problem: Problem, objective: str, time_limit: float | None,
     if cycles_cap is not None:
         info["cycles_cap"] = cycles_cap
     groups = list(result.groups)
-    if result.status != "OPTIMAL" and hint and len(hint[0]) > 2:
+    if result.status != "OPTIMAL" and hint:
         # stopped by the time limit: never return worse than the plan it started from
-        from solver.tiles import objective_units
-
-        def units(placements: Sequence[tuple[Any, ...]]) -> tuple[bool, int]:
+        def units(placements: Sequence[Placement]) -> tuple[bool, int]:
             t = assemble(g, chip, placements, objective=objective, solver={}, model={},
                          hardware={}, rules={}).totals
             over = cycles_cap is not None and t.cycles > cycles_cap
-            return over, objective_units(t, objective, rs, chip)
+            return over, objective_units(t, objective, rs.objective, chip)
 
-        start = [(h[0], h[1], h[2].resident, h[2].double_buffered, h[2].halo_reuse)
-                 for h in hint]
+        start = list(hint)
         if units(start) < units(groups):
             groups = start
             info["kept_warm_start"] = True
@@ -196,26 +196,23 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -
     minimises energy with the plan's cycles capped at evenly spaced values, warm-started
     from the latency plan (which meets every cap).
     """
-    from planner.cost.model import Counters
-    from solver.tiles import TileChoice
-
     if points < 2:
         raise InputError(f"--points must be at least 2 (got {points}): the two ends of the front.")
     if whole_network(problem) is not None:  # one group: nothing to trade
-        return [plan_problem(problem, "cpsat", "latency", time_limit)]
+        return [plan_problem(problem, "cpsat", Objective.LATENCY, time_limit)]
     header = problem.plan_header()
-    cache: dict[str, Any] = {}
+    cache: dict[Objective, Any] = {}
 
-    def planned(objective: str, cap: int | None = None,
-                warm: Sequence[tuple[Any, ...]] | None = None) -> tuple[Plan, list[Any]]:
+    def planned(objective: Objective, cap: int | None = None,
+                warm: Sequence[Placement] | None = None) -> tuple[Plan, list[Placement]]:
         started = time.perf_counter()
         groups, info = _cpsat(problem, objective, time_limit, cap, cache, warm)
         info["wall_s"] = round(time.perf_counter() - started, 3)
         return assemble(problem.graph, problem.chip, groups, objective=objective, solver=info,
                         **header), groups
 
-    fastest, _ = planned("latency")
-    cheapest, _ = planned("energy")
+    fastest, _ = planned(Objective.LATENCY)
+    cheapest, _ = planned(Objective.ENERGY)
     low, high = fastest.totals.cycles, cheapest.totals.cycles
     plans = [fastest, cheapest]
     for k in range(1, points - 1):
@@ -223,11 +220,8 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -
         if cap <= low or cap >= high:
             continue
         start = blend(problem, fastest, cheapest, cap)
-        warm = [(g.layers, g.tile, TileChoice(g.tile, g.weights_resident, Counters(),
-                                              g.double_buffered, g.halo_reuse))
-                for g in start.groups]
         try:
-            plans.append(planned("energy", cap, warm)[0])
+            plans.append(planned(Objective.ENERGY, cap, [g.placement for g in start.groups])[0])
         except PlanningError:  # no plan under this cap within the time limit: skip the point
             continue
     return non_dominated(plans)
@@ -266,11 +260,9 @@ def blend(problem: Problem, fast: Plan, cheap: Plan, cap: int) -> Plan:
         if spent + extra <= cap:
             chosen.add((lo, hi))
             spent += extra
-    placements = [(grp.layers, grp.tile, grp.weights_resident, grp.double_buffered,
-                   grp.halo_reuse)
-                  for lo, hi in stretches
+    placements = [grp.placement for lo, hi in stretches
                   for grp in part(cheap if (lo, hi) in chosen else fast, lo, hi)]
-    mixed = assemble(g, problem.chip, placements, objective="energy", solver={},
+    mixed = assemble(g, problem.chip, placements, objective=Objective.ENERGY, solver={},
                      **problem.plan_header())
     return mixed if mixed.totals.cycles <= cap else fast
 
@@ -286,7 +278,8 @@ def non_dominated(plans: Sequence[Plan]) -> list[Plan]:
 
 
 def solve(model: str, rules: str | Path | None = None, hardware: str | None = None,
-          shapes: Mapping[str, tuple[int, ...]] | None = None, objective: str | None = None,
+          shapes: Mapping[str, tuple[int, ...]] | None = None,
+          objective: Objective | str | None = None,
           solver: str = "cpsat", time_limit: float | None = None,
           overrides: Sequence[str] = ()) -> Plan:
     """Plan a model: ``fuseplan.solve("model.onnx", rules=..., hardware=...)``."""
@@ -352,8 +345,8 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
     return verify_plan(weighted, graph, plan, chip, inputs, golden_path)
 
 
-def compare(problem: Problem, objective: str | None = None, time_limit: float | None = None
-            ) -> list[tuple[str, Plan | None, str]]:
+def compare(problem: Problem, objective: Objective | str | None = None,
+            time_limit: float | None = None) -> list[tuple[str, Plan | None, str]]:
     """All four planners on the same problem: (solver, plan or None, status or error)."""
     rows: list[tuple[str, Plan | None, str]] = []
     for name in ("layer", "greedy", "shortest-path", "cpsat"):
@@ -386,7 +379,7 @@ def explain(model: str, plan_path: str | Path, layer: str | None = None,
             rules: str | Path | None = None, hardware: str | None = None,
             overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Boundaries, a layer's placement and a re-check of every group, as a JSON document."""
-    from planner.ui.explain import boundaries, recheck
+    from planner.app.explain import boundaries, recheck
 
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
@@ -439,16 +432,16 @@ def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> 
 
 
 def partition(problem: Problem, policy: str | None = None, out_dir: str | Path | None = None,
-              objective: str | None = None, jobs: int = 1) -> tuple[list[Any], Plan]:
+              objective: Objective | str | None = None, jobs: int = 1
+              ) -> tuple[list[Any], Plan]:
     """Seed 003's serial subgraphs, each compiled (`jobs` at a time, in worker processes), and
     one plan of the whole model built from their plans (so the chain verifies in one
     emulation). With `out_dir`, each subgraph is written as an ONNX model with its plan
     file."""
     from dataclasses import replace as dc_replace
 
-    from planner.app.partition import combined_plan
+    from planner.app.partition import combined_plan, restrict
     from planner.app.partition import partition as run_partition
-    from planner.front.graph_build import restrict
 
     settings = problem.ruleset.partition
     if policy is not None:
@@ -456,18 +449,18 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
             raise InputError(f"unknown --policy '{policy}'. Use threshold, forward or "
                              "bidirectional.")
         settings = dc_replace(settings, policy=policy)  # type: ignore[arg-type]
-    objective = objective or problem.ruleset.objective.default
+    goal = objective_of(problem, objective)
     header = problem.plan_header()
 
     memo: dict[tuple[str, ...], Any] = {}  # shared by every piece and merge trial
 
     def plan_part(graph: Graph, layers: Sequence[str]) -> Plan:
         sub = dc_replace(problem, graph=restrict(graph, layers))
-        return plan_problem(sub, settings.planner, objective, memo=memo)
+        return plan_problem(sub, settings.planner, goal, memo=memo)
 
     subs = run_partition(problem.graph, problem.chip, problem.ruleset, settings, plan_part,
                          jobs, memo)
-    whole = combined_plan(problem.graph, problem.chip, subs, header, objective) \
+    whole = combined_plan(problem.graph, problem.chip, subs, header, goal) \
         if all(s.status == "ok" for s in subs) else None
     if out_dir is not None:
         subs = _write_parts(problem, subs, Path(out_dir))
@@ -525,7 +518,7 @@ def _range_map(ranges: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
 def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = None,
                   hardware: str | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
                   overrides: Sequence[str] = (), solver: str = "cpsat",
-                  objective: str | None = None, tail: str = "overlap",
+                  objective: Objective | str | None = None, tail: str = "overlap",
                   combination: str = "optimized", tail_range: int = 0) -> dict[str, Any]:
     """A dynamic plan (seed 002): the grouping planned once, at the smallest shape of the
     ranges, and per group a library of static units sized so that each fits the chip at the
@@ -661,6 +654,7 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
     from planner.geometry.regions import Tile
     from planner.plan.checks import check_cover, group_mode
     from planner.plan.data import Group
+    from planner.plan.placement import WeightResidency
 
     plan_path = Path(plan_path)
     doc = _read_json(plan_path)
@@ -679,8 +673,8 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
                         combination or settings["combination"], int(settings["tail_range"]))
         unit = g.units[0]
         tile = Tile(t.extent[0], unit.h or t.extent[1], unit.w or t.extent[2])
-        made.append(Group(i, g.layers, tile, group_mode(graph, g.layers, tile),
-                          g.weights_resident, t.cost, False, t.boxes))
+        placement = Placement(g.layers, tile, WeightResidency.of(g.weights_resident))
+        made.append(Group(i, placement, group_mode(graph, g.layers, tile), t.cost, t.boxes))
     check_cover(graph, [g.layers for g in made], str(plan_path))
     header = {k: doc.get(k, {}) for k in ("hardware", "rules")}
     base = layer_plan(graph, chip, model=doc["model"], **header)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from hardware.chip import Chip
 from planner.core.errors import PlanningError
@@ -16,7 +15,8 @@ from planner.cost.model import (
     weight_bytes,
     with_time,
 )
-from planner.geometry.regions import Tile, group_chains, group_io
+from planner.cost.objective import Objective
+from planner.geometry.regions import group_chains, group_io
 from planner.ir.graph import Graph
 from planner.plan.checks import (
     check_bands,
@@ -26,25 +26,27 @@ from planner.plan.checks import (
     group_mode,
     whole_tile,
 )
-from planner.plan.data import Group, Plan
+from planner.plan.data import Group, Json, Plan
+from planner.plan.placement import Placement
 from rules.base import GroupFacts
 from rules.ruleset import RuleSet
 from solver.shortest_path import infeasible_layer_error
 from solver.tiles import GroupSearch, prefetch_room
 
 
-def make_group(graph: Graph, gid: int, layers: Sequence[str], tile: Tile, chip: Chip,
-               weights_resident: bool = True, double_buffered: bool = False,
-               halo_reuse: bool = False) -> Group:
-    """A group with its predicted counters from the cost model."""
-    ordered = tuple(sorted(layers, key=graph.index))
-    if halo_reuse:
-        check_reuse_tile(graph, ordered, tile, "plan")
-    check_bands(graph, ordered, tile, chip, halo_reuse, "plan")
-    return Group(gid, ordered, tile, group_mode(graph, ordered, tile), weights_resident,
-                 group_cost(graph, ordered, tile, chip, weights_resident, double_buffered,
-                            halo_reuse),
-                 double_buffered, halo_reuse=halo_reuse)
+def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Group:
+    """A group with its predicted counters from the cost model (layers in graph order)."""
+    p = replace(placement, layers=tuple(sorted(placement.layers, key=graph.index)))
+    if p.halo_reuse:
+        check_reuse_tile(graph, p.layers, p.tile, "plan")
+    check_bands(graph, p.layers, p.tile, chip, p.halo_reuse, "plan")
+    return Group(gid, p, group_mode(graph, p.layers, p.tile), placement_cost(graph, p, chip))
+
+
+def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
+    """Predicted counters of a placement, without next-group prefetch."""
+    return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
+                      p.halo_reuse)
 
 
 def prefetch_eligible(graph: Graph, groups: Sequence[Sequence[str]]) -> list[bool]:
@@ -83,22 +85,19 @@ def with_prefetch(graph: Graph, chip: Chip, groups: Sequence[Group]) -> tuple[Gr
         hidden = prefetch_cycles(chip, prev.predicted, prev.double_buffered, w)
         if hidden and prefetch_fits(graph, chip, prev, g):
             out[k] = replace(g, predicted=with_time(chip, g.predicted, g.double_buffered, hidden),
-                             prefetch=True)
+                             placement=replace(g.placement, prefetch=True))
     return tuple(out)
 
 
-Placement = tuple[Any, ...]  # (layers, tile, weights_resident[, double_buffered[, reuse]])
-
-
 def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
-             model: Mapping[str, Any], hardware: Mapping[str, Any], rules: Mapping[str, Any],
-             objective: str, solver: Mapping[str, Any]) -> Plan:
-    """Build a Plan from (layers, tile, weights_resident[, double_buffered]), in execution order."""
-    info = {tuple(sorted(g[0], key=graph.index)):
-            (g[1], g[2], bool(g[3]) if len(g) > 3 else False, bool(g[4]) if len(g) > 4 else False)
-            for g in groups}
-    ordered = execution_order(graph, list(info))
-    made = with_prefetch(graph, chip, [make_group(graph, i, g, *info[g][:1], chip, *info[g][1:])
+             model: Mapping[str, Json], hardware: Mapping[str, Json], rules: Mapping[str, Json],
+             objective: Objective, solver: Mapping[str, Json]) -> Plan:
+    """Build a Plan from the planners' placements, in execution order, with prefetch where
+    it pays (a placement's own prefetch flag is decided here, not taken)."""
+    by_layers = {tuple(sorted(p.layers, key=graph.index)): replace(p, prefetch=False)
+                 for p in groups}
+    ordered = execution_order(graph, list(by_layers))
+    made = with_prefetch(graph, chip, [make_group(graph, i, by_layers[g], chip)
                                        for i, g in enumerate(ordered)])
     check_cover(graph, [g.layers for g in made], source="plan")
     totals = Counters()
@@ -119,12 +118,12 @@ def layer_placements(graph: Graph, chip: Chip) -> list[Placement]:
         whole = whole_tile(graph, alone)
         fits = [r for r in (True, False) if not search.violations(whole, r)]
         if fits:
-            out.append((alone, whole, fits[0]))
+            out.append(Placement.of(alone, whole, fits[0]))
             continue
-        best = search.best("traffic")
+        best = search.best(Objective.TRAFFIC)
         if best is None:
             raise infeasible_layer_error(graph, chip, RuleSet(()), lay.name)
-        out.append((alone, best.tile, best.resident, best.double_buffered, best.halo_reuse))
+        out.append(best.placement(alone))
     return out
 
 
@@ -134,12 +133,12 @@ def layer_by_layer_bytes(graph: Graph, chip: Chip) -> int:
         placements = layer_placements(graph, chip)
     except PlanningError:
         return 0
-    return sum(group_cost(graph, p[0], p[1], chip, *p[2:]).dram_bytes for p in placements)
+    return sum(placement_cost(graph, p, chip).dram_bytes for p in placements)
 
 
-def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Any],
-               hardware: Mapping[str, Any], rules: Mapping[str, Any] | None = None,
-               objective: str = "traffic") -> Plan:
+def layer_plan(graph: Graph, chip: Chip, *, model: Mapping[str, Json],
+               hardware: Mapping[str, Json], rules: Mapping[str, Json] | None = None,
+               objective: Objective = Objective.TRAFFIC) -> Plan:
     """The layer-by-layer plan: no fusion, every layer whole where it fits the chip."""
     return assemble(graph, chip, layer_placements(graph, chip), model=model, hardware=hardware,
                     rules=rules or {}, objective=objective,

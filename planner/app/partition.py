@@ -20,15 +20,18 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from types import MappingProxyType
+from typing import Any, cast
 
 from hardware.chip import Chip
 from planner.app.assemble import assemble
 from planner.core.errors import PlanningError
 from planner.cost.model import weight_bytes
+from planner.cost.objective import Objective
 from planner.geometry.regions import group_io
 from planner.ir.graph import Graph
 from planner.plan.data import Plan
@@ -117,7 +120,7 @@ class Compiler:
             return replace(sub, status="failed", reason=f"{sub.reason}; does not compile: {exc}")
         return replace(sub, plan=plan)
 
-    def compile_many(self, subs: Sequence[Subgraph], pool: Executor | None) -> list[Subgraph]:
+    def compile_many(self, subs: Sequence[Subgraph], pool: Workers | None) -> list[Subgraph]:
         """Compile every piece, in the pool's worker processes when there is one; pieces over
         the limits fail at once, without planning, in this process."""
         done: list[Subgraph | None] = [None] * len(subs)
@@ -129,43 +132,79 @@ class Compiler:
                 todo.append(i)
         # largest first, so the last piece to finish is a small one
         todo.sort(key=lambda i: -subs[i].nodes)
-        futures = {i: pool.submit(_compile_in_worker, subs[i]) for i in todo} if pool else {}
-        for i, future in futures.items():
-            done[i], fresh = future.result()
-            self.memo.update(fresh)
+        if pool is not None:
+            for i, (compiled, fresh) in zip(todo, pool.compile([subs[i] for i in todo]),
+                                            strict=True):
+                done[i] = compiled
+                self.memo.update(fresh)
         return [d for d in done if d is not None]
 
 
-_WORKER: Compiler | None = None  # the compiler of a forked worker process
+def _compile_in_child(compiler: Compiler, sub: Subgraph, conn: Connection) -> None:
+    """Compile one piece in a forked child; send back it and the memo entries its planning
+    added (or the exception that stopped it)."""
+    try:
+        known = set(compiler.memo)
+        done = compiler.compile(sub)
+        conn.send((done, {k: v for k, v in compiler.memo.items() if k not in known}))
+    except BaseException as exc:  # re-raised in the parent, as a pool's future would
+        conn.send(exc)
+    finally:
+        conn.close()
 
 
-def _compile_in_worker(sub: Subgraph) -> tuple[Subgraph, Memo]:
-    """Compile one piece in a worker; return it with the memo entries its planning added."""
-    assert _WORKER is not None
-    known = set(_WORKER.memo)
-    done = _WORKER.compile(sub)
-    return done, {k: v for k, v in _WORKER.memo.items() if k not in known}
+@dataclass(frozen=True)
+class Workers:
+    """Pieces compiled in forked child processes, at most ``jobs`` at a time.
 
+    A child is forked from this process, so it inherits the compiler (the loaded model, the
+    plan function, which need not pickle, and the memo so far) through its arguments; only
+    the compiled piece and its new memo entries come back, through a pipe.
+    """
 
-def _adopt(compiler: Compiler) -> None:
-    global _WORKER
-    _WORKER = compiler
+    compiler: Compiler
+    jobs: int
+
+    def compile(self, subs: Sequence[Subgraph]) -> list[tuple[Subgraph, Memo]]:
+        """Every piece compiled, in order, with the memo entries its planning added."""
+        context = multiprocessing.get_context("fork")
+        results: list[tuple[Subgraph, Memo] | None] = [None] * len(subs)
+        waiting = list(range(len(subs)))
+        running: dict[Connection, tuple[int, BaseProcess]] = {}
+        while waiting or running:
+            while waiting and len(running) < self.jobs:
+                i = waiting.pop(0)
+                receive, send = context.Pipe(duplex=False)
+                forked = context.Process(target=_compile_in_child,
+                                         args=(self.compiler, subs[i], send))
+                forked.start()
+                send.close()  # the child holds its end; EOF here once it exits
+                running[receive] = (i, forked)
+            for ready in wait(list(running)):
+                conn = cast(Connection, ready)  # wait() hands back what it was given
+                i, child = running.pop(conn)
+                try:
+                    answer = conn.recv()
+                except EOFError:
+                    raise RuntimeError(f"the worker compiling piece {i} died "
+                                       f"(exit code {child.exitcode})") from None
+                finally:
+                    conn.close()
+                    child.join()
+                if isinstance(answer, BaseException):
+                    raise answer
+                results[i] = answer
+        return [r for r in results if r is not None]
 
 
 @contextmanager
-def planners(compiler: Compiler, jobs: int) -> Iterator[Executor | None]:
-    """Worker processes planning pieces side by side, or None to plan them here.
-
-    Workers are forked so they share the loaded model and the plan function (which need not
-    pickle); where fork is unavailable the pieces are planned one after another.
-    """
+def planners(compiler: Compiler, jobs: int) -> Iterator[Workers | None]:
+    """Worker processes planning pieces side by side, or None to plan them here (one job,
+    or no fork on this platform)."""
     if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
         yield None
         return
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_adopt,
-                             initargs=(compiler,)) as pool:
-        yield pool
+    yield Workers(compiler, jobs)
 
 
 def block_boundaries(graph: Graph, layers: Sequence[str]) -> set[int]:
@@ -218,7 +257,7 @@ def _halves(compiler: Compiler, failed: Subgraph, depth: int) -> list[Subgraph]:
 
 
 def split_until_compiled(compiler: Compiler, subs: Sequence[Subgraph],
-                         pool: Executor | None = None) -> list[Subgraph]:
+                         pool: Workers | None = None) -> list[Subgraph]:
     """Compile each piece; split one that fails at its best cut and compile the halves,
     recursively (a single layer is final). Pieces over the limits are split before any
     planning, so every piece that is planned is planned in one batch (in parallel with a
@@ -348,11 +387,36 @@ def partition(graph: Graph, chip: Chip, ruleset: RuleSet, settings: PartitionSet
 
 
 def combined_plan(graph: Graph, chip: Chip, subs: Sequence[Subgraph], header: dict,
-                  objective: str) -> Plan:
+                  objective: Objective) -> Plan:
     """One plan of the whole model made of every subgraph's groups, for verification."""
     started = time.perf_counter()
-    placements = [(g.layers, g.tile, g.weights_resident, g.double_buffered, g.halo_reuse)
-                  for s in subs if s.plan is not None for g in s.plan.groups]
+    placements = [g.placement for s in subs if s.plan is not None for g in s.plan.groups]
     info = {"name": "partition", "status": "FEASIBLE", "gap": None,
             "wall_s": round(time.perf_counter() - started, 3)}
     return assemble(graph, chip, placements, objective=objective, solver=info, **header)
+
+
+def restrict(graph: Graph, layers: Sequence[str]) -> Graph:
+    """The subgraph of `layers`: tensors crossing into it become its inputs, tensors leaving
+    it (or model outputs) its outputs; blocks wholly inside it are kept."""
+    io = group_io(graph, layers)
+    keep = set(io.layers)
+    kept = tuple(lay for lay in graph.layers if lay.name in keep)
+    producer = {t: p for t, p in graph.producer.items() if p in keep}
+    consumers = {t: tuple(c for c in cs if c in keep) for t, cs in graph.consumers.items()}
+    # blocks wholly inside; one whose fork lies outside now starts at the subgraph's input
+    blocks = tuple(b if b.entry in keep else replace(b, entry="")
+                   for b in graph.blocks if set(b.layers) <= keep)
+    return Graph(
+        name=graph.name,
+        layers=kept,
+        shapes=graph.shapes,
+        constants=graph.constants,
+        inputs=io.inputs,
+        outputs=io.outputs,
+        producer=MappingProxyType(producer),
+        consumers=MappingProxyType({t: cs for t, cs in consumers.items() if cs}),
+        dag=graph.dag.subgraph(keep).copy(),
+        blocks=blocks,
+        opset=graph.opset,
+    )

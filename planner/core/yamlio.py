@@ -26,6 +26,7 @@ import re
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -273,6 +274,8 @@ def _expected(tp: Any, meta: Mapping[str, Any]) -> str:
     origin = get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(_show(c) for c in get_args(tp))
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return "one of " + ", ".join(_show(c.value) for c in tp)
     if origin is tuple:
         return f"a list of {_plural(get_args(tp)[0])}"
     if dataclasses.is_dataclass(tp):
@@ -421,6 +424,12 @@ class _Builder:
             if not isinstance(value, str):
                 raise self.fail(parent, key, dotted, expected, value)
             return str(value)
+        if isinstance(tp, type) and issubclass(tp, Enum):  # by the members' values
+            for member in tp:
+                if value == member.value and isinstance(value, bool) == isinstance(
+                        member.value, bool):
+                    return member
+            raise self.fail(parent, key, dotted, expected, value)
         raise TypeError(f"unsupported annotation {tp!r} for field `{dotted}`")
 
     def check_bounds(
@@ -446,11 +455,11 @@ def build_dataclass(cls: type[T], node: Any, path: Path | str, context: str) -> 
     """Build the (frozen) dataclass ``cls`` from the YAML mapping ``node``.
 
     Every key must name a field, every field without a default must be present, and each
-    value must match the field's annotation (int, float, bool, str, ``Literal[...]``,
-    ``X | None``, ``tuple[X, ...]``, nested dataclasses; ``int`` fields with
-    ``metadata={"size": True}`` go through :func:`parse_size`; ``gt``/``ge``/``choices``
-    metadata bound the value). ``context`` names the thing being read in messages
-    (e.g. "chip file"). Raises InputError with FILE:LINE:COL on any mismatch; a
+    value must match the field's annotation (int, float, bool, str, ``Literal[...]``, an
+    ``Enum`` (by its members' values), ``X | None``, ``tuple[X, ...]``, nested dataclasses;
+    ``int`` fields with ``metadata={"size": True}`` go through :func:`parse_size`;
+    ``gt``/``ge``/``choices`` metadata bound the value). ``context`` names the thing being
+    read in messages (e.g. "chip file"). Raises InputError with FILE:LINE:COL on any mismatch; a
     ValueError from the class's ``__post_init__`` becomes an InputError too.
     """
     if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):

@@ -27,17 +27,20 @@ actually moves. Execution model, per group:
   which keeps the saving a function of the previous group and one number of this one, so
   CP-SAT and the shortest path optimise it exactly over consecutive pairs);
 * energy = DRAM bytes x (DRAM + SRAM pJ/B) + core traffic x NRAM/WRAM pJ/B + MACs x pJ/MAC
-  + vector ops x pJ/op + static power x time (time after prefetch).
+  + vector ops x pJ/op + static power x time (time after prefetch): one formula,
+  planner.cost.objective.EnergyRates, shared with the planners and CP-SAT.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from fractions import Fraction
 from math import ceil
 
 from hardware.chip import Chip
+from planner.cost.counters import Counters
+from planner.cost.objective import energy_pj
 from planner.geometry.bands import band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from planner.geometry.regions import (
@@ -56,36 +59,6 @@ from planner.geometry.regions import (
     tile_regions,
 )
 from planner.ir.graph import Graph
-
-
-@dataclass(frozen=True)
-class Counters:
-    """Predicted (or emulated) counters of one group or a whole plan."""
-
-    dram_read_bytes: int = 0  # feature maps and weights
-    dram_write_bytes: int = 0
-    weight_read_bytes: int = 0
-    redundant_read_bytes: int = 0  # halo re-reads beyond each input read once
-    sram_peak_bytes: int = 0
-    macs: int = 0  # multiply-accumulates of main layers, halo recompute included
-    vector_ops: int = 0  # element operations of the other layers
-    core_fmap_bytes: int = 0  # feature-map bytes the cores read and write on chip
-    core_weight_bytes: int = 0  # weight bytes the cores read from WRAM (once per tile)
-    first_load_bytes: int = 0  # DRAM bytes the first tile waits for (pipeline fill)
-    last_store_bytes: int = 0  # DRAM bytes of the last tile's store (pipeline drain)
-    prefetch_cycles: int = 0  # fill cycles hidden behind the previous group (its weights)
-    band_compute_cycles: int = 0  # banded groups: the slowest band's compute (else 0)
-    cycles: int = 0
-    energy_pj: float = 0.0
-
-    @property
-    def dram_bytes(self) -> int:
-        return self.dram_read_bytes + self.dram_write_bytes
-
-    def __add__(self, other: Counters) -> Counters:
-        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
-        summed["sram_peak_bytes"] = max(self.sram_peak_bytes, other.sram_peak_bytes)
-        return Counters(**summed)
 
 
 def weight_bytes(graph: Graph, weights: Iterable[str], chip: Chip) -> int:
@@ -253,10 +226,8 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
     With a second buffer the next tile loads while the current one computes, so a group
     costs fill (first load) + max(remaining DRAM transfers, compute) + drain (last store);
     without one, transfers and compute add up. ``prefetched`` cycles of the fill were spent
-    during the previous group (prefetch_cycles) and are not this group's. Energy: DRAM
-    bytes pass through SRAM; the cores' feature-map traffic is charged at NRAM, weight
-    reads at WRAM (SRAM on single-memory chips); plus MACs, vector ops and static power
-    over the cycles.
+    during the previous group (prefetch_cycles) and are not this group's. Energy: the one
+    formula, planner.cost.objective.energy_pj, over the counters and these cycles.
     """
     bpc = dram_bytes_per_cycle(chip)
     compute = compute_cycles(chip, c)
@@ -267,14 +238,7 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
     else:
         cycles = ceil(moved / bpc) + compute
     cycles -= prefetched
-    core_fmap_pj = chip.nram.pj_per_byte if chip.nram else chip.sram.pj_per_byte
-    core_weight_pj = chip.wram.pj_per_byte if chip.wram else chip.sram.pj_per_byte
-    seconds = cycles / (chip.clock_ghz * 1e9)
-    energy = (moved * (chip.dram.pj_per_byte + chip.sram.pj_per_byte)
-              + c.core_fmap_bytes * core_fmap_pj + c.core_weight_bytes * core_weight_pj
-              + c.macs * chip.core.pj_per_mac + c.vector_ops * chip.core.pj_per_vector_op
-              + chip.static_power_mw * 1e-3 * seconds * 1e12)
-    return cycles, energy
+    return cycles, energy_pj(chip, c, cycles)
 
 
 def idle_dram_cycles(chip: Chip, c: Counters, double_buffered: bool) -> int:

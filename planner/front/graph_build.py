@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from math import ceil, prod
+from collections.abc import Callable, Mapping
+from math import ceil
 from types import MappingProxyType
 from typing import Any
 
@@ -16,19 +15,9 @@ from onnx import numpy_helper
 from planner.core.errors import InputError
 from planner.front.blocks import find_blocks
 from planner.front.onnx_load import LoadedModel
-from planner.ir.graph import (
-    IDENTITY,
-    PARAMETER_INPUT_OPS,
-    WHOLE,
-    AxisMap,
-    Graph,
-    Layer,
-    MapKind,
-    OpClass,
-    op_class,
-)
-
-WINDOW_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})
+from planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
+from planner.ir.layout import layout_of
+from planner.ir.ops import MapRule, OpSpec, op_spec
 
 
 def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
@@ -76,9 +65,11 @@ def _resolve_pads(attrs: dict[str, Any], in_hw: tuple[int, int], kernel: list[in
     return begins + ends
 
 
-def _window_maps(op: str, attrs: dict[str, Any], in_shape: tuple[int, ...],
+def _window_maps(spec: OpSpec, attrs: dict[str, Any], in_shape: tuple[int, ...],
                  w_shape: tuple[int, ...] | None) -> tuple[AxisMap, AxisMap, dict[str, Any]]:
-    if op == "Conv" and w_shape is not None:
+    """Window maps of a conv or pool over its (channel-first, ONNX) spatial axes 2..; with
+    the pads resolved into the attributes. Anything but a 2-D window needs the whole map."""
+    if spec.is_convolution and w_shape is not None:
         kernel = list(attrs.get("kernel_shape", w_shape[2:]))
     else:
         kernel = list(attrs["kernel_shape"])
@@ -88,7 +79,7 @@ def _window_maps(op: str, attrs: dict[str, Any], in_shape: tuple[int, ...],
     pads = _resolve_pads(attrs, tuple(in_shape[2:]), kernel, strides, dilations)  # type: ignore[arg-type]
     attrs = {**attrs, "pads": pads, "kernel_shape": kernel, "strides": strides}
     attrs.pop("auto_pad", None)
-    if op == "Conv":
+    if spec.is_convolution:
         attrs["dilations"] = dilations
     if nd != 2:
         return WHOLE, WHOLE, attrs
@@ -113,90 +104,93 @@ def _upsample_factor(node_op: str, attrs: dict[str, Any], in_len: int, out_len: 
     return AxisMap(MapKind.UPSAMPLE, stride=f) if floors or centred else WHOLE
 
 
-def _spatial_same(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) >= 4 and len(b) >= 4 and a[-2:] == b[-2:] and a[0] == b[0]
+def _same_extent(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Both spatial, with the same batch, rows and columns: a row-local map can apply."""
+    la, lb = layout_of(a), layout_of(b)
+    if not (la.spatial and lb.spatial):
+        return False
+    (na, _, ha, wa), (nb, _, hb, wb) = la.dims(a), lb.dims(b)
+    return (na, ha, wa) == (nb, hb, wb)
 
 
-def _maps(op: str, attrs: dict[str, Any], in_shapes: list[tuple[int, ...]],
+def _upsample_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
+                   out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+    """Resize / Upsample of rows and columns only: per-axis factors; otherwise as LOCAL."""
+    lin, lout = layout_of(shape), layout_of(out_shape)
+    if lin == lout and lin.spatial and all(
+            shape[a] == out_shape[a] for a in range(lin.rank) if a not in lin.tiled_axes):
+        r, c = lin.tiled_axes
+        return (_upsample_factor(spec.op, attrs, shape[r], out_shape[r]),
+                _upsample_factor(spec.op, attrs, shape[c], out_shape[c]))
+    return _local_maps(spec, attrs, shape, out_shape, opset)
+
+
+def _local_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
+                out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+    return (IDENTITY, IDENTITY) if _same_extent(shape, out_shape) else (WHOLE, WHOLE)
+
+
+def _concat_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
+                 out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+    """Row-local unless the inputs are stacked along rows or columns."""
+    if not _same_extent(shape, out_shape):
+        return WHOLE, WHOLE
+    lay = layout_of(out_shape)
+    axis = attrs.get("axis", 1) % lay.rank
+    return (WHOLE, WHOLE) if axis in lay.tiled_axes else (IDENTITY, IDENTITY)
+
+
+def _transpose_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
+                    out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+    """Row-local when the permutation leaves rows and columns where they are."""
+    if not _same_extent(shape, out_shape):
+        return WHOLE, WHOLE
+    lay = layout_of(out_shape)
+    perm = list(attrs.get("perm", range(lay.rank)[::-1]))
+    kept = all(perm[a] == a for a in lay.tiled_axes)
+    return (IDENTITY, IDENTITY) if kept else (WHOLE, WHOLE)
+
+
+def _softmax_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
+                  out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+    """Whole along the axes normalized over (from `axis` on before opset 13, `axis` after)."""
+    if not _same_extent(shape, out_shape):
+        return WHOLE, WHOLE
+    lay = layout_of(out_shape)
+    rank = lay.rank
+    axis = attrs.get("axis", 1 if opset < 13 else -1) % rank
+    reduced = set(range(axis, rank)) if opset < 13 else {axis}
+    return (WHOLE if lay.row_axis in reduced else IDENTITY,
+            WHOLE if lay.col_axis in reduced else IDENTITY)
+
+
+def _whole_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
+                out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+    return WHOLE, WHOLE
+
+
+# Per map rule, (spec, attrs, input shape, output shape, opset) -> (row map, column map) of
+# one fmap input. WINDOW and TRANSPOSED need the weights and pads: `_layer` builds them and
+# falls back to these (a conv without a 2-D kernel needs its inputs whole).
+_MapFn = Callable[[OpSpec, dict[str, Any], tuple[int, ...], tuple[int, ...], int],
+                  tuple[AxisMap, AxisMap]]
+_MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
+    MapRule.WINDOW: _whole_maps,
+    MapRule.TRANSPOSED: _whole_maps,
+    MapRule.UPSAMPLE: _upsample_maps,
+    MapRule.LOCAL: _local_maps,
+    MapRule.CONCAT: _concat_maps,
+    MapRule.TRANSPOSE: _transpose_maps,
+    MapRule.SOFTMAX: _softmax_maps,
+    MapRule.WHOLE: _whole_maps,
+})
+
+
+def _maps(spec: OpSpec, attrs: dict[str, Any], in_shapes: list[tuple[int, ...]],
           out_shape: tuple[int, ...], opset: int) -> tuple[list[AxisMap], list[AxisMap]]:
-    """Row and column maps per feature-map input for the ops that keep rows local."""
-    rank = len(out_shape)
-    rows: list[AxisMap] = []
-    cols: list[AxisMap] = []
-    for shape in in_shapes:
-        row = col = WHOLE
-        if op in ("Resize", "Upsample") and len(shape) == 4 and len(out_shape) == 4 \
-                and shape[:2] == out_shape[:2]:
-            row = _upsample_factor(op, attrs, shape[2], out_shape[2])
-            col = _upsample_factor(op, attrs, shape[3], out_shape[3])
-        elif _spatial_same(shape, out_shape) and len(shape) >= 4:
-            if op == "Concat":
-                axis = attrs.get("axis", 1) % rank
-                row = col = IDENTITY if axis < rank - 2 else WHOLE
-            elif op == "Transpose":
-                perm = list(attrs.get("perm", range(rank)[::-1]))
-                ok = perm[-2] == rank - 2 and perm[-1] == rank - 1
-                row = col = IDENTITY if ok else WHOLE
-            elif op in ("Softmax", "LogSoftmax"):
-                axis = attrs.get("axis", 1 if opset < 13 else -1) % rank
-                reduced = set(range(axis, rank)) if opset < 13 else {axis}
-                row = WHOLE if rank - 2 in reduced else IDENTITY
-                col = WHOLE if rank - 1 in reduced else IDENTITY
-            elif op == "InstanceNormalization" \
-                    or op_class(op) in (OpClass.REDUCTION, OpClass.OPAQUE):
-                row = col = WHOLE
-            elif op not in ("Gemm", "MatMul"):
-                row = col = IDENTITY
-        rows.append(row)
-        cols.append(col)
-    return rows, cols
-
-
-def _batch_preserving(op: str, attrs: dict[str, Any], in_shapes: list[tuple[int, ...]],
-                      out_shape: tuple[int, ...], opset: int) -> bool:
-    if op_class(op) is OpClass.OPAQUE or not out_shape:
-        return False
-    if any(not s or s[0] != out_shape[0] for s in in_shapes):
-        return False
-    rank = len(out_shape)
-    if op in ("Concat", "Split", "Softmax", "LogSoftmax", "Squeeze", "Unsqueeze", "Slice", "Pad"):
-        axis = attrs.get("axis", 1 if opset < 13 or op != "Softmax" else -1)
-        return op in ("Concat", "Split", "Softmax", "LogSoftmax") and axis % max(rank, 1) != 0
-    if op == "Transpose":
-        return list(attrs.get("perm", [rank - 1]))[0] == 0
-    if op == "Gemm":
-        return not attrs.get("transA", 0)
-    if op_class(op) is OpClass.REDUCTION and op != "GlobalAveragePool" and op != "GlobalMaxPool":
-        axes = attrs.get("axes")
-        return axes is not None and 0 not in [a % len(in_shapes[0]) for a in axes]
-    return True
-
-
-def _macs_per_output(op: str, attrs: dict[str, Any], in_shapes: list[tuple[int, ...]],
-                     w_shape: tuple[int, ...] | None, out_shape: tuple[int, ...]) -> int:
-    if op == "Conv" and w_shape is not None:
-        return prod(w_shape[1:])
-    if op == "ConvTranspose" and w_shape is not None:
-        # every input element scatters (C_out/group)*k_h*k_w products over s_h*s_w outputs
-        strides = attrs.get("strides", [1] * (len(w_shape) - 2))
-        per_input_channel = prod(w_shape[2:]) * w_shape[0] // int(attrs.get("group", 1))
-        return max(1, ceil(per_input_channel / prod(strides)))
-    if op in ("MaxPool", "AveragePool", "LpPool"):
-        return prod(attrs["kernel_shape"])
-    if op in ("Gemm", "MatMul") and in_shapes:
-        a = in_shapes[0]
-        return a[-2] if op == "Gemm" and attrs.get("transA", 0) else a[-1]
-    if op in ("GlobalAveragePool", "GlobalMaxPool") and in_shapes:
-        return prod(in_shapes[0][2:])
-    if op_class(op) is OpClass.REDUCTION and in_shapes:
-        return max(1, prod(in_shapes[0]) // max(prod(out_shape), 1))
-    if op == "LRN":
-        return int(attrs.get("size", 1))
-    if op in ("BatchNormalization", "InstanceNormalization", "Softmax", "LogSoftmax"):
-        return 2
-    if op_class(op) is OpClass.MOVEMENT:
-        return 0
-    return 1
+    """Row and column maps per feature-map input, by the op's map rule."""
+    pairs = [_MAPS[spec.maps](spec, attrs, shape, out_shape, opset) for shape in in_shapes]
+    return [r for r, _ in pairs], [c for _, c in pairs]
 
 
 def build_graph(model: LoadedModel) -> Graph:
@@ -255,9 +249,10 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
             "shape inference. Pass --shape for every dynamic input dimension, or export the "
             "model with static shapes."
         )
+    spec = op_spec(op)
     fmap = tuple(t for t in inputs if t and t not in constants)
     weights: tuple[str, ...] = ()
-    if op not in PARAMETER_INPUT_OPS:
+    if spec.takes_weights:
         weights = tuple(
             t for t in inputs
             if t in constants and np.issubdtype(constants[t].dtype, np.floating)
@@ -266,27 +261,27 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     out_shape = shapes[outputs[0]]
     in_shapes = [shapes[t] for t in fmap]
     w_shape = shapes.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
-    if op in WINDOW_OPS and in_shapes:
-        row, col, attrs = _window_maps(op, attrs, in_shapes[0], w_shape)
-        rows = [row] + [WHOLE] * (len(fmap) - 1)
-        cols = [col] + [WHOLE] * (len(fmap) - 1)
-        if op == "Conv" and len(fmap) > 1:  # conv weights computed by a layer
-            rows = [row if t == inputs[0] else WHOLE for t in fmap]
-            cols = [col if t == inputs[0] else WHOLE for t in fmap]
-    elif op == "ConvTranspose" and in_shapes and w_shape is not None and len(w_shape) == 4 \
-            and attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
+    rows, cols = _maps(spec, attrs, in_shapes, out_shape, opset)
+    window: tuple[AxisMap, AxisMap] | None = None
+    if spec.maps is MapRule.WINDOW and in_shapes:
+        row, col, attrs = _window_maps(spec, attrs, in_shapes[0], w_shape)
+        window = row, col
+    elif spec.maps is MapRule.TRANSPOSED and in_shapes and w_shape is not None \
+            and len(w_shape) == 4 and attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
         k = list(attrs.get("kernel_shape", w_shape[2:]))
         s = list(attrs.get("strides", [1, 1]))
         d = list(attrs.get("dilations", [1, 1]))
         p = list(attrs.get("pads", [0, 0, 0, 0]))
-        rows = [AxisMap(MapKind.TRANSPOSED, k[0], s[0], p[0], d[0])] + [WHOLE] * (len(fmap) - 1)
-        cols = [AxisMap(MapKind.TRANSPOSED, k[1], s[1], p[1], d[1])] + [WHOLE] * (len(fmap) - 1)
-    else:
-        rows, cols = _maps(op, attrs, in_shapes, out_shape, opset)
+        window = (AxisMap(MapKind.TRANSPOSED, k[0], s[0], p[0], d[0]),
+                  AxisMap(MapKind.TRANSPOSED, k[1], s[1], p[1], d[1]))
+    if window is not None:
+        # the window slides over the data input; conv weights a layer computes are needed whole
+        rows = [window[0] if t == inputs[0] else WHOLE for t in fmap]
+        cols = [window[1] if t == inputs[0] else WHOLE for t in fmap]
     return Layer(
         name=node.name,
         op=op,
-        op_class=op_class(op),
+        op_class=spec.op_class,
         attrs=MappingProxyType(attrs),
         inputs=inputs,
         outputs=outputs,
@@ -294,37 +289,9 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         weights=weights,
         weight_elems=weight_elems,
         out_shape=out_shape,
-        macs_per_output=_macs_per_output(op, attrs, in_shapes, w_shape, out_shape),
+        macs_per_output=spec.work_per_output(attrs, in_shapes, w_shape, out_shape),
         row_maps=tuple(rows),
         col_maps=tuple(cols),
-        batch_preserving=_batch_preserving(op, attrs, in_shapes, out_shape, opset),
+        batch_preserving=spec.batch_preserving(attrs, in_shapes, out_shape, opset),
         opset=opset,
-    )
-
-
-def restrict(graph: Graph, layers: Sequence[str]) -> Graph:
-    """The subgraph of `layers`: tensors crossing into it become its inputs, tensors leaving
-    it (or model outputs) its outputs; blocks wholly inside it are kept."""
-    from planner.geometry.regions import group_io
-
-    io = group_io(graph, layers)
-    keep = set(io.layers)
-    kept = tuple(lay for lay in graph.layers if lay.name in keep)
-    producer = {t: p for t, p in graph.producer.items() if p in keep}
-    consumers = {t: tuple(c for c in cs if c in keep) for t, cs in graph.consumers.items()}
-    # blocks wholly inside; one whose fork lies outside now starts at the subgraph's input
-    blocks = tuple(b if b.entry in keep else replace(b, entry="")
-                   for b in graph.blocks if set(b.layers) <= keep)
-    return Graph(
-        name=graph.name,
-        layers=kept,
-        shapes=graph.shapes,
-        constants=graph.constants,
-        inputs=io.inputs,
-        outputs=io.outputs,
-        producer=MappingProxyType(producer),
-        consumers=MappingProxyType({t: cs for t, cs in consumers.items() if cs}),
-        dag=graph.dag.subgraph(keep).copy(),
-        blocks=blocks,
-        opset=graph.opset,
     )

@@ -36,6 +36,7 @@ from onnx.reference import ReferenceEvaluator
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from planner.core.errors import InputError
+from planner.ir.ops import InputRole, op_spec
 
 ZOO: dict[str, str] = {
     name: f"light_{name}.onnx"
@@ -788,7 +789,7 @@ def _runtime_types(
 def _ceil_pool_outputs(model: onnx.ModelProto) -> list[str]:
     """Tensors downstream of a ceil_mode pool: onnx shape inference keeps a last window that
     starts in the padding, which onnxruntime (and the spec) drop, so measure those instead."""
-    ceil_pools = [n for n in model.graph.node if n.op_type in ("MaxPool", "AveragePool")
+    ceil_pools = [n for n in model.graph.node if op_spec(n.op_type).sliding_window
                   and any(a.name == "ceil_mode" and a.i for a in n.attribute)]
     if not ceil_pools:
         return []
@@ -1079,43 +1080,20 @@ def _residual_damping(proto: onnx.ModelProto, view: _GraphView) -> dict[str, flo
     return damping
 
 
-_BN_ROLES = {1: "scale", 2: "shift", 3: "shift", 4: "scale"}
-_NORM_ROLES = {1: "scale", 2: "shift"}
-
-
 def _input_role(node: onnx.NodeProto, index: int, shape: tuple[int, ...]) -> _Role | None:
-    """The role of a constant float input of a node, or None to leave it untouched."""
-    op = node.op_type if node.domain in _DEFAULT_DOMAINS else ""
+    """The role of a constant float input of a node (the op table's), or None to leave it
+    untouched."""
+    if node.domain not in _DEFAULT_DOMAINS:
+        return None
+    spec = op_spec(node.op_type)
+    role = spec.role(index)
+    if role is None:
+        return None
+    if role is not InputRole.WEIGHT:
+        return _Role(role.value)
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    if op in ("Conv", "ConvTranspose", "Gemm") and index == 2:
-        return _Role("bias")
-    if op == "Conv" and index == 1:
-        return _Role("weight", prod(shape[1:]))
-    if op == "ConvTranspose" and index == 1 and len(shape) >= 2:
-        group = int(attrs.get("group", 1))
-        strides = attrs.get("strides", [1] * (len(shape) - 2))
-        return _Role("weight", max(1, shape[0] // group * prod(shape[2:]) // prod(strides)))
-    if op == "Gemm" and index in (0, 1) and len(shape) == 2:
-        # A is (M, K) and B is (K, N) unless transposed; fan_in is K
-        trans = int(attrs.get("transA" if index == 0 else "transB", 0))
-        k_axis = 1 - trans if index == 0 else trans
-        return _Role("weight", shape[k_axis])
-    if op == "MatMul" and shape:
-        if len(shape) == 1:
-            return _Role("weight", shape[0])
-        return _Role("weight", shape[-2] if index == 1 else shape[-1])
-    if op == "BatchNormalization" and index in _BN_ROLES:
-        return _Role(_BN_ROLES[index])
-    if op in ("InstanceNormalization", "LayerNormalization", "GroupNormalization") \
-            and index in _NORM_ROLES:
-        return _Role(_NORM_ROLES[index])
-    if op == "PRelu" and index == 1:
-        return _Role("prelu")
-    if op == "Mul" or (op == "Div" and index == 1):
-        return _Role("mul")
-    if op in ("Add", "Sub", "Sum"):
-        return _Role("add")
-    return None
+    fan_in = spec.fan_in(index, shape, attrs) if spec.fan_in is not None else None
+    return None if fan_in is None else _Role(role.value, fan_in)
 
 
 def random_inputs(model: LoadedModel, seed: int) -> dict[str, np.ndarray]:

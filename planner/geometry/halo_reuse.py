@@ -183,7 +183,8 @@ class AxisSchedule:
                 for j, t in enumerate(lay.fmap_inputs):
                     shape = self.graph.shapes[t]
                     out[(name, j)] = needed_range(maps[j], lo, hi, dims(shape)[self.axis + 1],
-                                                  len(lay.out_shape) >= 4, len(shape) >= 4)
+                                                  self.graph.layout(first).spatial,
+                                                  self.graph.layout(t).spatial)
             self._reads[i] = out
         return self._reads[i]
 
@@ -327,11 +328,11 @@ def streamed_step(graph: Graph, io: GroupIO, k: int) -> tuple[str, list[str]] | 
     """
     lay = graph.layer(io.layers[k])
     outs = [t for t in lay.outputs if t]
-    if len(outs) != 1 or len(lay.out_shape) < 4:
+    if len(outs) != 1 or not graph.layout(lay.outputs[0]).spatial:
         return None
     spans = lifetimes(graph, io)
     released = [t for t in dict.fromkeys(lay.fmap_inputs)
-                if spans[t][1] == k and len(graph.shapes[t]) >= 4]
+                if spans[t][1] == k and graph.layout(t).spatial]
     return outs[0], released
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from math import ceil, prod
+from functools import lru_cache
+from math import ceil
 
 from planner.ir.graph import AxisMap, Graph, Layer, MapKind
+from planner.ir.layout import layout_of
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,14 @@ Box = tuple[int, int, int, int, int, int]  # n0, n1, r0, r1, c0, c1
 
 
 def dims(shape: Sequence[int]) -> tuple[int, int, int, int]:
-    """(N, C, H, W) view of any tensor: rank >= 4 keeps H, W last; others have H = W = 1."""
-    if len(shape) >= 4:
-        return shape[0], prod(shape[1:-2]), shape[-2], shape[-1]
-    if not shape:
-        return 1, 1, 1, 1
-    return shape[0], prod(shape[1:]), 1, 1
+    """(N, C, H, W) view of any tensor by its layout: channel axes multiplied together, 1 for
+    an axis it does not have (untiled tensors have H = W = 1)."""
+    return _dims(tuple(shape))
+
+
+@lru_cache(maxsize=4096)  # the tile search asks millions of times about a few hundred shapes
+def _dims(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    return layout_of(shape).dims(shape)
 
 
 def box_elems(graph: Graph, tensor: str, box: Box) -> int:
@@ -113,8 +117,8 @@ def input_box(graph: Graph, lay: Layer, index: int, out_box: Box) -> Box:
     """Box of fmap input `index` that layer `lay` needs to compute `out_box` of its output."""
     t = lay.fmap_inputs[index]
     n_in, _, h_in, w_in = dims(graph.shapes[t])
-    out_spatial = len(lay.out_shape) >= 4
-    in_spatial = len(graph.shapes[t]) >= 4
+    out_spatial = graph.layout(lay.outputs[0]).spatial
+    in_spatial = graph.layout(t).spatial
     n0, n1 = (out_box[0], out_box[1]) if lay.batch_preserving else (0, n_in)
     r0, r1 = needed_range(lay.row_maps[index], out_box[2], out_box[3], h_in, out_spatial,
                           in_spatial)
@@ -299,10 +303,10 @@ def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
         for t in outs[1:]:
             cur = (_join(cur[0], chains[t][0]), _join(cur[1], chains[t][1]),
                    _join(cur[2], chains[t][2]))
-        out_spatial = len(lay.out_shape) >= 4
+        out_spatial = graph.layout(lay.outputs[0]).spatial
         for i, t in enumerate(lay.fmap_inputs):
             shape = graph.shapes[t]
-            in_spatial = len(shape) >= 4
+            in_spatial = graph.layout(t).spatial
             fb = full[t]
             cn: AxisChain | None = None
             if cur[0] is not None and lay.batch_preserving and cur[0].s:

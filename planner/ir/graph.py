@@ -2,8 +2,8 @@
 
 A layer is one remaining compute node of the cleaned ONNX graph. Feature maps
 are the non-constant tensors; every float constant input of a compute layer is
-a weight. A tensor of rank >= 4 is *spatial*: its last two axes are H and W
-(rank 5 appears in channel shuffles), and tiles cut it along those axes.
+a weight. Each feature map has a layout (planner.ir.layout) saying which axes tiles
+cut it along; per-op facts live in the op table (planner.ir.ops).
 """
 
 from __future__ import annotations
@@ -17,52 +17,8 @@ from typing import Any
 
 import networkx as nx
 
-
-class OpClass(StrEnum):
-    """Op families the rules speak of (seed 000 ¶87-146)."""
-
-    MAIN = "main"
-    VECTOR = "vector"
-    SCALAR = "scalar"
-    MOVEMENT = "movement"
-    REDUCTION = "reduction"
-    OPAQUE = "opaque"
-
-
-MAIN_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Gemm", "MatMul"})
-VECTOR_OPS = frozenset(
-    {
-        "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "PRelu", "Elu",
-        "Selu", "Tanh", "Softmax", "LogSoftmax", "BatchNormalization", "LRN",
-        "InstanceNormalization", "Sqrt", "Exp", "Abs", "Neg", "Reciprocal", "Cast",
-    }
-)
-SCALAR_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Mean", "Pow"})
-MOVEMENT_OPS = frozenset(
-    {
-        "Concat", "Reshape", "Flatten", "Transpose", "Split", "Slice", "Pad", "Resize",
-        "Upsample", "Identity", "Dropout", "Squeeze", "Unsqueeze",
-    }
-)
-REDUCTION_OPS = frozenset(
-    {"GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"}
-)
-# Constant inputs of these ops are parameters (shapes, scales, bounds), not weights.
-PARAMETER_INPUT_OPS = MOVEMENT_OPS | frozenset({"Clip", "Cast"})
-
-
-def op_class(op_type: str) -> OpClass:
-    """The op class of an ONNX op type; anything unknown is opaque."""
-    for ops, cls in (
-        (MAIN_OPS, OpClass.MAIN),
-        (VECTOR_OPS, OpClass.VECTOR),
-        (SCALAR_OPS, OpClass.SCALAR),
-        (MOVEMENT_OPS, OpClass.MOVEMENT),
-        (REDUCTION_OPS, OpClass.REDUCTION),
-    ):
-        if op_type in ops:
-            return cls
-    return OpClass.OPAQUE
+from planner.ir.layout import Layout, layout_of
+from planner.ir.ops import OpClass as OpClass
 
 
 class MapKind(StrEnum):
@@ -199,6 +155,15 @@ class Graph:
                 users[w] = users.get(w, 0) + 1
         return users
 
+    @cached_property
+    def layouts(self) -> Mapping[str, Layout]:
+        """The layout of every tensor, inferred once per graph from its shape."""
+        return {t: layout_of(shape) for t, shape in self.shapes.items()}
+
+    def layout(self, tensor: str) -> Layout:
+        """The layout of a tensor (which axes are batch, channels, rows and columns)."""
+        return self.layouts[tensor]
+
     def layer(self, name: str) -> Layer:
         """The layer called name (KeyError names it)."""
         return self._by_name[name]
@@ -219,7 +184,3 @@ class Graph:
                 best = b
         return best
 
-
-def is_spatial(shape: tuple[int, ...]) -> bool:
-    """Tensors of rank >= 4 have H and W as their last two axes."""
-    return len(shape) >= 4

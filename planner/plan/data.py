@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from planner.cost.model import Counters
+from planner.cost.counters import Counters
+from planner.cost.objective import Objective
 from planner.geometry.regions import Box, Tile
+from planner.plan.placement import Placement
 
 PLAN_VERSION = 1
 Mode = Literal["big", "small"]
+# a value of a plan file's JSON headers (model, hardware, rules, solver)
+Json = str | int | float | bool | None | list["Json"] | dict[str, "Json"]
 
 
 @dataclass(frozen=True)
@@ -18,20 +22,41 @@ class Group:
     """Layers executed as one unit: inputs from DRAM, intermediates on chip, outputs back."""
 
     id: int
-    layers: tuple[str, ...]
-    tile: Tile
+    placement: Placement
     mode: Mode
-    weights_resident: bool
     predicted: Counters
-    double_buffered: bool = False  # a second input buffer prefetches the next tile
     # explicit anchor boxes (n0, n1, r0, r1, c0, c1) of a parameter table, run in this order
-    # instead of the regular grid of `tile` (dynamic plans, seed 002)
+    # instead of the regular grid of the tile (dynamic plans, seed 002)
     boxes: tuple[Box, ...] | None = None
-    # halos: "recompute" (overlapping tiles reload and recompute their borders) or "reuse"
-    # (row tiles run in order and keep the border rows of every tensor on chip)
-    halo_reuse: bool = False
-    # its weights loaded while the previous group computed (planner.cost.model.prefetch_cycles)
-    prefetch: bool = False
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return self.placement.layers
+
+    @property
+    def tile(self) -> Tile:
+        return self.placement.tile
+
+    @property
+    def weights_resident(self) -> bool:
+        return self.placement.weights_resident
+
+    @property
+    def double_buffered(self) -> bool:
+        """A second input buffer prefetches the next tile."""
+        return self.placement.double_buffered
+
+    @property
+    def halo_reuse(self) -> bool:
+        """Halos reused ("reuse": row tiles run in order and keep the border rows of every
+        tensor on chip) rather than recomputed."""
+        return self.placement.halo_reuse
+
+    @property
+    def prefetch(self) -> bool:
+        """Its weights loaded while the previous group computed
+        (planner.cost.model.prefetch_cycles)."""
+        return self.placement.prefetch
 
     @property
     def fused(self) -> bool:
@@ -43,11 +68,11 @@ class Plan:
     """A complete plan: every layer of the model in exactly one group, groups in execution order."""
 
     groups: tuple[Group, ...]
-    model: Mapping[str, Any]  # path, sha256, inputs
-    hardware: Mapping[str, Any]  # name, file
-    rules: Mapping[str, Any]  # file, sha256
-    objective: str
-    solver: Mapping[str, Any]  # name, status, gap, wall_s
+    model: Mapping[str, Json]  # path, sha256, inputs
+    hardware: Mapping[str, Json]  # name, file
+    rules: Mapping[str, Json]  # file, sha256
+    objective: Objective
+    solver: Mapping[str, Json]  # name, status, gap, wall_s
     totals: Counters = field(default_factory=Counters)
     compulsory_dram_bytes: int = 0
     layer_by_layer_dram_bytes: int = 0

@@ -11,10 +11,12 @@ from typing import Any
 from hardware.chip import Chip
 from planner.core.errors import InputError
 from planner.cost.model import Counters
+from planner.cost.objective import Objective
 from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
 from planner.plan.checks import check_cover, check_order, check_reuse_tile
 from planner.plan.data import PLAN_VERSION, Group, Plan
+from planner.plan.placement import HaloMode, Placement, WeightResidency
 
 
 def _counters_json(c: Counters) -> dict[str, Any]:
@@ -31,7 +33,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "model": dict(plan.model),
         "hardware": dict(plan.hardware),
         "rules": dict(plan.rules),
-        "objective": plan.objective,
+        "objective": plan.objective.value,
         "solver": dict(plan.solver),
         "groups": [
             {
@@ -129,16 +131,21 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
         elif tile.bands > 1:
             raise InputError(f"{gw}: {tile.bands} bands need \"halo\": \"reuse\" (bands are "
                              "strips of halo-reusing tiles); set \"bands\": 1.")
-        groups.append(Group(int(g.get("id", i)), layers, tile, g.get("mode", "big"),
-                            bool(g.get("weights_resident", True)), predicted,
-                            bool(g.get("double_buffered", False)), halo_reuse=halo == "reuse",
-                            prefetch=bool(g.get("prefetch", False))))
+        placement = Placement(layers, tile,
+                              WeightResidency.of(bool(g.get("weights_resident", True))),
+                              bool(g.get("double_buffered", False)), HaloMode(halo),
+                              bool(g.get("prefetch", False)))
+        groups.append(Group(int(g.get("id", i)), placement, g.get("mode", "big"), predicted))
     check_cover(graph, [g.layers for g in groups], source=where)
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()
     for grp in groups:
         totals = totals + grp.predicted
     t = doc.get("totals", {})
+    objective = doc.get("objective", "traffic")
+    if objective not in {o.value for o in Objective}:
+        raise InputError(f"{where}: 'objective' must be one of "
+                         f"{', '.join(o.value for o in Objective)}, got {objective!r}.")
     return Plan(tuple(groups), model, doc.get("hardware", {}), doc.get("rules", {}),
-                doc.get("objective", "traffic"), doc.get("solver", {}), totals,
+                Objective(objective), doc.get("solver", {}), totals,
                 int(t.get("compulsory_dram_bytes", 0)), int(t.get("layer_by_layer_dram_bytes", 0)))

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from planner.app import api
 from planner.core.errors import InputError, PlanningError
+from planner.cost.objective import Objective
 from planner.front.onnx_load import parse_shape_option
 from planner.plan.data import Plan
 from planner.plan.json_io import plan_to_json, save_plan
@@ -45,7 +46,7 @@ ShapeOpt = Annotated[list[str] | None, typer.Option("--shape",
     help="Bind input dims: NAME=D0,D1,...")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ObjOpt = Annotated[str | None, typer.Option("--objective",
-    help="traffic | latency | energy | weighted")]
+    help=" | ".join(o.value for o in Objective))]
 TimeOpt = Annotated[float | None, typer.Option("--time-limit",
     help="CP-SAT time limit in seconds.")]
 
@@ -390,6 +391,9 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
         out.print(f"predicted bytes == emulated bytes: {report.predicted_matches_emulated} "
                   f"(DRAM {e.dram_bytes:,} B, weights {e.weight_read_bytes:,} B, SRAM peak "
                   f"{e.sram_peak_bytes:,} B)")
+        cyc = report.cycles.to_json()
+        out.print(f"cycles: predicted {cyc['predicted']:,}, emulated {cyc['emulated']:,} "
+                  f"({cyc['difference']:+,}, {100 * cyc['relative']:+.2f}%)")
         out.print(f"emulator {report.emulator_s:.3f} s, {report.reference} "
                   f"{report.reference_s:.3f} s")
         for line in (report.first_output_mismatch, report.first_counter_mismatch):

@@ -83,7 +83,7 @@ def _totals(plan_a: Plan, plan_b: Plan) -> dict[str, dict[str, Any]]:
 
 def _plan_info(plan: Plan) -> dict[str, Any]:
     return {"solver": dict(plan.solver), "rules": dict(plan.rules),
-            "hardware": dict(plan.hardware), "objective": plan.objective,
+            "hardware": dict(plan.hardware), "objective": plan.objective.value,
             "groups": len(plan.groups)}
 
 

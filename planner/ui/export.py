@@ -68,7 +68,7 @@ def model_metadata(plan: Plan) -> dict[str, str]:
         f"{METADATA_PREFIX}solver": f"{plan.solver.get('name')} {plan.solver.get('status')}",
         f"{METADATA_PREFIX}hardware": str(plan.hardware.get("name", "")),
         f"{METADATA_PREFIX}rules": str(plan.rules.get("file", "")),
-        f"{METADATA_PREFIX}objective": plan.objective,
+        f"{METADATA_PREFIX}objective": plan.objective.value,
         f"{METADATA_PREFIX}dram_bytes": str(t.dram_bytes),
         f"{METADATA_PREFIX}compulsory_dram_bytes": str(plan.compulsory_dram_bytes),
         f"{METADATA_PREFIX}layer_by_layer_dram_bytes": str(plan.layer_by_layer_dram_bytes),

@@ -92,7 +92,7 @@ def verify_problem(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
 
 def explain_plan(problem: Problem, plan: Plan) -> dict[str, Any]:
     """The ``explain`` document (boundaries with reasons, violations) of an in-memory plan."""
-    from planner.ui.explain import boundaries, recheck
+    from planner.app.explain import boundaries, recheck
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     return {

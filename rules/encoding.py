@@ -1,4 +1,8 @@
-"""CP-SAT variables of candidate groups and the closed forms stated over them.
+"""CP-SAT variables of candidate groups and the closed forms rules are stated in.
+
+Rules encode themselves over these (rules.base.Rule.encode), as they check themselves
+over GroupFacts, so the module sits with the rules; the CP-SAT planner (solver.cpsat)
+builds its model with it.
 
 For every candidate group the model has a selection literal, an integer tile
 height ``th`` (and tile batch ``tn`` when the batch is larger than one), the
@@ -9,6 +13,9 @@ closed form (planner.geometry.regions.AxisChain.total), with ``T*th`` a multipli
 constraint. Tiles span the whole width and recompute their halos here;
 halo-reusing and 2-D tiles enter as pinned candidates, each with the exact
 best tile of the Python search (solver.tiles) and its cost as constants.
+
+Quantities are ``Expr``: a plain int where the tile fixes them, else a linear expression
+over the model's variables.
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from math import ceil
-from typing import Any
+from typing import Protocol
 
 from ortools.sat.python import cp_model
+from ortools.sat.python.cp_model import Constraint, IntVar, LinearExpr
+from ortools.sat.python.cp_model_helper import Literal
 
 from hardware.chip import Chip
 from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
@@ -33,9 +42,28 @@ from planner.geometry.regions import (
     group_io,
 )
 from planner.ir.graph import Graph
-from rules.base import GroupFacts
+from rules.facts import GroupFacts
 
-LinearExpr = Any
+Expr = LinearExpr | int  # a quantity: fixed by the tile, or linear in the model's variables
+
+
+class Pinned(Protocol):
+    """A tile choice with its cost (solver.tiles.TileChoice), pinned in a candidate."""
+
+    @property
+    def tile(self) -> Tile: ...
+
+    @property
+    def resident(self) -> bool: ...
+
+    @property
+    def double_buffered(self) -> bool: ...
+
+    @property
+    def halo_reuse(self) -> bool: ...
+
+    @property
+    def cost(self) -> Counters: ...
 
 
 def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
@@ -62,19 +90,19 @@ class Candidate:
     io: GroupIO
     chains: GroupChains
     extent: tuple[int, int, int]
-    selected: Any
-    th: Any  # IntVar or int
-    tn: Any
-    tiles_h: Any
-    tiles_n: Any
-    tiles: Any  # tiles_h * tiles_n
-    resident: Any  # BoolVar: weights held on chip for the whole group
-    double_buffered: Any  # BoolVar: a second input buffer prefetches the next tile
-    halo_reuse: Any  # constant: tiles keep what later tiles read (pinned candidates only)
-    small: Any  # BoolVar: th == H (whole maps on chip)
+    selected: IntVar
+    th: IntVar | int  # rows per tile: a variable, or fixed
+    tn: IntVar | int  # images per tile
+    tiles_h: IntVar | int
+    tiles_n: IntVar | int
+    tiles: Expr  # tiles_h * tiles_n
+    resident: IntVar  # BoolVar: weights held on chip for the whole group
+    double_buffered: IntVar  # BoolVar: a second input buffer prefetches the next tile
+    halo_reuse: IntVar  # constant: tiles keep what later tiles read (pinned candidates only)
+    small: IntVar  # BoolVar: th == H (whole maps on chip)
     th_low: int
     facts_any_tile: GroupFacts
-    rows: dict[str, Any] = field(default_factory=dict)  # tensor -> bound-rows var/int
+    rows: dict[str, Expr] = field(default_factory=dict)  # tensor -> bound-rows var/int
     fixed: Counters | None = None  # the pinned tile's cost (no closed form for its rows)
 
     @property
@@ -90,12 +118,15 @@ class Encoding:
         self.chip = chip
         self.model = cp_model.CpModel()
         self.candidates: list[Candidate] = []
+        # each enabled rule's literal by its key (solver.cpsat.build_model): a rule gates its
+        # constraints with it, and an infeasible model names the rules whose literals conflict
+        self.rule_lits: dict[str, IntVar] = {}
 
     @cached_property
     def _dt(self) -> int:
         return self.chip.dtype_bytes
 
-    def add_candidate(self, layers: Sequence[str], fixed: Any = None) -> Candidate:
+    def add_candidate(self, layers: Sequence[str], fixed: Pinned | None = None) -> Candidate:
         """Create the variables of one candidate group.
 
         ``fixed`` (a solver.tiles.TileChoice) pins the tile, weight residency and buffering of
@@ -124,25 +155,30 @@ class Encoding:
             return cand
         h_low = tile_floor(chains, io, graph, 1)
         n_low = tile_floor(chains, io, graph, 0)
-        th: Any = h if h_low is None or h_low >= h else m.new_int_var(h_low, h, f"th_{i}")
+        th: IntVar | int = h if h_low is None or h_low >= h \
+            else m.new_int_var(h_low, h, f"th_{i}")
         batch_kept = all(c[0] is not None and c[0].s == 1 for c in chains.chains.values())
-        tn: Any = n if n_low is None or n_low >= n or not batch_kept \
+        tn: IntVar | int = n if n_low is None or n_low >= n or not batch_kept \
             else m.new_int_var(n_low, n, f"tn_{i}")
+        tiles_h: IntVar | int
         if isinstance(th, int):
-            tiles_h: Any = 1
-            small: Any = m.new_constant(1)
+            tiles_h = 1
+            small = m.new_constant(1)
         else:
             tiles_h = m.new_int_var(1, ceil(h / max(h_low or 1, 1)), f"tiles_h_{i}")
             m.add_division_equality(tiles_h, th + (h - 1), th)
             small = m.new_bool_var(f"small_{i}")
             m.add(th == h).only_enforce_if(small)
             m.add(th <= h - 1).only_enforce_if(small.Not())
-        tiles_n: Any = 1
+        tiles_n: IntVar | int = 1
         if not isinstance(tn, int):
             tiles_n = m.new_int_var(1, ceil(n / max(n_low or 1, 1)), f"tiles_n_{i}")
             m.add_division_equality(tiles_n, tn + (n - 1), tn)
-        if isinstance(tiles_h, int) or isinstance(tiles_n, int):
-            tiles: Any = tiles_h * tiles_n
+        tiles: Expr
+        if isinstance(tiles_h, int):
+            tiles = tiles_h * tiles_n
+        elif isinstance(tiles_n, int):
+            tiles = tiles_h * tiles_n
         else:
             tiles = m.new_int_var(1, h * n, f"tiles_{i}")
             m.add_multiplication_equality(tiles, [tiles_h, tiles_n])
@@ -159,21 +195,23 @@ class Encoding:
 
     # --- per-tile sizes (bounds, as GroupFacts.tensor_bound_bytes) -------------------
 
-    def _rows(self, cand: Candidate, t: str) -> Any:
+    def _rows(self, cand: Candidate, t: str) -> Expr:
         if t in cand.rows:
             return cand.rows[t]
         chain = cand.chains.chains[t][1]
         fb = cand.chains.full[t]
+        value: Expr
         if isinstance(cand.th, int) or chain is None or chain.s == 0:
-            value: Any = fb[3] - fb[2]
+            value = fb[3] - fb[2]
         else:
-            value = self.model.new_int_var(0, fb[3] - fb[2], f"rows_{cand.index}_{len(cand.rows)}")
+            var = self.model.new_int_var(0, fb[3] - fb[2], f"rows_{cand.index}_{len(cand.rows)}")
             self.model.add_min_equality(
-                value, [chain.s * cand.th + (chain.e + chain.p - chain.s), chain.u])
+                var, [chain.s * cand.th + (chain.e + chain.p - chain.s), chain.u])
+            value = var
         cand.rows[t] = value
         return value
 
-    def tensor_bytes(self, cand: Candidate, t: str) -> Any:
+    def tensor_bytes(self, cand: Candidate, t: str) -> Expr:
         """Largest box of tensor t any tile needs, in bytes (linear in th; times tn if batched)."""
         if cand.fixed is not None:
             return cand.facts_any_tile.tensor_bound_bytes(t)
@@ -194,32 +232,32 @@ class Encoding:
             cand.rows[key] = prod
         return cand.rows[key] * (c * cols * self._dt)
 
-    def in_bytes(self, cand: Candidate) -> Any:
+    def in_bytes(self, cand: Candidate) -> Expr:
         return sum(self.tensor_bytes(cand, t) for t in cand.io.inputs)
 
-    def out_bytes(self, cand: Candidate) -> Any:
+    def out_bytes(self, cand: Candidate) -> Expr:
         return sum(self.tensor_bytes(cand, t) for t in cand.io.outputs)
 
     def weight_bytes(self, cand: Candidate) -> int:
         return weight_bytes(self.graph, cand.io.weights, self.chip)
 
-    def live_steps_bytes(self, cand: Candidate) -> list[Any]:
+    def live_steps_bytes(self, cand: Candidate) -> list[Expr]:
         """Live feature-map bytes at each step; their max is GroupFacts.live_peak_bytes."""
         return [sum(self.tensor_bytes(cand, t) for t in live)
                 for live in live_steps(self.graph, cand.io)]
 
-    def all_fmap_bytes(self, cand: Candidate) -> Any:
+    def all_fmap_bytes(self, cand: Candidate) -> Expr:
         io = cand.io
         tensors = set(io.inputs) | set(io.outputs) | set(io.internal)
         return sum(self.tensor_bytes(cand, t) for t in sorted(tensors))
 
-    def enforce(self, ct: Any, cand: Candidate, *lits: Any) -> None:
+    def enforce(self, ct: Constraint, cand: Candidate, *lits: Literal) -> None:
         """Gate a constraint on the candidate being selected and the given literals."""
         ct.only_enforce_if([cand.selected, *lits])
 
     # --- sums over all tiles ---------------------------------------------------------
 
-    def rows_total(self, cand: Candidate, t: str) -> Any:
+    def rows_total(self, cand: Candidate, t: str) -> Expr:
         """Rows of tensor t summed over all row tiles (closed form, exact)."""
         chain = cand.chains.chains[t][1]
         fb = cand.chains.full[t]
@@ -240,7 +278,7 @@ class Encoding:
         cand.rows[f"{t}#over"] = over
         return cand.tiles_h * (chain.e + chain.p - chain.s) + chain.s * h - chain.p - d - over
 
-    def region_elems_total(self, cand: Candidate, t: str) -> Any:
+    def region_elems_total(self, cand: Candidate, t: str) -> Expr:
         """Elements of tensor t summed over all tiles (tiles span the full width; the batch
         splits without overlap because tn is only variable when every tensor keeps it)."""
         if cand.fixed is not None:
@@ -249,38 +287,42 @@ class Encoding:
         c = dims(self.graph.shapes[t])[1]
         return self.rows_total(cand, t) * (c * (fb[1] - fb[0]) * (fb[5] - fb[4]))
 
-    def read_bytes(self, cand: Candidate, t: str) -> Any:
+    def read_bytes(self, cand: Candidate, t: str) -> Expr:
         """DRAM bytes of input t over all tiles."""
         return self.region_elems_total(cand, t) * self._dt
 
     # --- pipeline fill and drain ----------------------------------------------------------
 
-    def product(self, a: Any, b: Any, name: str, upper: int) -> Any:
+    def product(self, a: Expr, b: Expr, name: str, upper: int) -> Expr:
         """a * b as an expression (a multiplication constraint when both are variables)."""
-        if isinstance(a, int) or isinstance(b, int):
+        if isinstance(a, int):
+            return a * b
+        if isinstance(b, int):
             return a * b
         var = self.model.new_int_var(0, upper, name)
         self.model.add_multiplication_equality(var, [a, b])
         return var
 
-    def first_load_bytes(self, cand: Candidate) -> Any:
+    def first_load_bytes(self, cand: Candidate) -> Expr:
         """DRAM bytes of the first tile: its input boxes plus all the group's weights."""
         if cand.fixed is not None:
             return cand.fixed.first_load_bytes
-        total: Any = self.weight_bytes(cand)
+        total: Expr = self.weight_bytes(cand)
         for k, t in enumerate(cand.io.inputs):
             chain = cand.chains.chains[t][1]
             fb = cand.chains.full[t]
             c = dims(self.graph.shapes[t])[1]
             full_rows = fb[3] - fb[2]
+            rows: Expr
             if isinstance(cand.th, int) or chain is None or chain.s == 0:
-                rows: Any = full_rows
+                rows = full_rows
             else:  # the first tile starts at row 0: [0, min(U, S*(th-1) + E))
-                rows = self.model.new_int_var(0, full_rows, f"first_rows_{cand.index}_{k}")
-                self.model.add_min_equality(rows, [chain.s * cand.th + (chain.e - chain.s),
-                                                   chain.u])
+                first = self.model.new_int_var(0, full_rows, f"first_rows_{cand.index}_{k}")
+                self.model.add_min_equality(first, [chain.s * cand.th + (chain.e - chain.s),
+                                                    chain.u])
+                rows = first
             cn = cand.chains.chains[t][0]
-            images: Any = fb[1] - fb[0]
+            images: Expr = fb[1] - fb[0]
             if cn is not None and cn.s == 1 and not isinstance(cand.tn, int):
                 images = cand.tn
             both = self.product(rows, images, f"first_{cand.index}_{k}",
@@ -288,7 +330,7 @@ class Encoding:
             total = total + both * (c * (fb[5] - fb[4]) * self._dt)
         return total
 
-    def last_store_bytes(self, cand: Candidate) -> Any:
+    def last_store_bytes(self, cand: Candidate) -> Expr:
         """DRAM bytes the last tile stores (the anchor's last rows and images)."""
         if cand.fixed is not None:
             return cand.fixed.last_store_bytes
@@ -296,17 +338,17 @@ class Encoding:
         a = cand.io.anchor
         c = dims(self.graph.shapes[a])[1]
         others = sum(self.graph.elems(t) for t in cand.io.outputs if t != a) * self._dt
-        rows: Any = h
+        rows: Expr = h
         if not isinstance(cand.th, int):
             rows = h - self.rows_tiles_x_th(cand) + cand.th
-        images: Any = n
+        images: Expr = n
         if not isinstance(cand.tn, int):
             both = self.product(cand.tiles_n, cand.tn, f"tiles_x_tn_{cand.index}", 2 * n)
             images = n - both + cand.tn
         return self.product(rows, images, f"last_{cand.index}", h * n) * (c * w * self._dt) \
             + others
 
-    def rows_tiles_x_th(self, cand: Candidate) -> Any:
+    def rows_tiles_x_th(self, cand: Candidate) -> Expr:
         """T_h * th (shared by the row sums and the last tile's height)."""
         key = "#tth"
         if key not in cand.rows:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hardware.chip import Chip
+from planner.cost.objective import Objective, objective_value
 from planner.ir.graph import Graph
 from planner.plan.data import Plan
 from rules.base import GroupFacts, Violation
 from rules.ruleset import RuleSet
 from solver.groups import is_connected, is_convex
-from solver.tiles import GroupSearch, objective_value
+from solver.tiles import GroupSearch
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Boundary:
 
 
 def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str, ...],
-                  rest: tuple[str, ...], objective: str, current_cost: float) -> list[str]:
+                  rest: tuple[str, ...], objective: Objective, current_cost: float) -> list[str]:
     """Why `layers` (a group plus the next layer) is not a group of the plan; `rest` is what
     would remain of the next layer's group."""
     if not is_connected(graph, layers):
@@ -33,13 +34,13 @@ def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str,
     search = GroupSearch.of(graph, layers, chip, ruleset)
     best = search.best(objective)
     if best is not None:
-        grown = objective_value(best.cost, objective, ruleset)
+        grown = objective_value(best.cost, objective, ruleset.objective)
         left = GroupSearch.of(graph, rest, chip, ruleset).best(objective) \
             if rest and is_connected(graph, rest) else None
         if rest and left is None:
             return [f"allowed, but what would remain of the next group ({len(rest)} layers) "
                     "is not a valid group on its own"]
-        after = grown + (objective_value(left.cost, objective, ruleset) if left else 0)
+        after = grown + (objective_value(left.cost, objective, ruleset.objective) if left else 0)
         verdict = "not better" if after >= current_cost else "better: the planner missed it"
         return [f"allowed, {verdict}: {objective} {after:.0f} with the layer moved vs "
                 f"{current_cost:.0f} as planned"]
@@ -63,8 +64,8 @@ def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[B
         other = owner[nxt]
         layers = tuple(g.layers) + (nxt,)
         rest = tuple(n for n in other.layers if n != nxt)
-        current = (objective_value(g.predicted, plan.objective, ruleset)
-                   + objective_value(other.predicted, plan.objective, ruleset))
+        current = (objective_value(g.predicted, plan.objective, ruleset.objective)
+                   + objective_value(other.predicted, plan.objective, ruleset.objective))
         out.append(Boundary(g.id, nxt, _grow_reasons(graph, chip, ruleset, layers, rest,
                                                      plan.objective, current)))
     return out

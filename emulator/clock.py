@@ -1,0 +1,223 @@
+"""The emulator's clock: an event simulation of each group as its tiles run.
+
+The emulator records, per tile, what it actually moved and computed (TileEvents); this
+module plays those events on the modeled chip and returns when every group starts and
+ends. It shares nothing with the planner's cost model (planner.cost), so comparing its
+cycles with the predicted ones tests the closed form rather than restating it.
+
+Resources and rules, per group:
+
+* **the DRAM link** is one resource: a transfer of b bytes holds it for b / (DRAM bytes
+  per cycle) cycles (exact fractions); ready transfers are served one at a time, the one
+  ready first first (stores before loads on a tie), never interrupted;
+* **the cores** compute a tile in ceil(MACs / (cores x MACs per cycle)) + ceil(vector ops /
+  (cores x vector lanes)) whole cycles, one tile at a time; a banded group's bands each run
+  on their own cores (cores / bands of them), all at once, sharing the link;
+* **buffers**: without double buffering a tile loads, computes and stores before the next
+  tile loads. With it the input buffers are a queue of depth 2: tile i+1's load may start
+  once tile i's load is done and tile i-1's compute has freed its buffer; tile i computes
+  once its load is done and the cores are free; its store follows its compute;
+* **weights** ride with the tile that first needs them (all of them with the first tile
+  when resident, with every tile when streamed); in a banded group each step's weights are
+  one broadcast transfer that every band's tile of that step waits for;
+* **next-group prefetch**: a group marked ``prefetch`` loads its first weights in the idle
+  gaps of the DRAM link during the group before it (lowest priority: it never delays that
+  group's own transfers); what does not fit in those gaps loads with its first tile.
+
+Groups run back to back on whole cycles: a group starts on the cycle its predecessor ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil, floor
+
+from hardware.chip import Chip
+
+
+@dataclass(frozen=True)
+class TileEvents:
+    """What one tile did, as the emulator counted it while running it."""
+
+    load_bytes: int  # feature-map bytes loaded from DRAM (halo included)
+    weight_bytes: int  # weight bytes loaded from DRAM for this tile
+    macs: int
+    vector_ops: int
+    store_bytes: int  # bytes stored to DRAM
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """One group's tiles in execution order, per band (one band unless the group is banded)."""
+
+    bands: tuple[tuple[TileEvents, ...], ...]
+    double_buffered: bool
+    prefetch: bool = False  # its first weights load during the group before it
+
+
+@dataclass(frozen=True)
+class ClockChip:
+    """The chip constants the clock needs."""
+
+    bytes_per_cycle: Fraction  # DRAM link
+    cores: int
+    macs_per_cycle: int  # per core
+    vector_lanes: int  # per core
+
+    @classmethod
+    def of(cls, chip: Chip) -> ClockChip:
+        """The timing constants of a chip (bandwidth in GB/s over clock in GHz, exact)."""
+        bpc = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
+        return cls(bpc, chip.cores, chip.core.macs_per_cycle, chip.core.vector_lanes)
+
+    def compute(self, tile: TileEvents, cores: int) -> int:
+        """Whole cycles `cores` cores spend on one tile's MACs and vector operations."""
+        return (ceil(tile.macs / (cores * self.macs_per_cycle))
+                + ceil(tile.vector_ops / (cores * self.vector_lanes)))
+
+
+@dataclass(frozen=True)
+class GroupTime:
+    """When a group ran, in cycles of the whole plan."""
+
+    start: int
+    end: int
+    prefetch_start: int  # the cycle its prefetched weights began loading (start if none)
+    prefetch_cycles: Fraction  # link cycles its prefetched weights took in the group before it
+    dram_busy: Fraction  # link cycles of its own transfers, the prefetched ones included
+    compute_busy: int  # cycles the busiest band's cores computed
+    busy: tuple[tuple[Fraction, Fraction], ...]  # the link's busy intervals within the group
+
+    @property
+    def cycles(self) -> int:
+        return self.end - self.start
+
+    def idle_gaps(self) -> list[tuple[Fraction, Fraction]]:
+        """Intervals within the group's span in which the DRAM link moves nothing."""
+        gaps, t = [], Fraction(self.start)
+        for begin, end in self.busy:
+            if begin > t:
+                gaps.append((t, begin))
+            t = max(t, end)
+        if self.end > t:
+            gaps.append((t, Fraction(self.end)))
+        return gaps
+
+
+@dataclass(frozen=True)
+class GroupTrace:
+    """One group played on the chip: when its last event ends, when the link was busy, and
+    the cycles its busiest band's cores computed (exact fractions of a cycle)."""
+
+    end: Fraction
+    busy: tuple[tuple[Fraction, Fraction], ...]
+    compute_busy: int
+
+
+def simulate_plan(chip: Chip, runs: Sequence[GroupRun]) -> list[GroupTime]:
+    """Start and end cycle of every group of a plan, run back to back from cycle 0."""
+    timing = ClockChip.of(chip)
+    times: list[GroupTime] = []
+    clock = 0
+    for run in runs:
+        prefetched, prefetch_start = Fraction(0), clock
+        if run.prefetch and times:
+            prefetched, first_gap = _prefetch(times[-1], _step_weights(run.bands, 0)
+                                              / timing.bytes_per_cycle)
+            prefetch_start = floor(first_gap) if first_gap is not None else clock
+        trace = simulate_group(timing, run, Fraction(clock), prefetched * timing.bytes_per_cycle)
+        end = max(clock, ceil(trace.end))
+        own = sum((b - a for a, b in trace.busy), Fraction(0))
+        times.append(GroupTime(clock, end, prefetch_start, prefetched, own + prefetched,
+                               trace.compute_busy, trace.busy))
+        clock = end
+    return times
+
+
+def _prefetch(prev: GroupTime, wanted: Fraction) -> tuple[Fraction, Fraction | None]:
+    """(link cycles of weights loaded in the previous group's idle gaps, start of the first
+    gap used): the gaps are filled from the earliest on."""
+    taken, first = Fraction(0), None
+    for begin, end in prev.idle_gaps():
+        if taken >= wanted:
+            break
+        first = begin if first is None else first
+        taken += min(end - begin, wanted - taken)
+    return taken, first
+
+
+def _step_weights(bands: Sequence[Sequence[TileEvents]], step: int) -> int:
+    """Weight bytes loaded at one step: one broadcast transfer for all bands."""
+    return max((b[step].weight_bytes for b in bands if step < len(b)), default=0)
+
+
+def simulate_group(timing: ClockChip, run: GroupRun, start: Fraction = Fraction(0),
+                   preloaded_weight_bytes: Fraction = Fraction(0)) -> GroupTrace:
+    """Play one group's tiles on the link and the cores from cycle `start`.
+
+    ``preloaded_weight_bytes`` of the first step's weights are already on chip (prefetched).
+    """
+    bands = run.bands
+    cores = timing.cores // len(bands)
+    steps = max(len(b) for b in bands)
+    # the band whose tile carries each step's weights: the first band that has that step
+    carrier = [min(b for b in range(len(bands)) if s < len(bands[b])) for s in range(steps)]
+    weights = [Fraction(_step_weights(bands, s)) for s in range(steps)]
+    weights[0] = max(Fraction(0), weights[0] - preloaded_weight_bytes)
+    work = [[timing.compute(t, cores) for t in b] for b in bands]
+    load_end: list[list[Fraction]] = [[] for _ in bands]
+    comp_end: list[list[Fraction]] = [[] for _ in bands]
+    store_end: list[list[Fraction]] = [[] for _ in bands]
+    busy: list[tuple[Fraction, Fraction]] = []
+    link = start
+
+    def load_ready(b: int) -> Fraction | None:
+        s = len(load_end[b])
+        if s == 0:
+            return start
+        if not run.double_buffered:  # one buffer: the previous tile is stored first
+            return store_end[b][s - 1] if len(store_end[b]) >= s else None
+        if s >= 2 and len(comp_end[b]) < s - 1:  # tile s-2 still holds the other buffer
+            return None
+        return max(load_end[b][s - 1], comp_end[b][s - 2] if s >= 2 else start)
+
+    def advance_compute() -> None:
+        for b, ends in enumerate(comp_end):
+            while len(ends) < len(load_end[b]):
+                s = len(ends)
+                ready = load_end[b][s]
+                if carrier[s] != b:  # the step's broadcast weights arrive with another band
+                    if len(load_end[carrier[s]]) <= s:
+                        break
+                    ready = max(ready, load_end[carrier[s]][s])
+                ends.append(max(ready, ends[-1] if ends else start) + work[b][s])
+
+    while any(len(e) < len(b) for e, b in zip(store_end, bands, strict=True)):
+        # the transfer served next: the earliest ready (stores first on a tie), by band
+        best: tuple[Fraction, int, int] | None = None
+        for b, tiles in enumerate(bands):
+            if len(store_end[b]) < len(comp_end[b]):
+                cand = (comp_end[b][len(store_end[b])], 0, b)
+                best = cand if best is None or cand < best else best
+            if len(load_end[b]) < len(tiles) and (ready := load_ready(b)) is not None:
+                cand = (ready, 1, b)
+                best = cand if best is None or cand < best else best
+        if best is None:
+            raise RuntimeError("clock deadlock: no transfer can start")  # a bug, not input
+        ready, kind, b = best
+        if kind == 0:
+            s = len(store_end[b])
+            size = Fraction(bands[b][s].store_bytes)
+        else:
+            s = len(load_end[b])
+            size = bands[b][s].load_bytes + (weights[s] if carrier[s] == b else Fraction(0))
+        begin = max(ready, link)
+        link = begin + size / timing.bytes_per_cycle
+        if link > begin:
+            busy.append((begin, link))
+        (store_end if kind == 0 else load_end)[b].append(link)
+        advance_compute()
+    end = max([start] + [e[-1] for e in store_end if e] + [e[-1] for e in comp_end if e])
+    return GroupTrace(end, tuple(busy), max(sum(w) for w in work))

@@ -1,0 +1,106 @@
+"""Feature-map layouts: which axes of a tensor are batch, channels, rows and columns.
+
+Tiles cut a feature map along its batch axis and its two tiled axes, rows and columns;
+everything else (the channel axes) a tile holds whole. Today every feature map of rank
+>= 4 is NCHW, its last two axes rows and columns (rank 5 appears in channel shuffles:
+N, groups, C/groups, H, W), and lower ranks are flat: a batch axis and channels, nothing
+to tile along. `layout_of` is that inference, and the one place that knows it; the other
+layouts (NHWC, [B, L, C] tokens, [B, heads, L, d] attention heads) are the vocabulary later
+front ends assign.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from math import prod
+
+
+class LayoutKind(StrEnum):
+    """The layouts fuseplan speaks of."""
+
+    NCHW = "NCHW"  # batch, channel axes, rows (H), columns (W)
+    NHWC = "NHWC"  # batch, rows (H), columns (W), channels
+    TOKENS = "BLC"  # batch, tokens (L, tiled as rows), channels
+    HEADS = "BHLd"  # batch, heads, tokens (L, tiled as rows), head width d
+    FLAT = "flat"  # batch (when rank >= 1) and channels: not tiled along rows or columns
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which axis of a tensor of `rank` plays which part; None where it has no such axis."""
+
+    kind: LayoutKind
+    rank: int
+    batch_axis: int | None
+    channel_axes: tuple[int, ...]
+    row_axis: int | None
+    col_axis: int | None
+
+    @property
+    def spatial(self) -> bool:
+        """Tiles cut it along rows and columns (the maps of a layer apply to it)."""
+        return self.row_axis is not None and self.col_axis is not None
+
+    @property
+    def tiled_axes(self) -> tuple[int, ...]:
+        """The axes tiles cut besides the batch: rows, then columns, those it has."""
+        return tuple(a for a in (self.row_axis, self.col_axis) if a is not None)
+
+    def dims(self, shape: Sequence[int]) -> tuple[int, int, int, int]:
+        """(N, C, H, W) of a tensor of this layout: channel axes multiplied together, and
+        1 for an axis it does not have."""
+        b, r, c = self.batch_axis, self.row_axis, self.col_axis
+        return (1 if b is None else shape[b], prod([shape[a] for a in self.channel_axes]),
+                1 if r is None else shape[r], 1 if c is None else shape[c])
+
+    def index(self, batch: slice, rows: slice, cols: slice) -> tuple[slice, ...]:
+        """Index of a box: `batch`, `rows` and `cols` on their axes, everything else whole."""
+        out = [slice(None)] * self.rank
+        for axis, part in ((self.batch_axis, batch), (self.row_axis, rows),
+                           (self.col_axis, cols)):
+            if axis is not None:
+                out[axis] = part
+        return tuple(out)
+
+
+def nchw(rank: int = 4) -> Layout:
+    """Channel-first feature map: N, channel axes (one, or groups and C/groups), H, W."""
+    if rank < 4:
+        raise ValueError(f"NCHW needs rank >= 4, not {rank}")
+    return Layout(LayoutKind.NCHW, rank, 0, tuple(range(1, rank - 2)), rank - 2, rank - 1)
+
+
+def nhwc() -> Layout:
+    """Channel-last feature map [N, H, W, C]."""
+    return Layout(LayoutKind.NHWC, 4, 0, (3,), 1, 2)
+
+
+def tokens() -> Layout:
+    """Token sequence [B, L, C]: tokens are the tiled rows, there are no columns."""
+    return Layout(LayoutKind.TOKENS, 3, 0, (2,), 1, None)
+
+
+def heads() -> Layout:
+    """Attention heads [B, heads, L, d]: tokens are the tiled rows, heads and d channels."""
+    return Layout(LayoutKind.HEADS, 4, 0, (1, 3), 2, None)
+
+
+def flat(rank: int) -> Layout:
+    """Untiled tensor: axis 0 is the batch, the rest channels (a scalar has neither)."""
+    if rank == 0:
+        return Layout(LayoutKind.FLAT, 0, None, (), None, None)
+    return Layout(LayoutKind.FLAT, rank, 0, tuple(range(1, rank)), None, None)
+
+
+@cache  # one shared Layout per rank: graphs ask for thousands of tensors
+def _inferred(rank: int) -> Layout:
+    return nchw(rank) if rank >= 4 else flat(rank)
+
+
+def layout_of(shape: Sequence[int]) -> Layout:
+    """The layout of an ONNX feature map from its shape alone: NCHW from rank 4 up (the
+    last two axes rows and columns), flat below."""
+    return _inferred(len(shape))

@@ -1,0 +1,369 @@
+"""The op table: everything fuseplan knows about an ONNX op type, in one entry per op.
+
+An `OpSpec` says which class the rules see the op as, how the rows and columns of its
+output map to those of its feature-map inputs, how much work one output element costs,
+whether the batch axis passes through, what its constant inputs are (weights the
+accelerator streams, or parameters such as shapes and bounds) and which emulator kernel
+runs it. The front end (graph build, random weights), the rules and the emulator all ask
+`op_spec(op_type)`; an op type the table does not know is opaque.
+
+Adding an op is one `OpSpec` entry in `_TABLE` (plus, when it names a kernel, the kernel
+registered under that name in emulator.kernels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from math import ceil, prod
+from types import MappingProxyType
+from typing import Any
+
+Shape = tuple[int, ...]
+Attrs = Mapping[str, Any]
+
+
+class OpClass(StrEnum):
+    """Op families the rules speak of (seed 000 ¶87-146)."""
+
+    MAIN = "main"
+    VECTOR = "vector"
+    SCALAR = "scalar"
+    MOVEMENT = "movement"
+    REDUCTION = "reduction"
+    OPAQUE = "opaque"
+
+
+class MapRule(StrEnum):
+    """How the graph builder derives a layer's row and column maps (planner.front.graph_build).
+
+    Every rule but WINDOW and TRANSPOSED maps an input whose batch, rows and columns differ
+    from the output's as WHOLE: only inputs of the output's own extent can stay row-local.
+    """
+
+    WINDOW = "window"  # conv / pool: a kernel window per output row (kernel, stride, pads)
+    TRANSPOSED = "transposed"  # ConvTranspose: input rows scatter onto a window of outputs
+    UPSAMPLE = "upsample"  # Resize / Upsample: nearest integer factor, else LOCAL
+    LOCAL = "local"  # identity: elementwise, channel-wise, shape-only along other axes
+    CONCAT = "concat"  # identity unless concatenating along rows or columns
+    TRANSPOSE = "transpose"  # identity when the permutation keeps rows and columns in place
+    SOFTMAX = "softmax"  # whole along the axes it normalizes over, identity along the others
+    WHOLE = "whole"  # every output element may need the whole input
+
+
+class InputRole(StrEnum):
+    """What a constant float input of an op is, for drawing random weights.
+
+    The values are the kinds planner.front.onnx_load draws values for.
+    """
+
+    WEIGHT = "weight"  # multiplied into a dot product: fan-in scaled
+    BIAS = "bias"
+    SCALE = "scale"
+    SHIFT = "shift"
+    PRELU = "prelu"
+    MUL = "mul"
+    ADD = "add"
+
+
+class ShapeParam(StrEnum):
+    """A parameter input that spells out the whole output map (a tile must restate it)."""
+
+    NONE = "none"
+    TARGET_SHAPE = "target_shape"  # Reshape's input 1: the output shape
+    RESIZE_SIZES = "resize_sizes"  # Resize's input 3: the output sizes (scales are tile-safe)
+
+
+# work per output element: (attrs, fmap input shapes, shape of input 1, output shape) -> ops
+WorkFn = Callable[[Attrs, Sequence[Shape], Shape | None, Shape], int]
+# batch kept, once the batch extents agree: (attrs, fmap input shapes, output shape, opset)
+BatchFn = Callable[[Attrs, Sequence[Shape], Shape, int], bool]
+# fan-in of a weight input: (input index, weight shape, attrs) -> fan-in, None to leave it
+FanInFn = Callable[[int, Shape, Attrs], int | None]
+
+
+def _const(n: int) -> WorkFn:
+    def work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+        return n
+    return work
+
+
+def _conv_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    """C_in/group * k_h * k_w MACs per output."""
+    return prod(w[1:]) if w is not None else 1
+
+
+def _conv_transpose_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    if w is None:
+        return 1
+    # every input element scatters (C_out/group)*k_h*k_w products over s_h*s_w outputs
+    strides = attrs.get("strides", [1] * (len(w) - 2))
+    per_input_channel = prod(w[2:]) * w[0] // int(attrs.get("group", 1))
+    return max(1, ceil(per_input_channel / prod(strides)))
+
+
+def _pool_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    return prod(attrs["kernel_shape"])
+
+
+def _gemm_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    """K MACs per output: A's last axis, or its first when transposed."""
+    if not ins:
+        return 1
+    return ins[0][-2] if attrs.get("transA", 0) else ins[0][-1]
+
+
+def _matmul_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    return ins[0][-1] if ins else 1
+
+
+def _global_pool_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    """One op per element of the pooled (spatial, axes 2..) extent, ONNX's channel-first."""
+    return prod(ins[0][2:]) if ins else 1
+
+
+def _reduce_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    """Input elements folded into each output."""
+    return max(1, prod(ins[0]) // max(prod(out), 1)) if ins else 1
+
+
+def _lrn_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    return int(attrs.get("size", 1))
+
+
+def _batch_kept(attrs: Attrs, ins: Sequence[Shape], out: Shape, opset: int) -> bool:
+    return True
+
+
+def _batch_never(attrs: Attrs, ins: Sequence[Shape], out: Shape, opset: int) -> bool:
+    """Conservative: the op may move or cut along the batch axis."""
+    return False
+
+
+def _batch_axis(default: Callable[[int], int]) -> BatchFn:
+    """Ops working along one `axis` (concat, split, softmax) keep the batch unless it is 0."""
+    def rule(attrs: Attrs, ins: Sequence[Shape], out: Shape, opset: int) -> bool:
+        return int(attrs.get("axis", default(opset))) % max(len(out), 1) != 0
+    return rule
+
+
+def _softmax_axis(opset: int) -> int:
+    return 1 if opset < 13 else -1
+
+
+def _batch_transpose(attrs: Attrs, ins: Sequence[Shape], out: Shape, opset: int) -> bool:
+    return list(attrs.get("perm", [len(out) - 1]))[0] == 0
+
+
+def _batch_gemm(attrs: Attrs, ins: Sequence[Shape], out: Shape, opset: int) -> bool:
+    return not attrs.get("transA", 0)
+
+
+def _batch_reduce(attrs: Attrs, ins: Sequence[Shape], out: Shape, opset: int) -> bool:
+    """Kept when the reduced axes are given as an attribute and leave axis 0 out."""
+    axes = attrs.get("axes")
+    return axes is not None and 0 not in [a % len(ins[0]) for a in axes]
+
+
+def _conv_fan_in(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    return prod(shape[1:])
+
+
+def _conv_transpose_fan_in(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    if len(shape) < 2:
+        return None
+    group = int(attrs.get("group", 1))
+    strides = attrs.get("strides", [1] * (len(shape) - 2))
+    return max(1, shape[0] // group * prod(shape[2:]) // prod(strides))
+
+
+def _gemm_fan_in(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    """A is (M, K) and B is (K, N) unless transposed; fan_in is K."""
+    if len(shape) != 2:
+        return None
+    trans = int(attrs.get("transA" if index == 0 else "transB", 0))
+    return shape[1 - trans if index == 0 else trans]
+
+
+def _matmul_fan_in(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    if not shape:
+        return None
+    if len(shape) == 1:
+        return shape[0]
+    return shape[-2] if index == 1 else shape[-1]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """What fuseplan knows about one ONNX op type."""
+
+    op: str
+    op_class: OpClass
+    maps: MapRule
+    work: WorkFn  # MACs (main ops) or vector ops (the others) per output element
+    batch: BatchFn  # batch kept (after the generic checks of `batch_preserving`)
+    takes_weights: bool = True  # float constant inputs are weights, else parameters
+    roles: tuple[InputRole | None, ...] = ()  # by input index
+    other_role: InputRole | None = None  # inputs past `roles` (variadic ops)
+    fan_in: FanInFn | None = None  # for WEIGHT inputs
+    kernel: str | None = None  # emulator kernel name; None: the ONNX reference evaluator
+    shape_param: ShapeParam = ShapeParam.NONE
+
+    @property
+    def is_main(self) -> bool:
+        """A main (MAC array) op."""
+        return self.op_class is OpClass.MAIN
+
+    @property
+    def sliding_window(self) -> bool:
+        """Conv, pooling or transposed conv: a kernel window slides over rows and columns."""
+        return self.maps in (MapRule.WINDOW, MapRule.TRANSPOSED)
+
+    @property
+    def is_convolution(self) -> bool:
+        """A sliding-window op whose kernel is input 1, a weight (Conv, ConvTranspose)."""
+        return self.sliding_window and self.role(1) is InputRole.WEIGHT
+
+    def role(self, index: int) -> InputRole | None:
+        """The role of constant input `index` (None: leave its values as they are)."""
+        return self.roles[index] if index < len(self.roles) else self.other_role
+
+    def work_per_output(self, attrs: Attrs, in_shapes: Sequence[Shape], w_shape: Shape | None,
+                        out_shape: Shape) -> int:
+        """MACs (main ops) or vector ops (others) per output element."""
+        return self.work(attrs, in_shapes, w_shape, out_shape)
+
+    def batch_preserving(self, attrs: Attrs, in_shapes: Sequence[Shape], out_shape: Shape,
+                         opset: int) -> bool:
+        """Whether axis 0 of every fmap input maps to axis 0 of the output, element for
+        element (tiles may then cut the batch)."""
+        if self.op_class is OpClass.OPAQUE or not out_shape:
+            return False
+        if any(not s or s[0] != out_shape[0] for s in in_shapes):
+            return False
+        return self.batch(attrs, in_shapes, out_shape, opset)
+
+
+def _spec(op: str, cls: OpClass, maps: MapRule = MapRule.LOCAL, work: WorkFn | None = None,
+          batch: BatchFn = _batch_kept, *, native: bool = True, **more: Any) -> OpSpec:
+    """A table entry; a native kernel is named after its op (native=False: reference)."""
+    if work is None:
+        work = _const(0 if cls is OpClass.MOVEMENT else 1)
+    if cls is OpClass.MOVEMENT:
+        more.setdefault("takes_weights", False)
+    return OpSpec(op, cls, maps, work, batch, kernel=op if native else None, **more)
+
+
+_M, _V, _S, _MV, _R, _O = (OpClass.MAIN, OpClass.VECTOR, OpClass.SCALAR, OpClass.MOVEMENT,
+                           OpClass.REDUCTION, OpClass.OPAQUE)
+_W = InputRole.WEIGHT
+_CONV_ROLES = (None, _W, InputRole.BIAS)
+_NORM_ROLES = (None, InputRole.SCALE, InputRole.SHIFT)
+_BN_ROLES = (None, InputRole.SCALE, InputRole.SHIFT, InputRole.SHIFT, InputRole.SCALE)
+
+_ENTRIES: tuple[OpSpec, ...] = (
+    # main: the MAC array
+    _spec("Conv", _M, MapRule.WINDOW, _conv_work, roles=_CONV_ROLES, fan_in=_conv_fan_in),
+    _spec("ConvTranspose", _M, MapRule.TRANSPOSED, _conv_transpose_work, roles=_CONV_ROLES,
+          fan_in=_conv_transpose_fan_in),
+    _spec("MaxPool", _M, MapRule.WINDOW, _pool_work),
+    _spec("AveragePool", _M, MapRule.WINDOW, _pool_work),
+    _spec("LpPool", _M, MapRule.WINDOW, _pool_work),
+    _spec("Gemm", _M, MapRule.WHOLE, _gemm_work, _batch_gemm,
+          roles=(_W, _W, InputRole.BIAS), fan_in=_gemm_fan_in),
+    _spec("MatMul", _M, MapRule.WHOLE, _matmul_work, other_role=_W, fan_in=_matmul_fan_in),
+    # vector: per-element functions and per-position normalizations
+    _spec("Relu", _V),
+    _spec("Clip", _V, takes_weights=False),  # min and max are bounds
+    _spec("Sigmoid", _V),
+    _spec("HardSigmoid", _V),
+    _spec("HardSwish", _V),
+    _spec("LeakyRelu", _V),
+    _spec("PRelu", _V, roles=(None, InputRole.PRELU)),
+    _spec("Elu", _V),
+    _spec("Selu", _V),
+    _spec("Tanh", _V),
+    _spec("Softmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
+    _spec("LogSoftmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
+    _spec("BatchNormalization", _V, work=_const(2), roles=_BN_ROLES),
+    _spec("LRN", _V, work=_lrn_work),
+    _spec("InstanceNormalization", _V, MapRule.WHOLE, _const(2), roles=_NORM_ROLES),
+    _spec("Sqrt", _V),
+    _spec("Exp", _V),
+    _spec("Abs", _V),
+    _spec("Neg", _V),
+    _spec("Reciprocal", _V),
+    _spec("Cast", _V, takes_weights=False),
+    # scalar: elementwise with broadcasting
+    _spec("Add", _S, other_role=InputRole.ADD),
+    _spec("Sub", _S, other_role=InputRole.ADD),
+    _spec("Mul", _S, other_role=InputRole.MUL),
+    _spec("Div", _S, roles=(None, InputRole.MUL)),
+    _spec("Sum", _S, other_role=InputRole.ADD),
+    _spec("Max", _S),
+    _spec("Min", _S),
+    _spec("Mean", _S),
+    _spec("Pow", _S),
+    # movement: no arithmetic; constant inputs are shapes, pads, scales
+    _spec("Concat", _MV, MapRule.CONCAT, batch=_batch_axis(lambda opset: 1)),
+    _spec("Reshape", _MV, shape_param=ShapeParam.TARGET_SHAPE),
+    _spec("Flatten", _MV),
+    _spec("Transpose", _MV, MapRule.TRANSPOSE, batch=_batch_transpose),
+    _spec("Split", _MV, batch=_batch_axis(lambda opset: 0)),
+    _spec("Slice", _MV, batch=_batch_never),
+    _spec("Pad", _MV, batch=_batch_never),
+    _spec("Resize", _MV, MapRule.UPSAMPLE, shape_param=ShapeParam.RESIZE_SIZES),
+    _spec("Upsample", _MV, MapRule.UPSAMPLE),
+    _spec("Identity", _MV),
+    _spec("Dropout", _MV),
+    _spec("Squeeze", _MV, batch=_batch_never),
+    _spec("Unsqueeze", _MV, batch=_batch_never),
+    # reduction: each output folds many inputs
+    _spec("GlobalAveragePool", _R, MapRule.WHOLE, _global_pool_work),
+    _spec("GlobalMaxPool", _R, MapRule.WHOLE, _global_pool_work),
+    _spec("ReduceMean", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
+    _spec("ReduceSum", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
+    _spec("ReduceMax", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
+    _spec("ReduceMin", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
+    # opaque but known: a native kernel, or weight roles for random weights
+    _spec("Gather", _O, MapRule.WHOLE, batch=_batch_never),
+    _spec("LayerNormalization", _O, MapRule.WHOLE, batch=_batch_never, native=False,
+          roles=_NORM_ROLES),
+    _spec("GroupNormalization", _O, MapRule.WHOLE, batch=_batch_never, native=False,
+          roles=_NORM_ROLES),
+)
+
+_TABLE: Mapping[str, OpSpec] = MappingProxyType({s.op: s for s in _ENTRIES})
+
+
+def op_spec(op_type: str) -> OpSpec:
+    """The table entry of an ONNX op type; an unknown op gets an opaque spec (whole maps,
+    batch not kept, one op per output, constants as weights, run by the reference evaluator)."""
+    spec = _TABLE.get(op_type)
+    if spec is None:
+        return _spec(op_type, _O, MapRule.WHOLE, batch=_batch_never, native=False)
+    return spec
+
+
+def known_ops() -> Mapping[str, OpSpec]:
+    """Every op type the table knows, with its entry."""
+    return _TABLE
+
+
+def op_class(op_type: str) -> OpClass:
+    """The op class of an ONNX op type; anything unknown is opaque."""
+    return op_spec(op_type).op_class
+
+
+def _ops_of(cls: OpClass) -> frozenset[str]:
+    return frozenset(op for op, s in _TABLE.items() if s.op_class is cls)
+
+
+MAIN_OPS = _ops_of(OpClass.MAIN)
+VECTOR_OPS = _ops_of(OpClass.VECTOR)
+SCALAR_OPS = _ops_of(OpClass.SCALAR)
+MOVEMENT_OPS = _ops_of(OpClass.MOVEMENT)
+REDUCTION_OPS = _ops_of(OpClass.REDUCTION)
+# Constant inputs of these ops are parameters (shapes, scales, bounds), not weights.
+PARAMETER_INPUT_OPS = frozenset(op for op, s in _TABLE.items() if not s.takes_weights)

@@ -1,0 +1,176 @@
+"""The concrete group and tile rules check themselves against (``Rule.check``).
+
+GroupFacts states a group's capacities with the same bound formulas the CP-SAT encoding
+(rules.encoding) states over its variables; quantities are computed once per group and
+tile (cached properties of the frozen record).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from hardware.chip import Chip
+from planner.cost.model import (
+    band_peak_bytes,
+    live_steps,
+    region_sum,
+    union_sum,
+    weight_bytes,
+    work_counters,
+)
+from planner.geometry.bands import cluster_loads
+from planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
+from planner.geometry.regions import (
+    AxisChain,
+    Box,
+    GroupChains,
+    GroupIO,
+    Tile,
+    anchor_extent,
+    box_elems,
+    dims,
+    tile_regions,
+)
+from planner.ir.graph import Graph, Layer
+
+
+def _axis_bound(chain: AxisChain | None, extent: int, size: int, full: int) -> int:
+    if chain is None or size >= extent:
+        return full
+    return chain.bound(size)
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """A concrete group and tile, with the quantities rules are stated in."""
+
+    graph: Graph
+    io: GroupIO
+    chains: GroupChains
+    tile: Tile
+    chip: Chip
+    weights_resident: bool = True
+    double_buffered: bool = False
+    halo_reuse: bool = False
+    # the reusing tile grid, when the caller keeps one across tiles (its axes are memoized)
+    grid: ReuseGrid | None = field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def layers(self) -> list[Layer]:
+        return [self.graph.layer(n) for n in self.io.layers]
+
+    @property
+    def fused(self) -> bool:
+        return len(self.io.layers) > 1
+
+    @cached_property
+    def extent(self) -> tuple[int, int, int]:
+        return anchor_extent(self.graph, self.io)
+
+    @property
+    def small(self) -> bool:
+        """Small-map mode: the tile holds whole maps."""
+        _, h, w = self.extent
+        return self.tile.h >= h and self.tile.w >= w
+
+    def tensor_bound_bytes(self, t: str) -> int:
+        """Largest box of tensor t any tile needs (same bound as the CP-SAT encoding).
+
+        Along an axis without a closed form (upsampling, transposed conv inside the group)
+        the bound is the longest range over the tiles, found by enumerating them.
+        """
+        n, h, w = self.extent
+        cn, cr, cc = self.chains.chains[t]
+        fb = self.chains.full[t]
+        c = dims(self.graph.shapes[t])[1]
+        sizes = []
+        for axis, (chain, extent, size) in enumerate(
+                ((cn, n, self.tile.n), (cr, h, self.tile.h), (cc, w, self.tile.w))):
+            full = fb[2 * axis + 1] - fb[2 * axis]
+            if chain is None and size < extent:
+                sizes.append(self._enumerated_span(axis).get(t, full))
+            else:
+                sizes.append(_axis_bound(chain, extent, size, full))
+        return c * sizes[0] * sizes[1] * sizes[2] * self.chip.dtype_bytes
+
+    def _enumerated_span(self, axis: int) -> dict[str, int]:
+        """Longest range of every tensor along one axis over all tiles of that axis."""
+        return self._enumerated_spans[axis]
+
+    @cached_property
+    def _enumerated_spans(self) -> dict[int, dict[str, int]]:
+        """_enumerated_span of every axis some tensor has no closed form along and the
+        tile splits (the axes tensor_bound_bytes enumerates)."""
+        extent = self.extent
+        size = (self.tile.n, self.tile.h, self.tile.w)
+        axes = sorted({axis for chain in self.chains.chains.values()
+                       for axis in range(3) if chain[axis] is None and size[axis] < extent[axis]})
+        return {axis: self._longest_ranges(axis) for axis in axes}
+
+    def _longest_ranges(self, axis: int) -> dict[str, int]:
+        n, h, w = self.extent
+        size = (self.tile.n, self.tile.h, self.tile.w)[axis]
+        extent = (n, h, w)[axis]
+        longest: dict[str, int] = {}
+        for lo in range(0, extent, size):
+            lo_hi = (lo, min(extent, lo + size))
+            box: Box = (*lo_hi, 0, h, 0, w) if axis == 0 else \
+                (0, n, *lo_hi, 0, w) if axis == 1 else (0, n, 0, h, *lo_hi)
+            for t, b in tile_regions(self.graph, self.io, box).items():
+                longest[t] = max(longest.get(t, 0), b[2 * axis + 1] - b[2 * axis])
+        return longest
+
+    @cached_property
+    def in_bytes(self) -> int:
+        return sum(self.tensor_bound_bytes(t) for t in self.io.inputs)
+
+    @cached_property
+    def out_bytes(self) -> int:
+        return sum(self.tensor_bound_bytes(t) for t in self.io.outputs)
+
+    @cached_property
+    def weight_bytes(self) -> int:
+        return weight_bytes(self.graph, self.io.weights, self.chip)
+
+    @cached_property
+    def live_peak_bytes(self) -> int:
+        """Peak of live tensors when freed after their last use (input/output share space)."""
+        return max(sum(self.tensor_bound_bytes(t) for t in live)
+                   for live in live_steps(self.graph, self.io))
+
+    @cached_property
+    def all_fmap_bytes(self) -> int:
+        """Every tensor of the group held at once (no sharing)."""
+        tensors = set(self.io.inputs) | set(self.io.outputs) | set(self.io.internal)
+        return sum(self.tensor_bound_bytes(t) for t in tensors)
+
+    @cached_property
+    def reuse_peak_bytes(self) -> int:
+        """Exact peak of feature-map bytes on chip when halos are reused (the kept borders,
+        each tile's new parts, and with double buffering the next tile's loads); for a
+        banded tile, the fullest cluster's bands together."""
+        if self.tile.bands > 1:
+            return max(cluster_loads(self.chip, self.band_peak_bytes))
+        return reuse_peak_elems(self.graph, self.io, self.chains, self.tile,
+                                self.double_buffered, self.grid) * self.chip.dtype_bytes
+
+    @cached_property
+    def band_peak_bytes(self) -> list[int]:
+        """Each band's exact feature-map peak (planner.geometry.bands; one entry without bands)."""
+        if self.tile.bands == 1:
+            return [self.reuse_peak_bytes]
+        return band_peak_bytes(self.graph, self.io, self.chains, self.tile, self.chip,
+                               self.double_buffered)
+
+    def redundancy_pct(self) -> float:
+        """Halo re-reads as a percentage of reading each input once (rule 11)."""
+        once = sum(box_elems(self.graph, t, self.chains.full[t]) for t in self.io.inputs)
+        if self.tile.bands > 1:  # the bands' overlaps are re-read
+            c = work_counters(self.graph, self.io, self.chains, self.tile, self.chip,
+                              self.weights_resident, True)
+            return 100.0 * c.redundant_read_bytes / max(once * self.chip.dtype_bytes, 1)
+        read = union_sum if self.halo_reuse else region_sum
+        loaded = sum(read(self.graph, self.io, self.chains, t, self.tile)
+                     for t in self.io.inputs)
+        return 100.0 * (loaded - once) / max(once, 1)

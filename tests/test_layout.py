@@ -1,0 +1,101 @@
+"""planner.ir.layout: the standard layouts' axes, and that graph build gives every zoo tensor
+the layout the code before layouts assumed (rank >= 4: NCHW, last two axes H and W)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+
+import numpy as np
+import pytest
+
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import ZOO, LoadedModel
+from planner.ir.layout import Layout, LayoutKind, flat, heads, layout_of, nchw, nhwc, tokens
+
+
+def _old_dims(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """The (N, C, H, W) view regions.dims computed before layouts, inline on the rank."""
+    if len(shape) >= 4:
+        return shape[0], prod(shape[1:-2]), shape[-2], shape[-1]
+    if not shape:
+        return 1, 1, 1, 1
+    return shape[0], prod(shape[1:]), 1, 1
+
+
+@pytest.mark.parametrize("layout, axes", [
+    (nchw(), (0, (1,), 2, 3)),
+    (nchw(5), (0, (1, 2), 3, 4)),  # channel shuffles: N, groups, C/groups, H, W
+    (nhwc(), (0, (3,), 1, 2)),
+    (tokens(), (0, (2,), 1, None)),
+    (heads(), (0, (1, 3), 2, None)),
+    (flat(2), (0, (1,), None, None)),
+    (flat(0), (None, (), None, None)),
+])
+def test_standard_layouts(layout: Layout,
+                          axes: tuple[int | None, tuple[int, ...], int | None, int | None]
+                          ) -> None:
+    assert (layout.batch_axis, layout.channel_axes, layout.row_axis, layout.col_axis) == axes
+    every = [a for a in (layout.batch_axis, *layout.channel_axes, layout.row_axis,
+                         layout.col_axis) if a is not None]
+    assert sorted(every) == list(range(layout.rank)), "each axis plays exactly one part"
+    assert layout.spatial == (layout.kind in (LayoutKind.NCHW, LayoutKind.NHWC))
+
+
+def test_dims_by_layout() -> None:
+    assert nchw().dims((2, 3, 5, 7)) == (2, 3, 5, 7)
+    assert nchw(5).dims((1, 4, 6, 5, 7)) == (1, 24, 5, 7)
+    assert nhwc().dims((2, 5, 7, 3)) == (2, 3, 5, 7)
+    assert tokens().dims((2, 196, 768)) == (2, 768, 196, 1)
+    assert heads().dims((2, 12, 196, 64)) == (2, 12 * 64, 196, 1)
+    assert flat(2).dims((8, 1000)) == (8, 1000, 1, 1)
+    assert flat(0).dims(()) == (1, 1, 1, 1)
+
+
+def test_box_index_cuts_batch_rows_and_columns() -> None:
+    x = np.arange(2 * 3 * 5 * 7).reshape(2, 3, 5, 7)
+    want = x[1:2, :, 1:4, 2:6]
+    assert np.array_equal(x[nchw().index(slice(1, 2), slice(1, 4), slice(2, 6))], want)
+    y = x.transpose(0, 2, 3, 1)  # the same map channels-last
+    got = y[nhwc().index(slice(1, 2), slice(1, 4), slice(2, 6))]
+    assert np.array_equal(got.transpose(0, 3, 1, 2), want)
+    # untiled tensors are cut along the batch only
+    z = np.arange(12).reshape(4, 3)
+    assert np.array_equal(z[flat(2).index(slice(1, 3), slice(0, 1), slice(0, 1))], z[1:3])
+
+
+def test_nchw_needs_rows_and_columns() -> None:
+    with pytest.raises(ValueError, match="rank >= 4"):
+        nchw(3)
+
+
+@pytest.mark.parametrize("rank", range(7))
+def test_inference_is_nchw_from_rank_four(rank: int) -> None:
+    shape = tuple(range(2, 2 + rank))
+    layout = layout_of(shape)
+    assert layout.rank == rank
+    assert layout.kind is (LayoutKind.NCHW if rank >= 4 else LayoutKind.FLAT)
+    assert layout.spatial == (rank >= 4)
+    if rank >= 4:
+        assert (layout.row_axis, layout.col_axis) == (rank - 2, rank - 1)
+    assert layout.dims(shape) == _old_dims(shape)
+    assert layout_of(shape) is layout, "one shared layout per rank"
+
+
+@pytest.mark.parametrize("name", ["shufflenet", sorted(ZOO)[0]])
+def test_zoo_tensors_get_the_layouts_the_code_assumed(
+        zoo_model: Callable[[str], LoadedModel], name: str) -> None:
+    """shufflenet has rank-5 channel shuffles and rank-2 classifier tensors."""
+    graph = build_graph(zoo_model(name))
+    ranks = set()
+    for t, shape in graph.shapes.items():
+        layout = graph.layout(t)
+        ranks.add(len(shape))
+        assert layout.spatial == (len(shape) >= 4), f"zoo:{name}: {t} {shape} {layout.kind}"
+        if layout.spatial:
+            assert (layout.batch_axis, layout.row_axis, layout.col_axis) \
+                == (0, len(shape) - 2, len(shape) - 1), f"zoo:{name}: {t}"
+        assert layout.dims(shape) == _old_dims(shape), f"zoo:{name}: {t} {shape}"
+    assert 4 in ranks and ranks & {1, 2}, f"zoo:{name}: ranks {ranks}"
+    if name == "shufflenet":
+        assert 5 in ranks

@@ -1,0 +1,186 @@
+"""planner.ir.ops: the op table is consistent, drives graph build and the emulator, and LpPool
+has a real kernel that matches onnxruntime, alone and tile by tile in a fused group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from emulator.kernels import SUPPORTED, registered_kernels, run_op
+from hardware.chip import load_chip
+from planner.geometry.regions import Tile
+from planner.ir.graph import MapKind
+from planner.ir.ops import (
+    MAIN_OPS,
+    MOVEMENT_OPS,
+    PARAMETER_INPUT_OPS,
+    REDUCTION_OPS,
+    SCALAR_OPS,
+    VECTOR_OPS,
+    InputRole,
+    MapRule,
+    OpClass,
+    known_ops,
+    op_class,
+    op_spec,
+)
+from planner.plan.placement import Placement
+from tests import models
+from tests.test_emulator import load_proto, make_plan, run_verify
+
+TABLE = known_ops()
+
+
+def test_every_entry_is_filed_under_its_own_name() -> None:
+    wrong = [(op, s.op) for op, s in TABLE.items() if s.op != op]
+    assert not wrong, f"entries filed under another op's name: {wrong}"
+
+
+def test_class_sets_partition_the_table() -> None:
+    sets = {OpClass.MAIN: MAIN_OPS, OpClass.VECTOR: VECTOR_OPS, OpClass.SCALAR: SCALAR_OPS,
+            OpClass.MOVEMENT: MOVEMENT_OPS, OpClass.REDUCTION: REDUCTION_OPS}
+    for cls, ops in sets.items():
+        assert ops == {op for op, s in TABLE.items() if s.op_class is cls}, cls
+        assert all(op_class(op) is cls for op in ops), cls
+    classed = set().union(*sets.values())
+    assert sum(len(s) for s in sets.values()) == len(classed), "an op in two classes"
+    opaque = set(TABLE) - classed
+    assert all(TABLE[op].op_class is OpClass.OPAQUE for op in opaque)
+
+
+def test_the_classes_the_rules_rely_on() -> None:
+    """Seed 000's classes for the ops the zoo uses (the rules match classes, not names)."""
+    assert {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Gemm", "MatMul"} <= MAIN_OPS
+    assert {"Relu", "BatchNormalization", "LRN", "Softmax"} <= VECTOR_OPS
+    assert {"Add", "Mul", "Sum"} <= SCALAR_OPS
+    assert {"Concat", "Reshape", "Transpose", "Dropout"} <= MOVEMENT_OPS
+    assert {"GlobalAveragePool", "ReduceMean"} <= REDUCTION_OPS
+
+
+@pytest.mark.parametrize("op", sorted(TABLE))
+def test_entry_is_consistent(op: str) -> None:
+    s = TABLE[op]
+    if s.sliding_window:  # a kernel window over rows and columns: main work
+        assert s.op_class is OpClass.MAIN, f"{op}: window op of class {s.op_class}"
+    if s.op_class is OpClass.REDUCTION or s.op_class is OpClass.OPAQUE:
+        assert s.maps is MapRule.WHOLE, f"{op}: a {s.op_class} op keeps rows local"
+    if s.op_class is OpClass.MOVEMENT:
+        assert not s.takes_weights, f"{op}: movement constants are parameters"
+        assert s.work_per_output({}, [(1, 4, 8, 8)], None, (1, 4, 8, 8)) == 0, op
+    assert (op in PARAMETER_INPUT_OPS) == (not s.takes_weights)
+    roles = [s.role(i) for i in range(6)]
+    if InputRole.WEIGHT in roles:
+        assert s.fan_in is not None, f"{op}: a weight input without a fan-in"
+        assert s.takes_weights, f"{op}: weight roles but constants taken as parameters"
+    assert s.is_convolution == (op in ("Conv", "ConvTranspose")), op
+
+
+def test_every_named_kernel_is_registered_and_every_kernel_is_named() -> None:
+    named = {s.kernel for s in TABLE.values() if s.kernel is not None}
+    assert named - registered_kernels() == set(), "table names kernels the emulator lacks"
+    assert registered_kernels() - named == set(), "kernels no table entry names"
+    assert {op for op, s in TABLE.items() if s.kernel is not None} == SUPPORTED
+
+
+def test_unknown_op_is_opaque() -> None:
+    s = op_spec("Erf")
+    assert (s.op, s.op_class, s.maps, s.kernel) == ("Erf", OpClass.OPAQUE, MapRule.WHOLE, None)
+    assert s.takes_weights and not s.is_convolution and not s.sliding_window
+    assert not s.batch_preserving({}, [(2, 3)], (2, 3), 13)
+    assert s.work_per_output({}, [(2, 3)], None, (2, 3)) == 1
+    assert s.role(0) is None and s.role(1) is None
+    # the emulator runs it with the ONNX reference evaluator
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    assert run_op("Erf", {}, [x], 13)[0].shape == (2, 3)
+
+
+def test_input_roles() -> None:
+    conv, gemm, div, mul = op_spec("Conv"), op_spec("Gemm"), op_spec("Div"), op_spec("Mul")
+    assert [conv.role(i) for i in range(4)] == [None, InputRole.WEIGHT, InputRole.BIAS, None]
+    assert conv.fan_in is not None and conv.fan_in(1, (16, 8, 3, 3), {}) == 72
+    assert gemm.fan_in is not None
+    # B is (K, N), or (N, K) with transB: the fan-in is K either way
+    assert gemm.fan_in(1, (64, 10), {}) == 64 and gemm.fan_in(1, (10, 64), {"transB": 1}) == 64
+    assert gemm.fan_in(1, (2, 3, 4), {}) is None  # not a matrix: left as it is
+    assert [div.role(i) for i in range(3)] == [None, InputRole.MUL, None]
+    assert {mul.role(i) for i in range(3)} == {InputRole.MUL}
+    assert op_spec("Reshape").role(1) is None and not op_spec("Reshape").takes_weights
+
+
+@pytest.mark.parametrize("op, attrs, kept", [
+    ("Split", {}, False),  # ONNX splits along axis 0 by default
+    ("Split", {"axis": 1}, True),
+    ("Concat", {"axis": 0}, False),
+    ("Concat", {"axis": 1}, True),
+    ("Softmax", {}, True),
+    ("Transpose", {"perm": [0, 2, 1, 3]}, True),
+    ("Transpose", {"perm": [1, 0, 2, 3]}, False),
+    ("Gemm", {"transA": 1}, False),
+    ("ReduceMean", {"axes": [2, 3]}, True),
+    ("ReduceMean", {"axes": [0]}, False),
+    ("Slice", {}, False),
+    ("Relu", {}, True),
+])
+def test_batch_behaviour(op: str, attrs: dict[str, Any], kept: bool) -> None:
+    shape = (2, 4, 6, 6)
+    assert op_spec(op).batch_preserving(attrs, [shape], shape, 13) is kept
+
+
+def test_batch_is_lost_when_extents_differ() -> None:
+    assert not op_spec("Relu").batch_preserving({}, [(2, 4)], (1, 4), 13)
+
+
+# --------------------------------------------------------------------------- LpPool
+
+
+def _ort(op: str, attrs: dict[str, Any], x: np.ndarray, opset: int) -> np.ndarray:
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("opset, attrs", [
+    (11, {"kernel_shape": [3, 3], "p": 2, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    (13, {"kernel_shape": [2, 3], "p": 1}),
+    (18, {"kernel_shape": [3, 3], "p": 3, "strides": [2, 1], "ceil_mode": 1,
+          "dilations": [2, 1]}),
+    (18, {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+])
+def test_lp_pool_kernel_matches_onnxruntime(opset: int, attrs: dict[str, Any]) -> None:
+    x = np.random.default_rng(opset).standard_normal((2, 3, 9, 10)).astype(np.float32)
+    want = _ort("LpPool", attrs, x, opset)
+    got = run_op("LpPool", attrs, [x], opset)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_lp_pool_is_a_window_layer_and_verifies_tile_by_tile() -> None:
+    """conv -> LpPool (k3 s2 p1) -> conv, one group cut in 3x3 tiles: outputs equal
+    onnxruntime's and every byte counter equals the prediction."""
+    b = models._Builder(np.random.default_rng(7))
+    x = b.one("Relu", [b.conv("input", 3, 8, 3)])
+    x = b.one("LpPool", [x], "lppool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+              p=2)
+    x = b.conv(x, 8, 4, 3)
+    m = load_proto(b.model((1, 3, 16, 16), x, 13, name="lp_pool"))
+    graph = m.graph
+    pool = next(lay for lay in graph.layers if lay.op == "LpPool")
+    assert pool.op_class is OpClass.MAIN and pool.macs_per_output == 9
+    assert pool.row_maps[0].kind is MapKind.WINDOW and pool.row_maps[0].stride == 2
+    chip, _ = load_chip("cluster4x4")
+    plan = make_plan(m, chip, [Placement.of(m.names, Tile(1, 3, 3))])
+    report = run_verify(m, plan, chip)
+    assert report.outputs_match, report.first_output_mismatch
+    got, want = report.per_group[0], plan.groups[0].predicted
+    for key in ("dram_read_bytes", "dram_write_bytes", "redundant_read_bytes",
+                "sram_peak_bytes", "macs"):
+        assert getattr(got, key) == getattr(want, key), key
+    assert got.redundant_read_bytes > 0  # the tiles re-read their halos
