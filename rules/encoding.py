@@ -37,12 +37,11 @@ from planner.geometry.regions import (
     GroupIO,
     Tile,
     anchor_extent,
-    dims,
     group_chains,
     group_io,
 )
 from planner.ir.graph import Graph
-from rules.facts import GroupFacts
+from rules.facts import GroupFacts, channels
 
 Expr = LinearExpr | int  # a quantity: fixed by the tile, or linear in the model's variables
 
@@ -215,7 +214,7 @@ class Encoding:
         """Largest box of tensor t any tile needs, in bytes (linear in th; times tn if batched)."""
         if cand.fixed is not None:
             return cand.facts_any_tile.tensor_bound_bytes(t)
-        c = dims(self.graph.shapes[t])[1]
+        c = channels(self.graph, t)
         fb = cand.chains.full[t]
         cols = fb[5] - fb[4]
         rows = self._rows(cand, t)
@@ -284,7 +283,7 @@ class Encoding:
         if cand.fixed is not None:
             return region_sum(self.graph, cand.io, cand.chains, t, cand.facts_any_tile.tile)
         fb = cand.chains.full[t]
-        c = dims(self.graph.shapes[t])[1]
+        c = channels(self.graph, t)
         return self.rows_total(cand, t) * (c * (fb[1] - fb[0]) * (fb[5] - fb[4]))
 
     def read_bytes(self, cand: Candidate, t: str) -> Expr:
@@ -311,7 +310,7 @@ class Encoding:
         for k, t in enumerate(cand.io.inputs):
             chain = cand.chains.chains[t][1]
             fb = cand.chains.full[t]
-            c = dims(self.graph.shapes[t])[1]
+            c = channels(self.graph, t)
             full_rows = fb[3] - fb[2]
             rows: Expr
             if isinstance(cand.th, int) or chain is None or chain.s == 0:
@@ -336,7 +335,7 @@ class Encoding:
             return cand.fixed.last_store_bytes
         n, h, w = cand.extent
         a = cand.io.anchor
-        c = dims(self.graph.shapes[a])[1]
+        c = channels(self.graph, a)
         others = sum(self.graph.elems(t) for t in cand.io.outputs if t != a) * self._dt
         rows: Expr = h
         if not isinstance(cand.th, int):

@@ -29,10 +29,14 @@ from planner.geometry.regions import (
     Tile,
     anchor_extent,
     box_elems,
-    dims,
     tile_regions,
 )
 from planner.ir.graph import Graph, Layer
+
+
+def channels(graph: Graph, tensor: str) -> int:
+    """Channels of a tensor, its layout's channel axes together: every tile holds them whole."""
+    return graph.layout(tensor).dims(graph.shapes[tensor])[1]
 
 
 def _axis_bound(chain: AxisChain | None, extent: int, size: int, full: int) -> int:
@@ -83,7 +87,7 @@ class GroupFacts:
         n, h, w = self.extent
         cn, cr, cc = self.chains.chains[t]
         fb = self.chains.full[t]
-        c = dims(self.graph.shapes[t])[1]
+        c = channels(self.graph, t)
         sizes = []
         for axis, (chain, extent, size) in enumerate(
                 ((cn, n, self.tile.n), (cr, h, self.tile.h), (cc, w, self.tile.w))):

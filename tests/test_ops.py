@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 
 from emulator.kernels import SUPPORTED, registered_kernels, run_op
 from hardware.chip import load_chip
+from planner.front.onnx_load import _weight_roles
 from planner.geometry.regions import Tile
 from planner.ir.graph import MapKind
 from planner.ir.ops import (
@@ -21,9 +22,11 @@ from planner.ir.ops import (
     REDUCTION_OPS,
     SCALAR_OPS,
     VECTOR_OPS,
+    BranchScale,
     InputRole,
     MapRule,
     OpClass,
+    Rectified,
     known_ops,
     op_class,
     op_spec,
@@ -77,6 +80,14 @@ def test_entry_is_consistent(op: str) -> None:
         assert s.fan_in is not None, f"{op}: a weight input without a fan-in"
         assert s.takes_weights, f"{op}: weight roles but constants taken as parameters"
     assert s.is_convolution == (op in ("Conv", "ConvTranspose")), op
+    if s.op_class is OpClass.MOVEMENT:
+        assert s.rectified is Rectified.IF_INPUTS, f"{op}: moving values changes their sign"
+    if s.branch_scale is BranchScale.INPUT1:
+        assert s.role(1) in (InputRole.WEIGHT, InputRole.SCALE), f"{op}: input 1 scales nothing"
+    if s.sums_inputs:
+        assert s.op_class is OpClass.SCALAR, f"{op}: a residual join that is not elementwise"
+    if s.maps is MapRule.UPSAMPLE:  # graph_build reads how it samples from the defaults
+        assert {"coordinate_transformation_mode", "nearest_mode"} <= set(s.with_defaults({})), op
 
 
 def test_every_named_kernel_is_registered_and_every_kernel_is_named() -> None:
@@ -109,6 +120,81 @@ def test_input_roles() -> None:
     assert [div.role(i) for i in range(3)] == [None, InputRole.MUL, None]
     assert {mul.role(i) for i in range(3)} == {InputRole.MUL}
     assert op_spec("Reshape").role(1) is None and not op_spec("Reshape").takes_weights
+
+
+@pytest.mark.parametrize("op, w, attrs, channels", [
+    ("Conv", (16, 4, 3, 3), {"group": 2}, 8),  # C_in/group per group
+    ("Conv", (16, 4, 3, 3), {}, 4),
+    ("ConvTranspose", (8, 4, 3, 3), {"group": 2}, 8),  # W is (C_in, C_out/group, k...)
+    ("BatchNormalization", (16,), {}, 16),
+    ("InstanceNormalization", (16,), {}, 16),
+    ("BatchNormalization", (16, 1), {}, None),  # not a per-channel vector: no check
+    ("Conv", (16,), {}, None),
+])
+def test_input_channels_the_weights_imply(op: str, w: tuple[int, ...], attrs: dict[str, Any],
+                                          channels: int | None) -> None:
+    fn = op_spec(op).in_channels
+    assert fn is not None and fn(w, attrs) == channels
+    assert op_spec("Relu").in_channels is None and op_spec("Gemm").in_channels is None
+
+
+def test_upsample_samples_by_floor_and_resize_by_its_attributes() -> None:
+    """Upsample has no sampling attributes (always floor(i / scale)); Resize's defaults are
+    half-pixel centres, and a node's own attributes win."""
+    up, resize = op_spec("Upsample"), op_spec("Resize")
+    assert up.with_defaults({"mode": "nearest"}) == {
+        "mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    assert resize.with_defaults({})["coordinate_transformation_mode"] == "half_pixel"
+    assert resize.with_defaults({"nearest_mode": "ceil"})["nearest_mode"] == "ceil"
+    assert op_spec("Conv").with_defaults({"group": 2}) == {"group": 2}
+
+
+def _factors(proto: Any) -> dict[str, float]:
+    """Random-weight multiplier of each node's input 1, by node name (the builder's prefix
+    and counter)."""
+    roles = _weight_roles(proto)
+    return {n.name: roles[n.input[1]].factor for n in proto.graph.node
+            if len(n.input) > 1 and n.input[1] in roles}
+
+
+def test_he_scaling_follows_rectified_inputs_through_pooling_and_movement() -> None:
+    """A weight fed by a ReLU-like output, also through pools, movement and DepthToSpace,
+    keeps N(0, 2/fan_in); one fed by the input, a Sigmoid or an LpPool gets half the variance."""
+    b = models._Builder(np.random.default_rng(0))
+    x = b.conv("input", 4, 8, 3, prefix="first")
+    x = b.one("MaxPool", [b.one("LeakyRelu", [x])], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.one("DepthToSpace", [b.one("Transpose", [x], perm=[0, 1, 3, 2])], blocksize=2)
+    x = b.one("Sigmoid", [b.conv(x, 2, 8, 3, prefix="after_relu")])
+    x = b.conv(x, 8, 8, 3, prefix="after_sigmoid")
+    x = b.one("LpPool", [b.one("Relu", [x])], kernel_shape=[2, 2], p=2)
+    x = b.conv(x, 8, 4, 1, prefix="after_lppool")
+    got = _factors(b.model((1, 4, 8, 8), x, 13))
+    half = np.sqrt(0.5)
+    assert got == pytest.approx({"first3": half, "after_relu10": 1.0, "after_sigmoid14": half,
+                                 "after_lppool19": half}), got
+
+
+def test_residual_branches_are_damped() -> None:
+    """An Add of a conv branch and an identity path damps the conv by 0.2; an Add of two conv
+    branches (projection shortcut) damps each by 1/sqrt(2); a Mul's constant scales the branch
+    and an Add of a constant shift is looked through."""
+    got = _factors(models.residual_net())
+    half = np.sqrt(0.5)  # the stem is fed by the input, not a ReLU
+    assert got == pytest.approx({"stem3": half, "conv_a7": 1.0, "conv_b11": 1.0, "conv_c15": 0.2,
+                                 "conv_a20": 1.0, "conv_b24": 1.0, "conv_c28": 1 / np.sqrt(2),
+                                 "proj31": 1 / np.sqrt(2)}), got
+    b = models._Builder(np.random.default_rng(0))
+    x = b.one("Relu", [b.conv("input", 4, 4, 3, prefix="stem")])
+    shift = b.const("shift", np.full((1, 4, 1, 1), 0.1, np.float32))
+    scale = b.const("scale", np.full((1, 4, 1, 1), 2.0, np.float32))
+    left = b.one("Add", [b.bn(b.conv(x, 4, 4, 3, prefix="left"), 4), shift])
+    right = b.one("Mul", [b.conv(x, 4, 4, 3, prefix="right"), scale])
+    proto = b.model((1, 4, 8, 8), b.one("Sum", [left, right, x]), 13)
+    roles = _weight_roles(proto)
+    bn_scale = next(n.input[1] for n in proto.graph.node if n.op_type == "BatchNormalization")
+    assert roles[bn_scale].factor == pytest.approx(0.2)  # BN scale, found through the Add
+    assert roles[scale].factor == pytest.approx(0.2)  # the Mul's constant, not the conv
+    assert roles[shift].factor == 1.0
 
 
 @pytest.mark.parametrize("op, attrs, kept", [

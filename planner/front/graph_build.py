@@ -88,17 +88,18 @@ def _window_maps(spec: OpSpec, attrs: dict[str, Any], in_shape: tuple[int, ...],
     return row, col, attrs
 
 
-def _upsample_factor(node_op: str, attrs: dict[str, Any], in_len: int, out_len: int) -> AxisMap:
-    """Nearest-neighbour integer upsampling is row-local; everything else needs the whole axis."""
+def _upsample_factor(spec: OpSpec, attrs: dict[str, Any], in_len: int,
+                     out_len: int) -> AxisMap:
+    """Nearest-neighbour integer upsampling is row-local when output row i reads input row
+    i // f: sampled at floor(i/f), or at the nearest centre; everything else needs the whole
+    axis. The op's attribute defaults say how it samples (Upsample always floors)."""
     if out_len % in_len or attrs.get("mode", "nearest") != "nearest":
         return WHOLE
     f = out_len // in_len
     if f == 1:
         return IDENTITY
-    if node_op == "Upsample":
-        return AxisMap(MapKind.UPSAMPLE, stride=f)
-    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
-    nearest = attrs.get("nearest_mode", "round_prefer_floor")
+    attrs = spec.with_defaults(attrs)
+    ctm, nearest = attrs["coordinate_transformation_mode"], attrs["nearest_mode"]
     floors = ctm == "asymmetric" and nearest == "floor"
     centred = ctm in ("half_pixel", "pytorch_half_pixel") and nearest.startswith("round_prefer")
     return AxisMap(MapKind.UPSAMPLE, stride=f) if floors or centred else WHOLE
@@ -120,8 +121,8 @@ def _upsample_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
     if lin == lout and lin.spatial and all(
             shape[a] == out_shape[a] for a in range(lin.rank) if a not in lin.tiled_axes):
         r, c = lin.tiled_axes
-        return (_upsample_factor(spec.op, attrs, shape[r], out_shape[r]),
-                _upsample_factor(spec.op, attrs, shape[c], out_shape[c]))
+        return (_upsample_factor(spec, attrs, shape[r], out_shape[r]),
+                _upsample_factor(spec, attrs, shape[c], out_shape[c]))
     return _local_maps(spec, attrs, shape, out_shape, opset)
 
 

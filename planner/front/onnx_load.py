@@ -36,7 +36,7 @@ from onnx.reference import ReferenceEvaluator
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from planner.core.errors import InputError
-from planner.ir.ops import InputRole, op_spec
+from planner.ir.ops import BranchScale, InputRole, Rectified, ShapeParam, op_spec
 
 ZOO: dict[str, str] = {
     name: f"light_{name}.onnx"
@@ -823,18 +823,15 @@ def _all_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 
 
 def _expected_channels(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
-    """Input channels a Conv/ConvTranspose/BatchNormalization's parameters expect."""
+    """Input channels a node's parameters (input 1) expect, for the ops the table says how
+    (convolutions, per-channel normalizations)."""
     if len(node.input) < 2 or node.input[1] not in shapes or node.domain not in _DEFAULT_DOMAINS:
         return None
-    param = shapes[node.input[1]]
-    group = next((a.i for a in node.attribute if a.name == "group"), 1)
-    if node.op_type == "Conv" and len(param) >= 2:
-        return param[1] * group
-    if node.op_type == "ConvTranspose" and param:
-        return param[0]
-    if node.op_type in ("BatchNormalization", "InstanceNormalization") and len(param) == 1:
-        return param[0]
-    return None
+    in_channels = op_spec(node.op_type).in_channels
+    if in_channels is None:
+        return None
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return in_channels(shapes[node.input[1]], attrs)
 
 
 def _check_channels(model: onnx.ModelProto, spec: str) -> None:
@@ -901,7 +898,8 @@ def _rebatch_reshapes(work: _Work, types: Mapping[str, onnx.TypeProto], spec: st
     the per-sample shape and put the batch back in axis 0. Any other mismatch is an error."""
     changed = False
     for node in work.nodes:
-        if node.op_type != "Reshape" or len(node.input) < 2 or not work.is_const(node.input[1]):
+        if (op_spec(node.op_type).shape_param is not ShapeParam.TARGET_SHAPE
+                or len(node.input) < 2 or not work.is_const(node.input[1])):
             continue
         shape = _static_shape(types.get(node.input[0]))
         if shape is None:
@@ -973,12 +971,6 @@ def randomize_weights(model: LoadedModel, seed: int) -> LoadedModel:
 
 
 _RESIDUAL_DAMPING = 0.2
-_RELU_LIKE = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "HardSwish", "Elu", "Selu"})
-_TRANSPARENT = frozenset({
-    "MaxPool", "AveragePool", "Concat", "Reshape", "Flatten", "Transpose", "Dropout",
-    "Identity", "Squeeze", "Unsqueeze", "Resize", "Upsample", "Pad", "Split", "Slice",
-    "GlobalMaxPool", "GlobalAveragePool", "DepthToSpace", "SpaceToDepth",
-})
 
 
 @dataclass(frozen=True)
@@ -1012,14 +1004,16 @@ class _GraphView:
         self.producer = {o: n for n in proto.graph.node for o in n.output if o}
 
     def relu_fed(self, name: str, depth: int = 0) -> bool:
-        """Whether a tensor comes (through shape-only ops) from a ReLU-like activation."""
+        """Whether a tensor comes (through pooling and shape-only ops) from a ReLU-like
+        activation."""
         node = self.producer.get(name)
         if node is None or depth > 32:
             return False
-        if node.op_type in _RELU_LIKE:
+        rectified = op_spec(node.op_type).rectified
+        if rectified is Rectified.ALWAYS:
             return True
         feats = [i for i in node.input if i and i not in self.consts]
-        return node.op_type in _TRANSPARENT and bool(feats) and all(
+        return rectified is Rectified.IF_INPUTS and bool(feats) and all(
             self.relu_fed(i, depth + 1) for i in feats)
 
     def branch_param(self, name: str, depth: int = 0) -> str | None:
@@ -1027,16 +1021,16 @@ class _GraphView:
         node = self.producer.get(name)
         if node is None or depth > 8:
             return None
-        op, inputs = node.op_type, list(node.input)
-        if op == "BatchNormalization":
-            return inputs[1]
-        if op in ("Conv", "ConvTranspose", "Gemm") and inputs[1] in self.consts:
-            return inputs[1]
+        scale, inputs = op_spec(node.op_type).branch_scale, list(node.input)
+        if scale is BranchScale.INPUT1:
+            return inputs[1] if len(inputs) > 1 and inputs[1] in self.consts else None
         consts = [i for i in inputs if i in self.shapes]
         feats = [i for i in inputs if i and i not in self.consts]
-        if op == "Mul" and consts and len(feats) == 1:
+        if not consts or len(feats) != 1:
+            return None
+        if scale is BranchScale.OPERAND:
             return consts[0]
-        if op in ("Add", "Sub") and consts and len(feats) == 1:
+        if scale is BranchScale.THROUGH:
             return self.branch_param(feats[0], depth + 1)
         return None
 
@@ -1067,7 +1061,7 @@ def _residual_damping(proto: onnx.ModelProto, view: _GraphView) -> dict[str, flo
     """Initializer -> multiplier damping the branches summed by Add/Sum of feature maps."""
     damping: dict[str, float] = {}
     for node in proto.graph.node:
-        if node.op_type not in ("Add", "Sum"):
+        if not op_spec(node.op_type).sums_inputs:
             continue
         feats = [i for i in node.input if i and i not in view.consts]
         if len(feats) < 2:

@@ -3,9 +3,11 @@
 An `OpSpec` says which class the rules see the op as, how the rows and columns of its
 output map to those of its feature-map inputs, how much work one output element costs,
 whether the batch axis passes through, what its constant inputs are (weights the
-accelerator streams, or parameters such as shapes and bounds) and which emulator kernel
-runs it. The front end (graph build, random weights), the rules and the emulator all ask
-`op_spec(op_type)`; an op type the table does not know is opaque.
+accelerator streams, or parameters such as shapes and bounds), which emulator kernel
+runs it, and the facts the loader's channel check and random weights need (the channels
+its weights imply, whether its output is ReLU-like, which constant scales it). The front
+end (graph build, random weights), the rules and the emulator all ask `op_spec(op_type)`;
+an op type the table does not know is opaque.
 
 Adding an op is one `OpSpec` entry in `_TABLE` (plus, when it names a kernel, the kernel
 registered under that name in emulator.kernels).
@@ -67,6 +69,28 @@ class InputRole(StrEnum):
     ADD = "add"
 
 
+class Rectified(StrEnum):
+    """Whether an op's output is rectified, ReLU-like (its negative half cut or squashed).
+
+    Random weights fed by a rectified tensor are drawn N(0, 2/fan_in) (He), others with half
+    that variance (planner.front.onnx_load), so activations stay O(1) either way.
+    """
+
+    NEVER = "never"
+    ALWAYS = "always"  # a ReLU-like activation
+    IF_INPUTS = "if_inputs"  # pooling and movement: rectified when every fmap input is
+
+
+class BranchScale(StrEnum):
+    """Which constant scales an op's output linearly, for damping the branches a residual
+    join sums (planner.front.onnx_load): the last such constant of each branch is shrunk."""
+
+    NONE = "none"  # none known: the branch counts as unparametrised
+    INPUT1 = "input1"  # input 1 when constant: the weight or BN scale (Conv, Gemm, BN)
+    OPERAND = "operand"  # its constant float operand, beside exactly one fmap (Mul)
+    THROUGH = "through"  # a constant shift of one fmap: that fmap's scale (Add, Sub)
+
+
 class ShapeParam(StrEnum):
     """A parameter input that spells out the whole output map (a tile must restate it)."""
 
@@ -81,6 +105,9 @@ WorkFn = Callable[[Attrs, Sequence[Shape], Shape | None, Shape], int]
 BatchFn = Callable[[Attrs, Sequence[Shape], Shape, int], bool]
 # fan-in of a weight input: (input index, weight shape, attrs) -> fan-in, None to leave it
 FanInFn = Callable[[int, Shape, Attrs], int | None]
+# channels (axis 1) input 0 must have, from the shape of input 1: (shape, attrs) -> channels,
+# None when that shape says nothing
+InChannelsFn = Callable[[Shape, Attrs], int | None]
 
 
 def _const(n: int) -> WorkFn:
@@ -194,6 +221,21 @@ def _matmul_fan_in(index: int, shape: Shape, attrs: Attrs) -> int | None:
     return shape[-2] if index == 1 else shape[-1]
 
 
+def _conv_in_channels(w: Shape, attrs: Attrs) -> int | None:
+    """W is (C_out, C_in/group, k...): the input has C_in/group channels per group."""
+    return w[1] * int(attrs.get("group", 1)) if len(w) >= 2 else None
+
+
+def _conv_transpose_in_channels(w: Shape, attrs: Attrs) -> int | None:
+    """W is (C_in, C_out/group, k...)."""
+    return w[0] if w else None
+
+
+def _per_channel(param: Shape, attrs: Attrs) -> int | None:
+    """A per-channel parameter vector (BN and instance-norm scale) has one value a channel."""
+    return param[0] if len(param) == 1 else None
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """What fuseplan knows about one ONNX op type."""
@@ -209,6 +251,14 @@ class OpSpec:
     fan_in: FanInFn | None = None  # for WEIGHT inputs
     kernel: str | None = None  # emulator kernel name; None: the ONNX reference evaluator
     shape_param: ShapeParam = ShapeParam.NONE
+    in_channels: InChannelsFn | None = None  # for the load-time channel check
+    # ONNX attribute defaults that differ between ops sharing a map rule (as pairs: hashable)
+    attr_defaults: tuple[tuple[str, Any], ...] = ()
+    # random weights: the sign of its output, the constant scaling it, and whether it sums
+    # its inputs (a residual join, whose branches get damped)
+    rectified: Rectified = Rectified.NEVER
+    branch_scale: BranchScale = BranchScale.NONE
+    sums_inputs: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -228,6 +278,10 @@ class OpSpec:
     def role(self, index: int) -> InputRole | None:
         """The role of constant input `index` (None: leave its values as they are)."""
         return self.roles[index] if index < len(self.roles) else self.other_role
+
+    def with_defaults(self, attrs: Attrs) -> dict[str, Any]:
+        """A node's attributes with the op's defaults filled in where it does not set them."""
+        return {**dict(self.attr_defaults), **attrs}
 
     def work_per_output(self, attrs: Attrs, in_shapes: Sequence[Shape], w_shape: Shape | None,
                         out_shape: Shape) -> int:
@@ -252,6 +306,7 @@ def _spec(op: str, cls: OpClass, maps: MapRule = MapRule.LOCAL, work: WorkFn | N
         work = _const(0 if cls is OpClass.MOVEMENT else 1)
     if cls is OpClass.MOVEMENT:
         more.setdefault("takes_weights", False)
+        more.setdefault("rectified", Rectified.IF_INPUTS)  # moving values keeps their sign
     return OpSpec(op, cls, maps, work, batch, kernel=op if native else None, **more)
 
 
@@ -261,34 +316,46 @@ _W = InputRole.WEIGHT
 _CONV_ROLES = (None, _W, InputRole.BIAS)
 _NORM_ROLES = (None, InputRole.SCALE, InputRole.SHIFT)
 _BN_ROLES = (None, InputRole.SCALE, InputRole.SHIFT, InputRole.SHIFT, InputRole.SCALE)
+_RELU, _KEEPS = Rectified.ALWAYS, Rectified.IF_INPUTS
+
+
+def _opaque(op: str, **more: Any) -> OpSpec:
+    """An op fuseplan does not plan through: whole maps, batch not kept, one op per output,
+    run by the ONNX reference evaluator."""
+    return _spec(op, _O, MapRule.WHOLE, batch=_batch_never, native=False, **more)
+
 
 _ENTRIES: tuple[OpSpec, ...] = (
     # main: the MAC array
-    _spec("Conv", _M, MapRule.WINDOW, _conv_work, roles=_CONV_ROLES, fan_in=_conv_fan_in),
+    _spec("Conv", _M, MapRule.WINDOW, _conv_work, roles=_CONV_ROLES, fan_in=_conv_fan_in,
+          in_channels=_conv_in_channels, branch_scale=BranchScale.INPUT1),
     _spec("ConvTranspose", _M, MapRule.TRANSPOSED, _conv_transpose_work, roles=_CONV_ROLES,
-          fan_in=_conv_transpose_fan_in),
-    _spec("MaxPool", _M, MapRule.WINDOW, _pool_work),
-    _spec("AveragePool", _M, MapRule.WINDOW, _pool_work),
+          fan_in=_conv_transpose_fan_in, in_channels=_conv_transpose_in_channels,
+          branch_scale=BranchScale.INPUT1),
+    _spec("MaxPool", _M, MapRule.WINDOW, _pool_work, rectified=_KEEPS),
+    _spec("AveragePool", _M, MapRule.WINDOW, _pool_work, rectified=_KEEPS),
     _spec("LpPool", _M, MapRule.WINDOW, _pool_work),
     _spec("Gemm", _M, MapRule.WHOLE, _gemm_work, _batch_gemm,
-          roles=(_W, _W, InputRole.BIAS), fan_in=_gemm_fan_in),
+          roles=(_W, _W, InputRole.BIAS), fan_in=_gemm_fan_in, branch_scale=BranchScale.INPUT1),
     _spec("MatMul", _M, MapRule.WHOLE, _matmul_work, other_role=_W, fan_in=_matmul_fan_in),
     # vector: per-element functions and per-position normalizations
-    _spec("Relu", _V),
-    _spec("Clip", _V, takes_weights=False),  # min and max are bounds
+    _spec("Relu", _V, rectified=_RELU),
+    _spec("Clip", _V, takes_weights=False, rectified=_RELU),  # min and max are bounds
     _spec("Sigmoid", _V),
     _spec("HardSigmoid", _V),
-    _spec("HardSwish", _V),
-    _spec("LeakyRelu", _V),
-    _spec("PRelu", _V, roles=(None, InputRole.PRELU)),
-    _spec("Elu", _V),
-    _spec("Selu", _V),
+    _spec("HardSwish", _V, rectified=_RELU),
+    _spec("LeakyRelu", _V, rectified=_RELU),
+    _spec("PRelu", _V, roles=(None, InputRole.PRELU), rectified=_RELU),
+    _spec("Elu", _V, rectified=_RELU),
+    _spec("Selu", _V, rectified=_RELU),
     _spec("Tanh", _V),
     _spec("Softmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
     _spec("LogSoftmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
-    _spec("BatchNormalization", _V, work=_const(2), roles=_BN_ROLES),
+    _spec("BatchNormalization", _V, work=_const(2), roles=_BN_ROLES, in_channels=_per_channel,
+          branch_scale=BranchScale.INPUT1),
     _spec("LRN", _V, work=_lrn_work),
-    _spec("InstanceNormalization", _V, MapRule.WHOLE, _const(2), roles=_NORM_ROLES),
+    _spec("InstanceNormalization", _V, MapRule.WHOLE, _const(2), roles=_NORM_ROLES,
+          in_channels=_per_channel),
     _spec("Sqrt", _V),
     _spec("Exp", _V),
     _spec("Abs", _V),
@@ -296,11 +363,12 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Reciprocal", _V),
     _spec("Cast", _V, takes_weights=False),
     # scalar: elementwise with broadcasting
-    _spec("Add", _S, other_role=InputRole.ADD),
-    _spec("Sub", _S, other_role=InputRole.ADD),
-    _spec("Mul", _S, other_role=InputRole.MUL),
+    _spec("Add", _S, other_role=InputRole.ADD, branch_scale=BranchScale.THROUGH,
+          sums_inputs=True),
+    _spec("Sub", _S, other_role=InputRole.ADD, branch_scale=BranchScale.THROUGH),
+    _spec("Mul", _S, other_role=InputRole.MUL, branch_scale=BranchScale.OPERAND),
     _spec("Div", _S, roles=(None, InputRole.MUL)),
-    _spec("Sum", _S, other_role=InputRole.ADD),
+    _spec("Sum", _S, other_role=InputRole.ADD, sums_inputs=True),
     _spec("Max", _S),
     _spec("Min", _S),
     _spec("Mean", _S),
@@ -313,25 +381,30 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Split", _MV, batch=_batch_axis(lambda opset: 0)),
     _spec("Slice", _MV, batch=_batch_never),
     _spec("Pad", _MV, batch=_batch_never),
-    _spec("Resize", _MV, MapRule.UPSAMPLE, shape_param=ShapeParam.RESIZE_SIZES),
-    _spec("Upsample", _MV, MapRule.UPSAMPLE),
+    _spec("Resize", _MV, MapRule.UPSAMPLE, shape_param=ShapeParam.RESIZE_SIZES,
+          attr_defaults=(("coordinate_transformation_mode", "half_pixel"),
+                         ("nearest_mode", "round_prefer_floor"))),
+    # Upsample (opsets 7-9) has no such attributes: its nearest sampling is always floor(i/s)
+    _spec("Upsample", _MV, MapRule.UPSAMPLE,
+          attr_defaults=(("coordinate_transformation_mode", "asymmetric"),
+                         ("nearest_mode", "floor"))),
     _spec("Identity", _MV),
     _spec("Dropout", _MV),
     _spec("Squeeze", _MV, batch=_batch_never),
     _spec("Unsqueeze", _MV, batch=_batch_never),
     # reduction: each output folds many inputs
-    _spec("GlobalAveragePool", _R, MapRule.WHOLE, _global_pool_work),
-    _spec("GlobalMaxPool", _R, MapRule.WHOLE, _global_pool_work),
+    _spec("GlobalAveragePool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS),
+    _spec("GlobalMaxPool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS),
     _spec("ReduceMean", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
     _spec("ReduceSum", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
     _spec("ReduceMax", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
     _spec("ReduceMin", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
-    # opaque but known: a native kernel, or weight roles for random weights
+    # opaque but known: a native kernel, weight roles or the sign of the output
     _spec("Gather", _O, MapRule.WHOLE, batch=_batch_never),
-    _spec("LayerNormalization", _O, MapRule.WHOLE, batch=_batch_never, native=False,
-          roles=_NORM_ROLES),
-    _spec("GroupNormalization", _O, MapRule.WHOLE, batch=_batch_never, native=False,
-          roles=_NORM_ROLES),
+    _opaque("LayerNormalization", roles=_NORM_ROLES),
+    _opaque("GroupNormalization", roles=_NORM_ROLES),
+    _opaque("DepthToSpace", rectified=_KEEPS),
+    _opaque("SpaceToDepth", rectified=_KEEPS),
 )
 
 _TABLE: Mapping[str, OpSpec] = MappingProxyType({s.op: s for s in _ENTRIES})
@@ -341,9 +414,7 @@ def op_spec(op_type: str) -> OpSpec:
     """The table entry of an ONNX op type; an unknown op gets an opaque spec (whole maps,
     batch not kept, one op per output, constants as weights, run by the reference evaluator)."""
     spec = _TABLE.get(op_type)
-    if spec is None:
-        return _spec(op_type, _O, MapRule.WHOLE, batch=_batch_never, native=False)
-    return spec
+    return _opaque(op_type) if spec is None else spec
 
 
 def known_ops() -> Mapping[str, OpSpec]:
