@@ -11,6 +11,10 @@ passed as an assumption so an infeasible model names the rules in conflict.
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -416,6 +420,46 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
         (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse)
 
 
+def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
+    """`solver.solve(model)`, stopped promptly by Ctrl-C, which then raises
+    KeyboardInterrupt: the cut-short result is never returned, so it cannot pass for a plan.
+
+    CP-SAT's own SIGINT handling would end the search as if its time limit had come and
+    hand back that FEASIBLE solution, and Python's handler cannot run while the solve holds
+    the main thread. So Python's signal wakeup fd wakes a watcher thread, which stops the
+    search; Python raises the KeyboardInterrupt as soon as the solve returns.
+    """
+    solver.parameters.catch_sigint_signal = False
+    if threading.current_thread() is not threading.main_thread():
+        return solver.solve(model)  # signals reach the main thread only
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    finished, interrupted = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            if select.select([read_fd], [], [], 0.1)[0]:
+                if signal.SIGINT in os.read(read_fd, 64):
+                    interrupted.set()
+                    solver.stop_search()
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        status = solver.solve(model)
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        return status
+    finally:
+        finished.set()
+        watcher.join()
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
 def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
     """Turn the partial warm start into a whole assignment: solve once with the hinted
     variables fixed (the rest, prefetch pairs included, mostly follows by propagation) and
@@ -426,7 +470,7 @@ def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
     probe.parameters.max_time_in_seconds = seconds
     probe.parameters.num_workers = 1
     probe.parameters.random_seed = seed
-    if probe.solve(enc.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if solve_interruptibly(probe, enc.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return
     m = enc.model
     values = [probe.value(m.get_int_var_from_proto_index(i))
@@ -541,7 +585,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     p.random_seed = ruleset.search.seed
     p.relative_gap_limit = ruleset.search.relative_gap
     enc.model.add_assumptions(list(rule_lits.values()))
-    status = solver.solve(enc.model)
+    status = solve_interruptibly(solver, enc.model)
     name = solver.status_name(status)
     if status == cp_model.INFEASIBLE:
         core = solver.sufficient_assumptions_for_infeasibility()

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Any
 
 from hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
 from planner.app.assemble import assemble, layer_placements, layer_plan
+from planner.app.integrity import first_misstatement
 from planner.app.verify import VerifyReport, load_golden, verify_plan
 from planner.core.errors import InputError, PlanningError
+from planner.core.files import make_dir, write_with
 from planner.cost.objective import Objective, objective_units
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import (
@@ -307,14 +311,34 @@ def chip_for_plan(plan_doc_hardware: Mapping[str, Any], hardware: str | None,
 
 
 def _plan_header_of(plan_path: Path) -> dict[str, Any]:
-    """A plan file's JSON, or {} when unreadable (load_plan then reports it precisely)."""
-    import json
+    """A plan file's JSON, validated against the plan schema (InputError naming the JSON
+    path of a bad value)."""
+    from planner.plan.schema import read_plan_doc
+
+    return read_plan_doc(plan_path)
+
+
+def load_for_plan(model: str, plan_path: Path, doc: Mapping[str, Any],
+                  shapes: Mapping[str, tuple[int, ...]] | None = None) -> LoadedModel:
+    """The model a plan file is checked against, at the plan's input shapes unless `shapes`
+    are given. When those shapes do not fit because the plan was made for another model,
+    say so, rather than blame a --shape the user never gave."""
+    import hashlib
+
+    from planner.front.onnx_load import resolve_model
 
     try:
-        doc = json.loads(plan_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+        return load_model(model, dict(shapes or _plan_shapes(doc)))
+    except InputError:
+        if shapes or not _plan_shapes(doc):
+            raise
+        sha = hashlib.sha256(resolve_model(model).read_bytes()).hexdigest()
+        stated = doc["model"]["sha256"]
+        if sha == stated:
+            raise
+        raise InputError(f"{plan_path}: this plan was made for a different model, "
+                         f"{doc['model'].get('path') or 'sha256 ' + stated[:12]}, not {model}. "
+                         "Pass that model, or solve this model again to get its plan.") from None
 
 
 def _plan_shapes(doc: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -332,7 +356,7 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
     """Emulate a plan file and check it against onnxruntime (or golden outputs)."""
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
-    loaded = load_model(model, dict(shapes or _plan_shapes(doc)))
+    loaded = load_for_plan(model, plan_path, doc, shapes)
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     golden_path = Path(golden) if golden is not None else None
     if golden_path is not None:
@@ -341,8 +365,10 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
         inputs = random_inputs(loaded, seed)
     weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
     graph = build_graph(weighted)
-    plan = load_plan(plan_path, graph, chip, loaded.sha256)
-    return verify_plan(weighted, graph, plan, chip, inputs, golden_path)
+    plan = load_plan(plan_path, graph, chip, loaded.sha256, check_stated_totals=False)
+    report = verify_plan(weighted, graph, plan, chip, inputs, golden_path)
+    misstated = first_misstatement(graph, plan, chip, doc.get("totals", {}))
+    return dc_replace(report, first_misstatement=misstated)
 
 
 def compare(problem: Problem, objective: Objective | str | None = None,
@@ -383,7 +409,7 @@ def explain(model: str, plan_path: str | Path, layer: str | None = None,
 
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
-    loaded = load_model(model, _plan_shapes(doc))
+    loaded = load_for_plan(model, plan_path, doc)
     graph = build_graph(loaded)
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     ruleset = load_rules(rules if rules is not None else doc.get("rules", {}).get("file") or None)
@@ -471,21 +497,26 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
     return subs, whole
 
 
+def _save_onnx(proto: Any, path: Path) -> None:
+    import onnx
+
+    onnx.save(proto, str(path))
+
+
 def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[Any]:
     """Each subgraph as an ONNX model (onnx.utils.Extractor) and its plan file."""
     import hashlib
     from dataclasses import replace as dc_replace
 
-    import onnx
     from onnx.utils import Extractor
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     extractor = Extractor(problem.model.proto)
     written = []
     for i, sub in enumerate(subs):
         model_path = out_dir / f"subgraph_{i}.onnx"
         part = extractor.extract_model(list(sub.inputs), list(sub.outputs))
-        onnx.save(part, model_path)
+        write_with(model_path, functools.partial(_save_onnx, part), "subgraph ONNX file")
         if sub.plan is not None:
             header = {"path": str(model_path),
                       "sha256": hashlib.sha256(model_path.read_bytes()).hexdigest(),
@@ -631,14 +662,9 @@ def _cache_has(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tai
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    import json
+    from planner.plan.schema import read_json
 
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such plan file.") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a JSON plan file ({exc}).") from None
+    doc = read_json(path)
     if not isinstance(doc, dict):
         raise InputError(f"{path}: not a fuseplan plan.")
     return doc

@@ -32,6 +32,7 @@ from ortools.sat.python import cp_model
 
 from hardware.chip import Chip
 from planner.core.errors import InputError
+from planner.core.files import make_dir, write_atomic
 from planner.cost.model import Counters, enumerated_cost, footprint, live_steps, weight_bytes
 from planner.geometry.regions import Box, anchor_extent, group_io, tile_regions
 from planner.ir.graph import Graph
@@ -344,5 +345,6 @@ class TableCache:
 
     def put(self, plan_sha: str, shapes: Mapping[str, tuple[int, ...]], tail: str,
             combination: str, doc: Mapping[str, Any]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._path(plan_sha, shapes, tail, combination).write_text(json.dumps(doc))
+        make_dir(self.directory, "table cache folder")
+        write_atomic(self._path(plan_sha, shapes, tail, combination), json.dumps(doc),
+                     "table cache file")

@@ -14,6 +14,7 @@ import onnx
 from emulator.run import EmulationResult, Violation, emulate
 from hardware.chip import Chip
 from planner.core.errors import InputError
+from planner.core.files import write_with
 from planner.cost.counters import TIMING_FIELDS, Counters
 from planner.cost.objective import energy_pj
 from planner.front.onnx_load import LoadedModel, run_onnxruntime
@@ -75,11 +76,14 @@ class VerifyReport:
     per_group: list[Counters] = field(default_factory=list)
     timeline: list[dict[str, int]] = field(default_factory=list)
     cycles: CycleComparison = CycleComparison((), ())
+    # the first number the plan file states that the cost model does not give for its
+    # placements (planner.app.integrity), None when every one is re-derived exactly
+    first_misstatement: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.outputs_match and self.predicted_matches_emulated \
-            and not self.capacity_violations
+            and not self.capacity_violations and self.first_misstatement is None
 
     def to_json(self) -> dict[str, Any]:
         e = self.emulated
@@ -94,6 +98,7 @@ class VerifyReport:
             "predicted_matches_emulated": self.predicted_matches_emulated,
             "first_output_mismatch": self.first_output_mismatch,
             "first_counter_mismatch": self.first_counter_mismatch,
+            "first_misstatement": self.first_misstatement,
             "capacity_violations": [
                 {"group": v.group, "tile": v.tile, "level": v.level, "needed_bytes": v.needed_bytes,
                  "capacity_bytes": v.capacity_bytes, "over_bytes": v.over_bytes}
@@ -208,7 +213,12 @@ def save_golden(path: Path, inputs: Mapping[str, np.ndarray], outputs: Mapping[s
     arrays = {f"input:{k}": v for k, v in inputs.items()}
     arrays.update({f"output:{k}": v for k, v in outputs.items()})
     arrays["seed"] = np.array(seed)
-    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
+    def write(tmp: Path) -> None:
+        # a file object, not a path: numpy would add ".npz" to the temporary name
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
+
+    write_with(path, write, "golden file")
 
 
 def load_golden(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:

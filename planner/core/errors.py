@@ -13,3 +13,8 @@ class InputError(Exception):
 
 class PlanningError(Exception):
     """The command ran and the answer is "no" (infeasible, mismatch): exit code 1."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped the command: exit code 130, the message says which files it left
+    (complete ones only: partial files are removed, planner.core.files)."""

@@ -4,30 +4,44 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hardware.chip import Chip
-from planner.core.errors import InputError
+from planner.core.errors import InputError, PlanningError
+from planner.core.files import write_atomic
 from planner.cost.model import Counters
 from planner.cost.objective import Objective
 from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
-from planner.plan.checks import check_cover, check_order, check_reuse_tile
+from planner.plan import schema
+from planner.plan.checks import check_cover, check_order, check_reuse_tile, whole_tile
 from planner.plan.data import PLAN_VERSION, Group, Plan
 from planner.plan.placement import HaloMode, Placement, WeightResidency
 
 
 def _counters_json(c: Counters) -> dict[str, Any]:
-    doc: dict[str, Any] = {f.name: getattr(c, f.name) for f in fields(c)}
+    doc: dict[str, Any] = {name: getattr(c, name) for name in schema.PREDICTED.names}
     doc["energy_pj"] = round(c.energy_pj, 3)
     return doc
 
 
-def plan_to_json(plan: Plan) -> dict[str, Any]:
-    """The plan as the JSON document of CONTRACT.md."""
+def _totals_json(plan: Plan) -> dict[str, Any]:
     t = plan.totals
+    stated = {**_counters_json(t), "dram_bytes": t.dram_bytes,
+              "compulsory_dram_bytes": plan.compulsory_dram_bytes,
+              "layer_by_layer_dram_bytes": plan.layer_by_layer_dram_bytes}
+    return {k: stated[k] for k in schema.TOTALS.names}
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The plan as the JSON document of CONTRACT.md, checked against planner.plan.schema
+    (what this writes, load_plan reads back)."""
+    return schema.validate(_plan_doc(plan), "the plan being written")
+
+
+def _plan_doc(plan: Plan) -> dict[str, Any]:
     return {
         "fuseplan_plan": PLAN_VERSION,
         "model": dict(plan.model),
@@ -51,101 +65,92 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             }
             for g in plan.groups
         ],
-        "totals": {
-            "dram_read_bytes": t.dram_read_bytes,
-            "dram_write_bytes": t.dram_write_bytes,
-            "dram_bytes": t.dram_bytes,
-            "weight_read_bytes": t.weight_read_bytes,
-            "redundant_read_bytes": t.redundant_read_bytes,
-            "sram_peak_bytes": t.sram_peak_bytes,
-            "compulsory_dram_bytes": plan.compulsory_dram_bytes,
-            "layer_by_layer_dram_bytes": plan.layer_by_layer_dram_bytes,
-            "macs": t.macs,
-            "vector_ops": t.vector_ops,
-            "cycles": t.cycles,
-            "energy_pj": round(t.energy_pj, 3),
-        },
+        "totals": _totals_json(plan),
     }
 
 
 def save_plan(plan: Plan, path: Path) -> None:
     """Write a plan file."""
-    path.write_text(json.dumps(plan_to_json(plan), indent=2) + "\n")
+    write_atomic(path, json.dumps(plan_to_json(plan), indent=2) + "\n", "plan file")
 
 
-def _field(doc: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
-    if key not in doc:
-        raise InputError(f"{where}: missing required key '{key}'. Regenerate the plan with "
-                         "`fuseplan solve ... -o PLAN.json`.")
-    value = doc[key]
-    if not isinstance(value, kind):
-        raise InputError(f"{where}: '{key}' has the wrong type ({type(value).__name__}).")
-    return value
+def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str,
+              check_stated_totals: bool = True) -> Plan:
+    """Read a plan file for `graph`, validated against planner.plan.schema (InputError with
+    the JSON path of a bad value). Predicted counters are kept as written (verify re-derives
+    them); stated totals that the plan's own groups contradict are a PlanningError naming
+    the field, unless `check_stated_totals` is off (verify reports them in its report:
+    planner.app.integrity)."""
+    doc = schema.read_plan_doc(path)
+    return plan_from_doc(doc, graph, model_sha256, str(path), check_stated_totals)
 
 
-def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str) -> Plan:
-    """Read a plan file for `graph`; predicted counters are kept as written (verify checks them)."""
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such plan file. Create one with "
-                         "`fuseplan solve MODEL -o PLAN.json`.") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a JSON plan file ({exc}). Create one with "
-                         "`fuseplan solve MODEL -o PLAN.json`.") from None
-    where = str(path)
-    if not isinstance(doc, dict) or doc.get("fuseplan_plan") != PLAN_VERSION:
-        raise InputError(f"{where}: not a fuseplan plan (expected \"fuseplan_plan\": "
-                         f"{PLAN_VERSION}).")
-    model = _field(doc, "model", where, dict)
-    if model.get("sha256") != model_sha256:
+def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where: str,
+                  check_stated_totals: bool = True) -> Plan:
+    """A Plan from a document that passed schema.validate."""
+    model = doc["model"]
+    if model["sha256"] != model_sha256:
+        made_for = f"{model['path']}, " if model.get("path") else ""
         raise InputError(
-            f"{where}: the plan was made for a different model (sha256 {model.get('sha256')!s:.12} "
-            f"vs this model's {model_sha256:.12}). Solve this model again to get its plan."
+            f"{where}: this plan was made for a different model ({made_for}sha256 "
+            f"{model['sha256']:.12} vs this model's {model_sha256:.12}). Pass that model "
+            "instead. Solve this model again to get its plan."
         )
+    known = {lay.name for lay in graph.layers}
+    for i, g in enumerate(doc["groups"]):
+        for j, name in enumerate(g["layers"]):
+            if name not in known:
+                raise InputError(f"{where}: groups[{i}].layers[{j}] names layer {name!r}, which "
+                                 "the model does not have. Was the plan made for another "
+                                 "model? `fuseplan inspect MODEL` lists its layers.")
+    check_cover(graph, [g["layers"] for g in doc["groups"]], source=where)
     groups = []
-    for i, g in enumerate(_field(doc, "groups", where, list)):
+    for i, g in enumerate(doc["groups"]):
         gw = f"{where}: groups[{i}]"
-        layers = tuple(_field(g, "layers", gw, list))
-        td = _field(g, "tile", gw, dict)
-        try:
-            tile = Tile(int(td["n"]), int(td["h"]), int(td["w"]), int(td.get("bands", 1)))
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"{gw}: 'tile' needs integer n, h and w (and bands).") from None
-        if min(tile.n, tile.h, tile.w, tile.bands) < 1:
-            raise InputError(f"{gw}: tile sizes must be at least 1 (bands too), got {tile}.")
+        layers = tuple(g["layers"])
+        td = g["tile"]
+        tile = Tile(td["n"], td["h"], td["w"], td.get("bands", 1))
+        whole = whole_tile(graph, layers)
+        for axis in ("n", "h", "w"):
+            if getattr(tile, axis) > getattr(whole, axis):
+                raise InputError(f"{gw}.tile.{axis} is {getattr(tile, axis)}, larger than the "
+                                 f"group's output ({getattr(whole, axis)}); use at most "
+                                 f"{getattr(whole, axis)}.")
         pd = g.get("predicted", {})
-        if not isinstance(pd, dict):
-            raise InputError(f"{gw}: 'predicted' must be a mapping of counters.")
-        bad = [k for k in Counters.__dataclass_fields__
-               if k in pd and (isinstance(pd[k], bool) or not isinstance(pd[k], int | float))]
-        if bad:
-            raise InputError(f"{gw}: predicted counter '{bad[0]}' must be a number, got "
-                             f"{pd[bad[0]]!r}. Regenerate the plan with `fuseplan solve`.")
-        predicted = Counters(**{k: pd[k] for k in Counters.__dataclass_fields__ if k in pd})
-        halo = g.get("halo", "recompute")
-        if halo not in ("recompute", "reuse"):
-            raise InputError(f"{gw}: 'halo' must be \"recompute\" or \"reuse\", got {halo!r}.")
-        if halo == "reuse":
+        predicted = Counters(**{k: pd[k] for k in schema.PREDICTED.names if k in pd})
+        halo = g.get("halo", HaloMode.RECOMPUTE.value)
+        if halo == HaloMode.REUSE:
             check_reuse_tile(graph, layers, tile, gw)
         elif tile.bands > 1:
             raise InputError(f"{gw}: {tile.bands} bands need \"halo\": \"reuse\" (bands are "
                              "strips of halo-reusing tiles); set \"bands\": 1.")
         placement = Placement(layers, tile,
-                              WeightResidency.of(bool(g.get("weights_resident", True))),
-                              bool(g.get("double_buffered", False)), HaloMode(halo),
-                              bool(g.get("prefetch", False)))
-        groups.append(Group(int(g.get("id", i)), placement, g.get("mode", "big"), predicted))
-    check_cover(graph, [g.layers for g in groups], source=where)
+                              WeightResidency.of(g.get("weights_resident", True)),
+                              g.get("double_buffered", False), HaloMode(halo),
+                              g.get("prefetch", False))
+        groups.append(Group(g["id"], placement, g.get("mode", "big"), predicted))
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()
     for grp in groups:
         totals = totals + grp.predicted
-    t = doc.get("totals", {})
-    objective = doc.get("objective", "traffic")
-    if objective not in {o.value for o in Objective}:
-        raise InputError(f"{where}: 'objective' must be one of "
-                         f"{', '.join(o.value for o in Objective)}, got {objective!r}.")
+    stated = doc.get("totals", {})
+    if check_stated_totals:
+        check_totals(stated, totals, where)
+    if "energy_pj" in stated:  # the groups' energies are rounded; the total is stated once
+        totals = replace(totals, energy_pj=stated["energy_pj"])
     return Plan(tuple(groups), model, doc.get("hardware", {}), doc.get("rules", {}),
-                Objective(objective), doc.get("solver", {}), totals,
-                int(t.get("compulsory_dram_bytes", 0)), int(t.get("layer_by_layer_dram_bytes", 0)))
+                Objective(doc.get("objective", Objective.TRAFFIC.value)), doc.get("solver", {}),
+                totals, stated.get("compulsory_dram_bytes", 0),
+                stated.get("layer_by_layer_dram_bytes", 0))
+
+
+def check_totals(stated: Mapping[str, Any], summed: Counters, where: str) -> None:
+    """The plan's stated integer totals against the sum of its groups (energy is compared
+    by verify, which re-derives it): PlanningError naming the first that differs."""
+    for key in schema.TOTALS.names:
+        if key in stated and hasattr(summed, key) and key != "energy_pj":
+            want = getattr(summed, key)
+            if stated[key] != want:
+                raise PlanningError(f"{where}: totals.{key} says {stated[key]:,}, the plan's "
+                                    f"groups give {want:,}. The plan file was edited or "
+                                    "damaged; write it again with `fuseplan solve`.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -21,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.app import api
-from planner.core.errors import InputError, PlanningError
+from planner.core.errors import InputError, Interrupted, PlanningError
+from planner.core.files import check_writable, make_dir, write_atomic
 from planner.cost.objective import Objective
 from planner.front.onnx_load import parse_shape_option
 from planner.plan.data import Plan
@@ -47,7 +49,23 @@ ShapeOpt = Annotated[list[str] | None, typer.Option("--shape",
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ObjOpt = Annotated[str | None, typer.Option("--objective",
     help=" | ".join(o.value for o in Objective))]
-TimeOpt = Annotated[float | None, typer.Option("--time-limit",
+def _seconds(value: float | None) -> float | None:
+    """--time-limit: a positive, finite number of seconds."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"must be a positive number of seconds, got {value}; "
+                                 "e.g. --time-limit 30.")
+    return value
+
+
+def _percent(value: float | None) -> float | None:
+    """--battery: a level from 0 to 100 percent."""
+    if value is not None and not (math.isfinite(value) and 0 <= value <= 100):
+        raise typer.BadParameter(f"must be a battery level from 0 to 100 (percent), got "
+                                 f"{value}; e.g. --battery 40.")
+    return value
+
+
+TimeOpt = Annotated[float | None, typer.Option("--time-limit", callback=_seconds,
     help="CP-SAT time limit in seconds.")]
 
 
@@ -55,7 +73,7 @@ SolverOpt = Annotated[str, typer.Option("--solver",
     help="cpsat | shortest-path | greedy | layer")]
 PreferOpt = Annotated[str | None, typer.Option("--prefer",
     help="auto | latency | energy (seed 004)")]
-BatteryOpt = Annotated[float | None, typer.Option("--battery",
+BatteryOpt = Annotated[float | None, typer.Option("--battery", callback=_percent,
     help="Battery level in percent, for --prefer auto.")]
 OutputOpt = Annotated[Path | None, typer.Option("-o", "--output",
     help="Write the plan JSON here.")]
@@ -67,7 +85,7 @@ TailModeOpt = Annotated[str, typer.Option("--tail-mode",
     help="pad | overlap | variable | tail-range")]
 CombinationOpt = Annotated[str, typer.Option("--combination",
     help="simple | optimized")]
-TailRangeOpt = Annotated[int, typer.Option("--tail-range",
+TailRangeOpt = Annotated[int, typer.Option("--tail-range", min=0,
     help="tail-range mode: units accept [size-r, size].")]
 PointsOpt = Annotated[int, typer.Option("--points",
     help="Points on the front (>= 2).")]
@@ -83,7 +101,8 @@ JobsOpt = Annotated[int, typer.Option("--jobs", min=1,
     help="Plan this many subgraphs at a time, in worker processes.")]
 VerifyChainOpt = Annotated[bool, typer.Option("--verify/--no-verify",
     help="Emulate the chain of subgraph plans against onnxruntime.")]
-SeedOpt = Annotated[int, typer.Option("--seed")]
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1,
+    help="Seed of the random inputs and weights.")]
 GoldenOpt = Annotated[Path | None, typer.Option("--golden",
     help="Compare with stored outputs.")]
 SaveGoldenOpt = Annotated[Path | None, typer.Option("--save-golden",
@@ -133,6 +152,13 @@ def guarded(fn: F) -> F:
         except PlanningError as exc:
             err.print(f"no plan: {exc}", markup=False, highlight=False)
             raise typer.Exit(1) from None
+        except Interrupted as exc:
+            err.print(f"interrupted: {exc}", markup=False, highlight=False)
+            raise typer.Exit(130) from None
+        except KeyboardInterrupt:
+            err.print("interrupted: stopped before any output file was complete; no partial "
+                      "file was left.", markup=False, highlight=False)
+            raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -200,7 +226,7 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
         doc = api.solve_dynamic(model, dynamic, rules, hw, _shapes(shape), set_ or (), solver,
                                 objective, tail_mode, combination, tail_range)
         if output is not None:
-            output.write_text(json.dumps(doc, indent=2) + "\n")
+            write_atomic(output, json.dumps(doc, indent=2) + "\n", "plan file")
         if as_json:
             _emit(doc)
             return
@@ -210,6 +236,9 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
         out.print(f"dynamic plan over {doc['dynamic']['ranges']}"
                   + (f" written to {output}" if output is not None else ""))
         return
+    for target, what in ((output, "plan file"), (report, "HTML report")):
+        if target is not None:
+            check_writable(target, what)  # before the solve, not after it
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
     with working(f"planning {model} with {solver}"):
@@ -243,21 +272,31 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
     """Non-dominated (cycles, energy) plans, each written as a plan file that verifies."""
     if plot is not None and plot.suffix.lower() not in (".svg", ".png"):
         raise InputError(f"{plot}: --plot writes SVG or PNG; name the file *.svg or *.png.")
+    if plot is not None and plot.parent.resolve() != out_dir.resolve():  # out_dir is made
+        check_writable(plot, "chart")
+    if out_dir.exists() and not out_dir.is_dir():
+        make_dir(out_dir)  # refuses a file before the solves, not after them
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working(f"sweeping {points} points of the cycles/energy front"):
         plans = api.pareto(problem, points, time_limit)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     rows: list[dict[str, Any]] = []
-    for i, plan in enumerate(plans):
-        path = out_dir / f"pareto_{i}.json"
-        save_plan(plan, path)
-        t = plan.totals
-        rows.append({"cycles": t.cycles, "energy_pj": round(t.energy_pj, 3),
-                     "dram_bytes": t.dram_bytes, "groups": len(plan.groups), "plan": str(path)})
-    if plot is not None and plot.suffix.lower() == ".png":
-        plot.write_bytes(front_png(rows, model))
-    elif plot is not None:
-        plot.write_text(front_svg(rows))
+    try:
+        for i, plan in enumerate(plans):
+            path = out_dir / f"pareto_{i}.json"
+            save_plan(plan, path)
+            t = plan.totals
+            rows.append({"cycles": t.cycles, "energy_pj": round(t.energy_pj, 3),
+                         "dram_bytes": t.dram_bytes, "groups": len(plan.groups),
+                         "plan": str(path)})
+        if plot is not None and plot.suffix.lower() == ".png":
+            write_atomic(plot, front_png(rows, model), "chart")
+        elif plot is not None:
+            write_atomic(plot, front_svg(rows), "chart")
+    except KeyboardInterrupt:
+        kept = ", ".join(r["plan"] for r in rows) or "none"
+        raise Interrupted(f"kept {len(rows)} of {len(plans)} complete plan files ({kept}); no "
+                          "partial file was left.") from None
     if as_json:
         _emit({"points": rows})
         return
@@ -331,6 +370,8 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
               verify_chain: VerifyChainOpt = False,
               as_json: JsonOpt = False) -> None:
     """Seed 003: serial subgraphs, split until each compiles, then merged to balance."""
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        make_dir(out_dir)  # refuses a file before the planning, not after it
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working("cutting, compiling and merging serial subgraphs"):
         subs, whole = api.partition(problem, policy, out_dir, objective, jobs)
@@ -372,6 +413,8 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
            hw: HwOpt = None, set_: SetOpt = None, shape: ShapeOpt = None,
            as_json: JsonOpt = False) -> None:
     """Execute PLAN in the emulator and check outputs and bytes against onnxruntime."""
+    if save_golden is not None:
+        check_writable(save_golden, "golden file")
     if api.is_dynamic(plan):
         report = api.verify_dynamic(model, plan, _shapes(shape), seed, hardware=hw,
                                     overrides=set_ or ())
@@ -399,6 +442,9 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
         for line in (report.first_output_mismatch, report.first_counter_mismatch):
             if line:
                 out.print(f"first mismatch: {line}")
+        if report.first_misstatement:
+            out.print(f"the plan file states a wrong number: {report.first_misstatement}",
+                      markup=False, highlight=False)
         for v in report.capacity_violations:
             out.print(f"capacity violation: {v.describe()}")
     if not report.ok:
@@ -415,6 +461,9 @@ def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt =
     with working("planning with layer, greedy, shortest-path and cpsat"):
         rows = api.compare(problem, objective, time_limit)
     floor = next((p.compulsory_dram_bytes for _, p, _ in rows if p is not None), 0)
+    if all(p is None for _, p, _ in rows):  # the answer is "no" from every planner
+        err.print(f"no plan: no planner found a plan for {model} on this chip "
+                  f"({rows[-1][0]}: {rows[-1][2]})", markup=False, highlight=False)
     if as_json:
         _emit({"rows": [
             {"solver": name, "dram_bytes": p.totals.dram_bytes if p else None,
@@ -423,7 +472,14 @@ def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt =
              "groups": len(p.groups) if p else None,
              "wall_s": p.solver.get("wall_s") if p else None, "status": status}
             for name, p, status in rows], "compulsory_dram_bytes": floor})
-        return
+    else:
+        _compare_table(model, floor, rows)
+    if all(p is None for _, p, _ in rows):
+        raise typer.Exit(1)
+
+
+def _compare_table(model: str, floor: int, rows: Sequence[tuple[str, Plan | None, str]]
+                   ) -> None:
     t = Table(title=f"planners on {model} (floor {_mib(floor)})")
     for col in ("solver", "DRAM", "× floor", "cycles", "energy µJ", "groups", "solve s", "status"):
         t.add_column(col, justify="left" if col in ("solver", "status") else "right")
@@ -486,23 +542,33 @@ def inspect(model: str, shape: ShapeOpt = None, as_json: JsonOpt = False) -> Non
 
 @app.command()
 @guarded
-def demo() -> None:
+def demo(as_json: JsonOpt = False) -> None:
     """Solve and verify the bundled example with rules/default.yaml on the default chip."""
+    import tempfile
+
     model = str(api.DEMO_MODEL)
-    out.print(f"[bold]fuseplan demo[/]: {model}, rules/default.yaml, default chip")
+    if not as_json:
+        out.print(f"[bold]fuseplan demo[/]: {model}, rules/default.yaml, default chip")
     plan = api.solve(model)
+    # the plan file goes to a private temporary folder: the working directory may be
+    # read-only, and nothing of the demo is left behind
+    with tempfile.TemporaryDirectory(prefix="fuseplan-demo-") as folder:
+        path = Path(folder) / "plan.json"
+        save_plan(plan, path)
+        report = api.verify(model, path)
+    if as_json:
+        _emit({"plan": plan_to_json(plan), "verify": report.to_json()})
+        if not report.ok:
+            raise typer.Exit(1)
+        return
     out.print(_plan_table(plan))
     for line in _totals_lines(plan):
         out.print(line)
-    path = Path(".fuseplan-demo-plan.json")
-    save_plan(plan, path)
-    report = api.verify(model, path)
     out.print(f"verify: outputs match onnxruntime {report.outputs_match} (max rel err "
               f"{report.max_rel_err:.2g}); predicted == emulated bytes "
               f"{report.predicted_matches_emulated}; capacity violations "
               f"{len(report.capacity_violations)}; emulator {report.emulator_s:.3f} s vs "
               f"onnxruntime {report.reference_s:.3f} s")
-    path.unlink()
     if not report.ok:
         raise typer.Exit(1)
 

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.core.errors import InputError
+from planner.core.files import check_writable
 from planner.plan.data import Plan
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,6 +69,7 @@ def report(model: str, plan: Path,
     """Write a self-contained HTML report of PLAN: layer graph, groups, bytes, boundaries."""
     from planner.ui.report import load_problem_plan, write_report
 
+    check_writable(output, "HTML report")  # before the work, not after it
     problem, loaded = load_problem_plan(model, plan, rules, hw, set_ or ())
     if verify and not as_json:
         err.print(f"emulating {len(loaded.groups)} groups ...", highlight=False)
@@ -101,6 +103,9 @@ def export(model: str, plan: Path,
     from planner.ui.export import export_dot, export_onnx
     from planner.ui.report import load_problem_plan
 
+    for target, what in ((output, "ONNX file"), (dot, "dot file")):
+        if target is not None:
+            check_writable(target, what)
     problem, loaded = load_problem_plan(model, plan, None, hw, set_ or ())
     export_onnx(problem, loaded, output)
     if dot is not None:
@@ -195,12 +200,13 @@ def diff(paths: Annotated[list[str], typer.Argument(
 
 def _model_of(plan: Path) -> str:
     """The model a plan file was made for (its "model.path")."""
-    try:
-        doc = json.loads(plan.read_text())
-        return str(doc["model"]["path"])
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+    from planner.plan.schema import read_plan_doc
+
+    path = read_plan_doc(plan)["model"].get("path")
+    if not path:
         raise InputError(f"{plan}: not a plan file naming its model; pass the model first: "
-                         "`fuseplan diff MODEL PLAN_A PLAN_B`.") from None
+                         "`fuseplan diff MODEL PLAN_A PLAN_B`.")
+    return str(path)
 
 
 # --------------------------------------------------------------------------- registration

@@ -16,6 +16,7 @@ import onnx
 
 from planner.app.api import Problem
 from planner.core.errors import InputError
+from planner.core.files import write_atomic, write_with
 from planner.plan.data import Group, Plan
 from planner.ui.report import group_colours
 
@@ -95,11 +96,7 @@ def annotated_model(problem: Problem, plan: Plan) -> onnx.ModelProto:
 def export_onnx(problem: Problem, plan: Plan, path: str | Path) -> None:
     """Write the model annotated with the plan (see the module docstring) to ``path``."""
     proto = annotated_model(problem, plan)
-    try:
-        onnx.save(proto, str(path))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write the ONNX file ({exc.strerror}). Choose a "
-                         "writable path with -o.") from None
+    write_with(path, lambda tmp: onnx.save(proto, str(tmp)), "ONNX file")
 
 
 # --------------------------------------------------------------------------- Graphviz
@@ -158,8 +155,4 @@ def render_dot(problem: Problem, plan: Plan) -> str:
 
 def export_dot(problem: Problem, plan: Plan, path: str | Path) -> None:
     """Write the Graphviz dot file of the plan to ``path``."""
-    try:
-        Path(path).write_text(render_dot(problem, plan), encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write the dot file ({exc.strerror}). Choose a "
-                         "writable path with --dot.") from None
+    write_atomic(path, render_dot(problem, plan), "dot file")

@@ -13,7 +13,6 @@ The page needs nothing but itself: CSS, SVG and JavaScript are inline and nothin
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +20,12 @@ from typing import Any
 
 import networkx as nx
 
-from planner.app.api import Problem, chip_for_plan
+from planner.app.api import Problem, chip_for_plan, load_for_plan
 from planner.app.verify import VerifyReport, verify_plan
-from planner.core.errors import InputError
+from planner.core.files import write_atomic
 from planner.cost.model import Counters, group_cost
 from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model, random_inputs, randomize_weights
+from planner.front.onnx_load import random_inputs, randomize_weights
 from planner.ir.graph import Graph
 from planner.plan.checks import whole_tile
 from planner.plan.data import Group, Plan
@@ -49,17 +48,9 @@ OP_CHARS = 20
 
 
 def _read_plan_doc(plan_path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(plan_path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{plan_path}: no such plan file. Create one with "
-                         "`fuseplan solve MODEL -o PLAN.json`.") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{plan_path}: not a JSON plan file ({exc}). Create one with "
-                         "`fuseplan solve MODEL -o PLAN.json`.") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"{plan_path}: not a fuseplan plan (the document is not an object).")
-    return doc
+    from planner.plan.schema import read_plan_doc
+
+    return read_plan_doc(plan_path)
 
 
 def load_problem_plan(model: str, plan_path: str | Path, rules: str | Path | None = None,
@@ -72,8 +63,7 @@ def load_problem_plan(model: str, plan_path: str | Path, rules: str | Path | Non
     """
     plan_path = Path(plan_path)
     doc = _read_plan_doc(plan_path)
-    shapes = {k: tuple(v) for k, v in (doc.get("model", {}).get("inputs") or {}).items()}
-    loaded = load_model(model, shapes)
+    loaded = load_for_plan(model, plan_path, doc)
     chip, chip_file = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     rules_file = rules if rules is not None else doc.get("rules", {}).get("file") or None
     graph = build_graph(loaded)
@@ -112,11 +102,7 @@ def write_report(problem: Problem, plan: Plan, path: str | Path, verify: bool = 
     """
     report = verify_problem(problem, plan, seed) if verify else None
     page = render_report(problem, plan, report, explain_plan(problem, plan))
-    try:
-        Path(path).write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write the report ({exc.strerror}). Choose a "
-                         "writable path with -o.") from None
+    write_atomic(path, page, "HTML report")
     return report
 
 

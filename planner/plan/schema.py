@@ -1,0 +1,373 @@
+"""The plan file's JSON document as typed field specs: one schema that writes plan files
+(planner.plan.json_io.plan_to_json builds its documents from these fields and checks them)
+and reads them (every command that opens a plan file validates it here first).
+
+A bad value is refused with its JSON path (``groups[3].tile.h``), what was expected, what
+was found and what to do, as an InputError (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.core.errors import InputError
+from planner.cost.counters import Counters
+from planner.cost.objective import Objective
+from planner.plan.placement import HaloMode
+
+# plan files are a few MB even for the largest zoo models; past this, refuse before parsing
+MAX_PLAN_BYTES = 64 * 2**20
+# counters are exact integers; past 2**62 they are not a plan's but an edit's
+MAX_INT = 2**62
+MAX_NAME_CHARS = 512
+FIX = "Correct it, or write the plan again with `fuseplan solve MODEL -o PLAN.json`."
+
+
+class SchemaError(Exception):
+    """A value at `path` of a plan document is not what the schema allows."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True) if _jsonable(value) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _kind(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", dict: "an object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+class Spec:
+    """What one JSON value must be."""
+
+    def check(self, value: Any, path: str) -> None:
+        """Raise SchemaError naming `path` when `value` does not conform."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Int(Spec):
+    """An integer (not a boolean, not 1.0) in [lo, hi]."""
+
+    lo: int = 0
+    hi: int = MAX_INT
+
+    def check(self, value: Any, path: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SchemaError(path, f"must be an integer, got {_kind(value)} {_shown(value)}")
+        if value < self.lo:
+            raise SchemaError(path, f"must be at least {self.lo:,}, got {value:,}")
+        if value > self.hi:
+            raise SchemaError(path, f"must be at most {self.hi:,}, got {value:,}")
+
+
+@dataclass(frozen=True)
+class Num(Spec):
+    """A finite number (integer or float, not a boolean) of at least `lo`."""
+
+    lo: float = 0.0
+
+    def check(self, value: Any, path: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SchemaError(path, f"must be a number, got {_kind(value)} {_shown(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SchemaError(path, f"must be a finite number, got {value}")
+        if value < self.lo:
+            raise SchemaError(path, f"must be at least {self.lo:g}, got {value:g}")
+
+
+@dataclass(frozen=True)
+class Bool(Spec):
+    """true or false."""
+
+    def check(self, value: Any, path: str) -> None:
+        if not isinstance(value, bool):
+            raise SchemaError(path, f"must be true or false, got {_kind(value)} "
+                                    f"{_shown(value)}")
+
+
+@dataclass(frozen=True)
+class Str(Spec):
+    """A string; `name` strings (layer names) are also short and printable: no control or
+    bidirectional-format characters, which would let a name rewrite the terminal line or
+    the report around it."""
+
+    name: bool = False
+    max_chars: int = 4096
+
+    def check(self, value: Any, path: str) -> None:
+        if not isinstance(value, str):
+            raise SchemaError(path, f"must be a string, got {_kind(value)} {_shown(value)}")
+        limit = MAX_NAME_CHARS if self.name else self.max_chars
+        if len(value) > limit:
+            raise SchemaError(path, f"is {len(value):,} characters long (at most {limit:,})")
+        if self.name:
+            if not value:
+                raise SchemaError(path, "must not be empty")
+            bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf")), None)
+            if bad is not None:
+                raise SchemaError(path, f"contains the control/format character "
+                                        f"U+{ord(bad):04X} ({_shown(value)}); layer names "
+                                        "are the model's node names, printable text")
+
+
+@dataclass(frozen=True)
+class OneOf(Spec):
+    """One of a few literal values."""
+
+    values: tuple[Any, ...]
+
+    def check(self, value: Any, path: str) -> None:
+        if isinstance(value, bool) or value not in self.values:
+            wanted = " or ".join(json.dumps(v) for v in self.values)
+            raise SchemaError(path, f"must be {wanted}, got {_shown(value)}")
+
+
+@dataclass(frozen=True)
+class Nullable(Spec):
+    """null or what `inner` allows."""
+
+    inner: Spec
+
+    def check(self, value: Any, path: str) -> None:
+        if value is not None:
+            self.inner.check(value, path)
+
+
+@dataclass(frozen=True)
+class AnyJson(Spec):
+    """Any JSON value (kept as written, read by code that checks it itself)."""
+
+    def check(self, value: Any, path: str) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class ListOf(Spec):
+    """A list of `item`s, at least `min_len` of them."""
+
+    item: Spec
+    min_len: int = 0
+
+    def check(self, value: Any, path: str) -> None:
+        if not isinstance(value, list):
+            raise SchemaError(path, f"must be a list, got {_kind(value)} {_shown(value)}")
+        if len(value) < self.min_len:
+            raise SchemaError(path, f"must hold at least {self.min_len} item(s), got "
+                                    f"{len(value)}")
+        for i, v in enumerate(value):
+            self.item.check(v, f"{path}[{i}]")
+
+
+@dataclass(frozen=True)
+class MapOf(Spec):
+    """An object with free keys, every value an `item`."""
+
+    item: Spec
+
+    def check(self, value: Any, path: str) -> None:
+        if not isinstance(value, dict):
+            raise SchemaError(path, f"must be an object, got {_kind(value)} {_shown(value)}")
+        for k, v in value.items():
+            self.item.check(v, f"{path}.{k}")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of an object: its spec, and whether a plan file must have it."""
+
+    name: str
+    spec: Spec
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class Obj(Spec):
+    """An object with known keys (unknown keys are allowed: CONTRACT.md lets plan files
+    carry new keys, and older readers ignore them)."""
+
+    keys: tuple[Key, ...]
+
+    def check(self, value: Any, path: str) -> None:
+        if not isinstance(value, dict):
+            raise SchemaError(path, f"must be an object, got {_kind(value)} {_shown(value)}")
+        for key in self.keys:
+            where = f"{path}.{key.name}" if path else key.name
+            if key.name not in value:
+                if key.required:
+                    raise SchemaError(where, "is missing")
+                continue
+            key.spec.check(value[key.name], where)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The keys, in the order plan files write them."""
+        return tuple(k.name for k in self.keys)
+
+
+def _counter_spec(name: str) -> Spec:
+    if name == "energy_pj":
+        return Num()
+    # halo reuse can read less than "each input once" on a regrouped plan: a negative excess
+    return Int(-MAX_INT) if name == "redundant_read_bytes" else Int()
+
+
+# A group's predicted counters: every field of Counters, in its order.
+PREDICTED = Obj(tuple(Key(f, _counter_spec(f), required=False)
+                      for f in Counters.__dataclass_fields__))
+# The plan's totals, in the order plan files write them.
+TOTALS_KEYS = ("dram_read_bytes", "dram_write_bytes", "dram_bytes", "weight_read_bytes",
+               "redundant_read_bytes", "sram_peak_bytes", "compulsory_dram_bytes",
+               "layer_by_layer_dram_bytes", "macs", "vector_ops", "cycles", "energy_pj")
+TOTALS = Obj(tuple(Key(k, _counter_spec(k), required=False) for k in TOTALS_KEYS))
+
+TILE = Obj((Key("n", Int(1)), Key("h", Int(1)), Key("w", Int(1)),
+            Key("bands", Int(1), required=False)))
+
+GROUP = Obj((
+    Key("id", Int(0)),
+    Key("layers", ListOf(Str(name=True), min_len=1)),
+    Key("fused", Bool(), required=False),
+    Key("mode", OneOf(("big", "small")), required=False),
+    Key("tile", TILE),
+    Key("weights_resident", Bool(), required=False),
+    Key("double_buffered", Bool(), required=False),
+    Key("halo", OneOf(tuple(h.value for h in HaloMode)), required=False),
+    Key("prefetch", Bool(), required=False),
+    Key("predicted", PREDICTED, required=False),
+))
+
+MODEL = Obj((
+    Key("path", Str(), required=False),
+    Key("sha256", Str(max_chars=64)),
+    Key("inputs", MapOf(ListOf(Int(1))), required=False),
+))
+
+# The embedded chip ("spec") is rebuilt by hardware.chip.chip_from_dict, which validates it;
+# here its memory sizes and rates must at least be positive numbers.
+_LEVEL = Obj((Key("bytes", Int(1), required=False),
+              Key("bandwidth_gbps", Nullable(Num(1e-9)), required=False),
+              Key("pj_per_byte", Num(), required=False)))
+CHIP_SPEC = Obj((
+    Key("name", Str(), required=False),
+    Key("dtype_bytes", OneOf((1, 2, 4)), required=False),
+    Key("clock_ghz", Num(1e-9), required=False),
+    Key("clusters", Int(1, 1 << 16), required=False),
+    Key("cores_per_cluster", Int(1, 1 << 16), required=False),
+    Key("dram", _LEVEL, required=False),
+    Key("sram", _LEVEL, required=False),
+    Key("nram", Nullable(_LEVEL), required=False),  # null on single-memory chips
+    Key("wram", Nullable(_LEVEL), required=False),
+    Key("core", MapOf(Num()), required=False),
+    Key("dma", MapOf(Nullable(Num(1e-9))), required=False),
+    Key("static_power_mw", Num(), required=False),
+    Key("description", Str(), required=False),
+))
+
+HARDWARE = Obj((
+    Key("name", Str(), required=False),
+    Key("file", Nullable(Str()), required=False),
+    Key("overrides", ListOf(Str()), required=False),
+    Key("spec", CHIP_SPEC, required=False),
+))
+
+RULES = Obj((
+    Key("file", Nullable(Str()), required=False),
+    Key("sha256", Nullable(Str(max_chars=64)), required=False),
+))
+
+SOLVER = Obj((
+    Key("name", Str(), required=False),
+    Key("status", Str(), required=False),
+    Key("gap", Nullable(Num()), required=False),
+    Key("wall_s", Nullable(Num()), required=False),
+))
+
+PLAN = Obj((
+    Key("fuseplan_plan", OneOf((1,))),
+    Key("model", MODEL),
+    Key("hardware", HARDWARE, required=False),
+    Key("rules", RULES, required=False),
+    Key("objective", OneOf(tuple(o.value for o in Objective)), required=False),
+    Key("solver", SOLVER, required=False),
+    Key("groups", ListOf(GROUP, min_len=1)),
+    Key("totals", TOTALS, required=False),
+))
+
+
+def validate(doc: Any, source: str) -> dict[str, Any]:
+    """`doc` checked against the plan schema; InputError naming `source`, the JSON path of
+    the first bad value and the fix otherwise."""
+    try:
+        PLAN.check(doc, "")
+        _check_ids(doc["groups"])
+    except SchemaError as exc:
+        where = exc.path or "the document"
+        raise InputError(f"{source}: {where} {exc.problem}. {FIX}") from None
+    return doc  # type: ignore[no-any-return]
+
+
+def _check_ids(groups: Sequence[Mapping[str, Any]]) -> None:
+    # groups are numbered in execution order (planner.app.assemble): an id is its position
+    for i, g in enumerate(groups):
+        if g["id"] != i:
+            raise SchemaError(f"groups[{i}].id", f"must be {i} (groups are numbered 0, 1, ... in "
+                                                 f"execution order), got {g['id']}")
+
+
+def read_json(path: Path, what: str = "plan file",
+              create: str = "`fuseplan solve MODEL -o PLAN.json`") -> Any:
+    """A JSON file's document, refused (InputError) when missing, unreadable, larger than
+    MAX_PLAN_BYTES (before parsing it) or not JSON."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise InputError(f"{path}: {size:,} bytes is too large for a {what} (at most "
+                             f"{MAX_PLAN_BYTES:,}); pass the {what} {create} wrote.")
+        text = path.read_text(encoding="utf-8")
+        # NaN and Infinity are not JSON; refuse them rather than let them through as floats
+        return json.loads(text, parse_constant=_no_constant)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what}. Create one with {create}.") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a {what}. Name the file.") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the {what} ({exc.strerror}). Check the path "
+                         "and its permissions.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as exc:
+        raise InputError(f"{path}: not a JSON {what} ({str(exc)[:200]}). Create one with "
+                         f"{create}.") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_plan_doc(path: Path) -> dict[str, Any]:
+    """A static plan file's document, validated against the schema (InputError otherwise)."""
+    doc = read_json(path)
+    if not isinstance(doc, dict) or doc.get("fuseplan_plan") != 1:
+        raise InputError(f"{path}: not a fuseplan plan (expected \"fuseplan_plan\": 1 at the "
+                         "top of the document). Create one with "
+                         "`fuseplan solve MODEL -o PLAN.json`.")
+    return validate(doc, str(path))
