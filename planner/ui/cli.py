@@ -28,6 +28,7 @@ from planner.cost.objective import Objective
 from planner.front.onnx_load import parse_shape_option
 from planner.plan.data import Plan
 from planner.plan.json_io import plan_to_json, save_plan
+from planner.ui.cli_sweep import register as register_sweep
 from planner.ui.cli_views import register as register_views
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -654,3 +655,4 @@ def main() -> None:
 
 
 register_views(app)  # report, export, diff
+register_sweep(app)  # sweep
