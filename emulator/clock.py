@@ -159,9 +159,11 @@ def simulate_group(timing: ClockChip, run: GroupRun, start: Fraction = Fraction(
 
     ``preloaded_weight_bytes`` of the first step's weights are already on chip (prefetched).
     """
-    bands = run.bands
-    cores = timing.cores // len(bands)
+    bands = run.bands or ((),)
     steps = max(len(b) for b in bands)
+    if steps == 0:  # a group that ran no tile (an empty table of boxes) takes no time
+        return GroupTrace(start, (), 0)
+    cores = timing.cores // len(bands)
     # the band whose tile carries each step's weights: the first band that has that step
     carrier = [min(b for b in range(len(bands)) if s < len(bands[b])) for s in range(steps)]
     weights = [Fraction(_step_weights(bands, s)) for s in range(steps)]

@@ -454,10 +454,14 @@ def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> A
         return status
     finally:
         finished.set()
-        watcher.join()
-        signal.set_wakeup_fd(previous)
-        os.close(read_fd)
-        os.close(write_fd)
+        # restore the handler's fd first: a second Ctrl-C while the watcher winds down must
+        # not leave this process writing its signals into a closed private pipe
+        try:
+            signal.set_wakeup_fd(previous)
+        finally:
+            watcher.join()
+            os.close(read_fd)
+            os.close(write_fd)
 
 
 def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:

@@ -233,3 +233,10 @@ def test_emulated_cycles_bound_the_closed_form(tmp_path: Path, name: str, preset
     cycles = report.cycles.to_json()
     assert cycles["emulated"] == sum(c.cycles for c in report.per_group)
     assert cycles["emulated"] >= cycles["predicted"] - 2 * len(plan.groups), cycles
+
+
+def test_a_group_that_ran_no_tile_takes_no_time() -> None:
+    """An empty table of boxes (or no band at all) is a zero-length group, not a crash."""
+    for run_ in (GroupRun(((),), double_buffered=True), GroupRun((), double_buffered=False)):
+        trace = simulate_group(ONE, run_, Fraction(7))
+        assert (trace.end, trace.busy, trace.compute_busy) == (7, (), 0)

@@ -378,3 +378,37 @@ def test_demo_takes_json_and_leaves_nothing_behind(tmp_path: Path,
     doc = json.loads(text[:text.rindex("}") + 1])
     assert doc["verify"]["predicted_matches_emulated"] and doc["plan"]["groups"]
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- integrity limits
+
+CONTRACT_COUNTERS = ("dram_read_bytes", "dram_write_bytes", "weight_read_bytes",
+                     "redundant_read_bytes", "sram_peak_bytes", "cycles", "energy_pj")
+
+
+def test_a_plan_stating_only_the_contract_counters_verifies(work: Path, plan_doc: Doc) -> None:
+    """CONTRACT.md requires seven counters per group; a file stating only those (and no
+    mode) is not "edited": verify re-derives what it states, nothing more."""
+    doc = copy.deepcopy(plan_doc)
+    for g in doc["groups"]:
+        g["predicted"] = {k: g["predicted"][k] for k in CONTRACT_COUNTERS}
+        del g["mode"]
+    path = write(work, "contract-only.json", doc)
+    code, text = run("verify", str(work / "net.onnx"), str(path), "--json")
+    assert code == 0, text
+    assert json.loads(text)["first_misstatement"] is None
+    # and a changed contract counter is still caught
+    doc["groups"][0]["predicted"]["dram_read_bytes"] += 1
+    code, text = run("verify", str(work / "net.onnx"), str(write(work, "bad.json", doc)),
+                     "--json")
+    assert code == 1 and "groups[0].predicted.dram_read_bytes" in text
+
+
+def test_verifying_on_another_chip_checks_the_numbers_on_the_plans_own(work: Path,
+                                                                        plan_doc: Doc) -> None:
+    """--set runs the plan on another chip; its stated numbers were derived on its own chip
+    and are re-derived there, so an honest plan is not reported as misstated."""
+    path = write(work, "own-chip.json", plan_doc)
+    code, text = run("verify", str(work / "net.onnx"), str(path), "--set",
+                     "dram.bandwidth_gbps=7", "--json")
+    assert json.loads(text)["first_misstatement"] is None, text

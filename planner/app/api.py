@@ -366,8 +366,19 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
     weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
     graph = build_graph(weighted)
     plan = load_plan(plan_path, graph, chip, loaded.sha256, check_stated_totals=False)
-    report = verify_plan(weighted, graph, plan, chip, inputs, golden_path)
-    misstated = first_misstatement(graph, plan, chip, doc.get("totals", {}))
+    report = verify_plan(weighted, graph, plan, chip, inputs, golden_path,
+                         [set(g.get("predicted", {})) for g in doc["groups"]])
+    # the stated numbers are re-derived on the chip the plan was made for, not on an
+    # override the emulator runs it on (--hw/--set)
+    # (a plan that does not say its chip is not checked under an override: nothing to
+    # re-derive its numbers on)
+    try:
+        own_chip = chip if hardware is None and not overrides else \
+            chip_for_plan(doc.get("hardware", {}), None, ())[0]
+    except InputError:
+        own_chip = None
+    misstated = None if own_chip is None else \
+        first_misstatement(graph, plan, own_chip, doc["groups"], doc.get("totals", {}))
     return dc_replace(report, first_misstatement=misstated)
 
 

@@ -171,29 +171,37 @@ class Workers:
         results: list[tuple[Subgraph, Memo] | None] = [None] * len(subs)
         waiting = list(range(len(subs)))
         running: dict[Connection, tuple[int, BaseProcess]] = {}
-        while waiting or running:
-            while waiting and len(running) < self.jobs:
-                i = waiting.pop(0)
-                receive, send = context.Pipe(duplex=False)
-                forked = context.Process(target=_compile_in_child,
-                                         args=(self.compiler, subs[i], send))
-                forked.start()
-                send.close()  # the child holds its end; EOF here once it exits
-                running[receive] = (i, forked)
-            for ready in wait(list(running)):
-                conn = cast(Connection, ready)  # wait() hands back what it was given
-                i, child = running.pop(conn)
-                try:
-                    answer = conn.recv()
-                except EOFError:
-                    raise RuntimeError(f"the worker compiling piece {i} died "
-                                       f"(exit code {child.exitcode})") from None
-                finally:
-                    conn.close()
-                    child.join()
-                if isinstance(answer, BaseException):
-                    raise answer
-                results[i] = answer
+        try:
+            while waiting or running:
+                while waiting and len(running) < self.jobs:
+                    i = waiting.pop(0)
+                    receive, send = context.Pipe(duplex=False)
+                    forked = context.Process(target=_compile_in_child,
+                                             args=(self.compiler, subs[i], send))
+                    forked.start()
+                    send.close()  # the child holds its end; EOF here once it exits
+                    running[receive] = (i, forked)
+                for ready in wait(list(running)):
+                    conn = cast(Connection, ready)  # wait() hands back what it was given
+                    i, child = running.pop(conn)
+                    try:
+                        answer = conn.recv()
+                    except EOFError:
+                        raise RuntimeError(f"the worker compiling piece {i} died "
+                                           f"(exit code {child.exitcode})") from None
+                    finally:
+                        conn.close()
+                        child.join()
+                    if isinstance(answer, BaseException):
+                        raise answer
+                    results[i] = answer
+        finally:
+            # an error or Ctrl-C here must not leave the other children planning (or
+            # blocked writing a large answer into a pipe nobody reads)
+            for conn, (_, child) in running.items():
+                child.terminate()
+                child.join()
+                conn.close()
         return [r for r in results if r is not None]
 
 
