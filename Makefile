@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-all lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/fuseplan demo
 
+# `make test` (what CI runs) is the fast suite; `make test-all` adds the cases marked slow
+# (zoo-scale solves, Pareto fronts, a two-node Ray cluster), minutes each on 2 cores.
 test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest
 
 # ruff over the packages, tests and the bench scripts (extensionless, named one by one);

@@ -49,6 +49,7 @@ def resnet_stages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow  # plans every ResNet-50 stage
 def test_resnet_stage_outputs_cut_into_serial_subgraphs(resnet_stages: Path,
                                                         tmp_path: Path) -> None:
     problem = api.prepare(str(resnet_stages))

@@ -149,7 +149,8 @@ def test_cpsat_le_greedy_le_layer_on_test_nets(store: ModelStore, model: str,
     _ordered(store.problem(model, None, chip))
 
 
-@pytest.mark.parametrize("zoo", ["zoo:squeezenet", "zoo:resnet50"])
+@pytest.mark.parametrize("zoo", ["zoo:squeezenet",
+                                 pytest.param("zoo:resnet50", marks=pytest.mark.slow)])
 def test_cpsat_le_greedy_le_layer_on_zoo(zoo: str) -> None:
     """Under the default rules and chip; CP-SAT proves optimality (issue 4: within 60 s).
     (The CP-SAT planner runs the shortest path itself for its warm start.)"""

@@ -113,6 +113,7 @@ def test_emulator_reproduces_cycles_and_energy(unit) -> None:
     assert report.timeline[0]["end_cycle"] == plan.totals.cycles
 
 
+@pytest.mark.slow  # twelve squeezenet solves under 30 s limits: minutes on 2 cores
 def test_latency_plan_is_fastest_and_energy_plan_cheapest() -> None:
     problem = api.prepare("zoo:squeezenet")
     plans = {(s, o): api.plan_problem(problem, s, o, time_limit=30)
@@ -324,6 +325,7 @@ def test_pareto_cli_writes_png_and_plans(two) -> None:
     assert bad.returncode == 2 and "*.svg or *.png" in bad.stderr
 
 
+@pytest.mark.slow  # a Pareto front of capped CP-SAT solves, each point verified
 def test_squeezenet_front_conflicts_and_every_point_verifies() -> None:
     problem = api.prepare("zoo:squeezenet")
     plans = api.pareto(problem, points=4, time_limit=20)
