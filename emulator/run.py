@@ -30,6 +30,7 @@ from planner.geometry.regions import (
     box_elems,
     full_box,
     group_io,
+    in_group_uses,
     input_box,
     iter_tiles,
     tile_regions,
@@ -411,7 +412,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         run_reuse_tiles(graph, group, chip, dram, weights, tally, layers=layers)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     last_use = _last_use(graph, io)
-    uses = _uses(graph, io)
+    uses = in_group_uses(graph, io)
     anchors = group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile)
     for ti, tile_box in enumerate(anchors):
         boxes = tile_regions(graph, io, tile_box)
@@ -513,14 +514,6 @@ def _last_use(graph: Graph, io: GroupIO) -> dict[str, int]:
             last[t] = i
     return last
 
-
-def _uses(graph: Graph, io: GroupIO) -> dict[str, int]:
-    """How many layers of the group read each tensor (the cores read it once per reader)."""
-    uses: dict[str, int] = {}
-    for name in io.layers:
-        for t in graph.layer(name).fmap_inputs:
-            uses[t] = uses.get(t, 0) + 1
-    return uses
 
 
 def _capacity(chip: Chip, group: int, tile: int, live: int, sram_weights: int,

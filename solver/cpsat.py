@@ -28,7 +28,6 @@ from planner.cost.model import (
     dram_bytes_per_cycle,
     group_tensors,
     idle_dram_cycles,
-    in_group_uses,
     weight_bytes,
     weight_prefetch_cycles,
 )
@@ -39,7 +38,7 @@ from planner.cost.objective import (
     objective_terms,
     objective_units,
 )
-from planner.geometry.regions import Tile
+from planner.geometry.regions import Tile, in_group_uses
 from planner.ir.graph import Graph
 from planner.plan.placement import Placement
 from rules.encoding import Candidate, Encoding

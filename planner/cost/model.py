@@ -56,6 +56,7 @@ from planner.geometry.regions import (
     full_box,
     group_chains,
     group_io,
+    in_group_uses,
     tile_regions,
 )
 from planner.ir.graph import Graph
@@ -264,14 +265,6 @@ def prefetch_cycles(chip: Chip, prev: Counters, prev_double_buffered: bool,
     return min(idle_dram_cycles(chip, prev, prev_double_buffered),
                weight_prefetch_cycles(chip, weight_bytes_next))
 
-
-def in_group_uses(graph: Graph, io: GroupIO) -> dict[str, int]:
-    """How many layers of the group read each tensor."""
-    uses: dict[str, int] = {}
-    for name in io.layers:
-        for t in graph.layer(name).fmap_inputs:
-            uses[t] = uses.get(t, 0) + 1
-    return uses
 
 
 def group_tensors(graph: Graph, io: GroupIO) -> list[str]:

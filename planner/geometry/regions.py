@@ -322,3 +322,12 @@ def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
                 cn, cr, cc = _join(old[0], cn), _join(old[1], cr), _join(old[2], cc)
             chains[t] = (cn, cr, cc)
     return GroupChains(chains, full)
+
+
+def in_group_uses(graph: Graph, io: GroupIO) -> dict[str, int]:
+    """How many layers of the group read each tensor (the cores read it once per reader)."""
+    uses: dict[str, int] = {}
+    for name in io.layers:
+        for t in graph.layer(name).fmap_inputs:
+            uses[t] = uses.get(t, 0) + 1
+    return uses
