@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -232,8 +233,9 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
                     r = step.reads[(name, j)]
                     tally.core += chip_mem.depth[t] * (r[1] - r[0]) * (r[3] - r[2]) * dt
                 onchip = {t: chip_mem.region(t) for t in lay.fmap_inputs}
-                ys = run_layer(graph, lay, as_box(graph, lay.outputs[0], out_rect), onchip,
-                               weights, layers)
+                ys = tally.compute(partial(run_layer, graph, lay,
+                                           as_box(graph, lay.outputs[0], out_rect), onchip,
+                                           layers=layers), lay, weights)
                 tally.ops(lay, ys[0].size)
                 if k in streamed:
                     stored, most = _stream_rows(chip_mem, graph, lay, *streamed[k], out_rect,

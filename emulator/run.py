@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from math import ceil, floor
 from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from emulator.chunks import Compute, WeightStream
 from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
 from emulator.kernels import run_op
 from emulator.reuse import run_reuse_tiles
@@ -340,11 +342,24 @@ class Tally:
     checks: bool = True  # capacity per step (a band's tally leaves it to the whole group)
     events: list[TileEvents] = field(default_factory=list)  # per tile, for the clock
     ops_before: tuple[int, int] = (0, 0)  # (MACs, vector ops) counted before this tile
+    stream: WeightStream | None = None  # a streaming group's chunks (emulator.chunks)
 
     @property
     def onchip_weights(self) -> int:
-        """Resident weights held in SRAM on single-memory chips."""
-        return self.weight_bytes if self.chip.unified and self.group.weights_resident else 0
+        """Weights held in SRAM at every step on single-memory chips: all of them when
+        resident, the reserved pair of a streaming halo-reusing group (bands use this)."""
+        if not self.chip.unified:
+            return 0
+        if self.group.weights_resident:
+            return self.weight_bytes
+        return self.stream.reserved if self.stream is not None else 0
+
+    def weights_now(self, layer: int | None) -> int:
+        """Weight bytes in the weight memory while layer `layer` of the group runs (None: a
+        halo-reusing group's step, which keeps room for the largest streamed pair)."""
+        if self.group.weights_resident or self.stream is None:
+            return self.weight_bytes if self.group.weights_resident else 0
+        return self.stream.reserved if layer is None else self.stream.held[layer]
 
     def ops(self, lay: Layer, outputs: int) -> None:
         """Count the work of computing `outputs` elements of a layer."""
@@ -353,16 +368,24 @@ class Tally:
         else:
             self.vector_ops += outputs * lay.macs_per_output
 
-    def step(self, tile: int, fmap_bytes: int) -> None:
-        """Feature-map bytes on chip after a layer ran: peak and capacity."""
-        live = fmap_bytes + self.onchip_weights
+    def step(self, tile: int, fmap_bytes: int, layer: int | None = None) -> None:
+        """Feature-map bytes on chip after a layer ran (its index in the group; None for a
+        halo-reusing group's step): peak and capacity, with the weights on chip then."""
+        weights = self.weights_now(layer)
+        in_sram = weights if self.chip.unified else 0
+        live = fmap_bytes + in_sram
         self.peak = max(self.peak, live)
         if not self.checks:
             return
-        resident = self.weight_bytes if self.group.weights_resident else 0
-        for v in _capacity(self.chip, self.group.id, tile, live, self.onchip_weights, resident):
+        for v in _capacity(self.chip, self.group.id, tile, live, in_sram, weights):
             if v.level not in self.worst or v.needed_bytes > self.worst[v.level].needed_bytes:
                 self.worst[v.level] = v
+
+    def compute(self, run: Compute, lay: Layer, weights: Mapping[str, np.ndarray]
+                ) -> list[np.ndarray]:
+        """A layer's outputs from `run` (given the weights to use): chunk by chunk when the
+        group streams the layer's weights in chunks."""
+        return self.stream.run(lay, weights, run) if self.stream is not None else run(weights)
 
     def tile(self, index: int, loaded: int, written: int) -> None:
         """A tile's DRAM traffic: its loads, its stores, and the weights it streams."""
@@ -404,7 +427,9 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
     """
     io = group_io(graph, group.layers)
     dt = chip.dtype_bytes
-    tally = Tally(chip, group, sum(int(graph.constants[w].size) for w in io.weights) * dt)
+    stream = None if group.weights_resident else WeightStream.of(graph, io, group, weights, dt)
+    tally = Tally(chip, group, sum(int(graph.constants[w].size) for w in io.weights) * dt,
+                  stream=stream)
     layers = layers if layers is not None else LayerCache(graph)
     if group.halo_reuse and group.tile.bands > 1:
         return _run_bands(graph, group, chip, dram, weights, io, layers)
@@ -428,13 +453,14 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
             first = lay.outputs[0]
-            ys = run_layer(graph, lay, boxes[first], onchip, weights, layers)
+            ys = tally.compute(partial(run_layer, graph, lay, boxes[first], onchip,
+                                       layers=layers), lay, weights)
             tally.ops(lay, ys[0].size)
             for t, y in zip(lay.outputs, ys, strict=False):
                 if t:
                     onchip[t] = (boxes[first], y)
                     tally.core += y.size * dt * (1 + uses.get(t, 0))
-            tally.step(ti, sum(a.size for _, a in onchip.values()) * dt + prefetch)
+            tally.step(ti, sum(a.size for _, a in onchip.values()) * dt + prefetch, i)
             # free what no later layer of the group reads (outputs wait for their store)
             for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs]:
                 del onchip[t]
@@ -471,14 +497,15 @@ def _run_bands(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
     anchors = list(iter_tiles(graph, io, group.tile))
     columns = ceil(anchor_extent(graph, io)[2] / group.tile.w)
     tallies = []
+    stream = None if group.weights_resident else WeightStream.of(graph, io, group, weights, dt)
     for first, end in band_columns(columns, group.tile.bands):
-        tally = Tally(chip, group, wbytes, checks=False)
+        tally = Tally(chip, group, wbytes, checks=False, stream=stream)
         mine = [a for a in anchors if first <= a[4] // group.tile.w < end]
         run_reuse_tiles(graph, group, chip, dram, weights, tally, mine, layers)
         tallies.append(tally)
     fmap_peaks = [t.peak - t.onchip_weights for t in tallies]
     found = [Violation(group.id, -1, level, need, cap) for level, need, cap in
-             band_overflows(chip, fmap_peaks, wbytes, group.weights_resident)]
+             band_overflows(chip, fmap_peaks, tallies[0].weights_now(None))]
     # the weights are read once per step of the bands and broadcast to all of them
     weight_read = max(t.weight_read for t in tallies)
     fmaps = sum(t.read - t.weight_read for t in tallies)
@@ -534,12 +561,16 @@ def _capacity(chip: Chip, group: int, tile: int, live: int, sram_weights: int,
 
 
 def _prefetch_capacity(graph: Graph, chip: Chip, group: Group, counted: Counters, gid: int,
-                       prefetched: int) -> list[Violation]:
+                       prefetched: int, weights: Mapping[str, np.ndarray]) -> list[Violation]:
     """Overflow from holding the next group's weights while `group` runs: in WRAM beside its
-    resident weights, else in SRAM beside its peak of live bytes."""
+    resident weights (or its largest streamed pair), else in SRAM beside its peak of live
+    bytes."""
     if chip.wram is not None:
-        own = sum(int(graph.constants[w].size) for w in group_io(graph, group.layers).weights) \
-            * chip.dtype_bytes if group.weights_resident else 0
+        io = group_io(graph, group.layers)
+        if group.weights_resident:
+            own = sum(int(graph.constants[w].size) for w in io.weights) * chip.dtype_bytes
+        else:
+            own = WeightStream.of(graph, io, group, weights, chip.dtype_bytes).reserved
         share = ceil((own + prefetched) / chip.cores_per_cluster)
         return [Violation(gid, -1, "wram", share, chip.wram.bytes)] \
             if share > chip.wram.bytes else []
@@ -567,7 +598,8 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
                 wbytes = sum(int(graph.constants[w].size) for w in group_io(graph, group.layers)
                              .weights) * chip.dtype_bytes
                 violations.extend(_prefetch_capacity(graph, chip, plan.groups[k - 1],
-                                                     counters[k - 1], k - 1, wbytes))
+                                                     counters[k - 1], k - 1, wbytes,
+                                                     weights or graph.constants))
             counters.append(c)
             runs.append(run)
             violations.extend(v)

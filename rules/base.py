@@ -56,6 +56,12 @@ class Rule:
     tile_trend: ClassVar[str] = "shrink"
     enabled: bool
 
+    @property
+    def is_structural(self) -> bool:
+        """Whether the rule depends only on which layers a group holds, not on its tile
+        (planners then drop violating groups before any tile search)."""
+        return False
+
     def check(self, facts: GroupFacts) -> Violation | None:
         """The violation of this rule by a fused group and tile, or None."""
         raise NotImplementedError
@@ -93,6 +99,10 @@ class StructuralRule(Rule):
     Its encoding forbids a violating candidate while the rule is on: the
     candidate's selection literal and the rule literal cannot both hold.
     """
+
+    @property
+    def is_structural(self) -> bool:
+        return True
 
     def encode(self, enc: Encoding, cand: Candidate) -> None:
         if self.check(cand.facts_any_tile) is not None:

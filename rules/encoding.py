@@ -32,6 +32,7 @@ from ortools.sat.python.cp_model_helper import Literal
 
 from hardware.chip import Chip
 from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
+from planner.cost.weight_stream import layer_chunks, staged_steps
 from planner.geometry.regions import (
     GroupChains,
     GroupIO,
@@ -120,6 +121,8 @@ class Encoding:
         # each enabled rule's literal by its key (solver.cpsat.build_model): a rule gates its
         # constraints with it, and an infeasible model names the rules whose literals conflict
         self.rule_lits: dict[str, IntVar] = {}
+        self._chunks: dict[str, int] = {}  # per layer, its streamed chunk count
+        self._staged: dict[tuple[str, ...], tuple[int, ...]] = {}
 
     @cached_property
     def _dt(self) -> int:
@@ -236,6 +239,21 @@ class Encoding:
 
     def out_bytes(self, cand: Candidate) -> Expr:
         return sum(self.tensor_bytes(cand, t) for t in cand.io.outputs)
+
+    def staged_steps(self, cand: Candidate) -> tuple[int, ...]:
+        """Streamed weight chunks on chip at each step when the candidate streams
+        (planner.cost.weight_stream; a constant per step, gated by ``1 - resident``)."""
+        key = cand.layers
+        if key not in self._staged:
+            counts = {}
+            for name in cand.layers:
+                if self.graph.layer(name).weights:
+                    if name not in self._chunks:
+                        self._chunks[name] = layer_chunks(self.graph, self.graph.layer(name),
+                                                          self.chip)
+                    counts[name] = self._chunks[name]
+            self._staged[key] = staged_steps(self.graph, cand.io, self.chip, counts)
+        return self._staged[key]
 
     def weight_bytes(self, cand: Candidate) -> int:
         return weight_bytes(self.graph, cand.io.weights, self.chip)

@@ -19,6 +19,7 @@ from planner.cost.model import (
     weight_bytes,
     work_counters,
 )
+from planner.cost.weight_stream import staged_steps
 from planner.geometry.bands import cluster_loads
 from planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
 from planner.geometry.regions import (
@@ -142,6 +143,34 @@ class GroupFacts:
         """Peak of live tensors when freed after their last use (input/output share space)."""
         return max(sum(self.tensor_bound_bytes(t) for t in live)
                    for live in live_steps(self.graph, self.io))
+
+    @cached_property
+    def staged_bytes(self) -> tuple[int, ...]:
+        """Streamed weight chunks on chip at each step (planner.cost.weight_stream); empty
+        when the weights are resident."""
+        if self.weights_resident:
+            return ()
+        return staged_steps(self.graph, self.io, self.chip)
+
+    @property
+    def stage_peak_bytes(self) -> int:
+        """The largest double-buffered pair of streamed chunks (0 when resident)."""
+        return max(self.staged_bytes, default=0)
+
+    @cached_property
+    def sram_live_peak_bytes(self) -> int:
+        """live_peak_bytes with, on single-memory chips, each step's streamed chunks beside
+        its maps."""
+        if not (self.chip.unified and self.staged_bytes):
+            return self.live_peak_bytes
+        return max(sum(self.tensor_bound_bytes(t) for t in live) + self.staged_bytes[i]
+                   for i, live in enumerate(live_steps(self.graph, self.io)))
+
+    @property
+    def onchip_weight_bytes(self) -> int:
+        """Weight bytes held in the weight memory at once: all of them when resident, the
+        largest streamed pair when not."""
+        return self.weight_bytes if self.weights_resident else self.stage_peak_bytes
 
     @cached_property
     def all_fmap_bytes(self) -> int:

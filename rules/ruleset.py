@@ -21,7 +21,12 @@ Policy = Literal["threshold", "forward", "bidirectional"]
 class SearchSettings:
     """How the planners search."""
 
-    max_group_layers: int = field(default=12, metadata={"ge": 1})  # candidate size cap
+    # largest group with a tile search (rows, batch, residency); whole-map groups may be
+    # longer when long_whole_map_groups is on (solver.long_groups)
+    max_group_layers: int = field(default=12, metadata={"ge": 1})
+    # whole-map groups of any length between single-tensor cuts (weights streamed layer by
+    # layer; rules/stream.yaml turns it on): off caps every group at max_group_layers
+    long_whole_map_groups: bool = False
     time_limit_s: float = field(default=60.0, metadata={"gt": 0})
     seed: int = 0
     workers: int = field(default=1, metadata={"ge": 1})  # 1 keeps CP-SAT deterministic

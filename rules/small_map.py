@@ -2,7 +2,9 @@
 
 In small-map mode a tile holds whole feature maps (possibly several images), so the
 chip double-buffers: the next map is loaded while the current one is processed.
-W_i is one core's share of the group's weights, IN the tile's input bytes.
+W_i is one core's share of the group's weights on chip (all of them when resident, the
+largest double-buffered pair of chunks when streamed: planner.cost.weight_stream), IN the
+tile's input bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ def _w_share(weight_bytes: int, cores: int) -> int:
     return ceil(weight_bytes / cores)
 
 
+def _w_expr(enc: Encoding, cand: Candidate) -> Expr:
+    """A core's share of the weights on chip, resident or streamed (linear in resident)."""
+    cores = enc.chip.cores_per_cluster
+    resident = _w_share(enc.weight_bytes(cand), cores)
+    streamed = _w_share(max(enc.staged_steps(cand), default=0), cores)
+    return streamed + (resident - streamed) * cand.resident
+
+
 @rule("R13", "small_double_buffer", "Small mode: W_i + IN1 + IN2 <= S")
 @dataclass(frozen=True)
 class SmallDoubleBuffer(Rule):
@@ -30,14 +40,15 @@ class SmallDoubleBuffer(Rule):
     def check(self, facts: GroupFacts) -> Violation | None:
         if not facts.small:
             return None
-        need = _w_share(facts.weight_bytes, facts.chip.cores_per_cluster) + 2 * facts.in_bytes
+        need = _w_share(facts.onchip_weight_bytes, facts.chip.cores_per_cluster) \
+            + 2 * facts.in_bytes
         cap = facts.chip.sram.bytes
         if need > cap:
             return self.violation(f"W_i + IN1 + IN2 = {need} B > SRAM {cap} B", need, cap)
         return None
 
     def encode(self, enc: Encoding, cand: Candidate) -> None:
-        w = _w_share(enc.weight_bytes(cand), enc.chip.cores_per_cluster)
+        w = _w_expr(enc, cand)
         enc.enforce(enc.model.add(w + 2 * enc.in_bytes(cand) <= enc.chip.sram.bytes), cand,
                     enc.rule_lits[self.key], cand.small)
 
@@ -75,7 +86,7 @@ def _check_share(rule: Rule, facts: GroupFacts, part: int, label: str) -> Violat
     if not facts.small:
         return None
     cores = facts.chip.cores_per_cluster
-    need = ceil(part / cores) + _w_share(facts.weight_bytes, cores) + facts.in_bytes
+    need = ceil(part / cores) + _w_share(facts.onchip_weight_bytes, cores) + facts.in_bytes
     cap = facts.chip.sram.bytes
     if need > cap:
         return rule.violation(f"{label} = {need} B > SRAM {cap} B", need, cap)
@@ -88,7 +99,7 @@ def _encode_share(enc: Encoding, cand: Candidate, lit: IntVar, part: Expr, which
     cores = enc.chip.cores_per_cluster
     sub = m.new_int_var(0, enc.chip.sram.bytes, f"sub_{which}_{cand.index}")
     enc.enforce(m.add(cores * sub >= part), cand, lit, cand.small)
-    w = _w_share(enc.weight_bytes(cand), cores)
+    w = _w_expr(enc, cand)
     enc.enforce(m.add(sub + w + enc.in_bytes(cand) <= enc.chip.sram.bytes), cand, lit, cand.small)
 
 
@@ -103,7 +114,10 @@ class WramDoubleBuffer(Rule):
         wram = facts.chip.wram
         if wram is None or not facts.small:
             return None
-        need = 2 * _w_share(facts.weight_bytes, facts.chip.cores_per_cluster)
+        cores = facts.chip.cores_per_cluster
+        # resident: the weights of two sub-maps; streamed: the pair of chunks in flight
+        need = 2 * _w_share(facts.weight_bytes, cores) if facts.weights_resident \
+            else _w_share(facts.stage_peak_bytes, cores)
         if need > wram.bytes:
             return self.violation(f"W_i + W_i+1 = {need} B > WRAM {wram.bytes} B", need,
                                   wram.bytes)
@@ -113,9 +127,12 @@ class WramDoubleBuffer(Rule):
         wram = enc.chip.wram
         if wram is None:
             return
-        if 2 * _w_share(enc.weight_bytes(cand), enc.chip.cores_per_cluster) > wram.bytes:
-            enc.model.add_bool_or([cand.selected.Not(), enc.rule_lits[self.key].Not(),
-                                   cand.small.Not()])
+        cores = enc.chip.cores_per_cluster
+        forbid = [cand.selected.Not(), enc.rule_lits[self.key].Not(), cand.small.Not()]
+        if 2 * _w_share(enc.weight_bytes(cand), cores) > wram.bytes:
+            enc.model.add_bool_or([*forbid, cand.resident.Not()])
+        if _w_share(max(enc.staged_steps(cand), default=0), cores) > wram.bytes:
+            enc.model.add_bool_or([*forbid, cand.resident])
 
 
 @rule("R18", "max_maps", "Small mode: at most k feature maps per on-chip map")

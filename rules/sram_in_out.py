@@ -15,14 +15,18 @@ class SramInOut(Rule):
 
     With ``share_buffers`` a tensor's space is reused once its last consumer ran (the peak of
     live tensors must stay below S); without, every tensor of the tile is held at once.
-    Resident weights count too on single-memory chips.
+    Weights count too on single-memory chips: all of them when resident, each step's
+    streamed chunks when not.
     """
 
     enabled: bool = True
     share_buffers: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
-        need = facts.live_peak_bytes if self.share_buffers else facts.all_fmap_bytes
+        if self.share_buffers:
+            need = facts.sram_live_peak_bytes
+        else:
+            need = facts.all_fmap_bytes + (facts.stage_peak_bytes if facts.chip.unified else 0)
         if facts.chip.unified and facts.weights_resident:
             need += facts.weight_bytes
         cap = facts.chip.sram.bytes
@@ -33,7 +37,13 @@ class SramInOut(Rule):
 
     def encode(self, enc: Encoding, cand: Candidate) -> None:
         cap = enc.chip.sram.bytes - 1
-        weights = enc.weight_bytes(cand) * cand.resident if enc.chip.unified else 0
-        steps = enc.live_steps_bytes(cand) if self.share_buffers else [enc.all_fmap_bytes(cand)]
+        unified = enc.chip.unified
+        weights = enc.weight_bytes(cand) * cand.resident if unified else 0
+        staged = enc.staged_steps(cand) if unified else ()
+        if self.share_buffers:
+            steps = [step + (staged[i] if staged else 0) * (1 - cand.resident)
+                     for i, step in enumerate(enc.live_steps_bytes(cand))]
+        else:
+            steps = [enc.all_fmap_bytes(cand) + max(staged, default=0) * (1 - cand.resident)]
         for step in steps:
             enc.enforce(enc.model.add(step + weights <= cap), cand, enc.rule_lits[self.key])

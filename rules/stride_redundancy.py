@@ -3,26 +3,55 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 from planner.ir.ops import op_spec
-from rules.base import GroupFacts, StructuralRule, Violation, rule
+from rules.base import GroupFacts, Rule, Violation, rule
+from rules.encoding import Candidate, Encoding
 
 
 @rule("R19", "stride_redundancy", "Sum of (kernel - stride) within a threshold")
 @dataclass(frozen=True)
-class StrideRedundancy(StructuralRule):
+class StrideRedundancy(Rule):
     """Over the group's conv and pool layers, sum(k_x - s_x) and sum(k_y - s_y) <= threshold.
 
-    Each layer whose kernel exceeds its stride widens the halo every tile re-reads; the sum
-    bounds how far halos pile up. With ``exempt_whole_blocks`` a group that fuses a whole
-    multi-branch block is exempt.
+    Each layer whose kernel exceeds its stride widens the halo every tile re-reads and
+    recomputes; the sum bounds how far halos pile up. ``applies_to: recompute``
+    (rules/stream.yaml) binds only groups that recompute halos: a group whose tile holds
+    whole maps, or whose tiles reuse their halos, recomputes nothing and is exempt.
+    ``applies_to: all`` (the default, seed 000's reading) binds every fused group. With ``exempt_whole_blocks`` a group that
+    fuses a whole multi-branch block is exempt.
     """
 
     enabled: bool = True
     threshold: int = field(default=4, metadata={"ge": 0})
     exempt_whole_blocks: bool = True
+    applies_to: Literal["recompute", "all"] = "all"
+    tile_trend: ClassVar[str] = "grow"  # with applies_to: recompute, whole maps are exempt
+
+    @property
+    def is_structural(self) -> bool:
+        return self.applies_to == "all"
 
     def check(self, facts: GroupFacts) -> Violation | None:
+        if self.applies_to == "recompute" and (facts.small or facts.halo_reuse):
+            return None
+        return self._stride_sum(facts)
+
+    def encode(self, enc: Encoding, cand: Candidate) -> None:
+        forbid = [cand.selected.Not(), enc.rule_lits[self.key].Not()]
+        facts = cand.facts_any_tile
+        if cand.fixed is not None:  # a pinned tile: the check says it all
+            if self.check(facts) is not None:
+                enc.model.add_bool_or(forbid)
+            return
+        if self._stride_sum(facts) is None:  # tile variables recompute halos, never reuse
+            return
+        if self.applies_to == "recompute":
+            forbid.append(cand.small)  # whole maps recompute nothing
+        enc.model.add_bool_or(forbid)
+
+    def _stride_sum(self, facts: GroupFacts) -> Violation | None:
         ky = kx = 0
         for lay in facts.layers:
             if op_spec(lay.op).sliding_window:

@@ -43,8 +43,9 @@ from planner.ir.graph import Graph
 from planner.plan.placement import Placement
 from rules.encoding import Candidate, Encoding
 from rules.ruleset import RuleSet
-from solver.groups import is_connected, is_convex
-from solver.shortest_path import breaks_structure, infeasible_layer_error
+from solver.groups import breaks_structure, is_connected, is_convex
+from solver.long_groups import long_groups
+from solver.shortest_path import infeasible_layer_error
 from solver.tiles import GroupSearch, Option, TileChoice, prefetch_room
 
 TRADE_OFFS = 4  # halo-reusing choices pinned per group under a cycles cap (Pareto sweeps)
@@ -96,21 +97,28 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
 
     A double-buffered candidate also holds a second copy of its input boxes; ``room`` is the
     next group's weights when they prefetch while this one runs (solver.tiles.prefetch_room:
-    in WRAM on chips with one, else in SRAM).
+    in WRAM on chips with one, else in SRAM). Streamed weights hold each step's chunks
+    (planner.cost.weight_stream) in WRAM, or in SRAM beside that step's maps.
     """
     m, chip = enc.model, enc.chip
     weights = enc.weight_bytes(cand)
     prefetch = enc.in_bytes(cand)
     steps = enc.live_steps_bytes(cand)
+    staged = enc.staged_steps(cand)
+    stage = max(staged, default=0)
     if cand.fixed is not None and cand.facts_any_tile.halo_reuse:
-        # a pinned halo-reusing tile: its exact peak, second buffer included
-        steps, prefetch = [cand.facts_any_tile.reuse_peak_bytes], 0
+        # a pinned halo-reusing tile: its exact peak, second buffer included; it reserves
+        # the largest streamed pair for all its steps
+        steps, prefetch, staged = [cand.facts_any_tile.reuse_peak_bytes], 0, (stage,)
+    streamed = 1 - cand.resident
     if chip.wram is not None and not isinstance(room, int):
-        enc.enforce(m.add(weights * cand.resident + room
+        enc.enforce(m.add(weights * cand.resident + stage * streamed + room
                           <= chip.wram.bytes * chip.cores_per_cluster), cand)
     sram_room = room if chip.wram is None else 0
-    for step in steps:
-        sram = step + (weights * cand.resident if chip.unified else 0) + sram_room
+    for i, step in enumerate(steps):
+        onchip = weights * cand.resident + (staged[i] if staged else 0) * streamed \
+            if chip.unified else 0
+        sram = step + onchip + sram_room
         enc.enforce(m.add(sram <= chip.sram.bytes), cand)
         enc.enforce(m.add(sram + prefetch <= chip.sram.bytes), cand, cand.double_buffered)
         if chip.nram is not None:  # ceil(step / cores) <= NRAM
@@ -119,6 +127,8 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
             enc.enforce(m.add(step + prefetch <= cap), cand, cand.double_buffered)
     if chip.wram is not None and -(-weights // chip.cores_per_cluster) > chip.wram.bytes:
         m.add_implication(cand.selected, cand.resident.Not())
+    if chip.wram is not None and -(-stage // chip.cores_per_cluster) > chip.wram.bytes:
+        m.add_implication(cand.selected, cand.resident)
 
 
 @dataclass(frozen=True)
@@ -575,6 +585,10 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             candidates.append(layers)
             floors.append(floor)  # a bound for every alternative
             pinned.append(choice)
+    for layers, choice in long_groups(graph, chip, ruleset, objective):
+        candidates.append(layers)  # whole-map groups past the size limit, pinned
+        floors.append(objective_units(choice.cost, objective, ruleset.objective, chip))
+        pinned.append(choice)
     enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors,
                                  cycles_cap, pinned, prefetch_options)
     _hint(enc, warm)

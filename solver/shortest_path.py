@@ -22,29 +22,14 @@ from hardware.chip import Chip
 from planner.core.errors import PlanningError
 from planner.cost.model import prefetch_cycles, weight_bytes
 from planner.cost.objective import Objective, cycle_units, objective_units
-from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
 from planner.plan.placement import Placement
-from rules.base import StructuralRule
 from rules.ruleset import RuleSet
-from solver.groups import is_connected
+from solver.groups import breaks_structure, is_connected
+from solver.long_groups import long_groups
 from solver.tiles import GroupSearch, Option, TileChoice
 
 _UNSEEN = object()  # not in the memo
-
-
-def breaks_structure(search: GroupSearch, ruleset: RuleSet) -> bool:
-    """A fused group that breaks a structural rule, which no tile can mend.
-
-    Checked before the tile search: most intervals of a blocky network (DenseNet: 84 %)
-    cut a block or hold too few main layers, and the tile search would try every tile
-    height to find none passes.
-    """
-    if len(search.layers) < 2:
-        return False
-    facts = search.facts(Tile(1, 1, 1), True)
-    return any(r.check(facts) is not None for r in ruleset.enabled
-               if isinstance(r, StructuralRule))
 
 
 def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str) -> PlanningError:
@@ -115,6 +100,11 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
             dag.add_edge(i, j, weight=objective_units(best.cost, objective, ruleset.objective,
                                                       chip))
     if not coef:
+        for layers, best in long_groups(graph, chip, ruleset, objective):
+            i = graph.index(layers[0])  # an interval of the order, longer than the limit
+            choice[i, i + len(layers)] = best
+            dag.add_edge(i, i + len(layers),
+                         weight=objective_units(best.cost, objective, ruleset.objective, chip))
         path = nx.shortest_path(dag, 0, len(order), weight="weight")
         return [choice[a, b].placement(tuple(order[a:b]))
                 for a, b in zip(path, path[1:], strict=False)]

@@ -66,12 +66,12 @@ class Option:
 def prefetch_room(facts: GroupFacts) -> int:
     """Bytes left for the next group's weights while this group runs (bounds, as CP-SAT).
 
-    Weights go to WRAM beside this group's resident weights on chips with one; else to
-    SRAM beside the live tiles (with their second buffer, or the exact halo-reuse peak)
-    and, on single-memory chips, this group's resident weights.
+    Weights go to WRAM beside this group's resident weights (or its streamed chunks) on
+    chips with one; else to SRAM beside the live tiles (with their second buffer, or the
+    exact halo-reuse peak) and, on single-memory chips, this group's weights on chip.
     """
     chip = facts.chip
-    weights = facts.weight_bytes if facts.weights_resident else 0
+    weights = facts.onchip_weight_bytes
     if chip.wram is not None and facts.tile.bands > 1:  # each band's cores hold a copy
         return (chip.wram.bytes - ceil(weights / cores_per_band(chip, facts.tile.bands))) \
             * chip.cores_per_cluster
@@ -81,12 +81,13 @@ def prefetch_room(facts: GroupFacts) -> int:
         return (chip.sram.bytes - max(cluster_loads(chip, facts.band_peak_bytes))
                 - (weights if chip.unified else 0))
     if facts.halo_reuse:
-        live = facts.reuse_peak_bytes
+        live = facts.reuse_peak_bytes + (facts.stage_peak_bytes if chip.unified else 0)
     else:
-        live = facts.live_peak_bytes
+        live = facts.sram_live_peak_bytes
         if facts.double_buffered:
             live += facts.in_bytes
-    return chip.sram.bytes - live - (weights if chip.unified else 0)
+    resident = facts.weight_bytes if facts.weights_resident else 0
+    return chip.sram.bytes - live - (resident if chip.unified else 0)
 
 
 def physical_violations(facts: GroupFacts) -> list[Violation]:
@@ -98,16 +99,17 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
                           f"needs {need} B of {level.upper()} for its bands, has {cap} B",
                           need, cap)
                 for level, need, cap in band_overflows(chip, facts.band_peak_bytes,
-                                                       facts.weight_bytes,
-                                                       facts.weights_resident)]
+                                                       facts.onchip_weight_bytes)]
     if facts.halo_reuse:  # exact: borders kept for later tiles plus each tile's new parts
         live = facts.reuse_peak_bytes
+        sram_live = live + (facts.stage_peak_bytes if chip.unified else 0)
     else:
-        live = facts.live_peak_bytes
+        live, sram_live = facts.live_peak_bytes, facts.sram_live_peak_bytes
         if facts.double_buffered:  # room to prefetch the next tile's inputs
             live += facts.in_bytes
-    weights = facts.weight_bytes if facts.weights_resident else 0
-    sram_need = live + (weights if chip.unified else 0)
+            sram_live += facts.in_bytes
+    resident = facts.weight_bytes if facts.weights_resident else 0
+    sram_need = sram_live + (resident if chip.unified else 0)
     if sram_need > chip.sram.bytes:
         out.append(Violation("HW", "sram", f"tile needs {sram_need} B of SRAM, has "
                              f"{chip.sram.bytes} B", sram_need, chip.sram.bytes))
@@ -116,11 +118,13 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
         if share > chip.nram.bytes:
             out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
                                  f"{chip.nram.bytes} B", share, chip.nram.bytes))
+    weights = facts.onchip_weight_bytes
     if chip.wram is not None and weights:
         share = ceil(weights / chip.cores_per_cluster)
+        what = "resident weights" if facts.weights_resident else "streamed weight chunks"
         if share > chip.wram.bytes:
-            out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for resident "
-                                 f"weights, has {chip.wram.bytes} B", share, chip.wram.bytes))
+            out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for {what}, "
+                                 f"has {chip.wram.bytes} B", share, chip.wram.bytes))
     return out
 
 

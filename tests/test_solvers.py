@@ -190,8 +190,10 @@ def test_whole_network_shortcut(store: ModelStore) -> None:
 
 def test_max_group_layers_caps_every_group(store: ModelStore) -> None:
     """search.max_group_layers is the largest group the planners may form; it must hold for the
-    whole-network shortcut too (seed 004: "if the whole network fits ... and is not too deep")."""
-    p = with_rules(prepare(str(store.path("residual_net"))), search={"max_group_layers": 4})
+    whole-network shortcut too (seed 004: "if the whole network fits ... and is not too deep"),
+    once whole-map groups of any length are off."""
+    p = with_rules(prepare(str(store.path("residual_net"))),
+                   search={"max_group_layers": 4, "long_whole_map_groups": False})
     for solver in ("cpsat", "shortest-path", "greedy"):
         plan = plan_problem(p, solver)
         biggest = max(len(g.layers) for g in plan.groups)
@@ -272,14 +274,16 @@ def test_every_plan_verifies_in_the_emulator(store: ModelStore, tmp_path: Path, 
 @pytest.mark.parametrize(("hw", "overrides", "level", "needed", "has"), [
     (None, ["sram.bytes=1KiB"], "SRAM", 1088, 1024),
     (None, ["nram.bytes=64"], "NRAM", 272, 64),
-    ("two_level", ["sram.bytes=1KiB"], "SRAM", 1088, 1024),
+    ("two_level", ["sram.bytes=1KiB"], "SRAM", 1536, 1024),
 ], ids=["sram", "nram", "unified-sram"])
 def test_infeasible_chip_names_layer_level_and_bytes(store: ModelStore, solver: str,
                                                      hw: str | None, overrides: list[str],
                                                      level: str, needed: int, has: int) -> None:
     """chain_cnn's conv3 at its smallest tile (one row of 8x32 from 3 rows of 3x32) needs
     (3x3x32 + 8x32) x 2 B = 1088 B on chip, a quarter of it per core in NRAM (2-D tiles,
-    off by default, would fit it in 70 B)."""
+    off by default, would fit it in 70 B). On the single-memory chip its weights stream
+    through the same SRAM: (8x3x3x3 + 8) x 2 B = 448 B in two chunks of 224 B (a chunk is
+    at most a quarter of the SRAM), both on chip at once: 1536 B."""
     problem = store.problem("chain_cnn", hw, overrides)
     with pytest.raises(PlanningError) as info:
         plan_problem(problem, solver)

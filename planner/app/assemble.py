@@ -16,6 +16,7 @@ from planner.cost.model import (
     with_time,
 )
 from planner.cost.objective import Objective
+from planner.cost.weight_stream import chunk_counts
 from planner.geometry.regions import group_chains, group_io
 from planner.ir.graph import Graph
 from planner.plan.checks import (
@@ -37,6 +38,9 @@ from solver.tiles import GroupSearch, prefetch_room
 def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Group:
     """A group with its predicted counters from the cost model (layers in graph order)."""
     p = replace(placement, layers=tuple(sorted(placement.layers, key=graph.index)))
+    chunks = () if p.weights_resident else tuple(
+        (name, k) for name, k in chunk_counts(graph, p.layers, chip).items() if k > 1)
+    p = replace(p, chunks=chunks)
     if p.halo_reuse:
         check_reuse_tile(graph, p.layers, p.tile, "plan")
     check_bands(graph, p.layers, p.tile, chip, p.halo_reuse, "plan")

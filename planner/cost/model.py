@@ -9,7 +9,9 @@ actually moves. Execution model, per group:
   overlapping tiles re-read their halo), computes every layer of the group on
   chip and stores its box of the anchor; other outputs force a single tile;
 * weights are read once per group when resident (held in WRAM, or in SRAM on
-  single-memory chips), else streamed once per tile;
+  single-memory chips), else streamed layer by layer, in output-channel chunks, once per
+  tile (planner.cost.weight_stream): the chunks on chip at each step count against WRAM,
+  or against SRAM beside that step's maps on single-memory chips;
 * on chip, a tensor lives from its load/production to its last consumer in the
   group; the SRAM footprint of a tile is the peak of live feature-map bytes
   (plus the weights on single-memory chips);
@@ -41,6 +43,7 @@ from math import ceil
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.cost.objective import energy_pj
+from planner.cost.weight_stream import stage_peak, staged_steps
 from planner.geometry.bands import band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from planner.geometry.regions import (
@@ -88,11 +91,20 @@ def live_steps(graph: Graph, io: GroupIO) -> list[tuple[str, ...]]:
 
 
 def footprint(graph: Graph, io: GroupIO, boxes: dict[str, Box], steps: Sequence[tuple[str, ...]],
-              dtype_bytes: int) -> int:
-    """Peak live feature-map bytes of one tile."""
+              dtype_bytes: int, staged: Sequence[int] = ()) -> int:
+    """Peak live bytes of one tile: its feature maps, plus at each step the streamed weight
+    bytes `staged` (one entry per step) where they share the memory."""
     return max(
-        sum(box_elems(graph, t, boxes[t]) for t in live if t in boxes) for live in steps
-    ) * dtype_bytes
+        sum(box_elems(graph, t, boxes[t]) for t in live if t in boxes) * dtype_bytes
+        + (staged[i] if staged else 0) for i, live in enumerate(steps))
+
+
+def sram_staged(graph: Graph, io: GroupIO, chip: Chip, weights_resident: bool) -> tuple[int, ...]:
+    """Streamed weight bytes in SRAM at each step: only on single-memory chips (WRAM holds
+    them elsewhere), only when the weights stream."""
+    if weights_resident or not chip.unified:
+        return ()
+    return staged_steps(graph, io, chip)
 
 
 def _axis_sum(chain: AxisChain | None, extent: int, size: int) -> int | None:
@@ -163,10 +175,9 @@ def _representative(extent: int, size: int) -> list[tuple[int, int]]:
 def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                weights_resident: bool = True, double_buffered: bool = False,
                halo_reuse: bool = False) -> int:
-    """Exact SRAM peak over all tiles (feature maps, plus resident weights on single-memory chips).
-
-    Streamed weights pass through a DMA staging buffer that is not modeled.
-    """
+    """Exact SRAM peak over all tiles: feature maps, plus on single-memory chips the resident
+    weights, or the streamed chunks of each step (planner.cost.weight_stream; halo-reusing
+    tiles reserve the largest pair for all their steps)."""
     n, h, w = anchor_extent(graph, io)
     steps = live_steps(graph, io)
     exact = all(
@@ -176,22 +187,24 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     )
     pick = _representative if exact else axis_ranges
     peak = 0
+    staged = sram_staged(graph, io, chip, weights_resident)
     if halo_reuse and tile.bands > 1:
         return banded_sram_bytes(graph, io, chains, tile, chip, weights_resident,
                                  double_buffered)
     if halo_reuse:
-        peak = reuse_peak_elems(graph, io, chains, tile, double_buffered) * chip.dtype_bytes
+        peak = (reuse_peak_elems(graph, io, chains, tile, double_buffered) * chip.dtype_bytes
+                + max(staged, default=0))
     rows, cols = (AxisSchedule(graph, io, chains, axis, size).picked_ranges()
                   for axis, size in ((1, tile.h), (2, tile.w)))
     for n0, n1 in ([] if halo_reuse else pick(n, tile.n)):
         for r0, r1 in rows:
             for c0, c1 in cols:
                 boxes = tile_regions(graph, io, (n0, n1, r0, r1, c0, c1))
-                peak = max(peak, footprint(graph, io, boxes, steps, chip.dtype_bytes))
+                here = footprint(graph, io, boxes, steps, chip.dtype_bytes, staged)
+                peak = max(peak, here)
                 if double_buffered:  # the next tile's inputs arrive while this one computes
                     nxt = sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
-                    peak = max(peak, footprint(graph, io, boxes, steps, chip.dtype_bytes)
-                               + nxt * chip.dtype_bytes)
+                    peak = max(peak, here + nxt * chip.dtype_bytes)
     if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)
     return peak
@@ -404,9 +417,14 @@ def band_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, 
 def banded_sram_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                       weights_resident: bool, double_buffered: bool,
                       grids: Sequence[ReuseGrid] | None = None) -> int:
-    """SRAM of the fullest cluster under a banded group: its bands' peaks, plus the resident
-    weights on single-memory chips."""
-    own = weight_bytes(graph, io.weights, chip) if chip.unified and weights_resident else 0
+    """SRAM of the fullest cluster under a banded group: its bands' peaks, plus on
+    single-memory chips the resident weights or the largest streamed pair."""
+    if not chip.unified:
+        own = 0
+    elif weights_resident:
+        own = weight_bytes(graph, io.weights, chip)
+    else:
+        own = stage_peak(graph, io, chip)
     peaks = band_peak_bytes(graph, io, chains, tile, chip, double_buffered, grids)
     return max(cluster_loads(chip, peaks)) + own
 
@@ -453,6 +471,7 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
     steps = live_steps(graph, io)
     uses = in_group_uses(graph, io)
     wbytes = weight_bytes(graph, io.weights, chip)
+    staged = sram_staged(graph, io, chip, weights_resident)
     reads = writes = macs = vector_ops = core = peak = first = last = 0
     for i, box in enumerate(boxes):
         regions = tile_regions(graph, io, box)
@@ -472,7 +491,7 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
                 vector_ops += ops
         core += sum(box_elems(graph, t, regions[t]) * (1 + uses.get(t, 0))
                     for t in group_tensors(graph, io) if t in regions) * dt
-        tile_peak = footprint(graph, io, regions, steps, dt)
+        tile_peak = footprint(graph, io, regions, steps, dt, staged)
         peak = max(peak, tile_peak + (loaded if double_buffered else 0))
     wread = wbytes * (1 if weights_resident else len(boxes))
     if chip.unified and weights_resident:

@@ -65,14 +65,13 @@ def band_compute_cycles(chip: Chip, macs: int, vector_ops: int, bands: int) -> i
             + ceil(vector_ops / (cores * chip.core.vector_lanes)))
 
 
-def band_overflows(chip: Chip, fmap_peaks: list[int], weights: int, resident: bool
-                   ) -> list[tuple[str, int, int]]:
+def band_overflows(chip: Chip, fmap_peaks: list[int], own: int) -> list[tuple[str, int, int]]:
     """(level, bytes needed, capacity) of every on-chip memory a banded group overflows,
-    from each band's feature-map peak: SRAM per cluster (its bands, plus the resident
-    weights on single-memory chips), NRAM per core (1 / cores-per-band of its band), WRAM
-    per core (its share of its band's copy of the resident weights)."""
+    from each band's feature-map peak and `own`, the weight bytes a band holds at once
+    (resident weights, or the largest streamed pair): SRAM per cluster (its bands, plus those
+    weights on single-memory chips), NRAM per core (1 / cores-per-band of its band), WRAM per
+    core (its share of its band's copy of the weights)."""
     cores = cores_per_band(chip, len(fmap_peaks))
-    own = weights if resident else 0
     found = []
     sram = max(cluster_loads(chip, fmap_peaks)) + (own if chip.unified else 0)
     if sram > chip.sram.bytes:

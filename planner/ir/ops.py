@@ -108,6 +108,9 @@ FanInFn = Callable[[int, Shape, Attrs], int | None]
 # channels (axis 1) input 0 must have, from the shape of input 1: (shape, attrs) -> channels,
 # None when that shape says nothing
 InChannelsFn = Callable[[Shape, Attrs], int | None]
+# output-channel chunks (weight streaming): the axis of constant input `index` that runs over
+# the output channels, None when every chunk needs it whole: (index, shape, attrs) -> axis
+ChunkAxisFn = Callable[[int, Shape, Attrs], int | None]
 
 
 def _const(n: int) -> WorkFn:
@@ -193,6 +196,28 @@ def _batch_reduce(attrs: Attrs, ins: Sequence[Shape], out: Shape, opset: int) ->
     return axes is not None and 0 not in [a % len(ins[0]) for a in axes]
 
 
+def _conv_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    """W is (C_out, C_in/group, k...), B is (C_out,): both split along C_out; grouped
+    convolutions are not split (a chunk of outputs would need a matching chunk of inputs)."""
+    if int(attrs.get("group", 1)) != 1 or index not in (1, 2):
+        return None
+    return 0
+
+
+def _gemm_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    """B is (K, N), or (N, K) when transposed; C splits along N when it has N columns."""
+    if index == 1 and len(shape) == 2:
+        return 0 if int(attrs.get("transB", 0)) else 1
+    if index == 2 and len(shape) >= 1 and shape[-1] > 1:
+        return len(shape) - 1
+    return None
+
+
+def _matmul_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    """B (input 1) is (..., K, N): its columns are the output's last axis."""
+    return len(shape) - 1 if index == 1 and len(shape) >= 2 else None
+
+
 def _conv_fan_in(index: int, shape: Shape, attrs: Attrs) -> int | None:
     return prod(shape[1:])
 
@@ -259,6 +284,10 @@ class OpSpec:
     rectified: Rectified = Rectified.NEVER
     branch_scale: BranchScale = BranchScale.NONE
     sums_inputs: bool = False
+    # streamed weights: how a constant input splits into output-channel chunks, and the
+    # output axis the chunks' results join along (None: the op is computed whole)
+    chunk_axis: ChunkAxisFn | None = None
+    chunk_out_axis: int = 1
 
     @property
     def is_main(self) -> bool:
@@ -328,7 +357,8 @@ def _opaque(op: str, **more: Any) -> OpSpec:
 _ENTRIES: tuple[OpSpec, ...] = (
     # main: the MAC array
     _spec("Conv", _M, MapRule.WINDOW, _conv_work, roles=_CONV_ROLES, fan_in=_conv_fan_in,
-          in_channels=_conv_in_channels, branch_scale=BranchScale.INPUT1),
+          in_channels=_conv_in_channels, branch_scale=BranchScale.INPUT1,
+          chunk_axis=_conv_chunk_axis),
     _spec("ConvTranspose", _M, MapRule.TRANSPOSED, _conv_transpose_work, roles=_CONV_ROLES,
           fan_in=_conv_transpose_fan_in, in_channels=_conv_transpose_in_channels,
           branch_scale=BranchScale.INPUT1),
@@ -336,8 +366,10 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("AveragePool", _M, MapRule.WINDOW, _pool_work, rectified=_KEEPS),
     _spec("LpPool", _M, MapRule.WINDOW, _pool_work),
     _spec("Gemm", _M, MapRule.WHOLE, _gemm_work, _batch_gemm,
-          roles=(_W, _W, InputRole.BIAS), fan_in=_gemm_fan_in, branch_scale=BranchScale.INPUT1),
-    _spec("MatMul", _M, MapRule.WHOLE, _matmul_work, other_role=_W, fan_in=_matmul_fan_in),
+          roles=(_W, _W, InputRole.BIAS), fan_in=_gemm_fan_in, branch_scale=BranchScale.INPUT1,
+          chunk_axis=_gemm_chunk_axis, chunk_out_axis=-1),
+    _spec("MatMul", _M, MapRule.WHOLE, _matmul_work, other_role=_W, fan_in=_matmul_fan_in,
+          chunk_axis=_matmul_chunk_axis, chunk_out_axis=-1),
     # vector: per-element functions and per-position normalizations
     _spec("Relu", _V, rectified=_RELU),
     _spec("Clip", _V, takes_weights=False, rectified=_RELU),  # min and max are bounds

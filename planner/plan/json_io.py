@@ -14,6 +14,7 @@ from planner.core.files import write_atomic
 from planner.cost.model import Counters
 from planner.cost.objective import Objective
 from planner.geometry.regions import Tile
+from planner.ir.chunks import chunk_axes
 from planner.ir.graph import Graph
 from planner.plan import schema
 from planner.plan.checks import check_cover, check_order, check_reuse_tile, whole_tile
@@ -61,12 +62,39 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 "double_buffered": g.double_buffered,
                 "halo": "reuse" if g.halo_reuse else "recompute",
                 "prefetch": g.prefetch,
+                **({"weight_chunks": dict(g.placement.chunks)} if g.placement.chunks else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
         ],
         "totals": _totals_json(plan),
     }
+
+
+def _chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str
+            ) -> tuple[tuple[str, int], ...]:
+    """A group's "weight_chunks" ({layer: output-channel chunks}) as a placement's."""
+    stated = g.get("weight_chunks", {})
+    if not isinstance(stated, dict):
+        raise InputError(f"{where}.weight_chunks must be an object {{layer: chunks}}; write "
+                         "the plan again with `fuseplan solve`.")
+    for name, count in stated.items():
+        if name not in layers:
+            raise InputError(f"{where}.weight_chunks names {name!r}, not a layer of the group; "
+                             "remove it.")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise InputError(f"{where}.weight_chunks.{name} must be a whole number of chunks "
+                             f"(1 or more), got {count!r}.")
+        split = chunk_axes(graph, graph.layer(name))
+        most = split[0] if split is not None else 1
+        if count > most:
+            raise InputError(f"{where}.weight_chunks.{name} is {count}, but layer {name!r} "
+                             f"({graph.layer(name).op}) splits into at most {most} "
+                             "output-channel chunks; use at most that.")
+    if stated and g.get("weights_resident", True):
+        raise InputError(f"{where}.weight_chunks: resident weights are not chunked; remove "
+                         "the key or set \"weights_resident\": false.")
+    return tuple((name, int(stated[name])) for name in layers if name in stated)
 
 
 def save_plan(plan: Plan, path: Path) -> None:
@@ -127,7 +155,7 @@ def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where
         placement = Placement(layers, tile,
                               WeightResidency.of(g.get("weights_resident", True)),
                               g.get("double_buffered", False), HaloMode(halo),
-                              g.get("prefetch", False))
+                              g.get("prefetch", False), _chunks(graph, g, layers, gw))
         groups.append(Group(g["id"], placement, g.get("mode", "big"), predicted))
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()

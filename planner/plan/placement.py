@@ -18,7 +18,9 @@ class WeightResidency(Enum):
     """Where a layer's weights live while its group runs."""
 
     RESIDENT = "resident"  # loaded once, held on chip (WRAM, or SRAM on unified chips)
-    STREAMED_PER_TILE = "streamed_per_tile"  # loaded again for every tile
+    # loaded layer by layer, in output-channel chunks, again for every tile
+    # (planner.cost.weight_stream): once in all for a group of one tile
+    STREAMED_PER_TILE = "streamed_per_tile"
 
     @classmethod
     def of(cls, resident: bool) -> WeightResidency:
@@ -48,6 +50,9 @@ class Placement:
     double_buffered: bool = False  # a second input buffer loads the next tile's inputs
     halo: HaloMode = HaloMode.RECOMPUTE
     prefetch: bool = False  # weights loaded while the group before computes
+    # streamed weights: (layer, output-channel chunks) of every layer cut into more than one
+    # (planner.cost.weight_stream.chunk_counts); the others stream whole
+    chunks: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def of(cls, layers: Sequence[str], tile: Tile, resident: bool = True,
@@ -61,6 +66,10 @@ class Placement:
         if layer not in self.layers:
             raise KeyError(layer)
         return self.weights
+
+    def chunk_count(self, layer: str) -> int:
+        """Output-channel chunks the layer's streamed weights arrive in (1: whole)."""
+        return dict(self.chunks).get(layer, 1)
 
     @property
     def weights_resident(self) -> bool:

@@ -1,0 +1,106 @@
+"""Streamed weights as the emulator runs them: layer by layer, in output-channel chunks.
+
+A group whose weights are not resident holds only the running layer's chunk of weights
+and the chunk loading behind it (the next chunk of the same layer, or the next layer's
+first): the emulator slices each chunk out of the weights it runs with, computes the
+layer chunk by chunk (each chunk's slice of the output channels from the whole input on
+chip) and joins the slices, and counts from the arrays it slices how many weight bytes are
+on chip while each layer runs. The plan names the chunk counts (Placement.chunks); which
+axis of each weight a chunk cuts is the op table's (planner.ir.chunks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.geometry.regions import GroupIO
+from planner.ir.chunks import chunk_axes, chunk_ranges
+from planner.ir.graph import Graph, Layer
+from planner.ir.ops import op_spec
+from planner.plan.data import Group
+
+Compute = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
+
+
+def _take(arr: np.ndarray, axis: int, lo: int, hi: int) -> np.ndarray:
+    index = [slice(None)] * arr.ndim
+    index[axis] = slice(lo, hi)
+    return arr[tuple(index)]
+
+
+class _Overlay(Mapping[str, np.ndarray]):
+    """A chunk's weight slices over the run's weights (no copy of either)."""
+
+    def __init__(self, top: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray]) -> None:
+        self.top, self.base = top, base
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.top[key] if key in self.top else self.base[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({*self.top, *self.base})
+
+    def __len__(self) -> int:
+        return len({*self.top, *self.base})
+
+
+@dataclass(frozen=True)
+class WeightStream:
+    """The chunks of a streamed group's layers and the weight bytes on chip at each step."""
+
+    parts: Mapping[str, tuple[Mapping[str, np.ndarray], ...]]  # layer -> its chunks' slices
+    held: tuple[int, ...]  # per layer of the group: the most weight bytes on chip as it runs
+
+    @classmethod
+    def of(cls, graph: Graph, io: GroupIO, group: Group, weights: Mapping[str, np.ndarray],
+           dtype_bytes: int) -> WeightStream:
+        """Slice the group's streamed weights into the plan's chunks."""
+        parts: dict[str, tuple[Mapping[str, np.ndarray], ...]] = {}
+        sizes: list[list[int]] = []
+        for name in io.layers:
+            lay = graph.layer(name)
+            arrays = {w: np.asarray(weights.get(w, graph.constants.get(w)))
+                      for w in set(lay.weights)}
+            chunks = group.placement.chunk_count(name)
+            if not arrays:
+                sizes.append([])
+                continue
+            split = chunk_axes(graph, lay)
+            if chunks == 1 or split is None:
+                if chunks > 1:
+                    raise ValueError(f"layer {name!r} ({lay.op}) cannot be computed in "
+                                     f"output-channel chunks, the plan asks for {chunks}")
+                sizes.append([sum(a.size for a in arrays.values()) * dtype_bytes])
+                continue
+            channels, axes = split
+            slices = tuple({w: _take(arr, axes[w], lo, hi) for w, arr in arrays.items()
+                            if w in axes} for lo, hi in chunk_ranges(channels, chunks))
+            parts[name] = slices
+            sizes.append([sum(part[w].size if w in part else arrays[w].size for w in arrays)
+                          * dtype_bytes for part in slices])
+        held = [0] * len(sizes)
+        upcoming = 0  # the next layer's first chunk, loading while this layer runs
+        for i in range(len(sizes) - 1, -1, -1):
+            own = sizes[i]
+            behind = [*own[1:], upcoming] if own else []
+            held[i] = max((a + b for a, b in zip(own, behind, strict=True)), default=upcoming)
+            if own:
+                upcoming = own[0]
+        return cls(parts, tuple(held))
+
+    @property
+    def reserved(self) -> int:
+        """The largest pair: what a halo-reusing group keeps room for at every step."""
+        return max(self.held, default=0)
+
+    def run(self, lay: Layer, weights: Mapping[str, np.ndarray], compute: Compute
+            ) -> list[np.ndarray]:
+        """The layer's outputs, computed chunk by chunk when it streams in chunks."""
+        slices = self.parts.get(lay.name)
+        if not slices:
+            return compute(weights)
+        outs = [compute(_Overlay(part, weights))[0] for part in slices]
+        return [np.concatenate(outs, axis=op_spec(lay.op).chunk_out_axis)]

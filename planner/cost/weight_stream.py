@@ -1,0 +1,133 @@
+"""Weight streaming: how a group's weights flow when they are not resident.
+
+A streamed group loads each layer's weights just before the layer runs and drops them
+after it, again for every tile (tiles are the outer loop): its weight traffic is its weight
+bytes times its tiles, which for a group of one tile (whole maps on chip, SoMa's schedule)
+is every weight read exactly once.
+
+A layer whose weights are large arrives in **output-channel chunks** (the op table's
+``chunk_axis``): each chunk of weights is applied to the layer's whole input on chip and
+yields its slice of the output channels, so only one chunk sits on chip at a time. Chunks
+are double-buffered (seed 000 rule 16: W_i + W_i+1 <= WRAM): while one computes, the next
+loads -- the next chunk of the same layer, or the first chunk of the next layer with weights.
+At step i of a tile the chip therefore holds ``chunk_i + next chunk`` bytes of weights:
+in WRAM on chips with one (split along C_out over the cluster's cores), else in SRAM beside
+the live maps.
+
+A layer is cut into the fewest chunks whose largest is at most a quarter of the weight
+memory (the cluster's WRAM, or the SRAM of a single-memory chip), so a double-buffered pair
+takes at most half of it and leaves the rest to the maps and to a next-group prefetch. The
+counts are a function of the chip and the layer alone: the cost model, the planners and
+the emulator all derive them here, and the plan file states them.
+
+Tiles that run layer by layer free each layer's chunks after its step; halo-reusing tiles
+keep a static on-chip layout across tiles (the border rows of every tensor), so they
+reserve one staging region for the group's largest pair during all their steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from math import ceil
+
+from hardware.chip import Chip
+from planner.geometry.regions import GroupIO
+from planner.ir.chunks import chunk_axes, chunk_ranges
+from planner.ir.graph import Graph, Layer
+
+STAGE_SHARE = 4  # a chunk takes at most 1/STAGE_SHARE of the weight memory
+
+
+def stage_memory(chip: Chip) -> int:
+    """Bytes of the memory streamed weights pass through: the cluster's WRAM, else SRAM."""
+    if chip.wram is not None:
+        return chip.wram.bytes * chip.cores_per_cluster
+    return chip.sram.bytes
+
+
+def _layer_bytes(graph: Graph, lay: Layer, dtype_bytes: int) -> int:
+    return sum(int(graph.constants[w].size) for w in set(lay.weights)) * dtype_bytes
+
+
+def chunk_sizes(graph: Graph, lay: Layer, chunks: int, dtype_bytes: int,
+                first_only: bool = False) -> list[int]:
+    """Bytes of each of the layer's chunks of weights, in order (one entry when whole)."""
+    split = chunk_axes(graph, lay)
+    if split is None or chunks <= 1:
+        return [_layer_bytes(graph, lay, dtype_bytes)]
+    channels, axes = split
+    # per weight: elements per output channel when split, else its whole size each chunk
+    per = [(int(graph.constants[w].size) // channels, w in axes,
+            int(graph.constants[w].size)) for w in set(lay.weights)]
+    ranges = chunk_ranges(channels, chunks)
+    return [sum(p * (hi - lo) if split_w else size for p, split_w, size in per) * dtype_bytes
+            for lo, hi in (ranges[:1] if first_only else ranges)]
+
+
+def chunk_bytes(graph: Graph, lay: Layer, chunks: int, dtype_bytes: int) -> int:
+    """Bytes of the layer's largest chunk (its first) of weights."""
+    return chunk_sizes(graph, lay, chunks, dtype_bytes, first_only=True)[0]
+
+
+def layer_chunks(graph: Graph, lay: Layer, chip: Chip) -> int:
+    """The fewest output-channel chunks whose largest fits a quarter of the weight memory
+    (1 for a layer that cannot be split; its channel count when even one channel is over)."""
+    split = chunk_axes(graph, lay)
+    limit = stage_memory(chip) // STAGE_SHARE
+    whole = _layer_bytes(graph, lay, chip.dtype_bytes)
+    if split is None or whole <= limit:
+        return 1
+    channels = split[0]
+    # the largest chunk only shrinks as chunks grow: bisect the count
+    lo, hi = 1, channels
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if chunk_bytes(graph, lay, mid, chip.dtype_bytes) <= limit:
+            hi = mid
+        else:
+            lo = mid + 1
+    # equal ranges: the smallest count giving the same chunk size is the one to state
+    size = -(-channels // lo)
+    return -(-channels // size)
+
+
+def chunk_counts(graph: Graph, layers: Sequence[str], chip: Chip) -> dict[str, int]:
+    """Chunks of every layer with weights in `layers` (1: streamed whole)."""
+    return {name: layer_chunks(graph, graph.layer(name), chip) for name in layers
+            if graph.layer(name).weights}
+
+
+def staged_steps(graph: Graph, io: GroupIO, chip: Chip,
+                 counts: Mapping[str, int] | None = None) -> tuple[int, ...]:
+    """Streamed weight bytes on chip at each step (layer of io.layers) of a tile: the most
+    that any chunk of the running layer and the chunk loading behind it take together (a
+    layer without weights holds the next layer's first chunk as it arrives)."""
+    counts = chunk_counts(graph, io.layers, chip) if counts is None else counts
+    dt = chip.dtype_bytes
+    sizes = [chunk_sizes(graph, graph.layer(n), counts[n], dt) if n in counts else []
+             for n in io.layers]
+    steps = [0] * len(sizes)
+    upcoming = 0  # first chunk of the next layer with weights, walking backwards
+    for i in range(len(sizes) - 1, -1, -1):
+        own = sizes[i]
+        behind = [*own[1:], upcoming] if own else []
+        steps[i] = max((a + b for a, b in zip(own, behind, strict=True)), default=upcoming)
+        if own:
+            upcoming = own[0]
+    return tuple(steps)
+
+
+def stage_peak(graph: Graph, io: GroupIO, chip: Chip) -> int:
+    """The largest double-buffered pair of a streamed group (halo-reusing tiles reserve it)."""
+    return max(staged_steps(graph, io, chip), default=0)
+
+
+def stage_overflow(graph: Graph, io: GroupIO, chip: Chip) -> tuple[str, int] | None:
+    """(layer, bytes) of the first step whose pair cannot fit WRAM on a chip with one
+    (the staging shares no memory with the maps there), else None."""
+    if chip.wram is None:
+        return None
+    for name, need in zip(io.layers, staged_steps(graph, io, chip), strict=True):
+        if ceil(need / chip.cores_per_cluster) > chip.wram.bytes:
+            return name, need
+    return None

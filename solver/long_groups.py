@@ -1,0 +1,144 @@
+"""Groups of any length: whole-map chains beyond ``search.max_group_layers``.
+
+A group whose one tile holds whole maps recomputes nothing, and with its weights streamed
+layer by layer (planner.cost.weight_stream) it reads every weight once while its feature
+maps never leave the chip: SoMa's schedule. Such groups may be far longer than the size
+limit that bounds the tile-variable candidates (a ResNet-50 stage is 30 layers, the whole
+network 120), so they get their own candidates, pinned at the whole-map tile:
+
+* they span the topological order between **single-tensor cuts** (positions that exactly
+  one tensor crosses), where a group boundary costs one tensor's store and load;
+* each start is extended cut by cut while a cheap bound -- the largest input-plus-output of
+  one layer, which every tile of a group holding that layer needs -- fits the chip, so
+  the search stops at the first layer whose maps cannot be on chip together;
+* of the ends that pass the rules and the chip's capacities, the longest and those whose
+  crossing tensor is among the smallest are kept (a traffic-minimal plan of whole-map
+  groups pays only its cuts: their tensors are what it chooses between).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hardware.chip import Chip
+from planner.cost.objective import Objective, objective_units
+from planner.ir.graph import Graph
+from rules.ruleset import RuleSet
+from solver.groups import breaks_structure, is_connected, is_convex
+from solver.tiles import GroupSearch, TileChoice
+
+SMALL_CUTS = 3  # ends kept per start besides the longest: the cheapest cuts before it
+
+
+def single_cuts(graph: Graph) -> list[int]:
+    """Positions p of the topological order such that exactly one tensor produced at or
+    before p (or a model input) is read after p."""
+    order = [lay.name for lay in graph.layers]
+    born = {t: -1 for t in graph.inputs}
+    last: dict[str, int] = {}
+    for i, name in enumerate(order):
+        lay = graph.layer(name)
+        for t in lay.fmap_inputs:
+            last[t] = i
+        for t in lay.outputs:
+            if t:
+                born[t] = i
+    for t in graph.outputs:
+        last[t] = len(order)  # stored at the end: crosses every later position
+    crossing = [0] * len(order)
+    for t, b in born.items():
+        for p in range(max(b, 0), last.get(t, b)):
+            crossing[p] += 1
+    return [p for p in range(len(order) - 1) if crossing[p] == 1]
+
+
+def _layer_floor_bytes(graph: Graph, name: str, dtype_bytes: int) -> int:
+    """Bytes a whole-map tile holds while this layer runs: all its inputs and outputs."""
+    lay = graph.layer(name)
+    tensors = {*lay.fmap_inputs, *(t for t in lay.outputs if t)}
+    return sum(graph.elems(t) for t in tensors if t in graph.shapes) * dtype_bytes
+
+
+def _capacity(chip: Chip) -> int:
+    """Feature-map bytes one tile may hold at most (SRAM, and NRAM across a cluster)."""
+    cap = chip.sram.bytes
+    if chip.nram is not None:
+        cap = min(cap, chip.nram.bytes * chip.cores_per_cluster)
+    return cap
+
+
+def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice | None:
+    """The best whole-map tile (images per tile largest first) that passes every rule and
+    fits the chip, weights resident or streamed."""
+    ruleset, chip = search.ruleset, search.chip
+    for tn in search.batch_options():
+        at = search.at_batch(tn)
+        tile = at.tile_of(at.heights()[0])
+        found = []
+        for resident in (True, False):
+            if not at.violations(tile, resident):
+                found.append(at.choice(tile, resident, at.fits_double_buffer(tile, resident)))
+        if found:
+            return min(found, key=lambda c: objective_units(c.cost, objective,
+                                                            ruleset.objective, chip))
+    return None
+
+
+def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
+                ) -> Iterator[tuple[tuple[str, ...], TileChoice]]:
+    """Whole-map groups longer than ``search.max_group_layers``, with their tile choice."""
+    if not ruleset.search.long_whole_map_groups:
+        return
+    order = [lay.name for lay in graph.layers]
+    limit = ruleset.search.max_group_layers
+    cuts = single_cuts(graph)
+    ends = [*cuts, len(order) - 1]
+    floor = [_layer_floor_bytes(graph, n, chip.dtype_bytes) for n in order]
+    cap = _capacity(chip)
+    crossing_bytes = {p: _cut_bytes(graph, order, p, chip.dtype_bytes) for p in cuts}
+    for start in [0, *(p + 1 for p in cuts)]:
+        reach = [e for e in ends if e >= start]
+        # extend while the cheap bound fits: the first layer over it ends every longer group
+        worst = start
+        fitting = []
+        for e in reach:
+            while worst <= e and floor[worst] <= cap:
+                worst += 1
+            if worst <= e:
+                break
+            if e - start + 1 > limit:
+                fitting.append(e)
+        if not fitting:
+            continue
+        longest = None
+        for e in reversed(fitting):  # the longest end that passes the real checks
+            found = _choice(graph, chip, ruleset, objective, order[start:e + 1])
+            if found is not None:
+                longest = e
+                yield found
+                break
+        if longest is None:
+            continue
+        cheap = sorted((e for e in fitting if e < longest), key=lambda e: crossing_bytes[e])
+        for e in cheap[:SMALL_CUTS]:
+            found = _choice(graph, chip, ruleset, objective, order[start:e + 1])
+            if found is not None:
+                yield found
+
+
+def _cut_bytes(graph: Graph, order: list[str], p: int, dtype_bytes: int) -> int:
+    """Bytes of the one tensor crossing cut p (the output of the layer at p, usually)."""
+    outs = [t for t in graph.layer(order[p]).outputs if t]
+    return graph.elems(outs[0]) * dtype_bytes if outs else 0
+
+
+def _choice(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+            layers: list[str]) -> tuple[tuple[str, ...], TileChoice] | None:
+    group = tuple(layers)
+    if not (is_connected(graph, group) and is_convex(graph, group)):
+        return None
+    search = GroupSearch.of(graph, group, chip, ruleset)
+    if breaks_structure(search, ruleset):
+        return None
+    choice = _whole_map_choice(search, objective)
+    return None if choice is None else (tuple(search.layers), choice)

@@ -1,0 +1,109 @@
+"""Weight streaming (planner.cost.weight_stream, emulator.chunks, solver.long_groups): layers
+whose weights exceed every on-chip memory run in output-channel chunks, and whole-map
+chains of any length stream their weights layer by layer -- predicted == emulated."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from hardware.chip import load_chip
+from planner.cost.weight_stream import chunk_counts, staged_steps
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model
+from planner.geometry.regions import group_io
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fuseplan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "fuseplan"), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+
+
+def _big_gemm(path: Path, k: int = 4096, n: int = 4096) -> Path:
+    """x[1, k] -> Gemm(W[k, n], b[n]) -> Relu: fp16 weights of 32 MiB at 4096 x 4096."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(
+        (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), "W")
+    b = numpy_helper.from_array(np.zeros(n, np.float32), "B")
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "B"], ["g"], name="fc"),
+         helper.make_node("Relu", ["g"], ["y"], name="relu")], "big_gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, path)
+    return path
+
+
+def test_chunks_fit_a_quarter_of_the_weight_memory(tmp_path: Path) -> None:
+    """A 32 MiB Gemm on the default chip (4 x 1 MiB WRAM per cluster) is cut into chunks of
+    at most 1 MiB; the pair in flight fits WRAM."""
+    graph = build_graph(load_model(str(_big_gemm(tmp_path / "gemm.onnx")), {}))
+    chip, _ = load_chip("cluster4x4")
+    counts = chunk_counts(graph, ("fc",), chip)
+    assert counts["fc"] == 33  # (4096 + 1) x 4096 x 2 B over chunks of at most 1 MiB
+    held = staged_steps(graph, group_io(graph, ("fc",)), chip)
+    assert max(held) <= chip.wram.bytes * chip.cores_per_cluster // 2
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "shortest-path", "greedy", "layer"])
+def test_a_layer_larger_than_every_memory_plans_and_verifies(tmp_path: Path, solver: str
+                                                            ) -> None:
+    model = _big_gemm(tmp_path / "gemm.onnx")
+    plan = tmp_path / "plan.json"
+    solved = _fuseplan("solve", str(model), "--solver", solver, "-o", str(plan), "--json")
+    assert solved.returncode == 0, solved.stderr
+    doc = json.loads(plan.read_text())
+    fc = next(g for g in doc["groups"] if "fc" in g["layers"])
+    assert fc["weights_resident"] is False and fc["weight_chunks"]["fc"] > 1
+    checked = _fuseplan("verify", str(model), str(plan), "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["outputs_match"] and report["predicted_matches_emulated"]
+    assert report["emulated"]["weight_read_bytes"] == 4096 * 4097 * 2  # each weight once
+
+
+def test_edited_chunks_are_caught_by_verify(tmp_path: Path) -> None:
+    """The emulator runs the chunks the plan states; a plan whose chunk count was edited
+    holds other bytes on chip than the cost model priced, and verify says so."""
+    model = _big_gemm(tmp_path / "gemm.onnx")
+    plan = tmp_path / "plan.json"
+    assert _fuseplan("solve", str(model), "-o", str(plan)).returncode == 0
+    doc = json.loads(plan.read_text())
+    fc = next(g for g in doc["groups"] if "fc" in g["layers"])
+    fc["weight_chunks"]["fc"] = 2  # chunks of 16 MiB: over WRAM
+    plan.write_text(json.dumps(doc))
+    checked = _fuseplan("verify", str(model), str(plan), "--json")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("sram", ["16KiB", "64KiB", "1MiB"])
+def test_stream_rules_fuse_whole_map_chains_and_verify(tmp_path: Path, sram: str) -> None:
+    """rules/stream.yaml on a single-memory chip: groups may run past max_group_layers when
+    they hold whole maps, their weights stream layer by layer, and every counter the plan
+    predicts is what the emulator counts."""
+    plan = tmp_path / "plan.json"
+    rules = tmp_path / "rules.yaml"
+    text = (ROOT / "rules" / "stream.yaml").read_text()
+    rules.write_text(text.replace("max_group_layers: 12", "max_group_layers: 3"))
+    model = str(ROOT / "examples" / "chain_cnn" / "model.onnx")
+    solved = _fuseplan("solve", model, "--hw", "soma_buffer", "--set", f"sram.bytes={sram}",
+                       "--rules", str(rules), "-o", str(plan), "--json")
+    assert solved.returncode == 0, solved.stderr
+    doc = json.loads(plan.read_text())
+    checked = _fuseplan("verify", model, str(plan), "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["outputs_match"] and report["predicted_matches_emulated"]
+    if sram == "1MiB":  # the whole chain's maps fit: one group, past the 3-layer cap
+        assert len(doc["groups"]) == 1 and len(doc["groups"][0]["layers"]) > 3
+        assert doc["totals"]["dram_bytes"] == doc["totals"]["compulsory_dram_bytes"]
