@@ -26,8 +26,15 @@ from planner.core.errors import InputError
 from planner.core.yamlio import apply_overrides, build_dataclass, did_you_mean, load_yaml, where
 
 __all__ = [
+    "CLOCK_GHZ_RANGE",
     "DEFAULT_PRESET",
+    "GBPS_RANGE",
     "HARDWARE_DIR",
+    "MAX_COUNT",
+    "MAX_MEMORY_BYTES",
+    "MAX_PJ",
+    "MAX_STATIC_MW",
+    "MAX_UNITS",
     "PRESETS",
     "Chip",
     "Core",
@@ -48,19 +55,33 @@ PRESETS: tuple[str, ...] = tuple(sorted(p.stem for p in HARDWARE_DIR.glob("*.yam
 DEFAULT_PRESET = "cluster4x4"
 """Preset used when no chip is given (seed 000's clustered design)."""
 
+# The ranges chip values must lie in (chip files here, chips embedded in plan files in
+# planner.plan.schema). They lie far outside any real chip; past them values crash later
+# instead (1e23 bytes overflows CP-SAT's 64-bit integers, an infinite clock the cycle
+# fractions).
+MAX_MEMORY_BYTES = 2**40  # 1 TiB of one memory
+GBPS_RANGE = (0.001, 1e7)  # 1 MB/s to 10 PB/s
+CLOCK_GHZ_RANGE = (0.001, 100.0)
+MAX_PJ = 1e6  # 1 uJ per byte or operation
+MAX_UNITS = 2**32  # MACs or vector lanes per cycle of one core
+MAX_COUNT = 2**16  # clusters, cores per cluster
+MAX_STATIC_MW = 1e6  # 1 kW
+
 # Field metadata understood by planner.core.yamlio.build_dataclass.
-_SIZE: dict[str, Any] = {"size": True, "gt": 0}
-_POSITIVE: dict[str, Any] = {"gt": 0}
-_NON_NEGATIVE: dict[str, Any] = {"ge": 0}
+_SIZE: dict[str, Any] = {"size": True, "gt": 0, "le": MAX_MEMORY_BYTES}
+_RATE: dict[str, Any] = {"ge": GBPS_RANGE[0], "le": GBPS_RANGE[1]}  # bandwidths in GB/s
+_UNITS: dict[str, Any] = {"gt": 0, "le": MAX_UNITS}
+_COUNT: dict[str, Any] = {"gt": 0, "le": MAX_COUNT}
+_ENERGY: dict[str, Any] = {"ge": 0, "le": MAX_PJ}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Dram:
     """Off-chip memory."""
 
-    bandwidth_gbps: float = field(metadata=_POSITIVE)
+    bandwidth_gbps: float = field(metadata=_RATE)
     """Sustained DRAM <-> chip bandwidth in GB/s (1e9 bytes per second)."""
-    pj_per_byte: float = field(metadata=_NON_NEGATIVE)
+    pj_per_byte: float = field(metadata=_ENERGY)
     """Energy per byte moved between DRAM and the chip, in picojoules."""
 
 
@@ -70,9 +91,9 @@ class Sram:
 
     bytes: int = field(metadata=_SIZE)
     """Capacity in bytes of one cluster's SRAM."""
-    bandwidth_gbps: float = field(metadata=_POSITIVE)
+    bandwidth_gbps: float = field(metadata=_RATE)
     """Bandwidth of one cluster's SRAM in GB/s."""
-    pj_per_byte: float = field(metadata=_NON_NEGATIVE)
+    pj_per_byte: float = field(metadata=_ENERGY)
     """Energy per byte read or written, in picojoules."""
 
 
@@ -82,9 +103,9 @@ class CoreMem:
 
     bytes: int = field(metadata=_SIZE)
     """Capacity in bytes of this memory in one core."""
-    pj_per_byte: float = field(metadata=_NON_NEGATIVE)
+    pj_per_byte: float = field(metadata=_ENERGY)
     """Energy per byte read or written, in picojoules."""
-    bandwidth_gbps: float | None = field(default=None, metadata=_POSITIVE)
+    bandwidth_gbps: float | None = field(default=None, metadata=_RATE)
     """Bandwidth in GB/s; None (the default) means it never limits the core."""
 
 
@@ -92,13 +113,13 @@ class CoreMem:
 class Core:
     """One core's compute units."""
 
-    macs_per_cycle: int = field(metadata=_POSITIVE)
+    macs_per_cycle: int = field(metadata=_UNITS)
     """Multiply-accumulates per cycle of the matrix unit (conv, matmul)."""
-    vector_lanes: int = field(metadata=_POSITIVE)
+    vector_lanes: int = field(metadata=_UNITS)
     """Elements per cycle of the vector unit (activations, pooling, element-wise)."""
-    pj_per_mac: float = field(metadata=_NON_NEGATIVE)
+    pj_per_mac: float = field(metadata=_ENERGY)
     """Energy per multiply-accumulate, in picojoules."""
-    pj_per_vector_op: float = field(default=0.05, metadata=_NON_NEGATIVE)
+    pj_per_vector_op: float = field(default=0.05, metadata=_ENERGY)
     """Energy per vector-unit element operation, in picojoules."""
 
 
@@ -106,11 +127,11 @@ class Core:
 class Dma:
     """Optional DMA bandwidths between levels; None takes the default given per field."""
 
-    sram_to_core_gbps: float | None = field(default=None, metadata=_POSITIVE)
+    sram_to_core_gbps: float | None = field(default=None, metadata=_RATE)
     """Per-core DMA SRAM -> NRAM/WRAM in GB/s; default: the SRAM bandwidth."""
-    cluster_link_gbps: float | None = field(default=None, metadata=_POSITIVE)
+    cluster_link_gbps: float | None = field(default=None, metadata=_RATE)
     """Cluster DMA SRAM <-> SRAM of another cluster in GB/s; default: the SRAM bandwidth."""
-    dram_to_core_gbps: float | None = field(default=None, metadata=_POSITIVE)
+    dram_to_core_gbps: float | None = field(default=None, metadata=_RATE)
     """Direct DRAM <-> NRAM/WRAM in GB/s; default: half the DRAM bandwidth (seed 000: slower)."""
 
 
@@ -125,11 +146,11 @@ class Chip:
     """Short identifier, reported in plans."""
     dtype_bytes: int = field(metadata={"choices": (1, 2, 4)})
     """Storage size of one tensor element in bytes (1 int8, 2 fp16/bf16, 4 fp32)."""
-    clock_ghz: float = field(metadata=_POSITIVE)
+    clock_ghz: float = field(metadata={"ge": CLOCK_GHZ_RANGE[0], "le": CLOCK_GHZ_RANGE[1]})
     """Core clock in GHz; converts GB/s into bytes per cycle."""
-    clusters: int = field(metadata=_POSITIVE)
+    clusters: int = field(metadata=_COUNT)
     """Number of clusters, each with its own SRAM."""
-    cores_per_cluster: int = field(metadata=_POSITIVE)
+    cores_per_cluster: int = field(metadata=_COUNT)
     """Cores in each cluster, sharing that cluster's SRAM."""
     dram: Dram
     """Off-chip memory."""
@@ -143,7 +164,7 @@ class Chip:
     """Compute units of one core."""
     dma: Dma = field(default_factory=Dma)
     """Optional DMA bandwidths between memory levels."""
-    static_power_mw: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    static_power_mw: float = field(default=0.0, metadata={"ge": 0, "le": MAX_STATIC_MW})
     """Leakage/static power of the whole chip in mW (energy = power x time)."""
     description: str = ""
     """Free text: which design the chip models."""

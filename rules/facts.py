@@ -60,6 +60,8 @@ class GroupFacts:
     halo_reuse: bool = False
     # the reusing tile grid, when the caller keeps one across tiles (its axes are memoized)
     grid: ReuseGrid | None = field(default=None, compare=False, repr=False)
+    # tensor_bound_bytes by tensor, filled as asked (the peaks ask for each tensor per step)
+    _bounds: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -85,6 +87,11 @@ class GroupFacts:
         Along an axis without a closed form (upsampling, transposed conv inside the group)
         the bound is the longest range over the tiles, found by enumerating them.
         """
+        if t not in self._bounds:
+            self._bounds[t] = self._tensor_bound_bytes(t)
+        return self._bounds[t]
+
+    def _tensor_bound_bytes(self, t: str) -> int:
         n, h, w = self.extent
         cn, cr, cc = self.chains.chains[t]
         fb = self.chains.full[t]

@@ -25,11 +25,12 @@ class SearchSettings:
     # longer when long_whole_map_groups is on (solver.long_groups)
     max_group_layers: int = field(default=12, metadata={"ge": 1})
     # whole-map groups of any length between single-tensor cuts (weights streamed layer by
-    # layer; rules/stream.yaml turns it on): off caps every group at max_group_layers
-    long_whole_map_groups: bool = False
+    # layer): off caps every group at max_group_layers
+    long_whole_map_groups: bool = True
     time_limit_s: float = field(default=60.0, metadata={"gt": 0})
-    seed: int = 0
-    workers: int = field(default=1, metadata={"ge": 1})  # 1 keeps CP-SAT deterministic
+    seed: int = field(default=0, metadata={"ge": 0, "le": 2**31 - 1})  # CP-SAT's is 32-bit
+    # 1 keeps CP-SAT deterministic; past 10,000 CP-SAT calls the model invalid
+    workers: int = field(default=1, metadata={"ge": 1, "le": 10_000})
     relative_gap: float = field(default=0.0, metadata={"ge": 0})
     tile_search: Literal["large_to_small", "small_to_large"] = "large_to_small"
     # seed 004's first check: a network whose weights and largest live set fit on chip runs

@@ -16,17 +16,17 @@ class StrideRedundancy(Rule):
     """Over the group's conv and pool layers, sum(k_x - s_x) and sum(k_y - s_y) <= threshold.
 
     Each layer whose kernel exceeds its stride widens the halo every tile re-reads and
-    recomputes; the sum bounds how far halos pile up. ``applies_to: recompute``
-    (rules/stream.yaml) binds only groups that recompute halos: a group whose tile holds
-    whole maps, or whose tiles reuse their halos, recomputes nothing and is exempt.
-    ``applies_to: all`` (the default, seed 000's reading) binds every fused group. With ``exempt_whole_blocks`` a group that
-    fuses a whole multi-branch block is exempt.
+    recomputes; the sum bounds how far halos pile up. ``applies_to: recompute`` (the
+    default) binds only groups that recompute halos: a group whose tile holds whole maps,
+    or whose tiles reuse their halos, recomputes nothing and is exempt.
+    ``applies_to: all`` (seed 000's reading) binds every fused group. With
+    ``exempt_whole_blocks`` a group that fuses a whole multi-branch block is exempt.
     """
 
     enabled: bool = True
     threshold: int = field(default=4, metadata={"ge": 0})
     exempt_whole_blocks: bool = True
-    applies_to: Literal["recompute", "all"] = "all"
+    applies_to: Literal["recompute", "all"] = "recompute"
     tile_trend: ClassVar[str] = "grow"  # with applies_to: recompute, whole maps are exempt
 
     @property

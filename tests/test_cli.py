@@ -195,7 +195,8 @@ def test_explain_reports_a_broken_rule_with_exit_1(solved: tuple[Path, Path, dic
     """Re-checked against stricter rules, the plan's fused groups break them: exit 1."""
     model, plan, _ = solved
     strict = tmp_path / "strict.yaml"
-    strict.write_text("rules:\n  stride_redundancy: {threshold: 0, exempt_whole_blocks: false}\n")
+    strict.write_text("rules:\n  stride_redundancy: {threshold: 0, exempt_whole_blocks: false, "
+                      "applies_to: all}\n")
     res = run("explain", str(model), str(plan), "--rules", str(strict), "--json")
     assert res.returncode == 1, res.stderr
     found = json.loads(res.stdout)["violations"]

@@ -308,7 +308,10 @@ def random_plans(draw: st.DrawFn) -> tuple[int, Model, Chip, list[Placement]]:
     preset = draw(st.sampled_from(["cluster4x4", "frustum_npu"]), "preset")
     sram = draw(st.sampled_from(["2KiB", "16KiB", "64KiB", "1MiB"]), "sram")
     dtype = draw(st.sampled_from([2, 4]), "dtype_bytes")
-    chip, _ = load_chip(preset, [f"sram.bytes={sram}", f"dtype_bytes={dtype}"])
+    overrides = [f"sram.bytes={sram}", f"dtype_bytes={dtype}"]
+    if preset == "cluster4x4":  # small WRAM: streamed weights arrive in channel chunks
+        overrides.append(f"wram.bytes={draw(st.sampled_from(['256', '4KiB', '1MiB']), 'wram')}")
+    chip, _ = load_chip(preset, overrides)
     names = m.names
     cuts = sorted(draw(st.sets(st.integers(1, len(names) - 1), max_size=len(names) - 1),
                        "group boundaries")) if len(names) > 1 else []

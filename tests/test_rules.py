@@ -209,6 +209,14 @@ def with_rules(problem: Problem, search: dict[str, Any] | None = None,
     return replace(problem, ruleset=replace(rs, rules=new, search=s))
 
 
+def bounded(problem: Problem) -> Problem:
+    """The problem as these on/off tests were designed: every group capped at
+    max_group_layers (no whole-map groups of any length) and rule 19 binding whole maps too
+    (applies_to: all), so that each test isolates its one rule."""
+    return with_rules(problem, search={"long_whole_map_groups": False},
+                      stride_redundancy={"applies_to": "all"})
+
+
 def group_with(plan: Plan, layer: str) -> Group:
     return next(g for g in plan.groups if layer in g.layers)
 
@@ -515,7 +523,7 @@ def test_r03_blocks_first(store: ModelStore) -> None:
     """The 14-layer Inception block exceeds max_group_layers (12), so it cannot be fused
     whole: with blocks_first, no group may take part of it together with the AveragePool
     after it. Off, CP-SAT fuses concat's branch tail with the pool."""
-    p = store.problem("inception_net")
+    p = bounded(store.problem("inception_net"))
     tight, loose = binds(p, with_rules(p, blocks_first={"enabled": False}), "blocks_first")
     pool = group_with(loose, "averagepool32")
     assert "concat31" in pool.layers and len(pool.layers) > 2
@@ -533,7 +541,8 @@ def test_r04_single_output(store: ModelStore) -> None:
 
 def test_r05_min_main_layers(store: ModelStore) -> None:
     """With groups capped at 2 layers, k=2 leaves residual_net unfused; k=1 allows conv+relu."""
-    p = with_rules(store.problem("residual_net"), search={"max_group_layers": 2})
+    p = with_rules(store.problem("residual_net"),
+                   search={"max_group_layers": 2, "long_whole_map_groups": False})
     tight, loose = binds(p, with_rules(p, min_main_layers={"k": 1}), "min_main_layers")
     assert fused(tight) == []
     assert len(fused(loose)) >= 5
@@ -543,7 +552,7 @@ def test_r05_min_main_layers(store: ModelStore) -> None:
 def test_r06_main_main_nonmain(store: ModelStore) -> None:
     """chain_cnn has no main->main adjacency before the pool (conv-relu-conv-relu-pool), so
     turning rule 6 on breaks its first group; every group left has maxpool->conv->bn."""
-    p = store.problem("chain_cnn")
+    p = bounded(store.problem("chain_cnn"))
     tight, loose = binds(with_rules(p, main_main_nonmain={"enabled": True}), p,
                          "main_main_nonmain")
     assert {"conv3", "conv7", "maxpool9"} <= set(group_with(loose, "conv3").layers)
@@ -695,7 +704,7 @@ def test_r15_small_subout_buffer(store: ModelStore) -> None:
 def test_r16_wram_double_buffer(store: ModelStore) -> None:
     """The head group conv12..fc23 (ends in a Gemm: whole maps only) has 2804 B of weights, 701 B
     per core: 1 KiB of WRAM holds one share (rule 10) but not two (rule 16)."""
-    p = store.problem("chain_cnn", None, ["wram.bytes=1KiB"])
+    p = bounded(store.problem("chain_cnn", None, ["wram.bytes=1KiB"]))
     tight, loose = binds(p, with_rules(p, wram_double_buffer={"enabled": False}),
                          "wram_double_buffer")
     assert group_with(tight, "conv12").layers == ("conv12",)
@@ -706,7 +715,7 @@ def test_r16_wram_double_buffer(store: ModelStore) -> None:
 def test_r17_submap_fits_nram(store: ModelStore) -> None:
     """2 KiB of NRAM per core: the head group's whole maps (live peak 6 KiB: 1536 B per core)
     fit one buffer but not two."""
-    p = store.problem("chain_cnn", None, ["sram.bytes=12KiB", "nram.bytes=2KiB"])
+    p = bounded(store.problem("chain_cnn", None, ["sram.bytes=12KiB", "nram.bytes=2KiB"]))
     tight, loose = binds(p, with_rules(p, submap_fits_nram={"buffers": 1}), "submap_fits_nram")
     assert group_with(tight, "conv12").layers == ("conv12",)
     head = group_with(loose, "conv12")
@@ -733,10 +742,10 @@ def test_r18_max_maps(store: ModelStore) -> None:
 
 def test_r19_stride_redundancy_threshold(store: ModelStore) -> None:
     """chain_cnn's conv3 and conv7 (3x3, stride 1) add 2 each: threshold 4 lets them share a
-    group, threshold 1 splits them."""
-    p = store.problem("chain_cnn")
-    tight, loose = binds(with_rules(p, stride_redundancy={"threshold": 1}), p,
-                         "stride_redundancy")
+    group, threshold 1 splits them (applies_to: all: whole maps are bound too)."""
+    p = with_rules(bounded(store.problem("chain_cnn")), stride_redundancy={"applies_to": "all"})
+    tight, loose = binds(with_rules(p, stride_redundancy={"threshold": 1, "applies_to": "all"}),
+                         p, "stride_redundancy")
     assert len(loose.groups) == 2
     assert len(tight.groups) > 2
     assert group_with(tight, "conv3").layers != group_with(tight, "conv7").layers
@@ -745,12 +754,29 @@ def test_r19_stride_redundancy_threshold(store: ModelStore) -> None:
 def test_r19_whole_block_exemption(store: ModelStore) -> None:
     """The whole Inception block sums (k - s) to 8 > 4 but is exempt; without the exemption
     (and with groups up to 16 layers) it cannot be one group."""
-    p = with_rules(store.problem("inception_net"), search={"max_group_layers": 16})
+    p = with_rules(store.problem("inception_net"),
+                   search={"max_group_layers": 16, "long_whole_map_groups": False},
+                   stride_redundancy={"applies_to": "all"})
     block = set(p.graph.blocks[0].layers)
-    tight, loose = binds(with_rules(p, stride_redundancy={"exempt_whole_blocks": False}), p,
+    tight, loose = binds(with_rules(p, stride_redundancy={"exempt_whole_blocks": False,
+                                                          "applies_to": "all"}), p,
                          "stride_redundancy")
     assert any(block <= set(g.layers) for g in loose.groups), describe(loose)
     assert not any(block <= set(g.layers) for g in tight.groups), describe(tight)
+
+
+def test_r19_applies_to_recompute_exempts_what_recomputes_nothing(store: ModelStore) -> None:
+    """With threshold 1, applies_to: all splits chain_cnn's convs; applies_to: recompute (the
+    default) lets groups that hold whole maps or reuse halos keep them together, and only
+    such groups break the stride sum."""
+    p = bounded(store.problem("chain_cnn"))
+    tight, loose = binds(with_rules(p, stride_redundancy={"threshold": 1, "applies_to": "all"}),
+                         with_rules(p, stride_redundancy={"threshold": 1,
+                                                          "applies_to": "recompute"}),
+                         "stride_redundancy")
+    for g, _ in broken(with_rules(p, stride_redundancy={"threshold": 1, "applies_to": "all"}),
+                       loose, "stride_redundancy"):
+        assert g.mode == "small" or g.halo_reuse, describe(loose)
 
 
 def test_rules_are_all_covered() -> None:

@@ -88,12 +88,12 @@ def test_edited_chunks_are_caught_by_verify(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sram", ["16KiB", "64KiB", "1MiB"])
 def test_stream_rules_fuse_whole_map_chains_and_verify(tmp_path: Path, sram: str) -> None:
-    """rules/stream.yaml on a single-memory chip: groups may run past max_group_layers when
+    """The default rules on a single-memory chip: groups may run past max_group_layers when
     they hold whole maps, their weights stream layer by layer, and every counter the plan
     predicts is what the emulator counts."""
     plan = tmp_path / "plan.json"
     rules = tmp_path / "rules.yaml"
-    text = (ROOT / "rules" / "stream.yaml").read_text()
+    text = (ROOT / "rules" / "default.yaml").read_text()
     rules.write_text(text.replace("max_group_layers: 12", "max_group_layers: 3"))
     model = str(ROOT / "examples" / "chain_cnn" / "model.onnx")
     solved = _fuseplan("solve", model, "--hw", "soma_buffer", "--set", f"sram.bytes={sram}",
@@ -107,3 +107,39 @@ def test_stream_rules_fuse_whole_map_chains_and_verify(tmp_path: Path, sram: str
     if sram == "1MiB":  # the whole chain's maps fit: one group, past the 3-layer cap
         assert len(doc["groups"]) == 1 and len(doc["groups"][0]["layers"]) > 3
         assert doc["totals"]["dram_bytes"] == doc["totals"]["compulsory_dram_bytes"]
+
+
+def _five_convs(path: Path, channels: int = 16, size: int = 64) -> Path:
+    """Stream's (KU Leuven) example CNN: five Conv3x3 + ReLU, same padding, 64 x 64 input."""
+    rng = np.random.default_rng(1)
+    nodes, inits, prev, c_in = [], [], "x", 3
+    for i in range(5):
+        w = (rng.standard_normal((channels, c_in, 3, 3)) / np.sqrt(9 * c_in)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array(np.zeros(channels, np.float32), f"b{i}")]
+        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}",
+                                   kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        prev, c_in = f"r{i}", channels
+    graph = helper.make_graph(
+        nodes, "five_convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                            [1, 3, size, size])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, channels, size, size])],
+        inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_five_conv_cnn_on_a_512_kib_buffer_is_at_the_floor(tmp_path: Path) -> None:
+    """Stream moves 1.01x the floor here; rule 19 used to forbid the one group that holds
+    the whole network though nothing in it is recomputed (applies_to: recompute)."""
+    model = _five_convs(tmp_path / "cnn.onnx")
+    plan = tmp_path / "plan.json"
+    solved = _fuseplan("solve", str(model), "--hw", "soma_buffer", "--set", "sram.bytes=512KiB",
+                       "-o", str(plan))
+    assert solved.returncode == 0, solved.stderr
+    totals = json.loads(plan.read_text())["totals"]
+    assert totals["dram_bytes"] <= 1.01 * totals["compulsory_dram_bytes"], totals
+    checked = _fuseplan("verify", str(model), str(plan), "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert json.loads(checked.stdout)["predicted_matches_emulated"]

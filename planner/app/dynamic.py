@@ -24,7 +24,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,9 +36,10 @@ from planner.core.files import make_dir, write_atomic
 from planner.cost.model import Counters, enumerated_cost, footprint, live_steps, weight_bytes
 from planner.geometry.regions import Box, anchor_extent, group_io, tile_regions
 from planner.ir.graph import Graph
+from planner.plan.schema import TAIL_MODES as TAIL_MODES  # the plan schema owns the list
+from planner.plan.schema import is_table, validate_dynamic
 
 TailMode = Literal["pad", "overlap", "variable", "tail-range"]
-TAIL_MODES = ("pad", "overlap", "variable", "tail-range")
 _RANGE = re.compile(r"^([^:]+):(\d+)=(\d+)\.\.(\d+)$")
 
 
@@ -70,6 +71,7 @@ class DynamicGroup:
     layers: tuple[str, ...]
     units: tuple[Unit, ...]
     weights_resident: bool
+    source: str = field(default="", compare=False)  # the plan file it was read from
 
 
 def _units_fit(graph: Graph, layers: Sequence[str], chip: Chip, h: int, w: int,
@@ -221,6 +223,13 @@ class GroupTable:
 def group_table(graph: Graph, gid: int, group: DynamicGroup, chip: Chip, tail: TailMode,
                 combination: str, tail_range: int) -> GroupTable:
     """Cover one group's output at the graph's (concrete) shape with its units."""
+    known = {lay.name for lay in graph.layers}
+    for i, name in enumerate(group.layers):
+        if name not in known:
+            raise InputError(f"{group.source or 'the dynamic plan'}: groups[{gid}].layers[{i}] "
+                             f"names layer {name!r}, which the model does not have. Was the "
+                             "plan made for another model? Solve this model again with "
+                             "`fuseplan solve MODEL --dynamic NAME:AXIS=LO..HI -o PLAN.json`.")
     io = group_io(graph, group.layers)
     n, h, w = anchor_extent(graph, io)
     top = group.units[0]
@@ -282,7 +291,8 @@ def buckets(extents: Sequence[int], size: int) -> int:
 def dynamic_doc(header: Mapping[str, Any], ranges: Mapping[str, Mapping[int, tuple[int, int]]],
                 groups: Sequence[DynamicGroup], tail: TailMode, combination: str,
                 tail_range: int, base: Mapping[str, Any]) -> dict[str, Any]:
-    """The dynamic plan as JSON: the static plan at the largest shape plus unit libraries."""
+    """The dynamic plan as JSON: the static plan at the largest shape plus unit libraries,
+    checked against the schema every reader holds it to (planner.plan.schema)."""
     doc = dict(base)
     doc["dynamic"] = {
         "ranges": {k: {str(a): list(v) for a, v in r.items()} for k, r in ranges.items()},
@@ -291,23 +301,20 @@ def dynamic_doc(header: Mapping[str, Any], ranges: Mapping[str, Mapping[int, tup
     for g, d in zip(doc["groups"], groups, strict=True):
         g["units"] = [{"id": u.id, "h": u.h, "w": u.w} for u in d.units]
     doc["model"] = dict(header["model"])
-    return doc
+    return validate_dynamic(doc, "the dynamic plan being written")
 
 
 def read_dynamic(doc: Mapping[str, Any], where: str) -> tuple[list[DynamicGroup], dict[str, Any]]:
     """Unit libraries and settings of a dynamic plan file."""
-    settings = doc.get("dynamic")
-    if not isinstance(settings, dict):
+    if not isinstance(doc, Mapping) or "dynamic" not in doc:
         raise InputError(f"{where}: not a dynamic plan (no \"dynamic\" section). Make one with "
                          "`fuseplan solve MODEL --dynamic NAME:AXIS=LO..HI -o PLAN`.")
-    groups = []
-    for i, g in enumerate(doc.get("groups", [])):
-        units = tuple(Unit(int(u["id"]), int(u["h"]), int(u["w"])) for u in g.get("units", []))
-        if not units:
-            raise InputError(f"{where}: groups[{i}] has no units.")
-        groups.append(DynamicGroup(tuple(g["layers"]), units, bool(g.get("weights_resident",
-                                                                         True))))
-    return groups, settings
+    checked = validate_dynamic(doc, where)  # every value below has its type and range
+    groups = [DynamicGroup(tuple(g["layers"]),
+                           tuple(Unit(u["id"], u["h"], u["w"]) for u in g["units"]),
+                           g.get("weights_resident", True), where)
+              for g in checked["groups"]]
+    return groups, checked["dynamic"]
 
 
 def in_range(settings: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]], where: str
@@ -318,6 +325,11 @@ def in_range(settings: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]],
         if shape is None:
             raise InputError(f"{where}: give the shape of input '{name}' with --shape.")
         for axis, (lo, hi) in axes.items():
+            if int(axis) >= len(shape):
+                raise InputError(f"{where}: the plan's range names axis {axis} of input "
+                                 f"'{name}', but --shape gives it {len(shape)} axes "
+                                 f"({list(shape)}). Pass all of its dims with --shape "
+                                 f"{name}=D0,D1,...")
             d = shape[int(axis)]
             if not lo <= d <= hi:
                 raise InputError(f"{where}: input '{name}' axis {axis} = {d} is outside the "
@@ -339,9 +351,11 @@ class TableCache:
     def get(self, plan_sha: str, shapes: Mapping[str, tuple[int, ...]], tail: str,
             combination: str) -> dict[str, Any] | None:
         path = self._path(plan_sha, shapes, tail, combination)
-        if not path.exists():
-            return None
-        return json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return None  # missing, unreadable or corrupt: a miss, computed (and put) again
+        return doc if is_table(doc) else None
 
     def put(self, plan_sha: str, shapes: Mapping[str, tuple[int, ...]], tail: str,
             combination: str, doc: Mapping[str, Any]) -> None:

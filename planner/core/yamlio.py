@@ -12,6 +12,7 @@ extra checks a type cannot express:
 
 - ``{"size": True}`` on an ``int`` field: accept ``512KiB``/``2MiB``/``64KB``/plain bytes;
 - ``{"gt": 0}`` / ``{"ge": 0}``: numeric lower bounds (exclusive / inclusive);
+- ``{"le": 2**40}``: a numeric upper bound (messages then name the whole range);
 - ``{"choices": (1, 2, 4)}``: the value must be one of these.
 
 Any problem becomes an :class:`~planner.core.errors.InputError` whose one-paragraph
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,6 +39,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from planner.core.errors import InputError
 
 __all__ = [
+    "MAX_YAML_BYTES",
     "apply_overrides",
     "build_dataclass",
     "did_you_mean",
@@ -69,6 +72,10 @@ _SIZE_FORMS = (
     "KiB/MiB/GiB (1024-based, e.g. 512KiB, 1.5MiB) or KB/MB/GB (1000-based, e.g. 64KB)"
 )
 _OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# chip and rule files are a few kB; past this a file is refused before it is parsed
+MAX_YAML_BYTES = 10 * 2**20
+# no integer setting may exceed this in magnitude: CP-SAT and the cost model count in int64
+MAX_INT = 2**62
 
 
 # --------------------------------------------------------------------------- loading
@@ -87,7 +94,16 @@ def load_yaml(path: Path | str) -> CommentedMap:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:  # at most one byte past the limit, whatever the file is
+            data = f.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            raise InputError(
+                f"{path}: the file is larger than {MAX_YAML_BYTES:,} bytes, too large for a "
+                "fuseplan YAML file (chip, rules and sweep files are a few kB); it is refused "
+                "before parsing. Check that you passed the right file, and remove the bulk "
+                "from it."
+            )
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise InputError(
             f"{path}: file not found. Check the path (relative paths are resolved "
@@ -415,11 +431,20 @@ class _Builder:
         if tp is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(parent, key, dotted, expected, value)
+            if abs(value) > MAX_INT and "le" not in meta:  # the planners count in int64
+                raise self.fail(parent, key, dotted, f"an integer between {-MAX_INT:,} and "
+                                f"{MAX_INT:,}", value)
             return int(value)
         if tp is float:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise self.fail(parent, key, dotted, expected, value)
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an integer past 1e308
+                number = math.inf
+            if not math.isfinite(number):  # .inf / .nan are YAML floats, and crash later
+                raise self.fail(parent, key, dotted, "a finite number", value)
+            return number
         if tp is str:
             if not isinstance(value, str):
                 raise self.fail(parent, key, dotted, expected, value)
@@ -442,13 +467,46 @@ class _Builder:
                 f"{loc}: `{name}` must be {_expected(int, meta)}, got {_show(value)}. "
                 "Change it to one of those."
             )
+        # with an upper bound, every message states the whole allowed range
+        integer = isinstance(value, int)
+        where_in = f" (`{dotted}` in {self.context})" if "." in dotted else ""
+        span = f" (allowed: between {_range_text(meta, integer)})" if "le" in meta else ""
         if "gt" in meta and not value > meta["gt"]:
             raise InputError(
-                f"{loc}: `{name}` must be greater than {meta['gt']}, got {_show(value)}. "
+                f"{loc}: `{name}` must be greater than {meta['gt']}, got {_show(value)}{span}. "
                 "Give a positive value."
             )
         if "ge" in meta and not value >= meta["ge"]:
-            raise InputError(f"{loc}: `{name}` must be at least {meta['ge']}, got {_show(value)}.")
+            raise InputError(
+                f"{loc}: `{name}` must be at least {_bound(meta['ge'])}, got "
+                f"{_show(value)}{span}." + (" Give a value in that range." if span else ""))
+        if "le" in meta and not value <= meta["le"]:
+            raise InputError(
+                f"{loc}: `{name}` must be between {_range_text(meta, integer)}, got "
+                f"{_show(value)}{where_in}. "
+                "Give a value in that range."
+            )
+
+
+def _bound(value: float) -> str:
+    """A bound as a reader writes it: 1,099,511,627,776 or 0.001."""
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+def _range_text(meta: Mapping[str, Any], integer: bool) -> str:
+    """"1 and 65,536" (ge, or gt 0 of an integer), "0 (exclusive) and 100" (gt), for
+    messages naming the range."""
+    if "ge" in meta:
+        low = _bound(meta["ge"])
+    elif "gt" in meta and integer and isinstance(meta["gt"], int):
+        low = _bound(meta["gt"] + 1)
+    elif "gt" in meta:
+        low = f"{_bound(meta['gt'])} (exclusive)"
+    else:
+        low = "-infinity"
+    return f"{low} and {_bound(meta['le'])}"
 
 
 def build_dataclass(cls: type[T], node: Any, path: Path | str, context: str) -> T:

@@ -84,10 +84,11 @@ def live_steps(graph: Graph, io: GroupIO) -> list[tuple[str, ...]]:
         for t in graph.layer(name).outputs:
             if t:
                 born[t] = i
-    steps = []
-    for i in range(len(io.layers)):
-        steps.append(tuple(t for t, b in born.items() if b <= i <= last_use.get(t, b)))
-    return steps
+    steps: list[list[str]] = [[] for _ in io.layers]
+    for t, b in born.items():  # in birth order, as the steps list them
+        for i in range(max(b, 0), last_use.get(t, b) + 1):
+            steps[i].append(t)
+    return [tuple(s) for s in steps]
 
 
 def footprint(graph: Graph, io: GroupIO, boxes: dict[str, Box], steps: Sequence[tuple[str, ...]],

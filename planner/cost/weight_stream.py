@@ -49,46 +49,59 @@ def _layer_bytes(graph: Graph, lay: Layer, dtype_bytes: int) -> int:
     return sum(int(graph.constants[w].size) for w in set(lay.weights)) * dtype_bytes
 
 
-def chunk_sizes(graph: Graph, lay: Layer, chunks: int, dtype_bytes: int,
-                first_only: bool = False) -> list[int]:
-    """Bytes of each of the layer's chunks of weights, in order (one entry when whole)."""
+def _split_elems(graph: Graph, lay: Layer) -> tuple[int, int, int] | None:
+    """(output channels, elements per channel of the split weights, elements of the weights
+    every chunk needs whole), or None for a layer computed whole."""
     split = chunk_axes(graph, lay)
+    if split is None:
+        return None
+    channels, axes = split
+    per = whole = 0
+    for w in set(lay.weights):
+        size = int(graph.constants[w].size)
+        if w in axes:
+            per += size // channels
+        else:
+            whole += size
+    return channels, per, whole
+
+
+def chunk_sizes(graph: Graph, lay: Layer, chunks: int, dtype_bytes: int) -> list[int]:
+    """Bytes of each of the layer's chunks of weights, in order (one entry when whole):
+    equal chunks of ceil(C / chunks) channels, the last one possibly shorter."""
+    split = _split_elems(graph, lay)
     if split is None or chunks <= 1:
         return [_layer_bytes(graph, lay, dtype_bytes)]
-    channels, axes = split
-    # per weight: elements per output channel when split, else its whole size each chunk
-    per = [(int(graph.constants[w].size) // channels, w in axes,
-            int(graph.constants[w].size)) for w in set(lay.weights)]
+    channels, per, whole = split
     ranges = chunk_ranges(channels, chunks)
-    return [sum(p * (hi - lo) if split_w else size for p, split_w, size in per) * dtype_bytes
-            for lo, hi in (ranges[:1] if first_only else ranges)]
+    size, last = ranges[0][1] - ranges[0][0], ranges[-1][1] - ranges[-1][0]
+    return [(per * size + whole) * dtype_bytes] * (len(ranges) - 1) \
+        + [(per * last + whole) * dtype_bytes]
 
 
 def chunk_bytes(graph: Graph, lay: Layer, chunks: int, dtype_bytes: int) -> int:
     """Bytes of the layer's largest chunk (its first) of weights."""
-    return chunk_sizes(graph, lay, chunks, dtype_bytes, first_only=True)[0]
+    return chunk_sizes(graph, lay, chunks, dtype_bytes)[0]
 
 
 def layer_chunks(graph: Graph, lay: Layer, chip: Chip) -> int:
     """The fewest output-channel chunks whose largest fits a quarter of the weight memory
     (1 for a layer that cannot be split; its channel count when even one channel is over)."""
-    split = chunk_axes(graph, lay)
     limit = stage_memory(chip) // STAGE_SHARE
-    whole = _layer_bytes(graph, lay, chip.dtype_bytes)
-    if split is None or whole <= limit:
+    if _layer_bytes(graph, lay, chip.dtype_bytes) <= limit:
         return 1
-    channels = split[0]
-    # the largest chunk only shrinks as chunks grow: bisect the count
-    lo, hi = 1, channels
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if chunk_bytes(graph, lay, mid, chip.dtype_bytes) <= limit:
-            hi = mid
-        else:
-            lo = mid + 1
-    # equal ranges: the smallest count giving the same chunk size is the one to state
-    size = -(-channels // lo)
-    return -(-channels // size)
+    split = _split_elems(graph, lay)
+    if split is None:
+        return 1
+    channels, per, whole = split
+    dt = chip.dtype_bytes
+    # a chunk of s channels takes (per * s + whole) * dt bytes: the widest that fits
+    widest = (limit // dt - whole) // per if per else channels
+    if widest < 1:
+        return channels
+    fewest = -(-channels // min(widest, channels))
+    # equal ranges of ceil(C / fewest) channels: state how many such ranges there are
+    return len(chunk_ranges(channels, fewest))
 
 
 def chunk_counts(graph: Graph, layers: Sequence[str], chip: Chip) -> dict[str, int]:

@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from math import prod
 from pathlib import Path
 from types import MappingProxyType
@@ -71,6 +72,9 @@ _NUMPY_FOLD = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
 # Float initializers bigger than this are given to shape inference as typed inputs instead of
 # data: their values never matter for shapes, and serialising them is slow.
 _SKELETON_MAX_ELEMS = 64
+# The largest tensor (elements) a model may have: 2**31 - 1, the int32 index limit, 8 GiB as
+# float32. Past it verify cannot hold a feature map, and the tile search runs for hours.
+MAX_TENSOR_ELEMENTS = 2**31 - 1
 
 _ORT_ERRORS: tuple[type[BaseException], ...] = (
     ort_state.Fail,
@@ -204,13 +208,15 @@ def _parse_model(data: bytes, file: Path, spec: str) -> onnx.ModelProto:
         raise _not_onnx(spec, f"protobuf decoding failed: {exc}") from exc
     if not proto.HasField("graph") or not proto.opset_import or not proto.graph.output:
         raise _not_onnx(spec, "it has no graph, opset or outputs")
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+    if _external_tensors(proto):
+        _check_external_data(proto, file, spec)  # before onnx reads a byte of it
         try:
             onnx.load_external_data_for_model(proto, str(file.parent))
-        except OSError as exc:
+        except (OSError, ValueError, onnx.checker.ValidationError) as exc:
             raise InputError(
                 f"Model file '{spec}' refers to external weight data that cannot be read "
-                f"({exc}). Keep the external data files next to the model."
+                f"({_one_line(str(exc))}). Keep the external data files next to the model, "
+                "as they were saved with it."
             ) from exc
     try:
         onnx.checker.check_model(proto)
@@ -222,6 +228,74 @@ def _parse_model(data: bytes, file: Path, spec: str) -> onnx.ModelProto:
         except onnx.checker.ValidationError as exc:
             raise _not_onnx(spec, f"the ONNX checker rejected it: {_one_line(str(exc))}") from exc
     return proto
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
+    """Every tensor stored in a graph: initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _graph_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _graph_tensors(sub)
+
+
+def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
+    tensors = list(_graph_tensors(proto.graph))
+    for function in proto.functions:
+        for node in function.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    tensors.append(attr.t)
+                tensors.extend(attr.tensors)
+    return [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _check_external_data(proto: onnx.ModelProto, file: Path, spec: str) -> None:
+    """Every external-data location is a regular file inside the model's folder (symlinks
+    resolved): checked on the location strings, so nothing outside is ever opened."""
+    folder = file.resolve().parent
+    fix = ("Keep the external data files in the model's folder (or below it) and refer to "
+           "them by relative paths, as onnx.save(..., save_as_external_data=True) writes them.")
+    for tensor in _external_tensors(proto):
+        entries = {e.key: e.value for e in tensor.external_data}
+        location = entries.get("location", "")
+        name = tensor.name or "(unnamed)"
+        if not location:
+            raise InputError(
+                f"Model file '{spec}': tensor '{name}' is stored externally but names no "
+                f"location for its data. {fix}")
+        if "\0" in location:
+            raise InputError(
+                f"Model file '{spec}': tensor '{name}' names its external data file "
+                f"{location!r}, which holds a NUL character; fuseplan refuses it as unsafe. "
+                f"{fix}")
+        target = Path(location)
+        if target.is_absolute() or target.drive or "\\" in location:
+            raise InputError(
+                f"Model file '{spec}': tensor '{name}' points its external data at the absolute "
+                f"(or drive or backslash) path '{location}'; fuseplan refuses it as unsafe and "
+                f"reads nothing there. {fix}")
+        resolved = (folder / target).resolve()
+        if not resolved.is_relative_to(folder):
+            raise InputError(
+                f"Model file '{spec}': tensor '{name}' points its external data at "
+                f"'{location}', outside the model's folder '{folder}'; fuseplan refuses it as "
+                f"unsafe and reads nothing there. {fix}")
+        if not resolved.is_file():
+            missing = "does not exist" if not resolved.exists() else "is not a regular file"
+            raise InputError(
+                f"Model file '{spec}': tensor '{name}' keeps its data in external file "
+                f"'{location}', which {missing} (looked for '{resolved}'). Copy the external "
+                "data file next to the model, where it was saved with it, or save the model "
+                "with its weights inside (onnx.save without save_as_external_data).")
 
 
 def _one_line(text: str) -> str:
@@ -236,6 +310,33 @@ def _default_opset(proto: onnx.ModelProto, spec: str) -> int:
         f"Model file '{spec}' imports no default-domain (ai.onnx) opset, so its operators "
         "cannot be interpreted. Re-export it with a standard opset (9 to 17)."
     )
+
+
+@cache
+def ort_max_opset() -> int:
+    """The newest default-domain (ai.onnx) opset the installed onnxruntime implements: the
+    highest version of its operator schemas (onnx's own newest opset if it cannot tell)."""
+    try:
+        from onnxruntime.capi import _pybind_state
+
+        versions = [int(s.since_version) for s in _pybind_state.get_all_operator_schema()
+                    if s.domain in _DEFAULT_DOMAINS]
+    except (ImportError, AttributeError, RuntimeError):
+        versions = []
+    return max(versions) if versions else int(onnx.defs.onnx_opset_version())
+
+
+def _check_opset(opset: int, spec: str) -> None:
+    """Refuse an opset onnxruntime cannot run: `verify` would fail after `solve` planned it."""
+    newest = ort_max_opset()
+    if opset > newest:
+        raise InputError(
+            f"Model file '{spec}' imports opset {opset} of the default ONNX domain (ai.onnx), "
+            f"but the installed onnxruntime {ort.__version__} supports opsets up to {newest}, "
+            "so its plan could not be verified. Convert the model to an older opset (e.g. "
+            f"onnx.version_converter.convert_version(model, {newest})), re-export it with "
+            f"opset {newest} or lower, or upgrade onnxruntime."
+        )
 
 
 # --------------------------------------------------------------------------- working state
@@ -347,6 +448,81 @@ def _used_names(nodes: Iterable[onnx.NodeProto], outputs: Iterable[str]) -> set[
     return used
 
 
+_CONTROL_FLOW = ("If", "Loop", "Scan")
+# Element types numpy has no arithmetic for (ml_dtypes stand-ins) and onnxruntime's CPU
+# kernels mostly lack: neither the emulator nor the reference run can execute them.
+_UNRUNNABLE_TYPES: dict[int, str] = {
+    value: name.lower() for name in (
+        "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ",
+        "FLOAT8E8M0", "FLOAT4E2M1", "INT4", "UINT4", "INT2", "UINT2")
+    if (value := getattr(TensorProto, name, None)) is not None
+}
+
+
+def _check_control_flow(nodes: Sequence[onnx.NodeProto], spec: str) -> None:
+    """Refuse If/Loop/Scan that reach an output: their bodies are subgraphs the layer graph,
+    the emulator and the plan cannot represent (solve would plan them, verify would fail)."""
+    for node in nodes:
+        if node.domain in _DEFAULT_DOMAINS and node.op_type in _CONTROL_FLOW:
+            raise InputError(
+                f"Model file '{spec}': node '{node.name}' ({node.op_type}) is control flow, "
+                "which fuseplan cannot plan or execute (its body is a subgraph chosen or "
+                "repeated at run time). Fold the control flow away with "
+                "onnx-simplifier (python -m onnxsim in.onnx out.onnx, with fixed input "
+                "shapes), or export the model with the loop unrolled / the branch fixed "
+                "(e.g. torch.onnx.export of a traced model)."
+            )
+
+
+def _check_element_types(work: _Work, types: Mapping[str, onnx.TypeProto]) -> None:
+    """Refuse bfloat16 (and float8/int4) tensors: numpy cannot compute with them, so the
+    emulator cannot run the plan and onnxruntime has no CPU kernels for most ops on them."""
+    fix = ("Cast the model to float32 (or float16) before planning: export it in float32, "
+           "or convert its bfloat16 initializers and Casts to float32.")
+    for name, vi in work.inputs.items():
+        kind = _UNRUNNABLE_TYPES.get(vi.type.tensor_type.elem_type)
+        if kind is not None:
+            readers = [n.name for n in work.nodes if name in n.input]
+            read = f", read by node '{readers[0]}'" if readers else ""
+            raise InputError(
+                f"Model file '{work.spec}': input '{name}' is {kind}{read}; fuseplan's "
+                f"emulator cannot compute in {kind}. {fix} Give the model a float32 input.")
+    for node in work.nodes:
+        for out in node.output:
+            tp = types.get(out)
+            kind = _UNRUNNABLE_TYPES.get(tp.tensor_type.elem_type) if tp is not None else None
+            if kind is not None:
+                raise InputError(
+                    f"Model file '{work.spec}': node '{node.name}' ({node.op_type}) produces "
+                    f"{kind} tensor '{out}'; fuseplan's emulator cannot compute in {kind}. "
+                    f"{fix}")
+        for name in node.input:
+            if name in work.inits:
+                kind = _UNRUNNABLE_TYPES.get(work.inits[name].data_type)
+            elif name in work.folded:
+                kind = _UNRUNNABLE_TYPES.get(onnx.helper.np_dtype_to_tensor_dtype(
+                    work.folded[name].dtype))
+            else:
+                continue
+            if kind is not None:
+                raise InputError(
+                    f"Model file '{work.spec}': node '{node.name}' ({node.op_type}) reads "
+                    f"{kind} constant '{name}'; fuseplan's emulator cannot compute in {kind}. "
+                    f"{fix}")
+
+
+def _check_sizes(model: onnx.ModelProto, spec: str) -> None:
+    """Refuse an intermediate tensor past MAX_TENSOR_ELEMENTS (inputs are checked when bound),
+    naming the node that makes it."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    for vi in list(model.graph.value_info) + list(model.graph.output):
+        shape = _static_shape(vi.type)
+        if shape is not None and prod(shape) > MAX_TENSOR_ELEMENTS:
+            node = producer.get(vi.name)
+            made = f" (output of node '{node.name}', {node.op_type})" if node is not None else ""
+            _check_size(spec, f"tensor '{vi.name}'{made}", shape, None)
+
+
 def _check_outputs_defined(work: _Work, graph: onnx.GraphProto) -> None:
     produced = {o for n in work.nodes for o in n.output if o}
     declared = {i.name for i in graph.input} | set(work.inits)
@@ -408,7 +584,32 @@ def _bind_input(
                 f"{','.join(f'D{i}' for i in range(len(declared)))}, keeping the declared "
                 "numbers, e.g. --shape data=1,3,224,224."
             )
+        if dim <= 0:
+            wanted = ",".join(str(d) if isinstance(d, int) and d > 0 else f"D{i}"
+                              for i, d in enumerate(declared))
+            raise InputError(
+                f"Model file '{spec}': input '{vi.name}' declares dim {index} as {dim} in its "
+                f"shape {_fmt_dims(declared)}; fuseplan plans only tensors whose every dim is "
+                f"positive. Pass the real shape with --shape {vi.name}={wanted} (positive "
+                "dims), or re-export the model with a positive input shape."
+            )
     return tuple(int(d) for d in declared)  # type: ignore[arg-type]
+
+
+def _check_size(spec: str, what: str, dims: Sequence[int], input_name: str | None) -> None:
+    """Refuse a tensor past MAX_TENSOR_ELEMENTS before anything is computed on it (solve would
+    search tiles for hours, verify would need its whole map in memory)."""
+    elements = prod(dims)
+    if elements <= MAX_TENSOR_ELEMENTS:
+        return
+    fix = (f"Pass a smaller shape with --shape {input_name}=D0,D1,... (e.g. batch 1 and the "
+           "resolution the model was trained at)" if input_name is not None else
+           f"Bind smaller input shapes with {_SHAPE_HINT}")
+    raise InputError(
+        f"Model file '{spec}': {what} has shape {list(dims)}, {elements:,} elements; fuseplan "
+        f"plans tensors of at most {MAX_TENSOR_ELEMENTS:,} elements (verify holds every "
+        f"feature map in memory). {fix}, or re-export the model with a smaller input."
+    )
 
 
 def _fmt_dims(dims: Sequence[int | str | None]) -> str:
@@ -434,6 +635,7 @@ def _bind_shapes(
         if vi.name not in used:
             continue
         dims = _bind_input(vi, shapes.get(vi.name), work.spec)
+        _check_size(work.spec, f"input '{vi.name}'", dims, vi.name)
         bound = onnx.ValueInfoProto()
         bound.CopyFrom(vi)
         bound.type.tensor_type.ClearField("shape")
@@ -514,6 +716,13 @@ def _evaluate_numpy(node: onnx.NodeProto, work: _Work) -> None:
         result = _constant_value(node.attribute[0])
     elif op == "ConstantOfShape":
         dims = tuple(int(d) for d in work.value(node.input[0]).reshape(-1))
+        if any(d < 0 for d in dims):
+            raise InputError(
+                f"Model file '{work.spec}': node '{node.name}' (ConstantOfShape) is asked for "
+                f"the shape {list(dims)}, which has a negative dim. Fix or re-export the "
+                f"model; if the shape comes from the inputs, check the {_SHAPE_HINT} values.")
+        _check_size(work.spec, f"the output of node '{node.name}' (ConstantOfShape)", dims,
+                    None)  # before numpy allocates it
         fill = np.zeros((), np.float32)
         for attr in node.attribute:
             if attr.name == "value":
@@ -866,19 +1075,23 @@ def load_model(
     model = _parse_model(data, file, spec)
     del data
     opset = _default_opset(model, spec)
+    _check_opset(opset, spec)
     graph = model.graph
     nodes = [_copy_node(n) for n in graph.node]
     _name_nodes(nodes)
     work = _Work(spec=spec, nodes=nodes, inits={t.name: t for t in graph.initializer})
     _check_outputs_defined(work, graph)
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
+    _check_control_flow(work.nodes, spec)
     _bind_shapes(work, graph, shapes)
     types = _fold_constants(work, model)
     if _rebatch_reshapes(work, types, spec):
         types = _fold_constants(work, model)
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
     _trim_unused_outputs(work.nodes, (o.name for o in graph.output), opset)
+    _check_element_types(work, types)
     _assemble(work, model, types)
+    _check_sizes(model, spec)
     _fill_runtime_shapes(model, spec)
     _check_channels(model, spec)
     return LoadedModel(

@@ -16,6 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hardware.chip import (
+    CLOCK_GHZ_RANGE,
+    GBPS_RANGE,
+    MAX_COUNT,
+    MAX_MEMORY_BYTES,
+    MAX_PJ,
+    MAX_STATIC_MW,
+    MAX_UNITS,
+)
 from planner.core.errors import InputError
 from planner.cost.counters import Counters
 from planner.cost.objective import Objective
@@ -83,9 +92,10 @@ class Int(Spec):
 
 @dataclass(frozen=True)
 class Num(Spec):
-    """A finite number (integer or float, not a boolean) of at least `lo`."""
+    """A finite number (integer or float, not a boolean) in [lo, hi]."""
 
     lo: float = 0.0
+    hi: float = math.inf
 
     def check(self, value: Any, path: str) -> None:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -94,6 +104,8 @@ class Num(Spec):
             raise SchemaError(path, f"must be a finite number, got {value}")
         if value < self.lo:
             raise SchemaError(path, f"must be at least {self.lo:g}, got {value:g}")
+        if value > self.hi:
+            raise SchemaError(path, f"must be at most {self.hi:g}, got {value:g}")
 
 
 @dataclass(frozen=True)
@@ -263,24 +275,26 @@ MODEL = Obj((
     Key("inputs", MapOf(ListOf(Int(1))), required=False),
 ))
 
-# The embedded chip ("spec") is rebuilt by hardware.chip.chip_from_dict, which validates it;
-# here its memory sizes and rates must at least be positive numbers.
-_LEVEL = Obj((Key("bytes", Int(1), required=False),
-              Key("bandwidth_gbps", Nullable(Num(1e-9)), required=False),
-              Key("pj_per_byte", Num(), required=False)))
+# The embedded chip ("spec") is rebuilt by hardware.chip.chip_from_dict; here its values must
+# lie in the ranges chip files are held to (hardware.chip), which keep the planners' numbers
+# in range.
+_GBPS = Num(*GBPS_RANGE)
+_LEVEL = Obj((Key("bytes", Int(1, MAX_MEMORY_BYTES), required=False),
+              Key("bandwidth_gbps", Nullable(_GBPS), required=False),
+              Key("pj_per_byte", Num(0, MAX_PJ), required=False)))
 CHIP_SPEC = Obj((
     Key("name", Str(), required=False),
     Key("dtype_bytes", OneOf((1, 2, 4)), required=False),
-    Key("clock_ghz", Num(1e-9), required=False),
-    Key("clusters", Int(1, 1 << 16), required=False),
-    Key("cores_per_cluster", Int(1, 1 << 16), required=False),
+    Key("clock_ghz", Num(*CLOCK_GHZ_RANGE), required=False),
+    Key("clusters", Int(1, MAX_COUNT), required=False),
+    Key("cores_per_cluster", Int(1, MAX_COUNT), required=False),
     Key("dram", _LEVEL, required=False),
     Key("sram", _LEVEL, required=False),
     Key("nram", Nullable(_LEVEL), required=False),  # null on single-memory chips
     Key("wram", Nullable(_LEVEL), required=False),
-    Key("core", MapOf(Num()), required=False),
-    Key("dma", MapOf(Nullable(Num(1e-9))), required=False),
-    Key("static_power_mw", Num(), required=False),
+    Key("core", MapOf(Num(0, max(MAX_UNITS, MAX_PJ))), required=False),
+    Key("dma", MapOf(Nullable(_GBPS)), required=False),
+    Key("static_power_mw", Num(0, MAX_STATIC_MW), required=False),
     Key("description", Str(), required=False),
 ))
 
@@ -315,15 +329,106 @@ PLAN = Obj((
 ))
 
 
+@dataclass(frozen=True)
+class Span(Spec):
+    """A dynamic range [LO, HI] of positive integers with LO <= HI."""
+
+    def check(self, value: Any, path: str) -> None:
+        ListOf(Int(1)).check(value, path)
+        if len(value) != 2:
+            raise SchemaError(path, f"must hold 2 items [LO, HI], got {len(value)}")
+        if value[0] > value[1]:
+            raise SchemaError(path, f"must be [LO, HI] with LO <= HI, got {_shown(value)}")
+
+
+@dataclass(frozen=True)
+class Axes(Spec):
+    """An input's dynamic axes: axis number (a string of digits, JSON keys are strings) ->
+    its range."""
+
+    def check(self, value: Any, path: str) -> None:
+        MapOf(AnyJson()).check(value, path)
+        if not value:
+            raise SchemaError(path, "must name at least one axis")
+        for axis, span in value.items():
+            if not (axis.isascii() and axis.isdigit()):
+                raise SchemaError(path, f"has axis {_shown(axis)}; axes are numbers written "
+                                        "as strings (\"2\")")
+            Span().check(span, f"{path}.{axis}")
+
+
+# The dynamic plan file (seed 002, planner.app.dynamic.dynamic_doc): a static plan at the
+# largest shape, plus a unit library per group and the "dynamic" settings.
+TAIL_MODES = ("pad", "overlap", "variable", "tail-range")
+COMBINATIONS = ("simple", "optimized")
+UNIT = Obj((Key("id", Int(0)), Key("h", Int(0)), Key("w", Int(0))))
+DYNAMIC = Obj((
+    Key("ranges", MapOf(Axes())),
+    Key("tail_mode", OneOf(TAIL_MODES)),
+    Key("combination", OneOf(COMBINATIONS)),
+    Key("tail_range", Int(0)),
+))
+
+
+def _with(obj: Obj, *keys: Key) -> Obj:
+    """`obj` with `keys` replacing its keys of the same name, or added after them."""
+    new = {k.name: k for k in keys}
+    return Obj(tuple(new.pop(k.name, k) for k in obj.keys) + tuple(new.values()))
+
+
+DYNAMIC_PLAN = _with(
+    PLAN,
+    Key("model", _with(MODEL, Key("path", Str()))),  # `table` loads the model from it
+    Key("groups", ListOf(_with(GROUP, Key("units", ListOf(UNIT, min_len=1))), min_len=1)),
+    Key("dynamic", DYNAMIC),
+)
+# A parameter table as `fuseplan table --json` prints it and its cache stores it
+# (planner.app.dynamic.table_summary, TableCache).
+_SPAN = ListOf(Int(0))
+TABLE = Obj((
+    Key("entries", ListOf(Obj((Key("group", Int(0)), Key("unit", Int(0)), Key("n", _SPAN),
+                               Key("h", _SPAN), Key("w", _SPAN), Key("waste", Int(0)))))),
+    Key("tail_mode", OneOf(TAIL_MODES)),
+    Key("combination", OneOf(COMBINATIONS)),
+    Key("waste", Num()),
+    Key("invocations", Int(0)),
+    Key("buckets", Int(0)),
+    Key("cost", MapOf(Num(-math.inf))),
+))
+
+
+def is_table(doc: Any) -> bool:
+    """Whether `doc` is a whole parameter table (a cache entry may be stale or corrupt)."""
+    try:
+        TABLE.check(doc, "")
+    except SchemaError:
+        return False
+    return True
+
+
+FIX_DYNAMIC = ("Correct it, or write the plan again with `fuseplan solve MODEL --dynamic "
+               "NAME:AXIS=LO..HI -o PLAN.json`.")
+
+
 def validate(doc: Any, source: str) -> dict[str, Any]:
     """`doc` checked against the plan schema; InputError naming `source`, the JSON path of
     the first bad value and the fix otherwise."""
+    return _validated(PLAN, doc, source, FIX)
+
+
+def validate_dynamic(doc: Any, source: str) -> dict[str, Any]:
+    """`doc` checked against the dynamic plan schema (the plan schema, a unit library per
+    group, the "dynamic" settings); InputError naming the JSON path otherwise."""
+    return _validated(DYNAMIC_PLAN, doc, source, FIX_DYNAMIC)
+
+
+def _validated(spec: Obj, doc: Any, source: str, fix: str) -> dict[str, Any]:
     try:
-        PLAN.check(doc, "")
+        spec.check(doc, "")
         _check_ids(doc["groups"])
     except SchemaError as exc:
         where = exc.path or "the document"
-        raise InputError(f"{source}: {where} {exc.problem}. {FIX}") from None
+        raise InputError(f"{source}: {where} {exc.problem}. {fix}") from None
     return doc  # type: ignore[no-any-return]
 
 
