@@ -15,12 +15,15 @@ class WeightsFitWram(Rule):
     """A fused group keeps all its weights resident in WRAM: sum_j W_j / n <= W.
 
     With ``split_cout`` the weights are split along C_out over the n cores of a cluster,
-    so each WRAM holds its share. On single-memory chips weights count against SRAM
-    (rule 12) instead.
+    so each WRAM holds its share. With ``streaming`` a fused group may instead stream its
+    weights layer by layer when the pair of chunks in flight fits (seed 000 rule 16:
+    W_i + W_i+1 <= WRAM; planner.cost.weight_stream); off, every fused group keeps its
+    weights resident. On single-memory chips weights count against SRAM (rule 12) instead.
     """
 
     enabled: bool = True
     split_cout: bool = True
+    streaming: bool = True
 
     def _share(self, facts_weight: int, cores: int) -> int:
         return ceil(facts_weight / cores) if self.split_cout else facts_weight
@@ -29,9 +32,15 @@ class WeightsFitWram(Rule):
         wram = facts.chip.wram
         if wram is None:
             return None
-        share = self._share(facts.weight_bytes, facts.chip.cores_per_cluster)
         if not facts.weights_resident:
-            return self.violation("weights are streamed, not resident in WRAM")
+            if not self.streaming:
+                return self.violation("weights are streamed, not resident in WRAM")
+            pair = self._share(facts.stage_peak_bytes, facts.chip.cores_per_cluster)
+            if pair > wram.bytes:
+                return self.violation(f"streamed chunks per core {pair} B > WRAM {wram.bytes} B",
+                                      needed=pair, allowed=wram.bytes)
+            return None
+        share = self._share(facts.weight_bytes, facts.chip.cores_per_cluster)
         if share > wram.bytes:
             return self.violation(f"weights per core {share} B > WRAM {wram.bytes} B",
                                   needed=share, allowed=wram.bytes)
@@ -42,8 +51,10 @@ class WeightsFitWram(Rule):
         wram = enc.chip.wram
         if wram is None:
             return
-        share = self._share(enc.weight_bytes(cand), enc.chip.cores_per_cluster)
-        if share > wram.bytes:
-            enc.model.add_bool_or([cand.selected.Not(), lit.Not()])
-        else:
-            enc.model.add_implication(cand.selected, cand.resident).only_enforce_if(lit)
+        cores = enc.chip.cores_per_cluster
+        forbid = [cand.selected.Not(), lit.Not()]
+        if self._share(enc.weight_bytes(cand), cores) > wram.bytes:
+            enc.model.add_bool_or([*forbid, cand.resident.Not()])  # resident: over WRAM
+        pair = self._share(max(enc.staged_steps(cand), default=0), cores)
+        if not self.streaming or pair > wram.bytes:
+            enc.model.add_bool_or([*forbid, cand.resident])  # streamed: not allowed

@@ -11,9 +11,10 @@ network 120), so they get their own candidates, pinned at the whole-map tile:
 * each start is extended cut by cut while a cheap bound -- the largest input-plus-output of
   one layer, which every tile of a group holding that layer needs -- fits the chip, so
   the search stops at the first layer whose maps cannot be on chip together;
-* of the ends that pass the rules and the chip's capacities, the longest and those whose
-  crossing tensor is among the smallest are kept (a traffic-minimal plan of whole-map
-  groups pays only its cuts: their tensors are what it chooses between).
+* of the ends that pass the rules and the chip's capacities, the longest (among the few
+  longest ends) and those whose crossing tensor is among the smallest are kept (a
+  traffic-minimal plan of whole-map groups pays only its cuts: their tensors are what it
+  chooses between).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from solver.groups import breaks_structure, is_connected, is_convex
 from solver.tiles import GroupSearch, TileChoice
 
 SMALL_CUTS = 3  # ends kept per start besides the longest: the cheapest cuts before it
+TRIES = 4  # longest ends tried per start before giving the start up
 
 
 def single_cuts(graph: Graph) -> list[int]:
@@ -111,7 +113,9 @@ def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         if not fitting:
             continue
         longest = None
-        for e in reversed(fitting):  # the longest end that passes the real checks
+        # the longest end that passes the real checks, among the few longest: what fails
+        # there (a rule on whole maps, a capacity) mostly fails for every shorter end too
+        for e in list(reversed(fitting))[:TRIES]:
             found = _choice(graph, chip, ruleset, objective, order[start:e + 1])
             if found is not None:
                 longest = e

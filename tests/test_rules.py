@@ -211,10 +211,12 @@ def with_rules(problem: Problem, search: dict[str, Any] | None = None,
 
 def bounded(problem: Problem) -> Problem:
     """The problem as these on/off tests were designed: every group capped at
-    max_group_layers (no whole-map groups of any length) and rule 19 binding whole maps too
-    (applies_to: all), so that each test isolates its one rule."""
+    max_group_layers (no whole-map groups of any length), rule 19 binding whole maps too
+    (applies_to: all) and rule 10 keeping fused groups' weights resident (no streaming), so
+    that each test isolates its one rule."""
     return with_rules(problem, search={"long_whole_map_groups": False},
-                      stride_redundancy={"applies_to": "all"})
+                      stride_redundancy={"applies_to": "all"},
+                      weights_fit_wram={"streaming": False})
 
 
 def group_with(plan: Plan, layer: str) -> Group:
@@ -601,6 +603,7 @@ def test_r10_weights_fit_wram(store: ModelStore) -> None:
     off, the first convs fuse and stream their weights once per tile."""
     p = store.problem("chain_cnn", None, ["sram.bytes=8KiB", "nram.bytes=4KiB",
                                           "wram.bytes=128"])
+    p = with_rules(p, weights_fit_wram={"streaming": False})
     tight, loose = binds(p, with_rules(p, weights_fit_wram={"enabled": False}),
                          "weights_fit_wram")
     assert fused(tight) == []
