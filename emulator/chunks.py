@@ -31,7 +31,7 @@ def _take(arr: np.ndarray, axis: int, lo: int, hi: int) -> np.ndarray:
     return arr[tuple(index)]
 
 
-class _Overlay(Mapping[str, np.ndarray]):
+class Overlay(Mapping[str, np.ndarray]):
     """A chunk's weight slices over the run's weights (no copy of either)."""
 
     def __init__(self, top: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray]) -> None:
@@ -53,6 +53,7 @@ class WeightStream:
 
     parts: Mapping[str, tuple[Mapping[str, np.ndarray], ...]]  # layer -> its chunks' slices
     held: tuple[int, ...]  # per layer of the group: the most weight bytes on chip as it runs
+    sizes: tuple[tuple[int, ...], ...]  # per layer of the group: each chunk's weight bytes
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, group: Group, weights: Mapping[str, np.ndarray],
@@ -89,7 +90,7 @@ class WeightStream:
             held[i] = max((a + b for a, b in zip(own, behind, strict=True)), default=upcoming)
             if own:
                 upcoming = own[0]
-        return cls(parts, tuple(held))
+        return cls(parts, tuple(held), tuple(tuple(x) for x in sizes))
 
     @property
     def reserved(self) -> int:
@@ -102,5 +103,5 @@ class WeightStream:
         slices = self.parts.get(lay.name)
         if not slices:
             return compute(weights)
-        outs = [compute(_Overlay(part, weights))[0] for part in slices]
+        outs = [compute(Overlay(part, weights))[0] for part in slices]
         return [np.concatenate(outs, axis=op_spec(lay.op).chunk_out_axis)]

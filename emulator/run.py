@@ -22,6 +22,7 @@ from emulator.chunks import Compute, WeightStream
 from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
 from emulator.kernels import run_op
 from emulator.reuse import run_reuse_tiles
+from emulator.weights_outer import run_weights_outer
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
@@ -343,6 +344,7 @@ class Tally:
     events: list[TileEvents] = field(default_factory=list)  # per tile, for the clock
     ops_before: tuple[int, int] = (0, 0)  # (MACs, vector ops) counted before this tile
     stream: WeightStream | None = None  # a streaming group's chunks (emulator.chunks)
+    core_weight: int = 0  # weight bytes the cores read, over all tiles
 
     @property
     def onchip_weights(self) -> int:
@@ -387,9 +389,13 @@ class Tally:
         group streams the layer's weights in chunks."""
         return self.stream.run(lay, weights, run) if self.stream is not None else run(weights)
 
-    def tile(self, index: int, loaded: int, written: int) -> None:
-        """A tile's DRAM traffic: its loads, its stores, and the weights it streams."""
-        weights = self.weight_bytes if index == 0 or not self.group.weights_resident else 0
+    def tile(self, index: int, loaded: int, written: int, weights: int | None = None,
+             used: int | None = None) -> None:
+        """A tile's DRAM traffic: its loads, its stores, and the weights it streams (or
+        `weights` loaded at this step), with `used` weight bytes the cores read for it."""
+        if weights is None:
+            weights = self.weight_bytes if index == 0 or not self.group.weights_resident else 0
+        self.core_weight += self.weight_bytes if used is None else used
         self.tiles += 1
         self.read += loaded + weights
         self.weight_read += weights
@@ -410,7 +416,7 @@ class Tally:
             weight_read_bytes=self.weight_read,
             redundant_read_bytes=self.read - self.weight_read - _once(graph, io, dt),
             sram_peak_bytes=self.peak, macs=self.macs, vector_ops=self.vector_ops,
-            core_fmap_bytes=self.core, core_weight_bytes=self.weight_bytes * self.tiles,
+            core_fmap_bytes=self.core, core_weight_bytes=self.core_weight,
             first_load_bytes=self.first, last_store_bytes=self.last)
 
 
@@ -435,6 +441,9 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         return _run_bands(graph, group, chip, dram, weights, io, layers)
     if group.halo_reuse:
         run_reuse_tiles(graph, group, chip, dram, weights, tally, layers=layers)
+        return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
+    if group.placement.weights_outer:
+        run_weights_outer(graph, group, chip, dram, weights, tally, layers)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)

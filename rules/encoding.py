@@ -65,6 +65,9 @@ class Pinned(Protocol):
     @property
     def cost(self) -> Counters: ...
 
+    @property
+    def weights_outer(self) -> bool: ...
+
 
 def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
     """Smallest tile size along an axis (0 batch, 1 rows) for which closed forms hold."""
@@ -144,7 +147,8 @@ class Encoding:
         if fixed is not None:
             t = fixed.tile
             pinned = GroupFacts(graph, io, chains, t, self.chip, fixed.resident,
-                                fixed.double_buffered, fixed.halo_reuse)
+                                fixed.double_buffered, fixed.halo_reuse,
+                                weights_outer=fixed.weights_outer)
             cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, t.h, t.n,
                              ceil(h / t.h), ceil(n / t.n),
                              ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w),

@@ -14,6 +14,7 @@ from hardware.chip import Chip
 from planner.cost.model import (
     band_peak_bytes,
     live_steps,
+    outer_chunks,
     region_sum,
     union_sum,
     weight_bytes,
@@ -60,6 +61,9 @@ class GroupFacts:
     halo_reuse: bool = False
     # the reusing tile grid, when the caller keeps one across tiles (its axes are memoized)
     grid: ReuseGrid | None = field(default=None, compare=False, repr=False)
+    # one layer whose weight chunks each sweep every tile (Placement.weights_outer): a tile
+    # holds only the widest chunk's slice of the output channels
+    weights_outer: bool = False
     # tensor_bound_bytes by tensor, filled as asked (the peaks ask for each tensor per step)
     _bounds: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
@@ -148,8 +152,17 @@ class GroupFacts:
     @cached_property
     def live_peak_bytes(self) -> int:
         """Peak of live tensors when freed after their last use (input/output share space)."""
+        if self.weights_outer:
+            return self.in_bytes + self._outer_slice_bytes
         return max(sum(self.tensor_bound_bytes(t) for t in live)
                    for live in live_steps(self.graph, self.io))
+
+    @property
+    def _outer_slice_bytes(self) -> int:
+        """A weights-outer tile's widest slice of output channels."""
+        channels, sizes = outer_chunks(self.graph, self.io, self.chip)
+        width = -(-channels // len(sizes))
+        return self.tensor_bound_bytes(self.io.outputs[0]) // channels * width
 
     @cached_property
     def staged_bytes(self) -> tuple[int, ...]:
@@ -168,8 +181,8 @@ class GroupFacts:
     def sram_live_peak_bytes(self) -> int:
         """live_peak_bytes with, on single-memory chips, each step's streamed chunks beside
         its maps."""
-        if not (self.chip.unified and self.staged_bytes):
-            return self.live_peak_bytes
+        if self.weights_outer or not (self.chip.unified and self.staged_bytes):
+            return self.live_peak_bytes + (self.stage_peak_bytes if self.chip.unified else 0)
         return max(sum(self.tensor_bound_bytes(t) for t in live) + self.staged_bytes[i]
                    for i, live in enumerate(live_steps(self.graph, self.io)))
 

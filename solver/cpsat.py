@@ -110,6 +110,9 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
         # a pinned halo-reusing tile: its exact peak, second buffer included; it reserves
         # the largest streamed pair for all its steps
         steps, prefetch, staged = [cand.facts_any_tile.reuse_peak_bytes], 0, (stage,)
+    elif cand.fixed is not None and cand.facts_any_tile.weights_outer:
+        # a pinned weights-outer tile holds its inputs and one chunk's slice of the output
+        steps, staged = [cand.facts_any_tile.live_peak_bytes], (stage,)
     streamed = 1 - cand.resident
     if chip.wram is not None and not isinstance(room, int):
         enc.enforce(m.add(weights * cand.resident + stage * streamed + room
@@ -423,10 +426,11 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
     """Whether a candidate can take a warm-start placement: a pinned candidate the very
     choice, the tile variables any full-width tile that recomputes its halos."""
     if cand.fixed is None:
-        return not (picked.halo_reuse or picked.tile.w < cand.extent[2])
+        return not (picked.halo_reuse or picked.tile.w < cand.extent[2] or picked.weights_outer)
     f = cand.facts_any_tile
-    return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse) == \
-        (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse)
+    return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse, f.weights_outer) == \
+        (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse,
+         picked.weights_outer)
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
@@ -514,7 +518,7 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
     full_width = search.tile_of(1).w
 
     def special(c: TileChoice | None) -> bool:
-        return c is not None and (c.halo_reuse or c.tile.w < full_width)
+        return c is not None and (c.halo_reuse or c.tile.w < full_width or c.weights_outer)
 
     alts: list[TileChoice | None]
     if not search.closed_form:
@@ -579,7 +583,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         floor = objective_units(best.cost, objective, ruleset.objective, chip)
         w = started_from.get(frozenset(layers))
         warm_choice = None if w is None else search.choice(
-            w.tile, w.weights_resident, w.double_buffered, w.halo_reuse)
+            w.tile, w.weights_resident, w.double_buffered, w.halo_reuse, w.weights_outer)
         for choice in _alternatives(search, best, warm_choice, objective, ruleset,
                                     cycles_cap, prefetch_options, trade_offs):
             candidates.append(layers)
@@ -623,12 +627,14 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             resident = bool(solver.boolean_value(cand.resident))
             db = bool(solver.boolean_value(cand.double_buffered))
             reuse = bool(solver.boolean_value(cand.halo_reuse))
+            outer = cand.fixed is not None and cand.facts_any_tile.weights_outer
             if not objective.timed:  # bytes do not depend on it: pick the faster one
                 search = GroupSearch.of(graph, cand.layers, chip, ruleset)
-                options = [False] + [True] * search.fits_double_buffer(tile, resident, reuse)
+                options = [False] + [True] * search.fits_double_buffer(tile, resident, reuse,
+                                                                       outer)
                 db = min(options, key=lambda o: search.quick_cost(tile, resident, o,
-                                                                  reuse).cycles)
-            groups.append(Placement.of(cand.layers, tile, resident, db, reuse))
+                                                                  reuse, outer).cycles)
+            groups.append(Placement.of(cand.layers, tile, resident, db, reuse, outer))
     obj, bound = solver.objective_value, solver.best_objective_bound
     gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
     return CpsatResult(groups, name, obj, bound, gap, time.perf_counter() - started)

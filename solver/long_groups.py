@@ -23,6 +23,8 @@ from collections.abc import Iterator
 
 from hardware.chip import Chip
 from planner.cost.objective import Objective, objective_units
+from planner.geometry.halo_reuse import lifetimes
+from planner.geometry.regions import group_io
 from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected, is_convex
@@ -36,20 +38,12 @@ def single_cuts(graph: Graph) -> list[int]:
     """Positions p of the topological order such that exactly one tensor produced at or
     before p (or a model input) is read after p."""
     order = [lay.name for lay in graph.layers]
-    born = {t: -1 for t in graph.inputs}
-    last: dict[str, int] = {}
-    for i, name in enumerate(order):
-        lay = graph.layer(name)
-        for t in lay.fmap_inputs:
-            last[t] = i
-        for t in lay.outputs:
-            if t:
-                born[t] = i
-    for t in graph.outputs:
-        last[t] = len(order)  # stored at the end: crosses every later position
+    # the whole model as one group: a tensor is on chip from its step to its last use
+    # (the model outputs to past the end)
+    spans = lifetimes(graph, group_io(graph, order))
     crossing = [0] * len(order)
-    for t, b in born.items():
-        for p in range(max(b, 0), last.get(t, b)):
+    for b, last in spans.values():
+        for p in range(max(b, 0), last):
             crossing[p] += 1
     return [p for p in range(len(order) - 1) if crossing[p] == 1]
 

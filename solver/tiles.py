@@ -16,6 +16,7 @@ from math import ceil
 from hardware.chip import Chip
 from planner.cost.model import Counters, group_cost, idle_dram_cycles, with_time, work_counters
 from planner.cost.objective import Objective, objective_units
+from planner.cost.weight_stream import layer_chunks
 from planner.geometry.bands import band_counts, band_overflows, cluster_loads, cores_per_band
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid
 from planner.geometry.regions import (
@@ -42,11 +43,12 @@ class TileChoice:
     cost: Counters
     double_buffered: bool = False
     halo_reuse: bool = False
+    weights_outer: bool = False
 
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
         return Placement.of(layers, self.tile, self.resident, self.double_buffered,
-                            self.halo_reuse)
+                            self.halo_reuse, self.weights_outer)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Option:
     cost: Counters  # every counter but the SRAM peak
     idle: int  # DRAM idle cycles the next group's weights can load in
     room: int  # bytes left on chip for them (prefetch_room)
+    weights_outer: bool = False
 
 
 def prefetch_room(facts: GroupFacts) -> int:
@@ -160,10 +163,19 @@ class GroupSearch:
         return cls(graph, tuple(io.layers), chip, ruleset, io, group_chains(graph, io))
 
     def facts(self, tile: Tile, resident: bool, double_buffered: bool = False,
-              halo_reuse: bool = False) -> GroupFacts:
+              halo_reuse: bool = False, weights_outer: bool = False) -> GroupFacts:
         return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
                           double_buffered, halo_reuse,
-                          self.reuse_grid(tile) if halo_reuse else None)
+                          self.reuse_grid(tile) if halo_reuse else None,
+                          weights_outer=weights_outer)
+
+    def can_sweep_weights(self) -> bool:
+        """A weights-outer loop is possible: one layer whose streamed weights arrive in more
+        than one output-channel chunk (with one chunk it is the resident choice)."""
+        if len(self.layers) != 1:
+            return False
+        lay = self.graph.layer(self.layers[0])
+        return bool(lay.weights) and layer_chunks(self.graph, lay, self.chip) > 1
 
     def reuse_grid(self, tile: Tile) -> ReuseGrid:
         """The halo-reusing grid of a tile, its axes memoized across the tiles tried."""
@@ -270,10 +282,11 @@ class GroupSearch:
                 and (self.tn or n) >= n)
 
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
-                   halo_reuse: bool = False) -> Counters:
+                   halo_reuse: bool = False, weights_outer: bool = False) -> Counters:
         """Every counter but the SRAM peak (closed forms; cheap)."""
         work = work_counters(self.graph, self.io, self.chains, tile, self.chip, resident,
-                             halo_reuse, self.reuse_grid(tile) if halo_reuse else None)
+                             halo_reuse, self.reuse_grid(tile) if halo_reuse else None,
+                             weights_outer)
         return with_time(self.chip, work, double_buffered)
 
     def fits_rules(self, th: int, *, resident: bool, rules: tuple[Rule, ...],
@@ -285,16 +298,19 @@ class GroupSearch:
         """fits_double_buffer() of the tile th rows tall."""
         return self.fits_double_buffer(self.tile_of(th), resident, halo_reuse)
 
-    def fits_double_buffer(self, tile: Tile, resident: bool, halo_reuse: bool = False) -> bool:
+    def fits_double_buffer(self, tile: Tile, resident: bool, halo_reuse: bool = False,
+                           weights_outer: bool = False) -> bool:
         """A second input buffer (to prefetch the next tile) fits on chip too."""
-        return not physical_violations(self.facts(tile, resident, True, halo_reuse))
+        return not physical_violations(self.facts(tile, resident, True, halo_reuse,
+                                                  weights_outer))
 
     def choice(self, tile: Tile, resident: bool, double_buffered: bool,
-               halo_reuse: bool = False) -> TileChoice:
+               halo_reuse: bool = False, weights_outer: bool = False) -> TileChoice:
         """A tile with its full predicted cost."""
         return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
-                                                     resident, double_buffered, halo_reuse),
-                          double_buffered, halo_reuse)
+                                                     resident, double_buffered, halo_reuse,
+                                                     weights_outer),
+                          double_buffered, halo_reuse, weights_outer)
 
     def best(self, objective: Objective = Objective.TRAFFIC, rules: Iterable[Rule] | None = None
              ) -> TileChoice | None:
@@ -335,7 +351,8 @@ class GroupSearch:
     def option_choice(self, o: Option) -> TileChoice:
         """The option's tile with its full predicted cost."""
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
-        return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse)
+        return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse,
+                             o.weights_outer)
 
     def _all_options(self, objective: Objective, rules: Iterable[Rule] | None,
                      with_room: bool = True) -> list[Option]:
@@ -398,6 +415,27 @@ class GroupSearch:
                     room = prefetch_room(self.facts(tile, resident, db, reuse)) \
                         if with_room else 0
                     out.append(Option(rank, tile, resident, db, reuse, cost, idle, room))
+        if self.bands == 1 and self.can_sweep_weights():
+            out += self._sweep_options(objective, heights, with_room)
+        return out
+
+    def _sweep_options(self, objective: Objective, heights: Sequence[int], with_room: bool
+                       ) -> list[Option]:
+        """Weights-outer options of a one-layer group: every height whose tile fits, with
+        and without a second input buffer (no rules: a layer alone)."""
+        out = []
+        for th in heights:
+            tile = self.tile_of(th)
+            for db in (False, True):
+                facts = self.facts(tile, False, db, weights_outer=True)
+                if physical_violations(facts):
+                    continue
+                cost = self.quick_cost(tile, False, db, weights_outer=True)
+                rank = _rank(cost, objective, self.ruleset, self.chip,
+                             TileChoice(tile, False, cost, db))
+                idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
+                room = prefetch_room(facts) if with_room else 0
+                out.append(Option(rank, tile, False, db, False, cost, idle, room, True))
         return out
 
     def search(self, how: str, rules: Iterable[Rule] | None = None) -> TileChoice | None:

@@ -497,7 +497,7 @@ def test_rules_integer_past_64_bits_exits_2(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parents[1] / "rules" / "default.yaml").read_text()
     rules.write_text(text.replace("  seed: 0 ", "  seed: 100000000000000000000000 "))
     code, out = run("rules", "check", str(rules))
-    assert code == 2 and says(out, str(rules), "`seed` must be an integer between"), out
+    assert code == 2 and says(out, str(rules), "`seed` must be", "between"), out
 
 
 def test_rules_float_infinity_exits_2(tmp_path: Path) -> None:

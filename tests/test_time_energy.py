@@ -256,7 +256,8 @@ def _every_plan(problem: api.Problem, objective: Objective) -> list[Plan]:
         choices = [GroupSearch.of(g, ls, chip, rs)._all_options(objective, None)
                    for ls in grouping]
         for combo in itertools.product(*choices):
-            placed = [Placement.of(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse)
+            placed = [Placement.of(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse,
+                                   o.weights_outer)
                       for ls, o in zip(grouping, combo, strict=True)]
             every.append(assemble(g, chip, placed, objective=objective, solver={},
                                   **problem.plan_header()))

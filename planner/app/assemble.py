@@ -50,7 +50,7 @@ def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Grou
 def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     """Predicted counters of a placement, without next-group prefetch."""
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
-                      p.halo_reuse)
+                      p.halo_reuse, p.weights_outer)
 
 
 def prefetch_eligible(graph: Graph, groups: Sequence[Sequence[str]]) -> list[bool]:

@@ -43,7 +43,7 @@ from math import ceil
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.cost.objective import energy_pj
-from planner.cost.weight_stream import stage_peak, staged_steps
+from planner.cost.weight_stream import chunk_sizes, layer_chunks, stage_peak, staged_steps
 from planner.geometry.bands import band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from planner.geometry.regions import (
@@ -175,7 +175,7 @@ def _representative(extent: int, size: int) -> list[tuple[int, int]]:
 
 def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                weights_resident: bool = True, double_buffered: bool = False,
-               halo_reuse: bool = False) -> int:
+               halo_reuse: bool = False, weights_outer: bool = False) -> int:
     """Exact SRAM peak over all tiles: feature maps, plus on single-memory chips the resident
     weights, or the streamed chunks of each step (planner.cost.weight_stream; halo-reusing
     tiles reserve the largest pair for all their steps)."""
@@ -189,6 +189,8 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     pick = _representative if exact else axis_ranges
     peak = 0
     staged = sram_staged(graph, io, chip, weights_resident)
+    if weights_outer:
+        return _weights_outer_peak(graph, io, tile, chip, double_buffered, staged)
     if halo_reuse and tile.bands > 1:
         return banded_sram_bytes(graph, io, chains, tile, chip, weights_resident,
                                  double_buffered)
@@ -209,6 +211,75 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)
     return peak
+
+
+def outer_chunks(graph: Graph, io: GroupIO, chip: Chip) -> tuple[int, list[int]]:
+    """(output channels, each chunk's weight bytes) of a weights-outer group's one layer."""
+    lay = graph.layer(io.layers[0])
+    channels = graph.layout(lay.outputs[0]).dims(graph.shapes[lay.outputs[0]])[1]
+    return channels, chunk_sizes(graph, lay, layer_chunks(graph, lay, chip), chip.dtype_bytes)
+
+
+def _chunk_width(channels: int, chunks: int, last: bool = False) -> int:
+    """Output channels in the first (widest) or the last chunk."""
+    size = -(-channels // chunks)
+    return channels - size * (chunks - 1) if last else size
+
+
+def _weights_outer_peak(graph: Graph, io: GroupIO, tile: Tile, chip: Chip,
+                        double_buffered: bool, staged: Sequence[int]) -> int:
+    """SRAM peak of a weights-outer group: a tile's input boxes and its widest slice of
+    output channels, (the next tile's inputs,) and on single-memory chips the chunks in
+    flight."""
+    channels, sizes = outer_chunks(graph, io, chip)
+    width = _chunk_width(channels, len(sizes))
+    out = io.outputs[0]
+    n, h, w = anchor_extent(graph, io)
+    peak = 0
+    for n0, n1 in axis_ranges(n, tile.n):
+        for r0, r1 in axis_ranges(h, tile.h):
+            for c0, c1 in axis_ranges(w, tile.w):
+                boxes = tile_regions(graph, io, (n0, n1, r0, r1, c0, c1))
+                loaded = sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
+                made = box_elems(graph, out, boxes[out]) // channels * width
+                peak = max(peak, (loaded * (2 if double_buffered else 1) + made)
+                           * chip.dtype_bytes)
+    return peak + max(staged, default=0)
+
+
+def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
+                       chip: Chip) -> Counters:
+    """work_counters of a weights-outer group: every chunk of weights loaded once and swept
+    over every tile, so the inputs are read once per chunk and each output channel written
+    once."""
+    dt = chip.dtype_bytes
+    channels, sizes = outer_chunks(graph, io, chip)
+    chunks = len(sizes)
+    n, h, w = anchor_extent(graph, io)
+    tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
+    sums = region_sums(graph, io, chains, tile, group_tensors(graph, io))
+    uses = in_group_uses(graph, io)
+    loads = sum(sums[t] for t in io.inputs)
+    fmap_read = chunks * loads * dt
+    wread = sum(sizes)
+    macs, vector_ops = _layer_ops(graph, io, sums)
+    core_fmap = sum(sums[t] * (1 + uses.get(t, 0)) * (chunks if t in io.inputs else 1)
+                    for t in sums) * dt
+    first, last = edge_tiles(graph, io, tile)
+    first_boxes = tile_regions(graph, io, first)
+    out = io.outputs[0]
+    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
+    return Counters(
+        dram_read_bytes=fmap_read + wread,
+        dram_write_bytes=sum(graph.elems(t) for t in io.outputs) * dt,
+        weight_read_bytes=wread,
+        redundant_read_bytes=fmap_read - once,
+        macs=macs, vector_ops=vector_ops, core_fmap_bytes=core_fmap,
+        core_weight_bytes=wread * tiles,
+        first_load_bytes=sum(box_elems(graph, t, first_boxes[t]) for t in io.inputs) * dt
+        + sizes[0],
+        last_store_bytes=box_elems(graph, out, last) // channels
+        * _chunk_width(channels, chunks, last=True) * dt)
 
 
 def dram_bytes_per_cycle(chip: Chip) -> Fraction:
@@ -298,12 +369,15 @@ def edge_tiles(graph: Graph, io: GroupIO, tile: Tile) -> tuple[Box, Box]:
 
 def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                   weights_resident: bool = True, halo_reuse: bool = False,
-                  grid: ReuseGrid | None = None) -> Counters:
+                  grid: ReuseGrid | None = None, weights_outer: bool = False) -> Counters:
     """Every counter but the SRAM peak, cycles and energy (closed forms; cheap).
 
     With halo reuse every element is loaded or computed once and each layer reads only
-    what its new part needs (planner.geometry.halo_reuse).
+    what its new part needs (planner.geometry.halo_reuse); weights outer, see
+    weights_outer_work.
     """
+    if weights_outer:
+        return weights_outer_work(graph, io, chains, tile, chip)
     if halo_reuse and tile.bands > 1:
         return banded_work(graph, io, chains, tile, chip, weights_resident,
                            ReuseGrid.bands_of(graph, io, chains, tile))
@@ -439,13 +513,14 @@ def with_time(chip: Chip, c: Counters, double_buffered: bool, prefetched: int = 
 
 def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
                weights_resident: bool = True, double_buffered: bool = False,
-               halo_reuse: bool = False) -> Counters:
+               halo_reuse: bool = False, weights_outer: bool = False) -> Counters:
     """Predicted counters of one group of layers executed with `tile`."""
     io = group_io(graph, layers)
     chains = group_chains(graph, io)
-    c = work_counters(graph, io, chains, tile, chip, weights_resident, halo_reuse)
+    c = work_counters(graph, io, chains, tile, chip, weights_resident, halo_reuse,
+                      weights_outer=weights_outer)
     c = replace(c, sram_peak_bytes=peak_bytes(graph, io, chains, tile, chip, weights_resident,
-                                              double_buffered, halo_reuse))
+                                              double_buffered, halo_reuse, weights_outer))
     return with_time(chip, c, double_buffered)
 
 

@@ -19,7 +19,7 @@ from planner.ir.graph import Graph
 from planner.plan import schema
 from planner.plan.checks import check_cover, check_order, check_reuse_tile, whole_tile
 from planner.plan.data import PLAN_VERSION, Group, Plan
-from planner.plan.placement import HaloMode, Placement, WeightResidency
+from planner.plan.placement import HaloMode, LoopOrder, Placement, WeightResidency
 
 
 def _counters_json(c: Counters) -> dict[str, Any]:
@@ -63,6 +63,7 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 "halo": "reuse" if g.halo_reuse else "recompute",
                 "prefetch": g.prefetch,
                 **({"weight_chunks": dict(g.placement.chunks)} if g.placement.chunks else {}),
+                **({"loop_order": g.placement.loop.value} if g.placement.weights_outer else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -95,6 +96,22 @@ def _chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str
         raise InputError(f"{where}.weight_chunks: resident weights are not chunked; remove "
                          "the key or set \"weights_resident\": false.")
     return tuple((name, int(stated[name])) for name in layers if name in stated)
+
+
+def _loop(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str) -> LoopOrder:
+    """A group's "loop_order", checked against what the group can run."""
+    stated = g.get("loop_order", LoopOrder.TILES_OUTER.value)
+    if stated not in {o.value for o in LoopOrder}:
+        raise InputError(f"{where}.loop_order is {stated!r}; use one of "
+                         f"{', '.join(o.value for o in LoopOrder)}.")
+    loop = LoopOrder(stated)
+    if loop is LoopOrder.WEIGHTS_OUTER and (
+            len(layers) != 1 or g.get("weights_resident", True)
+            or chunk_axes(graph, graph.layer(layers[0])) is None):
+        raise InputError(f"{where}.loop_order \"weights_outer\" needs one layer whose "
+                         "weights can be split into output-channel chunks, streamed "
+                         "(\"weights_resident\": false); remove the key.")
+    return loop
 
 
 def save_plan(plan: Plan, path: Path) -> None:
@@ -155,7 +172,8 @@ def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where
         placement = Placement(layers, tile,
                               WeightResidency.of(g.get("weights_resident", True)),
                               g.get("double_buffered", False), HaloMode(halo),
-                              g.get("prefetch", False), _chunks(graph, g, layers, gw))
+                              g.get("prefetch", False), _chunks(graph, g, layers, gw),
+                              _loop(graph, g, layers, gw))
         groups.append(Group(g["id"], placement, g.get("mode", "big"), predicted))
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()

@@ -27,6 +27,15 @@ class WeightResidency(Enum):
         return cls.RESIDENT if resident else cls.STREAMED_PER_TILE
 
 
+class LoopOrder(StrEnum):
+    """Which loop of a group is outermost (plan files' "loop_order" key)."""
+
+    TILES_OUTER = "tiles_outer"  # each tile runs every layer; streamed weights per tile
+    # one layer whose streamed weights arrive in output-channel chunks: each chunk is loaded
+    # once and applied to every tile of every image (the tiles' inputs are read per chunk)
+    WEIGHTS_OUTER = "weights_outer"
+
+
 class HaloMode(StrEnum):
     """How overlapping tiles get their halos (plan files' "halo" key)."""
 
@@ -53,13 +62,21 @@ class Placement:
     # streamed weights: (layer, output-channel chunks) of every layer cut into more than one
     # (planner.cost.weight_stream.chunk_counts); the others stream whole
     chunks: tuple[tuple[str, int], ...] = ()
+    loop: LoopOrder = LoopOrder.TILES_OUTER
 
     @classmethod
     def of(cls, layers: Sequence[str], tile: Tile, resident: bool = True,
-           double_buffered: bool = False, halo_reuse: bool = False) -> Placement:
+           double_buffered: bool = False, halo_reuse: bool = False,
+           weights_outer: bool = False) -> Placement:
         """A placement from the planners' flags."""
         return cls(tuple(layers), tile, WeightResidency.of(resident), double_buffered,
-                   HaloMode.of(halo_reuse))
+                   HaloMode.of(halo_reuse),
+                   loop=LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER)
+
+    @property
+    def weights_outer(self) -> bool:
+        """Whether each weight chunk sweeps every tile before the next chunk loads."""
+        return self.loop is LoopOrder.WEIGHTS_OUTER
 
     def residency(self, layer: str) -> WeightResidency:
         """Where this layer's weights live (the group's residency, for now)."""
