@@ -35,6 +35,7 @@ from planner.cost.weight_stream import staged_steps
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
 from planner.geometry.regions import Tile, dims, group_io, input_box, tile_count
+from planner.ir.chunks import chunk_axes
 from planner.ir.graph import Graph
 from planner.plan.checks import whole_tile
 from planner.plan.data import Plan
@@ -325,8 +326,15 @@ def random_plans(draw: st.DrawFn) -> tuple[int, Model, Chip, list[Placement]]:
                         draw(st.integers(1, full.w), "tile w"))
         else:
             tile = full
-        groups.append(Placement.of(layers, tile, draw(st.booleans(), "resident"),
-                                   draw(st.booleans(), "double buffered")))
+        resident = draw(st.booleans(), "resident")
+        # one streamed layer that splits into output-channel chunks may sweep each chunk
+        # over every tile (weights outer)
+        sweep = (len(layers) == 1 and not resident
+                 and chunk_axes(m.graph, m.graph.layer(layers[0])) is not None
+                 and draw(st.booleans(), "weights outer"))
+        groups.append(Placement.of(layers, tile, resident,
+                                   draw(st.booleans(), "double buffered"),
+                                   weights_outer=sweep))
     return seed, m, chip, groups
 
 
