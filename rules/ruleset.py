@@ -129,7 +129,8 @@ def load_rules(path: str | Path | None = None) -> RuleSet:
         if key not in known_top:
             raise InputError(f"{where(file, doc, key)}: unknown section `{key}`."
                              f"{did_you_mean(str(key), known_top)} Valid sections: "
-                             f"{', '.join(known_top)}.")
+                             f"{', '.join(known_top)}. Fix the spelling or remove the "
+                             "section.")
     configured: dict[str, Rule] = {}
     rules_node = doc.get("rules") or {}
     if not hasattr(rules_node, "items"):

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ortools.sat.python import cp_model
+from ortools.sat.python import cp_model, cp_model_helper
 
 from hardware.chip import Chip
 from planner.core.errors import PlanningError
@@ -187,9 +187,23 @@ def _ops(enc: Encoding, cand: Candidate, elems: Any) -> tuple[Any, Any]:
     return macs, vector_ops
 
 
+def _upper(expr: Any) -> int:
+    """The largest value a linear expression of the model's variables can take (from their
+    domains), so the variables built over it are bounded by what the model allows and CP-SAT
+    never sees a sum that could overflow 64 bits (MODEL_INVALID)."""
+    if isinstance(expr, int):
+        return expr
+    flat = cp_model_helper.FlatIntExpr(expr)
+    total = int(flat.offset)
+    for v, c in zip(flat.vars, flat.coeffs, strict=True):
+        domain = list(v.proto.domain)  # (the proto's list takes no negative index)
+        total += int(c) * int(domain[-1] if c > 0 else domain[0])
+    return total
+
+
 def _ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
     """An integer >= expr * den / num; tight wherever the objective pushes it down."""
-    var = m.new_int_var(0, 10**12, name)
+    var = m.new_int_var(0, max(0, -(-_upper(expr) * den // num)), name)
     m.add(var * num >= expr * den)
     return var
 
@@ -222,7 +236,9 @@ def _objective_terms(enc: Encoding, cand: Candidate, objective: Objective, rules
                              f"mac_cyc_{i}")
                    + _ceil_div(m, t.vector_ops, chip.cores * chip.core.vector_lanes, 1,
                                f"vec_cyc_{i}"))
-    cycles = m.new_int_var(0, 10**12, f"cycles_{i}")
+    # the most any of the lower bounds below can ask for (the model's own domains)
+    most = -(-max(_upper(t.dram), _upper(t.first_load) + _upper(t.last_store)) * den // num) + 2
+    cycles = m.new_int_var(0, max(0, most + _upper(compute)), f"cycles_{i}")
     # without a second buffer, transfers and compute add up
     serial = _ceil_div(m, t.dram, num, den, f"dram_cyc_{i}")
     m.add(cycles >= serial + compute).only_enforce_if(cand.double_buffered.Not())
@@ -280,14 +296,14 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         if cycles_cap is not None:
             if timing is None:
                 raise ValueError("a cycles cap needs the latency, energy or weighted objective")
-            spent = m.new_int_var(0, 10**12, f"cycles_paid_{cand.index}")
+            spent = m.new_int_var(0, _upper(timing.cycles), f"cycles_paid_{cand.index}")
             m.add(spent >= timing.cycles).only_enforce_if(cand.selected)
             capped.append(spent)
         # a selected candidate pays its floor (a lower bound of its cost) plus the excess of
         # its actual cost over it; with the floor outside the enforced constraint, the LP
         # relaxation is the set-partitioning bound
         floor = floors[k] if floors is not None else 0
-        excess = m.new_int_var(0, 10**13, f"excess_{cand.index}")
+        excess = m.new_int_var(0, max(0, _upper(cost) - floor), f"excess_{cand.index}")
         m.add(excess >= cost - floor).only_enforce_if(cand.selected)
         m.add(excess == 0).only_enforce_if(cand.selected.Not())
         costs.append(excess + floor * cand.selected)

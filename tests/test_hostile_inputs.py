@@ -25,6 +25,7 @@ from planner.core.yamlio import MAX_YAML_BYTES
 from planner.front.onnx_load import ort_max_opset
 from planner.ui.cli import app
 from tests import models
+from tests.test_hostile import _paths  # every JSON path of a document
 
 Doc = dict[str, Any]
 
@@ -357,17 +358,6 @@ def test_malformed_dynamic_plan_exits_2_with_json_path(tmp_path: Path, dyn: tupl
     code, text = run(*args)
     assert code == 2, text
     assert says(text, str(bad), words), text
-
-
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += _paths(v, (*prefix, i))
-    return out
 
 
 @settings(max_examples=30, deadline=None, derandomize=True,

@@ -14,7 +14,7 @@ from hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
 from planner.app.assemble import assemble, layer_placements, layer_plan
 from planner.app.integrity import first_misstatement
 from planner.app.verify import VerifyReport, load_golden, verify_plan
-from planner.core.errors import InputError, PlanningError
+from planner.core.errors import InputError, Interrupted, PlanningError
 from planner.core.files import make_dir, write_with
 from planner.cost.objective import Objective, objective_units
 from planner.front.graph_build import build_graph
@@ -23,6 +23,7 @@ from planner.front.onnx_load import (
     load_model,
     random_inputs,
     randomize_weights,
+    resolve_model,
     weights_are_placeholders,
 )
 from planner.ir.graph import Graph
@@ -171,8 +172,20 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
         cache[objective] = (memo, options, path, {})  # + trade-off fronts (capped solves)
     memo, options, path, trade_offs = cache[objective]
     hint = path if warm is None else warm
-    result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo, options,
-                         trade_offs)
+    try:
+        result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo,
+                             options, trade_offs)
+    except PlanningError as exc:
+        if "MODEL_INVALID" not in str(exc):
+            raise
+        # the costs outgrow CP-SAT's 64-bit integers: the chip's numbers, not the time limit
+        raise InputError(
+            f"{_chip_place(problem)}: this model's {objective.value} costs on "
+            f"this chip are too large for the solver (static_power_mw "
+            f"{chip.static_power_mw:g}, clock_ghz {chip.clock_ghz:g}, dram.bandwidth_gbps "
+            f"{chip.dram.bandwidth_gbps:g}, core.macs_per_cycle {chip.core.macs_per_cycle}). "
+            "Give the chip realistic values (a faster clock or DRAM, less static power), or "
+            "plan with --objective traffic or --solver shortest-path.") from None
     info = {"name": "cpsat", "status": result.status, "gap": round(result.gap, 6),
             "objective": result.objective, "bound": result.bound}
     if cycles_cap is not None:
@@ -193,6 +206,14 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
     return groups, info
 
 
+def _chip_place(problem: Problem) -> str:
+    """The chip file and its --set overrides, as a message names them."""
+    where = problem.chip_file or problem.chip.name
+    if problem.chip_overrides:
+        where += " (" + ", ".join(f"--set {o}" for o in problem.chip_overrides) + ")"
+    return where
+
+
 def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -> list[Plan]:
     """Non-dominated (cycles, energy) plans by epsilon constraints (seed 004 ¶49-54).
 
@@ -201,7 +222,8 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -
     from the latency plan (which meets every cap).
     """
     if points < 2:
-        raise InputError(f"--points must be at least 2 (got {points}): the two ends of the front.")
+        raise InputError(f"--points must be at least 2 (got {points}): the two ends of the "
+                         "front. Pass --points 2 or more.")
     if whole_network(problem) is not None:  # one group: nothing to trade
         return [plan_problem(problem, "cpsat", Objective.LATENCY, time_limit)]
     header = problem.plan_header()
@@ -324,8 +346,6 @@ def load_for_plan(model: str, plan_path: Path, doc: Mapping[str, Any],
     are given. When those shapes do not fit because the plan was made for another model,
     say so, rather than blame a --shape the user never gave."""
     import hashlib
-
-    from planner.front.onnx_load import resolve_model
 
     try:
         return load_model(model, dict(shapes or _plan_shapes(doc)))
@@ -523,19 +543,27 @@ def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[A
 
     make_dir(out_dir)
     extractor = Extractor(problem.model.proto)
-    written = []
-    for i, sub in enumerate(subs):
-        model_path = out_dir / f"subgraph_{i}.onnx"
-        part = extractor.extract_model(list(sub.inputs), list(sub.outputs))
-        write_with(model_path, functools.partial(_save_onnx, part), "subgraph ONNX file")
-        if sub.plan is not None:
-            header = {"path": str(model_path),
-                      "sha256": hashlib.sha256(model_path.read_bytes()).hexdigest(),
-                      "inputs": {t: list(problem.graph.shapes[t]) for t in sub.inputs}}
-            plan = dc_replace(sub.plan, model=header)
-            save_plan(plan, out_dir / f"subgraph_{i}.plan.json")
-            sub = dc_replace(sub, plan=plan)
-        written.append(sub)
+    written: list[Any] = []
+    files: list[str] = []
+    try:
+        for i, sub in enumerate(subs):
+            model_path = out_dir / f"subgraph_{i}.onnx"
+            part = extractor.extract_model(list(sub.inputs), list(sub.outputs))
+            write_with(model_path, functools.partial(_save_onnx, part), "subgraph ONNX file")
+            files.append(str(model_path))
+            if sub.plan is not None:
+                header = {"path": str(model_path),
+                          "sha256": hashlib.sha256(model_path.read_bytes()).hexdigest(),
+                          "inputs": {t: list(problem.graph.shapes[t]) for t in sub.inputs}}
+                plan = dc_replace(sub.plan, model=header)
+                save_plan(plan, out_dir / f"subgraph_{i}.plan.json")
+                files.append(str(out_dir / f"subgraph_{i}.plan.json"))
+                sub = dc_replace(sub, plan=plan)
+            written.append(sub)
+    except KeyboardInterrupt:
+        raise Interrupted(f"wrote {len(written)} of {len(subs)} subgraphs before the stop; "
+                          f"kept {len(files)} complete files ({', '.join(files) or 'none'}) "
+                          "and no partial one.") from None
     return written
 
 
@@ -585,7 +613,8 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
         low = list(dims)
         for axis, (lo, hi) in axes.items():
             if not 0 <= axis < len(dims):
-                raise InputError(f"--dynamic {name}:{axis}: input '{name}' has {len(dims)} axes.")
+                raise InputError(f"{model}: --dynamic {name}:{axis}: input '{name}' has "
+                                 f"{len(dims)} axes. Name an axis from 0 to {len(dims) - 1}.")
             dims[axis], low[axis] = hi, lo
         if any(not isinstance(d, int) or d < 1 for d in dims):
             raise InputError(f"{model}: input '{name}' still has an unbound dim {dims}; bind it "
@@ -616,6 +645,7 @@ def table(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: st
         read_dynamic,
         table_summary,
     )
+    from planner.plan.checks import check_cover
 
     plan_path = Path(plan_path)
     doc = _read_json(plan_path)
@@ -623,13 +653,21 @@ def table(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: st
     tail = tail or settings["tail_mode"]
     combination = combination or settings["combination"]
     in_range(settings, shapes, str(plan_path))
+    model_path = str(doc["model"]["path"])
+    try:
+        model_bytes = resolve_model(model_path).read_bytes()
+    except InputError as exc:
+        raise InputError(f"{plan_path}: model.path: {exc}") from None
+    if doc["model"].get("sha256") != hashlib.sha256(model_bytes).hexdigest():
+        raise InputError(_made_for(plan_path, doc, model_path))  # even with a cached table
     sha = hashlib.sha256(plan_path.read_bytes()).hexdigest()
     cache = TableCache(Path(cache_dir) if cache_dir is not None else Path(".fuseplan-cache"))
     hit = cache.get(sha, shapes, tail, combination)
     if hit is not None:
         return {**hit, "cached": True}
-    loaded = load_model(doc["model"]["path"], dict(shapes))
+    loaded = load_model(model_path, dict(shapes))
     graph = build_graph(loaded)
+    check_cover(graph, [g.layers for g in groups], str(plan_path))
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     tables = [group_table(graph, i, g, chip, tail, combination, int(settings["tail_range"]))  # type: ignore[arg-type]
               for i, g in enumerate(groups)]
@@ -672,6 +710,19 @@ def _cache_has(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tai
     return cache.get(sha, shapes, tail or settings["tail_mode"], "optimized") is not None
 
 
+def _made_for(plan_path: Path, doc: Mapping[str, Any], model: str) -> str:
+    """Why a dynamic plan does not fit the model file it is checked against."""
+    stated = str(doc["model"].get("sha256", ""))
+    made = doc["model"].get("path")
+    if made and Path(str(made)).resolve() == Path(model).resolve():
+        return (f"{plan_path}: this plan was made for model {made} (sha256 {stated[:12]}), "
+                "which has changed since. Solve it again to get its plan: `fuseplan solve "
+                "MODEL --dynamic NAME:AXIS=LO..HI -o PLAN.json`.")
+    return (f"{plan_path}: this plan was made for model {made or 'sha256 ' + stated[:12]}, "
+            f"not {model}. Pass that model, or solve this one again to get its plan: "
+            "`fuseplan solve MODEL --dynamic NAME:AXIS=LO..HI -o PLAN.json`.")
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     from planner.plan.schema import read_json
 
@@ -699,10 +750,10 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
     in_range(settings, shapes, str(plan_path))
     loaded = load_model(model, dict(shapes))
     if doc.get("model", {}).get("sha256") != loaded.sha256:
-        raise InputError(f"{plan_path}: the plan was made for a different model. Solve this "
-                         "model again to get its plan.")
+        raise InputError(_made_for(plan_path, doc, model))
     weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
     graph = build_graph(weighted)
+    check_cover(graph, [g.layers for g in groups], str(plan_path))
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     made = []
     for i, g in enumerate(groups):
@@ -712,7 +763,6 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
         tile = Tile(t.extent[0], unit.h or t.extent[1], unit.w or t.extent[2])
         placement = Placement(g.layers, tile, WeightResidency.of(g.weights_resident))
         made.append(Group(i, placement, group_mode(graph, g.layers, tile), t.cost, t.boxes))
-    check_cover(graph, [g.layers for g in made], str(plan_path))
     header = {k: doc.get(k, {}) for k in ("hardware", "rules")}
     base = layer_plan(graph, chip, model=doc["model"], **header)
     plan = dc_replace(base, groups=tuple(made))

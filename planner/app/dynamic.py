@@ -51,7 +51,8 @@ def parse_dynamic_option(text: str) -> tuple[str, int, int, int]:
                          "(input x, axis 2 between 64 and 1024).")
     name, axis, lo, hi = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
     if not 1 <= lo <= hi:
-        raise InputError(f"--dynamic {text!r}: need 1 <= LO <= HI.")
+        raise InputError(f"--dynamic {text!r}: need 1 <= LO <= HI. Give a range of positive "
+                         "sizes, smallest first, e.g. x:2=64..1024.")
     return name, axis, lo, hi
 
 

@@ -614,7 +614,8 @@ def apply_overrides(
             if part not in valid:
                 raise InputError(
                     f"{place}: unknown key `{part}` at {level}.{did_you_mean(part, valid)} "
-                    f"Valid keys there: {', '.join(valid) or '(none)'}."
+                    f"Valid keys there: {', '.join(valid) or '(none)'}. Fix the spelling of the "
+                    "key."
                 )
             if last:
                 current[part] = value

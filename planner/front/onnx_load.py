@@ -474,6 +474,41 @@ def _check_control_flow(nodes: Sequence[onnx.NodeProto], spec: str) -> None:
             )
 
 
+# Operators on quantized (integer) feature maps: the emulator holds feature maps as floats.
+_QUANTIZED = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+                        "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
+def _check_runnable(nodes: Sequence[onnx.NodeProto], opset: int, spec: str) -> None:
+    """Refuse a node left after folding that the emulator cannot execute, so that solve does
+    not plan what verify then fails on: operators on quantized feature maps (the QDQ pairs
+    on activations of a quantized model; those on constant weights are folded at load), and
+    operators onnx's reference evaluator (the emulator's fallback) lacks at this opset."""
+    from onnx.reference.ops import load_op
+
+    for node in nodes:
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        if node.op_type in _QUANTIZED:
+            raise InputError(
+                f"Model file '{spec}': node '{node.name}' ({node.op_type}) works on a "
+                "quantized feature map, and fuseplan does not support quantized graphs yet: "
+                "it plans float models (quantized weights alone are fine; they are "
+                "dequantized at load). Plan the float model this one was quantized from, or "
+                "remove the QuantizeLinear/DequantizeLinear pairs on activations, keeping "
+                "those on the weights.")
+        if op_spec(node.op_type).kernel is not None:
+            continue
+        try:
+            load_op("", node.op_type, opset)
+        except (RuntimeError, ValueError, KeyError, NotImplementedError):
+            raise InputError(
+                f"Model file '{spec}': node '{node.name}' ({node.op_type}) cannot be executed "
+                f"at opset {opset} by the emulator fuseplan verifies plans with (onnx.reference "
+                f"has no {node.op_type} for that opset). Re-export the model at a newer opset, "
+                "or replace the node with standard operators.") from None
+
+
 def _check_element_types(work: _Work, types: Mapping[str, onnx.TypeProto]) -> None:
     """Refuse bfloat16 (and float8/int4) tensors: numpy cannot compute with them, so the
     emulator cannot run the plan and onnxruntime has no CPU kernels for most ops on them."""
@@ -628,7 +663,8 @@ def _bind_shapes(
             hint = f" Did you mean '{close[0]}'?" if close else ""
             raise InputError(
                 f"Model file '{work.spec}': --shape names '{name}', which is not a real input "
-                f"of the model.{hint} Its real inputs are: {', '.join(names) or '(none)'}."
+                f"of the model.{hint} Its real inputs are: {', '.join(names) or '(none)'}. Name "
+                f"one of them in --shape NAME=D0,D1,... (`fuseplan inspect MODEL` lists them)."
             )
     used = _used_names(work.nodes, (o.name for o in graph.output))
     for vi in real:
@@ -695,6 +731,14 @@ def _evaluate(
                 _evaluate_group(group, work, opset_imports)
                 group, group_outputs = [], set()
             _evaluate_numpy(node, work)
+        elif node.op_type == "DequantizeLinear" and _numpy_dequantizable(node):
+            # quantized weights (QDQ models): onnx's reference evaluator lacks the operator
+            # before opset 19, and numpy does it exactly
+            if any(i in group_outputs for i in node.input):
+                _evaluate_group(group, work, opset_imports)
+                group, group_outputs = [], set()
+            if not _dequantize(node, work):
+                _evaluate_group([node], work, opset_imports)
         else:
             group.append(node)
             group_outputs.update(o for o in node.output if o)
@@ -738,6 +782,39 @@ def _evaluate_numpy(node: onnx.NodeProto, work: _Work) -> None:
             start, end = attrs.get("start", 0), attrs.get("end", len(shape))
             result = np.array(shape[start:end], dtype=np.int64)
     work.folded[node.output[0]] = result
+
+
+def _numpy_dequantizable(node: onnx.NodeProto) -> bool:
+    """Whether numpy can dequantize this node: per-tensor or per-axis, not blocked."""
+    return not any(a.name == "block_size" and a.i for a in node.attribute) \
+        and len(node.input) >= 2 and all(node.input[:2])
+
+
+def _dequantize(node: onnx.NodeProto, work: _Work) -> bool:
+    """DequantizeLinear of constants, y = (x - zero_point) * scale as onnxruntime computes it
+    (the difference as an integer, then float); False for element types numpy does not
+    hold (the float8 ones), which the reference evaluator then tries."""
+    x = work.value(node.input[0])
+    scale = work.value(node.input[1])
+    zero = work.value(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if x.dtype.kind not in "iu" or scale.dtype.kind != "f" or scale.ndim > 1 \
+            or (zero is not None and (zero.dtype.kind not in "iu" or zero.shape != scale.shape)):
+        return False
+    diff = x.astype(np.int64) - (zero.astype(np.int64) if zero is not None else 0) \
+        if scale.ndim == 0 else None
+    if scale.ndim == 1:  # per axis
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        if not -x.ndim <= axis < x.ndim or x.shape[axis] != scale.shape[0]:
+            return False
+        shape = [1] * x.ndim
+        shape[axis] = scale.shape[0]
+        diff = x.astype(np.int64) - (zero.reshape(shape).astype(np.int64)
+                                     if zero is not None else 0)
+        scale = scale.reshape(shape)
+    assert diff is not None
+    work.folded[node.output[0]] = (diff.astype(np.float32) * scale.astype(np.float32)) \
+        .astype(scale.dtype)
+    return True
 
 
 def _constant_value(attr: onnx.AttributeProto) -> np.ndarray:
@@ -1089,6 +1166,7 @@ def load_model(
         types = _fold_constants(work, model)
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
     _trim_unused_outputs(work.nodes, (o.name for o in graph.output), opset)
+    _check_runnable(work.nodes, opset, spec)
     _check_element_types(work, types)
     _assemble(work, model, types)
     _check_sizes(model, spec)
