@@ -107,10 +107,12 @@ def _loop(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str) 
     loop = LoopOrder(stated)
     if loop is LoopOrder.WEIGHTS_OUTER and (
             len(layers) != 1 or g.get("weights_resident", True)
+            or g.get("halo", HaloMode.RECOMPUTE.value) != HaloMode.RECOMPUTE.value
             or chunk_axes(graph, graph.layer(layers[0])) is None):
         raise InputError(f"{where}.loop_order \"weights_outer\" needs one layer whose "
                          "weights can be split into output-channel chunks, streamed "
-                         "(\"weights_resident\": false); remove the key.")
+                         "(\"weights_resident\": false), with halos recomputed; remove the "
+                         "key.")
     return loop
 
 
