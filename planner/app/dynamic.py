@@ -33,7 +33,14 @@ from ortools.sat.python import cp_model
 from hardware.chip import Chip
 from planner.core.errors import InputError
 from planner.core.files import make_dir, write_atomic
-from planner.cost.model import Counters, enumerated_cost, footprint, live_steps, weight_bytes
+from planner.cost.model import (
+    Counters,
+    enumerated_cost,
+    footprint,
+    live_steps,
+    sram_staged,
+    weight_bytes,
+)
 from planner.geometry.regions import Box, anchor_extent, group_io, tile_regions
 from planner.ir.graph import Graph
 from planner.plan.schema import TAIL_MODES as TAIL_MODES  # the plan schema owns the list
@@ -82,13 +89,15 @@ def _units_fit(graph: Graph, layers: Sequence[str], chip: Chip, h: int, w: int,
     n, big_h, big_w = anchor_extent(graph, io)
     steps = live_steps(graph, io)
     weights = weight_bytes(graph, io.weights, chip) if chip.unified and resident else 0
+    staged = sram_staged(graph, io, chip, resident)  # streamed chunks beside the maps
     # interior placements need the widest halos; try the centre and the corners
     rows = {0, max(0, (big_h - h) // 2), max(0, big_h - h)}
     cols = {0, max(0, (big_w - w) // 2), max(0, big_w - w)}
     for r in rows:
         for c in cols:
             box = (0, n, r, min(big_h, r + h), c, min(big_w, c + w))
-            peak = footprint(graph, io, tile_regions(graph, io, box), steps, chip.dtype_bytes)
+            peak = footprint(graph, io, tile_regions(graph, io, box), steps, chip.dtype_bytes,
+                             staged)
             if peak + weights > chip.sram.bytes:
                 return False
     return True
