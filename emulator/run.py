@@ -359,8 +359,10 @@ class Tally:
     def weights_now(self, layer: int | None) -> int:
         """Weight bytes in the weight memory while layer `layer` of the group runs (None: a
         halo-reusing group's step, which keeps room for the largest streamed pair)."""
-        if self.group.weights_resident or self.stream is None:
-            return self.weight_bytes if self.group.weights_resident else 0
+        if self.group.weights_resident:
+            return self.weight_bytes
+        if self.stream is None:
+            return 0
         return self.stream.reserved if layer is None else self.stream.held[layer]
 
     def ops(self, lay: Layer, outputs: int) -> None:

@@ -20,7 +20,7 @@ from planner.cost.model import (
     weight_bytes,
     work_counters,
 )
-from planner.cost.weight_stream import staged_steps
+from planner.cost.weight_stream import chunk_width, staged_steps
 from planner.geometry.bands import cluster_loads
 from planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
 from planner.geometry.regions import (
@@ -161,7 +161,7 @@ class GroupFacts:
     def _outer_slice_bytes(self) -> int:
         """A weights-outer tile's widest slice of output channels."""
         channels, sizes = outer_chunks(self.graph, self.io, self.chip)
-        width = -(-channels // len(sizes))
+        width = chunk_width(channels, len(sizes))
         return self.tensor_bound_bytes(self.io.outputs[0]) // channels * width
 
     @cached_property

@@ -43,7 +43,13 @@ from math import ceil
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.cost.objective import energy_pj
-from planner.cost.weight_stream import chunk_sizes, layer_chunks, stage_peak, staged_steps
+from planner.cost.weight_stream import (
+    chunk_sizes,
+    chunk_width,
+    layer_chunks,
+    stage_peak,
+    staged_steps,
+)
 from planner.geometry.bands import band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from planner.geometry.regions import (
@@ -220,19 +226,13 @@ def outer_chunks(graph: Graph, io: GroupIO, chip: Chip) -> tuple[int, list[int]]
     return channels, chunk_sizes(graph, lay, layer_chunks(graph, lay, chip), chip.dtype_bytes)
 
 
-def _chunk_width(channels: int, chunks: int, last: bool = False) -> int:
-    """Output channels in the first (widest) or the last chunk."""
-    size = -(-channels // chunks)
-    return channels - size * (chunks - 1) if last else size
-
-
 def _weights_outer_peak(graph: Graph, io: GroupIO, tile: Tile, chip: Chip,
                         double_buffered: bool, staged: Sequence[int]) -> int:
     """SRAM peak of a weights-outer group: a tile's input boxes and its widest slice of
     output channels, (the next tile's inputs,) and on single-memory chips the chunks in
     flight."""
     channels, sizes = outer_chunks(graph, io, chip)
-    width = _chunk_width(channels, len(sizes))
+    width = chunk_width(channels, len(sizes))
     out = io.outputs[0]
     n, h, w = anchor_extent(graph, io)
     peak = 0
@@ -279,7 +279,7 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
         first_load_bytes=sum(box_elems(graph, t, first_boxes[t]) for t in io.inputs) * dt
         + sizes[0],
         last_store_bytes=box_elems(graph, out, last) // channels
-        * _chunk_width(channels, chunks, last=True) * dt)
+        * chunk_width(channels, chunks, last=True) * dt)
 
 
 def dram_bytes_per_cycle(chip: Chip) -> Fraction:

@@ -28,7 +28,6 @@ reserve one staging region for the group's largest pair during all their steps.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from math import ceil
 
 from hardware.chip import Chip
 from planner.geometry.regions import GroupIO
@@ -79,9 +78,10 @@ def chunk_sizes(graph: Graph, lay: Layer, chunks: int, dtype_bytes: int) -> list
         + [(per * last + whole) * dtype_bytes]
 
 
-def chunk_bytes(graph: Graph, lay: Layer, chunks: int, dtype_bytes: int) -> int:
-    """Bytes of the layer's largest chunk (its first) of weights."""
-    return chunk_sizes(graph, lay, chunks, dtype_bytes)[0]
+def chunk_width(channels: int, chunks: int, last: bool = False) -> int:
+    """Output channels in the first (widest) or the last of `chunks` equal chunks."""
+    size = -(-channels // chunks)
+    return channels - size * (chunks - 1) if last else size
 
 
 def layer_chunks(graph: Graph, lay: Layer, chip: Chip) -> int:
@@ -133,14 +133,3 @@ def staged_steps(graph: Graph, io: GroupIO, chip: Chip,
 def stage_peak(graph: Graph, io: GroupIO, chip: Chip) -> int:
     """The largest double-buffered pair of a streamed group (halo-reusing tiles reserve it)."""
     return max(staged_steps(graph, io, chip), default=0)
-
-
-def stage_overflow(graph: Graph, io: GroupIO, chip: Chip) -> tuple[str, int] | None:
-    """(layer, bytes) of the first step whose pair cannot fit WRAM on a chip with one
-    (the staging shares no memory with the maps there), else None."""
-    if chip.wram is None:
-        return None
-    for name, need in zip(io.layers, staged_steps(graph, io, chip), strict=True):
-        if ceil(need / chip.cores_per_cluster) > chip.wram.bytes:
-            return name, need
-    return None
