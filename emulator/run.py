@@ -40,9 +40,31 @@ from planner.geometry.regions import (
 )
 from planner.ir.graph import Graph, Layer, MapKind
 from planner.ir.layout import Layout, layout_of
-from planner.ir.ops import ShapeParam, op_spec
+from planner.ir.ops import Accumulate, ShapeParam, op_spec
 from planner.plan.checks import check_bands
 from planner.plan.data import Group, Plan
+
+
+class KernelFailure(Exception):
+    """A layer could not be computed on a tile's box: the plan asked the emulator for
+    something its regions do not provide (a planner bug, not bad input)."""
+
+    def __init__(self, layer: str, op: str, box: Box, detail: str) -> None:
+        super().__init__(detail)
+        self.layer, self.op, self.box, self.detail = layer, op, box, detail
+
+
+class EmulationError(Exception):
+    """A plan the emulator cannot run: which group, tile and layer, and what disagreed."""
+
+    def __init__(self, group: int, tile: int | None, layer: str | None, detail: str) -> None:
+        where = f"group {group}"
+        if tile is not None:
+            where += f", tile {tile}"
+        if layer is not None:
+            where += f", layer '{layer}'"
+        super().__init__(f"the emulator cannot run this plan at {where}: {detail}")
+        self.group, self.tile, self.layer, self.detail = group, tile, layer, detail
 
 
 @dataclass(frozen=True)
@@ -119,7 +141,8 @@ class _LayerStatic:
     in_hw: tuple[int, int]  # rows and columns of the first fmap input
     attrs: Mapping[str, Any]  # without ceil_mode for window layers (the pads say it all)
     crop_spatial: bool  # a non-window kernel result may cover more rows than the box
-    in_spatial: bool  # first fmap input has H and W
+    in_spatial: bool  # the reference fmap input has H and W
+    ref: int  # fmap input the kernel result is aligned with (not a broadcast operand)
     out_layout: Layout
     shape_param: ShapeParam  # a parameter input spelling out the whole output map
 
@@ -156,14 +179,18 @@ def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
     window = kind is MapKind.WINDOW and out_spatial
     first = graph.shapes[lay.fmap_inputs[0]] if lay.fmap_inputs else ()
     first_layout = layout_of(first)
-    in_spatial = first_layout.spatial
+    # A broadcast operand (an SE scale [N, C, 1, 1] as in `scale * x`) maps WHOLE and may come
+    # first: the result is aligned with the first input that is not one.
+    ref = next((i for i, m in enumerate(lay.row_maps) if m.kind is not MapKind.WHOLE), 0)
+    ref_shape = graph.shapes[lay.fmap_inputs[ref]] if lay.fmap_inputs else ()
+    in_spatial = layout_of(ref_shape).spatial
     attrs = {k: v for k, v in lay.attrs.items() if k != "ceil_mode"} if window else lay.attrs
     return _LayerStatic(
         fmaps=tuple(fmaps), consts=tuple(consts), n_args=len(lay.inputs),
         out_spatial=out_spatial, window=window,
         transposed=kind is MapKind.TRANSPOSED and out_spatial,
         in_hw=first_layout.dims(first)[2:], attrs=attrs,
-        crop_spatial=out_spatial and not window, in_spatial=in_spatial,
+        crop_spatial=out_spatial and not window, in_spatial=in_spatial, ref=ref,
         out_layout=out_layout, shape_param=op_spec(lay.op).shape_param)
 
 
@@ -208,15 +235,34 @@ def run_layer(graph: Graph, lay: Layer, out_box: Box, onchip: Mapping[str, tuple
               weights: Mapping[str, np.ndarray], layers: LayerCache | None = None
               ) -> list[np.ndarray]:
     """Compute `out_box` of a layer's outputs from the boxes of its inputs held on chip
-    (``layers``: the run's cache of static layer facts; without one they are worked out)."""
+    (``layers``: the run's cache of static layer facts; without one they are worked out).
+
+    Raises KernelFailure naming the layer and box when the tile's inputs do not give it.
+    """
+    try:
+        return _run_layer(graph, lay, out_box, onchip, weights, layers)
+    except KernelFailure:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError, RuntimeError) as exc:
+        n0, n1, r0, r1, c0, c1 = out_box
+        raise KernelFailure(
+            lay.name, lay.op, out_box,
+            f"computing images [{n0}, {n1}), rows [{r0}, {r1}), columns [{c0}, {c1}) of "
+            f"'{lay.outputs[0]}' failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _run_layer(graph: Graph, lay: Layer, out_box: Box,
+               onchip: Mapping[str, tuple[Box, np.ndarray]], weights: Mapping[str, np.ndarray],
+               layers: LayerCache | None) -> list[np.ndarray]:
     info = layers.of(lay) if layers is not None else _layer_static(graph, lay)
     args: list[np.ndarray | None] = [None] * info.n_args
-    first_box: Box | None = None
+    first_box: Box | None = None  # the box of the reference input (window layers: the data)
+    ref = 0 if info.window or info.transposed else info.ref
     for pos, i, name, layout, same in info.fmaps:
         want = out_box if same else input_box(graph, lay, i, out_box)
         have, arr = onchip[name]
         args[pos] = _slice(arr, have, want, layout)
-        if first_box is None:
+        if i == ref:
             first_box = want
     for pos, name in info.consts:
         args[pos] = weights.get(name, graph.constants.get(name))
@@ -313,13 +359,61 @@ def _crop_output(y: np.ndarray, lay: Layer, info: _LayerStatic, out_box: Box,
         y = _crop_axis(y, layout.batch_axis, out_box[0], out_box[1] - out_box[0])
     if info.crop_spatial and first_box is not None and layout.spatial:
         row, col = layout.tiled_axes
-        for axis, m, lo, hi, a0 in ((row, lay.row_maps[0], out_box[2], out_box[3], first_box[2]),
-                                    (col, lay.col_maps[0], out_box[4], out_box[5],
+        ref = info.ref
+        for axis, m, lo, hi, a0 in ((row, lay.row_maps[ref], out_box[2], out_box[3],
+                                     first_box[2]),
+                                    (col, lay.col_maps[ref], out_box[4], out_box[5],
                                      first_box[4])):
             whole = m.kind is MapKind.WHOLE or not info.in_spatial
             start = lo if whole else lo - m.virtual_start(a0)
             y = _crop_axis(y, axis, start, hi - lo)
     return y.astype(np.float32, copy=False) if y.dtype == np.float64 else y
+
+
+@dataclass
+class Fold:
+    """The on-chip accumulator of a reduction over rows and columns: each tile's part of its
+    input is folded in; the mean divides by the whole map's size once the last tile is in."""
+
+    how: Accumulate
+    axes: tuple[int, ...]
+    count: int  # input elements per output element over the whole map
+    acc: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, graph: Graph, lay: Layer) -> Fold:
+        """The accumulator of a reduction layer (planner.geometry.regions.accumulated_input)."""
+        x = lay.fmap_inputs[0]
+        layout = graph.layout(x)
+        _, _, h, w = layout.dims(graph.shapes[x])
+        return cls(op_spec(lay.op).accumulate, layout.tiled_axes, h * w)
+
+    def add(self, part: np.ndarray) -> np.ndarray:
+        """Fold a tile's part in; returns that tile's partial result (what its cores made)."""
+        folded: np.ndarray
+        if self.how in (Accumulate.SUM, Accumulate.MEAN):
+            folded = np.asarray(np.sum(part, axis=self.axes, keepdims=True, dtype=np.float32))
+        elif self.how is Accumulate.MAX:
+            folded = np.asarray(np.max(part, axis=self.axes, keepdims=True))
+        else:
+            folded = np.asarray(np.min(part, axis=self.axes, keepdims=True))
+        if self.acc is None:
+            self.acc = folded.copy()
+        elif self.how is Accumulate.MAX:
+            np.maximum(self.acc, folded, out=self.acc)
+        elif self.how is Accumulate.MIN:
+            np.minimum(self.acc, folded, out=self.acc)
+        else:
+            self.acc += folded
+        return folded
+
+    def result(self) -> np.ndarray:
+        """The final value, after the last tile."""
+        if self.acc is None:
+            raise ValueError("an accumulator read before any tile was folded in")
+        if self.how is Accumulate.MEAN:
+            return np.asarray(self.acc / np.float32(self.count), dtype=np.float32)
+        return self.acc
 
 
 @dataclass
@@ -439,6 +533,10 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
     tally = Tally(chip, group, sum(int(graph.constants[w].size) for w in io.weights) * dt,
                   stream=stream)
     layers = layers if layers is not None else LayerCache(graph)
+    if io.accumulated and (group.halo_reuse or group.placement.weights_outer):
+        raise EmulationError(group.id, None, graph.producer[io.accumulated[0]],
+                             "a group ending in an accumulating reduction runs its tiles "
+                             "one by one (no halo reuse, no weights-outer loop)")
     if group.halo_reuse and group.tile.bands > 1:
         return _run_bands(graph, group, chip, dram, weights, io, layers)
     if group.halo_reuse:
@@ -449,7 +547,8 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)
-    anchors = group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile)
+    anchors = list(group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile))
+    folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
     for ti, tile_box in enumerate(anchors):
         boxes = tile_regions(graph, io, tile_box)
         onchip: dict[str, tuple[Box, np.ndarray]] = {}
@@ -464,9 +563,17 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
             first = lay.outputs[0]
-            ys = tally.compute(partial(run_layer, graph, lay, boxes[first], onchip,
-                                       layers=layers), lay, weights)
-            tally.ops(lay, ys[0].size)
+            if first in folds:  # fold this tile's part of the anchor into the accumulator
+                x = onchip[lay.fmap_inputs[0]][1]
+                ys = [folds[first].add(x)]
+                tally.vector_ops += x.size
+            else:
+                try:
+                    ys = tally.compute(partial(run_layer, graph, lay, boxes[first], onchip,
+                                               layers=layers), lay, weights)
+                except KernelFailure as exc:
+                    raise EmulationError(group.id, ti, exc.layer, exc.detail) from exc
+                tally.ops(lay, ys[0].size)
             for t, y in zip(lay.outputs, ys, strict=False):
                 if t:
                     onchip[t] = (boxes[first], y)
@@ -478,6 +585,10 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         written = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
             have, arr = onchip[t]
+            if t in folds:  # an accumulator is final, and stored, after the last tile
+                if ti < len(anchors) - 1:
+                    continue
+                arr = folds[t].result()
             want = tile_box if t == io.anchor else boxes[t]
             layout = graph.layout(t)
             part = _slice(arr, have, want, layout)
@@ -603,8 +714,16 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
     with threadpool_limits(limits=1, user_api="blas"):
         for k, group in enumerate(plan.groups):
             check_bands(graph, group.layers, group.tile, chip, group.halo_reuse, f"group {k}")
-            c, run, v = emulate_group(graph, group, chip, dram, weights or graph.constants,
-                                      layers)
+            try:
+                c, run, v = emulate_group(graph, group, chip, dram, weights or graph.constants,
+                                          layers)
+            except EmulationError:
+                raise
+            except KernelFailure as exc:
+                raise EmulationError(k, None, exc.layer, exc.detail) from exc
+            except (ValueError, KeyError, IndexError, TypeError, RuntimeError) as exc:
+                # anything else the runners trip over is a plan they cannot run, not input
+                raise EmulationError(k, None, None, f"{type(exc).__name__}: {exc}") from exc
             if group.prefetch and k:  # its weights load while the group before it runs
                 wbytes = sum(int(graph.constants[w].size) for w in group_io(graph, group.layers)
                              .weights) * chip.dtype_bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from planner.geometry.regions import accumulated_input
 from rules.base import GroupFacts, StructuralRule, Violation, rule
 
 
@@ -15,7 +16,10 @@ class BlocksFirst(StructuralRule):
 
     Anti-pattern: a group that takes half of a block's branches plus layers after the block.
     Best practice: add or remove whole blocks; fall back to a block's branch layers only in
-    groups that lie inside the block.
+    groups that lie inside the block. Global poolings (reductions over rows and columns)
+    do not count: one accumulated tile by tile may end a group, and the pooled value must
+    be final before any pixel is scaled by it (squeeze-excite), so the group before it and
+    the group after it each hold the rest of the block.
     """
 
     final_only: ClassVar[bool] = True  # growing the group can still satisfy it
@@ -23,10 +27,15 @@ class BlocksFirst(StructuralRule):
     enabled: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
+        graph = facts.graph
         members = set(facts.io.layers)
-        for block in facts.graph.blocks:
-            inside = members & set(block.layers)
-            if inside and inside != set(block.layers) and not members <= set(block.layers):
+        # the pooling a group ends in is neither part of a block it cuts nor outside it
+        core = members - {graph.producer[t] for t in facts.io.accumulated}
+        for block in graph.blocks:
+            layers = {n for n in block.layers
+                      if accumulated_input(graph, graph.layer(n)) is None}
+            inside = members & layers
+            if inside and inside != layers and not core <= set(block.layers):
                 return self.violation(
                     f"cuts block {block.id} (exit '{block.exit}'): holds {len(inside)} of its "
                     f"{len(block.layers)} layers and layers outside it",

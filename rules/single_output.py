@@ -14,7 +14,10 @@ class SingleOutput(StructuralRule):
     """A group writes exactly one tensor back; shape derivation runs backward from it.
 
     Anti-pattern: a group whose results leave from two places.
-    Best practice: end the group where its branches have joined.
+    Best practice: end the group where its branches have joined. A group that ends in a
+    global pooling (or a reduction over rows and columns) of the tensor it tiles may also
+    write that pooled result: it is accumulated tile by tile, and shape derivation still
+    runs backward from the one tiled tensor (the squeeze-excite pattern).
     """
 
     final_only: ClassVar[bool] = True  # growing the group can still satisfy it
@@ -22,7 +25,7 @@ class SingleOutput(StructuralRule):
     enabled: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
-        outs = facts.io.outputs
+        outs = facts.io.stored_per_tile
         if len(outs) > 1:
             return self.violation(f"{len(outs)} outputs leave the group ({', '.join(outs[:3])})",
                                   needed=len(outs), allowed=1)

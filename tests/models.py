@@ -22,6 +22,7 @@ __all__ = [
     "random_cnn",
     "residual_net",
     "save",
+    "se_net",
 ]
 
 
@@ -300,6 +301,35 @@ def detection_net(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     head = b.one("Relu", [b.conv(merged, 32, 8, 3, prefix="head")])
     out = b.conv(head, 8, 4, 1, prefix="pred")
     return b.model((1, 3, "H", "W"), out, opset, input_name="x", name="detection_net")
+
+
+def _squeeze_excite(b: _Builder, x: str, c: int, scale_first: bool, opset: int) -> str:
+    """x * HardSigmoid(Conv(Relu(Conv(GlobalAveragePool(x))))), the scale [N, C, 1, 1]
+    broadcast over rows and columns; ``scale_first`` writes it as torchvision does,
+    ``scale * x``, so the broadcast operand is the Mul's first input."""
+    s = b.one("GlobalAveragePool", [x], "gap")
+    s = b.one("Relu", [b.conv(s, c, max(4, c // 4), 1, prefix="se_reduce")])
+    s = b.one("HardSigmoid", [b.conv(s, max(4, c // 4), c, 1, prefix="se_expand")],
+              alpha=0.2, beta=0.5)
+    return b.one("Mul", [s, x] if scale_first else [x, s], "se_scale")
+
+
+def se_net(seed: int = 0, n: int = 1, h: int = 64, w: int = 64, blocks: int = 2,
+           channels: int = 16, expand: int = 2, scale_first: bool = True,
+           opset: int = 13) -> onnx.ModelProto:
+    """MobileNetV3-style inverted residuals with squeeze-excite: a stem conv, then per block
+    1x1 expand, ReLU, 3x3 depthwise, ReLU, squeeze-excite, 1x1 project and the residual add;
+    a global pool and a classifier at the end."""
+    b = _Builder(np.random.default_rng(seed))
+    x = b.one("Relu", [b.conv("input", 3, channels, 3, prefix="stem")])
+    wide = channels * expand
+    for _ in range(blocks):
+        y = b.one("Relu", [b.conv(x, channels, wide, 1, prefix="expand")])
+        y = b.one("Relu", [b.conv(y, wide, wide, 3, group=wide, prefix="dw")])
+        y = _squeeze_excite(b, y, wide, scale_first, opset)
+        x = b.one("Add", [x, b.conv(y, wide, channels, 1, prefix="project")])
+    x = b.one("Flatten", [b.one("GlobalAveragePool", [x], "head_pool")], axis=1)
+    return b.model((n, 3, h, w), b.gemm(x, channels, 10), opset, name="se_net")
 
 
 ROOT = Path(__file__).resolve().parent.parent

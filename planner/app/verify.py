@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from emulator.run import EmulationResult, Violation, emulate
+from emulator.run import EmulationError, EmulationResult, Violation, emulate
 from hardware.chip import Chip
-from planner.core.errors import InputError
+from planner.core.errors import InputError, PlanDefect
 from planner.core.files import write_with
 from planner.cost.counters import TIMING_FIELDS, Counters
 from planner.cost.objective import energy_pj
@@ -179,7 +179,12 @@ def verify_plan(model: LoadedModel, graph: Graph, plan: Plan, chip: Chip,
                 stated: Sequence[Collection[str]] | None = None) -> VerifyReport:
     """Emulate the plan on `inputs` and check outputs and counters."""
     started = time.perf_counter()
-    result: EmulationResult = emulate(graph, plan, chip, inputs)
+    try:
+        result: EmulationResult = emulate(graph, plan, chip, inputs)
+    except EmulationError as exc:
+        raise PlanDefect(
+            f"{exc} The planner made a plan its emulator cannot execute; please report it "
+            "with the model and the plan file.") from None
     emulator_s = time.perf_counter() - started
     names = dram_tensors(graph, plan)
     if golden is not None:

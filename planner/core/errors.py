@@ -14,6 +14,15 @@ class InputError(Exception):
 class PlanningError(Exception):
     """The command ran and the answer is "no" (infeasible, mismatch): exit code 1."""
 
+    label = "no plan"  # how the CLI introduces the message
+
+
+class PlanDefect(PlanningError):
+    """A plan the emulator cannot run: a planner bug, exit code 1, naming the group, tile
+    and layer where the plan and the emulator disagreed."""
+
+    label = "planner bug"
+
 
 class Interrupted(Exception):
     """Ctrl-C stopped the command: exit code 130, the message says which files it left

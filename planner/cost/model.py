@@ -426,7 +426,10 @@ def _layer_ops(graph: Graph, io: GroupIO, made: Mapping[str, int]) -> tuple[int,
     macs = vector_ops = 0
     for name in io.layers:
         lay = graph.layer(name)
-        ops = lay.macs_per_output * made.get(lay.outputs[0], 0)
+        if lay.outputs[0] in io.accumulated:
+            ops = lay.macs  # each tile folds its part of the input in: the input once
+        else:
+            ops = lay.macs_per_output * made.get(lay.outputs[0], 0)
         if lay.is_main:
             macs += ops
         else:

@@ -18,6 +18,7 @@ from math import ceil
 
 from planner.ir.graph import AxisMap, Graph, Layer, MapKind
 from planner.ir.layout import layout_of
+from planner.ir.ops import Accumulate, op_spec
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,15 @@ class GroupIO:
     outputs: tuple[str, ...]  # produced inside, consumed outside or model outputs
     internal: tuple[str, ...]  # produced and consumed only inside: stay on chip
     weights: tuple[str, ...]  # union of the layers' weight tensors
-    anchor: str  # the output the tile is defined on
+    anchor: str  # the tensor the tile is defined on: an output, or what a reduction folds
+    # outputs of a final reduction over rows and columns: each tile adds its part of the
+    # anchor into an on-chip accumulator, written once after the last tile
+    accumulated: tuple[str, ...] = ()
+
+    @property
+    def stored_per_tile(self) -> tuple[str, ...]:
+        """The outputs each tile stores its part of (not the accumulated ones)."""
+        return tuple(t for t in self.outputs if t not in self.accumulated)
 
 
 def group_io(graph: Graph, layers: Sequence[str]) -> GroupIO:
@@ -97,8 +106,36 @@ def group_io(graph: Graph, layers: Sequence[str]) -> GroupIO:
         elif graph.consumers.get(t):
             internal.append(t)
     anchor = outputs[-1] if outputs else produced[-1]
+    accumulated: tuple[str, ...] = ()
+    folded = accumulated_input(graph, graph.layer(members[-1]))
+    if folded is not None and anchor == graph.layer(members[-1]).outputs[0]:
+        # tiles run over what the final reduction folds, not over its one-pixel result
+        anchor, accumulated = folded, (anchor,)
     return GroupIO(tuple(members), tuple(inputs), tuple(outputs), tuple(internal),
-                   tuple(weights), anchor)
+                   tuple(weights), anchor, accumulated)
+
+
+def accumulated_input(graph: Graph, lay: Layer) -> str | None:
+    """The input a reduction over rows and columns folds tile by tile (global pooling, a
+    keepdims ReduceMean/Sum/Max/Min over exactly the row and column axes), or None when
+    the layer is no such reduction (it then needs its input whole)."""
+    spec = op_spec(lay.op)
+    if spec.accumulate is Accumulate.NONE or len(lay.fmap_inputs) != 1:
+        return None
+    x = lay.fmap_inputs[0]
+    layout = graph.layout(x)
+    if not layout.spatial:
+        return None
+    if lay.op.startswith("Reduce"):
+        if not int(lay.attrs.get("keepdims", 1)):
+            return None
+        axes = lay.attrs.get("axes")
+        if axes is None and len(lay.inputs) > 1 and lay.inputs[1] in graph.constants:
+            axes = [int(a) for a in graph.constants[lay.inputs[1]].reshape(-1)]
+        rank = layout.rank
+        if axes is None or sorted(int(a) % rank for a in axes) != sorted(layout.tiled_axes):
+            return None
+    return x
 
 
 def needed_range(m: AxisMap, lo: int, hi: int, in_len: int, out_spatial: bool,
@@ -137,11 +174,13 @@ def hull(a: Box | None, b: Box) -> Box:
 
 def tile_regions(graph: Graph, io: GroupIO, anchor_box: Box) -> dict[str, Box]:
     """Box of every tensor of the group needed to produce anchor_box of the anchor."""
-    need: dict[str, Box] = {}
+    need: dict[str, Box] = {io.anchor: anchor_box}
     for t in io.outputs:
         need[t] = anchor_box if t == io.anchor else full_box(graph, t)
     for name in reversed(io.layers):
         lay = graph.layer(name)
+        if lay.outputs[0] in io.accumulated:
+            continue  # it folds the tile's box of the anchor into its accumulator
         out_box: Box | None = None
         for t in lay.outputs:
             if t in need:
@@ -289,13 +328,16 @@ def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
     n, h, w = anchor_extent(graph, io)
     full = tile_regions(graph, io, (0, n, 0, h, 0, w))
     chains: dict[str, tuple[AxisChain | None, AxisChain | None, AxisChain | None]] = {}
+    chains[io.anchor] = (AxisChain(1, 0, 1, n), AxisChain(1, 0, 1, h), AxisChain(1, 0, 1, w))
     for t in io.outputs:
-        if t == io.anchor:
-            chains[t] = (AxisChain(1, 0, 1, n), AxisChain(1, 0, 1, h), AxisChain(1, 0, 1, w))
-        else:
-            chains[t] = (None, None, None)  # other outputs force a single tile
+        if t != io.anchor:
+            # other outputs force a single tile; an accumulator has no per-tile range, so
+            # its group is costed by enumerating tiles (and pinned in CP-SAT)
+            chains[t] = (None, None, None)
     for name in reversed(io.layers):
         lay = graph.layer(name)
+        if lay.outputs[0] in io.accumulated:
+            continue
         outs = [t for t in lay.outputs if t in chains]
         if not outs:
             continue

@@ -91,6 +91,17 @@ class BranchScale(StrEnum):
     THROUGH = "through"  # a constant shift of one fmap: that fmap's scale (Add, Sub)
 
 
+class Accumulate(StrEnum):
+    """How a reduction combines partial results over tiles of its input (an on-chip
+    accumulator, final after the last tile); NONE: it needs its input whole."""
+
+    NONE = "none"
+    SUM = "sum"
+    MEAN = "mean"  # a sum, divided by the count once the last tile is in
+    MAX = "max"
+    MIN = "min"
+
+
 class ShapeParam(StrEnum):
     """A parameter input that spells out the whole output map (a tile must restate it)."""
 
@@ -288,6 +299,8 @@ class OpSpec:
     # output axis the chunks' results join along (None: the op is computed whole)
     chunk_axis: ChunkAxisFn | None = None
     chunk_out_axis: int = 1
+    # reductions over rows and columns: how tiles of the input combine into the output
+    accumulate: Accumulate = Accumulate.NONE
 
     @property
     def is_main(self) -> bool:
@@ -394,6 +407,20 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Neg", _V),
     _spec("Reciprocal", _V),
     _spec("Cast", _V, takes_weights=False),
+    # per-element functions exporters emit (Erf-GELU, Softplus-Mish, ...): the ONNX reference
+    # evaluator runs them; they tile like any activation
+    _spec("Erf", _V, native=False),
+    _spec("Gelu", _V, native=False, rectified=_RELU),
+    _spec("Softplus", _V, native=False, rectified=_RELU),
+    _spec("Softsign", _V, native=False),
+    _spec("Mish", _V, native=False, rectified=_RELU),
+    _spec("Log", _V, native=False),
+    _spec("Floor", _V, native=False),
+    _spec("Ceil", _V, native=False),
+    _spec("Round", _V, native=False),
+    _spec("Sign", _V, native=False),
+    _spec("Sin", _V, native=False),
+    _spec("Cos", _V, native=False),
     # scalar: elementwise with broadcasting
     _spec("Add", _S, other_role=InputRole.ADD, branch_scale=BranchScale.THROUGH,
           sums_inputs=True),
@@ -405,6 +432,17 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Min", _S),
     _spec("Mean", _S),
     _spec("Pow", _S),
+    # elementwise selections and comparisons: constants are masks and fill values, kept as
+    # they are (no role), never drawn at random
+    _spec("Where", _S, native=False),
+    _spec("Equal", _S, native=False, takes_weights=False),
+    _spec("Greater", _S, native=False, takes_weights=False),
+    _spec("Less", _S, native=False, takes_weights=False),
+    _spec("GreaterOrEqual", _S, native=False, takes_weights=False),
+    _spec("LessOrEqual", _S, native=False, takes_weights=False),
+    _spec("Not", _S, native=False, takes_weights=False),
+    _spec("And", _S, native=False, takes_weights=False),
+    _spec("Or", _S, native=False, takes_weights=False),
     # movement: no arithmetic; constant inputs are shapes, pads, scales
     _spec("Concat", _MV, MapRule.CONCAT, batch=_batch_axis(lambda opset: 1)),
     _spec("Reshape", _MV, shape_param=ShapeParam.TARGET_SHAPE),
@@ -424,13 +462,20 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Dropout", _MV),
     _spec("Squeeze", _MV, batch=_batch_never),
     _spec("Unsqueeze", _MV, batch=_batch_never),
+    _spec("Expand", _MV, batch=_batch_never, native=False),
     # reduction: each output folds many inputs
-    _spec("GlobalAveragePool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS),
-    _spec("GlobalMaxPool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS),
-    _spec("ReduceMean", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
-    _spec("ReduceSum", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
-    _spec("ReduceMax", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
-    _spec("ReduceMin", _R, MapRule.WHOLE, _reduce_work, _batch_reduce),
+    _spec("GlobalAveragePool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS,
+          accumulate=Accumulate.MEAN),
+    _spec("GlobalMaxPool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS,
+          accumulate=Accumulate.MAX),
+    _spec("ReduceMean", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
+          accumulate=Accumulate.MEAN),
+    _spec("ReduceSum", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
+          accumulate=Accumulate.SUM),
+    _spec("ReduceMax", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
+          accumulate=Accumulate.MAX),
+    _spec("ReduceMin", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
+          accumulate=Accumulate.MIN),
     # opaque but known: a native kernel, weight roles or the sign of the output
     _spec("Gather", _O, MapRule.WHOLE, batch=_batch_never),
     _opaque("LayerNormalization", roles=_NORM_ROLES),

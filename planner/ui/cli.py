@@ -151,7 +151,7 @@ def guarded(fn: F) -> F:
             err.print(f"error: {exc}", markup=False, highlight=False)
             raise typer.Exit(2) from None
         except PlanningError as exc:
-            err.print(f"no plan: {exc}", markup=False, highlight=False)
+            err.print(f"{exc.label}: {exc}", markup=False, highlight=False)
             raise typer.Exit(1) from None
         except Interrupted as exc:
             err.print(f"interrupted: {exc}", markup=False, highlight=False)

@@ -1,0 +1,175 @@
+"""Squeeze-excite and global reductions in tiles (issue 16): a reduction over rows and columns
+that ends a group folds each tile into an on-chip accumulator; broadcast operands keep their
+maps; a plan the emulator cannot run is a planner bug (exit 1), never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from planner.app import api
+from planner.core.errors import PlanDefect
+from planner.geometry.regions import accumulated_input, group_io, tile_count
+from planner.plan.data import Plan
+from planner.plan.json_io import save_plan
+from planner.ui.cli import app
+
+import models
+
+
+def _verified(path: Path, plan: Plan, tmp_path: Path, seed: int = 1) -> None:
+    plan_file = tmp_path / "plan.json"
+    save_plan(plan, plan_file)
+    report = api.verify(str(path), plan_file, seed=seed)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
+    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
+
+
+def _accumulating_groups(plan: Plan, graph: Any) -> list[int]:
+    """Groups that end in an accumulated reduction and run more than one tile."""
+    found = []
+    for g in plan.groups:
+        io = group_io(graph, g.layers)
+        if io.accumulated and tile_count(graph, io, g.tile) > 1:
+            found.append(g.id)
+    return found
+
+
+@pytest.mark.parametrize("scale_first", [True, False])
+def test_squeeze_excite_net_fuses_through_its_pooling_and_verifies(tmp_path: Path,
+                                                                    scale_first: bool) -> None:
+    """At 128x128 the expanded maps (1 MiB) cannot sit whole on the default chip: each block's
+    pooling ends a tiled group that accumulates it, the scale is applied in tiles of the next
+    group, and the plan verifies with every counter equal."""
+    path = models.save(models.se_net(h=128, w=128, scale_first=scale_first), tmp_path, "se")
+    problem = api.prepare(str(path))
+    plan = api.solve(str(path))
+    accumulating = _accumulating_groups(plan, problem.graph)
+    assert len(accumulating) >= 2, [(g.layers[0], g.layers[-1], g.tile) for g in plan.groups]
+    for gid in accumulating:
+        assert plan.groups[gid].fused
+    scaled = [g for g in plan.groups if any(n.startswith("se_scale") for n in g.layers)
+              and tile_count(problem.graph, group_io(problem.graph, g.layers), g.tile) > 1]
+    assert scaled, "no group applies the squeeze-excite scale in tiles"
+    # each block's wide map is written once and read once, not read again by a lone pooling
+    assert plan.totals.dram_bytes < 0.55 * plan.layer_by_layer_dram_bytes
+    _verified(path, plan, tmp_path)
+
+
+def test_a_pooling_plans_where_its_whole_input_does_not_fit(tmp_path: Path) -> None:
+    """A global pooling needs an accumulator, not its input whole on chip: with 256 KiB of
+    SRAM the 96x96 expanded maps (576 KiB) still plan and verify."""
+    path = models.save(models.se_net(h=96, w=96), tmp_path, "se")
+    plan = api.solve(str(path), overrides=["sram.bytes=256KiB", "nram.bytes=128KiB"])
+    _verified(path, plan, tmp_path)
+
+
+def _reduce_model(kind: str, h: int, w: int, opset: int) -> onnx.ModelProto:
+    """conv 3x3 -> ReLU -> conv 3x3 -> a reduction over rows and columns -> conv 1x1."""
+    b = models._Builder(np.random.default_rng(3))
+    x = b.one("Relu", [b.conv("input", 3, 8, 3)])
+    x = b.conv(x, 8, 8, 3)
+    if kind.startswith("Global"):
+        r = b.one(kind, [x], "pool")
+    elif opset >= 18 or kind == "ReduceSum" and opset >= 13:
+        axes = models._const_node(b, np.array([2, 3], np.int64), "axes")
+        r = b.one(kind, [x, axes], "pool", keepdims=1)
+    else:
+        r = b.one(kind, [x], "pool", axes=[2, 3], keepdims=1)
+    return b.model((1, 3, h, w), b.conv(r, 8, 4, 1, prefix="head"), opset, name="reduce")
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(["GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax",
+                             "ReduceSum", "ReduceMin"]),
+       opset=st.sampled_from([13, 18]),
+       size=st.integers(24, 56),
+       sram_kib=st.sampled_from([24, 48, 96]))
+def test_accumulated_reductions_equal_onnxruntime_and_their_prediction(
+        tmp_path: Path, kind: str, opset: int, size: int, sram_kib: int) -> None:
+    """Every accumulating reduction, on small chips that force row tiles: outputs equal
+    onnxruntime's and every counter equals the cost model's."""
+    path = models.save(_reduce_model(kind, size, size + 5, opset), tmp_path, f"{kind}{opset}")
+    problem = api.prepare(str(path))
+    pool = next(lay for lay in problem.graph.layers if lay.name.startswith("pool"))
+    assert accumulated_input(problem.graph, pool) is not None
+    plan = api.solve(str(path), overrides=[f"sram.bytes={sram_kib}KiB",
+                                           f"nram.bytes={sram_kib // 4 or 1}KiB"])
+    group = next(g for g in plan.groups if pool.name in g.layers)
+    io = group_io(problem.graph, group.layers)
+    if problem.graph.elems(pool.fmap_inputs[0]) * 2 > sram_kib * 1024:
+        # its input cannot sit whole on chip: the pooling folds tiles into its accumulator
+        assert io.accumulated and tile_count(problem.graph, io, group.tile) > 1
+    _verified(path, plan, tmp_path)
+
+
+def test_a_reduction_over_channels_still_needs_its_input_whole(tmp_path: Path) -> None:
+    """ReduceMean over the channels is no accumulation over tiles: the layer is not folded."""
+    b = models._Builder(np.random.default_rng(0))
+    x = b.conv("input", 3, 8, 3)
+    r = b.one("ReduceMean", [x], "pool", axes=[1], keepdims=1)
+    path = models.save(b.model((1, 3, 16, 16), r, 13), tmp_path, "chan")
+    graph = api.prepare(str(path)).graph
+    pool = next(lay for lay in graph.layers if lay.op == "ReduceMean")
+    assert accumulated_input(graph, pool) is None
+
+
+def test_a_plan_the_emulator_cannot_run_is_a_planner_bug(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a kernel cannot compute a tile's box, verify exits 1 naming the group, the tile
+    and the layer, with no traceback."""
+    path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
+    plan = api.solve(str(path), overrides=["sram.bytes=64KiB"])
+    plan_file = tmp_path / "plan.json"
+    save_plan(plan, plan_file)
+    import emulator.run
+
+    real = emulator.run.run_op
+
+    def broken(op: str, *args: Any, **kwargs: Any) -> Any:
+        if op == "Mul":
+            raise ValueError("operands could not be broadcast together")
+        return real(op, *args, **kwargs)
+
+    monkeypatch.setattr(emulator.run, "run_op", broken)
+    with pytest.raises(PlanDefect, match=r"group \d+, tile \d+, layer 'se_scale\d+'"):
+        api.verify(str(path), plan_file)
+    result = CliRunner().invoke(app, ["verify", str(path), str(plan_file)])
+    assert result.exit_code == 1, result.output
+    assert "planner bug" in result.output and "Traceback" not in result.output
+    assert "could not be broadcast" in result.output
+
+
+def _erf_gelu(b: models._Builder, x: str) -> str:
+    """GELU as PyTorch exports it: x * 0.5 * (1 + erf(x / sqrt(2)))."""
+    inner = b.one("Div", [x, b.const("sqrt2", np.array(np.sqrt(2.0), np.float32))])
+    one = b.const("one", np.array(1.0, np.float32))
+    half = b.const("half", np.array(0.5, np.float32))
+    return b.one("Mul", [b.one("Mul", [x, b.one("Add", [b.one("Erf", [inner]), one])]), half])
+
+
+def test_erf_gelu_and_where_tile_like_any_activation(tmp_path: Path) -> None:
+    """Erf, Where and the comparisons are known per-element ops: they fuse into row tiles
+    and the plan verifies."""
+    b = models._Builder(np.random.default_rng(5))
+    x = _erf_gelu(b, b.conv("input", 3, 16, 3))
+    positive = b.one("Greater", [x, b.const("zero", np.array(0.0, np.float32))])
+    x = b.one("Where", [positive, x, b.const("floor", np.array(-0.25, np.float32))])
+    out = b.conv(x, 16, 8, 3, prefix="out")
+    path = models.save(b.model((1, 3, 64, 64), out, 13), tmp_path, "gelu")
+    plan = api.solve(str(path), overrides=["sram.bytes=96KiB", "nram.bytes=24KiB"])
+    graph = api.prepare(str(path)).graph
+    erf = next(g for g in plan.groups if any(graph.layer(n).op == "Erf" for n in g.layers))
+    where = next(g for g in plan.groups if any(graph.layer(n).op == "Where" for n in g.layers))
+    for g in (erf, where):
+        assert g.fused and tile_count(graph, group_io(graph, g.layers), g.tile) > 1
+    _verified(path, plan, tmp_path)
