@@ -22,7 +22,6 @@ from planner.geometry.halo_reuse import lifetimes, stream_floors, streamed_step
 from planner.geometry.regions import (
     Box,
     GroupIO,
-    dims,
     full_box,
     group_io,
     input_box,
@@ -30,7 +29,7 @@ from planner.geometry.regions import (
     tile_regions,
 )
 from planner.ir.graph import Graph, Layer
-from planner.ir.layout import layout_of
+from planner.ir.layout import Layout
 from planner.plan.data import Group
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ def _new_part(ever: np.ndarray, box: Box) -> Rect | None:
 def schedule(graph: Graph, io: GroupIO, anchors: list[Box]) -> list[Step]:
     """Per tile, the made rectangle of every tensor and the rectangle each layer input reads."""
     regions = [tile_regions(graph, io, a) for a in anchors]
-    ever = {t: np.zeros(dims(graph.shapes[t])[2:], bool) for t in regions[0]}
+    ever = {t: np.zeros(graph.dims(t)[2:], bool) for t in regions[0]}
     steps = []
     for boxes in regions:
         step = Step()
@@ -137,11 +136,11 @@ class OnChip:
         """Store data at a rectangle of t; returns the elements stored."""
         if t not in self.images:
             self.images[t] = np.zeros(self.graph.shapes[t], np.float32)
-            b, c, h, w = dims(self.graph.shapes[t])
+            b, c, h, w = self.graph.dims(t)
             self.valid[t] = np.zeros((h, w), bool)
             self.depth[t] = b * c
         r0, r1, c0, c1 = rect
-        _cut(self.images[t], rect)[...] = data
+        _cut(self.images[t], rect, self.graph.layout(t))[...] = data
         window = self.valid[t][r0:r1, c0:c1]
         self.held[t] = self.held.get(t, 0) + window.size - int(np.count_nonzero(window))
         window[...] = True
@@ -199,7 +198,7 @@ def plan_tiles(graph: Graph, group: Group, anchors: list[Box] | None = None
 
 
 def as_box(graph: Graph, t: str, rect: Rect) -> Box:
-    n = dims(graph.shapes[t])[0]
+    n = graph.dims(t)[0]
     return 0, n, *rect
 
 
@@ -221,7 +220,8 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
         loaded = 0
         for t in io.inputs:
             if t in step.made:
-                loaded += chip_mem.put(t, step.made[t], _cut(dram[t], step.made[t])) * dt
+                part = _cut(dram[t], step.made[t], graph.layout(t))
+                loaded += chip_mem.put(t, step.made[t], part) * dt
         tally.core += loaded
         prefetch = loaded if group.double_buffered else 0
         for k, name in enumerate(io.layers):
@@ -254,10 +254,10 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
         written = 0
         for t in io.outputs:
             if t in step.made:
-                part = _cut(chip_mem.images[t], step.made[t])
+                part = _cut(chip_mem.images[t], step.made[t], graph.layout(t))
                 if t not in dram:
                     dram[t] = np.zeros(graph.shapes[t], np.float32)
-                _cut(dram[t], step.made[t])[...] = part
+                _cut(dram[t], step.made[t], graph.layout(t))[...] = part
                 written += part.size * dt
         for t, (_, last) in spans.items():
             if last == end:
@@ -283,14 +283,14 @@ def _stream_rows(chip_mem: OnChip, graph: Graph, lay: Layer, out: str, released:
         row_box = as_box(graph, out, (y, y + 1, c0, c1))
         for j, t in enumerate(lay.fmap_inputs):
             chip_mem.check(t, _rect(input_box(graph, lay, j, row_box)), lay.name)
-        stored += chip_mem.put(out, (y, y + 1, c0, c1), _cut(data, (i, i + 1, 0, c1 - c0)))
+        stored += chip_mem.put(out, (y, y + 1, c0, c1), _cut(data, (i, i + 1, 0, c1 - c0),
+                                                               graph.layout(out)))
         most = max(most, chip_mem.held_elems())
     return stored, most
 
 
-def _cut(arr: np.ndarray, rect: Rect) -> np.ndarray:
+def _cut(arr: np.ndarray, rect: Rect, layout: Layout) -> np.ndarray:
     """The rows and columns of a rectangle (a view); tensors without them whole."""
-    layout = layout_of(arr.shape)
     if not layout.spatial:
         return arr
     return arr[layout.index(slice(None), slice(rect[0], rect[1]), slice(rect[2], rect[3]))]

@@ -178,12 +178,11 @@ def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
     kind = lay.row_maps[0].kind if lay.row_maps else None
     window = kind is MapKind.WINDOW and out_spatial
     first = graph.shapes[lay.fmap_inputs[0]] if lay.fmap_inputs else ()
-    first_layout = layout_of(first)
+    first_layout = graph.layout(lay.fmap_inputs[0]) if lay.fmap_inputs else layout_of(())
     # A broadcast operand (an SE scale [N, C, 1, 1] as in `scale * x`) maps WHOLE and may come
     # first: the result is aligned with the first input that is not one.
     ref = next((i for i, m in enumerate(lay.row_maps) if m.kind is not MapKind.WHOLE), 0)
-    ref_shape = graph.shapes[lay.fmap_inputs[ref]] if lay.fmap_inputs else ()
-    in_spatial = layout_of(ref_shape).spatial
+    in_spatial = bool(lay.fmap_inputs) and graph.layout(lay.fmap_inputs[ref]).spatial
     attrs = {k: v for k, v in lay.attrs.items() if k != "ceil_mode"} if window else lay.attrs
     return _LayerStatic(
         fmaps=tuple(fmaps), consts=tuple(consts), n_args=len(lay.inputs),
@@ -354,7 +353,7 @@ def _transposed_tile(lay: Layer, args: list[np.ndarray | None], out_box: Box,
 def _crop_output(y: np.ndarray, lay: Layer, info: _LayerStatic, out_box: Box,
                  first_box: Box | None) -> np.ndarray:
     """Cut the tile's box out of a kernel result computed on a larger (virtual) range."""
-    layout = layout_of(y.shape)
+    layout = info.out_layout if y.ndim == info.out_layout.rank else layout_of(y.shape)
     if not lay.batch_preserving and layout.batch_axis is not None:
         y = _crop_axis(y, layout.batch_axis, out_box[0], out_box[1] - out_box[0])
     if info.crop_spatial and first_box is not None and layout.spatial:

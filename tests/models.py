@@ -22,6 +22,7 @@ __all__ = [
     "random_cnn",
     "residual_net",
     "save",
+    "convnext_net",
     "se_net",
 ]
 
@@ -351,3 +352,33 @@ def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
     path = tmp / f"rules_{len(list(tmp.glob('rules_*.yaml')))}.yaml"
     path.write_text(text)
     return path
+
+
+def convnext_net(seed: int = 0, n: int = 1, h: int = 32, w: int = 32, channels: int = 16,
+                 blocks: int = 2, opset: int = 17) -> onnx.ModelProto:
+    """ConvNeXt blocks as PyTorch exports them: depthwise 7x7, Transpose to channels last,
+    LayerNormalization over the channels, Linear (MatMul + Add), Erf-GELU, Linear, a
+    per-channel layer scale, Transpose back, residual add."""
+    b = _Builder(np.random.default_rng(seed))
+    x = b.conv("input", 3, channels, 4, stride=4, pad=0, prefix="stem")
+    for _ in range(blocks):
+        y = b.conv(x, channels, channels, 7, group=channels, prefix="dw")
+        y = b.one("Transpose", [y], "to_last", perm=[0, 2, 3, 1])
+        scale = b.const("ln_s", b.rng.uniform(0.5, 1.5, channels).astype(np.float32))
+        shift = b.const("ln_b", (0.1 * b.rng.standard_normal(channels)).astype(np.float32))
+        y = b.one("LayerNormalization", [y, scale, shift], "ln", axis=-1, epsilon=1e-6)
+        y = b.one("Add", [b.one("MatMul", [y, b.weight((channels, 4 * channels), channels)],
+                                "pw1"), b.bias(4 * channels)])
+        half = b.const("half", np.array(0.5, np.float32))
+        root2 = b.const("sqrt2", np.array(np.sqrt(2.0), np.float32))
+        one = b.const("one", np.array(1.0, np.float32))
+        erf = b.one("Erf", [b.one("Div", [y, root2])])
+        y = b.one("Mul", [b.one("Mul", [y, b.one("Add", [erf, one])]), half], "gelu")
+        y = b.one("Add", [b.one("MatMul", [y, b.weight((4 * channels, channels), 4 * channels)],
+                                "pw2"), b.bias(channels)])
+        gamma = b.const("gamma", np.full(channels, 0.5, np.float32))
+        y = b.one("Transpose", [b.one("Mul", [y, gamma], "layer_scale")], "to_first",
+                  perm=[0, 3, 1, 2])
+        x = b.one("Add", [x, y])
+    x = b.one("Flatten", [b.one("GlobalAveragePool", [x], "head_pool")], axis=1)
+    return b.model((n, 3, h, w), b.gemm(x, channels, 10), opset, name="convnext_net")

@@ -173,3 +173,35 @@ def test_erf_gelu_and_where_tile_like_any_activation(tmp_path: Path) -> None:
     for g in (erf, where):
         assert g.fused and tile_count(graph, group_io(graph, g.layers), g.tile) > 1
     _verified(path, plan, tmp_path)
+
+
+def test_a_channels_last_block_tiles_like_pointwise_convs(tmp_path: Path) -> None:
+    """ConvNeXt's Transpose -> LayerNormalization -> MatMul -> Erf-GELU -> MatMul -> Transpose:
+    the tensors in between carry a channels-last layout, so rows and columns keep meaning H
+    and W, the normalization and the linear layers are per-pixel ops, and the block fuses
+    into row tiles that verify."""
+    path = models.save(models.convnext_net(h=128, w=128, channels=32), tmp_path, "convnext")
+    graph = api.prepare(str(path)).graph
+    for lay in graph.layers:
+        if lay.op in ("LayerNormalization", "MatMul", "Erf"):
+            assert graph.layout(lay.outputs[0]).kind.value == "NHWC", lay.name
+            assert lay.row_maps[0].kind.value == "identity", lay.name
+    plan = api.solve(str(path), overrides=["sram.bytes=256KiB", "nram.bytes=64KiB"])
+    tiled = [g for g in plan.groups if g.fused
+             and any(graph.layer(n).op == "MatMul" for n in g.layers)
+             and any(graph.layer(n).op == "LayerNormalization" for n in g.layers)
+             and tile_count(graph, group_io(graph, g.layers), g.tile) > 1]
+    assert tiled, [(g.layers[0], g.layers[-1], g.tile) for g in plan.groups]
+    assert plan.totals.dram_bytes < 0.25 * plan.layer_by_layer_dram_bytes
+    _verified(path, plan, tmp_path)
+
+
+def test_a_matmul_over_rows_still_needs_its_input_whole(tmp_path: Path) -> None:
+    """A MatMul by a constant on a channel-first map contracts its columns: not per pixel."""
+    b = models._Builder(np.random.default_rng(2))
+    x = b.conv("input", 3, 8, 3)
+    y = b.one("MatMul", [x, b.weight((16, 16), 16)], "mm")
+    path = models.save(b.model((1, 3, 16, 16), y, 13), tmp_path, "mm")
+    graph = api.prepare(str(path)).graph
+    mm = next(lay for lay in graph.layers if lay.op == "MatMul")
+    assert mm.row_maps[0].kind.value == "whole"

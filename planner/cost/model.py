@@ -61,7 +61,6 @@ from planner.geometry.regions import (
     anchor_extent,
     axis_ranges,
     box_elems,
-    dims,
     full_box,
     group_chains,
     group_io,
@@ -150,7 +149,7 @@ def region_sums(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
                     walked[axis] = _walk_axis(graph, io, axis, sizes[axis])
                 closed = walked[axis].get(t, 0)
             parts.append(closed)
-        out[t] = dims(graph.shapes[t])[1] * parts[0] * parts[1] * parts[2]
+        out[t] = graph.dims(t)[1] * parts[0] * parts[1] * parts[2]
     return out
 
 

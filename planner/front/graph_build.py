@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from math import ceil
 from types import MappingProxyType
 from typing import Any
@@ -16,8 +17,8 @@ from planner.core.errors import InputError
 from planner.front.blocks import find_blocks
 from planner.front.onnx_load import LoadedModel
 from planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
-from planner.ir.layout import layout_of
-from planner.ir.ops import MapRule, OpSpec, op_spec
+from planner.ir.layout import Layout, LayoutKind, layout_of, nhwc
+from planner.ir.ops import MapRule, OpClass, OpSpec, op_spec
 
 
 def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
@@ -105,59 +106,90 @@ def _upsample_factor(spec: OpSpec, attrs: dict[str, Any], in_len: int,
     return AxisMap(MapKind.UPSAMPLE, stride=f) if floors or centred else WHOLE
 
 
-def _same_extent(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    """Both spatial, with the same batch, rows and columns: a row-local map can apply."""
-    la, lb = layout_of(a), layout_of(b)
-    if not (la.spatial and lb.spatial):
-        return False
-    (na, _, ha, wa), (nb, _, hb, wb) = la.dims(a), lb.dims(b)
-    return (na, ha, wa) == (nb, hb, wb)
+@dataclass(frozen=True)
+class _Fmap:
+    """One feature-map input of a node against its output: shapes and layouts."""
+
+    shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    layout: Layout
+    out_layout: Layout
+
+    def same_extent(self) -> bool:
+        """Both spatial, with the same batch, rows and columns: a row-local map can apply."""
+        la, lb = self.layout, self.out_layout
+        if not (la.spatial and lb.spatial):
+            return False
+        (na, _, ha, wa), (nb, _, hb, wb) = la.dims(self.shape), lb.dims(self.out_shape)
+        return (na, ha, wa) == (nb, hb, wb)
 
 
-def _upsample_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
-                   out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+def _upsample_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+                   ) -> tuple[AxisMap, AxisMap]:
     """Resize / Upsample of rows and columns only: per-axis factors; otherwise as LOCAL."""
-    lin, lout = layout_of(shape), layout_of(out_shape)
+    shape, out_shape, lin, lout = f.shape, f.out_shape, f.layout, f.out_layout
     if lin == lout and lin.spatial and all(
             shape[a] == out_shape[a] for a in range(lin.rank) if a not in lin.tiled_axes):
         r, c = lin.tiled_axes
         return (_upsample_factor(spec, attrs, shape[r], out_shape[r]),
                 _upsample_factor(spec, attrs, shape[c], out_shape[c]))
-    return _local_maps(spec, attrs, shape, out_shape, opset)
+    return _local_maps(spec, attrs, f, opset)
 
 
-def _local_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
-                out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
-    return (IDENTITY, IDENTITY) if _same_extent(shape, out_shape) else (WHOLE, WHOLE)
+def _local_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+                ) -> tuple[AxisMap, AxisMap]:
+    return (IDENTITY, IDENTITY) if f.same_extent() else (WHOLE, WHOLE)
 
 
-def _concat_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
-                 out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+def _concat_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+                 ) -> tuple[AxisMap, AxisMap]:
     """Row-local unless the inputs are stacked along rows or columns."""
-    if not _same_extent(shape, out_shape):
+    if not f.same_extent():
         return WHOLE, WHOLE
-    lay = layout_of(out_shape)
+    lay = f.out_layout
     axis = attrs.get("axis", 1) % lay.rank
     return (WHOLE, WHOLE) if axis in lay.tiled_axes else (IDENTITY, IDENTITY)
 
 
-def _transpose_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
-                    out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
-    """Row-local when the permutation leaves rows and columns where they are."""
-    if not _same_extent(shape, out_shape):
+def _transpose_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+                    ) -> tuple[AxisMap, AxisMap]:
+    """Row-local when the permutation takes the input's batch, rows and columns to the
+    output's (in place, or into a channels-last stretch and back)."""
+    if not f.same_extent():
         return WHOLE, WHOLE
-    lay = layout_of(out_shape)
-    perm = list(attrs.get("perm", range(lay.rank)[::-1]))
-    kept = all(perm[a] == a for a in lay.tiled_axes)
+    lin, lout = f.layout, f.out_layout
+    perm = list(attrs.get("perm", range(lout.rank)[::-1]))
+    kept = all(perm[b] == a for a, b in ((lin.batch_axis, lout.batch_axis),
+                                         (lin.row_axis, lout.row_axis),
+                                         (lin.col_axis, lout.col_axis)) if b is not None)
     return (IDENTITY, IDENTITY) if kept else (WHOLE, WHOLE)
 
 
-def _softmax_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
-                  out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
-    """Whole along the axes normalized over (from `axis` on before opset 13, `axis` after)."""
-    if not _same_extent(shape, out_shape):
+def _norm_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+               ) -> tuple[AxisMap, AxisMap]:
+    """LayerNormalization over axes `axis`..: per position when those are channel axes."""
+    if not f.same_extent():
         return WHOLE, WHOLE
-    lay = layout_of(out_shape)
+    lay = f.out_layout
+    normalized = set(range(int(attrs.get("axis", -1)) % lay.rank, lay.rank))
+    return (IDENTITY, IDENTITY) if normalized <= set(lay.channel_axes) else (WHOLE, WHOLE)
+
+
+def _linear_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+                 ) -> tuple[AxisMap, AxisMap]:
+    """MatMul by a constant contracts the input's last axis: per position when that axis
+    holds the channels (channels last, tokens), else it needs the input whole."""
+    if not f.same_extent() or f.layout.channel_axes != (f.layout.rank - 1,):
+        return WHOLE, WHOLE
+    return IDENTITY, IDENTITY
+
+
+def _softmax_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+                  ) -> tuple[AxisMap, AxisMap]:
+    """Whole along the axes normalized over (from `axis` on before opset 13, `axis` after)."""
+    if not f.same_extent():
+        return WHOLE, WHOLE
+    lay = f.out_layout
     rank = lay.rank
     axis = attrs.get("axis", 1 if opset < 13 else -1) % rank
     reduced = set(range(axis, rank)) if opset < 13 else {axis}
@@ -165,16 +197,15 @@ def _softmax_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
             WHOLE if lay.col_axis in reduced else IDENTITY)
 
 
-def _whole_maps(spec: OpSpec, attrs: dict[str, Any], shape: tuple[int, ...],
-                out_shape: tuple[int, ...], opset: int) -> tuple[AxisMap, AxisMap]:
+def _whole_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+                ) -> tuple[AxisMap, AxisMap]:
     return WHOLE, WHOLE
 
 
-# Per map rule, (spec, attrs, input shape, output shape, opset) -> (row map, column map) of
-# one fmap input. WINDOW and TRANSPOSED need the weights and pads: `_layer` builds them and
+# Per map rule, (spec, attrs, the input against the output, opset) -> (row map, column map)
+# of one fmap input. WINDOW and TRANSPOSED need the weights and pads: `_layer` builds them and
 # falls back to these (a conv without a 2-D kernel needs its inputs whole).
-_MapFn = Callable[[OpSpec, dict[str, Any], tuple[int, ...], tuple[int, ...], int],
-                  tuple[AxisMap, AxisMap]]
+_MapFn = Callable[[OpSpec, dict[str, Any], _Fmap, int], tuple[AxisMap, AxisMap]]
 _MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
     MapRule.WINDOW: _whole_maps,
     MapRule.TRANSPOSED: _whole_maps,
@@ -182,16 +213,45 @@ _MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
     MapRule.LOCAL: _local_maps,
     MapRule.CONCAT: _concat_maps,
     MapRule.TRANSPOSE: _transpose_maps,
+    MapRule.NORM: _norm_maps,
+    MapRule.LINEAR: _linear_maps,
     MapRule.SOFTMAX: _softmax_maps,
     MapRule.WHOLE: _whole_maps,
 })
 
 
-def _maps(spec: OpSpec, attrs: dict[str, Any], in_shapes: list[tuple[int, ...]],
-          out_shape: tuple[int, ...], opset: int) -> tuple[list[AxisMap], list[AxisMap]]:
+def _maps(spec: OpSpec, attrs: dict[str, Any], fmaps: list[_Fmap], opset: int
+          ) -> tuple[list[AxisMap], list[AxisMap]]:
     """Row and column maps per feature-map input, by the op's map rule."""
-    pairs = [_MAPS[spec.maps](spec, attrs, shape, out_shape, opset) for shape in in_shapes]
+    pairs = [_MAPS[spec.maps](spec, attrs, f, opset) for f in fmaps]
     return [r for r, _ in pairs], [c for _, c in pairs]
+
+
+# ops whose output keeps a channels-last input's layout when the batch, rows and columns
+# pass through (per-element functions, per-pixel normalization and linear layers)
+_KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX})
+
+
+def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
+                out_shape: tuple[int, ...], layouts: Mapping[str, Layout],
+                shapes: Mapping[str, tuple[int, ...]]) -> Layout | None:
+    """A layout the output carries besides the one its shape implies: a Transpose that
+    moves channels last starts a channels-last stretch, per-pixel ops keep it, and the
+    Transpose back ends it. None: the layout inferred from the shape."""
+    if len(out_shape) != 4 or not fmap:
+        return None
+    first = layouts.get(fmap[0]) or layout_of(shapes[fmap[0]])
+    if spec.maps is MapRule.TRANSPOSE:
+        perm = [int(p) for p in attrs.get("perm", [3, 2, 1, 0])]
+        return nhwc() if first.kind is LayoutKind.NCHW and perm == [0, 2, 3, 1] else None
+    if spec.maps not in _KEEP_LAYOUT or spec.op_class is OpClass.OPAQUE:
+        return None
+    for t in fmap:
+        lay = layouts.get(t)
+        if lay is not None and lay.kind is LayoutKind.NHWC and \
+                shapes[t][:3] == out_shape[:3]:
+            return lay
+    return None
 
 
 def build_graph(model: LoadedModel) -> Graph:
@@ -202,8 +262,9 @@ def build_graph(model: LoadedModel) -> Graph:
     layers: list[Layer] = []
     producer: dict[str, str] = {}
     consumers: dict[str, list[str]] = {}
+    layouts: dict[str, Layout] = {}  # only those the shape alone does not imply
     for node in proto.graph.node:
-        layer = _layer(node, shapes, constants, model.opset, model.path)
+        layer = _layer(node, shapes, constants, model.opset, model.path, layouts)
         layers.append(layer)
         for t in layer.outputs:
             producer[t] = layer.name
@@ -234,11 +295,15 @@ def build_graph(model: LoadedModel) -> Graph:
         dag=dag,
         blocks=blocks,
         opset=model.opset,
+        given_layouts=MappingProxyType(layouts),
     )
 
 
 def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
-           constants: Mapping[str, np.ndarray], opset: int, path: str) -> Layer:
+           constants: Mapping[str, np.ndarray], opset: int, path: str,
+           layouts: dict[str, Layout]) -> Layer:
+    """The layer of one node; records its output's layout in `layouts` when it is one the
+    shape does not imply (a channels-last stretch)."""
     op = node.op_type
     attrs = node_attrs(node)
     inputs = tuple(node.input)
@@ -262,7 +327,16 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     out_shape = shapes[outputs[0]]
     in_shapes = [shapes[t] for t in fmap]
     w_shape = shapes.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
-    rows, cols = _maps(spec, attrs, in_shapes, out_shape, opset)
+    given = _out_layout(spec, attrs, fmap, out_shape, layouts, shapes)
+    if given is not None:
+        layouts[outputs[0]] = given
+    out_layout = given or layout_of(out_shape)
+    fmaps = [_Fmap(shapes[t], out_shape, layouts.get(t) or layout_of(shapes[t]), out_layout)
+             for t in fmap]
+    rows, cols = _maps(spec, attrs, fmaps, opset)
+    if spec.maps is MapRule.LINEAR and len(fmap) != 1:
+        # a product of two feature maps pairs their positions in ways rows cannot follow
+        rows, cols = [WHOLE] * len(fmap), [WHOLE] * len(fmap)
     window: tuple[AxisMap, AxisMap] | None = None
     if spec.maps is MapRule.WINDOW and in_shapes:
         row, col, attrs = _window_maps(spec, attrs, in_shapes[0], w_shape)

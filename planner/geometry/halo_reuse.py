@@ -33,7 +33,6 @@ from planner.geometry.regions import (
     Tile,
     anchor_extent,
     axis_ranges,
-    dims,
     needed_range,
     tile_regions,
 )
@@ -181,8 +180,8 @@ class AxisSchedule:
                     continue
                 maps = lay.row_maps if self.axis == 1 else lay.col_maps
                 for j, t in enumerate(lay.fmap_inputs):
-                    shape = self.graph.shapes[t]
-                    out[(name, j)] = needed_range(maps[j], lo, hi, dims(shape)[self.axis + 1],
+                    out[(name, j)] = needed_range(maps[j], lo, hi,
+                                                  self.graph.dims(t)[self.axis + 1],
                                                   self.graph.layout(first).spatial,
                                                   self.graph.layout(t).spatial)
             self._reads[i] = out
@@ -264,7 +263,7 @@ class ReuseGrid:
 
     def plane(self, t: str) -> int:
         """Elements of t per (row, column) position: the whole batch times the channels."""
-        n, c, _, _ = dims(self.graph.shapes[t])
+        n, c, _, _ = self.graph.dims(t)
         return n * c
 
     def made_elems(self, t: str) -> int:
@@ -340,7 +339,7 @@ def stream_floors(graph: Graph, lay: Layer, t: str, lo: int, hi: int) -> list[in
     """Per output row y of [lo, hi): the row of input t below which a streamed step has
     released what the policy does not keep, while row y runs (the lowest row that rows
     y..hi-1 read; never lowered again)."""
-    h = dims(graph.shapes[t])[2]
+    h = graph.dims(t)[2]
     floors, floor = [], 0
     for y in range(lo, hi):
         low = min(needed_range(lay.row_maps[j], y, hi, h, True, True)[0]

@@ -52,13 +52,13 @@ def _dims(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
 
 def box_elems(graph: Graph, tensor: str, box: Box) -> int:
     """Elements of a tensor inside a box."""
-    c = dims(graph.shapes[tensor])[1]
+    c = graph.dims(tensor)[1]
     return (box[1] - box[0]) * c * (box[3] - box[2]) * (box[5] - box[4])
 
 
 def full_box(graph: Graph, tensor: str) -> Box:
     """The box of a whole tensor."""
-    n, _, h, w = dims(graph.shapes[tensor])
+    n, _, h, w = graph.dims(tensor)
     return 0, n, 0, h, 0, w
 
 
@@ -153,7 +153,7 @@ def needed_range(m: AxisMap, lo: int, hi: int, in_len: int, out_spatial: bool,
 def input_box(graph: Graph, lay: Layer, index: int, out_box: Box) -> Box:
     """Box of fmap input `index` that layer `lay` needs to compute `out_box` of its output."""
     t = lay.fmap_inputs[index]
-    n_in, _, h_in, w_in = dims(graph.shapes[t])
+    n_in, _, h_in, w_in = graph.dims(t)
     out_spatial = graph.layout(lay.outputs[0]).spatial
     in_spatial = graph.layout(t).spatial
     n0, n1 = (out_box[0], out_box[1]) if lay.batch_preserving else (0, n_in)
@@ -202,7 +202,7 @@ def axis_ranges(extent: int, size: int) -> list[tuple[int, int]]:
 
 def anchor_extent(graph: Graph, io: GroupIO) -> tuple[int, int, int]:
     """(N, H, W) of the anchor tensor."""
-    n, _, h, w = dims(graph.shapes[io.anchor])
+    n, _, h, w = graph.dims(io.anchor)
     return n, h, w
 
 
@@ -347,7 +347,6 @@ def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
                    _join(cur[2], chains[t][2]))
         out_spatial = graph.layout(lay.outputs[0]).spatial
         for i, t in enumerate(lay.fmap_inputs):
-            shape = graph.shapes[t]
             in_spatial = graph.layout(t).spatial
             fb = full[t]
             cn: AxisChain | None = None
@@ -355,9 +354,9 @@ def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
                 cn = AxisChain(cur[0].s, cur[0].p, cur[0].e, fb[1])
             elif cur[0] is not None:
                 cn = AxisChain(0, 0, fb[1], fb[1])
-            cr = _compose(cur[1], lay.row_maps[i], dims(shape)[2], (fb[2], fb[3]), out_spatial,
+            cr = _compose(cur[1], lay.row_maps[i], graph.dims(t)[2], (fb[2], fb[3]), out_spatial,
                           in_spatial)
-            cc = _compose(cur[2], lay.col_maps[i], dims(shape)[3], (fb[4], fb[5]), out_spatial,
+            cc = _compose(cur[2], lay.col_maps[i], graph.dims(t)[3], (fb[4], fb[5]), out_spatial,
                           in_spatial)
             if t in chains:
                 old = chains[t]

@@ -137,6 +137,9 @@ class Graph:
     dag: nx.DiGraph = field(compare=False)
     blocks: tuple[Block, ...] = ()
     opset: int = 13
+    # layouts the front end propagated (a channels-last stretch after a Transpose); every
+    # other tensor's layout is inferred from its shape (planner.ir.layout.layout_of)
+    given_layouts: Mapping[str, Layout] = field(default_factory=dict, compare=False)
 
     @cached_property
     def _by_name(self) -> dict[str, Layer]:
@@ -158,7 +161,8 @@ class Graph:
     @cached_property
     def layouts(self) -> Mapping[str, Layout]:
         """The layout of every tensor, inferred once per graph from its shape."""
-        return {t: layout_of(shape) for t, shape in self.shapes.items()}
+        return {t: self.given_layouts.get(t) or layout_of(shape)
+                for t, shape in self.shapes.items()}
 
     def layout(self, tensor: str) -> Layout:
         """The layout of a tensor (which axes are batch, channels, rows and columns)."""
@@ -171,6 +175,18 @@ class Graph:
     def index(self, name: str) -> int:
         """Position of a layer in the topological order."""
         return self._position[name]
+
+    @cached_property
+    def _dims(self) -> dict[str, tuple[int, int, int, int]]:
+        return {}
+
+    def dims(self, tensor: str) -> tuple[int, int, int, int]:
+        """(N, C, H, W) of a tensor by its layout (channel axes multiplied together, 1 for an
+        axis it does not have)."""
+        got = self._dims.get(tensor)
+        if got is None:
+            got = self._dims[tensor] = self.layout(tensor).dims(self.shapes[tensor])
+        return got
 
     def elems(self, tensor: str) -> int:
         """Number of elements of a tensor."""

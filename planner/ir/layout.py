@@ -4,9 +4,11 @@ Tiles cut a feature map along its batch axis and its two tiled axes, rows and co
 everything else (the channel axes) a tile holds whole. Today every feature map of rank
 >= 4 is NCHW, its last two axes rows and columns (rank 5 appears in channel shuffles:
 N, groups, C/groups, H, W), and lower ranks are flat: a batch axis and channels, nothing
-to tile along. `layout_of` is that inference, and the one place that knows it; the other
-layouts (NHWC, [B, L, C] tokens, [B, heads, L, d] attention heads) are the vocabulary later
-front ends assign.
+to tile along. `layout_of` is that inference from a shape alone. The graph builder assigns
+NHWC to a channels-last stretch (a Transpose [0, 2, 3, 1] of an NCHW map and the per-pixel
+ops after it, planner.front.graph_build); [B, L, C] tokens and [B, heads, L, d] attention
+heads are the vocabulary the transformer front end will assign. Ask `Graph.layout(t)`, not
+the shape, for a tensor's layout.
 """
 
 from __future__ import annotations

@@ -50,6 +50,8 @@ class MapRule(StrEnum):
     LOCAL = "local"  # identity: elementwise, channel-wise, shape-only along other axes
     CONCAT = "concat"  # identity unless concatenating along rows or columns
     TRANSPOSE = "transpose"  # identity when the permutation keeps rows and columns in place
+    NORM = "norm"  # LayerNormalization: identity when it normalizes over channel axes only
+    LINEAR = "linear"  # MatMul by a constant over the channels (channels last): identity
     SOFTMAX = "softmax"  # whole along the axes it normalizes over, identity along the others
     WHOLE = "whole"  # every output element may need the whole input
 
@@ -381,7 +383,7 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Gemm", _M, MapRule.WHOLE, _gemm_work, _batch_gemm,
           roles=(_W, _W, InputRole.BIAS), fan_in=_gemm_fan_in, branch_scale=BranchScale.INPUT1,
           chunk_axis=_gemm_chunk_axis, chunk_out_axis=-1),
-    _spec("MatMul", _M, MapRule.WHOLE, _matmul_work, other_role=_W, fan_in=_matmul_fan_in,
+    _spec("MatMul", _M, MapRule.LINEAR, _matmul_work, other_role=_W, fan_in=_matmul_fan_in,
           chunk_axis=_matmul_chunk_axis, chunk_out_axis=-1),
     # vector: per-element functions and per-position normalizations
     _spec("Relu", _V, rectified=_RELU),
@@ -401,6 +403,9 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("LRN", _V, work=_lrn_work),
     _spec("InstanceNormalization", _V, MapRule.WHOLE, _const(2), roles=_NORM_ROLES,
           in_channels=_per_channel),
+    # over its last axes: per pixel in a channels-last stretch (ConvNeXt), per token
+    _spec("LayerNormalization", _V, MapRule.NORM, _const(4), _batch_axis(lambda opset: -1),
+          native=False, roles=_NORM_ROLES),
     _spec("Sqrt", _V),
     _spec("Exp", _V),
     _spec("Abs", _V),
@@ -478,7 +483,6 @@ _ENTRIES: tuple[OpSpec, ...] = (
           accumulate=Accumulate.MIN),
     # opaque but known: a native kernel, weight roles or the sign of the output
     _spec("Gather", _O, MapRule.WHOLE, batch=_batch_never),
-    _opaque("LayerNormalization", roles=_NORM_ROLES),
     _opaque("GroupNormalization", roles=_NORM_ROLES),
     _opaque("DepthToSpace", rectified=_KEEPS),
     _opaque("SpaceToDepth", rectified=_KEEPS),
