@@ -375,8 +375,9 @@ class Fold:
     input is folded in; the mean divides by the whole map's size once the last tile is in."""
 
     how: Accumulate
-    axes: tuple[int, ...]
+    layout: Layout
     count: int  # input elements per output element over the whole map
+    seen: np.ndarray  # (N, H, W): positions already folded in
     acc: np.ndarray | None = None
 
     @classmethod
@@ -384,18 +385,30 @@ class Fold:
         """The accumulator of a reduction layer (planner.geometry.regions.accumulated_input)."""
         x = lay.fmap_inputs[0]
         layout = graph.layout(x)
-        _, _, h, w = layout.dims(graph.shapes[x])
-        return cls(op_spec(lay.op).accumulate, layout.tiled_axes, h * w)
+        n, _, h, w = layout.dims(graph.shapes[x])
+        return cls(op_spec(lay.op).accumulate, layout, h * w, np.zeros((n, h, w), dtype=bool))
 
-    def add(self, part: np.ndarray) -> np.ndarray:
-        """Fold a tile's part in; returns that tile's partial result (what its cores made)."""
+    def add(self, part: np.ndarray, box: Box) -> np.ndarray:
+        """Fold a tile's part (box `box` of the input) in; returns that tile's partial result
+        (what its cores made). Boxes of a parameter table may overlap (its tail mode
+        "overlap"): a sum counts each position once, so positions already in are masked."""
         folded: np.ndarray
+        axes = self.layout.tiled_axes
+        seen = self.seen[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
+        if self.how in (Accumulate.SUM, Accumulate.MEAN) and seen.any():
+            shape = [1] * part.ndim
+            order = (self.layout.batch_axis, self.layout.row_axis, self.layout.col_axis)
+            for k, a in enumerate(order):
+                if a is not None:
+                    shape[a] = seen.shape[k]
+            part = part * np.logical_not(seen).reshape(shape)
+        seen[...] = True
         if self.how in (Accumulate.SUM, Accumulate.MEAN):
-            folded = np.asarray(np.sum(part, axis=self.axes, keepdims=True, dtype=np.float32))
+            folded = np.asarray(np.sum(part, axis=axes, keepdims=True, dtype=np.float32))
         elif self.how is Accumulate.MAX:
-            folded = np.asarray(np.max(part, axis=self.axes, keepdims=True))
+            folded = np.asarray(np.max(part, axis=axes, keepdims=True))
         else:
-            folded = np.asarray(np.min(part, axis=self.axes, keepdims=True))
+            folded = np.asarray(np.min(part, axis=axes, keepdims=True))
         if self.acc is None:
             self.acc = folded.copy()
         elif self.how is Accumulate.MAX:
@@ -563,8 +576,8 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
             lay = graph.layer(name)
             first = lay.outputs[0]
             if first in folds:  # fold this tile's part of the anchor into the accumulator
-                x = onchip[lay.fmap_inputs[0]][1]
-                ys = [folds[first].add(x)]
+                x_box, x = onchip[lay.fmap_inputs[0]]
+                ys = [folds[first].add(x, x_box)]
                 tally.vector_ops += x.size
             else:
                 try:

@@ -590,7 +590,7 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
                   overrides: Sequence[str] = (), solver: str = "cpsat",
                   objective: Objective | str | None = None, tail: str = "overlap",
                   combination: str = "optimized", tail_range: int = 0) -> dict[str, Any]:
-    """A dynamic plan (seed 002): the grouping planned once, at the smallest shape of the
+    """A dynamic plan (seed 002): the grouping planned once, at the largest shape of the
     ranges, and per group a library of static units sized so that each fits the chip at the
     largest shape (units are fixed tiles, so a unit that fits there fits everywhere)."""
     from planner.app.dynamic import TAIL_MODES, DynamicGroup, choose_units, dynamic_doc
@@ -604,26 +604,27 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
     by_input = _range_map(ranges)
     declared = declared_input_dims(model)
     largest: dict[str, tuple[int, ...]] = dict(shapes or {})
-    smallest: dict[str, tuple[int, ...]] = dict(shapes or {})
     for name, axes in by_input.items():
         if name not in declared:
             raise InputError(f"{model}: --dynamic names input '{name}', which the model does "
                              f"not have. Inputs: {', '.join(declared)}.")
         dims = list(largest.get(name, declared[name]))
-        low = list(dims)
-        for axis, (lo, hi) in axes.items():
+        for axis, (_, hi) in axes.items():
             if not 0 <= axis < len(dims):
                 raise InputError(f"{model}: --dynamic {name}:{axis}: input '{name}' has "
                                  f"{len(dims)} axes. Name an axis from 0 to {len(dims) - 1}.")
-            dims[axis], low[axis] = hi, lo
+            dims[axis] = hi
         if any(not isinstance(d, int) or d < 1 for d in dims):
             raise InputError(f"{model}: input '{name}' still has an unbound dim {dims}; bind it "
                              "with --shape or give it a --dynamic range.")
         largest[name] = tuple(int(d) for d in dims)  # type: ignore[arg-type]
-        smallest[name] = tuple(int(d) for d in low)  # type: ignore[arg-type]
-    problem = prepare(model, rules, hardware, smallest, overrides)
+    # the grouping is planned at the largest shape: each group then has a tile that fits
+    # there, so its units fit at every shape of the ranges (planned at the smallest, a group
+    # holding a squeeze-excite pool and its scale fits only as one whole map, and no unit of
+    # it fits a bigger map)
+    problem = prepare(model, rules, hardware, largest, overrides)
     plan = plan_problem(problem, solver, objective)
-    big = build_graph(load_model(model, largest))
+    big = problem.graph
     groups = [DynamicGroup(g.layers, choose_units(big, g.layers, problem.chip,
                                                    g.weights_resident), g.weights_resident)
               for g in plan.groups]

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from ortools.sat.python import cp_model
 
 from hardware.chip import Chip
-from planner.core.errors import InputError
+from planner.core.errors import InputError, PlanningError
 from planner.core.files import make_dir, write_atomic
 from planner.cost.model import (
     Counters,
@@ -114,6 +114,14 @@ def choose_units(graph: Graph, layers: Sequence[str], chip: Chip, resident: bool
     side = min(big_h, big_w)
     while side > 1 and not _units_fit(graph, layers, chip, side, side, resident):
         side //= 2
+    if not _units_fit(graph, layers, chip, side, side, resident):
+        # a group that reduces a whole map before using it (pool and scale of a squeeze-
+        # excite) fits only as one unit over the whole tensor
+        if _units_fit(graph, layers, chip, big_h, big_w, resident):
+            return (Unit(0, 0, 0),)
+        raise PlanningError(
+            f"group {layers[0]} .. {layers[-1]} fits no unit at the largest shape of the "
+            "ranges. Narrow the --dynamic ranges or plan with a larger sram.bytes.")
     units: list[Unit] = []
     for k in range(count):
         s = max(1, side >> k)

@@ -554,15 +554,21 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
     for i, box in enumerate(boxes):
         regions = tile_regions(graph, io, box)
         loaded = sum(box_elems(graph, t, regions[t]) for t in io.inputs) * dt
+        # an accumulator is stored once, after the last box
         stored = sum(box_elems(graph, t, box if t == io.anchor else regions[t])
-                     for t in io.outputs) * dt
+                     for t in io.outputs
+                     if t not in io.accumulated or i == len(boxes) - 1) * dt
         reads += loaded
         writes += stored
         first = loaded + wbytes if i == 0 else first
         last = stored
         for name in io.layers:
             lay = graph.layer(name)
-            ops = lay.macs_per_output * box_elems(graph, lay.outputs[0], regions[lay.outputs[0]])
+            if lay.outputs[0] in io.accumulated:  # folds the box of its input in
+                ops = box_elems(graph, lay.fmap_inputs[0], regions[lay.fmap_inputs[0]])
+            else:
+                ops = lay.macs_per_output * box_elems(graph, lay.outputs[0],
+                                                      regions[lay.outputs[0]])
             if lay.is_main:
                 macs += ops
             else:

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Export the test zoo of current architectures from PyTorch, weights as placeholders.
+
+Needs the optional ``export`` extra (torch, torchvision, onnxscript) in a venv of its own:
+
+    python3 -m venv /tmp/exportenv
+    /tmp/exportenv/bin/pip install -e ".[export]"      # or torch==2.14.1 torchvision==0.29.1
+    /tmp/exportenv/bin/python examples/exports/export_models.py [NAME ...]
+
+Neither ``make demo`` nor ``make test`` needs torch: the exported files are committed.
+
+Each model is exported with torch's TorchScript exporter (the one most deployed graphs
+came through: Shape/Gather/Concat chains for dynamic sizes, Erf-GELU, HardSwish, folded
+BatchNorm) with the batch, height and width dynamic, so tests bind small sizes and bench
+binds the real ones. Every float initializer of more than 64 elements is then replaced by a
+``ConstantOfShape`` node, as the onnx model zoo's "light" files do: the files stay a few
+hundred KiB, and ``fuseplan verify`` fills seeded random weights (planner.front.onnx_load
+``weights_are_placeholders``).
+
+The models (torchvision builds, random init; ``dbnet_se`` and ``unet`` are defined here):
+
+* ``mobilenet_v3_small``   squeeze-excite with HardSigmoid, HardSwish
+* ``efficientnet_b0``      MBConv with squeeze-excite and SiLU
+* ``regnet_y_400mf``       grouped convs with squeeze-excite
+* ``convnext_tiny``        channels-last blocks: Permute, LayerNorm, Linear, Erf-GELU
+* ``lraspp_mobilenet_v3``  LR-ASPP segmentation: a pooling branch gating the head, bilinear Resize
+* ``deeplabv3_mobilenet``  DeepLabV3: dilated ASPP convs, global-pool branch, Concat
+* ``ssdlite_backbone``     SSDLite's MobileNetV3 feature extractor with its extra layers, 6 outputs
+* ``unet``                 a 4-level UNet: long skip connections, nearest upsampling, Concat
+* ``dbnet_se``             a DBNet-style text detector: MobileNetV3 backbone with squeeze-excite,
+                           FPN with upsample and Concat, probability and threshold heads
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+import torchvision
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+OPSET = 17
+PLACEHOLDER_MIN_ELEMS = 64
+
+
+# --------------------------------------------------------------------------- own models
+
+
+class _SE(nn.Module):
+    """Squeeze-excite as PP-OCR and MobileNetV3 write it: pool, 1x1 reduce, 1x1 expand, gate."""
+
+    def __init__(self, ch: int, reduce: int = 4) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(ch, ch // reduce, 1)
+        self.fc2 = nn.Conv2d(ch // reduce, ch, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.relu(self.fc1(self.pool(x)))
+        return x * nn.functional.hardsigmoid(self.fc2(s))
+
+
+class _Block(nn.Module):
+    """Inverted residual: expand 1x1, depthwise kxk (stride), SE, project 1x1."""
+
+    def __init__(self, cin: int, cout: int, expand: int, stride: int, se: bool) -> None:
+        super().__init__()
+        mid = cin * expand
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.Hardswish(),
+            nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False), nn.BatchNorm2d(mid),
+            nn.Hardswish(),
+            _SE(mid) if se else nn.Identity(),
+            nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout),
+        )
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.body(x)
+        return x + y if self.residual else y
+
+
+class DBNetSE(nn.Module):
+    """DBNet-style text detector (as PP-OCR's det models): an SE MobileNetV3-like backbone
+    giving strides 4, 8, 16 and 32, an FPN that upsamples every level to stride 4 and
+    concatenates them, and a head giving the probability and threshold maps at full size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
+                                  nn.Hardswish())
+        self.stage1 = nn.Sequential(_Block(16, 16, 2, 1, False), _Block(16, 24, 3, 2, False))
+        self.stage2 = nn.Sequential(_Block(24, 40, 3, 2, True), _Block(40, 40, 3, 1, True))
+        self.stage3 = nn.Sequential(_Block(40, 80, 3, 2, False), _Block(80, 96, 3, 1, True))
+        self.stage4 = nn.Sequential(_Block(96, 160, 3, 2, True), _Block(160, 160, 3, 1, True))
+        self.lateral = nn.ModuleList(nn.Conv2d(c, 64, 1, bias=False) for c in (24, 40, 96, 160))
+        self.smooth = nn.ModuleList(nn.Conv2d(64, 16, 3, 1, 1, bias=False) for _ in range(4))
+        self.heads = nn.ModuleList(self._head() for _ in range(2))
+
+    @staticmethod
+    def _head() -> nn.Sequential:
+        return nn.Sequential(
+            nn.Conv2d(64, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.ConvTranspose2d(16, 16, 2, 2), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.ConvTranspose2d(16, 1, 2, 2), nn.Sigmoid(),
+        )
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c2 = self.stage1(self.stem(x))
+        c3 = self.stage2(c2)
+        c4 = self.stage3(c3)
+        c5 = self.stage4(c4)
+        levels = [lat(c) for lat, c in zip(self.lateral, (c2, c3, c4, c5), strict=True)]
+        for i in (2, 1, 0):  # top-down pathway
+            levels[i] = levels[i] + nn.functional.interpolate(levels[i + 1], scale_factor=2.0,
+                                                              mode="nearest")
+        outs = [sm(level) for sm, level in zip(self.smooth, levels, strict=True)]
+        fused = torch.cat([nn.functional.interpolate(o, scale_factor=float(2 ** i),
+                                                     mode="nearest") if i else o
+                           for i, o in enumerate(outs)], dim=1)
+        return self.heads[0](fused), self.heads[1](fused)
+
+
+class UNet(nn.Module):
+    """A 4-level UNet: long skip connections concatenated after nearest upsampling."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        chans = [width * 2 ** i for i in range(4)]
+        self.down = nn.ModuleList()
+        cin = 3
+        for c in chans:
+            self.down.append(self._double(cin, c))
+            cin = c
+        self.bottom = self._double(chans[-1], chans[-1] * 2)
+        self.up = nn.ModuleList()
+        cin = chans[-1] * 2
+        for c in reversed(chans):
+            self.up.append(self._double(cin + c, c))
+            cin = c
+        self.out = nn.Conv2d(chans[0], 2, 1)
+
+    @staticmethod
+    def _double(cin: int, cout: int) -> nn.Sequential:
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout),
+                             nn.ReLU(), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+                             nn.BatchNorm2d(cout), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+            x = nn.functional.max_pool2d(x, 2)
+        x = self.bottom(x)
+        for block, skip in zip(self.up, reversed(skips), strict=True):
+            x = nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+            x = block(torch.cat([x, skip], dim=1))
+        return self.out(x)
+
+
+class _Outputs(nn.Module):
+    """Return a dict-returning torchvision model's tensors as a tuple (exporters want one)."""
+
+    def __init__(self, model: nn.Module, keys: tuple[str, ...] | None = None) -> None:
+        super().__init__()
+        self.model = model
+        self.keys = keys
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(x)
+        keys = self.keys or tuple(out)
+        return tuple(out[k] for k in keys)
+
+
+# --------------------------------------------------------------------------- the zoo
+
+
+def _tv(name: str) -> Callable[[], nn.Module]:
+    return lambda: getattr(torchvision.models, name)(weights=None)
+
+
+def _seg(name: str) -> Callable[[], nn.Module]:
+    return lambda: _Outputs(getattr(torchvision.models.segmentation, name)(
+        weights=None, weights_backbone=None, aux_loss=False), ("out",))
+
+
+def _ssdlite_backbone() -> nn.Module:
+    det = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None)
+    return _Outputs(det.backbone)
+
+
+MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int]]] = {
+    "mobilenet_v3_small": (_tv("mobilenet_v3_small"), (224, 224)),
+    "efficientnet_b0": (_tv("efficientnet_b0"), (224, 224)),
+    "regnet_y_400mf": (_tv("regnet_y_400mf"), (224, 224)),
+    "convnext_tiny": (_tv("convnext_tiny"), (224, 224)),
+    "lraspp_mobilenet_v3": (_seg("lraspp_mobilenet_v3_large"), (512, 512)),
+    "deeplabv3_mobilenet": (_seg("deeplabv3_mobilenet_v3_large"), (512, 512)),
+    "ssdlite_backbone": (_ssdlite_backbone, (320, 320)),
+    "unet": (UNet, (256, 256)),
+    "dbnet_se": (DBNetSE, (640, 640)),
+}
+"""Name -> (builder, the size it is usually run at; bench uses it, tests bind smaller)."""
+
+
+def export(name: str, out_dir: Path) -> Path:
+    """Export one model with dynamic N, H, W and placeholder weights; return its path."""
+    build, (h, w) = MODELS[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    example = torch.randn(1, 3, h, w)
+    with torch.no_grad():
+        outputs = model(example)
+    n_out = len(outputs) if isinstance(outputs, tuple) else 1
+    out_names = [f"output{i}" for i in range(n_out)] if n_out > 1 else ["output"]
+    axes = {"input": {0: "N", 2: "H", 3: "W"}}
+    path = out_dir / f"{name}.onnx"
+    torch.onnx.export(model, (example,), str(path), input_names=["input"],
+                      output_names=out_names, dynamic_axes=axes, opset_version=OPSET,
+                      do_constant_folding=True, dynamo=False)
+    proto = onnx.load(str(path))
+    placeholder_weights(proto)
+    proto.doc_string = (f"fuseplan test zoo: {name} exported by examples/exports/"
+                        f"export_models.py (torch {torch.__version__}, torchvision "
+                        f"{torchvision.__version__}); usual input 1x3x{h}x{w}; weights are "
+                        "ConstantOfShape placeholders")
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(path))
+    return path
+
+
+def placeholder_weights(proto: onnx.ModelProto) -> None:
+    """Replace each big float initializer by a ConstantOfShape node of the same shape."""
+    keep, nodes = [], []
+    for init in proto.graph.initializer:
+        elems = 1
+        for d in init.dims:
+            elems *= d
+        if init.data_type != TensorProto.FLOAT or elems <= PLACEHOLDER_MIN_ELEMS:
+            keep.append(init)
+            continue
+        shape_name = f"{init.name}__shape"
+        keep.append(numpy_helper.from_array(
+            np.asarray(list(init.dims), dtype=np.int64), shape_name))
+        nodes.append(helper.make_node(
+            "ConstantOfShape", [shape_name], [init.name], name=f"{init.name}__placeholder",
+            value=helper.make_tensor("value", TensorProto.FLOAT, [1], [0.01])))
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(keep)
+    graph_nodes = list(proto.graph.node)
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes + graph_nodes)
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        sys.stderr.write(f"unknown model(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(MODELS)}\n")
+        return 2
+    for name in names:
+        path = export(name, HERE)
+        sys.stdout.write(f"{path.relative_to(HERE.parent.parent)}  "
+                         f"{path.stat().st_size / 1024:.0f} KiB\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

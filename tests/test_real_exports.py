@@ -1,0 +1,120 @@
+"""The test zoo of real PyTorch exports (examples/exports/, issue 16) plans and verifies.
+
+The files are torchvision and hand-written models exported by
+examples/exports/export_models.py with ConstantOfShape placeholder weights; verify fills
+seeded random ones. The fast cases bind a small input and a small SRAM, so groups are split
+into many tiles (squeeze-excite pools accumulate, channels-last blocks tile by pixel); the
+slow ones plan each model at the size it is usually run at on the default chip.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.app import api
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model, weights_are_placeholders
+from planner.geometry.regions import group_io
+from planner.ir.layout import LayoutKind
+from planner.plan.json_io import save_plan
+
+EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
+# name -> the input size it is usually run at (bench/exports SIZES)
+USUAL = {
+    "mobilenet_v3_small": 224, "efficientnet_b0": 224, "regnet_y_400mf": 224,
+    "convnext_tiny": 224, "lraspp_mobilenet_v3": 512, "deeplabv3_mobilenet": 512,
+    "ssdlite_backbone": 320, "unet": 256, "dbnet_se": 640,
+}
+SMALL = {name: 128 if usual > 224 else 96 for name, usual in USUAL.items()}
+# the segmentation nets' dilated depthwise convs (960 channels) need 180 KiB at their
+# smallest tile
+DILATED = ("deeplabv3_mobilenet", "lraspp_mobilenet_v3")
+SRAM = {name: "256KiB" if name in DILATED else "128KiB" for name in USUAL}
+
+
+def _verify(tmp_path: Path, name: str, size: int, solver: str, overrides: list[str]) -> api.Plan:
+    model = str(EXPORTS / f"{name}.onnx")
+    shapes = {"input": (1, 3, size, size)}
+    plan = api.solve(model, shapes=shapes, solver=solver, overrides=overrides)
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    report = api.verify(model, path, seed=5, overrides=overrides)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
+    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
+    return plan
+
+
+def test_the_zoo_is_committed_with_placeholder_weights() -> None:
+    files = sorted(p.stem for p in EXPORTS.glob("*.onnx"))
+    assert files == sorted(USUAL)
+    for name in USUAL:
+        loaded = load_model(str(EXPORTS / f"{name}.onnx"), {"input": (1, 3, 64, 64)})
+        assert weights_are_placeholders(loaded), name
+        assert (EXPORTS / f"{name}.onnx").stat().st_size < 200 * 1024, name
+
+
+@pytest.mark.parametrize("name", sorted(USUAL))
+def test_export_plans_in_tiles_and_verifies(tmp_path: Path, name: str) -> None:
+    # a small SRAM: no feature map of these sizes fits whole, so fused groups are tiled
+    plan = _verify(tmp_path, name, SMALL[name], "greedy", [f"sram.bytes={SRAM[name]}"])
+    assert any(g.fused for g in plan.groups), "nothing fused"
+    assert plan.totals.dram_bytes < plan.layer_by_layer_dram_bytes
+
+
+def test_squeeze_excite_pool_accumulates_over_tiles(tmp_path: Path) -> None:
+    plan = _verify(tmp_path, "efficientnet_b0", 96, "greedy", ["sram.bytes=128KiB"])
+    loaded = load_model(str(EXPORTS / "efficientnet_b0.onnx"), {"input": (1, 3, 96, 96)})
+    graph = build_graph(loaded)
+    folding = [g for g in plan.groups
+               if group_io(graph, g.layers).accumulated and g.tile.h < 48]
+    assert folding, "no group folds a squeeze-excite pool over several row tiles"
+    assert all(graph.layer(g.layers[-1]).op == "GlobalAveragePool" for g in folding)
+
+
+def test_convnext_block_is_channels_last_and_fuses(tmp_path: Path) -> None:
+    loaded = load_model(str(EXPORTS / "convnext_tiny.onnx"), {"input": (1, 3, 64, 64)})
+    graph = build_graph(loaded)
+    norms = [lay for lay in graph.layers if lay.op == "LayerNormalization"]
+    assert norms
+    # the blocks' LayerNorms run channels last; the downsampling ones sit between Permutes
+    assert all(graph.layout(lay.outputs[0]).kind == LayoutKind.NHWC for lay in norms)
+    plan = _verify(tmp_path, "convnext_tiny", 64, "greedy", ["sram.bytes=256KiB"])
+    by_layer = {layer: g for g in plan.groups for layer in g.layers}
+    # a block's norm (Transpose -> LayerNorm -> MatMul) runs in a fused group with its
+    # MatMuls (read as [N, C, H, W], the norm over channels would need the whole map)
+    blocks = [lay for lay in norms
+              if graph.layer(graph.consumers[lay.outputs[0]][0]).op == "MatMul"]
+    assert len(blocks) == 18
+    for lay in blocks:
+        group = by_layer[lay.name]
+        assert any(graph.layer(n).op == "MatMul" for n in group.layers), lay.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(USUAL))
+def test_export_plans_and_verifies_at_its_size_on_the_default_chip(tmp_path: Path,
+                                                                    name: str) -> None:
+    plan = _verify(tmp_path, name, USUAL[name], "cpsat", [])
+    assert plan.totals.dram_bytes < plan.layer_by_layer_dram_bytes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [640, 960])
+def test_text_detector_at_full_size(tmp_path: Path, size: int) -> None:
+    _verify(tmp_path, "dbnet_se", size, "cpsat", [])
+
+
+@pytest.mark.slow
+def test_text_detector_one_dynamic_plan(tmp_path: Path) -> None:
+    model = str(EXPORTS / "dbnet_se.onnx")
+    doc = api.solve_dynamic(model, ["input:2=320..960", "input:3=320..960"],
+                            shapes={"input": (1, 3, 640, 640)})
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    for h, w in ((320, 320), (640, 480), (960, 960), (352, 928)):
+        report = api.verify_dynamic(model, path, {"input": (1, 3, h, w)})
+        assert report.ok, (h, w, report.first_output_mismatch, report.first_counter_mismatch)
