@@ -17,11 +17,14 @@ demo: $(STAMP)
 
 # `make test` (what CI runs) is the fast suite; `make test-all` adds the cases marked slow
 # (zoo-scale solves, Pareto fronts, a two-node Ray cluster), minutes each on 2 cores.
+# Both run on two pytest-xdist workers (every solve and the emulator use one core); the
+# tests that start Ray share one worker (xdist_group "ray"), so one cluster runs at a time.
+PYTEST = $(BIN)/python -m pytest -n 2 --dist loadgroup
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 # ruff over the packages, tests and the bench scripts (extensionless, named one by one);
 # mypy over the packages, then over tests/ from inside it (its modules import `models` as

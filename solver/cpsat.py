@@ -651,6 +651,14 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
                 db = min(options, key=lambda o: search.quick_cost(tile, resident, o,
                                                                   reuse, outer).cycles)
             groups.append(Placement.of(cand.layers, tile, resident, db, reuse, outer))
-    obj, bound = solver.objective_value, solver.best_objective_bound
+    # CP-SAT reports its integer objective through a float scaling (13044 came back as
+    # 13043.999999999998): snap values within rounding error to the integer they are
+    obj, bound = (_snap(v) for v in (solver.objective_value, solver.best_objective_bound))
     gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
     return CpsatResult(groups, name, obj, bound, gap, time.perf_counter() - started)
+
+
+def _snap(value: float) -> float:
+    """`value`, or the integer it differs from by rounding error only."""
+    near = round(value)
+    return float(near) if abs(value - near) <= 1e-9 * max(1.0, abs(value)) else value

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# CI draws the same examples on every run (a property test that fails there fails again on
+# a laptop, and no run spends minutes shrinking a new draw); FUSEPLAN_HYPOTHESIS=explore
+# draws fresh examples, to look for new counterexamples
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile("explore" if os.environ.get("FUSEPLAN_HYPOTHESIS") == "explore" else "ci")
 
 ROOT = Path(__file__).resolve().parent.parent
 for _path in (ROOT, ROOT / "tests"):  # `from tests import models` and `import models` both work

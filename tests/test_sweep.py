@@ -45,6 +45,9 @@ from planner.ui.sweep_report import smallest_serving_bisected, sweep_html, write
 
 import models
 
+# every test here may start a local Ray cluster: under pytest-xdist they share one worker
+pytestmark = pytest.mark.xdist_group("ray")
+
 REPO = Path(__file__).resolve().parents[1]
 SIZES = ["2KiB", "4KiB", "8KiB", "16KiB", "32KiB", "64KiB"]
 REQUIRED = ("model", "chip", "rules", "solver", "objective", "status", "gap", "dram_bytes",

@@ -143,22 +143,27 @@ def working(what: str) -> AbstractContextManager[Any]:
 def guarded(fn: F) -> F:
     """Turn fuseplan's errors into exit codes and one-paragraph messages."""
 
+    def say(text: str) -> None:
+        # one unbroken paragraph: the terminal wraps it, and a long path in it is never cut
+        # in two (a log or a test reading stderr finds the file name whole)
+        err.print(text, markup=False, highlight=False, soft_wrap=True)
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
-            err.print(f"error: {exc}", markup=False, highlight=False)
+            say(f"error: {exc}")
             raise typer.Exit(2) from None
         except PlanningError as exc:
-            err.print(f"{exc.label}: {exc}", markup=False, highlight=False)
+            say(f"{exc.label}: {exc}")
             raise typer.Exit(1) from None
         except Interrupted as exc:
-            err.print(f"interrupted: {exc}", markup=False, highlight=False)
+            say(f"interrupted: {exc}")
             raise typer.Exit(130) from None
         except KeyboardInterrupt:
-            err.print("interrupted: stopped before any output file was complete; no partial "
-                      "file was left.", markup=False, highlight=False)
+            say("interrupted: stopped before any output file was complete; no partial file "
+                "was left.")
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
