@@ -27,6 +27,7 @@ from planner.plan.placement import Placement
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected
 from solver.long_groups import long_groups
+from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, Option, TileChoice
 
 _UNSEEN = object()  # not in the memo
@@ -62,7 +63,8 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     graph may see blocks the other did not (one with none stays out: a graph that sees fewer
     blocks keeps the whole model's rules). ``options_memo`` collects each interval's
     prefetch options under a time-aware objective (CP-SAT bounds each pair's saving with
-    them)."""
+    them). Intervals of the same structure (solver.structure: repeated blocks) share one
+    tile search."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -70,6 +72,8 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     coef = cycle_units(objective, ruleset.objective, chip)
     options: dict[tuple[int, int], list[Option]] = {}
     timed = bool(coef) or (options_memo is not None and objective.timed)
+    # an interval's options (timed) and best tile, by structure
+    searched: dict[StructureKey, tuple[list[Option], TileChoice | None]] = {}
     for i in range(len(order)):
         for j in range(i + 1, min(len(order), i + limit) + 1):
             layers = tuple(order[i:j])
@@ -81,15 +85,17 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
             search = GroupSearch.of(graph, layers, chip, ruleset)
             if breaks_structure(search, ruleset):
                 best = None
-            elif timed:  # the options a prefetch may prefer, the first being the best
-                options[i, j] = search.options(objective)
-                best = search.option_choice(options[i, j][0]) if options[i, j] else None
-                if options_memo is not None:
-                    options_memo[layers] = options[i, j]
-            elif isinstance(cached, TileChoice):
+            elif isinstance(cached, TileChoice) and not timed:
                 best = cached
             else:
-                best = search.best(objective)
+                key = structure_key(graph, search.io)
+                if key not in searched:
+                    searched[key] = _searched(search, objective, timed)
+                opts, best = searched[key]
+                if timed:  # the options a prefetch may prefer, the first being the best
+                    options[i, j] = opts
+                    if options_memo is not None:
+                        options_memo[layers] = opts
             if memo is not None:
                 memo[layers] = best
             if best is None:
@@ -109,6 +115,16 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
         return [choice[a, b].placement(tuple(order[a:b]))
                 for a, b in zip(path, path[1:], strict=False)]
     return _with_prefetch(graph, chip, ruleset, objective, order, options)
+
+
+def _searched(search: GroupSearch, objective: Objective, timed: bool
+              ) -> tuple[list[Option], TileChoice | None]:
+    """An interval's options a prefetch may prefer (timed objectives; the first is the best)
+    and its best tile."""
+    if not timed:
+        return [], search.best(objective)
+    opts = search.options(objective)
+    return opts, search.option_choice(opts[0]) if opts else None
 
 
 def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,

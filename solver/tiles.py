@@ -281,13 +281,18 @@ class GroupSearch:
         return (self.ruleset.search.halo_reuse and self.closed_form and cols
                 and (self.tn or n) >= n)
 
+    def work(self, tile: Tile, resident: bool, halo_reuse: bool = False,
+             weights_outer: bool = False) -> Counters:
+        """Every counter but the time and the SRAM peak (closed forms; cheap)."""
+        return work_counters(self.graph, self.io, self.chains, tile, self.chip, resident,
+                             halo_reuse, self.reuse_grid(tile) if halo_reuse else None,
+                             weights_outer)
+
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
                    halo_reuse: bool = False, weights_outer: bool = False) -> Counters:
         """Every counter but the SRAM peak (closed forms; cheap)."""
-        work = work_counters(self.graph, self.io, self.chains, tile, self.chip, resident,
-                             halo_reuse, self.reuse_grid(tile) if halo_reuse else None,
-                             weights_outer)
-        return with_time(self.chip, work, double_buffered)
+        return with_time(self.chip, self.work(tile, resident, halo_reuse, weights_outer),
+                         double_buffered)
 
     def fits_rules(self, th: int, *, resident: bool, rules: tuple[Rule, ...],
                    halo_reuse: bool) -> bool:
@@ -405,10 +410,11 @@ class GroupSearch:
                                                 halo_reuse=reuse))
             for th in feasible:
                 tile = self.tile_of(th)
+                work = self.work(tile, resident, reuse)  # buffering changes only the time
                 for db in (False, True):
                     if db and (db_top is None or th > db_top):
                         continue
-                    cost = self.quick_cost(tile, resident, db, reuse)
+                    cost = with_time(self.chip, work, db)
                     rank = _rank(cost, objective, self.ruleset, self.chip,
                                  TileChoice(tile, resident, cost, db, reuse))
                     idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0

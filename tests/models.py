@@ -136,6 +136,18 @@ def residual_net(seed: int = 0, n: int = 1, c: int = 3, h: int = 32, w: int = 32
     return b.model((n, c, h, w), x, opset, name="residual_net")
 
 
+def repeated_net(seed: int = 0, n: int = 1, h: int = 32, w: int = 32, repeats: int = 3,
+                 opset: int = 13) -> onnx.ModelProto:
+    """Stem conv, `repeats` identical identity bottlenecks and a strided one: the repeated
+    structure of deep residual networks, small."""
+    b = _Builder(np.random.default_rng(seed))
+    x = b.one("Relu", [b.conv("input", 3, 16, 3, prefix="stem")])
+    for _ in range(repeats):
+        x = _bottleneck(b, x, 16, 8, 16, 1)
+    x = _bottleneck(b, x, 16, 8, 32, 2)
+    return b.model((n, 3, h, w), x, opset, name="repeated_net")
+
+
 def inception_net(seed: int = 0, n: int = 1, c: int = 3, h: int = 32, w: int = 32,
                   opset: int = 13) -> onnx.ModelProto:
     """Stem conv + maxpool, one four-branch Inception module (Concat), then AveragePool."""

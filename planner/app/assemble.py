@@ -32,7 +32,8 @@ from planner.plan.placement import Placement
 from rules.base import GroupFacts
 from rules.ruleset import RuleSet
 from solver.shortest_path import infeasible_layer_error
-from solver.tiles import GroupSearch, prefetch_room
+from solver.structure import StructureKey, structure_key
+from solver.tiles import GroupSearch, TileChoice, prefetch_room
 
 
 def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Group:
@@ -116,6 +117,7 @@ def layer_placements(graph: Graph, chip: Chip) -> list[Placement]:
     Raises PlanningError naming a layer that fits at no tile."""
 
     out: list[Placement] = []
+    searched: dict[StructureKey, TileChoice | None] = {}  # repeated layers: one search
     for lay in graph.layers:
         alone = (lay.name,)
         search = GroupSearch.of(graph, alone, chip, RuleSet(()))
@@ -124,7 +126,10 @@ def layer_placements(graph: Graph, chip: Chip) -> list[Placement]:
         if fits:
             out.append(Placement.of(alone, whole, fits[0]))
             continue
-        best = search.best(Objective.TRAFFIC)
+        key = structure_key(graph, search.io)
+        if key not in searched:
+            searched[key] = search.best(Objective.TRAFFIC)
+        best = searched[key]
         if best is None:
             raise infeasible_layer_error(graph, chip, RuleSet(()), lay.name)
         out.append(best.placement(alone))

@@ -221,6 +221,28 @@ class AxisSchedule:
             self._factors[key] = out
         return self._factors[key]
 
+    def row_keep_factors(self, i: int, t: str, floors: list[int]) -> np.ndarray:
+        """keep_factors(i, t, f) for every row floor f of a tile row i, as an array
+        (floors, 3 corners, 2 factors): a streamed step asks for one per output row."""
+        f = np.asarray(floors, np.int64)
+        a, b = self.read_low(i, t), self.read_low(i + 1, t)
+        corners = np.stack([np.maximum(a, f), np.maximum(b, f), np.maximum(max(a, b), f)],
+                           axis=1)[..., None]
+        # made by earlier tile rows at or after each corner: the parts are disjoint and
+        # ascending, so the walk back stops at the first one ending below every corner
+        lowest, back = int(corners.min(initial=NEVER)), []
+        for j in range(i - 1, -1, -1):
+            span = self.made(j, t)
+            if span[0] < span[1] <= lowest:
+                break
+            back.append(span)
+        spans = np.array(back, np.int64).reshape(-1, 2)
+        earlier = np.maximum(0, spans[None, None, :, 1]
+                             - np.maximum(spans[None, None, :, 0], corners)).sum(axis=-1)
+        lo, hi = self.made(i, t)
+        this = np.maximum(0, hi - np.maximum(lo, corners[..., 0]))
+        return np.stack([earlier, this], axis=-1)
+
     def made_from(self, i: int, t: str, x: int) -> int:
         """Elements of t at or after x made by tiles before i (made parts are disjoint and
         ascending, so only the last few tiles can reach past x)."""
@@ -438,7 +460,7 @@ def _streamed_row(grid: ReuseGrid, lay: Layer, out: str, released: list[str], r:
 def _kept_floor(grid: ReuseGrid, t: str, r: int, cols: list[int], floors: list[int]
                 ) -> np.ndarray:
     """grid.kept_after(t, r, q) counting only rows at or after each floor: (floor, q)."""
-    r_f = np.array([grid.rows.keep_factors(r, t, f) for f in floors], np.int64).reshape(-1, 3, 2)
+    r_f = grid.rows.row_keep_factors(r, t, floors)
     c_f = np.array([grid.cols.keep_factors(q, t) for q in cols], np.int64).reshape(-1, 3, 2)
     return _signed_products(r_f, c_f) * grid.plane(t)
 
