@@ -23,6 +23,7 @@ from typing import Any
 from ortools.sat.python import cp_model, cp_model_helper
 
 from hardware.chip import Chip
+from planner.core.budget import Budget
 from planner.core.errors import PlanningError
 from planner.cost.model import (
     dram_bytes_per_cycle,
@@ -563,14 +564,18 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
                 time_limit_s: float | None = None, cycles_cap: int | None = None,
                 memo: dict[tuple[str, ...], Any] | None = None,
                 prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None = None,
-                trade_offs: dict[tuple[str, ...], list[TileChoice]] | None = None
-                ) -> CpsatResult:
+                trade_offs: dict[tuple[str, ...], list[TileChoice]] | None = None,
+                budget: Budget | None = None) -> CpsatResult:
     """Optimal groups and tiles under the rules (or the best found within the time limit).
 
     ``warm``: another planner's placements, as hints;
     ``trade_offs``: each group's reusing trade-off front under a cycles cap, kept across the
-    capped solves of a Pareto sweep (filled here)."""
+    capped solves of a Pareto sweep (filled here);
+    ``budget``: the command's time limit: once it has passed no new group is searched, and
+    the solve stops in time for the plan to be assembled (reserve_s)."""
     started = time.perf_counter()
+    budget = Budget() if budget is None else budget
+    unsearched = 0
     memo = {} if memo is None else memo
     trade_offs = {} if trade_offs is None else trade_offs
     for lay in graph.layers:  # a layer that fits at no tile makes every plan infeasible
@@ -592,6 +597,9 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         if breaks_structure(search, ruleset):
             continue
         if layers not in memo:  # blocks and warm-start groups that are not intervals
+            if budget.passed:
+                unsearched += 1
+                continue
             memo[layers] = search.best(objective)
         best = memo[layers]
         if best is None:
@@ -605,7 +613,12 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             candidates.append(layers)
             floors.append(floor)  # a bound for every alternative
             pinned.append(choice)
-    for layers, choice in long_groups(graph, chip, ruleset, objective):
+    if unsearched:
+        budget.cut(f"CP-SAT: {unsearched} block candidates not searched")
+    longer = long_groups(graph, chip, ruleset, objective)
+    if budget.passed and ruleset.search.long_whole_map_groups:
+        longer = iter(())  # the shortest path noted the cut
+    for layers, choice in longer:
         candidates.append(layers)  # whole-map groups past the size limit, pinned
         floors.append(objective_units(choice.cost, objective, ruleset.objective, chip))
         pinned.append(choice)
@@ -613,8 +626,13 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
                                  cycles_cap, pinned, prefetch_options)
     _hint(enc, warm)
     limit = time_limit_s or ruleset.search.time_limit_s
+    left = budget.left()
     if warm:
-        _complete_hint(enc, max(limit / 10, 5.0), ruleset.search.seed)
+        probe = max(limit / 10, 5.0)
+        _complete_hint(enc, probe if left is None else min(probe, left / 10),
+                       ruleset.search.seed)
+    if left is not None:  # what the command has left, less the plan's assembly
+        limit = max(0.05, min(limit, budget.left() - reserve_s(budget)))  # type: ignore[operator]
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.max_time_in_seconds = limit
@@ -656,6 +674,13 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     obj, bound = (_snap(v) for v in (solver.objective_value, solver.best_objective_bound))
     gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
     return CpsatResult(groups, name, obj, bound, gap, time.perf_counter() - started)
+
+
+def reserve_s(budget: Budget) -> float:
+    """Seconds a time-limited solve keeps after CP-SAT stops, to read its groups back:
+    0.2 s and a twentieth of what was left (the budget has set the plan's assembly aside)."""
+    left = budget.left()
+    return 0.0 if left is None else 0.2 + max(left, 0.0) / 20
 
 
 def _snap(value: float) -> float:

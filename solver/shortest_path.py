@@ -19,6 +19,7 @@ from __future__ import annotations
 import networkx as nx
 
 from hardware.chip import Chip
+from planner.core.budget import Budget
 from planner.core.errors import PlanningError
 from planner.cost.model import prefetch_cycles, weight_bytes
 from planner.cost.objective import Objective, cycle_units, objective_units
@@ -53,8 +54,8 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
 
 def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                          memo: dict[tuple[str, ...], TileChoice | None] | None = None,
-                         options_memo: dict[tuple[str, ...], list[Option]] | None = None
-                         ) -> list[Placement]:
+                         options_memo: dict[tuple[str, ...], list[Option]] | None = None,
+                         budget: Budget | None = None) -> list[Placement]:
     """Best grouping into intervals of the topological order.
 
     ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
@@ -64,7 +65,9 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     blocks keeps the whole model's rules). ``options_memo`` collects each interval's
     prefetch options under a time-aware objective (CP-SAT bounds each pair's saving with
     them). Intervals of the same structure (solver.structure: repeated blocks) share one
-    tile search."""
+    tile search. Once the ``budget`` has passed, only single layers are searched (every plan
+    needs them), by seed 000's quick search where it finds a tile, and the budget notes what
+    was left out."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -74,39 +77,60 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     timed = bool(coef) or (options_memo is not None and objective.timed)
     # an interval's options (timed) and best tile, by structure
     searched: dict[StructureKey, tuple[list[Option], TileChoice | None]] = {}
-    for i in range(len(order)):
-        for j in range(i + 1, min(len(order), i + limit) + 1):
-            layers = tuple(order[i:j])
-            if j - i > 1 and not is_connected(graph, layers):
-                continue
-            cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
-            if cached is None and j - i > 1:
-                continue
-            search = GroupSearch.of(graph, layers, chip, ruleset)
-            if breaks_structure(search, ruleset):
-                best = None
-            elif isinstance(cached, TileChoice) and not timed:
-                best = cached
-            else:
-                key = structure_key(graph, search.io)
-                if key not in searched:
-                    searched[key] = _searched(search, objective, timed)
-                opts, best = searched[key]
-                if timed:  # the options a prefetch may prefer, the first being the best
-                    options[i, j] = opts
-                    if options_memo is not None:
-                        options_memo[layers] = opts
-            if memo is not None:
-                memo[layers] = best
-            if best is None:
-                if j - i == 1:
-                    raise infeasible_layer_error(graph, chip, ruleset, layers[0])
-                continue
-            choice[i, j] = best
-            dag.add_edge(i, j, weight=objective_units(best.cost, objective, ruleset.objective,
-                                                      chip))
+    skipped = quick_layers = 0  # groups left out, layers searched quickly, past the budget
+    # shortest first: every plan needs the single layers, and a budget that runs out leaves
+    # short groups all along the network rather than long ones at its start
+    spans = [(i, i + n) for n in range(1, limit + 1) for i in range(len(order) - n + 1)]
+    for i, j in spans:
+        layers = tuple(order[i:j])
+        if j - i > 1 and not is_connected(graph, layers):
+            continue
+        cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
+        if cached is None and j - i > 1:
+            continue
+        if j - i > 1 and budget is not None and budget.passed \
+                and (timed or not isinstance(cached, TileChoice)):
+            skipped += 1
+            continue
+        search = GroupSearch.of(graph, layers, chip, ruleset)
+        if breaks_structure(search, ruleset):
+            best = None
+        elif isinstance(cached, TileChoice) and not timed:
+            best = cached
+        elif budget is not None and budget.passed and not timed \
+                and (quick := search.search(ruleset.search.tile_search)) is not None:
+            best = quick  # a single layer past the budget: seed 000's quick tile search
+            quick_layers += 1
+        else:
+            key = structure_key(graph, search.io)
+            if key not in searched:
+                searched[key] = _searched(search, objective, timed)
+            opts, best = searched[key]
+            if timed:  # the options a prefetch may prefer, the first being the best
+                options[i, j] = opts
+                if options_memo is not None:
+                    options_memo[layers] = opts
+        if memo is not None:
+            memo[layers] = best
+        if best is None:
+            if j - i == 1:
+                raise infeasible_layer_error(graph, chip, ruleset, layers[0])
+            continue
+        choice[i, j] = best
+    for i, j in sorted(choice):  # in the order of the layers (ties: the first path)
+        dag.add_edge(i, j, weight=objective_units(choice[i, j].cost, objective,
+                                                  ruleset.objective, chip))
+    if skipped and budget is not None:
+        budget.cut(f"tile search: {skipped} candidate groups not searched")
+    if quick_layers and budget is not None:
+        budget.cut(f"tile search: {quick_layers} single layers tiled by the quick "
+                   f"{ruleset.search.tile_search} search")
     if not coef:
-        for layers, best in long_groups(graph, chip, ruleset, objective):
+        longer = long_groups(graph, chip, ruleset, objective)
+        if budget is not None and budget.passed and ruleset.search.long_whole_map_groups:
+            budget.cut("whole-map groups past search.max_group_layers not searched")
+            longer = iter(())
+        for layers, best in longer:
             i = graph.index(layers[0])  # an interval of the order, longer than the limit
             choice[i, i + len(layers)] = best
             dag.add_edge(i, i + len(layers),
@@ -132,7 +156,7 @@ def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Object
                    ) -> list[Placement]:
     """Shortest path over the line graph of intervals, pricing each group's prefetch."""
     coef = cycle_units(objective, ruleset.objective, chip)
-    intervals = [iv for iv, opts in options.items() if opts]
+    intervals = sorted(iv for iv, opts in options.items() if opts)  # in the layers' order
     searches = {iv: GroupSearch.of(graph, order[iv[0]:iv[1]], chip, ruleset) for iv in intervals}
     weights = {iv: weight_bytes(graph, searches[iv].io.weights, chip) for iv in intervals}
 

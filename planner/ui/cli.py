@@ -28,6 +28,7 @@ from planner.cost.objective import Objective
 from planner.front.onnx_load import parse_shape_option
 from planner.plan.data import Plan
 from planner.plan.json_io import plan_to_json, save_plan
+from planner.ui import STARTED
 from planner.ui.cli_sweep import register as register_sweep
 from planner.ui.cli_views import register as register_views
 
@@ -248,7 +249,7 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
     with working(f"planning {model} with {solver}"):
-        plan = api.plan_problem(problem, solver, objective, time_limit)
+        plan = api.plan_problem(problem, solver, objective, time_limit, started=STARTED)
     if output is not None:
         save_plan(plan, output)
     if report is not None:
