@@ -36,7 +36,7 @@ from planner.geometry.regions import (
     needed_range,
     tile_regions,
 )
-from planner.ir.graph import Graph, Layer
+from planner.ir.graph import Graph, Layer, MapKind
 
 Span = tuple[int, int]
 NEVER = 1 << 62  # a read bound no tile reaches: nothing is kept
@@ -362,13 +362,14 @@ def stream_floors(graph: Graph, lay: Layer, t: str, lo: int, hi: int) -> list[in
     released what the policy does not keep, while row y runs (the lowest row that rows
     y..hi-1 read; never lowered again)."""
     h = graph.dims(t)[2]
-    floors, floor = [], 0
-    for y in range(lo, hi):
-        low = min(needed_range(lay.row_maps[j], y, hi, h, True, True)[0]
-                  for j, name in enumerate(lay.fmap_inputs) if name == t)
-        floor = max(floor, low)
-        floors.append(floor)
-    return floors
+    ys = np.arange(lo, hi, dtype=np.int64)
+    lows = np.full_like(ys, NEVER)
+    for j, name in enumerate(lay.fmap_inputs):
+        if name == t:  # needed_range's first row, for every y at once
+            m = lay.row_maps[j]
+            first = 0 if m.kind is MapKind.WHOLE else m.needed(ys, hi, h)[0]  # type: ignore[arg-type]
+            lows = np.minimum(lows, np.maximum(first, 0))
+    return [int(f) for f in np.maximum.accumulate(np.maximum(lows, 0))] if hi > lo else []
 
 
 def reuse_peak_elems(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
@@ -384,12 +385,13 @@ def reuse_peak_elems(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
     columns, so each tensor contributes a few small arrays.
     """
     grid = grid or ReuseGrid.of(graph, io, chains, tile)
-    if double_buffered not in grid.peaks:
-        grid.peaks[double_buffered] = _peak(grid, double_buffered)
+    if double_buffered not in grid.peaks:  # one pass gives both: the loads only add
+        grid.peaks.update(_peaks(grid))
     return grid.peaks[double_buffered]
 
 
-def _peak(grid: ReuseGrid, double_buffered: bool) -> int:
+def _peaks(grid: ReuseGrid) -> dict[bool, int]:
+    """The peak without and with a second input buffer."""
     graph, io = grid.graph, grid.io
     spans = lifetimes(graph, io)
     tensors = [t for t in spans if t in grid.rows.boxes(0)]
@@ -416,7 +418,7 @@ def _peak(grid: ReuseGrid, double_buffered: bool) -> int:
             if k in streamed and (t == streamed[k][0] or t in streamed[k][1]):
                 continue  # counted row by row below
             held[k] += before if k < born else before + made if k <= last else after
-        if double_buffered and t in io.inputs:
+        if t in io.inputs:
             loads += made
     for k, (out, released) in streamed.items():
         lay = graph.layer(io.layers[k])
@@ -427,7 +429,9 @@ def _peak(grid: ReuseGrid, double_buffered: bool) -> int:
             # where the step makes nothing (no row to stream), its tensors stay whole
             held[k, a] += np.where(runs, _streamed_row(grid, lay, out, released, r, cols,
                                                        befores, afters, a), whole)
-    return int((held + loads).max()) if len(io.layers) else 0
+    if not len(io.layers):
+        return {False: 0, True: 0}
+    return {False: int(held.max()), True: int((held + loads).max())}
 
 
 def _streamed_row(grid: ReuseGrid, lay: Layer, out: str, released: list[str], r: int,
@@ -449,7 +453,8 @@ def _streamed_row(grid: ReuseGrid, lay: Layer, out: str, released: list[str], r:
         prev[:, 1:] = _kept_floor(grid, t, r, [q - 1 for q in cols[1:]], floors)
         if r:
             prev[:, :1] = _kept_floor(grid, t, r - 1, [last_col], floors)
-        made_rows = [from_(grid.rows.made(r, t), f) for f in floors]
+        t_lo, t_hi = grid.rows.made(r, t)
+        made_rows = np.maximum(0, t_hi - np.maximum(t_lo, np.asarray(floors, np.int64)))
         made = grid.plane(t) * np.outer(made_rows, [length(grid.cols.made(q, t)) for q in cols])
         # below the floor only what later tiles read stays
         kept_low = afters[t][a][None, :] - _kept_floor(grid, t, r, cols, floors)

@@ -215,7 +215,8 @@ def _totals_lines(plan: Plan) -> list[str]:
 
 @app.command()
 @guarded
-def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
+def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = None,
+          set_: SetOpt = None,
           shape: ShapeOpt = None, objective: ObjOpt = None,
           solver: SolverOpt = "cpsat",
           time_limit: TimeOpt = None,
@@ -249,7 +250,8 @@ def solve(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = N
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
     with working(f"planning {model} with {solver}"):
-        plan = api.plan_problem(problem, solver, objective, time_limit, started=STARTED)
+        started = ctx.obj if isinstance(ctx.obj, float) else None
+        plan = api.plan_problem(problem, solver, objective, time_limit, started=started)
     if output is not None:
         save_plan(plan, output)
     if report is not None:
@@ -656,8 +658,10 @@ def rules_doc() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: commands learn when the process started (``ctx.obj``),
+    so --time-limit covers the imports too; called in process (tests), they count from
+    their own start."""
+    app(obj=STARTED)
 
 
 register_views(app)  # report, export, diff
