@@ -36,6 +36,10 @@ class SearchSettings:
     # seed 004's first check: a network whose weights and largest live set fit on chip runs
     # as one group, whatever the rules say about fused groups
     whole_network_first: bool = True
+    # CP-SAT is not run where the shortest path is already exact: costs add up (no prefetch
+    # pairs, no cycles cap) and every candidate group is an interval of the layer order;
+    # the plan is then proven optimal by the path (off: CP-SAT always solves)
+    exact_path_first: bool = True
     # 2-D tiles (narrower than the map) are searched for a group that fits no full-width
     # tile at all, or whose best full-width tile is shorter than this many rows (0: only
     # the former; 2-D search multiplies the tile search's work)

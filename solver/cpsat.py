@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ortools.sat.python import cp_model, cp_model_helper
@@ -91,6 +91,29 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
     for g in extra:
         add(g)
     return out
+
+
+def faster_buffering(graph: Graph, chip: Chip, ruleset: RuleSet, p: Placement) -> Placement:
+    """The placement with the faster input buffering (single where both are as fast), for
+    objectives its bytes do not depend on."""
+    search = GroupSearch.of(graph, p.layers, chip, ruleset)
+    options = [False] + [True] * search.fits_double_buffer(p.tile, p.weights_resident,
+                                                           p.halo_reuse, p.weights_outer)
+    db = min(options, key=lambda o: search.quick_cost(p.tile, p.weights_resident, o,
+                                                      p.halo_reuse, p.weights_outer).cycles)
+    return replace(p, double_buffered=db)
+
+
+def intervals_only(graph: Graph, ruleset: RuleSet, extra: Sequence[Sequence[str]] = ()
+                   ) -> bool:
+    """Whether every candidate group CP-SAT would weigh is an interval of the layer order
+    (whole blocks and `extra` groups included): the shortest path over intervals, with the
+    same best tile per group, is then exact wherever costs add up."""
+    for layers in candidate_sets(graph, ruleset, extra):
+        at = sorted(graph.index(n) for n in layers)
+        if at[-1] - at[0] + 1 != len(at):
+            return False
+    return True
 
 
 def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
@@ -662,13 +685,9 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             db = bool(solver.boolean_value(cand.double_buffered))
             reuse = bool(solver.boolean_value(cand.halo_reuse))
             outer = cand.fixed is not None and cand.facts_any_tile.weights_outer
-            if not objective.timed:  # bytes do not depend on it: pick the faster one
-                search = GroupSearch.of(graph, cand.layers, chip, ruleset)
-                options = [False] + [True] * search.fits_double_buffer(tile, resident, reuse,
-                                                                       outer)
-                db = min(options, key=lambda o: search.quick_cost(tile, resident, o,
-                                                                  reuse, outer).cycles)
-            groups.append(Placement.of(cand.layers, tile, resident, db, reuse, outer))
+            placement = Placement.of(cand.layers, tile, resident, db, reuse, outer)
+            groups.append(placement if objective.timed
+                          else faster_buffering(graph, chip, ruleset, placement))
     # CP-SAT reports its integer objective through a float scaling (13044 came back as
     # 13043.999999999998): snap values within rounding error to the integer they are
     obj, bound = (_snap(v) for v in (solver.objective_value, solver.best_objective_bound))

@@ -187,7 +187,9 @@ class ModelStore:
     def problem(self, builder: str, hw: str | None = None, overrides: Sequence[str] = (),
                 shapes: dict[str, tuple[int, ...]] | None = None, **kwargs: Any) -> Problem:
         problem = prepare(str(self.path(builder, **kwargs)), None, hw, shapes, list(overrides))
-        return with_rules(problem, search={"whole_network_first": False})
+        # CP-SAT itself, rules' encodings included (not the exact-path shortcut)
+        return with_rules(problem, search={"whole_network_first": False,
+                                           "exact_path_first": False})
 
 
 @pytest.fixture(scope="session")

@@ -62,14 +62,14 @@ def test_shortest_path_equals_cpsat_on_chains(store: ModelStore, seed: int, batc
                                               sram: str, nram: str) -> None:
     """On a chain, intervals are all the groups there are: both planners are exact and must
     agree on the optimum (traffic: DRAM bytes; latency: cycles), and CP-SAT's reported
-    objective must be the assembled plan's total. The whole-network shortcut is off so the
-    grouping search itself is compared."""
+    objective must be the assembled plan's total. The whole-network and exact-path shortcuts
+    are off so the grouping search itself is compared."""
     model = random_chain(np.random.default_rng(seed))
     path = models.save(model, store.root, f"chain_{seed}")
     _, c, h, w = (d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
     problem = with_rules(prepare(str(path), None, None, {"input": (batch, c, h, w)},
                                  [f"sram.bytes={sram}", f"nram.bytes={nram}"]),
-                         search={"whole_network_first": False})
+                         search={"whole_network_first": False, "exact_path_first": False})
     assert all(problem.graph.dag.out_degree(n) <= 1 for n in problem.graph.dag), "not a chain"
     for objective in ("traffic", "latency"):
         try:
@@ -290,3 +290,23 @@ def test_infeasible_chip_names_layer_level_and_bytes(store: ModelStore, solver: 
     msg = str(info.value)
     assert "conv3" in msg and level in msg, msg
     assert re.search(rf"{level} needs {needed} B but has {has} B", msg), msg
+
+
+@pytest.mark.parametrize("model", ["residual_net", "inception_net"])
+def test_exact_path_proves_what_cpsat_proves(store: ModelStore, model: str) -> None:
+    """Where costs add up and every candidate group is an interval of the layer order, the
+    shortest path is exact: CP-SAT is not run, and the plan is the one CP-SAT returns, with
+    the same objective; a latency objective (prefetch couples neighbours) still runs CP-SAT."""
+    from tests.test_rules import with_rules
+
+    problem = store.problem(model, None, ("sram.bytes=16KiB",))
+    shortcut = with_rules(problem, search={"exact_path_first": True})
+    fast = plan_problem(shortcut, "cpsat")
+    full = plan_problem(problem, "cpsat")
+    assert "interval of the layer order" in fast.solver.get("solved_by", ""), fast.solver
+    assert "solved_by" not in full.solver and full.solver["status"] == "OPTIMAL"
+    assert fast.solver["status"] == "OPTIMAL" and fast.solver["gap"] == 0.0
+    assert fast.solver["objective"] == fast.solver["bound"] == full.solver["objective"]
+    assert [g.placement for g in fast.groups] == [g.placement for g in full.groups]
+    timed = plan_problem(shortcut, "cpsat", "latency")
+    assert "solved_by" not in timed.solver

@@ -17,7 +17,7 @@ from planner.app.verify import VerifyReport, load_golden, verify_plan
 from planner.core.budget import Budget
 from planner.core.errors import InputError, Interrupted, PlanningError
 from planner.core.files import make_dir, write_with
-from planner.cost.objective import Objective, objective_units
+from planner.cost.objective import Objective, cycle_units, objective_units
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import (
     LoadedModel,
@@ -131,8 +131,13 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     if budget.cuts:  # optimal only over what was searched: no proof of anything
         info.update(status="FEASIBLE", gap=None, stopped="; ".join(budget.cuts))
         info.pop("bound", None)
+        info.pop("solved_by", None)
     info["wall_s"] = round(time.perf_counter() - started, 3)
     plan = assemble(g, chip, groups, objective=goal, solver=info, **header)
+    if "solved_by" in info:  # proven by the path: its objective is the plan's, and the bound
+        units = objective_units(plan.totals, goal, rs.objective, chip)
+        plan = dc_replace(plan, solver={**plan.solver, "objective": float(units),
+                                        "bound": float(units)})
     return _gap_to_floor(plan) if budget.cuts else plan
 
 
@@ -188,7 +193,7 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
     ``memo`` seeds this objective's interval tiles (shared by a partition's pieces);
     ``budget`` bounds the searches and the solve together (``time_limit`` bounds the solve
     alone)."""
-    from solver.cpsat import reserve_s, solve_cpsat
+    from solver.cpsat import faster_buffering, intervals_only, reserve_s, solve_cpsat
     from solver.shortest_path import shortest_path_groups
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
@@ -201,6 +206,14 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
         cache[objective] = (memo, options, path, {})  # + trade-off fronts (capped solves)
     memo, options, path, trade_offs = cache[objective]
     hint = path if warm is None else warm
+    if rs.search.exact_path_first and warm is None and cycles_cap is None and path \
+            and not cycle_units(objective, rs.objective, chip) \
+            and intervals_only(g, rs, [p.layers for p in path]):
+        proof = ("shortest-path: costs add up and every candidate group is an interval of "
+                 "the layer order")
+        # buffering as CP-SAT picks it (the bytes do not depend on it)
+        return [faster_buffering(g, chip, rs, p) for p in path], {
+            "name": "cpsat", "status": "OPTIMAL", "gap": 0.0, "solved_by": proof}
     left = budget.left()
     if hint and left is not None and left < reserve_s(budget) + MIN_SOLVE_S:
         budget.cut("CP-SAT not run: the time limit passed in the tile search")
