@@ -9,7 +9,7 @@ own clock (emulator.clock), which plays the tiles it ran on the chip's DRAM link
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from math import ceil, floor
@@ -40,7 +40,7 @@ from planner.geometry.regions import (
 )
 from planner.ir.graph import Graph, Layer, MapKind
 from planner.ir.layout import Layout, layout_of
-from planner.ir.ops import Accumulate, ShapeParam, op_spec
+from planner.ir.ops import Accumulate, MapRule, OpClass, ShapeParam, op_spec
 from planner.plan.checks import check_bands
 from planner.plan.data import Group, Plan
 
@@ -134,6 +134,10 @@ class _LayerStatic:
     # (arg position, fmap index, tensor, its layout, needs exactly the output's box)
     fmaps: tuple[tuple[int, int, str, Layout, bool], ...]
     consts: tuple[tuple[int, str], ...]  # (arg position, tensor): weights and parameters
+    # (arg position, [(constant axis, box part: 0 batch, 1 rows, 2 columns)]): element-wise
+    # operands spanning the output's batch, rows or columns (a position embedding), cut to
+    # the tile's box along those axes
+    aligned: tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
     n_args: int
     out_spatial: bool
     window: bool  # conv / pool: the tile passes its own pads
@@ -186,11 +190,38 @@ def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
     attrs = {k: v for k, v in lay.attrs.items() if k != "ceil_mode"} if window else lay.attrs
     return _LayerStatic(
         fmaps=tuple(fmaps), consts=tuple(consts), n_args=len(lay.inputs),
+        aligned=_aligned_constants(graph, lay, consts, out_layout, ref),
         out_spatial=out_spatial, window=window,
         transposed=kind is MapKind.TRANSPOSED and out_spatial,
         in_hw=first_layout.dims(first)[2:], attrs=attrs,
         crop_spatial=out_spatial and not window, in_spatial=in_spatial, ref=ref,
         out_layout=out_layout, shape_param=op_spec(lay.op).shape_param)
+
+
+def _aligned_constants(graph: Graph, lay: Layer, consts: Sequence[tuple[int, str]],
+                       out_layout: Layout, ref: int
+                       ) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
+    """The constant operands of an element-wise layer that span the output's batch, rows or
+    columns (broadcast right-aligned): a tile takes its own box of them."""
+    spec = op_spec(lay.op)
+    if spec.maps is not MapRule.LOCAL or spec.op_class not in (OpClass.SCALAR, OpClass.VECTOR) \
+            or not out_layout.spatial or not lay.row_maps \
+            or lay.row_maps[ref].kind is not MapKind.IDENTITY:
+        return ()
+    out = lay.out_shape
+    parts = [(out_layout.row_axis, 1), (out_layout.col_axis, 2)]
+    if lay.batch_preserving:
+        parts.append((out_layout.batch_axis, 0))
+    found = []
+    for pos, name in consts:
+        shape = graph.shapes.get(name, ())
+        offset = len(out) - len(shape)
+        cuts = tuple((axis - offset, part) for axis, part in parts
+                     if axis is not None and axis >= offset and out[axis] > 1
+                     and shape[axis - offset] == out[axis])
+        if cuts:
+            found.append((pos, cuts))
+    return tuple(found)
 
 
 def _same_box(lay: Layer, i: int, shape: tuple[int, ...], layout: Layout,
@@ -265,6 +296,12 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
             first_box = want
     for pos, name in info.consts:
         args[pos] = weights.get(name, graph.constants.get(name))
+    for pos, cuts in info.aligned:
+        operand = np.asarray(args[pos])
+        index: list[slice] = [slice(None)] * operand.ndim
+        for axis, part in cuts:
+            index[axis] = slice(out_box[2 * part], out_box[2 * part + 1])
+        args[pos] = operand[tuple(index)]
     if info.shape_param is ShapeParam.TARGET_SHAPE and info.out_spatial \
             and lay.row_maps[0].kind is MapKind.IDENTITY:
         # the target shape names the whole map; a tile reshapes only its own box
@@ -357,12 +394,13 @@ def _crop_output(y: np.ndarray, lay: Layer, info: _LayerStatic, out_box: Box,
     if not lay.batch_preserving and layout.batch_axis is not None:
         y = _crop_axis(y, layout.batch_axis, out_box[0], out_box[1] - out_box[0])
     if info.crop_spatial and first_box is not None and layout.spatial:
-        row, col = layout.tiled_axes
         ref = info.ref
-        for axis, m, lo, hi, a0 in ((row, lay.row_maps[ref], out_box[2], out_box[3],
-                                     first_box[2]),
-                                    (col, lay.col_maps[ref], out_box[4], out_box[5],
-                                     first_box[4])):
+        for axis, m, lo, hi, a0 in ((layout.row_axis, lay.row_maps[ref], out_box[2],
+                                     out_box[3], first_box[2]),
+                                    (layout.col_axis, lay.col_maps[ref], out_box[4],
+                                     out_box[5], first_box[4])):
+            if axis is None:  # a token sequence has no columns
+                continue
             whole = m.kind is MapKind.WHOLE or not info.in_spatial
             start = lo if whole else lo - m.virtual_start(a0)
             y = _crop_axis(y, axis, start, hi - lo)

@@ -198,10 +198,19 @@ class GroupSearch:
         there, to bound the work.
         """
         _, h, w = anchor_extent(self.graph, self.io)
+        if not self.tiles_split:
+            return [h]
         low = tile_floor(self.chains, self.io, self.graph, 1)
         if low is None or (self.tw or w) < w:  # 2-D tiles: halvings along both axes
             return sorted({-(-h // (1 << k)) for k in range(h.bit_length() + 1)}, reverse=True)
         return list(range(h, low - 1, -1))
+
+    @property
+    def tiles_split(self) -> bool:
+        """Whether tiles may split the anchor: an output besides it (a Split's other parts,
+        a tensor leaving mid-group) is needed whole by every tile, and the execution model
+        stores it once, so such a group runs as one tile (planner.cost.model)."""
+        return all(t == self.io.anchor or t in self.io.accumulated for t in self.io.outputs)
 
     @property
     def closed_form(self) -> bool:
@@ -217,7 +226,8 @@ class GroupSearch:
         width, where every column range is affine (their sums are then exact, by closed
         form or, below the closed forms' floor, by enumerating the tiles)."""
         w = anchor_extent(self.graph, self.io)[2]
-        if tile_floor(self.chains, self.io, self.graph, 2) is None or w <= 1:
+        if tile_floor(self.chains, self.io, self.graph, 2) is None or w <= 1 \
+                or not self.tiles_split:
             return []
         return sorted({-(-w // (1 << k)) for k in range(1, w.bit_length() + 1)} - {w},
                       reverse=True)
@@ -239,7 +249,7 @@ class GroupSearch:
         """Images per tile worth trying, largest first (the whole batch if it cannot split)."""
         n = anchor_extent(self.graph, self.io)[0]
         kept = all(c[0] is not None and c[0].s == 1 for c in self.chains.chains.values())
-        if n == 1 or not kept:
+        if n == 1 or not kept or not self.tiles_split:
             return [n]
         return sorted({-(-n // k) for k in range(1, n + 1)}, reverse=True)
 

@@ -48,13 +48,20 @@ def _verify(tmp_path: Path, name: str, size: int, solver: str, overrides: list[s
     return plan
 
 
+# transformers: their position embedding fixes the image size (tests/test_transformers.py);
+# torchvision's ViT carries its exporter's Shape/Gather/Concat chains (445 KiB of nodes)
+TRANSFORMERS = {"deit_tiny": 200 * 1024, "vit_b_16": 512 * 1024}
+
+
 def test_the_zoo_is_committed_with_placeholder_weights() -> None:
     files = sorted(p.stem for p in EXPORTS.glob("*.onnx"))
-    assert files == sorted(USUAL)
-    for name in USUAL:
-        loaded = load_model(str(EXPORTS / f"{name}.onnx"), {"input": (1, 3, 64, 64)})
+    assert files == sorted([*USUAL, *TRANSFORMERS])
+    for name in [*USUAL, *TRANSFORMERS]:
+        size = 224 if name in TRANSFORMERS else 64
+        loaded = load_model(str(EXPORTS / f"{name}.onnx"), {"input": (1, 3, size, size)})
         assert weights_are_placeholders(loaded), name
-        assert (EXPORTS / f"{name}.onnx").stat().st_size < 200 * 1024, name
+        limit = TRANSFORMERS.get(name, 200 * 1024)
+        assert (EXPORTS / f"{name}.onnx").stat().st_size < limit, name
 
 
 @pytest.mark.parametrize("name", sorted(USUAL))

@@ -29,6 +29,9 @@ The models (torchvision builds, random init; ``dbnet_se`` and ``unet`` are defin
 * ``unet``                 a 4-level UNet: long skip connections, nearest upsampling, Concat
 * ``dbnet_se``             a DBNet-style text detector: MobileNetV3 backbone with squeeze-excite,
                            FPN with upsample and Concat, probability and threshold heads
+* ``deit_tiny``            a ViT as timm writes it (DeiT-tiny's sizes): qkv Linear, Reshape and
+                           Permute into heads, q @ k^T, Softmax, @ v, Erf-GELU MLP; 224x224 only
+* ``vit_b_16``             torchvision's ViT-B/16 (nn.MultiheadAttention); 224x224 only
 """
 
 from __future__ import annotations
@@ -165,6 +168,64 @@ class UNet(nn.Module):
         return self.out(x)
 
 
+class _Attention(nn.Module):
+    """Multi-head self-attention as timm's ViT writes it: one qkv Linear, Reshape and Permute
+    into heads, q @ k^T scaled, Softmax, @ v, heads back into channels, a proj Linear."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class _EncoderBlock(nn.Module):
+    """Pre-norm transformer block: x + attention(LN(x)), then x + MLP(LN(x)), exact GELU."""
+
+    def __init__(self, dim: int, heads: int, mlp: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = _Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp), nn.GELU(), nn.Linear(mlp, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class DeiT(nn.Module):
+    """A ViT / DeiT as timm builds it (``deit_tiny_patch16_224``: width 192, 3 heads, 12
+    blocks): 16x16 patch embedding as a strided Conv, Flatten and Transpose into tokens, a
+    class token concatenated in front, a learned position embedding added, the encoder
+    blocks, a final LayerNorm and the head on the class token."""
+
+    def __init__(self, dim: int = 192, heads: int = 3, depth: int = 12, size: int = 224,
+                 patch: int = 16, classes: int = 1000) -> None:
+        super().__init__()
+        tokens = (size // patch) ** 2 + 1
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
+        self.blocks = nn.Sequential(*(_EncoderBlock(dim, heads, 4 * dim) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        x = self.norm(self.blocks(x))
+        return self.head(x[:, 0])
+
+
 class _Outputs(nn.Module):
     """Return a dict-returning torchvision model's tensors as a tuple (exporters want one)."""
 
@@ -207,8 +268,11 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int]]] = {
     "ssdlite_backbone": (_ssdlite_backbone, (320, 320)),
     "unet": (UNet, (256, 256)),
     "dbnet_se": (DBNetSE, (640, 640)),
+    "deit_tiny": (DeiT, (224, 224)),
+    "vit_b_16": (_tv("vit_b_16"), (224, 224)),
 }
 """Name -> (builder, the size it is usually run at; bench uses it, tests bind smaller)."""
+FIXED_SIZE = frozenset({"deit_tiny", "vit_b_16"})
 
 
 def export(name: str, out_dir: Path) -> Path:
@@ -221,7 +285,8 @@ def export(name: str, out_dir: Path) -> Path:
         outputs = model(example)
     n_out = len(outputs) if isinstance(outputs, tuple) else 1
     out_names = [f"output{i}" for i in range(n_out)] if n_out > 1 else ["output"]
-    axes = {"input": {0: "N", 2: "H", 3: "W"}}
+    # a transformer's position embedding fixes its image size: only the batch is dynamic
+    axes = {"input": {0: "N"} if name in FIXED_SIZE else {0: "N", 2: "H", 3: "W"}}
     path = out_dir / f"{name}.onnx"
     torch.onnx.export(model, (example,), str(path), input_names=["input"],
                       output_names=out_names, dynamic_axes=axes, opset_version=OPSET,

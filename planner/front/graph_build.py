@@ -17,7 +17,7 @@ from planner.core.errors import InputError
 from planner.front.blocks import find_blocks
 from planner.front.onnx_load import LoadedModel
 from planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
-from planner.ir.layout import Layout, LayoutKind, layout_of, nhwc
+from planner.ir.layout import Layout, LayoutKind, layout_of, nhwc, tokens
 from planner.ir.ops import MapRule, OpClass, OpSpec, op_spec
 
 
@@ -128,7 +128,7 @@ def _upsample_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
                    ) -> tuple[AxisMap, AxisMap]:
     """Resize / Upsample of rows and columns only: per-axis factors; otherwise as LOCAL."""
     shape, out_shape, lin, lout = f.shape, f.out_shape, f.layout, f.out_layout
-    if lin == lout and lin.spatial and all(
+    if lin == lout and len(lin.tiled_axes) == 2 and all(
             shape[a] == out_shape[a] for a in range(lin.rank) if a not in lin.tiled_axes):
         r, c = lin.tiled_axes
         return (_upsample_factor(spec, attrs, shape[r], out_shape[r]),
@@ -182,6 +182,24 @@ def _linear_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
     if not f.same_extent() or f.layout.channel_axes != (f.layout.rank - 1,):
         return WHOLE, WHOLE
     return IDENTITY, IDENTITY
+
+
+def _product_maps(fmaps: Sequence[_Fmap]) -> tuple[list[AxisMap], list[AxisMap]]:
+    """MatMul of two feature maps, A @ B over their last two axes (attention's q @ k^T and
+    p @ v): output row i is A's row i against all of B. A's rows stay row-local when A and
+    the output are tiled along their second-to-last axis with the same batch and rows and B
+    is not broadcast; A's contracted columns and all of B are needed whole (a tile computes
+    every output column and keeps its own)."""
+    whole = [WHOLE] * len(fmaps)
+    if len(fmaps) != 2:
+        return whole, whole
+    a, b = fmaps
+    lin, lout = a.layout, a.out_layout
+    aligned = (lin.spatial and lout.spatial and lin.row_axis == lin.rank - 2
+               and lout.row_axis == lout.rank - 2
+               and len(a.shape) == len(b.shape) == len(a.out_shape) >= 3
+               and a.shape[:-1] == a.out_shape[:-1] and b.shape[:-2] == a.shape[:-2])
+    return ([IDENTITY, WHOLE], whole) if aligned else (whole, whole)
 
 
 def _softmax_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
@@ -254,6 +272,50 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
     return None
 
 
+# ops that treat axis 1 of a rank-3 tensor as channels (or slide a window along its last
+# axis): a tensor they read or write is no token sequence
+_CHANNELS_FIRST_OPS = frozenset({"BatchNormalization", "InstanceNormalization", "LRN",
+                                 "GroupNormalization"})
+
+
+def _token_tensors(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
+                   constants: Mapping[str, np.ndarray]) -> frozenset[str]:
+    """Rank-3 tensors of a transformer's token stretch, [B, L, C]: those joined by per-token
+    ops (rank 3 in and out with the same B and L: element-wise, LayerNormalization, Linear,
+    Softmax) into a stretch where some LayerNormalization normalizes the last axis or some
+    MatMul multiplies it by a constant matrix, and no op reads axis 1 as channels."""
+    links = nx.Graph()
+    seeds: set[str] = set()
+    vetoed: set[str] = set()
+    for node in nodes:
+        spec = op_spec(node.op_type)
+        out = node.output[0] if node.output else ""
+        out_shape = shapes.get(out, ())
+        fmap = [t for t in node.input if t and t not in constants]
+        rank3 = [t for t in fmap + [out] if t and len(shapes.get(t, ())) == 3]
+        if node.op_type in _CHANNELS_FIRST_OPS or spec.sliding_window:
+            vetoed.update(rank3)
+            continue
+        if len(out_shape) != 3 or spec.maps not in _KEEP_LAYOUT \
+                or spec.op_class is OpClass.OPAQUE:
+            continue
+        links.add_node(out)
+        joined = [t for t in fmap if shapes.get(t, ())[:2] == out_shape[:2]
+                  and len(shapes[t]) == 3]
+        links.add_edges_from((t, out) for t in joined)
+        attrs = node_attrs(node) if spec.maps is MapRule.NORM else {}
+        over_channels = spec.maps is MapRule.NORM and int(attrs.get("axis", -1)) % 3 == 2
+        linear = spec.maps is MapRule.LINEAR and len(fmap) == 1 and any(
+            t in constants and constants[t].ndim == 2 for t in node.input[1:2])
+        if over_channels or linear:
+            seeds.update([out, *joined])
+    found: set[str] = set()
+    for part in nx.connected_components(links):
+        if part & seeds and not part & vetoed:
+            found |= part
+    return frozenset(found)
+
+
 def build_graph(model: LoadedModel) -> Graph:
     """Turn a cleaned, shape-inferred model into the layer graph."""
     proto = model.proto
@@ -262,7 +324,9 @@ def build_graph(model: LoadedModel) -> Graph:
     layers: list[Layer] = []
     producer: dict[str, str] = {}
     consumers: dict[str, list[str]] = {}
-    layouts: dict[str, Layout] = {}  # only those the shape alone does not imply
+    # only the layouts the shape alone does not imply: token stretches, channels-last ones
+    layouts: dict[str, Layout] = dict.fromkeys(
+        _token_tensors(proto.graph.node, shapes, constants), tokens())
     for node in proto.graph.node:
         layer = _layer(node, shapes, constants, model.opset, model.path, layouts)
         layers.append(layer)
@@ -327,7 +391,8 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     out_shape = shapes[outputs[0]]
     in_shapes = [shapes[t] for t in fmap]
     w_shape = shapes.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
-    given = _out_layout(spec, attrs, fmap, out_shape, layouts, shapes)
+    given = layouts.get(outputs[0]) or _out_layout(spec, attrs, fmap, out_shape, layouts,
+                                                    shapes)
     if given is not None:
         layouts[outputs[0]] = given
     out_layout = given or layout_of(out_shape)
@@ -335,8 +400,7 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
              for t in fmap]
     rows, cols = _maps(spec, attrs, fmaps, opset)
     if spec.maps is MapRule.LINEAR and len(fmap) != 1:
-        # a product of two feature maps pairs their positions in ways rows cannot follow
-        rows, cols = [WHOLE] * len(fmap), [WHOLE] * len(fmap)
+        rows, cols = _product_maps(fmaps)
     window: tuple[AxisMap, AxisMap] | None = None
     if spec.maps is MapRule.WINDOW and in_shapes:
         row, col, attrs = _window_maps(spec, attrs, in_shapes[0], w_shape)

@@ -345,6 +345,9 @@ def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
         for t in outs[1:]:
             cur = (_join(cur[0], chains[t][0]), _join(cur[1], chains[t][1]),
                    _join(cur[2], chains[t][2]))
+        for t in lay.outputs:  # every output is computed on the joined range (tile_regions)
+            if t:
+                chains[t] = cur
         out_spatial = graph.layout(lay.outputs[0]).spatial
         for i, t in enumerate(lay.fmap_inputs):
             in_spatial = graph.layout(t).spatial

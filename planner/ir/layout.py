@@ -6,9 +6,11 @@ everything else (the channel axes) a tile holds whole. Today every feature map o
 N, groups, C/groups, H, W), and lower ranks are flat: a batch axis and channels, nothing
 to tile along. `layout_of` is that inference from a shape alone. The graph builder assigns
 NHWC to a channels-last stretch (a Transpose [0, 2, 3, 1] of an NCHW map and the per-pixel
-ops after it, planner.front.graph_build); [B, L, C] tokens and [B, heads, L, d] attention
-heads are the vocabulary the transformer front end will assign. Ask `Graph.layout(t)`, not
-the shape, for a tensor's layout.
+ops after it, planner.front.graph_build) and [B, L, C] tokens to a transformer's token
+stretch (rank-3 tensors a LayerNormalization over channels or a Linear layer reads or
+writes, and the per-token ops joining them): tiled along L as rows, one column wide.
+Attention heads [B, heads, L, d] are rank 4, so NCHW already tiles them along L. Ask
+`Graph.layout(t)`, not the shape, for a tensor's layout.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ class Layout:
 
     @property
     def spatial(self) -> bool:
-        """Tiles cut it along rows and columns (the maps of a layer apply to it)."""
-        return self.row_axis is not None and self.col_axis is not None
+        """Tiles cut it along rows, and columns when it has them (the row and column maps of
+        a layer apply to it; a token sequence is one column wide)."""
+        return self.row_axis is not None
 
     @property
     def tiled_axes(self) -> tuple[int, ...]:
