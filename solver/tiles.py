@@ -26,6 +26,7 @@ from planner.geometry.regions import (
     anchor_extent,
     group_chains,
     group_io,
+    tiled_like_anchor,
 )
 from planner.ir.graph import Graph
 from planner.plan.placement import Placement
@@ -207,10 +208,12 @@ class GroupSearch:
 
     @property
     def tiles_split(self) -> bool:
-        """Whether tiles may split the anchor: an output besides it (a Split's other parts,
-        a tensor leaving mid-group) is needed whole by every tile, and the execution model
-        stores it once, so such a group runs as one tile (planner.cost.model)."""
-        return all(t == self.io.anchor or t in self.io.accumulated for t in self.io.outputs)
+        """Whether tiles may split the anchor: an output besides it (a tensor leaving
+        mid-group) is needed whole by every tile, and the execution model stores it once,
+        so such a group runs as one tile (planner.cost.model); the other outputs of the
+        anchor's own layer with its extents (a Split's parts) are cut as it is."""
+        return all(t == self.io.anchor or t in self.io.accumulated
+                   or tiled_like_anchor(self.graph, self.io, t) for t in self.io.outputs)
 
     @property
     def closed_form(self) -> bool:

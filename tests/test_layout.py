@@ -11,7 +11,20 @@ import pytest
 
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import ZOO, LoadedModel
-from planner.ir.layout import Layout, LayoutKind, flat, heads, layout_of, nchw, nhwc, tokens
+from planner.ir.layout import (
+    Layout,
+    LayoutKind,
+    carried,
+    flat,
+    heads,
+    layout_of,
+    moved_axis,
+    nchw,
+    nhwc,
+    sequence,
+    tokens,
+)
+from planner.ir.ops import AxisMove
 
 
 def _old_dims(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -100,3 +113,48 @@ def test_zoo_tensors_get_the_layouts_the_code_assumed(
     assert 4 in ranks and ranks & {1, 2}, f"zoo:{name}: ranks {ranks}"
     if name == "shufflenet":
         assert 5 in ranks
+
+
+@pytest.mark.parametrize("move, axis, shapes, axes, lands", [
+    # Reshape: an axis survives where the elements before it and its extent are the same
+    (AxisMove.REGROUP, 1, ((8, 197, 576), (8, 197, 3, 3, 64)), (), 1),
+    (AxisMove.REGROUP, 0, ((197, 1, 768), (197, 12, 64)), (), 0),
+    (AxisMove.REGROUP, 1, ((197, 1, 768), (197, 12, 64)), (), None),  # merged into heads
+    (AxisMove.REGROUP, 1, ((12, 197, 64), (1, 12, 197, 64)), (), 2),
+    (AxisMove.REGROUP, 1, ((8, 197, 192), (8, 197 * 192)), (), None),  # flattened away
+    (AxisMove.REGROUP, 0, ((197, 1, 12, 64), (197, 768)), (), 0),
+    (AxisMove.PERMUTE, 1, ((8, 197, 3, 3, 64), (3, 8, 3, 197, 64)), (2, 0, 3, 1, 4), 3),
+    (AxisMove.PERMUTE, 0, ((8, 197, 3, 3, 64), (3, 8, 3, 197, 64)), (2, 0, 3, 1, 4), 1),
+    (AxisMove.SQUEEZE, 3, ((1, 8, 3, 197, 64), (8, 3, 197, 64)), (0,), 2),
+    (AxisMove.SQUEEZE, 0, ((1, 8, 3, 197, 64), (8, 3, 197, 64)), (0,), None),
+    (AxisMove.UNSQUEEZE, 0, ((197, 1, 3, 768), (1, 197, 1, 3, 768)), (0,), 1),
+    (AxisMove.SELECT, 3, ((3, 8, 3, 197, 64), (1, 8, 3, 197, 64)), (0,), 3),  # Split
+    (AxisMove.SELECT, 1, ((3, 197, 1, 768), (197, 1, 768)), (0, -1), 0),  # Gather, scalar
+    (AxisMove.SELECT, 1, ((8, 197, 192), (8, 192)), (1, -1), None),  # the class token
+])
+def test_moved_axis(move: AxisMove, axis: int, shapes: tuple[tuple[int, ...], ...],
+                    axes: tuple[int, ...], lands: int | None) -> None:
+    assert moved_axis(move, axis, shapes[0], shapes[1], axes) == lands
+    if lands is not None:
+        assert shapes[1][lands] == shapes[0][axis]
+
+
+def test_carried_token_layouts() -> None:
+    # heads split off the channels: batch and tokens stay; [3, B, H, L, d] after the permute
+    split = carried(AxisMove.REGROUP, tokens(), (8, 197, 576), (8, 197, 3, 3, 64), ())
+    assert split == sequence(5, 0, 1)
+    assert split is not None and split.channel_axes == (2, 3, 4)
+    stacked = carried(AxisMove.PERMUTE, split, (8, 197, 3, 3, 64), (3, 8, 3, 197, 64),
+                      (2, 0, 3, 1, 4))
+    assert stacked is not None and (stacked.batch_axis, stacked.row_axis) == (1, 3)
+    # squeezing the stack axis gives the canonical heads layout
+    assert carried(AxisMove.SQUEEZE, stacked, (1, 8, 3, 197, 64), (8, 3, 197, 64),
+                   (0,)) == heads()
+    # a batch of eight merged into the heads is lost: no layout is carried
+    seq_first = sequence(3, 1, 0)
+    assert carried(AxisMove.REGROUP, seq_first, (197, 8, 768), (197, 96, 64), ()) is None
+    # a batch of one may merge away; the tokens carry on
+    one = carried(AxisMove.REGROUP, seq_first, (197, 1, 768), (197, 12, 64), ())
+    assert one is not None and (one.batch_axis, one.row_axis) == (None, 0)
+    # feature maps are not token tensors: nothing is carried from NCHW
+    assert carried(AxisMove.REGROUP, nchw(), (1, 8, 4, 4), (1, 8, 16), ()) is None

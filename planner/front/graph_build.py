@@ -17,8 +17,16 @@ from planner.core.errors import InputError
 from planner.front.blocks import find_blocks
 from planner.front.onnx_load import LoadedModel
 from planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
-from planner.ir.layout import Layout, LayoutKind, layout_of, nhwc, tokens
-from planner.ir.ops import MapRule, OpClass, OpSpec, op_spec
+from planner.ir.layout import (
+    Layout,
+    LayoutKind,
+    carried,
+    layout_of,
+    nhwc,
+    sequence,
+    tokens,
+)
+from planner.ir.ops import AxisMove, MapRule, OpClass, OpSpec, op_spec
 
 
 def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
@@ -177,9 +185,11 @@ def _norm_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
 
 def _linear_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
                  ) -> tuple[AxisMap, AxisMap]:
-    """MatMul by a constant contracts the input's last axis: per position when that axis
-    holds the channels (channels last, tokens), else it needs the input whole."""
-    if not f.same_extent() or f.layout.channel_axes != (f.layout.rank - 1,):
+    """MatMul (Gemm without transA) by a constant contracts the input's last axis: per
+    position when that axis holds the channels (channels last, tokens), else it needs the
+    input whole."""
+    if not f.same_extent() or f.layout.channel_axes[-1:] != (f.layout.rank - 1,) \
+            or attrs.get("transA", 0):
         return WHOLE, WHOLE
     return IDENTITY, IDENTITY
 
@@ -215,6 +225,16 @@ def _softmax_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
             WHOLE if lay.col_axis in reduced else IDENTITY)
 
 
+def _select_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
+                 ) -> tuple[AxisMap, AxisMap]:
+    """Gather: per position when it picks along a channel axis (q, k or v of a stacked
+    projection), else whole (it may pick any row)."""
+    if not f.same_extent():
+        return WHOLE, WHOLE
+    axis = int(attrs.get("axis", 0)) % f.layout.rank
+    return (IDENTITY, IDENTITY) if axis in f.layout.channel_axes else (WHOLE, WHOLE)
+
+
 def _whole_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
                 ) -> tuple[AxisMap, AxisMap]:
     return WHOLE, WHOLE
@@ -234,6 +254,7 @@ _MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
     MapRule.NORM: _norm_maps,
     MapRule.LINEAR: _linear_maps,
     MapRule.SOFTMAX: _softmax_maps,
+    MapRule.SELECT: _select_maps,
     MapRule.WHOLE: _whole_maps,
 })
 
@@ -270,6 +291,62 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
                 shapes[t][:3] == out_shape[:3]:
             return lay
     return None
+
+
+def _move_axes(spec: OpSpec, attrs: dict[str, Any], node: onnx.NodeProto,
+               constants: Mapping[str, np.ndarray], in_shape: tuple[int, ...],
+               out_shape: tuple[int, ...], opset: int) -> tuple[int, ...] | None:
+    """The axes argument planner.ir.layout.moved_axis takes for this node, None when they
+    are not known at planning time (a non-constant axes or indices input)."""
+    move = spec.axis_move
+
+    def given(rank: int) -> tuple[int, ...] | None:
+        if opset < 13:
+            values = attrs.get("axes")
+        elif len(node.input) > 1 and node.input[1]:
+            if node.input[1] not in constants:
+                return None
+            values = constants[node.input[1]].reshape(-1).tolist()
+        else:
+            values = None
+        if values is None:
+            return None
+        return tuple(sorted(int(a) % rank for a in values))
+
+    if move is AxisMove.PERMUTE:
+        return tuple(int(p) for p in attrs.get("perm", range(len(in_shape))[::-1]))
+    if move is AxisMove.REGROUP:
+        return ()
+    if move is AxisMove.SQUEEZE:
+        axes = given(len(in_shape))
+        return tuple(a for a, n in enumerate(in_shape) if n == 1) if axes is None else axes
+    if move is AxisMove.UNSQUEEZE:
+        return given(len(out_shape))
+    if move is AxisMove.SELECT:
+        axis = int(attrs.get("axis", 0)) % max(1, len(in_shape))
+        if node.op_type != "Gather":
+            return (axis,)
+        indices = constants.get(node.input[1]) if len(node.input) > 1 else None
+        if indices is None or indices.ndim > 1:
+            return None
+        return (axis, -1) if indices.ndim == 0 else (axis,)
+    return None
+
+
+def _kept_tokens(fmaps: Sequence[_Fmap]) -> Layout | None:
+    """The token layout a per-token op (element-wise, LayerNormalization, Linear, Softmax,
+    a product of two maps) keeps: that of a token input of the output's rank with the
+    output's batch and tokens, one with a batch axis first."""
+    found = [f.layout for f in fmaps
+             if f.layout.token_like and f.layout.rank == len(f.out_shape)
+             and f.layout.row_axis is not None
+             and f.shape[f.layout.row_axis] == f.out_shape[f.layout.row_axis]
+             and (f.layout.batch_axis is None
+                  or f.shape[f.layout.batch_axis] == f.out_shape[f.layout.batch_axis])]
+    found.sort(key=lambda lay: lay.batch_axis is None)
+    if not found or found[0].row_axis is None:
+        return None
+    return sequence(found[0].rank, found[0].batch_axis, found[0].row_axis)
 
 
 # ops that treat axis 1 of a rank-3 tensor as channels (or slide a window along its last
@@ -391,13 +468,33 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     out_shape = shapes[outputs[0]]
     in_shapes = [shapes[t] for t in fmap]
     w_shape = shapes.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
-    given = layouts.get(outputs[0]) or _out_layout(spec, attrs, fmap, out_shape, layouts,
-                                                    shapes)
+    in_layouts = [layouts.get(t) or layout_of(shapes[t]) for t in fmap]
+    # a token layout carried through a movement op or kept by a per-token op comes first: it
+    # knows where the batch went, which a token stretch seeded by shape does not
+    # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
+    carry = None
+    batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset)
+    if spec.axis_move is not AxisMove.NONE and fmap and in_layouts[0].token_like:
+        axes = _move_axes(spec, attrs, node, constants, in_shapes[0], out_shape, opset)
+        if axes is not None:
+            carry = carried(spec.axis_move, in_layouts[0], in_shapes[0], out_shape, axes)
+        if carry is not None:  # the batch moves whole to the output's batch axis
+            b_in, b_out = in_layouts[0].batch_axis, carry.batch_axis
+            # a batch of one has nothing to cut; a larger one must land whole
+            batch_kept = b_in is None or in_shapes[0][b_in] == 1 or (
+                b_out is not None and in_shapes[0][b_in] == out_shape[b_out])
+    elif spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
+        carry = _kept_tokens([_Fmap(s_, out_shape, lay, lay)
+                              for s_, lay in zip(in_shapes, in_layouts, strict=True)])
+    given = carry or layouts.get(outputs[0]) or _out_layout(spec, attrs, fmap, out_shape,
+                                                             layouts, shapes)
     if given is not None:
-        layouts[outputs[0]] = given
+        for t in outputs if carry is not None else outputs[:1]:
+            if t:
+                layouts[t] = given
     out_layout = given or layout_of(out_shape)
-    fmaps = [_Fmap(shapes[t], out_shape, layouts.get(t) or layout_of(shapes[t]), out_layout)
-             for t in fmap]
+    fmaps = [_Fmap(shape, out_shape, lay, out_layout)
+             for shape, lay in zip(in_shapes, in_layouts, strict=True)]
     rows, cols = _maps(spec, attrs, fmaps, opset)
     if spec.maps is MapRule.LINEAR and len(fmap) != 1:
         rows, cols = _product_maps(fmaps)
@@ -431,6 +528,6 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         macs_per_output=spec.work_per_output(attrs, in_shapes, w_shape, out_shape),
         row_maps=tuple(rows),
         col_maps=tuple(cols),
-        batch_preserving=spec.batch_preserving(attrs, in_shapes, out_shape, opset),
+        batch_preserving=batch_kept,
         opset=opset,
     )

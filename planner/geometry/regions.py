@@ -115,6 +115,20 @@ def group_io(graph: Graph, layers: Sequence[str]) -> GroupIO:
                    tuple(weights), anchor, accumulated)
 
 
+def tiled_like_anchor(graph: Graph, io: GroupIO, t: str) -> bool:
+    """An output besides the anchor that tiles cut as they cut the anchor: another output
+    of the anchor's layer with the anchor's batch, rows and columns (a Split's other
+    parts), so each tile computes and stores its own box of it. Any other output is needed
+    whole by every tile and forces a single tile."""
+    if t == io.anchor or t in io.accumulated:
+        return False
+    producer = graph.producer.get(io.anchor)
+    if producer is None or graph.producer.get(t) != producer:
+        return False
+    (n, _, h, w), (tn, _, th, tw) = graph.dims(io.anchor), graph.dims(t)
+    return (n, h, w) == (tn, th, tw)
+
+
 def accumulated_input(graph: Graph, lay: Layer) -> str | None:
     """The input a reduction over rows and columns folds tile by tile (global pooling, a
     keepdims ReduceMean/Sum/Max/Min over exactly the row and column axes), or None when
@@ -176,7 +190,8 @@ def tile_regions(graph: Graph, io: GroupIO, anchor_box: Box) -> dict[str, Box]:
     """Box of every tensor of the group needed to produce anchor_box of the anchor."""
     need: dict[str, Box] = {io.anchor: anchor_box}
     for t in io.outputs:
-        need[t] = anchor_box if t == io.anchor else full_box(graph, t)
+        need[t] = anchor_box if t == io.anchor or tiled_like_anchor(graph, io, t) \
+            else full_box(graph, t)
     for name in reversed(io.layers):
         lay = graph.layer(name)
         if lay.outputs[0] in io.accumulated:
@@ -330,7 +345,9 @@ def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
     chains: dict[str, tuple[AxisChain | None, AxisChain | None, AxisChain | None]] = {}
     chains[io.anchor] = (AxisChain(1, 0, 1, n), AxisChain(1, 0, 1, h), AxisChain(1, 0, 1, w))
     for t in io.outputs:
-        if t != io.anchor:
+        if tiled_like_anchor(graph, io, t):
+            chains[t] = chains[io.anchor]
+        elif t != io.anchor:
             # other outputs force a single tile; an accumulator has no per-tile range, so
             # its group is costed by enumerating tiles (and pinned in CP-SAT)
             chains[t] = (None, None, None)

@@ -88,7 +88,8 @@ class Layer:
     macs_per_output: int  # MACs (main layers) or vector ops (others) per output element
     row_maps: tuple[AxisMap, ...]  # one per fmap input
     col_maps: tuple[AxisMap, ...]
-    batch_preserving: bool  # axis 0 of every fmap input maps to axis 0 of the output
+    # every fmap input's batch axis maps to the output's, element for element
+    batch_preserving: bool
     opset: int = 13
 
     @property

@@ -9,8 +9,13 @@ NHWC to a channels-last stretch (a Transpose [0, 2, 3, 1] of an NCHW map and the
 ops after it, planner.front.graph_build) and [B, L, C] tokens to a transformer's token
 stretch (rank-3 tensors a LayerNormalization over channels or a Linear layer reads or
 writes, and the per-token ops joining them): tiled along L as rows, one column wide.
-Attention heads [B, heads, L, d] are rank 4, so NCHW already tiles them along L. Ask
-`Graph.layout(t)`, not the shape, for a tensor's layout.
+Movement ops carry a token layout on (`carried`): a Reshape that splits the channels into
+heads, a Transpose that moves the tokens next to the head width (or puts them first, as
+nn.MultiheadAttention does), Split, Gather, Squeeze and Unsqueeze along other axes keep
+the batch and the tokens as whole axes, and the output tiles along the same tokens; so do
+the products of attention and the per-token ops after them. Where the batch axis merges
+into another (heads of a sequence-first batch) it is lost, and with it the carrying,
+unless the batch is one image. Ask `Graph.layout(t)`, not the shape, for a tensor's layout.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from enum import StrEnum
 from functools import cache
 from math import prod
 
+from planner.ir.ops import AxisMove
+
 
 class LayoutKind(StrEnum):
     """The layouts fuseplan speaks of."""
@@ -29,6 +36,7 @@ class LayoutKind(StrEnum):
     NHWC = "NHWC"  # batch, rows (H), columns (W), channels
     TOKENS = "BLC"  # batch, tokens (L, tiled as rows), channels
     HEADS = "BHLd"  # batch, heads, tokens (L, tiled as rows), head width d
+    SEQUENCE = "seq"  # tokens and batch where movement ops put them, the rest channels
     FLAT = "flat"  # batch (when rank >= 1) and channels: not tiled along rows or columns
 
 
@@ -48,6 +56,11 @@ class Layout:
         """Tiles cut it along rows, and columns when it has them (the row and column maps of
         a layer apply to it; a token sequence is one column wide)."""
         return self.row_axis is not None
+
+    @property
+    def token_like(self) -> bool:
+        """A transformer's tensor tiled along its tokens (movement ops carry it on)."""
+        return self.kind in (LayoutKind.TOKENS, LayoutKind.HEADS, LayoutKind.SEQUENCE)
 
     @property
     def tiled_axes(self) -> tuple[int, ...]:
@@ -91,6 +104,67 @@ def tokens() -> Layout:
 def heads() -> Layout:
     """Attention heads [B, heads, L, d]: tokens are the tiled rows, heads and d channels."""
     return Layout(LayoutKind.HEADS, 4, 0, (1, 3), 2, None)
+
+
+def sequence(rank: int, batch_axis: int | None, row_axis: int) -> Layout:
+    """A tensor tiled along its tokens on `row_axis`, batch on `batch_axis` (None: one
+    image, merged into another axis), every other axis channels: tokens() or heads() where
+    it is one of them."""
+    for canonical in (tokens(), heads()):
+        if (rank, batch_axis, row_axis) == (canonical.rank, canonical.batch_axis,
+                                            canonical.row_axis):
+            return canonical
+    skip = {batch_axis, row_axis}
+    return Layout(LayoutKind.SEQUENCE, rank, batch_axis,
+                  tuple(a for a in range(rank) if a not in skip), row_axis, None)
+
+
+def moved_axis(move: AxisMove, axis: int, in_shape: Sequence[int], out_shape: Sequence[int],
+               axes: Sequence[int]) -> int | None:
+    """Where input axis `axis` lands in the output of a movement op, None when it does not
+    land whole (merged, split, cut or dropped). `axes`: the permutation (PERMUTE), the
+    removed or inserted axes (SQUEEZE, UNSQUEEZE: output positions), the one axis taken
+    along and, when a scalar index drops it, nothing more (SELECT: (axis,) or (axis, -1))."""
+    if move is AxisMove.PERMUTE:
+        return list(axes).index(axis) if axis in axes else None
+    if move is AxisMove.REGROUP:
+        # row-major order is kept: the axis survives where the elements before it and its
+        # own extent are the same in the output
+        before = prod(in_shape[:axis])
+        for out_axis, extent in enumerate(out_shape):
+            if prod(out_shape[:out_axis]) == before and extent == in_shape[axis]:
+                return out_axis
+            if prod(out_shape[:out_axis]) > before:
+                break
+        return None
+    if move is AxisMove.SQUEEZE:
+        return None if axis in axes else axis - sum(a < axis for a in axes)
+    if move is AxisMove.UNSQUEEZE:
+        kept = [a for a in range(len(out_shape)) if a not in axes]
+        return kept[axis] if axis < len(kept) else None
+    if move is AxisMove.SELECT:
+        taken = axes[0]
+        if axis == taken:
+            return None
+        return axis - 1 if len(axes) > 1 and axis > taken else axis
+    return None
+
+
+def carried(move: AxisMove, layout: Layout, in_shape: Sequence[int],
+            out_shape: Sequence[int], axes: Sequence[int]) -> Layout | None:
+    """The token layout a movement op's output carries from its input's, None when the
+    tokens do not land whole on one axis or the batch (of more than one image) is lost."""
+    if not layout.token_like or layout.row_axis is None or move is AxisMove.NONE:
+        return None
+    rows = moved_axis(move, layout.row_axis, in_shape, out_shape, axes)
+    if rows is None or out_shape[rows] != in_shape[layout.row_axis]:
+        return None
+    batch = None
+    if layout.batch_axis is not None:
+        batch = moved_axis(move, layout.batch_axis, in_shape, out_shape, axes)
+        if batch is None and in_shape[layout.batch_axis] != 1:
+            return None
+    return sequence(len(out_shape), batch, rows)
 
 
 def flat(rank: int) -> Layout:

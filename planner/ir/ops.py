@@ -53,6 +53,7 @@ class MapRule(StrEnum):
     NORM = "norm"  # LayerNormalization: identity when it normalizes over channel axes only
     LINEAR = "linear"  # MatMul by a constant over the channels (channels last): identity
     SOFTMAX = "softmax"  # whole along the axes it normalizes over, identity along the others
+    SELECT = "select"  # Gather: identity when it picks along a channel axis, else whole
     WHOLE = "whole"  # every output element may need the whole input
 
 
@@ -102,6 +103,18 @@ class Accumulate(StrEnum):
     MEAN = "mean"  # a sum, divided by the count once the last tile is in
     MAX = "max"
     MIN = "min"
+
+
+class AxisMove(StrEnum):
+    """How a movement op moves its input's axes to its output's, for carrying a token
+    tensor's batch and token axes through it (planner.ir.layout.moved_axis)."""
+
+    NONE = "none"  # it does not (or fuseplan does not follow it)
+    PERMUTE = "permute"  # Transpose: axis i of the output is axis perm[i] of the input
+    REGROUP = "regroup"  # Reshape, Flatten: row-major order kept, axes split or merged
+    SQUEEZE = "squeeze"  # axes of extent 1 removed
+    UNSQUEEZE = "unsqueeze"  # axes of extent 1 inserted
+    SELECT = "select"  # Split, Gather: a part taken along one axis (a scalar index drops it)
 
 
 class ShapeParam(StrEnum):
@@ -303,6 +316,8 @@ class OpSpec:
     chunk_out_axis: int = 1
     # reductions over rows and columns: how tiles of the input combine into the output
     accumulate: Accumulate = Accumulate.NONE
+    # movement ops: how the input's axes reach the output (token layouts follow them)
+    axis_move: AxisMove = AxisMove.NONE
 
     @property
     def is_main(self) -> bool:
@@ -380,7 +395,7 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("MaxPool", _M, MapRule.WINDOW, _pool_work, rectified=_KEEPS),
     _spec("AveragePool", _M, MapRule.WINDOW, _pool_work, rectified=_KEEPS),
     _spec("LpPool", _M, MapRule.WINDOW, _pool_work),
-    _spec("Gemm", _M, MapRule.WHOLE, _gemm_work, _batch_gemm,
+    _spec("Gemm", _M, MapRule.LINEAR, _gemm_work, _batch_gemm,
           roles=(_W, _W, InputRole.BIAS), fan_in=_gemm_fan_in, branch_scale=BranchScale.INPUT1,
           chunk_axis=_gemm_chunk_axis, chunk_out_axis=-1),
     _spec("MatMul", _M, MapRule.LINEAR, _matmul_work, other_role=_W, fan_in=_matmul_fan_in,
@@ -450,10 +465,11 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Or", _S, native=False, takes_weights=False),
     # movement: no arithmetic; constant inputs are shapes, pads, scales
     _spec("Concat", _MV, MapRule.CONCAT, batch=_batch_axis(lambda opset: 1)),
-    _spec("Reshape", _MV, shape_param=ShapeParam.TARGET_SHAPE),
-    _spec("Flatten", _MV),
-    _spec("Transpose", _MV, MapRule.TRANSPOSE, batch=_batch_transpose),
-    _spec("Split", _MV, batch=_batch_axis(lambda opset: 0)),
+    _spec("Reshape", _MV, shape_param=ShapeParam.TARGET_SHAPE, axis_move=AxisMove.REGROUP),
+    _spec("Flatten", _MV, axis_move=AxisMove.REGROUP),
+    _spec("Transpose", _MV, MapRule.TRANSPOSE, batch=_batch_transpose,
+          axis_move=AxisMove.PERMUTE),
+    _spec("Split", _MV, batch=_batch_axis(lambda opset: 0), axis_move=AxisMove.SELECT),
     _spec("Slice", _MV, batch=_batch_never),
     _spec("Pad", _MV, batch=_batch_never),
     _spec("Resize", _MV, MapRule.UPSAMPLE, shape_param=ShapeParam.RESIZE_SIZES,
@@ -465,8 +481,10 @@ _ENTRIES: tuple[OpSpec, ...] = (
                          ("nearest_mode", "floor"))),
     _spec("Identity", _MV),
     _spec("Dropout", _MV),
-    _spec("Squeeze", _MV, batch=_batch_never),
-    _spec("Unsqueeze", _MV, batch=_batch_never),
+    # picks along one axis; its constants (indices, a lookup table) are parameters
+    _spec("Gather", _MV, MapRule.SELECT, batch=_batch_never, axis_move=AxisMove.SELECT),
+    _spec("Squeeze", _MV, batch=_batch_never, axis_move=AxisMove.SQUEEZE),
+    _spec("Unsqueeze", _MV, batch=_batch_never, axis_move=AxisMove.UNSQUEEZE),
     _spec("Expand", _MV, batch=_batch_never, native=False),
     # reduction: each output folds many inputs
     _spec("GlobalAveragePool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS,
@@ -482,7 +500,6 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("ReduceMin", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
           accumulate=Accumulate.MIN),
     # opaque but known: a native kernel, weight roles or the sign of the output
-    _spec("Gather", _O, MapRule.WHOLE, batch=_batch_never),
     _opaque("GroupNormalization", roles=_NORM_ROLES),
     _opaque("DepthToSpace", rectified=_KEEPS),
     _opaque("SpaceToDepth", rectified=_KEEPS),
