@@ -323,13 +323,15 @@ def _move_axes(spec: OpSpec, attrs: dict[str, Any], node: onnx.NodeProto,
     if move is AxisMove.UNSQUEEZE:
         return given(len(out_shape))
     if move is AxisMove.SELECT:
+        # input 1 says what is taken (Split's sizes, Gather's indices): a scalar index
+        # drops the axis, a list keeps it, and without it Split cuts equal parts
         axis = int(attrs.get("axis", 0)) % max(1, len(in_shape))
-        if node.op_type != "Gather":
+        if len(node.input) < 2 or not node.input[1]:
             return (axis,)
-        indices = constants.get(node.input[1]) if len(node.input) > 1 else None
-        if indices is None or indices.ndim > 1:
+        taken = constants.get(node.input[1])
+        if taken is None or taken.ndim > 1:
             return None
-        return (axis, -1) if indices.ndim == 0 else (axis,)
+        return (axis, -1) if taken.ndim == 0 else (axis,)
     return None
 
 
