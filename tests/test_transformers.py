@@ -20,6 +20,7 @@ from planner.cost.model import group_tensors, region_sums
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import load_model
 from planner.geometry.regions import (
+    GroupIO,
     Tile,
     box_elems,
     group_chains,
@@ -81,6 +82,17 @@ def test_attention_products_keep_query_rows_and_need_keys_whole() -> None:
         assert [m.kind for m in lay.col_maps] == [MapKind.WHOLE, MapKind.WHOLE], lay.name
 
 
+def _closed_and_enumerated(graph: Graph, io: GroupIO, tile: Tile
+                           ) -> tuple[dict[str, int], dict[str, int]]:
+    """Elements of every tensor over all tiles: by the closed forms, and tile by tile."""
+    sums = region_sums(graph, io, group_chains(graph, io), tile, group_tensors(graph, io))
+    counted: dict[str, int] = {}
+    for box in iter_tiles(graph, io, tile):
+        for t, b in tile_regions(graph, io, box).items():
+            counted[t] = counted.get(t, 0) + box_elems(graph, t, b)
+    return dict(sums), counted
+
+
 def test_every_output_of_a_split_counts_the_joined_range() -> None:
     # q, k and v come out of one Split: q is needed by the query tile, k and v whole, so
     # every tile computes (and counts) all three whole: closed forms == enumeration
@@ -90,12 +102,7 @@ def test_every_output_of_a_split_counts_the_joined_range() -> None:
     layers = [lay.name for lay in graph.layers[graph.index(first):graph.index(last) + 1]]
     io = group_io(graph, layers)
     for h in (197, 100, 33):
-        tile = Tile(1, h, 64)
-        sums = region_sums(graph, io, group_chains(graph, io), tile, group_tensors(graph, io))
-        counted: dict[str, int] = {}
-        for box in iter_tiles(graph, io, tile):
-            for t, b in tile_regions(graph, io, box).items():
-                counted[t] = counted.get(t, 0) + box_elems(graph, t, b)
+        sums, counted = _closed_and_enumerated(graph, io, Tile(1, h, 64))
         assert {t: counted[t] for t in sums} == sums, h
 
 
@@ -117,11 +124,7 @@ def test_split_parts_cost_as_the_tiles_enumerate() -> None:
     io = group_io(graph, ["/blocks/blocks.0/attn/Split"])
     assert len(io.outputs) == 3
     for tile in (Tile(1, 197, 1), Tile(2, 50, 1), Tile(1, 7, 1)):
-        sums = region_sums(graph, io, group_chains(graph, io), tile, group_tensors(graph, io))
-        counted: dict[str, int] = {}
-        for box in iter_tiles(graph, io, tile):
-            for t, b in tile_regions(graph, io, box).items():
-                counted[t] = counted.get(t, 0) + box_elems(graph, t, b)
+        sums, counted = _closed_and_enumerated(graph, io, tile)
         assert {t: counted[t] for t in sums} == sums, tile
         assert all(counted[t] == graph.elems(t) for t in io.outputs)  # stored once
 
@@ -177,6 +180,22 @@ def test_deit_plans_in_token_tiles_and_verifies(tmp_path: Path, sram: str) -> No
     assert tiled, "no attention group runs in tiles of query tokens"
 
 
+def _block(nodes: list[onnx.NodeProto], name: str, shape: list[int],
+           constants: list[onnx.TensorProto]) -> onnx.ModelProto:
+    """An opset-17 model of `nodes` from input x to output y, both of `shape`."""
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _verify_in_1kib(tmp_path: Path, model: onnx.ModelProto) -> api.Plan:
+    """Save a hand-built model, plan it (shortest path) in 1 KiB of SRAM and verify it."""
+    path = tmp_path / f"{model.graph.name}.onnx"
+    onnx.save(model, str(path))
+    return _verify(tmp_path, str(path), {}, ["sram.bytes=1KiB"], solver="shortest-path")
+
+
 def _token_model(tokens: int = 16, width: int = 8, hidden: int = 32) -> onnx.ModelProto:
     """x + pos -> LayerNorm -> Linear -> Relu -> Linear -> + residual, on [1, L, C]."""
     rng = np.random.default_rng(0)
@@ -192,20 +211,14 @@ def _token_model(tokens: int = 16, width: int = 8, hidden: int = 32) -> onnx.Mod
         helper.make_node("MatMul", ["r", "w2"], ["o"], name="fc2"),
         helper.make_node("Add", ["o", "e"], ["y"], name="residual"),
     ]
-    graph = helper.make_graph(
-        nodes, "tokens",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, width])],
-        [const("pos", 1, tokens, width), const("g", width), const("b", width),
-         const("w1", width, hidden), const("w2", hidden, width)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _block(nodes, "tokens", [1, tokens, width],
+                  [const("pos", 1, tokens, width), const("g", width), const("b", width),
+                   const("w1", width, hidden), const("w2", hidden, width)])
 
 
 def test_position_embedding_is_cut_to_each_token_tile(tmp_path: Path) -> None:
-    path = tmp_path / "tokens.onnx"
-    onnx.save(_token_model(), str(path))
     # 1 KiB of SRAM: the [1, 16, 32] hidden map alone is 1 KiB, so tiles split the tokens
-    plan = _verify(tmp_path, str(path), {}, ["sram.bytes=1KiB"], solver="shortest-path")
+    plan = _verify_in_1kib(tmp_path, _token_model())
     pos_group = next(g for g in plan.groups if "pos_add" in g.layers)
     assert pos_group.tile.h < 16
 
@@ -247,24 +260,19 @@ def _attention_model(batch: int = 2, tokens: int = 16, width: int = 8, heads: in
         helper.make_node("Add", ["a", "x"], ["y"], name="residual"),
     ]
     shape = [batch, tokens, width]
-    graph = helper.make_graph(
-        nodes, "attention",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-        [const("g", np.ones(width, np.float32)), const("b", np.zeros(width, np.float32)),
-         const("wqkv", floats(width, 3 * width)), const("wo", floats(width, width)),
-         const("s5", ints(batch, tokens, 3, heads, d)), const("ones", ints(1, 1, 1)),
-         const("zero", ints(0)), const("scale", np.array(d ** -0.5, np.float32)),
-         const("s3", ints(*shape))])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _block(nodes, "attention", shape,
+                  [const("g", np.ones(width, np.float32)),
+                   const("b", np.zeros(width, np.float32)),
+                   const("wqkv", floats(width, 3 * width)), const("wo", floats(width, width)),
+                   const("s5", ints(batch, tokens, 3, heads, d)), const("ones", ints(1, 1, 1)),
+                   const("zero", ints(0)), const("scale", np.array(d ** -0.5, np.float32)),
+                   const("s3", ints(*shape))])
 
 
 def test_attention_at_batch_two_tiles_through_the_head_shuffles(tmp_path: Path) -> None:
-    path = tmp_path / "attention.onnx"
-    onnx.save(_attention_model(), str(path))
     # 1 KiB of SRAM: the stacked [3, 2, 2, 16, 4] q, k, v alone are 1.5 KiB in and out, so
     # the Split and the shuffles around it only fit in tiles of tokens or images
-    plan = _verify(tmp_path, str(path), {}, ["sram.bytes=1KiB"], solver="shortest-path")
+    plan = _verify_in_1kib(tmp_path, _attention_model())
     split = next(g for g in plan.groups if "split" in g.layers)
     assert split.tile.h < 16 or split.tile.n < 2
 
