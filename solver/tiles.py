@@ -14,7 +14,16 @@ from functools import partial
 from math import ceil
 
 from hardware.chip import Chip
-from planner.cost.model import Counters, group_cost, idle_dram_cycles, with_time, work_counters
+from planner.cost.model import (
+    Counters,
+    group_cost,
+    idle_dram_cycles,
+    reread_weights,
+    resident_work,
+    weight_passes,
+    with_time,
+    work_counters,
+)
 from planner.cost.objective import Objective, objective_units
 from planner.cost.weight_stream import layer_chunks
 from planner.geometry.bands import band_counts, band_overflows, cluster_loads, cores_per_band
@@ -157,6 +166,9 @@ class GroupSearch:
     schedules: dict[tuple[int, int], AxisSchedule] = field(default_factory=dict, repr=False,
                                                            compare=False)
     grids: dict[Tile, ReuseGrid] = field(default_factory=dict, repr=False, compare=False)
+    # counters with resident weights by (tile, halo reuse): residency changes only the reads
+    resident_costs: dict[tuple[Tile, bool], Counters] = field(default_factory=dict, repr=False,
+                                                              compare=False)
 
     @classmethod
     def of(cls, graph: Graph, layers: Sequence[str], chip: Chip, ruleset: RuleSet) -> GroupSearch:
@@ -297,9 +309,17 @@ class GroupSearch:
     def work(self, tile: Tile, resident: bool, halo_reuse: bool = False,
              weights_outer: bool = False) -> Counters:
         """Every counter but the time and the SRAM peak (closed forms; cheap)."""
-        return work_counters(self.graph, self.io, self.chains, tile, self.chip, resident,
-                             halo_reuse, self.reuse_grid(tile) if halo_reuse else None,
-                             weights_outer)
+        if weights_outer:
+            return work_counters(self.graph, self.io, self.chains, tile, self.chip, resident,
+                                 halo_reuse, weights_outer=True)
+        key = (tile, halo_reuse)
+        if key not in self.resident_costs:
+            self.resident_costs[key] = resident_work(
+                self.graph, self.io, self.chains, tile, self.chip, halo_reuse,
+                self.reuse_grid(tile) if halo_reuse else None)
+        once = self.resident_costs[key]
+        return once if resident else reread_weights(
+            once, weight_passes(self.graph, self.io, tile, halo_reuse))
 
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
                    halo_reuse: bool = False, weights_outer: bool = False) -> Counters:

@@ -51,7 +51,7 @@ from planner.cost.weight_stream import (
     stage_peak,
     staged_steps,
 )
-from planner.geometry.bands import band_compute_cycles, cluster_loads
+from planner.geometry.bands import band_columns, band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from planner.geometry.regions import (
     AxisChain,
@@ -378,8 +378,36 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     """
     if weights_outer:
         return weights_outer_work(graph, io, chains, tile, chip)
+    once = resident_work(graph, io, chains, tile, chip, halo_reuse, grid)
+    return once if weights_resident else reread_weights(once, weight_passes(graph, io, tile,
+                                                                            halo_reuse))
+
+
+def weight_passes(graph: Graph, io: GroupIO, tile: Tile, halo_reuse: bool = False) -> int:
+    """Times a group whose weights are not resident reads them: once per tile, or with
+    halo-reusing bands, once per tile of the longest band (the bands run side by side and
+    share each read)."""
+    n, h, w = anchor_extent(graph, io)
+    rows = ceil(h / tile.h)
     if halo_reuse and tile.bands > 1:
-        return banded_work(graph, io, chains, tile, chip, weights_resident,
+        parts = band_columns(ceil(w / tile.w), tile.bands)
+        return rows * max(end - first for first, end in parts)
+    return ceil(n / tile.n) * rows * ceil(w / tile.w)
+
+
+def reread_weights(once: Counters, passes: int) -> Counters:
+    """Counters of resident weights (read once) turned into weights read `passes` times;
+    nothing else depends on the residency, so a tile search costs the tile once for both."""
+    extra = once.weight_read_bytes * (passes - 1)
+    return replace(once, dram_read_bytes=once.dram_read_bytes + extra,
+                   weight_read_bytes=once.weight_read_bytes + extra)
+
+
+def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+                  halo_reuse: bool = False, grid: ReuseGrid | None = None) -> Counters:
+    """work_counters with the weights resident (read once)."""
+    if halo_reuse and tile.bands > 1:
+        return banded_work(graph, io, chains, tile, chip,
                            ReuseGrid.bands_of(graph, io, chains, tile))
     dt = chip.dtype_bytes
     n, h, w = anchor_extent(graph, io)
@@ -392,7 +420,6 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     made = {t: grid.made_elems(t) for t in sums} if grid else sums
     fmap_read = sum(made[t] for t in io.inputs) * dt
     wbytes = weight_bytes(graph, io.weights, chip)
-    wread = wbytes * (1 if weights_resident else tiles)
     write = sum(graph.elems(t) for t in io.outputs) * dt
     macs, vector_ops = _layer_ops(graph, io, made)
     if grid is None:
@@ -408,9 +435,9 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
                      for t in io.outputs) * dt
     once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
     return Counters(
-        dram_read_bytes=fmap_read + wread,
+        dram_read_bytes=fmap_read + wbytes,
         dram_write_bytes=write,
-        weight_read_bytes=wread,
+        weight_read_bytes=wbytes,
         redundant_read_bytes=fmap_read - once,
         macs=macs,
         vector_ops=vector_ops,
@@ -447,15 +474,15 @@ def _reuse_core_elems(graph: Graph, io: GroupIO, grid: ReuseGrid, made: Mapping[
 
 
 def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
-                weights_resident: bool, grids: Sequence[ReuseGrid]) -> Counters:
-    """work_counters of a halo-reusing group run in bands (planner.geometry.bands): each band's grid
-    loads, computes, reads and stores what it makes (its overlap with the band before it
-    included); the group's compute is its slowest band's; the weights are read once (per
-    tile of the longest band when streamed) and broadcast to every band."""
+                grids: Sequence[ReuseGrid]) -> Counters:
+    """resident_work of a halo-reusing group run in bands (planner.geometry.bands): each
+    band's grid loads, computes, reads and stores what it makes (its overlap with the band
+    before it included); the group's compute is its slowest band's; the weights are read
+    once and broadcast to every band (streamed: weight_passes)."""
     dt = chip.dtype_bytes
     wbytes = weight_bytes(graph, io.weights, chip)
     tensors = [t for t in group_tensors(graph, io) if t in grids[0].rows.boxes(0)]
-    read = write = macs = vector_ops = core = first = last = tiles = slowest = longest = 0
+    read = write = macs = vector_ops = core = first = last = tiles = slowest = 0
     n = anchor_extent(graph, io)[0]
     for grid in grids:
         made = {t: grid.made_elems(t) for t in tensors}
@@ -466,7 +493,6 @@ def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip
         write += sum(made[t] for t in io.outputs)
         core += _reuse_core_elems(graph, io, grid, made)
         tiles += grid.rows.count * grid.cols.count
-        longest = max(longest, grid.rows.count * grid.cols.count)
         (r0, r1), (c0, c1) = grid.rows.ranges[0], grid.cols.ranges[0]
         boxes = tile_regions(graph, io, (0, n, r0, r1, c0, c1))
         first += sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
@@ -474,10 +500,9 @@ def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip
         end: Box = (0, n, r0, r1, c0, c1)
         boxes = tile_regions(graph, io, end)
         last += sum(box_elems(graph, t, end if t == io.anchor else boxes[t]) for t in io.outputs)
-    wread = wbytes * (1 if weights_resident else longest)
     once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
-    return Counters(dram_read_bytes=read * dt + wread, dram_write_bytes=write * dt,
-                    weight_read_bytes=wread, redundant_read_bytes=read * dt - once,
+    return Counters(dram_read_bytes=read * dt + wbytes, dram_write_bytes=write * dt,
+                    weight_read_bytes=wbytes, redundant_read_bytes=read * dt - once,
                     macs=macs, vector_ops=vector_ops, core_fmap_bytes=core * dt,
                     core_weight_bytes=wbytes * tiles, first_load_bytes=first * dt + wbytes,
                     last_store_bytes=last * dt, band_compute_cycles=slowest)

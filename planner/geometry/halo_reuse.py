@@ -67,6 +67,7 @@ class AxisSchedule:
     _boxes: dict[int, dict[str, Span]] = field(default_factory=dict)
     _reads: dict[int, dict[tuple[str, int], Span]] = field(default_factory=dict)
     _made_from: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    _made: dict[tuple[int, str], Span] = field(default_factory=dict)
     _lows: dict[int, dict[str, int]] = field(default_factory=dict)
     _factors: dict[tuple[int, str, int], tuple[tuple[int, int], ...]] = field(
         default_factory=dict)
@@ -159,11 +160,15 @@ class AxisSchedule:
     def made(self, i: int, t: str) -> Span:
         """Part of t's range tile i makes: its box past what the tile before made (boxes
         advance monotonically, so what came before ends where the previous box ends)."""
-        a, b = self.boxes(i)[t]
-        if i == 0:
-            return a, b
-        before = self.boxes(i - 1)[t][1]
-        return max(a, before), max(b, before)
+        key = (i, t)
+        if key not in self._made:
+            a, b = self.boxes(i)[t]
+            if i == 0:
+                self._made[key] = a, b
+            else:
+                before = self.boxes(i - 1)[t][1]
+                self._made[key] = max(a, before), max(b, before)
+        return self._made[key]
 
     def reads(self, i: int) -> dict[tuple[str, int], Span]:
         """Range of fmap input j of each layer that the layer's made part in tile i needs."""
@@ -226,8 +231,7 @@ class AxisSchedule:
         (floors, 3 corners, 2 factors): a streamed step asks for one per output row."""
         f = np.asarray(floors, np.int64)
         a, b = self.read_low(i, t), self.read_low(i + 1, t)
-        corners = np.stack([np.maximum(a, f), np.maximum(b, f), np.maximum(max(a, b), f)],
-                           axis=1)[..., None]
+        corners = np.maximum(f[:, None, None], np.array([a, b, max(a, b)], np.int64)[:, None])
         # made by earlier tile rows at or after each corner: the parts are disjoint and
         # ascending, so the walk back stops at the first one ending below every corner
         lowest, back = int(corners.min(initial=NEVER)), []
@@ -240,8 +244,10 @@ class AxisSchedule:
         earlier = np.maximum(0, spans[None, None, :, 1]
                              - np.maximum(spans[None, None, :, 0], corners)).sum(axis=-1)
         lo, hi = self.made(i, t)
-        this = np.maximum(0, hi - np.maximum(lo, corners[..., 0]))
-        return np.stack([earlier, this], axis=-1)
+        out = np.empty((len(f), 3, 2), np.int64)
+        out[..., 0] = earlier
+        out[..., 1] = np.maximum(0, hi - np.maximum(lo, corners[..., 0]))
+        return out
 
     def made_from(self, i: int, t: str, x: int) -> int:
         """Elements of t at or after x made by tiles before i (made parts are disjoint and
@@ -448,24 +454,27 @@ def _streamed_row(grid: ReuseGrid, lay: Layer, out: str, released: list[str], r:
     last_col = grid.cols.count - 1
     for t in released:
         floors = stream_floors(grid.graph, lay, t, lo, hi)
+        # this tile row's factors serve both the tiles before (r, q) in the row and (r, q)
+        r_f = grid.rows.row_keep_factors(r, t, floors)
         # the tile before (r, q) is (r, q - 1), or (r - 1, last column) for q = 0
         prev = np.zeros((len(floors), len(cols)), np.int64)
-        prev[:, 1:] = _kept_floor(grid, t, r, [q - 1 for q in cols[1:]], floors)
+        if len(cols) > 1:
+            prev[:, 1:] = _kept_floor(grid, t, r_f, [q - 1 for q in cols[1:]])
         if r:
-            prev[:, :1] = _kept_floor(grid, t, r - 1, [last_col], floors)
+            prev[:, :1] = _kept_floor(grid, t, grid.rows.row_keep_factors(r - 1, t, floors),
+                                      [last_col])
         t_lo, t_hi = grid.rows.made(r, t)
         made_rows = np.maximum(0, t_hi - np.maximum(t_lo, np.asarray(floors, np.int64)))
         made = grid.plane(t) * np.outer(made_rows, [length(grid.cols.made(q, t)) for q in cols])
         # below the floor only what later tiles read stays
-        kept_low = afters[t][a][None, :] - _kept_floor(grid, t, r, cols, floors)
+        kept_low = afters[t][a][None, :] - _kept_floor(grid, t, r_f, cols)
         total = total + prev + made + kept_low
     return total.max(axis=0)
 
 
-def _kept_floor(grid: ReuseGrid, t: str, r: int, cols: list[int], floors: list[int]
-                ) -> np.ndarray:
-    """grid.kept_after(t, r, q) counting only rows at or after each floor: (floor, q)."""
-    r_f = grid.rows.row_keep_factors(r, t, floors)
+def _kept_floor(grid: ReuseGrid, t: str, r_f: np.ndarray, cols: list[int]) -> np.ndarray:
+    """grid.kept_after(t, r, q) counting only rows at or after each floor, (floor, q), from
+    tile row r's factors per floor (AxisSchedule.row_keep_factors)."""
     c_f = np.array([grid.cols.keep_factors(q, t) for q in cols], np.int64).reshape(-1, 3, 2)
     return _signed_products(r_f, c_f) * grid.plane(t)
 
