@@ -31,7 +31,10 @@ class BlocksFirst(StructuralRule):
         members = set(facts.io.layers)
         # the pooling a group ends in is neither part of a block it cuts nor outside it
         core = members - {graph.producer[t] for t in facts.io.accumulated}
-        for block in graph.blocks:
+        # only blocks holding a member can be cut by the group (in block order: the first
+        # cut is the one reported)
+        for i in sorted({i for n in members for i in graph.layer_blocks.get(n, ())}):
+            block = graph.blocks[i]
             layers = {n for n in block.layers
                       if accumulated_input(graph, graph.layer(n)) is None}
             inside = members & layers

@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
+from functools import lru_cache
 from math import ceil
 
 from hardware.chip import Chip
@@ -284,7 +285,14 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
 
 def dram_bytes_per_cycle(chip: Chip) -> Fraction:
     """DRAM bytes per clock cycle, exact (the CP-SAT encoding multiplies it out)."""
-    return Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
+    return _ratio(chip.dram.bandwidth_gbps, chip.clock_ghz)
+
+
+@lru_cache(maxsize=64)
+def _ratio(numerator: float, denominator: float) -> Fraction:
+    """numerator / denominator as the exact ratio of their decimal spellings (a tile search
+    times tens of thousands of tiles on one chip: parse each spelling once)."""
+    return Fraction(str(numerator)) / Fraction(str(denominator))
 
 
 def compute_cycles(chip: Chip, c: Counters) -> int:

@@ -160,6 +160,16 @@ class Graph:
         return users
 
     @cached_property
+    def layer_blocks(self) -> dict[str, tuple[int, ...]]:
+        """Indices into ``blocks`` of the blocks holding each layer (a group's structural
+        rules look only at the blocks its layers are in)."""
+        found: dict[str, list[int]] = {}
+        for i, block in enumerate(self.blocks):
+            for name in block.layers:
+                found.setdefault(name, []).append(i)
+        return {name: tuple(ids) for name, ids in found.items()}
+
+    @cached_property
     def layouts(self) -> Mapping[str, Layout]:
         """The layout of every tensor, inferred once per graph from its shape."""
         return {t: self.given_layouts.get(t) or layout_of(shape)
