@@ -68,6 +68,9 @@ class AxisSchedule:
     _reads: dict[int, dict[tuple[str, int], Span]] = field(default_factory=dict)
     _made_from: dict[tuple[int, str, int], int] = field(default_factory=dict)
     _made: dict[tuple[int, str], Span] = field(default_factory=dict)
+    # made_total by tensor, read_total by (layer, input): the grids of a search share axes
+    _made_totals: dict[str, int] = field(default_factory=dict)
+    _read_totals: dict[tuple[str, int], int] = field(default_factory=dict)
     _lows: dict[int, dict[str, int]] = field(default_factory=dict)
     _factors: dict[tuple[int, str, int], tuple[tuple[int, int], ...]] = field(
         default_factory=dict)
@@ -119,6 +122,19 @@ class AxisSchedule:
         """The anchor ranges of indices(): the tiles whose footprints can differ."""
         ranges = self.ranges
         return [ranges[i] for i in self.indices()]
+
+    def made_total(self, t: str) -> int:
+        """Indices of t made over every tile of this axis (each once)."""
+        if t not in self._made_totals:
+            self._made_totals[t] = self.total(lambda i: length(self.made(i, t)))
+        return self._made_totals[t]
+
+    def read_total(self, name: str, j: int) -> int:
+        """Indices of fmap input j that layer `name` reads over every tile of this axis."""
+        if (name, j) not in self._read_totals:
+            self._read_totals[(name, j)] = self.total(
+                lambda i: length(self.reads(i).get((name, j), (0, 0))))
+        return self._read_totals[(name, j)]
 
     def total(self, value: Callable[[int], int]) -> int:
         """Sum of value(i) over every tile index, interior tiles counted from one of them."""
@@ -296,17 +312,12 @@ class ReuseGrid:
 
     def made_elems(self, t: str) -> int:
         """Elements of t made over all tiles (each once)."""
-        return (self.plane(t) * self.rows.total(lambda i: length(self.rows.made(i, t)))
-                * self.cols.total(lambda q: length(self.cols.made(q, t))))
+        return self.plane(t) * self.rows.made_total(t) * self.cols.made_total(t)
 
     def read_elems(self, name: str, j: int) -> int:
         """Elements of fmap input j that layer `name` reads over all tiles."""
         t = self.graph.layer(name).fmap_inputs[j]
-
-        def along(axis: AxisSchedule) -> int:
-            return axis.total(lambda i: length(axis.reads(i).get((name, j), (0, 0))))
-
-        return self.plane(t) * along(self.rows) * along(self.cols)
+        return self.plane(t) * self.rows.read_total(name, j) * self.cols.read_total(name, j)
 
     def kept_after(self, t: str, r: int, q: int) -> int:
         """Elements of t on chip once tile (r, q) is done with it (the retention policy):
