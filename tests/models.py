@@ -82,19 +82,21 @@ class _Builder:
         return self.one("Gemm", [x, self.weight((cout, cin), cin), self.bias(cout)], "fc",
                         transB=1)
 
-    def model(self, x_shape: Sequence[int | str], out: str, opset: int,
+    def model(self, x_shape: Sequence[int | str], out: str | Sequence[str], opset: int,
               input_name: str = "input", name: str = "test") -> onnx.ModelProto:
+        outs = [out] if isinstance(out, str) else list(out)
         graph = helper.make_graph(
             self.nodes, name,
             [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, list(x_shape))],
-            [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
             self.inits,
         )
         opsets = [helper.make_opsetid("", opset)]
         model = helper.make_model(graph, opset_imports=opsets, producer_name="fuseplan-tests")
         model.ir_version = helper.find_min_ir_version_for(opsets)
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-        model.graph.output[0].type.CopyFrom(inferred.graph.output[0].type)
+        for given, found in zip(model.graph.output, inferred.graph.output, strict=True):
+            given.type.CopyFrom(found.type)
         onnx.checker.check_model(model, full_check=True)
         return model
 
@@ -374,23 +376,108 @@ def convnext_net(seed: int = 0, n: int = 1, h: int = 32, w: int = 32, channels: 
     b = _Builder(np.random.default_rng(seed))
     x = b.conv("input", 3, channels, 4, stride=4, pad=0, prefix="stem")
     for _ in range(blocks):
-        y = b.conv(x, channels, channels, 7, group=channels, prefix="dw")
-        y = b.one("Transpose", [y], "to_last", perm=[0, 2, 3, 1])
-        scale = b.const("ln_s", b.rng.uniform(0.5, 1.5, channels).astype(np.float32))
-        shift = b.const("ln_b", (0.1 * b.rng.standard_normal(channels)).astype(np.float32))
-        y = b.one("LayerNormalization", [y, scale, shift], "ln", axis=-1, epsilon=1e-6)
-        y = b.one("Add", [b.one("MatMul", [y, b.weight((channels, 4 * channels), channels)],
-                                "pw1"), b.bias(4 * channels)])
-        half = b.const("half", np.array(0.5, np.float32))
-        root2 = b.const("sqrt2", np.array(np.sqrt(2.0), np.float32))
-        one = b.const("one", np.array(1.0, np.float32))
-        erf = b.one("Erf", [b.one("Div", [y, root2])])
-        y = b.one("Mul", [b.one("Mul", [y, b.one("Add", [erf, one])]), half], "gelu")
-        y = b.one("Add", [b.one("MatMul", [y, b.weight((4 * channels, channels), 4 * channels)],
-                                "pw2"), b.bias(channels)])
-        gamma = b.const("gamma", np.full(channels, 0.5, np.float32))
-        y = b.one("Transpose", [b.one("Mul", [y, gamma], "layer_scale")], "to_first",
-                  perm=[0, 3, 1, 2])
-        x = b.one("Add", [x, y])
+        x = _convnext_block(b, x, channels)
     x = b.one("Flatten", [b.one("GlobalAveragePool", [x], "head_pool")], axis=1)
     return b.model((n, 3, h, w), b.gemm(x, channels, 10), opset, name="convnext_net")
+
+
+def _convnext_block(b: _Builder, x: str, channels: int) -> str:
+    """One ConvNeXt block over x (channels first), as PyTorch exports it."""
+    y = b.conv(x, channels, channels, 7, group=channels, prefix="dw")
+    y = b.one("Transpose", [y], "to_last", perm=[0, 2, 3, 1])
+    scale = b.const("ln_s", b.rng.uniform(0.5, 1.5, channels).astype(np.float32))
+    shift = b.const("ln_b", (0.1 * b.rng.standard_normal(channels)).astype(np.float32))
+    y = b.one("LayerNormalization", [y, scale, shift], "ln", axis=-1, epsilon=1e-6)
+    y = b.one("Add", [b.one("MatMul", [y, b.weight((channels, 4 * channels), channels)],
+                            "pw1"), b.bias(4 * channels)])
+    half = b.const("half", np.array(0.5, np.float32))
+    root2 = b.const("sqrt2", np.array(np.sqrt(2.0), np.float32))
+    one = b.const("one", np.array(1.0, np.float32))
+    erf = b.one("Erf", [b.one("Div", [y, root2])])
+    y = b.one("Mul", [b.one("Mul", [y, b.one("Add", [erf, one])]), half], "gelu")
+    y = b.one("Add", [b.one("MatMul", [y, b.weight((4 * channels, channels), 4 * channels)],
+                            "pw2"), b.bias(channels)])
+    gamma = b.const("gamma", np.full(channels, 0.5, np.float32))
+    y = b.one("Transpose", [b.one("Mul", [y, gamma], "layer_scale")], "to_first",
+              perm=[0, 3, 1, 2])
+    return b.one("Add", [x, y])
+
+
+# --------------------------------------------------------------------------- random_modern_net
+
+
+def random_modern_net(rng: np.random.Generator) -> onnx.ModelProto:
+    """A random small network of today's blocks for property tests (opset 17).
+
+    A stem conv, then two to four blocks drawn from: an inverted residual (MBConv: 1x1
+    expand, 3x3 depthwise, strided or not, with or without squeeze-excite, 1x1 project,
+    residual add when the shape is kept), a ConvNeXt block (channels last), ASPP (a 1x1
+    branch, two dilated 3x3 branches and a global-pool branch resized back to the map,
+    concatenated, 1x1), and an FPN (two strided convs, nearest upsampling added to 1x1
+    laterals back to full resolution, concatenated with the input). One to three outputs:
+    a 1x1 conv map at the end, a pooled classifier, and a map taken from mid-network.
+    """
+    b = _Builder(rng)
+    n = int(rng.choice([1, 1, 2]))
+    h0, w0 = (4 * int(v) for v in rng.integers(3, 9, size=2))
+    h, w = h0, w0  # the map's size after the blocks so far
+    c = int(rng.choice([4, 8]))
+    x = b.one("Relu", [b.conv("input", 3, c, 3, prefix="stem")])
+    outputs: list[str] = []
+    for _ in range(int(rng.integers(2, 5))):
+        kinds = ["mbconv", "convnext", "aspp"] + (["fpn"] if h % 4 == 0 and w % 4 == 0 else [])
+        kind = str(rng.choice(kinds))
+        if kind == "mbconv":
+            stride = 2 if h % 2 == 0 and w % 2 == 0 and min(h, w) >= 16 and rng.random() < 0.4 \
+                else 1
+            x = _mbconv(b, x, c, int(rng.choice([c, 2 * c])), stride, bool(rng.random() < 0.6))
+            if stride == 2:
+                h, w = h // 2, w // 2
+        elif kind == "convnext":
+            x = _convnext_block(b, x, c)
+        elif kind == "aspp":
+            x = _aspp(b, x, c, n, h, w)
+        else:
+            x = _fpn(b, x, c)
+        if not outputs and rng.random() < 0.3:  # a map leaving mid-network
+            outputs.append(b.conv(x, c, 2, 1, prefix="side"))
+    outputs.insert(0, b.conv(x, c, 3, 1, prefix="pred"))
+    if rng.random() < 0.5:
+        pooled = b.one("Flatten", [b.one("GlobalAveragePool", [x], "head_pool")], axis=1)
+        outputs.append(b.gemm(pooled, c, 5))
+    return b.model((n, 3, h0, w0), outputs, 17, name="random_modern_net")
+
+
+def _mbconv(b: _Builder, x: str, c: int, wide: int, stride: int, se: bool) -> str:
+    """Inverted residual: 1x1 expand, 3x3 depthwise (stride 1 or 2), optional squeeze-excite,
+    1x1 project, residual add when stride is 1."""
+    y = _hardswish(b, b.conv(x, c, wide, 1, prefix="expand"), 17)
+    y = b.one("Relu", [b.conv(y, wide, wide, 3, stride=stride, group=wide, prefix="dw")])
+    if se:
+        y = _squeeze_excite(b, y, wide, bool(b.rng.random() < 0.5), 17)
+    y = b.conv(y, wide, c, 1, prefix="project")
+    return b.one("Add", [x, y]) if stride == 1 else y
+
+
+def _aspp(b: _Builder, x: str, c: int, n: int, h: int, w: int) -> str:
+    """ASPP as DeepLabV3 heads write it: 1x1, 3x3 dilated by 2 and by 3, and a global pool
+    branch resized (nearest) back to h x w; concatenated on channels, then a 1x1 conv."""
+    branches = [b.one("Relu", [b.conv(x, c, c, 1, prefix="aspp1x1")]),
+                b.one("Relu", [b.conv(x, c, c, 3, dilation=2, prefix="aspp_d2")]),
+                b.one("Relu", [b.conv(x, c, c, 3, dilation=3, prefix="aspp_d3")])]
+    pooled = b.one("Relu", [b.conv(b.one("GlobalAveragePool", [x], "aspp_pool"), c, c, 1,
+                                   prefix="aspp_pool_conv")])
+    sizes = _const_node(b, np.array([n, c, h, w], np.int64), "aspp_sizes")
+    branches.append(b.one("Resize", [pooled, "", "", sizes], "aspp_up", mode="nearest"))
+    merged = b.one("Concat", branches, axis=1)
+    return b.one("Relu", [b.conv(merged, 4 * c, c, 1, prefix="aspp_proj")])
+
+
+def _fpn(b: _Builder, x: str, c: int) -> str:
+    """A two-level FPN over x: strided 3x3 convs down to 1/4, then nearest upsampling added
+    to 1x1 laterals back to full resolution, concatenated with x and fused by a 1x1 conv."""
+    d1 = b.one("Relu", [b.conv(x, c, c, 3, stride=2, prefix="fpn_down1")])
+    d2 = b.one("Relu", [b.conv(d1, c, c, 3, stride=2, prefix="fpn_down2")])
+    p1 = b.one("Add", [b.conv(d1, c, c, 1, prefix="fpn_lat1"), _upsample2(b, d2, 17)])
+    p0 = b.one("Add", [b.conv(x, c, c, 1, prefix="fpn_lat0"), _upsample2(b, p1, 17)])
+    return b.conv(b.one("Concat", [x, p0], axis=1), 2 * c, c, 1, prefix="fpn_out")

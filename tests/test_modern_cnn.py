@@ -112,6 +112,27 @@ def test_accumulated_reductions_equal_onnxruntime_and_their_prediction(
     _verified(path, plan, tmp_path)
 
 
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000),
+       chip=st.sampled_from([("cluster4x4", ()),
+                             ("cluster4x4", ("sram.bytes=48KiB", "nram.bytes=12KiB")),
+                             ("cluster4x4", ("sram.bytes=24KiB", "nram.bytes=6KiB")),
+                             ("frustum_npu", ()), ("manycore", ())]))
+def test_random_modern_blocks_plan_and_verify_on_random_chips(
+        tmp_path: Path, seed: int, chip: tuple[str, tuple[str, ...]]) -> None:
+    """Random networks of MBConv (with and without squeeze-excite), ConvNeXt, ASPP and FPN
+    blocks with one to three outputs, on chips from roomy to ones that force row tiles:
+    the plan's outputs equal onnxruntime's and every counter equals the cost model's."""
+    path = models.save(models.random_modern_net(np.random.default_rng(seed)), tmp_path,
+                       f"modern{seed}")
+    hardware, overrides = chip
+    plan = api.solve(str(path), hardware=hardware, overrides=list(overrides))
+    assert {n for g in plan.groups for n in g.layers} == \
+        {lay.name for lay in api.prepare(str(path)).graph.layers}
+    _verified(path, plan, tmp_path, seed)
+
+
 def test_a_reduction_over_channels_still_needs_its_input_whole(tmp_path: Path) -> None:
     """ReduceMean over the channels is no accumulation over tiles: the layer is not folded."""
     b = models._Builder(np.random.default_rng(0))
