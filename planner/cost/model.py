@@ -67,6 +67,7 @@ from planner.geometry.regions import (
     group_chains,
     group_io,
     in_group_uses,
+    tile_count,
     tile_regions,
 )
 from planner.ir.graph import Graph
@@ -256,8 +257,7 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
     dt = chip.dtype_bytes
     channels, sizes = outer_chunks(graph, io, chip)
     chunks = len(sizes)
-    n, h, w = anchor_extent(graph, io)
-    tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
+    tiles = tile_count(graph, io, tile)
     sums = region_sums(graph, io, chains, tile, group_tensors(graph, io))
     uses = in_group_uses(graph, io)
     loads = sum(sums[t] for t in io.inputs)
@@ -395,12 +395,11 @@ def weight_passes(graph: Graph, io: GroupIO, tile: Tile, halo_reuse: bool = Fals
     """Times a group whose weights are not resident reads them: once per tile, or with
     halo-reusing bands, once per tile of the longest band (the bands run side by side and
     share each read)."""
-    n, h, w = anchor_extent(graph, io)
-    rows = ceil(h / tile.h)
     if halo_reuse and tile.bands > 1:
+        _, h, w = anchor_extent(graph, io)
         parts = band_columns(ceil(w / tile.w), tile.bands)
-        return rows * max(end - first for first, end in parts)
-    return ceil(n / tile.n) * rows * ceil(w / tile.w)
+        return ceil(h / tile.h) * max(end - first for first, end in parts)
+    return tile_count(graph, io, tile)
 
 
 def reread_weights(once: Counters, passes: int) -> Counters:
@@ -418,8 +417,7 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
         return banded_work(graph, io, chains, tile, chip,
                            ReuseGrid.bands_of(graph, io, chains, tile))
     dt = chip.dtype_bytes
-    n, h, w = anchor_extent(graph, io)
-    tiles = ceil(n / tile.n) * ceil(h / tile.h) * ceil(w / tile.w)
+    tiles = tile_count(graph, io, tile)
     sums = region_sums(graph, io, chains, tile, group_tensors(graph, io))
     if halo_reuse:
         grid = grid or ReuseGrid.of(graph, io, chains, tile)
