@@ -26,11 +26,12 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PYTEST)
 
-# ruff over the packages, tests and the bench scripts (extensionless, named one by one);
+# ruff over the packages, tests and the bench scripts (extensionless, so named by the
+# glob; the plots beside them, *.svg, are not Python);
 # mypy over the packages, then over tests/ from inside it (its modules import `models` as
 # top-level, as pytest's rootdir insertion makes them).
 lint: $(STAMP)
-	$(BIN)/ruff check planner rules hardware solver emulator fuseplan tests examples bench/*
+	$(BIN)/ruff check planner rules hardware solver emulator fuseplan tests examples $(filter-out %.svg,$(wildcard bench/*))
 	$(BIN)/mypy
 	cd tests && ../$(BIN)/mypy --config-file ../pyproject.toml *.py
 
