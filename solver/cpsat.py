@@ -638,11 +638,10 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             pinned.append(choice)
     if unsearched:
         budget.cut(f"CP-SAT: {unsearched} block candidates not searched")
-    longer = long_groups(graph, chip, ruleset, objective)
-    if budget.passed and ruleset.search.long_whole_map_groups:
-        longer = iter(())  # the shortest path noted the cut
-    for layers, choice in longer:
-        candidates.append(layers)  # whole-map groups past the size limit, pinned
+    # the shortest path noted the cut once the budget has passed
+    longer = {} if budget.passed else long_groups(graph, chip, ruleset, objective, budget)
+    for layers, choice in longer.items():
+        candidates.append(layers)  # block and whole-map groups past the size limit, pinned
         floors.append(objective_units(choice.cost, objective, ruleset.objective, chip))
         pinned.append(choice)
     enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors,

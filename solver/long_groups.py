@@ -1,4 +1,4 @@
-"""Groups of any length: whole-map chains beyond ``search.max_group_layers``.
+"""Groups longer than ``search.max_group_layers``: block groups and whole-map chains.
 
 A group whose one tile holds whole maps recomputes nothing, and with its weights streamed
 layer by layer (planner.cost.weight_stream) it reads every weight once while its feature
@@ -15,6 +15,13 @@ network 120), so they get their own candidates, pinned at the whole-map tile:
   longest ends) and those whose crossing tensor is among the smallest are kept (a
   traffic-minimal plan of whole-map groups pays only its cuts: their tensors are what it
   chooses between).
+
+**Block groups** are tiled ones: a group from one single-tensor cut to a later one (whole
+residual blocks, a stage's bottlenecks in pairs or threes) gets the full tile search (row
+tiles, halo reuse, weights resident or streamed) up to ``search.max_block_group_layers``
+layers. Only cut-to-cut intervals past the size limit are added, a few per cut, so a
+deep network pays a handful of long searches, shared by repeated blocks
+(solver.structure), rather than one for every interval of that length.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hardware.chip import Chip
+from planner.core.budget import Budget
 from planner.cost.objective import Objective, objective_units
 from planner.geometry.halo_reuse import lifetimes
 from planner.geometry.regions import group_io
 from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected, is_convex
+from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, TileChoice
 
 SMALL_CUTS = 3  # ends kept per start besides the longest: the cheapest cuts before it
@@ -80,8 +89,66 @@ def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice |
     return None
 
 
-def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
-                ) -> Iterator[tuple[tuple[str, ...], TileChoice]]:
+def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+                budget: Budget | None = None) -> dict[tuple[str, ...], TileChoice]:
+    """Groups longer than ``search.max_group_layers`` (block groups and whole-map groups),
+    each with its best tile choice; where both kinds cover one interval, the cheaper. Block
+    groups stop being searched once the ``budget`` has passed."""
+    found = dict(block_groups(graph, chip, ruleset, objective, budget))
+    for layers, choice in whole_map_groups(graph, chip, ruleset, objective):
+        if layers not in found or _units(choice, objective, ruleset, chip) \
+                < _units(found[layers], objective, ruleset, chip):
+            found[layers] = choice
+    return found
+
+
+def searches_long_groups(ruleset: RuleSet) -> bool:
+    """Whether the rules ask for any group longer than ``search.max_group_layers``."""
+    search = ruleset.search
+    return search.long_whole_map_groups or search.max_block_group_layers > search.max_group_layers
+
+
+def _units(choice: TileChoice, objective: Objective, ruleset: RuleSet, chip: Chip) -> float:
+    return objective_units(choice.cost, objective, ruleset.objective, chip)
+
+
+def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+                 budget: Budget | None = None
+                 ) -> Iterator[tuple[tuple[str, ...], TileChoice]]:
+    """Tiled groups from one single-tensor cut to a later one, longer than
+    ``search.max_group_layers`` and at most ``search.max_block_group_layers`` layers, with
+    their best tile (structure-shared searches).
+
+    A run of adjacent cuts (a residual Add, then its ReLU) ends a block group at its last
+    cut and starts one after it: the layers between stay with the block they close."""
+    limit, most = ruleset.search.max_group_layers, ruleset.search.max_block_group_layers
+    if most <= limit:
+        return
+    order = [lay.name for lay in graph.layers]
+    cuts = set(single_cuts(graph))
+    last = [p for p in sorted(cuts) if p + 1 not in cuts]  # the last cut of each run
+    starts, ends = [0, *(p + 1 for p in last)], [*last, len(order) - 1]
+    spans = [(a, e + 1) for a in starts for e in ends if limit < e + 1 - a <= most]
+    searched: dict[StructureKey, TileChoice | None] = {}
+    for k, (a, b) in enumerate(spans):
+        if budget is not None and budget.passed:
+            budget.cut(f"block groups: {len(spans) - k} not searched")
+            return
+        group = tuple(order[a:b])
+        if not (is_connected(graph, group) and is_convex(graph, group)):
+            continue
+        search = GroupSearch.of(graph, group, chip, ruleset)
+        if breaks_structure(search, ruleset):
+            continue
+        key = structure_key(graph, search.io)
+        if key not in searched:
+            searched[key] = search.best(objective)
+        if (best := searched[key]) is not None:
+            yield tuple(search.layers), best
+
+
+def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
+                     ) -> Iterator[tuple[tuple[str, ...], TileChoice]]:
     """Whole-map groups longer than ``search.max_group_layers``, with their tile choice."""
     if not ruleset.search.long_whole_map_groups:
         return

@@ -27,7 +27,7 @@ from planner.ir.graph import Graph
 from planner.plan.placement import Placement
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected
-from solver.long_groups import long_groups
+from solver.long_groups import long_groups, searches_long_groups
 from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, Option, TileChoice
 
@@ -126,11 +126,13 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
         budget.cut(f"tile search: {quick_layers} single layers tiled by the quick "
                    f"{ruleset.search.tile_search} search")
     if not coef:
-        longer = long_groups(graph, chip, ruleset, objective)
-        if budget is not None and budget.passed and ruleset.search.long_whole_map_groups:
-            budget.cut("whole-map groups past search.max_group_layers not searched")
-            longer = iter(())
-        for layers, best in longer:
+        if budget is not None and budget.passed:
+            if searches_long_groups(ruleset):
+                budget.cut("groups past search.max_group_layers not searched")
+            longer = {}
+        else:
+            longer = long_groups(graph, chip, ruleset, objective, budget)
+        for layers, best in longer.items():
             i = graph.index(layers[0])  # an interval of the order, longer than the limit
             choice[i, i + len(layers)] = best
             dag.add_edge(i, i + len(layers),

@@ -351,12 +351,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
-    """rules/default.yaml without the whole-network shortcut and whole-map groups of any
-    length, with rule 19 binding whole maps too (small test nets fit on chip, and these tests
-    need real group boundaries), plus textual ``edits`` (old -> new)."""
+    """rules/default.yaml without the whole-network shortcut, whole-map groups of any length
+    and block groups, with rule 19 binding whole maps too (small test nets fit on chip, and
+    these tests need real group boundaries), plus textual ``edits`` (old -> new)."""
     text = (ROOT / "rules" / "default.yaml").read_text()
     for old, new in {"whole_network_first: true": "whole_network_first: false",
                      "long_whole_map_groups: true": "long_whole_map_groups: false",
+                     "max_block_group_layers: 36": "max_block_group_layers: 0",
                      "applies_to: recompute}": "applies_to: all}",
                      **(edits or {})}.items():
         if old.startswith("whole_network_first") and old not in text:

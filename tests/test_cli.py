@@ -206,9 +206,13 @@ def test_explain_reports_a_broken_rule_with_exit_1(solved: tuple[Path, Path, dic
 
 def test_explain_numbers_support_not_better(tmp_path: Path) -> None:
     """An "allowed, but not better" boundary must show the alternative's cost >= the planned
-    cost (the demo's first group could take relu17, and CP-SAT proved that is no better)."""
+    cost (without block groups the demo's first group could take relu17, and CP-SAT proved
+    that is no better; with them the demo is one group and has no boundary)."""
+    rules = tmp_path / "no_block_groups.yaml"
+    text = (ROOT / "rules" / "default.yaml").read_text()
+    rules.write_text(text.replace("max_block_group_layers: 36", "max_block_group_layers: 0"))
     plan = tmp_path / "demo.json"
-    assert run("solve", str(DEMO), "-o", str(plan)).returncode == 0
+    assert run("solve", str(DEMO), "--rules", str(rules), "-o", str(plan)).returncode == 0
     out = run_json("explain", str(DEMO), str(plan))
     claims = [(b, r, m) for b in out["boundaries"] for r in b["reasons"]
               if (m := re.search(r"not better\b.*?(\d+)\D+(\d+)", r))]

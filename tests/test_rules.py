@@ -213,10 +213,11 @@ def with_rules(problem: Problem, search: dict[str, Any] | None = None,
 
 def bounded(problem: Problem) -> Problem:
     """The problem as these on/off tests were designed: every group capped at
-    max_group_layers (no whole-map groups of any length), rule 19 binding whole maps too
-    (applies_to: all) and rule 10 keeping fused groups' weights resident (no streaming), so
-    that each test isolates its one rule."""
-    return with_rules(problem, search={"long_whole_map_groups": False},
+    max_group_layers (no whole-map groups of any length, no block groups), rule 19 binding
+    whole maps too (applies_to: all) and rule 10 keeping fused groups' weights resident (no
+    streaming), so that each test isolates its one rule."""
+    return with_rules(problem, search={"long_whole_map_groups": False,
+                                       "max_block_group_layers": 0},
                       stride_redundancy={"applies_to": "all"},
                       weights_fit_wram={"streaming": False})
 
@@ -546,7 +547,8 @@ def test_r04_single_output(store: ModelStore) -> None:
 def test_r05_min_main_layers(store: ModelStore) -> None:
     """With groups capped at 2 layers, k=2 leaves residual_net unfused; k=1 allows conv+relu."""
     p = with_rules(store.problem("residual_net"),
-                   search={"max_group_layers": 2, "long_whole_map_groups": False})
+                   search={"max_group_layers": 2, "long_whole_map_groups": False,
+                           "max_block_group_layers": 0})
     tight, loose = binds(p, with_rules(p, min_main_layers={"k": 1}), "min_main_layers")
     assert fused(tight) == []
     assert len(fused(loose)) >= 5

@@ -1,0 +1,75 @@
+"""Block groups (solver.long_groups.block_groups): tiled groups from one single-tensor cut to
+a later one, longer than search.max_group_layers, with a full tile search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.app.api import Problem, plan_problem, prepare, verify
+from planner.core.budget import Budget
+from planner.cost.objective import Objective
+from planner.plan.json_io import save_plan
+from solver.long_groups import block_groups, single_cuts
+from tests import models
+from tests.test_rules import with_rules
+
+# row tiles only: whole 64 x 64 maps do not fit 8 KiB of NRAM per core
+SMALL_CHIP = ["sram.bytes=32KiB", "nram.bytes=8KiB"]
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory: pytest.TempPathFactory) -> Problem:
+    """Four bottlenecks of 7-8 layers, so every block is longer than max_group_layers 4."""
+    path = models.save(models.repeated_net(h=64, w=64), tmp_path_factory.mktemp("bg"), "rep")
+    return with_rules(prepare(str(path), overrides=SMALL_CHIP),
+                      search={"max_group_layers": 4, "max_block_group_layers": 24,
+                              "whole_network_first": False, "long_whole_map_groups": False})
+
+
+def _cut_aligned(problem: Problem, layers: tuple[str, ...]) -> bool:
+    """Whether a group starts after a single-tensor cut (or at the first layer) and ends at one
+    (or at the last layer)."""
+    g = problem.graph
+    ends = {*single_cuts(g), len(g.layers) - 1}
+    return g.index(layers[0]) - 1 in ends | {-1} and g.index(layers[-1]) in ends
+
+
+@pytest.mark.parametrize("solver", ["shortest-path", "cpsat"])
+def test_block_groups_fuse_whole_blocks_and_verify(repeated: Problem, tmp_path: Path,
+                                                   solver: str) -> None:
+    """With block groups the bottlenecks run fused in row tiles (groups longer than
+    max_group_layers, each from cut to cut) and the plan moves a quarter of the bytes it
+    moves without them; both planners agree, and the emulator confirms every counter."""
+    plan = plan_problem(repeated, solver)
+    off = plan_problem(with_rules(repeated, search={"max_block_group_layers": 0}), solver)
+    long = [g for g in plan.groups if len(g.layers) > 4]
+    assert long, f"{solver}: no block group: {[len(g.layers) for g in plan.groups]}"
+    assert all(_cut_aligned(repeated, g.layers) for g in long)
+    assert max(len(g.layers) for g in off.groups) <= 4
+    assert 4 * plan.totals.dram_bytes < off.totals.dram_bytes, (
+        plan.totals.dram_bytes, off.totals.dram_bytes)
+    other = plan_problem(repeated, "cpsat" if solver == "shortest-path" else "shortest-path")
+    assert other.totals.dram_bytes == plan.totals.dram_bytes
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    report = verify(repeated.model.path, path)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
+    assert not report.capacity_violations
+    assert report.emulated.dram_bytes == plan.totals.dram_bytes
+
+
+def test_block_groups_cap_and_budget(repeated: Problem) -> None:
+    """Block groups are at most max_block_group_layers long and none is searched once the
+    budget has passed (the budget says how many were left out)."""
+    g, chip, rules = repeated.graph, repeated.chip, repeated.ruleset
+    found = dict(block_groups(g, chip, rules, Objective.TRAFFIC))
+    assert found and all(4 < len(layers) <= 24 for layers in found)
+    capped = dict(block_groups(g, chip, with_rules(repeated, search={
+        "max_block_group_layers": 8}).ruleset, Objective.TRAFFIC))
+    assert capped and set(capped) < set(found) and all(len(k) <= 8 for k in capped)
+    spent = Budget.of(0.0)
+    assert not dict(block_groups(g, chip, rules, Objective.TRAFFIC, spent))
+    assert any("block groups" in note for note in spent.cuts), spent.cuts
