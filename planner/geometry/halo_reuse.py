@@ -74,6 +74,7 @@ class AxisSchedule:
     _lows: dict[int, dict[str, int]] = field(default_factory=dict)
     _factors: dict[tuple[int, str, int], tuple[tuple[int, int], ...]] = field(
         default_factory=dict)
+    _earlier: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
 
     @cached_property
     def ranges(self) -> list[Span]:
@@ -242,28 +243,37 @@ class AxisSchedule:
             self._factors[key] = out
         return self._factors[key]
 
-    def row_keep_factors(self, i: int, t: str, floors: list[int]) -> np.ndarray:
-        """keep_factors(i, t, f) for every row floor f of a tile row i, as an array
-        (floors, 3 corners, 2 factors): a streamed step asks for one per output row."""
-        f = np.asarray(floors, np.int64)
-        a, b = self.read_low(i, t), self.read_low(i + 1, t)
-        corners = np.maximum(f[:, None, None], np.array([a, b, max(a, b)], np.int64)[:, None])
-        # made by earlier tile rows at or after each corner: the parts are disjoint and
-        # ascending, so the walk back stops at the first one ending below every corner
-        lowest, back = int(corners.min(initial=NEVER)), []
-        for j in range(i - 1, -1, -1):
-            span = self.made(j, t)
-            if span[0] < span[1] <= lowest:
-                break
-            back.append(span)
-        spans = np.array(back, np.int64).reshape(-1, 2)
-        earlier = np.maximum(0, spans[None, None, :, 1]
-                             - np.maximum(spans[None, None, :, 0], corners)).sum(axis=-1)
-        lo, hi = self.made(i, t)
-        out = np.empty((len(f), 3, 2), np.int64)
-        out[..., 0] = earlier
-        out[..., 1] = np.maximum(0, hi - np.maximum(lo, corners[..., 0]))
+    def row_keep_factors(self, rows: np.ndarray, t: str, floors: np.ndarray) -> np.ndarray:
+        """keep_factors(rows[y], t, floors[y]) for every entry y, as an array (y, 3 corners,
+        2 factors): a streamed step asks for one per output row of each tile row."""
+        picked = sorted(set(rows.tolist()))
+        at = np.searchsorted(np.array(picked, np.int64), rows)
+        reads = np.array([[self.read_low(i, t), self.read_low(i + 1, t)] for i in picked],
+                         np.int64)
+        corner = np.stack([reads[:, 0], reads[:, 1], reads.max(axis=1)], axis=1)[at]
+        corners = np.maximum(np.asarray(floors, np.int64)[:, None], corner)  # (y, 3)
+        # made by earlier tile rows at or after each corner; empty spans pad the rows with
+        # fewer earlier parts (they add nothing: every corner is at least 0)
+        earlier = [self.earlier_spans(i, t) for i in picked]
+        spans = np.zeros((len(picked), max(len(e) for e in earlier), 2), np.int64)
+        for k, e in enumerate(earlier):
+            spans[k, :len(e)] = e
+        lo_hi = spans[at][:, None, :, :]  # (y, 1, m, 2)
+        made_before = np.maximum(0, lo_hi[..., 1] - np.maximum(lo_hi[..., 0],
+                                                                corners[..., None])).sum(-1)
+        made = np.array([self.made(i, t) for i in picked], np.int64)[at]  # (y, 2)
+        out = np.empty((len(rows), 3, 2), np.int64)
+        out[..., 0] = made_before
+        out[..., 1] = np.maximum(0, made[:, 1:] - np.maximum(made[:, :1], corners))
         return out
+
+    def earlier_spans(self, i: int, t: str) -> np.ndarray:
+        """The non-empty parts of t made by tiles before i, as an (m, 2) array (at least one
+        row: an empty range when there is none)."""
+        if (i, t) not in self._earlier:
+            spans = [sp for sp in (self.made(j, t) for j in range(i)) if sp[1] > sp[0]]
+            self._earlier[i, t] = np.array(spans or [(0, 0)], np.int64)
+        return self._earlier[i, t]
 
     def made_from(self, i: int, t: str, x: int) -> int:
         """Elements of t at or after x made by tiles before i (made parts are disjoint and
@@ -439,53 +449,63 @@ def _peaks(grid: ReuseGrid) -> dict[bool, int]:
             loads += made
     for k, (out, released) in streamed.items():
         lay = graph.layer(io.layers[k])
-        for a, r in enumerate(rows):
-            whole = sum(befores[t][a] + mades[t][a] for t in [out, *released])
-            runs = np.array([length(grid.rows.made(r, out)) * length(grid.cols.made(q, out)) > 0
-                             for q in cols])
-            # where the step makes nothing (no row to stream), its tensors stay whole
-            held[k, a] += np.where(runs, _streamed_row(grid, lay, out, released, r, cols,
-                                                       befores, afters, a), whole)
+        whole = sum(befores[t] + mades[t] for t in [out, *released])
+        runs = np.outer([length(grid.rows.made(r, out)) for r in rows],
+                        [length(grid.cols.made(q, out)) for q in cols]) > 0
+        # where the step makes nothing (no row to stream), its tensors stay whole
+        held[k] += np.where(runs, _streamed_rows(grid, lay, out, released, rows, cols,
+                                                 befores, afters), whole)
     if not len(io.layers):
         return {False: 0, True: 0}
     return {False: int(held.max()), True: int((held + loads).max())}
 
 
-def _streamed_row(grid: ReuseGrid, lay: Layer, out: str, released: list[str], r: int,
-                  cols: list[int], befores: dict[str, np.ndarray],
-                  afters: dict[str, np.ndarray], a: int) -> np.ndarray:
-    """A streamed step's output and released inputs in tile row r, for every column in
-    cols: the most they hold at once over the step's output rows."""
-    lo, hi = grid.rows.made(r, out)
+def _streamed_rows(grid: ReuseGrid, lay: Layer, out: str, released: list[str],
+                   rows: list[int], cols: list[int], befores: dict[str, np.ndarray],
+                   afters: dict[str, np.ndarray]) -> np.ndarray:
+    """A streamed step's output and released inputs, (tile row, tile column) for every row
+    in rows and column in cols: the most they hold at once over the step's output rows.
+    Every output row y of every tile row is one entry of flat arrays (seg: its tile row's
+    position in rows); the maxima are taken per tile row at the end."""
+    spans = [grid.rows.made(r, out) for r in rows]
+    counts = np.array([length(sp) for sp in spans], np.int64)
+    result = np.zeros((len(rows), len(cols)), np.int64)
+    live = np.flatnonzero(counts)  # tile rows with output rows to stream (else: whole)
+    if not len(live):
+        return result
+    seg = np.repeat(live, counts[live])
+    starts = np.cumsum(counts[live]) - counts[live]
+    step = np.arange(len(seg)) - np.repeat(starts, counts[live])  # y - lo in its tile row
+    r_of = np.asarray(rows, np.int64)[seg]
     col_made = np.array([length(grid.cols.made(q, out)) for q in cols], np.int64)
-    if hi <= lo:  # no row to stream (the caller keeps the whole step)
-        return np.zeros_like(col_made)
-    # output rows lo..y made, for each y (rows), in each tile column
-    total = befores[out][a] + grid.plane(out) * np.outer(np.arange(1, hi - lo + 1), col_made)
+    # output rows lo..y made, for each y, in each tile column
+    total = befores[out][seg] + grid.plane(out) * np.outer(step + 1, col_made)
     last_col = grid.cols.count - 1
     for t in released:
-        floors = stream_floors(grid.graph, lay, t, lo, hi)
-        # this tile row's factors serve both the tiles before (r, q) in the row and (r, q)
-        r_f = grid.rows.row_keep_factors(r, t, floors)
+        floors = np.concatenate([stream_floors(grid.graph, lay, t, *spans[a]) for a in live])
+        r_f = grid.rows.row_keep_factors(r_of, t, floors)
         # the tile before (r, q) is (r, q - 1), or (r - 1, last column) for q = 0
-        prev = np.zeros((len(floors), len(cols)), np.int64)
+        prev = np.zeros_like(total)
         if len(cols) > 1:
             prev[:, 1:] = _kept_floor(grid, t, r_f, [q - 1 for q in cols[1:]])
-        if r:
-            prev[:, :1] = _kept_floor(grid, t, grid.rows.row_keep_factors(r - 1, t, floors),
-                                      [last_col])
-        t_lo, t_hi = grid.rows.made(r, t)
-        made_rows = np.maximum(0, t_hi - np.maximum(t_lo, np.asarray(floors, np.int64)))
+        later = r_of > 0
+        if later.any():
+            prev[later, :1] = _kept_floor(
+                grid, t, grid.rows.row_keep_factors(r_of[later] - 1, t, floors[later]),
+                [last_col])
+        t_made = np.array([grid.rows.made(r, t) for r in rows], np.int64)[seg]
+        made_rows = np.maximum(0, t_made[:, 1] - np.maximum(t_made[:, 0], floors))
         made = grid.plane(t) * np.outer(made_rows, [length(grid.cols.made(q, t)) for q in cols])
         # below the floor only what later tiles read stays
-        kept_low = afters[t][a][None, :] - _kept_floor(grid, t, r_f, cols)
+        kept_low = afters[t][seg] - _kept_floor(grid, t, r_f, cols)
         total = total + prev + made + kept_low
-    return total.max(axis=0)
+    result[live] = np.maximum.reduceat(total, starts, axis=0)
+    return result
 
 
 def _kept_floor(grid: ReuseGrid, t: str, r_f: np.ndarray, cols: list[int]) -> np.ndarray:
-    """grid.kept_after(t, r, q) counting only rows at or after each floor, (floor, q), from
-    tile row r's factors per floor (AxisSchedule.row_keep_factors)."""
+    """grid.kept_after(t, r, q) counting only rows at or after a floor, (entry, q), from the
+    row factors of each entry's tile row and floor (AxisSchedule.row_keep_factors)."""
     c_f = np.array([grid.cols.keep_factors(q, t) for q in cols], np.int64).reshape(-1, 3, 2)
     return _signed_products(r_f, c_f) * grid.plane(t)
 
