@@ -345,9 +345,11 @@ class GroupSearch:
     def choice(self, tile: Tile, resident: bool, double_buffered: bool,
                halo_reuse: bool = False, weights_outer: bool = False) -> TileChoice:
         """A tile with its full predicted cost."""
+        # the search's grid: its axes (and a peak its capacity checks computed) are reused
+        grid = self.reuse_grid(tile) if halo_reuse and tile.bands == 1 else None
         return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
                                                      resident, double_buffered, halo_reuse,
-                                                     weights_outer),
+                                                     weights_outer, grid),
                           double_buffered, halo_reuse, weights_outer)
 
     def best(self, objective: Objective = Objective.TRAFFIC, rules: Iterable[Rule] | None = None

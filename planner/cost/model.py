@@ -183,10 +183,12 @@ def _representative(extent: int, size: int) -> list[tuple[int, int]]:
 
 def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                weights_resident: bool = True, double_buffered: bool = False,
-               halo_reuse: bool = False, weights_outer: bool = False) -> int:
+               halo_reuse: bool = False, weights_outer: bool = False,
+               grid: ReuseGrid | None = None) -> int:
     """Exact SRAM peak over all tiles: feature maps, plus on single-memory chips the resident
     weights, or the streamed chunks of each step (planner.cost.weight_stream; halo-reusing
-    tiles reserve the largest pair for all their steps)."""
+    tiles reserve the largest pair for all their steps). ``grid``: the tile's halo-reusing
+    grid when a tile search has built it (its axes and any peak it holds are reused)."""
     n, h, w = anchor_extent(graph, io)
     steps = live_steps(graph, io)
     exact = all(
@@ -203,7 +205,8 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
         return banded_sram_bytes(graph, io, chains, tile, chip, weights_resident,
                                  double_buffered)
     if halo_reuse:
-        peak = (reuse_peak_elems(graph, io, chains, tile, double_buffered) * chip.dtype_bytes
+        peak = (reuse_peak_elems(graph, io, chains, tile, double_buffered, grid)
+                * chip.dtype_bytes
                 + max(staged, default=0))
     rows, cols = (AxisSchedule(graph, io, chains, axis, size).picked_ranges()
                   for axis, size in ((1, tile.h), (2, tile.w)))
@@ -547,14 +550,17 @@ def with_time(chip: Chip, c: Counters, double_buffered: bool, prefetched: int = 
 
 def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
                weights_resident: bool = True, double_buffered: bool = False,
-               halo_reuse: bool = False, weights_outer: bool = False) -> Counters:
-    """Predicted counters of one group of layers executed with `tile`."""
+               halo_reuse: bool = False, weights_outer: bool = False,
+               grid: ReuseGrid | None = None) -> Counters:
+    """Predicted counters of one group of layers executed with `tile` (``grid``: its
+    halo-reusing grid, when a tile search has built it)."""
     io = group_io(graph, layers)
     chains = group_chains(graph, io)
     c = work_counters(graph, io, chains, tile, chip, weights_resident, halo_reuse,
                       weights_outer=weights_outer)
     c = replace(c, sram_peak_bytes=peak_bytes(graph, io, chains, tile, chip, weights_resident,
-                                              double_buffered, halo_reuse, weights_outer))
+                                              double_buffered, halo_reuse, weights_outer,
+                                              grid))
     return with_time(chip, c, double_buffered)
 
 
