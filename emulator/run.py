@@ -202,16 +202,18 @@ def _aligned_constants(graph: Graph, lay: Layer, consts: Sequence[tuple[int, str
                        out_layout: Layout, ref: int
                        ) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
     """The constant operands of an element-wise layer that span the output's batch, rows or
-    columns (broadcast right-aligned): a tile takes its own box of them."""
+    columns (broadcast right-aligned), and those a Concat joins that span the batch (a
+    class token expanded to every image): a tile takes its own box of them."""
     spec = op_spec(lay.op)
-    if spec.maps is not MapRule.LOCAL or spec.op_class not in (OpClass.SCALAR, OpClass.VECTOR) \
-            or not out_layout.spatial or not lay.row_maps \
-            or lay.row_maps[ref].kind is not MapKind.IDENTITY:
-        return ()
-    out = lay.out_shape
-    parts = [(out_layout.row_axis, 1), (out_layout.col_axis, 2)]
-    if lay.batch_preserving:
+    elementwise = spec.maps is MapRule.LOCAL and spec.op_class in (OpClass.SCALAR,
+                                                                     OpClass.VECTOR)
+    parts: list[tuple[int | None, int]] = []
+    if elementwise and out_layout.spatial and lay.row_maps \
+            and lay.row_maps[ref].kind is MapKind.IDENTITY:
+        parts += [(out_layout.row_axis, 1), (out_layout.col_axis, 2)]
+    if lay.batch_preserving and (elementwise or spec.maps is MapRule.CONCAT):
         parts.append((out_layout.batch_axis, 0))
+    out = lay.out_shape
     found = []
     for pos, name in consts:
         shape = graph.shapes.get(name, ())
@@ -302,12 +304,14 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         for axis, part in cuts:
             index[axis] = slice(out_box[2 * part], out_box[2 * part + 1])
         args[pos] = operand[tuple(index)]
-    if info.shape_param is ShapeParam.TARGET_SHAPE and info.out_spatial \
-            and lay.row_maps[0].kind is MapKind.IDENTITY:
-        # the target shape names the whole map; a tile reshapes only its own box
+    if info.shape_param is ShapeParam.TARGET_SHAPE:
+        # the target shape names the whole map; a tile reshapes only its own box: its images
+        # always (a batch-tiled group), its rows and columns where they map one to one
         target = list(lay.out_shape)
+        rows_too = info.out_spatial and lay.row_maps[0].kind is MapKind.IDENTITY
         for axis, lo, hi in _box_axes(info.out_layout, out_box):
-            target[axis] = hi - lo
+            if rows_too or axis == info.out_layout.batch_axis:
+                target[axis] = hi - lo
         args[1] = np.array(target, dtype=np.int64)
     if info.shape_param is ShapeParam.RESIZE_SIZES and len(args) == 4 \
             and lay.row_maps[0].kind is not MapKind.WHOLE:

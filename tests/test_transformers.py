@@ -180,6 +180,20 @@ def test_deit_plans_in_token_tiles_and_verifies(tmp_path: Path, sram: str) -> No
     assert tiled, "no attention group runs in tiles of query tokens"
 
 
+def test_deit_batch_runs_in_image_tiles_and_verifies(tmp_path: Path) -> None:
+    """At batch 2 the patch embedding, its Reshape (whose target names both images), the
+    class token's Concat (a constant expanded to both images) and the encoder blocks run in
+    groups tiled one image at a time; the emulator restates the Reshape's target and cuts
+    the class token per tile, and every weight is read once for the batch."""
+    plan = _verify(tmp_path, DEIT, {"input": (2, 3, 224, 224)}, [])
+    graph = _deit_graph()
+    first = next(g for g in plan.groups if "/Reshape" in g.layers)
+    assert first.tile.n == 1 and "/Concat_2" in first.layers, (first.layers[:6], first.tile)
+    weights = {w for lay in graph.layers for w in lay.weights}
+    once = sum(graph.constants[w].size for w in weights) * 2  # fp16
+    assert plan.totals.weight_read_bytes == once
+
+
 def _block(nodes: list[onnx.NodeProto], name: str, shape: list[int],
            constants: list[onnx.TensorProto]) -> onnx.ModelProto:
     """An opset-17 model of `nodes` from input x to output y, both of `shape`."""
