@@ -639,7 +639,8 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     if unsearched:
         budget.cut(f"CP-SAT: {unsearched} block candidates not searched")
     # the shortest path noted the cut once the budget has passed
-    longer = {} if budget.passed else long_groups(graph, chip, ruleset, objective, budget)
+    longer = {} if budget.passed else long_groups(graph, chip, ruleset, objective, budget,
+                                                  memo)
     for layers, choice in longer.items():
         candidates.append(layers)  # block and whole-map groups past the size limit, pinned
         floors.append(objective_units(choice.cost, objective, ruleset.objective, chip))

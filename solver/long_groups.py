@@ -90,11 +90,14 @@ def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice |
 
 
 def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
-                budget: Budget | None = None) -> dict[tuple[str, ...], TileChoice]:
+                budget: Budget | None = None,
+                memo: dict[tuple[str, ...], TileChoice | None] | None = None
+                ) -> dict[tuple[str, ...], TileChoice]:
     """Groups longer than ``search.max_group_layers`` (block groups and whole-map groups),
     each with its best tile choice; where both kinds cover one interval, the cheaper. Block
-    groups stop being searched once the ``budget`` has passed."""
-    found = dict(block_groups(graph, chip, ruleset, objective, budget))
+    groups stop being searched once the ``budget`` has passed; ``memo`` (the planners'
+    interval tiles) keeps their best tiles for a second planner on the same objective."""
+    found = dict(block_groups(graph, chip, ruleset, objective, budget, memo))
     for layers, choice in whole_map_groups(graph, chip, ruleset, objective):
         if layers not in found or _units(choice, objective, ruleset, chip) \
                 < _units(found[layers], objective, ruleset, chip):
@@ -108,12 +111,13 @@ def searches_long_groups(ruleset: RuleSet) -> bool:
     return search.long_whole_map_groups or search.max_block_group_layers > search.max_group_layers
 
 
-def _units(choice: TileChoice, objective: Objective, ruleset: RuleSet, chip: Chip) -> float:
+def _units(choice: TileChoice, objective: Objective, ruleset: RuleSet, chip: Chip) -> int:
     return objective_units(choice.cost, objective, ruleset.objective, chip)
 
 
 def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
-                 budget: Budget | None = None
+                 budget: Budget | None = None,
+                 memo: dict[tuple[str, ...], TileChoice | None] | None = None
                  ) -> Iterator[tuple[tuple[str, ...], TileChoice]]:
     """Tiled groups from one single-tensor cut to a later one, longer than
     ``search.max_group_layers`` and at most ``search.max_block_group_layers`` layers, with
@@ -138,13 +142,19 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
         if not (is_connected(graph, group) and is_convex(graph, group)):
             continue
         search = GroupSearch.of(graph, group, chip, ruleset)
-        if breaks_structure(search, ruleset):
+        if breaks_structure(search, ruleset):  # checked again: this graph's blocks
             continue
-        key = structure_key(graph, search.io)
-        if key not in searched:
-            searched[key] = search.best(objective)
-        if (best := searched[key]) is not None:
-            yield tuple(search.layers), best
+        if memo is not None and group in memo:  # searched by a planner before this one
+            best = memo[group]
+        else:
+            key = structure_key(graph, search.io)
+            if key not in searched:
+                searched[key] = search.best(objective)
+            best = searched[key]
+            if memo is not None:
+                memo[group] = best
+        if best is not None:
+            yield group, best
 
 
 def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective

@@ -131,7 +131,7 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                 budget.cut("groups past search.max_group_layers not searched")
             longer = {}
         else:
-            longer = long_groups(graph, chip, ruleset, objective, budget)
+            longer = long_groups(graph, chip, ruleset, objective, budget, memo)
         for layers, best in longer.items():
             i = graph.index(layers[0])  # an interval of the order, longer than the limit
             choice[i, i + len(layers)] = best
