@@ -467,10 +467,14 @@ def test_a_task_that_raises_is_an_errored_row_and_counted(local_ray: None,
 
 @pytest.mark.slow
 def test_a_sweep_runs_across_two_ray_nodes(tmp_path: Path) -> None:
+    from ray._common.utils import get_ray_address_file
     from ray.cluster_utils import Cluster
 
     ray.shutdown()
     temp = tempfile.mkdtemp(prefix="fuseplan-ray-")
+    # Cluster writes the head's address to the default temp dir's ray_current_cluster
+    # whatever temp_dir says, and fails where no Ray has run on the machine yet
+    Path(get_ray_address_file(None)).parent.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "temp_dir": temp})
     try:
