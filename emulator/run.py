@@ -22,10 +22,12 @@ from emulator.chunks import Compute, WeightStream
 from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
 from emulator.kernels import run_op
 from emulator.reuse import run_reuse_tiles
+from emulator.two_pass import run_two_pass
 from emulator.weights_outer import run_weights_outer
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
+from planner.geometry.passes import two_pass_split
 from planner.geometry.regions import (
     Box,
     GroupIO,
@@ -599,13 +601,41 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
     if group.placement.weights_outer:
         run_weights_outer(graph, group, chip, dram, weights, tally, layers)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
+    if group.placement.two_pass:
+        split = two_pass_split(graph, group.layers)
+        if split is None or group.halo_reuse or not group.weights_resident:
+            raise EmulationError(group.id, None, None, "the plan runs this group in two "
+                                 "passes, but it holds no reduction whose result feeds back "
+                                 "into it on vectors, or its weights stream, or it reuses halos")
+        run_two_pass(graph, group, split, dram, weights, tally, layers, chip)
+        return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
+    anchors = list(group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile))
+    run_tiles(graph, group, io, anchors, dram, weights, tally, layers)
+    return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
+
+
+def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
+              dram: dict[str, np.ndarray], weights: Mapping[str, np.ndarray], tally: Tally,
+              layers: LayerCache, *, held: Mapping[str, tuple[Box, np.ndarray]] | None = None,
+              first: int = 0, kept: frozenset[str] = frozenset(),
+              used_weights: int | None = None) -> dict[str, Fold]:
+    """Run `io`'s layers tile by tile over `anchors` (halos recomputed), reading and
+    writing `dram` and counting into `tally`; returns the accumulators of its reductions.
+
+    ``held``: tensors already on chip for every tile (not loaded, never freed);
+    ``first``: the index of the first tile (a second pass numbers on from the first);
+    ``kept``: accumulated outputs kept on chip rather than stored after the last tile;
+    ``used_weights``: weight bytes the cores read per tile (default: all the group's).
+    """
+    dt = tally.chip.dtype_bytes
+    held = held or {}
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)
-    anchors = list(group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile))
     folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
-    for ti, tile_box in enumerate(anchors):
+    for k, tile_box in enumerate(anchors):
+        ti = first + k
         boxes = tile_regions(graph, io, tile_box)
-        onchip: dict[str, tuple[Box, np.ndarray]] = {}
+        onchip: dict[str, tuple[Box, np.ndarray]] = dict(held)
         loaded = 0
         for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
             layout = graph.layout(t)
@@ -616,31 +646,32 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         prefetch = loaded if group.double_buffered else 0
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
-            first = lay.outputs[0]
-            if first in folds:  # fold this tile's part of the anchor into the accumulator
+            out0 = lay.outputs[0]
+            if out0 in folds:  # fold this tile's part of the anchor into the accumulator
                 x_box, x = onchip[lay.fmap_inputs[0]]
-                ys = [folds[first].add(x, x_box)]
+                ys = [folds[out0].add(x, x_box)]
                 tally.vector_ops += x.size
             else:
                 try:
-                    ys = tally.compute(partial(run_layer, graph, lay, boxes[first], onchip,
+                    ys = tally.compute(partial(run_layer, graph, lay, boxes[out0], onchip,
                                                layers=layers), lay, weights)
                 except KernelFailure as exc:
                     raise EmulationError(group.id, ti, exc.layer, exc.detail) from exc
                 tally.ops(lay, ys[0].size)
             for t, y in zip(lay.outputs, ys, strict=False):
                 if t:
-                    onchip[t] = (boxes[first], y)
+                    onchip[t] = (boxes[out0], y)
                     tally.core += y.size * dt * (1 + uses.get(t, 0))
             tally.step(ti, sum(a.size for _, a in onchip.values()) * dt + prefetch, i)
             # free what no later layer of the group reads (outputs wait for their store)
-            for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs]:
+            for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs
+                      and t not in held]:
                 del onchip[t]
         written = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
             have, arr = onchip[t]
             if t in folds:  # an accumulator is final, and stored, after the last tile
-                if ti < len(anchors) - 1:
+                if k < len(anchors) - 1 or t in kept:
                     continue
                 arr = folds[t].result()
             want = tile_box if t == io.anchor else boxes[t]
@@ -650,8 +681,8 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
                 dram[t] = np.zeros(graph.shapes[t], dtype=part.dtype)
             _slice(dram[t], _full(dram[t], layout), want, layout)[...] = part
             written += part.size * dt
-        tally.tile(ti, loaded, written)
-    return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
+        tally.tile(ti, loaded, written, used=used_weights)
+    return folds
 
 
 def _group_run(group: Group, tallies: list[Tally]) -> GroupRun:

@@ -32,7 +32,9 @@ from ortools.sat.python.cp_model_helper import Literal
 
 from hardware.chip import Chip
 from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
+from planner.cost.two_pass import fmap_peak_bytes
 from planner.cost.weight_stream import layer_chunks, staged_steps
+from planner.geometry.passes import two_pass_split
 from planner.geometry.regions import (
     GroupChains,
     GroupIO,
@@ -67,6 +69,9 @@ class Pinned(Protocol):
 
     @property
     def weights_outer(self) -> bool: ...
+
+    @property
+    def two_pass(self) -> bool: ...
 
 
 def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
@@ -107,6 +112,13 @@ class Candidate:
     facts_any_tile: GroupFacts
     rows: dict[str, Expr] = field(default_factory=dict)  # tensor -> bound-rows var/int
     fixed: Counters | None = None  # the pinned tile's cost (no closed form for its rows)
+    # a pinned two-pass tile (planner.geometry.passes): its exact feature-map peak
+    two_pass_peak: int | None = None
+
+    @property
+    def two_pass(self) -> bool:
+        """Whether the candidate is a pinned tile run in two passes around its reduction."""
+        return self.two_pass_peak is not None
 
     @property
     def fused(self) -> bool:
@@ -156,7 +168,7 @@ class Encoding:
                              m.new_constant(int(fixed.double_buffered)),
                              m.new_constant(int(fixed.halo_reuse)),
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
-                             fixed=fixed.cost)
+                             fixed=fixed.cost, two_pass_peak=self._two_pass_peak(layers, fixed))
             self.candidates.append(cand)
             return cand
         h_low = tile_floor(chains, io, graph, 1)
@@ -198,6 +210,15 @@ class Encoding:
                          h_low or h, facts)
         self.candidates.append(cand)
         return cand
+
+    def _two_pass_peak(self, layers: Sequence[str], fixed: Pinned) -> int | None:
+        """The exact feature-map peak of a pinned two-pass tile, None for other tiles."""
+        if not fixed.two_pass:
+            return None
+        split = two_pass_split(self.graph, layers)
+        if split is None:
+            raise ValueError(f"group of {layers[0]!r} pinned in two passes cannot run so")
+        return fmap_peak_bytes(self.graph, split, fixed.tile, self.chip, fixed.double_buffered)
 
     # --- per-tile sizes (bounds, as GroupFacts.tensor_bound_bytes) -------------------
 

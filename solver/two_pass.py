@@ -1,0 +1,144 @@
+"""Tile search for a group run in two passes around its reduction (planner.geometry.passes).
+
+The search is in Python for every planner: CP-SAT gets the best choice pinned (its cost
+and exact peak are constants, its rules checked here). Both passes use one tile over the
+whole batch (an accumulator folds every image of its tile) at full width, weights
+resident, halos recomputed; every height that fits is costed, with and without a second
+input buffer. Capacities use the exact peak of the two passes and the tail; the rules
+that depend on the tile are checked on each pass as a group of its own, the structural
+ones on the whole group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from math import ceil
+
+from hardware.chip import Chip
+from planner.cost.counters import Counters
+from planner.cost.model import weight_bytes
+from planner.cost.two_pass import fmap_peak_bytes, two_pass_cost
+from planner.geometry.passes import TwoPass, two_pass_split
+from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
+from planner.ir.graph import Graph
+from rules.base import GroupFacts, Rule, Violation
+
+TALLEST = 8  # feasible heights costed per group
+
+
+@dataclass
+class TwoPassSearch:
+    """Feasibility and cost of the two-pass tiles of one group."""
+
+    graph: Graph
+    split: TwoPass
+    chip: Chip
+    chains: tuple[GroupChains, GroupChains]  # of pass 1 and pass 2
+    peaks: dict[tuple[int, bool], int] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip) -> TwoPassSearch | None:
+        """The search of a group that can run in two passes, else None."""
+        split = two_pass_split(graph, tuple(layers))
+        if split is None:
+            return None
+        return cls(graph, split, chip, (group_chains(graph, split.first),
+                                        group_chains(graph, split.second)))
+
+    @property
+    def weight_bytes(self) -> int:
+        return weight_bytes(self.graph, self.split.whole.weights, self.chip)
+
+    def tile_of(self, th: int) -> Tile:
+        n, _, w = anchor_extent(self.graph, self.split.second)
+        return Tile(n, th, w)
+
+    def heights(self) -> list[int]:
+        """Tile heights, tallest first (rows of pass 2's anchor)."""
+        return list(range(anchor_extent(self.graph, self.split.second)[1], 0, -1))
+
+    def fmap_peak(self, th: int, double_buffered: bool) -> int:
+        """Exact feature-map peak of both passes and the tail (no weights)."""
+        key = (th, double_buffered)
+        if key not in self.peaks:
+            self.peaks[key] = fmap_peak_bytes(self.graph, self.split, self.tile_of(th),
+                                              self.chip, double_buffered)
+        return self.peaks[key]
+
+    def physical(self, th: int, double_buffered: bool) -> list[Violation]:
+        """The chip's capacities, from the exact peak (as the emulator checks them)."""
+        chip = self.chip
+        live = self.fmap_peak(th, double_buffered)
+        weights = self.weight_bytes
+        out = []
+        sram = live + (weights if chip.unified else 0)
+        if sram > chip.sram.bytes:
+            out.append(Violation("HW", "sram", f"two passes need {sram} B of SRAM, has "
+                                 f"{chip.sram.bytes} B", sram, chip.sram.bytes))
+        if chip.nram is not None and ceil(live / chip.cores_per_cluster) > chip.nram.bytes:
+            share = ceil(live / chip.cores_per_cluster)
+            out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
+                                 f"{chip.nram.bytes} B", share, chip.nram.bytes))
+        if chip.wram is not None and ceil(weights / chip.cores_per_cluster) > chip.wram.bytes:
+            share = ceil(weights / chip.cores_per_cluster)
+            out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for "
+                                 f"resident weights, has {chip.wram.bytes} B", share,
+                                 chip.wram.bytes))
+        return out
+
+    def rule_violations(self, th: int, double_buffered: bool, rules: Iterable[Rule],
+                        whole: GroupFacts) -> list[Violation]:
+        """Violations of the rules: structural ones by the whole group, the others by
+        either pass as a group of its own."""
+        found = []
+        tile = self.tile_of(th)
+        passes = [GroupFacts(self.graph, io, chains, tile, self.chip, True, double_buffered)
+                  for io, chains in zip((self.split.first, self.split.second), self.chains,
+                                        strict=True)]
+        for r in rules:
+            facts = [whole] if r.is_structural else passes
+            found += [v for f in facts if (v := r.check(f)) is not None]
+        return found
+
+    def cost(self, th: int, double_buffered: bool) -> Counters:
+        """Every counter of the tile th rows tall."""
+        return two_pass_cost(self.graph, self.split, self.tile_of(th), self.chip,
+                             double_buffered)
+
+    def room(self, th: int, double_buffered: bool) -> int:
+        """Bytes left for the next group's weights while this group runs (as
+        solver.tiles.prefetch_room: WRAM where the chip has one, else SRAM)."""
+        chip = self.chip
+        if chip.wram is not None:
+            return chip.wram.bytes * chip.cores_per_cluster - self.weight_bytes
+        return (chip.sram.bytes - self.fmap_peak(th, double_buffered)
+                - (self.weight_bytes if chip.unified else 0))
+
+    def feasible(self, rules: Iterable[Rule], whole: GroupFacts) -> list[tuple[int, bool]]:
+        """(height, second buffer) of the tallest tiles that fit the chip and pass the rules
+        (TALLEST of them: taller tiles re-read fewer halo rows, and each pass costs a few
+        milliseconds): the tallest that fits found by bisection (the peak shrinks with the
+        tile), the heights below it checked in turn."""
+        chosen = tuple(rules)
+        heights = self.heights()
+        lo, hi = 0, len(heights) - 1
+        if self.physical(heights[hi], False):
+            return []
+        while lo < hi:  # heights[hi] fits
+            mid = (lo + hi) // 2
+            if self.physical(heights[mid], False):
+                lo = mid + 1
+            else:
+                hi = mid
+        out: list[tuple[int, bool]] = []
+        for th in heights[hi:]:
+            if len({h for h, _ in out}) >= TALLEST:
+                break
+            if self.rule_violations(th, False, chosen, whole):
+                continue
+            out.append((th, False))
+            if not self.physical(th, True) and not self.rule_violations(th, True, chosen,
+                                                                          whole):
+                out.append((th, True))
+        return out
