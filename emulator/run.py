@@ -21,13 +21,13 @@ from threadpoolctl import threadpool_limits
 from emulator.chunks import Compute, WeightStream
 from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
 from emulator.kernels import run_op
+from emulator.passes import run_passes
 from emulator.reuse import run_reuse_tiles
-from emulator.two_pass import run_two_pass
 from emulator.weights_outer import run_weights_outer
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
-from planner.geometry.passes import two_pass_split
+from planner.geometry.passes import pass_split
 from planner.geometry.regions import (
     Box,
     GroupIO,
@@ -601,13 +601,15 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
     if group.placement.weights_outer:
         run_weights_outer(graph, group, chip, dram, weights, tally, layers)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
-    if group.placement.two_pass:
-        split = two_pass_split(graph, group.layers)
-        if split is None or group.halo_reuse or not group.weights_resident:
-            raise EmulationError(group.id, None, None, "the plan runs this group in two "
-                                 "passes, but it holds no reduction whose result feeds back "
-                                 "into it on vectors, or its weights stream, or it reuses halos")
-        run_two_pass(graph, group, split, dram, weights, tally, layers, chip)
+    if group.placement.passes > 1:
+        split = pass_split(graph, group.layers)
+        if split is None or split.count != group.placement.passes or group.halo_reuse \
+                or not group.weights_resident:
+            raise EmulationError(group.id, None, None, f"the plan runs this group in "
+                                 f"{group.placement.passes} passes, but it holds no as many "
+                                 "reductions feeding back into it on vectors, or its weights "
+                                 "stream, or it reuses halos")
+        run_passes(graph, group, split, dram, weights, tally, layers, chip)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     anchors = list(group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile))
     run_tiles(graph, group, io, anchors, dram, weights, tally, layers)

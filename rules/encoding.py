@@ -32,9 +32,9 @@ from ortools.sat.python.cp_model_helper import Literal
 
 from hardware.chip import Chip
 from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
-from planner.cost.two_pass import fmap_peak_bytes
+from planner.cost.passes import fmap_peak_bytes
 from planner.cost.weight_stream import layer_chunks, staged_steps
-from planner.geometry.passes import two_pass_split
+from planner.geometry.passes import pass_split
 from planner.geometry.regions import (
     GroupChains,
     GroupIO,
@@ -71,7 +71,7 @@ class Pinned(Protocol):
     def weights_outer(self) -> bool: ...
 
     @property
-    def two_pass(self) -> bool: ...
+    def passes(self) -> int: ...
 
 
 def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
@@ -112,13 +112,14 @@ class Candidate:
     facts_any_tile: GroupFacts
     rows: dict[str, Expr] = field(default_factory=dict)  # tensor -> bound-rows var/int
     fixed: Counters | None = None  # the pinned tile's cost (no closed form for its rows)
-    # a pinned two-pass tile (planner.geometry.passes): its exact feature-map peak
-    two_pass_peak: int | None = None
+    # a pinned tile run in passes (planner.geometry.passes): how many, its exact peak
+    passes: int = 1
+    passes_peak: int | None = None
 
     @property
-    def two_pass(self) -> bool:
-        """Whether the candidate is a pinned tile run in two passes around its reduction."""
-        return self.two_pass_peak is not None
+    def in_passes(self) -> bool:
+        """Whether the candidate is a pinned tile run in passes around its reductions."""
+        return self.passes_peak is not None
 
     @property
     def fused(self) -> bool:
@@ -168,7 +169,8 @@ class Encoding:
                              m.new_constant(int(fixed.double_buffered)),
                              m.new_constant(int(fixed.halo_reuse)),
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
-                             fixed=fixed.cost, two_pass_peak=self._two_pass_peak(layers, fixed))
+                             fixed=fixed.cost, passes=fixed.passes,
+                             passes_peak=self._passes_peak(layers, fixed))
             self.candidates.append(cand)
             return cand
         h_low = tile_floor(chains, io, graph, 1)
@@ -211,13 +213,13 @@ class Encoding:
         self.candidates.append(cand)
         return cand
 
-    def _two_pass_peak(self, layers: Sequence[str], fixed: Pinned) -> int | None:
-        """The exact feature-map peak of a pinned two-pass tile, None for other tiles."""
-        if not fixed.two_pass:
+    def _passes_peak(self, layers: Sequence[str], fixed: Pinned) -> int | None:
+        """The exact feature-map peak of a pinned tile run in passes, None for others."""
+        if fixed.passes == 1:
             return None
-        split = two_pass_split(self.graph, layers)
+        split = pass_split(self.graph, layers)
         if split is None:
-            raise ValueError(f"group of {layers[0]!r} pinned in two passes cannot run so")
+            raise ValueError(f"group of {layers[0]!r} pinned in passes cannot run so")
         return fmap_peak_bytes(self.graph, split, fixed.tile, self.chip, fixed.double_buffered)
 
     # --- per-tile sizes (bounds, as GroupFacts.tensor_bound_bytes) -------------------

@@ -57,9 +57,9 @@ class SearchSettings:
     # with 2-D halo-reusing tiles, also try one band of tile columns per core
     # (planner.geometry.bands): bands spread a group over every cluster's SRAM
     bands: bool = True
-    # a group whose global pool feeds back into it (squeeze-excite) may run in two passes:
-    # pool in tiles, then recompute and scale in tiles (planner.geometry.passes)
-    two_pass_reductions: bool = True
+    # a group whose global pools feed back into it (squeeze-excite) may run in passes: pool
+    # in tiles, then recompute and scale in tiles (planner.geometry.passes)
+    pooling_passes: bool = True
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,9 @@ from rules.encoding import Candidate, Encoding
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected, is_convex
 from solver.long_groups import long_groups
+from solver.passes import PassSearch
 from solver.shortest_path import infeasible_layer_error
 from solver.tiles import GroupSearch, Option, TileChoice, prefetch_room
-from solver.two_pass import TwoPassSearch
 
 TRADE_OFFS = 4  # halo-reusing choices pinned per group under a cycles cap (Pareto sweeps)
 
@@ -98,7 +98,7 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
 def faster_buffering(graph: Graph, chip: Chip, ruleset: RuleSet, p: Placement) -> Placement:
     """The placement with the faster input buffering (single where both are as fast), for
     objectives its bytes do not depend on."""
-    if p.two_pass:  # its pinned choice already took the faster buffering (_rank)
+    if p.passes > 1:  # its pinned choice already took the faster buffering (_rank)
         return p
     search = GroupSearch.of(graph, p.layers, chip, ruleset)
     options = [False] + [True] * search.fits_double_buffer(p.tile, p.weights_resident,
@@ -134,10 +134,10 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
     steps = enc.live_steps_bytes(cand)
     staged = enc.staged_steps(cand)
     stage = max(staged, default=0)
-    if cand.two_pass_peak is not None:
-        # a pinned two-pass tile: its exact peak over both passes and the tail, second
+    if cand.passes_peak is not None:
+        # a pinned tile run in passes: its exact peak over every pass and tail, second
         # buffer included; its weights are resident
-        steps, prefetch, staged = [cand.two_pass_peak], 0, ()
+        steps, prefetch, staged = [cand.passes_peak], 0, ()
     elif cand.fixed is not None and cand.facts_any_tile.halo_reuse:
         # a pinned halo-reusing tile: its exact peak, second buffer included; it reserves
         # the largest streamed pair for all its steps
@@ -167,11 +167,11 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
 
 
 def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
-    """The rules of a pinned two-pass tile, checked in Python (solver.two_pass: structural
+    """The rules of a pinned tile run in passes, checked in Python (solver.passes: structural
     rules on the whole group, the others on each pass): a rule it breaks forbids it while
     that rule's literal holds, as a structural rule's encoding does."""
-    passes = TwoPassSearch.of(enc.graph, cand.layers, enc.chip)
-    assert passes is not None  # pinned in two passes, so it can run so
+    passes = PassSearch.of(enc.graph, cand.layers, enc.chip)
+    assert passes is not None  # pinned in passes, so it can run so
     tile = cand.facts_any_tile.tile
     whole = GroupFacts(enc.graph, cand.io, cand.chains, Tile(1, 1, 1), enc.chip)
     for r in ruleset.enabled:
@@ -332,7 +332,7 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         for name in cand.layers:
             cover[name].append(cand.selected)
         _physical(enc, cand, rooms.get(k, 0))
-        if cand.fused and cand.two_pass:
+        if cand.fused and cand.in_passes:
             _forbid_broken(enc, cand, ruleset)
         elif cand.fused:
             for r in ruleset.enabled:
@@ -490,12 +490,12 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
     choice, the tile variables any full-width tile that recomputes its halos."""
     if cand.fixed is None:
         return not (picked.halo_reuse or picked.tile.w < cand.extent[2] or picked.weights_outer
-                    or picked.two_pass)
+                    or picked.passes > 1)
     f = cand.facts_any_tile
     return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse, f.weights_outer,
-            cand.two_pass) == \
+            cand.in_passes) == \
         (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse,
-         picked.weights_outer, picked.two_pass)
+         picked.weights_outer, picked.passes > 1)
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
@@ -584,7 +584,7 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
 
     def special(c: TileChoice | None) -> bool:
         return c is not None and (c.halo_reuse or c.tile.w < full_width or c.weights_outer
-                                  or c.two_pass)
+                                  or c.passes > 1)
 
     alts: list[TileChoice | None]
     if not search.closed_form:
@@ -657,7 +657,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         w = started_from.get(frozenset(layers))
         warm_choice = None if w is None else search.choice(
             w.tile, w.weights_resident, w.double_buffered, w.halo_reuse, w.weights_outer,
-            w.two_pass)
+            w.passes)
         for choice in _alternatives(search, best, warm_choice, objective, ruleset,
                                     cycles_cap, prefetch_options, trade_offs):
             candidates.append(layers)
@@ -713,7 +713,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             reuse = bool(solver.boolean_value(cand.halo_reuse))
             outer = cand.fixed is not None and cand.facts_any_tile.weights_outer
             placement = Placement.of(cand.layers, tile, resident, db, reuse, outer,
-                                     cand.two_pass)
+                                     cand.passes)
             groups.append(placement if objective.timed
                           else faster_buffering(graph, chip, ruleset, placement))
     # CP-SAT reports its integer objective through a float scaling (13044 came back as

@@ -42,7 +42,7 @@ from planner.plan.placement import Placement
 from rules.base import GroupFacts, Rule, Violation
 from rules.encoding import tile_floor
 from rules.ruleset import RuleSet
-from solver.two_pass import TwoPassSearch
+from solver.passes import PassSearch
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,12 @@ class TileChoice:
     double_buffered: bool = False
     halo_reuse: bool = False
     weights_outer: bool = False
-    two_pass: bool = False  # two passes around the group's reduction (solver.two_pass)
+    passes: int = 1  # more: passes around the group's reductions (solver.passes)
 
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
         return Placement.of(layers, self.tile, self.resident, self.double_buffered,
-                            self.halo_reuse, self.weights_outer, self.two_pass)
+                            self.halo_reuse, self.weights_outer, self.passes)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Option:
     idle: int  # DRAM idle cycles the next group's weights can load in
     room: int  # bytes left on chip for them (prefetch_room)
     weights_outer: bool = False
-    two_pass: bool = False
+    passes: int = 1
 
 
 def prefetch_room(facts: GroupFacts) -> int:
@@ -347,14 +347,14 @@ class GroupSearch:
 
     def choice(self, tile: Tile, resident: bool, double_buffered: bool,
                halo_reuse: bool = False, weights_outer: bool = False,
-               two_pass: bool = False) -> TileChoice:
+               passes: int = 1) -> TileChoice:
         """A tile with its full predicted cost."""
-        if two_pass:
-            passes = TwoPassSearch.of(self.graph, self.layers, self.chip)
-            if passes is None:
-                raise ValueError(f"group of {self.layers[0]!r} cannot run in two passes")
-            return TileChoice(tile, True, passes.cost(tile.h, double_buffered),
-                              double_buffered, two_pass=True)
+        if passes > 1:
+            search = PassSearch.of(self.graph, self.layers, self.chip)
+            if search is None or search.split.count != passes:
+                raise ValueError(f"group of {self.layers[0]!r} cannot run in {passes} passes")
+            return TileChoice(tile, True, search.cost(tile.h, double_buffered),
+                              double_buffered, passes=passes)
         # the search's grid: its axes (and a peak its capacity checks computed) are reused
         grid = self.reuse_grid(tile) if halo_reuse and tile.bands == 1 else None
         return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
@@ -402,7 +402,7 @@ class GroupSearch:
         """The option's tile with its full predicted cost."""
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse,
-                             o.weights_outer, o.two_pass)
+                             o.weights_outer, o.passes)
 
     def _all_options(self, objective: Objective, rules: Iterable[Rule] | None,
                      with_room: bool = True) -> list[Option]:
@@ -418,17 +418,18 @@ class GroupSearch:
             found += [o for tw in self.widths() for b in self.band_options(tw)
                       for o in self.at_width(tw).at_bands(b)._height_options(
                           objective, rules, with_room)]
-        return found + self._two_pass_options(objective, rules, with_room)
+        return found + self._pass_options(objective, rules, with_room)
 
-    def _two_pass_options(self, objective: Objective, rules: Iterable[Rule] | None,
-                          with_room: bool) -> list[Option]:
-        """Options of running the group in two passes around its reduction
-        (solver.two_pass), where it can and search.two_pass_reductions allows."""
-        if not self.ruleset.search.two_pass_reductions or len(self.layers) < 3:
+    def _pass_options(self, objective: Objective, rules: Iterable[Rule] | None,
+                      with_room: bool) -> list[Option]:
+        """Options of running the group in passes around its reductions (solver.passes),
+        where it can and search.pooling_passes allows."""
+        if not self.ruleset.search.pooling_passes or len(self.layers) < 3:
             return []
-        passes = TwoPassSearch.of(self.graph, self.layers, self.chip)
+        passes = PassSearch.of(self.graph, self.layers, self.chip)
         if passes is None:
             return []
+        count = passes.split.count
         chosen = tuple(self.ruleset.enabled if rules is None else rules)
         whole = self.facts(Tile(1, 1, 1), True)
         out = []
@@ -436,10 +437,10 @@ class GroupSearch:
             tile = passes.tile_of(th)
             cost = passes.cost(th, db)
             rank = _rank(cost, objective, self.ruleset, self.chip,
-                         TileChoice(tile, True, cost, db, two_pass=True))
+                         TileChoice(tile, True, cost, db, passes=count))
             idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
             room = passes.room(th, db) if with_room else 0
-            out.append(Option(rank, tile, True, db, False, cost, idle, room, two_pass=True))
+            out.append(Option(rank, tile, True, db, False, cost, idle, room, passes=count))
         return out
 
     def _height_options(self, objective: Objective, rules: Iterable[Rule] | None,

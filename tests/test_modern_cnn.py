@@ -47,13 +47,13 @@ def _accumulating_groups(plan: Plan, graph: Any) -> list[int]:
 def test_squeeze_excite_net_fuses_through_its_pooling_and_verifies(tmp_path: Path,
                                                                     scale_first: bool) -> None:
     """At 128x128 the expanded maps (1 MiB) cannot sit whole on the default chip: without
-    second passes (tests/test_two_pass.py) each block's pooling ends a tiled group that
+    pooling passes (tests/test_passes.py) each block's pooling ends a tiled group that
     accumulates it, the scale is applied in tiles of the next group, and the plan verifies
     with every counter equal."""
     path = models.save(models.se_net(h=128, w=128, scale_first=scale_first), tmp_path, "se")
     rules = tmp_path / "one_pass.yaml"
     rules.write_text((models.ROOT / "rules" / "default.yaml").read_text().replace(
-        "two_pass_reductions: true", "two_pass_reductions: false"))
+        "pooling_passes: true", "pooling_passes: false"))
     problem = api.prepare(str(path), rules=rules)
     plan = api.plan_problem(problem)
     accumulating = _accumulating_groups(plan, problem.graph)

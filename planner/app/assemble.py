@@ -16,9 +16,9 @@ from planner.cost.model import (
     with_time,
 )
 from planner.cost.objective import Objective
-from planner.cost.two_pass import two_pass_cost
+from planner.cost.passes import passes_cost
 from planner.cost.weight_stream import chunk_counts
-from planner.geometry.passes import two_pass_split
+from planner.geometry.passes import pass_split
 from planner.geometry.regions import group_chains, group_io
 from planner.ir.graph import Graph
 from planner.plan.checks import (
@@ -52,13 +52,12 @@ def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Grou
 
 def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     """Predicted counters of a placement, without next-group prefetch."""
-    if p.two_pass:
-        split = two_pass_split(graph, p.layers)
-        if split is None:
+    if p.passes > 1:
+        split = pass_split(graph, p.layers)
+        if split is None or split.count != p.passes:
             raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run "
-                                "in two passes: it holds no reduction whose result feeds "
-                                "back into it on per-image vectors")
-        return two_pass_cost(graph, split, p.tile, chip, p.double_buffered)
+                                f"in {p.passes} passes (planner.geometry.passes)")
+        return passes_cost(graph, split, p.tile, chip, p.double_buffered)
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
                       p.halo_reuse, p.weights_outer)
 

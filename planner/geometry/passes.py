@@ -1,23 +1,26 @@
-"""Two passes over a group whose global reduction feeds back into it (squeeze-excite).
+"""Passes over a group whose global reductions feed back into it (squeeze-excite).
 
 A squeeze-excite block pools a map over rows and columns, runs a few layers on the pooled
 vector (the squeeze-excite MLP, the *tail*) and scales the map by the result. No tile can
 be scaled before the last tile has been folded into the pool, so a group holding the
 whole block either keeps the map whole on chip (one tile), or ends at the pool and writes
-the map to DRAM for the next group to read back. The third way is a second pass:
+the map to DRAM for the next group to read back. The third way is more passes:
 
-* pass 1 reads the group's inputs tile by tile, computes the layers the pool needs (the
-  *prefix*) and folds each tile into the on-chip accumulator; nothing is stored;
-* the tail runs once, on chip, on the pooled vector;
-* pass 2 reads the inputs again tile by tile, computes the prefix again and the rest of
-  the group, with the tail's results held on chip, and stores the group's outputs.
+* a pooling pass per reduction reads the group's inputs tile by tile, computes the layers
+  that reduction's input needs (its *prefix*; the results of earlier tails are on chip)
+  and folds each tile into the on-chip accumulator; it stores nothing;
+* after each pooling pass its tail runs once, on chip, on the pooled vector; the tail
+  results later passes read stay on chip until the group ends;
+* the last pass reads the inputs again tile by tile, computes every layer but the
+  reductions and the tails, and stores the group's outputs.
 
-The map between never leaves the chip: the group reads its (often much narrower) inputs
-twice and computes the prefix twice instead of writing the map and reading it back. Both
-passes use the plan's tile, each on its own anchor: pass 1 on the pooled map, pass 2 on
-the group's output. This module says which layers each pass runs and which tensors it
-reads, holds and stores (as GroupIO records, so the cost model's closed forms apply to
-each pass); planner.cost.two_pass prices them, emulator.two_pass runs them.
+The maps between never leave the chip: a group with k squeeze-excite blocks reads its
+(often much narrower) inputs k + 1 times and computes each prefix again in every later
+pass, instead of writing each pooled map and reading it back. Every pass uses the plan's
+tile, each on its own anchor: a pooling pass on the map it pools, the last pass on the
+group's output. This module says which layers each pass runs and which tensors it reads,
+holds and stores (as GroupIO records, so the cost model's closed forms apply to each
+pass); planner.cost.two_pass prices them, emulator.two_pass runs them.
 """
 
 from __future__ import annotations
@@ -30,93 +33,133 @@ from planner.ir.graph import Graph
 
 
 @dataclass(frozen=True)
-class TwoPass:
-    """How a group runs in two passes around its reduction."""
+class PoolPass:
+    """One pooling pass and the tail that runs after it."""
 
-    whole: GroupIO  # the group as one unit: what it reads from and writes to DRAM
-    reduction: str  # the layer that folds pass 1's tiles into its accumulator
-    prefix: tuple[str, ...]  # layers the pooled map needs: pass 1, and again in pass 2
-    tail: tuple[str, ...]  # layers on the pooled vector: once, between the passes
-    rest: tuple[str, ...]  # every other layer: pass 2
-    first: GroupIO  # pass 1: prefix + reduction, tiles over the pooled map, stores nothing
-    second: GroupIO  # pass 2: prefix + rest, tiles over the group's output
-    held: tuple[str, ...]  # tail results pass 2 reads, held on chip for all its tiles
+    io: GroupIO  # its prefix and reduction: tiles over the pooled map, stores nothing
+    reduction: str  # the layer folding the pass's tiles into its accumulator
+    tail: tuple[str, ...]  # layers on the pooled vector: once, after the pass
+    kept: tuple[str, ...]  # tail results a later pass reads: on chip to the group's end
 
     @property
     def pooled(self) -> str:
         """The reduction's result (the accumulator), read by the tail only."""
-        return self.first.accumulated[0]
+        return self.io.accumulated[0]
 
 
-def two_pass_split(graph: Graph, layers: Sequence[str]) -> TwoPass | None:
-    """The two passes of a group, or None where it cannot run so.
+@dataclass(frozen=True)
+class Passes:
+    """How a group runs in several passes around its reductions."""
 
-    It can when it holds exactly one reduction over rows and columns (global pooling, a
-    keepdims Reduce over H and W) that is not its last layer; the layers reading the
-    pooled result (transitively, and nothing else of the group) work on per-image vectors
-    (one row, one column) that only the group reads; and every tensor the group writes to
-    DRAM comes from pass 2's own layers (not the prefix, not the tail)."""
+    whole: GroupIO  # the group as one unit: what it reads from and writes to DRAM
+    pools: tuple[PoolPass, ...]  # one pooling pass per reduction, in the layers' order
+    last: GroupIO  # the last pass: every layer but reductions and tails; stores the outputs
+
+    @property
+    def count(self) -> int:
+        """Passes over the tiles: one per reduction, and the last."""
+        return len(self.pools) + 1
+
+    @property
+    def tails(self) -> tuple[str, ...]:
+        return tuple(n for p in self.pools for n in p.tail)
+
+    def held_before(self, k: int) -> tuple[str, ...]:
+        """Tail results on chip while pass k runs (k == len(pools): the last pass)."""
+        return tuple(t for p in self.pools[:k] for t in p.kept)
+
+
+def pass_split(graph: Graph, layers: Sequence[str]) -> Passes | None:
+    """The passes of a group, or None where it cannot run so.
+
+    It can when it holds reductions over rows and columns (global pooling, a keepdims
+    Reduce over H and W), none its last layer, whose results are read (transitively) only
+    by the group's layers on per-image vectors (one row, one column) and by the scales the
+    last pass applies; every layer that reads only such vectors is in a tail; and every
+    tensor the group writes to DRAM comes from the last pass."""
     if len(layers) < 3:
         return None
     whole = group_io(graph, layers)
+    inside = set(whole.layers)
     reductions = [n for n in whole.layers
                   if accumulated_input(graph, graph.layer(n)) is not None]
-    if len(reductions) != 1 or reductions[0] == whole.layers[-1]:
+    if not reductions or whole.layers[-1] in reductions:
         return None
-    red = graph.layer(reductions[0])
-    pooled = red.outputs[0]
-    pooled_from = accumulated_input(graph, red)
-    assert pooled_from is not None
-    inside = set(whole.layers)
-    # the prefix: every layer of the group the pooled map depends on
-    prefix: set[str] = set()
-    frontier = [graph.producer.get(pooled_from)]
-    while frontier:
-        name = frontier.pop()
-        if name is None or name not in inside or name in prefix:
-            continue
-        prefix.add(name)
-        frontier.extend(graph.producer.get(t) for t in graph.layer(name).fmap_inputs)
-    # the tail: layers reading only the pooled result and each other, on vectors
-    tail: list[str] = []
-    vectors = {pooled}
+    # each reduction's tail: layers reading only its pooled result and each other
+    vectors: dict[str, str] = {}  # vector tensor -> the reduction it comes from
+    tails: dict[str, list[str]] = {r: [] for r in reductions}
     for name in whole.layers:
         lay = graph.layer(name)
-        if name == red.name or name in prefix or not lay.fmap_inputs:
+        if name in tails:
+            vectors[lay.outputs[0]] = name
             continue
-        if all(t in vectors for t in lay.fmap_inputs):
-            tail.append(name)
-            vectors.update(t for t in lay.outputs if t)
-    if not tail:
-        return None
+        sources = {vectors.get(t) for t in lay.fmap_inputs}
+        if not lay.fmap_inputs or None in sources:
+            continue
+        if len(sources) > 1:
+            return None  # a layer on the vectors of two reductions: in no tail
+        (source,) = sources
+        assert source is not None
+        tails[source].append(name)
+        vectors.update({t: source for t in lay.outputs if t})
     for t in vectors:
         _, _, h, w = graph.dims(t)
         leaves = t in graph.outputs or any(c not in inside for c in graph.consumers.get(t, ()))
         if (h, w) != (1, 1) or leaves:
             return None
-    rest = [n for n in whole.layers
-            if n not in prefix and n != red.name and n not in tail]
-    if not rest:
+    in_tails = {n for ns in tails.values() for n in ns}
+    if any(not tails[r] for r in reductions):
         return None
-    made_by_rest = {t for n in rest for t in graph.layer(n).outputs if t}
-    if not whole.outputs or any(t not in made_by_rest for t in whole.outputs):
+    last_layers = tuple(n for n in whole.layers if n not in tails and n not in in_tails)
+    if not last_layers:
         return None
-    in_order = sorted(prefix, key=graph.index)
-    held = tuple(t for t in dict.fromkeys(t for n in rest for t in graph.layer(n).fmap_inputs)
-                 if t in vectors)
-    first = _pass_io(graph, (*in_order, red.name), (pooled,), anchor=pooled_from,
-                     accumulated=(pooled,))
-    second_layers = tuple(sorted((*in_order, *rest), key=graph.index))
-    second = _pass_io(graph, second_layers, whole.outputs, held=frozenset(vectors))
-    return TwoPass(whole, red.name, tuple(in_order), tuple(tail), tuple(rest), first, second,
-                   held)
+    made_last = {t for n in last_layers for t in graph.layer(n).outputs if t}
+    if not whole.outputs or any(t not in made_last for t in whole.outputs):
+        return None
+    read_later: set[str] = set()  # vectors read outside their own tail
+    for name in (*last_layers, *in_tails):
+        for t in graph.layer(name).fmap_inputs:
+            if t in vectors and name not in tails[vectors[t]]:
+                read_later.add(t)
+    pools = []
+    for red in reductions:
+        pooled_from = accumulated_input(graph, graph.layer(red))
+        assert pooled_from is not None
+        prefix = _prefix(graph, pooled_from, inside, set(vectors))
+        if any(n in tails or n in in_tails for n in prefix):
+            return None
+        pooled = graph.layer(red).outputs[0]
+        io = _pass_io(graph, (*sorted(prefix, key=graph.index), red), (pooled,),
+                      held=frozenset(vectors), anchor=pooled_from, accumulated=(pooled,))
+        tail = tuple(tails[red])
+        kept = tuple(t for n in tail for t in graph.layer(n).outputs if t in read_later)
+        if pooled in read_later:
+            kept = (pooled, *kept)
+        pools.append(PoolPass(io, red, tail, kept))
+    last = _pass_io(graph, last_layers, whole.outputs, held=frozenset(vectors))
+    return Passes(whole, tuple(pools), last)
+
+
+def _prefix(graph: Graph, tensor: str, inside: set[str], vectors: set[str]) -> set[str]:
+    """The group's layers `tensor` depends on, through anything but the vectors (which
+    earlier passes left on chip)."""
+    found: set[str] = set()
+    frontier = [tensor]
+    while frontier:
+        t = frontier.pop()
+        name = graph.producer.get(t)
+        if t in vectors or name is None or name not in inside or name in found:
+            continue
+        found.add(name)
+        frontier.extend(graph.layer(name).fmap_inputs)
+    return found
 
 
 def _pass_io(graph: Graph, layers: tuple[str, ...], outputs: tuple[str, ...],
-             anchor: str | None = None, accumulated: tuple[str, ...] = (),
-             held: frozenset[str] = frozenset()) -> GroupIO:
+             held: frozenset[str], anchor: str | None = None,
+             accumulated: tuple[str, ...] = ()) -> GroupIO:
     """The GroupIO of one pass: its layers' DRAM inputs (not what the group holds on chip),
-    the given outputs only (a tensor the other pass uses is made again there, not stored)."""
+    the given outputs only (a tensor another pass uses is made again there, not stored)."""
     base = group_io(graph, layers)
     inputs = tuple(t for t in base.inputs if t not in held)
     produced = [t for n in base.layers for t in graph.layer(n).outputs if t]

@@ -13,7 +13,7 @@ from planner.core.errors import InputError, PlanningError
 from planner.core.files import write_atomic
 from planner.cost.model import Counters
 from planner.cost.objective import Objective
-from planner.geometry.passes import two_pass_split
+from planner.geometry.passes import pass_split
 from planner.geometry.regions import Tile
 from planner.ir.chunks import chunk_axes
 from planner.ir.graph import Graph
@@ -65,7 +65,7 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 "prefetch": g.prefetch,
                 **({"weight_chunks": dict(g.placement.chunks)} if g.placement.chunks else {}),
                 **({"loop_order": g.placement.loop.value} if g.placement.weights_outer else {}),
-                **({"passes": g.placement.passes} if g.placement.two_pass else {}),
+                **({"passes": g.placement.passes} if g.placement.passes > 1 else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -120,18 +120,23 @@ def _loop(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str) 
 
 def _passes(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], tile: Tile,
             where: str) -> int:
-    """A group's "passes" (1, or 2 around its reduction), checked against what it can run."""
+    """A group's "passes" (1, or one per global reduction and one more), checked against
+    what it can run."""
     passes = int(g.get("passes", 1))
     if passes == 1:
         return 1
-    if two_pass_split(graph, layers) is None:
-        raise InputError(f"{where}.passes is 2, but the group holds no global reduction whose "
-                         "result feeds back into it on per-image vectors (a squeeze-excite "
-                         "pool and scale); remove the key.")
+    split = pass_split(graph, layers)
+    if split is None:
+        raise InputError(f"{where}.passes is {passes}, but the group holds no global reduction "
+                         "whose result feeds back into it on per-image vectors (a "
+                         "squeeze-excite pool and scale); remove the key.")
+    if split.count != passes:
+        raise InputError(f"{where}.passes is {passes}, but the group's {split.count - 1} "
+                         f"reductions make {split.count} passes; write {split.count}.")
     if not g.get("weights_resident", True) or g.get("halo", "recompute") != "recompute" \
             or g.get("loop_order", LoopOrder.TILES_OUTER.value) != LoopOrder.TILES_OUTER.value \
             or tile.bands > 1 or tile.n < whole_tile(graph, layers).n:
-        raise InputError(f"{where}.passes 2 runs with resident weights, halos recomputed, "
+        raise InputError(f"{where}.passes {passes} runs with resident weights, halos recomputed, "
                          "tiles outer, no bands and every image in each tile; set those or "
                          "remove the key.")
     return passes

@@ -63,24 +63,20 @@ class Placement:
     # (planner.cost.weight_stream.chunk_counts); the others stream whole
     chunks: tuple[tuple[str, int], ...] = ()
     loop: LoopOrder = LoopOrder.TILES_OUTER
-    # 2: the group runs in two passes around its global reduction (planner.geometry.passes:
-    # a squeeze-excite scale waits for its pool, and pass 2 recomputes the pooled map)
+    # more than 1: the group runs in passes around its global reductions
+    # (planner.geometry.passes: a squeeze-excite scale waits for its pool, and a later pass
+    # recomputes the pooled map)
     passes: int = 1
 
     @classmethod
     def of(cls, layers: Sequence[str], tile: Tile, resident: bool = True,
            double_buffered: bool = False, halo_reuse: bool = False,
-           weights_outer: bool = False, two_pass: bool = False) -> Placement:
+           weights_outer: bool = False, passes: int = 1) -> Placement:
         """A placement from the planners' flags."""
         return cls(tuple(layers), tile, WeightResidency.of(resident), double_buffered,
                    HaloMode.of(halo_reuse),
                    loop=LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
-                   passes=2 if two_pass else 1)
-
-    @property
-    def two_pass(self) -> bool:
-        """Whether the group runs in two passes around its reduction."""
-        return self.passes == 2
+                   passes=passes)
 
     @property
     def weights_outer(self) -> bool:

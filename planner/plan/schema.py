@@ -266,7 +266,7 @@ GROUP = Obj((
     Key("double_buffered", Bool(), required=False),
     Key("halo", OneOf(tuple(h.value for h in HaloMode)), required=False),
     Key("prefetch", Bool(), required=False),
-    Key("passes", OneOf((1, 2)), required=False),
+    Key("passes", Int(1), required=False),
     Key("predicted", PREDICTED, required=False),
 ))
 

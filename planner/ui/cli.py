@@ -192,7 +192,8 @@ def _plan_table(plan: Plan) -> Table:
         names = g.layers[0] if len(g.layers) == 1 \
             else f"{g.layers[0]} … {g.layers[-1]} ({len(g.layers)})"
         p = g.predicted
-        t.add_row(str(g.id), names, g.mode, g.tile.label(),
+        mode = g.mode if g.placement.passes == 1 else f"{g.mode}, {g.placement.passes} passes"
+        t.add_row(str(g.id), names, mode, g.tile.label(),
                   "reuse" if g.halo_reuse else "recompute",
                   "resident" if g.weights_resident else "streamed", _mib(p.dram_bytes),
                   _mib(p.redundant_read_bytes), f"{p.sram_peak_bytes / 1024:,.0f} KiB")

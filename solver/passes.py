@@ -1,10 +1,10 @@
-"""Tile search for a group run in two passes around its reduction (planner.geometry.passes).
+"""Tile search for a group run in passes around its reductions (planner.geometry.passes).
 
 The search is in Python for every planner: CP-SAT gets the best choice pinned (its cost
-and exact peak are constants, its rules checked here). Both passes use one tile over the
+and exact peak are constants, its rules checked here). Every pass uses one tile over the
 whole batch (an accumulator folds every image of its tile) at full width, weights
-resident, halos recomputed; every height that fits is costed, with and without a second
-input buffer. Capacities use the exact peak of the two passes and the tail; the rules
+resident, halos recomputed; the tallest heights that fit are costed, with and without a
+second input buffer. Capacities use the exact peak of the passes and the tails; the rules
 that depend on the tile are checked on each pass as a group of its own, the structural
 ones on the whole group.
 """
@@ -18,52 +18,55 @@ from math import ceil
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.cost.model import weight_bytes
-from planner.cost.two_pass import fmap_peak_bytes, two_pass_cost
-from planner.geometry.passes import TwoPass, two_pass_split
-from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
+from planner.cost.passes import fmap_peak_bytes, passes_cost
+from planner.geometry.passes import Passes, pass_split
+from planner.geometry.regions import GroupChains, GroupIO, Tile, anchor_extent, group_chains
 from planner.ir.graph import Graph
 from rules.base import GroupFacts, Rule, Violation
 
-TALLEST = 8  # feasible heights costed per group
+TALLEST = 4  # feasible heights costed per group
 
 
 @dataclass
-class TwoPassSearch:
-    """Feasibility and cost of the two-pass tiles of one group."""
+class PassSearch:
+    """Feasibility and cost of the multi-pass tiles of one group."""
 
     graph: Graph
-    split: TwoPass
+    split: Passes
     chip: Chip
-    chains: tuple[GroupChains, GroupChains]  # of pass 1 and pass 2
+    chains: tuple[GroupChains, ...]  # of each pass
     peaks: dict[tuple[int, bool], int] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip) -> TwoPassSearch | None:
-        """The search of a group that can run in two passes, else None."""
-        split = two_pass_split(graph, tuple(layers))
+    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip) -> PassSearch | None:
+        """The search of a group that can run in passes, else None."""
+        split = pass_split(graph, tuple(layers))
         if split is None:
             return None
-        return cls(graph, split, chip, (group_chains(graph, split.first),
-                                        group_chains(graph, split.second)))
+        return cls(graph, split, chip, tuple(group_chains(graph, io) for io in cls._ios(split)))
+
+    @staticmethod
+    def _ios(split: Passes) -> list[GroupIO]:
+        return [p.io for p in split.pools] + [split.last]
 
     @property
     def weight_bytes(self) -> int:
         return weight_bytes(self.graph, self.split.whole.weights, self.chip)
 
     def tile_of(self, th: int) -> Tile:
-        n, _, w = anchor_extent(self.graph, self.split.second)
+        n, _, w = anchor_extent(self.graph, self.split.last)
         return Tile(n, th, w)
 
     def heights(self) -> list[int]:
-        """Tile heights, tallest first (rows of pass 2's anchor)."""
-        return list(range(anchor_extent(self.graph, self.split.second)[1], 0, -1))
+        """Tile heights, tallest first (rows of the last pass's anchor)."""
+        return list(range(anchor_extent(self.graph, self.split.last)[1], 0, -1))
 
     def fmap_peak(self, th: int, double_buffered: bool) -> int:
-        """Exact feature-map peak of both passes and the tail (no weights)."""
+        """Exact feature-map peak of every pass and tail (no weights)."""
         key = (th, double_buffered)
         if key not in self.peaks:
             self.peaks[key] = fmap_peak_bytes(self.graph, self.split, self.tile_of(th),
-                                              self.chip, double_buffered)
+                                              self.chip, double_buffered, self.chains)
         return self.peaks[key]
 
     def physical(self, th: int, double_buffered: bool) -> list[Violation]:
@@ -74,7 +77,7 @@ class TwoPassSearch:
         out = []
         sram = live + (weights if chip.unified else 0)
         if sram > chip.sram.bytes:
-            out.append(Violation("HW", "sram", f"two passes need {sram} B of SRAM, has "
+            out.append(Violation("HW", "sram", f"the passes need {sram} B of SRAM, has "
                                  f"{chip.sram.bytes} B", sram, chip.sram.bytes))
         if chip.nram is not None and ceil(live / chip.cores_per_cluster) > chip.nram.bytes:
             share = ceil(live / chip.cores_per_cluster)
@@ -94,8 +97,7 @@ class TwoPassSearch:
         found = []
         tile = self.tile_of(th)
         passes = [GroupFacts(self.graph, io, chains, tile, self.chip, True, double_buffered)
-                  for io, chains in zip((self.split.first, self.split.second), self.chains,
-                                        strict=True)]
+                  for io, chains in zip(self._ios(self.split), self.chains, strict=True)]
         for r in rules:
             facts = [whole] if r.is_structural else passes
             found += [v for f in facts if (v := r.check(f)) is not None]
@@ -103,8 +105,8 @@ class TwoPassSearch:
 
     def cost(self, th: int, double_buffered: bool) -> Counters:
         """Every counter of the tile th rows tall."""
-        return two_pass_cost(self.graph, self.split, self.tile_of(th), self.chip,
-                             double_buffered)
+        return passes_cost(self.graph, self.split, self.tile_of(th), self.chip,
+                           double_buffered, self.chains, self.fmap_peak(th, double_buffered))
 
     def room(self, th: int, double_buffered: bool) -> int:
         """Bytes left for the next group's weights while this group runs (as

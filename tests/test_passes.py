@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from planner.app import api
 from planner.app.assemble import assemble, layer_placements
 from planner.cost.objective import Objective
-from planner.geometry.passes import two_pass_split
+from planner.geometry.passes import pass_split
 from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
 from planner.plan.data import Plan
@@ -43,7 +43,7 @@ def _hand_plan(problem: api.Problem, th: int, double_buffered: bool) -> Plan:
     for layers in _blocks(g):
         n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
         placements.append(Placement.of(layers, Tile(n, th, w), True, double_buffered,
-                                       two_pass=True))
+                                       passes=2))
         covered.update(layers)
     placements += [p for p in layer_placements(g, problem.chip)
                    if not covered.intersection(p.layers)]
@@ -62,20 +62,22 @@ def test_split_names_prefix_tail_rest_and_held_vectors(tmp_path: Path) -> None:
     path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
     g = api.prepare(str(path)).graph
     block = _blocks(g)[0]
-    split = two_pass_split(g, block)
-    assert split is not None
-    assert [g.layer(n).op for n in split.prefix] == ["Conv", "Relu", "Conv", "Relu"]
-    assert g.layer(split.reduction).op == "GlobalAveragePool"
-    assert [g.layer(n).op for n in split.tail] == ["Conv", "Relu", "Conv", "HardSigmoid"]
-    assert [g.layer(n).op for n in split.rest] == ["Mul", "Conv", "Add"]
-    assert split.held == g.layer(split.tail[-1]).outputs
-    assert split.first.outputs == split.first.accumulated == (split.pooled,)
-    assert split.first.anchor == g.layer(split.reduction).fmap_inputs[0]
-    assert split.held[0] not in split.second.inputs  # held on chip, never loaded
+    split = pass_split(g, block)
+    assert split is not None and split.count == 2
+    (pool,) = split.pools
+    assert [g.layer(n).op for n in pool.io.layers] == ["Conv", "Relu", "Conv", "Relu",
+                                                        "GlobalAveragePool"]
+    assert [g.layer(n).op for n in pool.tail] == ["Conv", "Relu", "Conv", "HardSigmoid"]
+    assert [g.layer(n).op for n in split.last.layers] == ["Conv", "Relu", "Conv", "Relu",
+                                                           "Mul", "Conv", "Add"]
+    assert pool.kept == g.layer(pool.tail[-1]).outputs
+    assert pool.io.outputs == pool.io.accumulated == (pool.pooled,)
+    assert pool.io.anchor == g.layer(pool.reduction).fmap_inputs[0]
+    assert pool.kept[0] not in split.last.inputs  # held on chip, never loaded
     # a group ending at the pool, or without the scale, has no second pass
-    pool_at = block.index(split.reduction)
-    assert two_pass_split(g, block[:pool_at + 1]) is None
-    assert two_pass_split(g, block[:pool_at + 5]) is None  # ends with the tail: no rest
+    pool_at = block.index(pool.reduction)
+    assert pass_split(g, block[:pool_at + 1]) is None
+    assert pass_split(g, block[:pool_at + 5]) is None  # ends with the tail: no last pass
 
 
 @pytest.mark.parametrize(("size", "th", "db", "n", "hardware", "scale_first"), [
@@ -93,12 +95,38 @@ def test_hand_built_two_pass_plans_verify(tmp_path: Path, size: int, th: int, db
                        tmp_path, "se")
     problem = api.prepare(str(path), hardware=hardware)
     plan = _hand_plan(problem, th, db)
-    assert sum(g.placement.two_pass for g in plan.groups) == 2
+    assert sum(g.placement.passes > 1 for g in plan.groups) == 2
+    _check(problem, plan)
+
+
+@pytest.mark.parametrize(("th", "db", "hardware"), [(6, False, None), (11, True, None),
+                                                   (4, False, "soma_buffer")])
+def test_three_passes_over_two_squeeze_excite_blocks_verify(tmp_path: Path, th: int, db: bool,
+                                                            hardware: str | None) -> None:
+    """Both blocks in one group: a pooling pass per block (the second recomputes the first
+    block and scales it with the first tail's result, held on chip), then the last pass."""
+    path = models.save(models.se_net(h=40, w=40, scale_first=False), tmp_path, "se")
+    problem = api.prepare(str(path), hardware=hardware)
+    g = problem.graph
+    first, second = _blocks(g)
+    layers = [*first, *second]
+    split = pass_split(g, layers)
+    assert split is not None and split.count == 3
+    again = tuple(n for n in first if n not in split.pools[0].tail
+                  and n != split.pools[0].reduction)
+    assert split.pools[1].io.layers[:len(again)] == again  # block 1 again, scaled
+    assert split.held_before(1) == split.pools[0].kept
+    n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
+    placements = [Placement.of(layers, Tile(n, th, w), True, db, passes=3)]
+    placements += [p for p in layer_placements(g, problem.chip)
+                   if not set(layers).intersection(p.layers)]
+    plan = assemble(g, problem.chip, placements, **problem.plan_header(),
+                    objective=Objective.TRAFFIC, solver={"name": "hand"})
     _check(problem, plan)
 
 
 def _two_pass_groups(plan: Plan) -> list[int]:
-    return [g.id for g in plan.groups if g.placement.two_pass]
+    return [g.id for g in plan.groups if g.placement.passes > 1]
 
 
 @pytest.mark.parametrize("scale_first", [True, False])
@@ -110,8 +138,8 @@ def test_planners_pick_two_passes_where_the_expanded_map_does_not_fit(
     agree, and the plan verifies."""
     path = models.save(models.se_net(h=128, w=128, scale_first=scale_first), tmp_path, "se")
     on = models.fusing_rules(tmp_path)
-    off = models.fusing_rules(tmp_path, {"two_pass_reductions: true":
-                                         "two_pass_reductions: false"})
+    off = models.fusing_rules(tmp_path, {"pooling_passes: true":
+                                         "pooling_passes: false"})
     problem = api.prepare(str(path), rules=on)
     cpsat = api.plan_problem(problem, "cpsat")
     path_plan = api.plan_problem(problem, "shortest-path")

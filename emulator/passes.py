@@ -1,0 +1,75 @@
+"""A group run in passes around its reductions, as the emulator runs it
+(planner.geometry.passes; Placement.passes > 1).
+
+Each pooling pass runs its prefix and reduction tile by tile over the pooled map and keeps
+the accumulator on chip; its tail then runs once on the pooled vector, and the tail
+results later passes read stay on chip; the last pass runs every other layer tile by tile
+over the group's output. Every byte is counted from the arrays moved, as for any group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hardware.chip import Chip
+from planner.geometry.passes import Passes
+from planner.geometry.regions import Box, full_box, in_group_uses, iter_tiles
+from planner.ir.graph import Graph
+from planner.plan.data import Group
+
+if TYPE_CHECKING:
+    from emulator.run import LayerCache, Tally
+
+
+def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.ndarray],
+               weights: Mapping[str, np.ndarray], tally: Tally, layers: LayerCache,
+               chip: Chip) -> None:
+    """Run every pass and the tails between them, reading and writing `dram` and counting
+    into `tally` (its weights are the whole group's, resident)."""
+    from emulator.run import EmulationError, KernelFailure, run_layer, run_tiles
+
+    dt = chip.dtype_bytes
+
+    def wbytes(names: tuple[str, ...]) -> int:
+        ws = {w for n in names for w in graph.layer(n).weights}
+        return sum(int(graph.constants[w].size) for w in ws) * dt
+
+    uses = in_group_uses(graph, split.whole)
+    held: dict[str, tuple[Box, np.ndarray]] = {}  # tail results later passes read
+    step = 0
+    for pool in split.pools:
+        tiles = list(iter_tiles(graph, pool.io, group.tile))
+        folds = run_tiles(graph, group, pool.io, tiles, dram, weights, tally, layers,
+                          held=held, first=step, kept=frozenset({pool.pooled}),
+                          used_weights=wbytes(pool.io.layers))
+        step += len(tiles)
+        # the tail: once, on whole vectors, beside what earlier tails left on chip
+        onchip = {**held, pool.pooled: (full_box(graph, pool.pooled),
+                                        folds[pool.pooled].result())}
+        tail_uses = in_group_uses(graph, replace(split.whole, layers=pool.tail))
+        tally.core += onchip[pool.pooled][1].size * dt * tail_uses.get(pool.pooled, 0)
+        for name in pool.tail:
+            lay = graph.layer(name)
+            out = lay.outputs[0]
+            try:
+                ys = tally.compute(partial(run_layer, graph, lay, full_box(graph, out), onchip,
+                                           layers=layers), lay, weights)
+            except KernelFailure as exc:
+                raise EmulationError(group.id, None, exc.layer, exc.detail) from exc
+            tally.ops(lay, ys[0].size)
+            for t, y in zip(lay.outputs, ys, strict=False):
+                if t:
+                    onchip[t] = (full_box(graph, t), y)
+                    tally.core += y.size * dt * (1 + uses.get(t, 0))
+            tally.step(step - 1, sum(a.size for _, a in onchip.values()) * dt,
+                       group.layers.index(name))
+        tally.core_weight += wbytes(pool.tail)
+        held.update({t: onchip[t] for t in pool.kept})
+    tiles = list(iter_tiles(graph, split.last, group.tile))
+    run_tiles(graph, group, split.last, tiles, dram, weights, tally, layers, held=held,
+              first=step, used_weights=wbytes(split.last.layers))

@@ -1,0 +1,131 @@
+"""Counters of a group run in passes around its reductions (planner.geometry.passes).
+
+Each pass is priced by the cost model's closed forms on its own GroupIO; what joins them:
+
+* the weights (every pass's and tail's) are resident: read once, for the first tile of
+  the first pass; the cores read a pass's weights on every tile of that pass and a
+  tail's once;
+* pooling passes store nothing: their accumulators stay on chip for the tails, whose
+  results later passes read are held on chip until the group ends;
+* the tails' work (vectors, tiny) runs once after their passes: their outputs, and the
+  pooled vector each tail layer reads, count as core traffic once;
+* the SRAM peak is the largest of each pass's tiles beside the tail results held then,
+  and of each tail (what is held, its pooled vector and every result at once), plus the
+  weights on single-memory chips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from hardware.chip import Chip
+from planner.cost.counters import Counters
+from planner.cost.model import peak_bytes, resident_work, weight_bytes, with_time
+from planner.geometry.passes import Passes, PoolPass
+from planner.geometry.regions import (
+    GroupChains,
+    GroupIO,
+    Tile,
+    box_elems,
+    full_box,
+    group_chains,
+    in_group_uses,
+    tile_regions,
+)
+from planner.ir.graph import Graph
+
+
+def _ios(split: Passes) -> list[GroupIO]:
+    return [p.io for p in split.pools] + [split.last]
+
+
+def tail_work(graph: Graph, split: Passes, pool: PoolPass, chip: Chip) -> tuple[int, int, int]:
+    """(MACs, vector ops, core feature-map bytes) of a tail, run once on whole vectors."""
+    uses = in_group_uses(graph, split.whole)
+    tail_uses = in_group_uses(graph, replace(split.whole, layers=pool.tail))
+    macs = vector_ops = 0
+    core = graph.elems(pool.pooled) * tail_uses.get(pool.pooled, 0)
+    for name in pool.tail:
+        lay = graph.layer(name)
+        ops = lay.macs_per_output * graph.elems(lay.outputs[0])
+        if lay.is_main:
+            macs += ops
+        else:
+            vector_ops += ops
+        core += sum(graph.elems(t) * (1 + uses.get(t, 0)) for t in lay.outputs if t)
+    return macs, vector_ops, core * chip.dtype_bytes
+
+
+def held_bytes(graph: Graph, split: Passes, k: int, chip: Chip) -> int:
+    """Tail results on chip while pass k runs."""
+    return sum(graph.elems(t) for t in split.held_before(k)) * chip.dtype_bytes
+
+
+def tail_peak_bytes(graph: Graph, split: Passes, k: int, chip: Chip) -> int:
+    """Bytes on chip while pass k's tail runs: what is held from earlier tails, the pooled
+    vector and every result of the tail."""
+    pool = split.pools[k]
+    made = [t for n in pool.tail for t in graph.layer(n).outputs if t]
+    fresh = [pool.pooled, *(t for t in made if t != pool.pooled)]
+    return held_bytes(graph, split, k, chip) + sum(graph.elems(t) for t in fresh) \
+        * chip.dtype_bytes
+
+
+def fmap_peak_bytes(graph: Graph, split: Passes, tile: Tile, chip: Chip,
+                    double_buffered: bool = False,
+                    chains: Sequence[GroupChains] | None = None) -> int:
+    """The SRAM peak of feature maps over every pass and tail (no weights); ``chains``:
+    each pass's, when the caller keeps them."""
+    peak = 0
+    ios = _ios(split)
+    chains = chains or [group_chains(graph, io) for io in ios]
+    for k, io in enumerate(ios):
+        here = peak_bytes(graph, io, chains[k], tile, chip, double_buffered=double_buffered)
+        if chip.unified:  # peak_bytes adds the pass's resident weights: counted once, later
+            here -= weight_bytes(graph, io.weights, chip)
+        peak = max(peak, here + held_bytes(graph, split, k, chip))
+        if k < len(split.pools):
+            peak = max(peak, tail_peak_bytes(graph, split, k, chip))
+    return peak
+
+
+def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
+                double_buffered: bool = False, chains: Sequence[GroupChains] | None = None,
+                fmap_peak: int | None = None) -> Counters:
+    """Predicted counters of the group run in passes with `tile` (weights resident);
+    ``chains`` (each pass's) and ``fmap_peak`` (fmap_peak_bytes) when the caller has them."""
+    dt = chip.dtype_bytes
+    ios = _ios(split)
+    chains = chains or [group_chains(graph, io) for io in ios]
+    works = [resident_work(graph, io, chains[k], tile, chip) for k, io in enumerate(ios)]
+    wbytes = weight_bytes(graph, split.whole.weights, chip)
+    fmaps = sum(c.dram_read_bytes - c.weight_read_bytes for c in works)
+    full = tile_regions(graph, split.whole, full_box(graph, split.whole.anchor))
+    once = sum(box_elems(graph, t, full[t]) for t in split.whole.inputs) * dt
+    macs = sum(c.macs for c in works)
+    vector_ops = sum(c.vector_ops for c in works)
+    core = sum(c.core_fmap_bytes for c in works)
+    core_weight = sum(c.core_weight_bytes for c in works)
+    for pool in split.pools:
+        m, v, b = tail_work(graph, split, pool, chip)
+        macs, vector_ops, core = macs + m, vector_ops + v, core + b
+        core_weight += weight_bytes(graph, {w for n in pool.tail
+                                            for w in graph.layer(n).weights}, chip)
+    peak = fmap_peak_bytes(graph, split, tile, chip, double_buffered, chains) \
+        if fmap_peak is None else fmap_peak
+    first, last = works[0], works[-1]
+    c = Counters(
+        dram_read_bytes=fmaps + wbytes,
+        dram_write_bytes=last.dram_write_bytes,
+        weight_read_bytes=wbytes,
+        redundant_read_bytes=fmaps - once,
+        sram_peak_bytes=peak + (wbytes if chip.unified else 0),
+        macs=macs,
+        vector_ops=vector_ops,
+        core_fmap_bytes=core,
+        core_weight_bytes=core_weight,
+        first_load_bytes=first.first_load_bytes - first.weight_read_bytes + wbytes,
+        last_store_bytes=last.last_store_bytes,
+    )
+    return with_time(chip, c, double_buffered)
