@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from planner.app import api
 from planner.app.assemble import assemble, layer_placements
+from planner.app.explain import recheck
 from planner.cost.objective import Objective
 from planner.geometry.passes import pass_split
 from planner.geometry.regions import Tile
@@ -148,6 +149,8 @@ def test_planners_pick_two_passes_where_the_expanded_map_does_not_fit(
     assert not _two_pass_groups(without)
     assert cpsat.totals.dram_bytes == path_plan.totals.dram_bytes
     assert 3 * cpsat.totals.dram_bytes < 2 * without.totals.dram_bytes
+    # `explain` re-checks each pass against the tile rules: nothing breaks them
+    assert recheck(problem.graph, cpsat, problem.chip, problem.ruleset) == []
     _check(problem, cpsat)
 
 

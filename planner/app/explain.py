@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 
 from hardware.chip import Chip
 from planner.cost.objective import Objective, objective_value
+from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
 from planner.plan.data import Plan
 from rules.base import GroupFacts, Violation
 from rules.ruleset import RuleSet
 from solver.groups import is_connected, is_convex
+from solver.passes import PassSearch
 from solver.tiles import GroupSearch
 
 
@@ -76,6 +78,13 @@ def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tupl
     found = []
     for g in plan.groups:
         search = GroupSearch.of(graph, g.layers, chip, ruleset)
+        passes = PassSearch.of(graph, g.layers, chip) if g.placement.passes > 1 else None
+        if passes is not None:  # each pass against the tile rules, the whole group structurally
+            whole = search.facts(Tile(1, 1, 1), True)
+            found += [(g.id, v) for v in passes.physical(g.tile.h, g.double_buffered)
+                      + passes.rule_violations(g.tile.h, g.double_buffered, ruleset.enabled,
+                                               whole)]
+            continue
         for v in search.violations(g.tile, g.weights_resident, None, g.halo_reuse,
                                    g.double_buffered):
             found.append((g.id, v))
