@@ -20,7 +20,7 @@ from planner.cost.counters import Counters
 from planner.cost.model import weight_bytes
 from planner.cost.passes import fmap_peak_bytes, passes_cost
 from planner.geometry.passes import Passes, pass_split
-from planner.geometry.regions import GroupChains, GroupIO, Tile, anchor_extent, group_chains
+from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
 from planner.ir.graph import Graph
 from rules.base import GroupFacts, Rule, Violation
 
@@ -43,11 +43,7 @@ class PassSearch:
         split = pass_split(graph, tuple(layers))
         if split is None:
             return None
-        return cls(graph, split, chip, tuple(group_chains(graph, io) for io in cls._ios(split)))
-
-    @staticmethod
-    def _ios(split: Passes) -> list[GroupIO]:
-        return [p.io for p in split.pools] + [split.last]
+        return cls(graph, split, chip, tuple(group_chains(graph, io) for io in split.ios))
 
     @property
     def weight_bytes(self) -> int:
@@ -97,7 +93,7 @@ class PassSearch:
         found = []
         tile = self.tile_of(th)
         passes = [GroupFacts(self.graph, io, chains, tile, self.chip, True, double_buffered)
-                  for io, chains in zip(self._ios(self.split), self.chains, strict=True)]
+                  for io, chains in zip(self.split.ios, self.chains, strict=True)]
         for r in rules:
             facts = [whole] if r.is_structural else passes
             found += [v for f in facts if (v := r.check(f)) is not None]

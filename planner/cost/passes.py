@@ -25,7 +25,6 @@ from planner.cost.model import peak_bytes, resident_work, weight_bytes, with_tim
 from planner.geometry.passes import Passes, PoolPass
 from planner.geometry.regions import (
     GroupChains,
-    GroupIO,
     Tile,
     box_elems,
     full_box,
@@ -34,10 +33,6 @@ from planner.geometry.regions import (
     tile_regions,
 )
 from planner.ir.graph import Graph
-
-
-def _ios(split: Passes) -> list[GroupIO]:
-    return [p.io for p in split.pools] + [split.last]
 
 
 def tail_work(graph: Graph, split: Passes, pool: PoolPass, chip: Chip) -> tuple[int, int, int]:
@@ -78,9 +73,8 @@ def fmap_peak_bytes(graph: Graph, split: Passes, tile: Tile, chip: Chip,
     """The SRAM peak of feature maps over every pass and tail (no weights); ``chains``:
     each pass's, when the caller keeps them."""
     peak = 0
-    ios = _ios(split)
-    chains = chains or [group_chains(graph, io) for io in ios]
-    for k, io in enumerate(ios):
+    chains = chains or [group_chains(graph, io) for io in split.ios]
+    for k, io in enumerate(split.ios):
         here = peak_bytes(graph, io, chains[k], tile, chip, double_buffered=double_buffered)
         if chip.unified:  # peak_bytes adds the pass's resident weights: counted once, later
             here -= weight_bytes(graph, io.weights, chip)
@@ -96,9 +90,8 @@ def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
     """Predicted counters of the group run in passes with `tile` (weights resident);
     ``chains`` (each pass's) and ``fmap_peak`` (fmap_peak_bytes) when the caller has them."""
     dt = chip.dtype_bytes
-    ios = _ios(split)
-    chains = chains or [group_chains(graph, io) for io in ios]
-    works = [resident_work(graph, io, chains[k], tile, chip) for k, io in enumerate(ios)]
+    chains = chains or [group_chains(graph, io) for io in split.ios]
+    works = [resident_work(graph, io, chains[k], tile, chip) for k, io in enumerate(split.ios)]
     wbytes = weight_bytes(graph, split.whole.weights, chip)
     fmaps = sum(c.dram_read_bytes - c.weight_read_bytes for c in works)
     full = tile_regions(graph, split.whole, full_box(graph, split.whole.anchor))

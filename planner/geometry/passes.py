@@ -61,6 +61,11 @@ class Passes:
         return len(self.pools) + 1
 
     @property
+    def ios(self) -> tuple[GroupIO, ...]:
+        """Every pass's GroupIO, in the order they run."""
+        return (*(p.io for p in self.pools), self.last)
+
+    @property
     def tails(self) -> tuple[str, ...]:
         return tuple(n for p in self.pools for n in p.tail)
 
@@ -77,13 +82,14 @@ def pass_split(graph: Graph, layers: Sequence[str]) -> Passes | None:
     by the group's layers on per-image vectors (one row, one column) and by the scales the
     last pass applies; every layer that reads only such vectors is in a tail; and every
     tensor the group writes to DRAM comes from the last pass."""
-    if len(layers) < 3:
+    if len(layers) < 3 or not any(accumulated_input(graph, graph.layer(n)) is not None
+                                  for n in layers):
         return None
     whole = group_io(graph, layers)
     inside = set(whole.layers)
     reductions = [n for n in whole.layers
                   if accumulated_input(graph, graph.layer(n)) is not None]
-    if not reductions or whole.layers[-1] in reductions:
+    if whole.layers[-1] in reductions:
         return None
     # each reduction's tail: layers reading only its pooled result and each other
     vectors: dict[str, str] = {}  # vector tensor -> the reduction it comes from
