@@ -18,7 +18,7 @@ import numpy as np
 
 from hardware.chip import Chip
 from planner.geometry.passes import Passes
-from planner.geometry.regions import Box, full_box, in_group_uses, iter_tiles
+from planner.geometry.regions import Box, full_box, in_group_uses, iter_tiles, tile_regions
 from planner.ir.graph import Graph
 from planner.plan.data import Group
 
@@ -31,7 +31,7 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
                chip: Chip) -> None:
     """Run every pass and the tails between them, reading and writing `dram` and counting
     into `tally` (its weights are the whole group's, resident)."""
-    from emulator.run import EmulationError, KernelFailure, run_layer, run_tiles
+    from emulator.run import EmulationError, KernelFailure, _full, _slice, run_layer, run_tiles
 
     dt = chip.dtype_bytes
 
@@ -40,13 +40,24 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
         return sum(int(graph.constants[w].size) for w in ws) * dt
 
     uses = in_group_uses(graph, split.whole)
-    held: dict[str, tuple[Box, np.ndarray]] = {}  # tail results later passes read
+    # held inputs (loaded once, with the first tile) and tail results later passes read
+    held: dict[str, tuple[Box, np.ndarray]] = {}
+    preloaded = 0
+    if split.inputs_held:
+        need = tile_regions(graph, split.whole, full_box(graph, split.whole.anchor))
+        for t in split.inputs:
+            layout = graph.layout(t)
+            arr = _slice(dram[t], _full(dram[t], layout), need[t], layout)
+            held[t] = (need[t], arr)
+            preloaded += arr.size * dt
+            tally.core += arr.size * dt * (1 + uses.get(t, 0))
     step = 0
     for pool in split.pools:
         tiles = list(iter_tiles(graph, pool.io, group.tile))
         folds = run_tiles(graph, group, pool.io, tiles, dram, weights, tally, layers,
                           held=held, first=step, kept=frozenset({pool.pooled}),
-                          used_weights=wbytes(pool.io.layers))
+                          used_weights=wbytes(pool.io.layers),
+                          preloaded=preloaded if step == 0 else 0)
         step += len(tiles)
         # the tail: once, on whole vectors, beside what earlier tails left on chip
         onchip = {**held, pool.pooled: (full_box(graph, pool.pooled),

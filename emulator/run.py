@@ -602,7 +602,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         run_weights_outer(graph, group, chip, dram, weights, tally, layers)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     if group.placement.passes > 1:
-        split = pass_split(graph, group.layers)
+        split = pass_split(graph, group.layers, group.placement.inputs_held)
         if split is None or split.count != group.placement.passes or group.halo_reuse \
                 or not group.weights_resident:
             raise EmulationError(group.id, None, None, f"the plan runs this group in "
@@ -620,14 +620,15 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
               dram: dict[str, np.ndarray], weights: Mapping[str, np.ndarray], tally: Tally,
               layers: LayerCache, *, held: Mapping[str, tuple[Box, np.ndarray]] | None = None,
               first: int = 0, kept: frozenset[str] = frozenset(),
-              used_weights: int | None = None) -> dict[str, Fold]:
+              used_weights: int | None = None, preloaded: int = 0) -> dict[str, Fold]:
     """Run `io`'s layers tile by tile over `anchors` (halos recomputed), reading and
     writing `dram` and counting into `tally`; returns the accumulators of its reductions.
 
     ``held``: tensors already on chip for every tile (not loaded, never freed);
     ``first``: the index of the first tile (a second pass numbers on from the first);
     ``kept``: accumulated outputs kept on chip rather than stored after the last tile;
-    ``used_weights``: weight bytes the cores read per tile (default: all the group's).
+    ``used_weights``: weight bytes the cores read per tile (default: all the group's);
+    ``preloaded``: bytes loaded into ``held`` before the first tile (counted with it).
     """
     dt = tally.chip.dtype_bytes
     held = held or {}
@@ -638,7 +639,7 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
         ti = first + k
         boxes = tile_regions(graph, io, tile_box)
         onchip: dict[str, tuple[Box, np.ndarray]] = dict(held)
-        loaded = 0
+        loaded = preloaded if k == 0 else 0
         for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
             layout = graph.layout(t)
             arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)

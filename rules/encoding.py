@@ -73,6 +73,9 @@ class Pinned(Protocol):
     @property
     def passes(self) -> int: ...
 
+    @property
+    def inputs_held(self) -> bool: ...
+
 
 def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
     """Smallest tile size along an axis (0 batch, 1 rows) for which closed forms hold."""
@@ -114,6 +117,7 @@ class Candidate:
     fixed: Counters | None = None  # the pinned tile's cost (no closed form for its rows)
     # a pinned tile run in passes (planner.geometry.passes): how many, its exact peak
     passes: int = 1
+    inputs_held: bool = False
     passes_peak: int | None = None
 
     @property
@@ -169,7 +173,7 @@ class Encoding:
                              m.new_constant(int(fixed.double_buffered)),
                              m.new_constant(int(fixed.halo_reuse)),
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
-                             fixed=fixed.cost, passes=fixed.passes,
+                             fixed=fixed.cost, passes=fixed.passes, inputs_held=fixed.inputs_held,
                              passes_peak=self._passes_peak(layers, fixed))
             self.candidates.append(cand)
             return cand
@@ -217,7 +221,7 @@ class Encoding:
         """The exact feature-map peak of a pinned tile run in passes, None for others."""
         if fixed.passes == 1:
             return None
-        split = pass_split(self.graph, layers)
+        split = pass_split(self.graph, layers, fixed.inputs_held)
         if split is None:
             raise ValueError(f"group of {layers[0]!r} pinned in passes cannot run so")
         return fmap_peak_bytes(self.graph, split, fixed.tile, self.chip, fixed.double_buffered)

@@ -170,7 +170,7 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
     """The rules of a pinned tile run in passes, checked in Python (solver.passes: structural
     rules on the whole group, the others on each pass): a rule it breaks forbids it while
     that rule's literal holds, as a structural rule's encoding does."""
-    passes = PassSearch.of(enc.graph, cand.layers, enc.chip)
+    passes = PassSearch.of(enc.graph, cand.layers, enc.chip, cand.inputs_held)
     assert passes is not None  # pinned in passes, so it can run so
     tile = cand.facts_any_tile.tile
     whole = GroupFacts(enc.graph, cand.io, cand.chains, Tile(1, 1, 1), enc.chip)
@@ -493,9 +493,9 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
                     or picked.passes > 1)
     f = cand.facts_any_tile
     return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse, f.weights_outer,
-            cand.in_passes) == \
+            cand.passes, cand.inputs_held) == \
         (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse,
-         picked.weights_outer, picked.passes > 1)
+         picked.weights_outer, picked.passes, picked.inputs_held)
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
@@ -657,7 +657,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         w = started_from.get(frozenset(layers))
         warm_choice = None if w is None else search.choice(
             w.tile, w.weights_resident, w.double_buffered, w.halo_reuse, w.weights_outer,
-            w.passes)
+            w.passes, w.inputs_held)
         for choice in _alternatives(search, best, warm_choice, objective, ruleset,
                                     cycles_cap, prefetch_options, trade_offs):
             candidates.append(layers)
@@ -713,7 +713,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             reuse = bool(solver.boolean_value(cand.halo_reuse))
             outer = cand.fixed is not None and cand.facts_any_tile.weights_outer
             placement = Placement.of(cand.layers, tile, resident, db, reuse, outer,
-                                     cand.passes)
+                                     cand.passes, cand.inputs_held)
             groups.append(placement if objective.timed
                           else faster_buffering(graph, chip, ruleset, placement))
     # CP-SAT reports its integer objective through a float scaling (13044 came back as

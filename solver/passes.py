@@ -38,9 +38,11 @@ class PassSearch:
     peaks: dict[tuple[int, bool], int] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip) -> PassSearch | None:
-        """The search of a group that can run in passes, else None."""
-        split = pass_split(graph, tuple(layers))
+    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip, inputs_held: bool = False
+           ) -> PassSearch | None:
+        """The search of a group that can run in passes, else None (``inputs_held``: its
+        inputs loaded once and held on chip)."""
+        split = pass_split(graph, tuple(layers), inputs_held)
         if split is None:
             return None
         return cls(graph, split, chip, tuple(group_chains(graph, io) for io in split.ios))
@@ -136,6 +138,8 @@ class PassSearch:
             if self.rule_violations(th, False, chosen, whole):
                 continue
             out.append((th, False))
+            if self.split.inputs_held:  # nothing to prefetch: the inputs are on chip
+                continue
             if not self.physical(th, True) and not self.rule_violations(th, True, chosen,
                                                                           whole):
                 out.append((th, True))

@@ -56,11 +56,13 @@ class TileChoice:
     halo_reuse: bool = False
     weights_outer: bool = False
     passes: int = 1  # more: passes around the group's reductions (solver.passes)
+    inputs_held: bool = False  # with passes: the inputs loaded once, held for every pass
 
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
         return Placement.of(layers, self.tile, self.resident, self.double_buffered,
-                            self.halo_reuse, self.weights_outer, self.passes)
+                            self.halo_reuse, self.weights_outer, self.passes,
+                            self.inputs_held)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Option:
     room: int  # bytes left on chip for them (prefetch_room)
     weights_outer: bool = False
     passes: int = 1
+    inputs_held: bool = False
 
 
 def prefetch_room(facts: GroupFacts) -> int:
@@ -347,14 +350,14 @@ class GroupSearch:
 
     def choice(self, tile: Tile, resident: bool, double_buffered: bool,
                halo_reuse: bool = False, weights_outer: bool = False,
-               passes: int = 1) -> TileChoice:
+               passes: int = 1, inputs_held: bool = False) -> TileChoice:
         """A tile with its full predicted cost."""
         if passes > 1:
-            search = PassSearch.of(self.graph, self.layers, self.chip)
+            search = PassSearch.of(self.graph, self.layers, self.chip, inputs_held)
             if search is None or search.split.count != passes:
                 raise ValueError(f"group of {self.layers[0]!r} cannot run in {passes} passes")
             return TileChoice(tile, True, search.cost(tile.h, double_buffered),
-                              double_buffered, passes=passes)
+                              double_buffered, passes=passes, inputs_held=inputs_held)
         # the search's grid: its axes (and a peak its capacity checks computed) are reused
         grid = self.reuse_grid(tile) if halo_reuse and tile.bands == 1 else None
         return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
@@ -402,7 +405,7 @@ class GroupSearch:
         """The option's tile with its full predicted cost."""
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse,
-                             o.weights_outer, o.passes)
+                             o.weights_outer, o.passes, o.inputs_held)
 
     def _all_options(self, objective: Objective, rules: Iterable[Rule] | None,
                      with_room: bool = True) -> list[Option]:
@@ -426,21 +429,23 @@ class GroupSearch:
         where it can and search.pooling_passes allows."""
         if not self.ruleset.search.pooling_passes or len(self.layers) < 3:
             return []
-        passes = PassSearch.of(self.graph, self.layers, self.chip)
-        if passes is None:
-            return []
-        count = passes.split.count
         chosen = tuple(self.ruleset.enabled if rules is None else rules)
         whole = self.facts(Tile(1, 1, 1), True)
         out = []
-        for th, db in passes.feasible(chosen, whole):
-            tile = passes.tile_of(th)
-            cost = passes.cost(th, db)
-            rank = _rank(cost, objective, self.ruleset, self.chip,
-                         TileChoice(tile, True, cost, db, passes=count))
-            idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-            room = passes.room(th, db) if with_room else 0
-            out.append(Option(rank, tile, True, db, False, cost, idle, room, passes=count))
+        for held in (False, True):
+            passes = PassSearch.of(self.graph, self.layers, self.chip, held)
+            if passes is None:
+                return []
+            count = passes.split.count
+            for th, db in passes.feasible(chosen, whole):
+                tile = passes.tile_of(th)
+                cost = passes.cost(th, db)
+                rank = _rank(cost, objective, self.ruleset, self.chip,
+                             TileChoice(tile, True, cost, db, passes=count, inputs_held=held))
+                idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
+                room = passes.room(th, db) if with_room else 0
+                out.append(Option(rank, tile, True, db, False, cost, idle, room, passes=count,
+                                  inputs_held=held))
         return out
 
     def _height_options(self, objective: Objective, rules: Iterable[Rule] | None,

@@ -37,14 +37,16 @@ def _blocks(graph: Graph) -> list[list[str]]:
     return out
 
 
-def _hand_plan(problem: api.Problem, th: int, double_buffered: bool) -> Plan:
-    """Every block of the net one two-pass group of tile height th, the rest alone."""
+def _hand_plan(problem: api.Problem, th: int, double_buffered: bool, held: bool = False
+               ) -> Plan:
+    """Every block of the net one two-pass group of tile height th (``held``: its input
+    loaded once and held), the rest alone."""
     g = problem.graph
     placements, covered = [], set()
     for layers in _blocks(g):
         n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
         placements.append(Placement.of(layers, Tile(n, th, w), True, double_buffered,
-                                       passes=2))
+                                       passes=2, inputs_held=held))
         covered.update(layers)
     placements += [p for p in layer_placements(g, problem.chip)
                    if not covered.intersection(p.layers)]
@@ -81,29 +83,38 @@ def test_split_names_prefix_tail_rest_and_held_vectors(tmp_path: Path) -> None:
     assert pass_split(g, block[:pool_at + 5]) is None  # ends with the tail: no last pass
 
 
-@pytest.mark.parametrize(("size", "th", "db", "n", "hardware", "scale_first"), [
-    (32, 5, False, 1, None, True),
-    (32, 7, True, 1, None, False),
-    (48, 16, False, 2, None, True),
-    (32, 3, True, 1, "soma_buffer", True),
-    (32, 32, False, 1, None, True),  # one tile a pass
+@pytest.mark.parametrize(("size", "th", "db", "n", "hardware", "scale_first", "held"), [
+    (32, 5, False, 1, None, True, False),
+    (32, 7, True, 1, None, False, False),
+    (48, 16, False, 2, None, True, False),
+    (32, 3, True, 1, "soma_buffer", True, False),
+    (32, 32, False, 1, None, True, False),  # one tile a pass
+    (32, 5, False, 1, None, True, True),
+    (48, 9, False, 2, "soma_buffer", False, True),
 ])
 def test_hand_built_two_pass_plans_verify(tmp_path: Path, size: int, th: int, db: bool, n: int,
-                                          hardware: str | None, scale_first: bool) -> None:
+                                          hardware: str | None, scale_first: bool,
+                                          held: bool) -> None:
     """Any tile height, with and without a second input buffer, a batch of two, a chip with
-    one memory for weights and maps: outputs and every counter equal to the prediction."""
+    one memory for weights and maps, inputs re-read each pass or held: outputs and every
+    counter equal to the prediction."""
     path = models.save(models.se_net(h=size, w=size, n=n, scale_first=scale_first),
                        tmp_path, "se")
     problem = api.prepare(str(path), hardware=hardware)
-    plan = _hand_plan(problem, th, db)
+    plan = _hand_plan(problem, th, db, held)
     assert sum(g.placement.passes > 1 for g in plan.groups) == 2
     _check(problem, plan)
+    if held:  # each block reads its input once: no halo, no second read
+        assert all(g.predicted.redundant_read_bytes == 0 for g in plan.groups
+                   if g.placement.passes > 1)
 
 
-@pytest.mark.parametrize(("th", "db", "hardware"), [(6, False, None), (11, True, None),
-                                                   (4, False, "soma_buffer")])
+@pytest.mark.parametrize(("th", "db", "hardware", "held"), [
+    (6, False, None, False), (11, True, None, False), (4, False, "soma_buffer", False),
+    (7, False, None, True)])
 def test_three_passes_over_two_squeeze_excite_blocks_verify(tmp_path: Path, th: int, db: bool,
-                                                            hardware: str | None) -> None:
+                                                            hardware: str | None,
+                                                            held: bool) -> None:
     """Both blocks in one group: a pooling pass per block (the second recomputes the first
     block and scales it with the first tail's result, held on chip), then the last pass."""
     path = models.save(models.se_net(h=40, w=40, scale_first=False), tmp_path, "se")
@@ -111,14 +122,14 @@ def test_three_passes_over_two_squeeze_excite_blocks_verify(tmp_path: Path, th: 
     g = problem.graph
     first, second = _blocks(g)
     layers = [*first, *second]
-    split = pass_split(g, layers)
+    split = pass_split(g, layers, held)
     assert split is not None and split.count == 3
     again = tuple(n for n in first if n not in split.pools[0].tail
                   and n != split.pools[0].reduction)
     assert split.pools[1].io.layers[:len(again)] == again  # block 1 again, scaled
     assert split.held_before(1) == split.pools[0].kept
     n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
-    placements = [Placement.of(layers, Tile(n, th, w), True, db, passes=3)]
+    placements = [Placement.of(layers, Tile(n, th, w), True, db, passes=3, inputs_held=held)]
     placements += [p for p in layer_placements(g, problem.chip)
                    if not set(layers).intersection(p.layers)]
     plan = assemble(g, problem.chip, placements, **problem.plan_header(),

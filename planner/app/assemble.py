@@ -53,7 +53,7 @@ def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Grou
 def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     """Predicted counters of a placement, without next-group prefetch."""
     if p.passes > 1:
-        split = pass_split(graph, p.layers)
+        split = pass_split(graph, p.layers, p.inputs_held)
         if split is None or split.count != p.passes:
             raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run "
                                 f"in {p.passes} passes (planner.geometry.passes)")

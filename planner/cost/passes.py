@@ -11,7 +11,9 @@ Each pass is priced by the cost model's closed forms on its own GroupIO; what jo
   pooled vector each tail layer reads, count as core traffic once;
 * the SRAM peak is the largest of each pass's tiles beside the tail results held then,
   and of each tail (what is held, its pooled vector and every result at once), plus the
-  weights on single-memory chips.
+  weights on single-memory chips;
+* with the inputs held (Passes.inputs_held) each input's needed box is loaded once, with
+  the first tile, counted as core traffic once per reader, and on chip for every step.
 """
 
 from __future__ import annotations
@@ -52,9 +54,18 @@ def tail_work(graph: Graph, split: Passes, pool: PoolPass, chip: Chip) -> tuple[
     return macs, vector_ops, core * chip.dtype_bytes
 
 
+def held_input_elems(graph: Graph, split: Passes) -> dict[str, int]:
+    """Elements of each held input's box (what the whole group needs of it)."""
+    if not split.inputs_held:
+        return {}
+    full = tile_regions(graph, split.whole, full_box(graph, split.whole.anchor))
+    return {t: box_elems(graph, t, full[t]) for t in split.whole.inputs}
+
+
 def held_bytes(graph: Graph, split: Passes, k: int, chip: Chip) -> int:
-    """Tail results on chip while pass k runs."""
-    return sum(graph.elems(t) for t in split.held_before(k)) * chip.dtype_bytes
+    """Held inputs and tail results on chip while pass k runs."""
+    return (sum(graph.elems(t) for t in split.held_before(k))
+            + sum(held_input_elems(graph, split).values())) * chip.dtype_bytes
 
 
 def tail_peak_bytes(graph: Graph, split: Passes, k: int, chip: Chip) -> int:
@@ -96,9 +107,13 @@ def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
     fmaps = sum(c.dram_read_bytes - c.weight_read_bytes for c in works)
     full = tile_regions(graph, split.whole, full_box(graph, split.whole.anchor))
     once = sum(box_elems(graph, t, full[t]) for t in split.whole.inputs) * dt
+    held = held_input_elems(graph, split)
+    fmaps += sum(held.values()) * dt
+    uses = in_group_uses(graph, split.whole)
     macs = sum(c.macs for c in works)
     vector_ops = sum(c.vector_ops for c in works)
-    core = sum(c.core_fmap_bytes for c in works)
+    core = sum(c.core_fmap_bytes for c in works) \
+        + sum(e * (1 + uses.get(t, 0)) for t, e in held.items()) * dt
     core_weight = sum(c.core_weight_bytes for c in works)
     for pool in split.pools:
         m, v, b = tail_work(graph, split, pool, chip)
@@ -118,7 +133,8 @@ def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
         vector_ops=vector_ops,
         core_fmap_bytes=core,
         core_weight_bytes=core_weight,
-        first_load_bytes=first.first_load_bytes - first.weight_read_bytes + wbytes,
+        first_load_bytes=first.first_load_bytes - first.weight_read_bytes + wbytes
+        + sum(held.values()) * dt,
         last_store_bytes=last.last_store_bytes,
     )
     return with_time(chip, c, double_buffered)

@@ -16,7 +16,10 @@ the map to DRAM for the next group to read back. The third way is more passes:
 
 The maps between never leave the chip: a group with k squeeze-excite blocks reads its
 (often much narrower) inputs k + 1 times and computes each prefix again in every later
-pass, instead of writing each pooled map and reading it back. Every pass uses the plan's
+pass, instead of writing each pooled map and reading it back. Where the inputs fit on chip
+whole beside the passes, they may instead be loaded once, before the first pass, and held
+until the group ends (``inputs_held``): every pass reads its tiles from them, and the group
+reads each input exactly once, halos included. Every pass uses the plan's
 tile, each on its own anchor: a pooling pass on the map it pools, the last pass on the
 group's output. This module says which layers each pass runs and which tensors it reads,
 holds and stores (as GroupIO records, so the cost model's closed forms apply to each
@@ -54,6 +57,7 @@ class Passes:
     whole: GroupIO  # the group as one unit: what it reads from and writes to DRAM
     pools: tuple[PoolPass, ...]  # one pooling pass per reduction, in the layers' order
     last: GroupIO  # the last pass: every layer but reductions and tails; stores the outputs
+    inputs_held: bool = False  # the group's inputs loaded whole once and held to its end
 
     @property
     def count(self) -> int:
@@ -73,15 +77,22 @@ class Passes:
         """Tail results on chip while pass k runs (k == len(pools): the last pass)."""
         return tuple(t for p in self.pools[:k] for t in p.kept)
 
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The group's inputs held on chip whole for all passes (none unless inputs_held)."""
+        return self.whole.inputs if self.inputs_held else ()
 
-def pass_split(graph: Graph, layers: Sequence[str]) -> Passes | None:
+
+def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False
+               ) -> Passes | None:
     """The passes of a group, or None where it cannot run so.
 
     It can when it holds reductions over rows and columns (global pooling, a keepdims
     Reduce over H and W), none its last layer, whose results are read (transitively) only
     by the group's layers on per-image vectors (one row, one column) and by the scales the
     last pass applies; every layer that reads only such vectors is in a tail; and every
-    tensor the group writes to DRAM comes from the last pass."""
+    tensor the group writes to DRAM comes from the last pass. ``inputs_held``: the group's
+    inputs are held on chip whole (no pass loads them)."""
     if len(layers) < 3 or not any(accumulated_input(graph, graph.layer(n)) is not None
                                   for n in layers):
         return None
@@ -127,6 +138,7 @@ def pass_split(graph: Graph, layers: Sequence[str]) -> Passes | None:
         for t in graph.layer(name).fmap_inputs:
             if t in vectors and name not in tails[vectors[t]]:
                 read_later.add(t)
+    held = frozenset(vectors) | (frozenset(whole.inputs) if inputs_held else frozenset())
     pools = []
     for red in reductions:
         pooled_from = accumulated_input(graph, graph.layer(red))
@@ -136,14 +148,14 @@ def pass_split(graph: Graph, layers: Sequence[str]) -> Passes | None:
             return None
         pooled = graph.layer(red).outputs[0]
         io = _pass_io(graph, (*sorted(prefix, key=graph.index), red), (pooled,),
-                      held=frozenset(vectors), anchor=pooled_from, accumulated=(pooled,))
+                      held=held, anchor=pooled_from, accumulated=(pooled,))
         tail = tuple(tails[red])
         kept = tuple(t for n in tail for t in graph.layer(n).outputs if t in read_later)
         if pooled in read_later:
             kept = (pooled, *kept)
         pools.append(PoolPass(io, red, tail, kept))
-    last = _pass_io(graph, last_layers, whole.outputs, held=frozenset(vectors))
-    return Passes(whole, tuple(pools), last)
+    last = _pass_io(graph, last_layers, whole.outputs, held=held)
+    return Passes(whole, tuple(pools), last, inputs_held)
 
 
 def _prefix(graph: Graph, tensor: str, inside: set[str], vectors: set[str]) -> set[str]:

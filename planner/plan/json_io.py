@@ -66,6 +66,7 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 **({"weight_chunks": dict(g.placement.chunks)} if g.placement.chunks else {}),
                 **({"loop_order": g.placement.loop.value} if g.placement.weights_outer else {}),
                 **({"passes": g.placement.passes} if g.placement.passes > 1 else {}),
+                **({"inputs_held": True} if g.placement.inputs_held else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -116,6 +117,16 @@ def _loop(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str) 
                          "(\"weights_resident\": false), with halos recomputed; remove the "
                          "key.")
     return loop
+
+
+def _inputs_held(g: dict[str, Any], passes: int, where: str) -> bool:
+    """A group's "inputs_held": only with passes, and single-buffered."""
+    held = bool(g.get("inputs_held", False))
+    if held and (passes == 1 or g.get("double_buffered", False)):
+        raise InputError(f"{where}.inputs_held holds a group's inputs across its pooling "
+                         "passes, single-buffered: it needs \"passes\" above 1 and "
+                         "\"double_buffered\": false; remove the key or set those.")
+    return held
 
 
 def _passes(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], tile: Tile,
@@ -202,7 +213,8 @@ def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where
                               g.get("double_buffered", False), HaloMode(halo),
                               g.get("prefetch", False), _chunks(graph, g, layers, gw),
                               _loop(graph, g, layers, gw),
-                              _passes(graph, g, layers, tile, gw))
+                              (passes := _passes(graph, g, layers, tile, gw)),
+                              _inputs_held(g, passes, gw))
         groups.append(Group(g["id"], placement, g.get("mode", "big"), predicted))
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()

@@ -67,16 +67,19 @@ class Placement:
     # (planner.geometry.passes: a squeeze-excite scale waits for its pool, and a later pass
     # recomputes the pooled map)
     passes: int = 1
+    # with passes: the group's inputs loaded whole once and held on chip for every pass
+    inputs_held: bool = False
 
     @classmethod
     def of(cls, layers: Sequence[str], tile: Tile, resident: bool = True,
            double_buffered: bool = False, halo_reuse: bool = False,
-           weights_outer: bool = False, passes: int = 1) -> Placement:
+           weights_outer: bool = False, passes: int = 1,
+           inputs_held: bool = False) -> Placement:
         """A placement from the planners' flags."""
         return cls(tuple(layers), tile, WeightResidency.of(resident), double_buffered,
                    HaloMode.of(halo_reuse),
                    loop=LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
-                   passes=passes)
+                   passes=passes, inputs_held=inputs_held)
 
     @property
     def weights_outer(self) -> bool:

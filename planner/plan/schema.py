@@ -267,6 +267,7 @@ GROUP = Obj((
     Key("halo", OneOf(tuple(h.value for h in HaloMode)), required=False),
     Key("prefetch", Bool(), required=False),
     Key("passes", Int(1), required=False),
+    Key("inputs_held", Bool(), required=False),
     Key("predicted", PREDICTED, required=False),
 ))
 
