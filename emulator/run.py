@@ -651,7 +651,11 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
             lay = graph.layer(name)
             out0 = lay.outputs[0]
             if out0 in folds:  # fold this tile's part of the anchor into the accumulator
-                x_box, x = onchip[lay.fmap_inputs[0]]
+                name_x = lay.fmap_inputs[0]
+                x_box, x = onchip[name_x]
+                if x_box != boxes[name_x]:  # held whole: this tile's part only
+                    x = _slice(x, x_box, boxes[name_x], graph.layout(name_x))
+                    x_box = boxes[name_x]
                 ys = [folds[out0].add(x, x_box)]
                 tally.vector_ops += x.size
             else:

@@ -137,6 +137,26 @@ def test_three_passes_over_two_squeeze_excite_blocks_verify(tmp_path: Path, th: 
     _check(problem, plan)
 
 
+@pytest.mark.parametrize("held", [False, True])
+def test_a_pool_of_the_groups_own_input_runs_in_two_passes(tmp_path: Path, held: bool) -> None:
+    """A group that starts at the pool (the map it scales is its input): the pooling pass
+    only reads and folds; held, the input is read once and each tile folds its own part."""
+    path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
+    problem = api.prepare(str(path))
+    g = problem.graph
+    block = _blocks(g)[0]
+    layers = block[next(i for i, n in enumerate(block) if g.layer(n).op == "GlobalAveragePool"):]
+    split = pass_split(g, layers, held)
+    assert split is not None and split.pools[0].io.layers == (layers[0],)
+    n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
+    placements = [Placement.of(layers, Tile(n, 6, w), True, False, passes=2, inputs_held=held)]
+    placements += [p for p in layer_placements(g, problem.chip)
+                   if not set(layers).intersection(p.layers)]
+    plan = assemble(g, problem.chip, placements, **problem.plan_header(),
+                    objective=Objective.TRAFFIC, solver={"name": "hand"})
+    _check(problem, plan)
+
+
 def _two_pass_groups(plan: Plan) -> list[int]:
     return [g.id for g in plan.groups if g.placement.passes > 1]
 
