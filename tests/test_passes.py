@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from planner.app import api
@@ -155,6 +157,43 @@ def test_a_pool_of_the_groups_own_input_runs_in_two_passes(tmp_path: Path, held:
     plan = assemble(g, problem.chip, placements, **problem.plan_header(),
                     objective=Objective.TRAFFIC, solver={"name": "hand"})
     _check(problem, plan)
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(16, 40), n=st.integers(1, 2), blocks=st.integers(1, 2),
+       one_group=st.booleans(), th=st.integers(1, 40), held=st.booleans(),
+       double_buffered=st.booleans(), scale_first=st.booleans(),
+       hardware=st.sampled_from([None, "soma_buffer", "two_level", "manycore"]))
+def test_random_pass_plans_verify(tmp_path: Path, size: int, n: int, blocks: int,
+                                  one_group: bool, th: int, held: bool,
+                                  double_buffered: bool, scale_first: bool,
+                                  hardware: str | None) -> None:
+    """Random squeeze-excite nets, tiles and chips: every block in passes (or all blocks in
+    one group), inputs held or re-read: outputs and every counter equal to the prediction
+    (capacity aside: a hand-built tile may not fit a small chip)."""
+    path = models.save(models.se_net(h=size, w=size, n=n, blocks=blocks,
+                                     scale_first=scale_first), tmp_path, "se")
+    problem = api.prepare(str(path), hardware=hardware)
+    g = problem.graph
+    found = _blocks(g)
+    groups = [[n for b in found for n in b]] if one_group else found
+    placements, covered = [], set()
+    for layers in groups:
+        split = pass_split(g, layers, held)
+        assert split is not None
+        nn, h, _, w = g.dims(g.layer(layers[-1]).outputs[0])
+        placements.append(Placement.of(layers, Tile(nn, min(th, h), w), True,
+                                       double_buffered and not held, passes=split.count,
+                                       inputs_held=held))
+        covered.update(layers)
+    placements += [p for p in layer_placements(g, problem.chip)
+                   if not covered.intersection(p.layers)]
+    plan = assemble(g, problem.chip, placements, **problem.plan_header(),
+                    objective=Objective.TRAFFIC, solver={"name": "hand"})
+    report = api.verify_in_memory(problem, plan, seed=size)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
 
 
 def _two_pass_groups(plan: Plan) -> list[int]:
