@@ -54,6 +54,10 @@ class Rule:
     # How holding depends on the tile height: "shrink" rules (capacities) that hold for a
     # height hold for every smaller one; "grow" rules (halo redundancy) for every larger one.
     tile_trend: ClassVar[str] = "shrink"
+    # How a group run in pooling passes (planner.geometry.passes) is checked: "each" pass as
+    # a group of its own (capacities, halos), or the "whole" group with the passes' tile
+    # (a rule whose exemptions look at which blocks the group holds)
+    in_passes: ClassVar[str] = "each"
     enabled: bool
 
     @property

@@ -20,7 +20,9 @@ class StrideRedundancy(Rule):
     default) binds only groups that recompute halos: a group whose tile holds whole maps,
     or whose tiles reuse their halos, recomputes nothing and is exempt.
     ``applies_to: all`` (seed 000's reading) binds every fused group. With
-    ``exempt_whole_blocks`` a group that fuses a whole multi-branch block is exempt.
+    ``exempt_whole_blocks`` a group that fuses a whole multi-branch block is exempt. A group
+    run in pooling passes is checked as a whole (its layers, the passes' tile): a
+    squeeze-excite block it holds whole exempts it, though no one pass holds the block.
     """
 
     enabled: bool = True
@@ -28,6 +30,7 @@ class StrideRedundancy(Rule):
     exempt_whole_blocks: bool = True
     applies_to: Literal["recompute", "all"] = "recompute"
     tile_trend: ClassVar[str] = "grow"  # with applies_to: recompute, whole maps are exempt
+    in_passes: ClassVar[str] = "whole"  # a group holding a whole block is exempt as a whole
 
     @property
     def is_structural(self) -> bool:

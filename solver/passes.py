@@ -90,14 +90,18 @@ class PassSearch:
 
     def rule_violations(self, th: int, double_buffered: bool, rules: Iterable[Rule],
                         whole: GroupFacts) -> list[Violation]:
-        """Violations of the rules: structural ones by the whole group, the others by
-        either pass as a group of its own."""
+        """Violations of the rules: structural ones by the whole group (`whole`, any tile),
+        those that look at the whole group (Rule.in_passes) by it with this tile, the others
+        by each pass as a group of its own."""
         found = []
         tile = self.tile_of(th)
         passes = [GroupFacts(self.graph, io, chains, tile, self.chip, True, double_buffered)
                   for io, chains in zip(self.split.ios, self.chains, strict=True)]
+        tiled = GroupFacts(self.graph, whole.io, whole.chains, tile, self.chip, True,
+                           double_buffered)
         for r in rules:
-            facts = [whole] if r.is_structural else passes
+            facts = [whole] if r.is_structural else [tiled] if r.in_passes == "whole" \
+                else passes
             found += [v for f in facts if (v := r.check(f)) is not None]
         return found
 
