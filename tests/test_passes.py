@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -236,6 +237,14 @@ def test_plan_file_states_passes_and_rejects_them_where_they_cannot_run(tmp_path
     runner = CliRunner()
     ok = runner.invoke(app, ["verify", str(path), str(plan_file)])
     assert ok.exit_code == 0, ok.output
+    # the annotated model says which nodes run in passes
+    out = tmp_path / "annotated.onnx"
+    exported = runner.invoke(app, ["export", str(path), str(plan_file), "-o", str(out)])
+    assert exported.exit_code == 0, exported.output
+    props = [{p.key: p.value for p in node.metadata_props}
+             for node in onnx.load(str(out)).graph.node]
+    in_passes = [p for p in props if p.get("fuseplan.passes") == "2"]
+    assert len(in_passes) == sum(len(g.layers) for g in plan.groups if g.placement.passes > 1)
     # a lone layer cannot run in two passes; nor can a group whose weights stream
     lone = json.loads(plan_file.read_text())
     next(g for g in lone["groups"] if len(g["layers"]) == 1)["passes"] = 2

@@ -42,6 +42,9 @@ def node_metadata(group: Group) -> dict[str, str]:
         f"{METADATA_PREFIX}predicted_redundant_read_bytes": str(p.redundant_read_bytes),
         f"{METADATA_PREFIX}predicted_sram_peak_bytes": str(p.sram_peak_bytes),
         f"{METADATA_PREFIX}predicted_cycles": str(p.cycles),
+        **({f"{METADATA_PREFIX}passes": str(group.placement.passes),
+            f"{METADATA_PREFIX}inputs_held": str(group.placement.inputs_held).lower()}
+           if group.placement.passes > 1 else {}),
     }
 
 
