@@ -593,6 +593,18 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         raise EmulationError(group.id, None, graph.producer[io.accumulated[0]],
                              "a group ending in an accumulating reduction runs its tiles "
                              "one by one (no halo reuse, no weights-outer loop)")
+    if group.placement.passes > 1:
+        split = pass_split(graph, group.layers, group.placement.inputs_held)
+        if split is None or split.count != group.placement.passes \
+                or not group.weights_resident or group.halo_reuse \
+                or group.placement.weights_outer:
+            raise EmulationError(group.id, None, None, f"the plan runs this group in "
+                                 f"{group.placement.passes} passes, but it does not hold "
+                                 f"{group.placement.passes - 1} reductions feeding back into "
+                                 "it on vectors, or its weights stream, or its halos are "
+                                 "reused, or its weights sweep the tiles")
+        run_passes(graph, group, split, dram, weights, tally, layers, chip)
+        return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     if group.halo_reuse and group.tile.bands > 1:
         return _run_bands(graph, group, chip, dram, weights, io, layers)
     if group.halo_reuse:
@@ -600,16 +612,6 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     if group.placement.weights_outer:
         run_weights_outer(graph, group, chip, dram, weights, tally, layers)
-        return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
-    if group.placement.passes > 1:
-        split = pass_split(graph, group.layers, group.placement.inputs_held)
-        if split is None or split.count != group.placement.passes or group.halo_reuse \
-                or not group.weights_resident:
-            raise EmulationError(group.id, None, None, f"the plan runs this group in "
-                                 f"{group.placement.passes} passes, but it holds no as many "
-                                 "reductions feeding back into it on vectors, or its weights "
-                                 "stream, or it reuses halos")
-        run_passes(graph, group, split, dram, weights, tally, layers, chip)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     anchors = list(group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile))
     run_tiles(graph, group, io, anchors, dram, weights, tally, layers)
@@ -639,14 +641,17 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
         ti = first + k
         boxes = tile_regions(graph, io, tile_box)
         onchip: dict[str, tuple[Box, np.ndarray]] = dict(held)
-        loaded = preloaded if k == 0 else 0
+        loaded = 0
         for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
             layout = graph.layout(t)
             arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)
             onchip[t] = (boxes[t], arr)
             loaded += arr.size * dt
             tally.core += arr.size * dt * (1 + uses.get(t, 0))
+        # a second buffer holds the next tile's loads (held tensors are loaded once)
         prefetch = loaded if group.double_buffered else 0
+        if k == 0:
+            loaded += preloaded
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
             out0 = lay.outputs[0]

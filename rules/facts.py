@@ -66,6 +66,11 @@ class GroupFacts:
     weights_outer: bool = False
     # tensor_bound_bytes by tensor, filled as asked (the peaks ask for each tensor per step)
     _bounds: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    # one pass of a group run in pooling passes (solver.passes): the maps the group holds on
+    # chip beside this pass's tiles (held inputs, tail results), and the whole group's
+    # resident weights (this pass's layers hold only part of them)
+    held_bytes: int = 0
+    group_weight_bytes: int | None = None
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -147,6 +152,8 @@ class GroupFacts:
 
     @cached_property
     def weight_bytes(self) -> int:
+        if self.group_weight_bytes is not None:
+            return self.group_weight_bytes
         return weight_bytes(self.graph, self.io.weights, self.chip)
 
     @cached_property
@@ -155,7 +162,7 @@ class GroupFacts:
         if self.weights_outer:
             return self.in_bytes + self._outer_slice_bytes
         return max(sum(self.tensor_bound_bytes(t) for t in live)
-                   for live in live_steps(self.graph, self.io))
+                   for live in live_steps(self.graph, self.io)) + self.held_bytes
 
     @property
     def _outer_slice_bytes(self) -> int:
@@ -184,7 +191,8 @@ class GroupFacts:
         if self.weights_outer or not (self.chip.unified and self.staged_bytes):
             return self.live_peak_bytes + (self.stage_peak_bytes if self.chip.unified else 0)
         return max(sum(self.tensor_bound_bytes(t) for t in live) + self.staged_bytes[i]
-                   for i, live in enumerate(live_steps(self.graph, self.io)))
+                   for i, live in enumerate(live_steps(self.graph, self.io))) \
+            + self.held_bytes
 
     @property
     def onchip_weight_bytes(self) -> int:
@@ -196,7 +204,7 @@ class GroupFacts:
     def all_fmap_bytes(self) -> int:
         """Every tensor of the group held at once (no sharing)."""
         tensors = set(self.io.inputs) | set(self.io.outputs) | set(self.io.internal)
-        return sum(self.tensor_bound_bytes(t) for t in tensors)
+        return sum(self.tensor_bound_bytes(t) for t in tensors) + self.held_bytes
 
     @cached_property
     def reuse_peak_bytes(self) -> int:

@@ -167,9 +167,10 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
 
 
 def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
-    """The rules of a pinned tile run in passes, checked in Python (solver.passes: structural
-    rules on the whole group, the others on each pass): a rule it breaks forbids it while
-    that rule's literal holds, as a structural rule's encoding does."""
+    """The rules of a pinned tile run in passes, checked in Python as solver.passes checks
+    them (structural rules on the whole group, tile rules on each pass or the whole group,
+    Rule.in_passes): a rule it breaks forbids it while that rule's literal holds, as a
+    structural rule's encoding does."""
     passes = PassSearch.of(enc.graph, cand.layers, enc.chip, cand.inputs_held)
     assert passes is not None  # pinned in passes, so it can run so
     tile = cand.facts_any_tile.tile
@@ -399,13 +400,24 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
             if cand.fixed is not None:  # a pinned choice: its idle time and room are known
                 facts = cand.facts_any_tile
                 most = min(most, idle_dram_cycles(chip, cand.fixed, facts.double_buffered)) \
-                    if prefetch_room(facts) >= w else 0
+                    if _pinned_room(graph, chip, cand) >= w else 0
             elif cand.layers in options:
                 most = max((min(o.idle, most) for o in options[cand.layers] if o.room >= w),
                            default=0)
             if most > 0:
                 pairs.setdefault(a, []).append((b, most))
     return pairs
+
+
+def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
+    """Bytes a pinned candidate leaves for the next group's weights (solver.tiles.
+    prefetch_room; a tile run in passes from its exact peak, as solver.passes.PassSearch.room)."""
+    if cand.passes_peak is None:
+        return prefetch_room(cand.facts_any_tile)
+    weights = weight_bytes(graph, cand.io.weights, chip)
+    if chip.wram is not None:
+        return chip.wram.bytes * chip.cores_per_cluster - weights
+    return chip.sram.bytes - cand.passes_peak - (weights if chip.unified else 0)
 
 
 def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],

@@ -1,12 +1,14 @@
 """Tile search for a group run in passes around its reductions (planner.geometry.passes).
 
 The search is in Python for every planner: CP-SAT gets the best choice pinned (its cost
-and exact peak are constants, its rules checked here). Every pass uses one tile over the
-whole batch (an accumulator folds every image of its tile) at full width, weights
-resident, halos recomputed; the tallest heights that fit are costed, with and without a
-second input buffer. Capacities use the exact peak of the passes and the tails; the rules
-that depend on the tile are checked on each pass as a group of its own, the structural
-ones on the whole group.
+and exact peak are constants, its rules checked here). The plan's tile spans the whole
+batch (an accumulator folds every image of its tile) and the last pass's full width; each
+pass cuts its own anchor with it; weights are resident, halos recomputed; the tallest
+heights that fit are costed, with and without a second input buffer (without it when the
+inputs are held). Capacities use the exact peak of the passes and the tails; the rules
+that depend on the tile bind each pass as a group of its own, with what the group holds on
+chip beside it and its resident weights, or the whole group with the tile
+(Rule.in_passes); the structural ones bind the whole group.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from math import ceil
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.cost.model import weight_bytes
-from planner.cost.passes import fmap_peak_bytes, passes_cost
+from planner.cost.passes import fmap_peak_bytes, held_bytes, passes_cost
 from planner.geometry.passes import Passes, pass_split
 from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
 from planner.ir.graph import Graph
@@ -95,8 +97,11 @@ class PassSearch:
         by each pass as a group of its own."""
         found = []
         tile = self.tile_of(th)
-        passes = [GroupFacts(self.graph, io, chains, tile, self.chip, True, double_buffered)
-                  for io, chains in zip(self.split.ios, self.chains, strict=True)]
+        passes = [GroupFacts(self.graph, io, chains, tile, self.chip, True, double_buffered,
+                             held_bytes=held_bytes(self.graph, self.split, k, self.chip),
+                             group_weight_bytes=self.weight_bytes)
+                  for k, (io, chains) in enumerate(zip(self.split.ios, self.chains,
+                                                       strict=True))]
         tiled = GroupFacts(self.graph, whole.io, whole.chains, tile, self.chip, True,
                            double_buffered)
         for r in rules:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 from planner.app import api
 from planner.app.assemble import assemble, layer_placements
 from planner.app.explain import recheck
+from planner.core.errors import PlanningError
 from planner.cost.objective import Objective
 from planner.geometry.passes import pass_split
 from planner.geometry.regions import Tile
@@ -195,6 +197,50 @@ def test_random_pass_plans_verify(tmp_path: Path, size: int, n: int, blocks: int
     report = api.verify_in_memory(problem, plan, seed=size)
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
+
+
+def _selective_kernel_net(h: int, leak: bool = False) -> onnx.ModelProto:
+    """proj(B(x) * sigmoid(fc(GAP(A(x))))): a branch that feeds only the pool (SKNet-like);
+    ``leak``: A's output also leaves the network (a second output besides the anchor)."""
+    b = models._Builder(np.random.default_rng(0))
+    x = b.one("Relu", [b.conv("input", 3, 16, 3, prefix="stem")])
+    a = b.one("Relu", [b.conv(x, 16, 32, 3, prefix="branchA")])
+    bb = b.one("Relu", [b.conv(x, 16, 32, 3, prefix="branchB")])
+    s = b.one("GlobalAveragePool", [a], "gap")
+    s = b.one("Sigmoid", [b.conv(s, 32, 32, 1, prefix="fc")])
+    y = b.conv(b.one("Mul", [bb, s], "scale"), 32, 16, 1, prefix="proj")
+    return b.model((1, 3, h, h), [y, a] if leak else y, 13, name="sk")
+
+
+def test_a_branch_that_feeds_only_the_pool_runs_in_the_pool_pass_only(tmp_path: Path) -> None:
+    """The last pass computes what the outputs need: a branch read only by the pool is not
+    in it (it used to be, and had no box there). Default rules plan and verify."""
+    path = models.save(_selective_kernel_net(128), tmp_path, "sk")
+    problem = api.prepare(str(path))
+    g = problem.graph
+    order = [lay.name for lay in g.layers]
+    layers = order[order.index(next(n for n in order if n.startswith("branchA"))):]
+    split = pass_split(g, layers)
+    assert split is not None
+    branch_a = {n for n in layers if n.startswith("branchA")}
+    assert branch_a <= set(split.pools[0].io.layers)
+    assert not branch_a & set(split.last.layers)
+    plan = api.plan_problem(problem)
+    assert any(grp.placement.passes == 2 for grp in plan.groups)
+    _check(problem, plan)
+    # a tensor leaving mid-group is stored whole by every tile: no passes for such a group
+    leaky = models.save(_selective_kernel_net(64, leak=True), tmp_path, "leaky")
+    lg = api.prepare(str(leaky)).graph
+    lorder = [lay.name for lay in lg.layers]
+    assert pass_split(lg, lorder[lorder.index(next(n for n in lorder
+                                                   if n.startswith("branchA"))):]) is None
+
+
+def test_held_inputs_with_a_second_buffer_are_refused(tmp_path: Path) -> None:
+    path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
+    problem = api.prepare(str(path))
+    with pytest.raises(PlanningError, match="passes"):
+        _hand_plan(problem, 5, True, held=True)
 
 
 def _two_pass_groups(plan: Plan) -> list[int]:

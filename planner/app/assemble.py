@@ -54,9 +54,12 @@ def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     """Predicted counters of a placement, without next-group prefetch."""
     if p.passes > 1:
         split = pass_split(graph, p.layers, p.inputs_held)
-        if split is None or split.count != p.passes:
+        if split is None or split.count != p.passes or not p.weights_resident \
+                or p.halo_reuse or p.weights_outer or (p.inputs_held and p.double_buffered):
             raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run "
-                                f"in {p.passes} passes (planner.geometry.passes)")
+                                f"in {p.passes} passes as placed (planner.geometry.passes: "
+                                "resident weights, halos recomputed, tiles outer, held inputs "
+                                "single-buffered)")
         return passes_cost(graph, split, p.tile, chip, p.double_buffered)
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
                       p.halo_reuse, p.weights_outer)

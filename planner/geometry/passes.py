@@ -23,7 +23,7 @@ reads each input exactly once, halos included. Every pass uses the plan's
 tile, each on its own anchor: a pooling pass on the map it pools, the last pass on the
 group's output. This module says which layers each pass runs and which tensors it reads,
 holds and stores (as GroupIO records, so the cost model's closed forms apply to each
-pass); planner.cost.two_pass prices them, emulator.two_pass runs them.
+pass); planner.cost.passes prices them, emulator.passes runs them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.geometry.regions import GroupIO, accumulated_input, group_io
+from planner.geometry.regions import GroupIO, accumulated_input, group_io, tiled_like_anchor
 from planner.ir.graph import Graph
 
 
@@ -46,7 +46,8 @@ class PoolPass:
 
     @property
     def pooled(self) -> str:
-        """The reduction's result (the accumulator), read by the tail only."""
+        """The reduction's result (the accumulator): read by the tail, and kept on chip
+        when a later pass reads it too."""
         return self.io.accumulated[0]
 
 
@@ -88,10 +89,11 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False
     """The passes of a group, or None where it cannot run so.
 
     It can when it holds reductions over rows and columns (global pooling, a keepdims
-    Reduce over H and W), none its last layer, whose results are read (transitively) only
-    by the group's layers on per-image vectors (one row, one column) and by the scales the
-    last pass applies; every layer that reads only such vectors is in a tail; and every
-    tensor the group writes to DRAM comes from the last pass. ``inputs_held``: the group's
+    Reduce over H and W), none its last layer, whose results stay inside the group and are
+    per-image vectors (one row, one column) until a layer also reading a map uses them (a
+    scale, in a later pass); every layer that reads only such vectors is in a tail; every
+    other layer feeds a pool or the group's outputs; and every tensor the group writes to
+    DRAM comes from the last pass and is cut by its tiles. ``inputs_held``: the group's
     inputs are held on chip whole (no pass loads them)."""
     if len(layers) < 3 or not any(accumulated_input(graph, graph.layer(n)) is not None
                                   for n in layers):
@@ -125,36 +127,45 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False
         if (h, w) != (1, 1) or leaves:
             return None
     in_tails = {n for ns in tails.values() for n in ns}
-    if any(not tails[r] for r in reductions):
+    if any(not tails[r] for r in reductions) or not whole.outputs:
         return None
-    last_layers = tuple(n for n in whole.layers if n not in tails and n not in in_tails)
-    if not last_layers:
-        return None
-    made_last = {t for n in last_layers for t in graph.layer(n).outputs if t}
-    if not whole.outputs or any(t not in made_last for t in whole.outputs):
+    # each pass computes what its anchor needs, through anything but the vectors: a pool
+    # pass what its reduction folds, the last pass what the group's outputs are made from
+    prefixes = {}
+    for red in reductions:
+        pooled_from = accumulated_input(graph, graph.layer(red))
+        assert pooled_from is not None
+        prefixes[red] = _prefix(graph, pooled_from, inside, set(vectors))
+    needed: set[str] = set()
+    for t in whole.outputs:
+        needed |= _prefix(graph, t, inside, set(vectors))
+    last_layers = tuple(n for n in whole.layers if n in needed)
+    computed = needed.union(*prefixes.values())
+    if not last_layers or any(n in tails or n in in_tails for n in computed) \
+            or any(n not in computed and n not in tails and n not in in_tails
+                   for n in whole.layers):
         return None
     read_later: set[str] = set()  # vectors read outside their own tail
-    for name in (*last_layers, *in_tails):
+    for name in (*computed, *in_tails):
         for t in graph.layer(name).fmap_inputs:
             if t in vectors and name not in tails[vectors[t]]:
                 read_later.add(t)
     held = frozenset(vectors) | (frozenset(whole.inputs) if inputs_held else frozenset())
     pools = []
     for red in reductions:
-        pooled_from = accumulated_input(graph, graph.layer(red))
-        assert pooled_from is not None
-        prefix = _prefix(graph, pooled_from, inside, set(vectors))
-        if any(n in tails or n in in_tails for n in prefix):
-            return None
         pooled = graph.layer(red).outputs[0]
-        io = _pass_io(graph, (*sorted(prefix, key=graph.index), red), (pooled,),
-                      held=held, anchor=pooled_from, accumulated=(pooled,))
+        io = _pass_io(graph, (*sorted(prefixes[red], key=graph.index), red), (pooled,),
+                      held=held, anchor=accumulated_input(graph, graph.layer(red)),
+                      accumulated=(pooled,))
         tail = tuple(tails[red])
         kept = tuple(t for n in tail for t in graph.layer(n).outputs if t in read_later)
         if pooled in read_later:
             kept = (pooled, *kept)
         pools.append(PoolPass(io, red, tail, kept))
     last = _pass_io(graph, last_layers, whole.outputs, held=held)
+    # an output besides the anchor is needed whole by every tile: one tile, no passes
+    if any(t != last.anchor and not tiled_like_anchor(graph, last, t) for t in last.outputs):
+        return None
     return Passes(whole, tuple(pools), last, inputs_held)
 
 

@@ -141,15 +141,16 @@ def _passes(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], tile: Tile
         raise InputError(f"{where}.passes is {passes}, but the group holds no global reduction "
                          "whose result feeds back into it on per-image vectors (a "
                          "squeeze-excite pool and scale); remove the key.")
+    whole = whole_tile(graph, layers)
     if split.count != passes:
         raise InputError(f"{where}.passes is {passes}, but the group's {split.count - 1} "
                          f"reductions make {split.count} passes; write {split.count}.")
     if not g.get("weights_resident", True) or g.get("halo", "recompute") != "recompute" \
             or g.get("loop_order", LoopOrder.TILES_OUTER.value) != LoopOrder.TILES_OUTER.value \
-            or tile.bands > 1 or tile.n < whole_tile(graph, layers).n:
+            or tile.bands > 1 or (tile.n, tile.w) != (whole.n, whole.w):
         raise InputError(f"{where}.passes {passes} runs with resident weights, halos recomputed, "
-                         "tiles outer, no bands and every image in each tile; set those or "
-                         "remove the key.")
+                         "tiles outer, no bands, and tiles of every image at full width; set "
+                         "those or remove the key.")
     return passes
 
 
