@@ -16,7 +16,9 @@ class SubmapFitsNram(Rule):
 
     The tile's live feature maps are shared out over the cores of a cluster; with two
     buffers a core receives its next sub-map while it computes the current one. Split the
-    tile finer until it fits.
+    tile finer until it fits. What a group holds on chip for all its tiles (a group run in
+    pooling passes: its held inputs and tail results) is loaded once, so its share needs
+    one buffer.
     """
 
     enabled: bool = True
@@ -26,7 +28,9 @@ class SubmapFitsNram(Rule):
         nram = facts.chip.nram
         if nram is None:
             return None
-        need = self.buffers * ceil(facts.live_peak_bytes / facts.chip.cores_per_cluster)
+        cores = facts.chip.cores_per_cluster
+        need = self.buffers * ceil((facts.live_peak_bytes - facts.held_bytes) / cores) \
+            + ceil(facts.held_bytes / cores)
         if need > nram.bytes:
             return self.violation(f"{self.buffers} x sub-map = {need} B > NRAM {nram.bytes} B",
                                   need, nram.bytes)
