@@ -11,8 +11,8 @@ the map to DRAM for the next group to read back. The third way is more passes:
   and folds each tile into the on-chip accumulator; it stores nothing;
 * after each pooling pass its tail runs once, on chip, on the pooled vector; the tail
   results later passes read stay on chip until the group ends;
-* the last pass reads the inputs again tile by tile, computes every layer but the
-  reductions and the tails, and stores the group's outputs.
+* the last pass reads the inputs again tile by tile, computes every layer the group's
+  outputs are made from (but the tails), and stores them.
 
 The maps between never leave the chip: a group with k squeeze-excite blocks reads its
 (often much narrower) inputs k + 1 times and computes each prefix again in every later
@@ -57,7 +57,7 @@ class Passes:
 
     whole: GroupIO  # the group as one unit: what it reads from and writes to DRAM
     pools: tuple[PoolPass, ...]  # one pooling pass per reduction, in the layers' order
-    last: GroupIO  # the last pass: every layer but reductions and tails; stores the outputs
+    last: GroupIO  # the last pass: every layer the outputs are made from; stores them
     inputs_held: bool = False  # the group's inputs loaded whole once and held to its end
 
     @property
