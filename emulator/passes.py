@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,7 +30,7 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
                chip: Chip) -> None:
     """Run every pass and the tails between them, reading and writing `dram` and counting
     into `tally` (its weights are the whole group's, resident)."""
-    from emulator.run import EmulationError, KernelFailure, _full, _slice, run_layer, run_tiles
+    from emulator.run import _full, _slice, compute_on_chip, keep_outputs, run_tiles
 
     dt = chip.dtype_bytes
 
@@ -66,17 +65,9 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
         tally.core += onchip[pool.pooled][1].size * dt * tail_uses.get(pool.pooled, 0)
         for name in pool.tail:
             lay = graph.layer(name)
-            out = lay.outputs[0]
-            try:
-                ys = tally.compute(partial(run_layer, graph, lay, full_box(graph, out), onchip,
-                                           layers=layers), lay, weights)
-            except KernelFailure as exc:
-                raise EmulationError(group.id, None, exc.layer, exc.detail) from exc
-            tally.ops(lay, ys[0].size)
-            for t, y in zip(lay.outputs, ys, strict=False):
-                if t:
-                    onchip[t] = (full_box(graph, t), y)
-                    tally.core += y.size * dt * (1 + uses.get(t, 0))
+            box = full_box(graph, lay.outputs[0])
+            ys = compute_on_chip(graph, group, None, lay, box, onchip, weights, tally, layers)
+            keep_outputs(lay, box, ys, onchip, tally, uses)
             tally.step(step - 1, sum(a.size for _, a in onchip.values()) * dt,
                        group.layers.index(name))
         tally.core_weight += wbytes(pool.tail)

@@ -664,16 +664,9 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
                 ys = [folds[out0].add(x, x_box)]
                 tally.vector_ops += x.size
             else:
-                try:
-                    ys = tally.compute(partial(run_layer, graph, lay, boxes[out0], onchip,
-                                               layers=layers), lay, weights)
-                except KernelFailure as exc:
-                    raise EmulationError(group.id, ti, exc.layer, exc.detail) from exc
-                tally.ops(lay, ys[0].size)
-            for t, y in zip(lay.outputs, ys, strict=False):
-                if t:
-                    onchip[t] = (boxes[out0], y)
-                    tally.core += y.size * dt * (1 + uses.get(t, 0))
+                ys = compute_on_chip(graph, group, ti, lay, boxes[out0], onchip, weights, tally,
+                                     layers)
+            keep_outputs(lay, boxes[out0], ys, onchip, tally, uses)
             tally.step(ti, sum(a.size for _, a in onchip.values()) * dt + prefetch, i)
             # free what no later layer of the group reads (outputs wait for their store)
             for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs
@@ -695,6 +688,33 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
             written += part.size * dt
         tally.tile(ti, loaded, written, used=used_weights)
     return folds
+
+
+def compute_on_chip(graph: Graph, group: Group, tile: int | None, lay: Layer, box: Box,
+                    onchip: Mapping[str, tuple[Box, np.ndarray]],
+                    weights: Mapping[str, np.ndarray], tally: Tally, layers: LayerCache
+                    ) -> list[np.ndarray]:
+    """`box` of a layer's outputs from what is on chip (chunk by chunk when its weights
+    stream), its work counted; a kernel failure names the group and tile."""
+    try:
+        ys = tally.compute(partial(run_layer, graph, lay, box, onchip, layers=layers), lay,
+                           weights)
+    except KernelFailure as exc:
+        raise EmulationError(group.id, tile, exc.layer, exc.detail) from exc
+    tally.ops(lay, ys[0].size)
+    return ys
+
+
+def keep_outputs(lay: Layer, box: Box, ys: Sequence[np.ndarray],
+                 onchip: dict[str, tuple[Box, np.ndarray]], tally: Tally,
+                 uses: Mapping[str, int]) -> None:
+    """Put a layer's outputs on chip as `box`, counting the core traffic of writing them
+    and of each later read by the group's layers (`uses`)."""
+    dt = tally.chip.dtype_bytes
+    for t, y in zip(lay.outputs, ys, strict=False):
+        if t:
+            onchip[t] = (box, y)
+            tally.core += y.size * dt * (1 + uses.get(t, 0))
 
 
 def _group_run(group: Group, tallies: list[Tally]) -> GroupRun:

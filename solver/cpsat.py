@@ -47,7 +47,7 @@ from rules.encoding import Candidate, Encoding
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected, is_convex
 from solver.long_groups import long_groups
-from solver.passes import PassSearch
+from solver.passes import PassSearch, passes_room
 from solver.shortest_path import infeasible_layer_error
 from solver.tiles import GroupSearch, Option, TileChoice, prefetch_room
 
@@ -411,13 +411,10 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
 
 def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
     """Bytes a pinned candidate leaves for the next group's weights (solver.tiles.
-    prefetch_room; a tile run in passes from its exact peak, as solver.passes.PassSearch.room)."""
+    prefetch_room; a tile run in passes from its exact peak, solver.passes.passes_room)."""
     if cand.passes_peak is None:
         return prefetch_room(cand.facts_any_tile)
-    weights = weight_bytes(graph, cand.io.weights, chip)
-    if chip.wram is not None:
-        return chip.wram.bytes * chip.cores_per_cluster - weights
-    return chip.sram.bytes - cand.passes_peak - (weights if chip.unified else 0)
+    return passes_room(chip, cand.passes_peak, weight_bytes(graph, cand.io.weights, chip))
 
 
 def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],

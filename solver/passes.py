@@ -29,6 +29,15 @@ from rules.base import GroupFacts, Rule, Violation
 TALLEST = 4  # feasible heights costed per group
 
 
+def passes_room(chip: Chip, fmap_peak: int, weights: int) -> int:
+    """Bytes a group run in passes leaves for the next group's weights, from its exact
+    feature-map peak and resident weights (as solver.tiles.prefetch_room: WRAM where the
+    chip has one, else SRAM)."""
+    if chip.wram is not None:
+        return chip.wram.bytes * chip.cores_per_cluster - weights
+    return chip.sram.bytes - fmap_peak - (weights if chip.unified else 0)
+
+
 @dataclass
 class PassSearch:
     """Feasibility and cost of the multi-pass tiles of one group."""
@@ -116,13 +125,8 @@ class PassSearch:
                            double_buffered, self.chains, self.fmap_peak(th, double_buffered))
 
     def room(self, th: int, double_buffered: bool) -> int:
-        """Bytes left for the next group's weights while this group runs (as
-        solver.tiles.prefetch_room: WRAM where the chip has one, else SRAM)."""
-        chip = self.chip
-        if chip.wram is not None:
-            return chip.wram.bytes * chip.cores_per_cluster - self.weight_bytes
-        return (chip.sram.bytes - self.fmap_peak(th, double_buffered)
-                - (self.weight_bytes if chip.unified else 0))
+        """Bytes left for the next group's weights while this group runs (passes_room)."""
+        return passes_room(self.chip, self.fmap_peak(th, double_buffered), self.weight_bytes)
 
     def feasible(self, rules: Iterable[Rule], whole: GroupFacts) -> list[tuple[int, bool]]:
         """(height, second buffer) of the tallest tiles that fit the chip and pass the rules
