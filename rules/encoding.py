@@ -32,9 +32,7 @@ from ortools.sat.python.cp_model_helper import Literal
 
 from hardware.chip import Chip
 from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
-from planner.cost.passes import fmap_peak_bytes
 from planner.cost.weight_stream import layer_chunks, staged_steps
-from planner.geometry.passes import pass_split
 from planner.geometry.regions import (
     GroupChains,
     GroupIO,
@@ -174,7 +172,7 @@ class Encoding:
                              m.new_constant(int(fixed.halo_reuse)),
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
                              fixed=fixed.cost, passes=fixed.passes, inputs_held=fixed.inputs_held,
-                             passes_peak=self._passes_peak(layers, fixed))
+                             passes_peak=self._passes_peak(io, fixed))
             self.candidates.append(cand)
             return cand
         h_low = tile_floor(chains, io, graph, 1)
@@ -217,14 +215,14 @@ class Encoding:
         self.candidates.append(cand)
         return cand
 
-    def _passes_peak(self, layers: Sequence[str], fixed: Pinned) -> int | None:
-        """The exact feature-map peak of a pinned tile run in passes, None for others."""
+    def _passes_peak(self, io: GroupIO, fixed: Pinned) -> int | None:
+        """The exact feature-map peak of a pinned tile run in passes, None for others: its
+        cost's SRAM peak, less the resident weights a single-memory chip holds beside the
+        maps (planner.cost.passes.passes_cost)."""
         if fixed.passes == 1:
             return None
-        split = pass_split(self.graph, layers, fixed.inputs_held)
-        if split is None:
-            raise ValueError(f"group of {layers[0]!r} pinned in passes cannot run so")
-        return fmap_peak_bytes(self.graph, split, fixed.tile, self.chip, fixed.double_buffered)
+        held = weight_bytes(self.graph, io.weights, self.chip) if self.chip.unified else 0
+        return fixed.cost.sram_peak_bytes - held
 
     # --- per-tile sizes (bounds, as GroupFacts.tensor_bound_bytes) -------------------
 
