@@ -74,7 +74,7 @@ class Option:
     resident: bool
     double_buffered: bool
     halo_reuse: bool
-    cost: Counters  # every counter but the SRAM peak
+    cost: Counters  # every counter but the SRAM peak (a pass option: every counter)
     idle: int  # DRAM idle cycles the next group's weights can load in
     room: int  # bytes left on chip for them (prefetch_room)
     weights_outer: bool = False
@@ -403,6 +403,9 @@ class GroupSearch:
 
     def option_choice(self, o: Option) -> TileChoice:
         """The option's tile with its full predicted cost."""
+        if o.passes > 1:  # a pass option's cost is complete already (solver.passes)
+            return TileChoice(o.tile, True, o.cost, o.double_buffered, passes=o.passes,
+                              inputs_held=o.inputs_held)
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse,
                              o.weights_outer, o.passes, o.inputs_held)
