@@ -12,10 +12,12 @@ axis of each weight a chunk cuts is the op table's (planner.ir.chunks).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.cost.hidden import stream_holds, stretch_loads
+from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, stretches
 from planner.geometry.regions import GroupIO
 from planner.ir.chunks import chunk_axes, chunk_ranges
 from planner.ir.graph import Graph, Layer
@@ -47,6 +49,26 @@ class Overlay(Mapping[str, np.ndarray]):
         return len({*self.top, *self.base})
 
 
+def _stretch_slices(graph: Graph, s: Stretch, chunks: int, weights: Mapping[str, np.ndarray],
+                    dtype_bytes: int) -> tuple[dict[tuple[str, int], int], int]:
+    """(bytes of each stretch layer's weight slices for each chunk, bytes of the weights
+    every chunk uses whole), from the slices themselves."""
+    cut: dict[tuple[str, int], int] = {}
+    whole = 0
+    for name in s.layers:
+        axes = constant_axes(graph, s, name)
+        for w in set(graph.layer(name).weights):
+            arr = np.asarray(weights.get(w, graph.constants.get(w)))
+            axis = axes.get(w)
+            if axis is None:
+                whole += arr.size * dtype_bytes
+                continue
+            for j, (lo, hi) in enumerate(hidden_ranges(s, chunks)):
+                cut[(name, j)] = cut.get((name, j), 0) + _take(arr, axis, lo, hi).size \
+                    * dtype_bytes
+    return cut, whole
+
+
 @dataclass(frozen=True)
 class WeightStream:
     """The chunks of a streamed group's layers and the weight bytes on chip at each step."""
@@ -54,13 +76,18 @@ class WeightStream:
     parts: Mapping[str, tuple[Mapping[str, np.ndarray], ...]]  # layer -> its chunks' slices
     held: tuple[int, ...]  # per layer of the group: the most weight bytes on chip as it runs
     sizes: tuple[tuple[int, ...], ...]  # per layer of the group: each chunk's weight bytes
+    # a group run in hidden chunks: weight bytes on chip at each (stretch layer, chunk)
+    inner: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, group: Group, weights: Mapping[str, np.ndarray],
            dtype_bytes: int) -> WeightStream:
-        """Slice the group's streamed weights into the plan's chunks."""
+        """Slice the group's streamed weights into the plan's chunks (and, in a group run in
+        hidden chunks, each stretch layer's into its slices for every chunk)."""
         parts: dict[str, tuple[Mapping[str, np.ndarray], ...]] = {}
         sizes: list[list[int]] = []
+        owner = {n: s for s in (stretches(graph, io) if group.placement.hidden_chunks > 1
+                                else ()) for n in s.layers}
         for name in io.layers:
             lay = graph.layer(name)
             arrays = {w: np.asarray(weights.get(w, graph.constants.get(w)))
@@ -70,7 +97,7 @@ class WeightStream:
                 sizes.append([])
                 continue
             split = chunk_axes(graph, lay)
-            if chunks == 1 or split is None:
+            if chunks == 1 or split is None or name in owner:
                 if chunks > 1:
                     raise ValueError(f"layer {name!r} ({lay.op}) cannot be computed in "
                                      f"output-channel chunks, the plan asks for {chunks}")
@@ -82,20 +109,29 @@ class WeightStream:
             parts[name] = slices
             sizes.append([sum(part[w].size if w in part else arrays[w].size for w in arrays)
                           * dtype_bytes for part in slices])
-        held = [0] * len(sizes)
-        upcoming = 0  # the next layer's first chunk, loading while this layer runs
-        for i in range(len(sizes) - 1, -1, -1):
-            own = sizes[i]
-            behind = [*own[1:], upcoming] if own else []
-            held[i] = max((a + b for a, b in zip(own, behind, strict=True)), default=upcoming)
-            if own:
-                upcoming = own[0]
-        return cls(parts, tuple(held), tuple(tuple(x) for x in sizes))
+        # the stream of loads in order: each layer's chunks; a stretch's slices chunk by chunk
+        loads: list[tuple[list[int], int]] = []
+        keys: list[tuple[str, int]] = []
+        for i, name in enumerate(io.layers):
+            s = owner.get(name)
+            if s is None:
+                loads.append((sizes[i], 0))
+                keys.append((name, -1))
+            elif name == s.widen:
+                cut, whole = _stretch_slices(graph, s, group.placement.hidden_chunks, weights,
+                                             dtype_bytes)
+                loads += stretch_loads(s, group.placement.hidden_chunks, cut, whole)
+                keys += [(n, j) for j in range(group.placement.hidden_chunks)
+                         for n in s.layers]
+        held = dict(zip(keys, stream_holds(loads), strict=True))
+        return cls(parts, tuple(held.get((n, -1), 0) for n in io.layers),
+                   tuple(tuple(x) for x in sizes),
+                   {k: v for k, v in held.items() if k[1] >= 0})
 
     @property
     def reserved(self) -> int:
         """The largest pair: what a halo-reusing group keeps room for at every step."""
-        return max(self.held, default=0)
+        return max((*self.held, *self.inner.values()), default=0)
 
     def run(self, lay: Layer, weights: Mapping[str, np.ndarray], compute: Compute
             ) -> list[np.ndarray]:

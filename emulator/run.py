@@ -20,6 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from emulator.chunks import Compute, WeightStream
 from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
+from emulator.hidden import run_stretch
 from emulator.kernels import run_op
 from emulator.passes import run_passes
 from emulator.reuse import run_reuse_tiles
@@ -27,6 +28,7 @@ from emulator.weights_outer import run_weights_outer
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
+from planner.geometry.hidden import Stretch, hidden_ranges, stretches
 from planner.geometry.passes import pass_split
 from planner.geometry.regions import (
     Box,
@@ -522,10 +524,12 @@ class Tally:
         else:
             self.vector_ops += outputs * lay.macs_per_output
 
-    def step(self, tile: int, fmap_bytes: int, layer: int | None = None) -> None:
+    def step(self, tile: int, fmap_bytes: int, layer: int | None = None,
+             weights: int | None = None) -> None:
         """Feature-map bytes on chip after a layer ran (its index in the group; None for a
-        halo-reusing group's step): peak and capacity, with the weights on chip then."""
-        weights = self.weights_now(layer)
+        halo-reusing group's step): peak and capacity, with the weights on chip then (as
+        the stream holds them at that layer, unless `weights` says)."""
+        weights = self.weights_now(layer) if weights is None else weights
         in_sram = weights if self.chip.unified else 0
         live = fmap_bytes + in_sram
         self.peak = max(self.peak, live)
@@ -593,6 +597,19 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         raise EmulationError(group.id, None, graph.producer[io.accumulated[0]],
                              "a group ending in an accumulating reduction runs its tiles "
                              "one by one (no halo reuse, no weights-outer loop)")
+    found: tuple[Stretch, ...] = ()
+    if group.placement.hidden_chunks > 1:
+        found = stretches(graph, io)
+        p = group.placement
+        if not found or p.passes > 1 or p.halo_reuse or p.weights_outer or group.boxes \
+                or any(len(hidden_ranges(s, p.hidden_chunks)) != p.hidden_chunks
+                       for s in found):
+            raise EmulationError(group.id, None, None, f"the plan runs this group in "
+                                 f"{p.hidden_chunks} hidden chunks, but it holds no stretch "
+                                 "(a widening layer, per-element layers, a narrowing layer) "
+                                 f"with {p.hidden_chunks} chunks of channels, or it runs in "
+                                 "passes, or its halos are reused, or its weights sweep the "
+                                 "tiles")
     if group.placement.passes > 1:
         split = pass_split(graph, group.layers, group.placement.inputs_held)
         if split is None or split.count != group.placement.passes \
@@ -614,7 +631,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         run_weights_outer(graph, group, chip, dram, weights, tally, layers)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     anchors = list(group.boxes if group.boxes is not None else iter_tiles(graph, io, group.tile))
-    run_tiles(graph, group, io, anchors, dram, weights, tally, layers)
+    run_tiles(graph, group, io, anchors, dram, weights, tally, layers, hidden=found)
     return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
 
 
@@ -622,7 +639,8 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
               dram: dict[str, np.ndarray], weights: Mapping[str, np.ndarray], tally: Tally,
               layers: LayerCache, *, held: Mapping[str, tuple[Box, np.ndarray]] | None = None,
               first: int = 0, kept: frozenset[str] = frozenset(),
-              used_weights: int | None = None, preloaded: int = 0) -> dict[str, Fold]:
+              used_weights: int | None = None, preloaded: int = 0,
+              hidden: Sequence[Stretch] = ()) -> dict[str, Fold]:
     """Run `io`'s layers tile by tile over `anchors` (halos recomputed), reading and
     writing `dram` and counting into `tally`; returns the accumulators of its reductions.
 
@@ -630,13 +648,15 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
     ``first``: the index of the first tile (a second pass numbers on from the first);
     ``kept``: accumulated outputs kept on chip rather than stored after the last tile;
     ``used_weights``: weight bytes the cores read per tile (default: all the group's);
-    ``preloaded``: bytes loaded into ``held`` before the first tile (counted with it).
+    ``preloaded``: bytes loaded into ``held`` before the first tile (counted with it);
+    ``hidden``: stretches run in the placement's hidden chunks (emulator.hidden).
     """
     dt = tally.chip.dtype_bytes
     held = held or {}
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)
     folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
+    starts = {s.widen: s for s in hidden}
     for k, tile_box in enumerate(anchors):
         ti = first + k
         boxes = tile_regions(graph, io, tile_box)
@@ -652,9 +672,20 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
         prefetch = loaded if group.double_buffered else 0
         if k == 0:
             loaded += preloaded
+        inside = -1  # the last layer of the stretch running now
         for i, name in enumerate(io.layers):
             lay = graph.layer(name)
             out0 = lay.outputs[0]
+            if i <= inside:
+                continue
+            if name in starts:  # a stretch: chunk by chunk, up to its narrowing layer
+                s = starts[name]
+                inside = io.layers.index(s.narrow)
+                acc = run_stretch(graph, group, io, s, group.placement.hidden_chunks, ti,
+                                  boxes, onchip, weights, tally, layers, held, prefetch)
+                keep_outputs(graph.layer(s.narrow), boxes[s.out], [acc], onchip, tally, uses)
+                _free(onchip, last_use, inside, io, held)
+                continue
             if out0 in folds:  # fold this tile's part of the anchor into the accumulator
                 name_x = lay.fmap_inputs[0]
                 x_box, x = onchip[name_x]
@@ -668,10 +699,7 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
                                      layers)
             keep_outputs(lay, boxes[out0], ys, onchip, tally, uses)
             tally.step(ti, sum(a.size for _, a in onchip.values()) * dt + prefetch, i)
-            # free what no later layer of the group reads (outputs wait for their store)
-            for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs
-                      and t not in held]:
-                del onchip[t]
+            _free(onchip, last_use, i, io, held)
         written = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
             have, arr = onchip[t]
@@ -688,6 +716,14 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
             written += part.size * dt
         tally.tile(ti, loaded, written, used=used_weights)
     return folds
+
+
+def _free(onchip: dict[str, tuple[Box, np.ndarray]], last_use: Mapping[str, int], i: int,
+          io: GroupIO, held: Mapping[str, tuple[Box, np.ndarray]]) -> None:
+    """Free what no layer of the group after layer i reads (outputs wait for their store)."""
+    for t in [t for t in onchip if last_use.get(t, i) <= i and t not in io.outputs
+              and t not in held]:
+        del onchip[t]
 
 
 def compute_on_chip(graph: Graph, group: Group, tile: int | None, lay: Layer, box: Box,

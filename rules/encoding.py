@@ -74,6 +74,9 @@ class Pinned(Protocol):
     @property
     def inputs_held(self) -> bool: ...
 
+    @property
+    def hidden_chunks(self) -> int: ...
+
 
 def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
     """Smallest tile size along an axis (0 batch, 1 rows) for which closed forms hold."""
@@ -116,12 +119,21 @@ class Candidate:
     # a pinned tile run in passes (planner.geometry.passes): how many, its exact peak
     passes: int = 1
     inputs_held: bool = False
-    passes_peak: int | None = None
+    # a pinned tile run in hidden chunks (planner.geometry.hidden): how many
+    hidden_chunks: int = 1
+    # the exact feature-map peak of a tile run in passes or hidden chunks (its weights on a
+    # single-memory chip beside the maps: resident ones not included, streamed ones are)
+    exact_peak: int | None = None
 
     @property
     def in_passes(self) -> bool:
         """Whether the candidate is a pinned tile run in passes around its reductions."""
-        return self.passes_peak is not None
+        return self.passes > 1
+
+    @property
+    def in_hidden_chunks(self) -> bool:
+        """Whether the candidate is a pinned tile whose stretches run in hidden chunks."""
+        return self.hidden_chunks > 1
 
     @property
     def fused(self) -> bool:
@@ -172,7 +184,8 @@ class Encoding:
                              m.new_constant(int(fixed.halo_reuse)),
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
                              fixed=fixed.cost, passes=fixed.passes, inputs_held=fixed.inputs_held,
-                             passes_peak=self._passes_peak(io, fixed))
+                             hidden_chunks=fixed.hidden_chunks,
+                             exact_peak=self._exact_peak(io, fixed))
             self.candidates.append(cand)
             return cand
         h_low = tile_floor(chains, io, graph, 1)
@@ -215,12 +228,14 @@ class Encoding:
         self.candidates.append(cand)
         return cand
 
-    def _passes_peak(self, io: GroupIO, fixed: Pinned) -> int | None:
-        """The exact feature-map peak of a pinned tile run in passes, None for others: its
-        cost's SRAM peak, less the resident weights a single-memory chip holds beside the
-        maps (planner.cost.passes.passes_cost)."""
-        if fixed.passes == 1:
+    def _exact_peak(self, io: GroupIO, fixed: Pinned) -> int | None:
+        """The exact feature-map peak of a pinned tile run in passes or hidden chunks, None
+        for others: its cost's SRAM peak, less the resident weights a single-memory chip
+        holds beside the maps (planner.cost.passes.passes_cost, planner.cost.hidden)."""
+        if fixed.passes == 1 and fixed.hidden_chunks == 1:
             return None
+        if not fixed.resident:
+            return fixed.cost.sram_peak_bytes
         held = weight_bytes(self.graph, io.weights, self.chip) if self.chip.unified else 0
         return fixed.cost.sram_peak_bytes - held
 

@@ -23,6 +23,7 @@ from planner.cost.model import (
 from planner.cost.weight_stream import chunk_width, staged_steps
 from planner.geometry.bands import cluster_loads
 from planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
+from planner.geometry.hidden import Stretch
 from planner.geometry.regions import (
     AxisChain,
     Box,
@@ -71,6 +72,10 @@ class GroupFacts:
     # resident weights (this pass's layers hold only part of them)
     held_bytes: int = 0
     group_weight_bytes: int | None = None
+    # a group run in hidden chunks (planner.geometry.hidden): each hidden map is held a
+    # chunk at a time, the widest chunk's slice of its channels
+    hidden: tuple[Stretch, ...] = ()
+    hidden_chunks: int = 1
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -113,6 +118,9 @@ class GroupFacts:
                 sizes.append(self._enumerated_span(axis).get(t, full))
             else:
                 sizes.append(_axis_bound(chain, extent, size, full))
+        for s in self.hidden:
+            if t in s.hidden:
+                c = c // s.channels * chunk_width(s.channels, self.hidden_chunks)
         return c * sizes[0] * sizes[1] * sizes[2] * self.chip.dtype_bytes
 
     def _enumerated_span(self, axis: int) -> dict[str, int]:

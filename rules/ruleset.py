@@ -60,6 +60,10 @@ class SearchSettings:
     # a group whose global pools feed back into it (squeeze-excite) may run in passes: pool
     # in tiles, then recompute and scale in tiles (planner.geometry.passes)
     pooling_passes: bool = True
+    # a group's widen / per-element / narrow stretches (an MLP, an expand / project pair)
+    # may run in chunks of their hidden channels, partial sums on chip
+    # (planner.geometry.hidden)
+    hidden_chunks: bool = True
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from rules.base import GroupFacts
 from rules.encoding import Candidate, Encoding
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected, is_convex
+from solver.hidden import HiddenSearch
 from solver.long_groups import long_groups
 from solver.passes import PassSearch, passes_room
 from solver.shortest_path import infeasible_layer_error
@@ -98,7 +99,7 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
 def faster_buffering(graph: Graph, chip: Chip, ruleset: RuleSet, p: Placement) -> Placement:
     """The placement with the faster input buffering (single where both are as fast), for
     objectives its bytes do not depend on."""
-    if p.passes > 1:  # its pinned choice already took the faster buffering (_rank)
+    if p.passes > 1 or p.hidden_chunks > 1:  # its pinned choice took the faster one (_rank)
         return p
     search = GroupSearch.of(graph, p.layers, chip, ruleset)
     options = [False] + [True] * search.fits_double_buffer(p.tile, p.weights_resident,
@@ -134,10 +135,18 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
     steps = enc.live_steps_bytes(cand)
     staged = enc.staged_steps(cand)
     stage = max(staged, default=0)
-    if cand.passes_peak is not None:
+    if cand.in_hidden_chunks:
+        # a pinned tile run in hidden chunks: its exact peak over every step and chunk,
+        # second buffer and (single-memory chips) streamed weights included; the most
+        # weight bytes its stream holds at once
+        assert cand.exact_peak is not None
+        stage = HiddenSearch.of(enc.graph, cand.layers, chip).weights_on_chip(  # type: ignore[union-attr]
+            False, cand.hidden_chunks)
+        steps, prefetch, staged = [cand.exact_peak], 0, ()
+    elif cand.exact_peak is not None:
         # a pinned tile run in passes: its exact peak over every pass and tail, second
         # buffer included; its weights are resident
-        steps, prefetch, staged = [cand.passes_peak], 0, ()
+        steps, prefetch, staged = [cand.exact_peak], 0, ()
     elif cand.fixed is not None and cand.facts_any_tile.halo_reuse:
         # a pinned halo-reusing tile: its exact peak, second buffer included; it reserves
         # the largest streamed pair for all its steps
@@ -167,17 +176,25 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
 
 
 def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
-    """The rules of a pinned tile run in passes, checked in Python as solver.passes checks
-    them (structural rules on the whole group, tile rules on each pass or the whole group,
-    Rule.in_passes): a rule it breaks forbids it while that rule's literal holds, as a
-    structural rule's encoding does."""
-    passes = PassSearch.of(enc.graph, cand.layers, enc.chip, cand.inputs_held)
-    assert passes is not None  # pinned in passes, so it can run so
-    tile = cand.facts_any_tile.tile
-    whole = GroupFacts(enc.graph, cand.io, cand.chains, Tile(1, 1, 1), enc.chip)
-    for r in ruleset.enabled:
-        if passes.rule_violations(tile.h, cand.facts_any_tile.double_buffered, (r,), whole):
-            enc.model.add_bool_or([cand.selected.Not(), enc.rule_lits[r.key].Not()])
+    """The rules of a pinned tile run in passes or hidden chunks, checked in Python as
+    solver.passes and solver.hidden check them (passes: structural rules on the whole
+    group, tile rules on each pass or the whole group, Rule.in_passes; hidden chunks: every
+    rule on the group with its hidden maps a chunk wide): a rule it breaks forbids it while
+    that rule's literal holds, as a structural rule's encoding does."""
+    f = cand.facts_any_tile
+    if cand.in_hidden_chunks:
+        hidden = HiddenSearch.of(enc.graph, cand.layers, enc.chip)
+        assert hidden is not None  # pinned in hidden chunks, so it has a stretch
+        broken = [r for r in ruleset.enabled if hidden.rule_violations(
+            f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks, (r,))]
+    else:
+        passes = PassSearch.of(enc.graph, cand.layers, enc.chip, cand.inputs_held)
+        assert passes is not None  # pinned in passes, so it can run so
+        whole = GroupFacts(enc.graph, cand.io, cand.chains, Tile(1, 1, 1), enc.chip)
+        broken = [r for r in ruleset.enabled
+                  if passes.rule_violations(f.tile.h, f.double_buffered, (r,), whole)]
+    for r in broken:
+        enc.model.add_bool_or([cand.selected.Not(), enc.rule_lits[r.key].Not()])
 
 
 @dataclass(frozen=True)
@@ -333,7 +350,7 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         for name in cand.layers:
             cover[name].append(cand.selected)
         _physical(enc, cand, rooms.get(k, 0))
-        if cand.fused and cand.in_passes:
+        if cand.fused and (cand.in_passes or cand.in_hidden_chunks):
             _forbid_broken(enc, cand, ruleset)
         elif cand.fused:
             for r in ruleset.enabled:
@@ -412,9 +429,14 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
 def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
     """Bytes a pinned candidate leaves for the next group's weights (solver.tiles.
     prefetch_room; a tile run in passes from its exact peak, solver.passes.passes_room)."""
-    if cand.passes_peak is None:
-        return prefetch_room(cand.facts_any_tile)
-    return passes_room(chip, cand.passes_peak, weight_bytes(graph, cand.io.weights, chip))
+    f = cand.facts_any_tile
+    if cand.in_hidden_chunks:
+        hidden = HiddenSearch.of(graph, cand.layers, chip)
+        assert hidden is not None
+        return hidden.room(f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks)
+    if cand.exact_peak is None:
+        return prefetch_room(f)
+    return passes_room(chip, cand.exact_peak, weight_bytes(graph, cand.io.weights, chip))
 
 
 def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
@@ -499,12 +521,12 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
     choice, the tile variables any full-width tile that recomputes its halos."""
     if cand.fixed is None:
         return not (picked.halo_reuse or picked.tile.w < cand.extent[2] or picked.weights_outer
-                    or picked.passes > 1)
+                    or picked.passes > 1 or picked.hidden_chunks > 1)
     f = cand.facts_any_tile
     return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse, f.weights_outer,
-            cand.passes, cand.inputs_held) == \
+            cand.passes, cand.inputs_held, cand.hidden_chunks) == \
         (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse,
-         picked.weights_outer, picked.passes, picked.inputs_held)
+         picked.weights_outer, picked.passes, picked.inputs_held, picked.hidden_chunks)
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
@@ -593,7 +615,7 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
 
     def special(c: TileChoice | None) -> bool:
         return c is not None and (c.halo_reuse or c.tile.w < full_width or c.weights_outer
-                                  or c.passes > 1)
+                                  or c.passes > 1 or c.hidden_chunks > 1)
 
     alts: list[TileChoice | None]
     if not search.closed_form:
@@ -666,7 +688,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         w = started_from.get(frozenset(layers))
         warm_choice = None if w is None else search.choice(
             w.tile, w.weights_resident, w.double_buffered, w.halo_reuse, w.weights_outer,
-            w.passes, w.inputs_held)
+            w.passes, w.inputs_held, w.hidden_chunks)
         for choice in _alternatives(search, best, warm_choice, objective, ruleset,
                                     cycles_cap, prefetch_options, trade_offs):
             candidates.append(layers)
@@ -722,7 +744,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             reuse = bool(solver.boolean_value(cand.halo_reuse))
             outer = cand.fixed is not None and cand.facts_any_tile.weights_outer
             placement = Placement.of(cand.layers, tile, resident, db, reuse, outer,
-                                     cand.passes, cand.inputs_held)
+                                     cand.passes, cand.inputs_held, cand.hidden_chunks)
             groups.append(placement if objective.timed
                           else faster_buffering(graph, chip, ruleset, placement))
     # CP-SAT reports its integer objective through a float scaling (13044 came back as

@@ -42,6 +42,8 @@ from planner.plan.placement import Placement
 from rules.base import GroupFacts, Rule, Violation
 from rules.encoding import tile_floor
 from rules.ruleset import RuleSet
+from solver.hidden import TALLEST as HIDDEN_TALLEST
+from solver.hidden import HiddenSearch
 from solver.passes import PassSearch
 
 
@@ -57,12 +59,13 @@ class TileChoice:
     weights_outer: bool = False
     passes: int = 1  # more: passes around the group's reductions (solver.passes)
     inputs_held: bool = False  # with passes: the inputs loaded once, held for every pass
+    hidden_chunks: int = 1  # more: its stretches run in hidden chunks (solver.hidden)
 
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
         return Placement.of(layers, self.tile, self.resident, self.double_buffered,
                             self.halo_reuse, self.weights_outer, self.passes,
-                            self.inputs_held)
+                            self.inputs_held, self.hidden_chunks)
 
 
 @dataclass(frozen=True)
@@ -74,12 +77,13 @@ class Option:
     resident: bool
     double_buffered: bool
     halo_reuse: bool
-    cost: Counters  # every counter but the SRAM peak (a pass option: every counter)
+    cost: Counters  # every counter but the SRAM peak (pass and hidden options: every one)
     idle: int  # DRAM idle cycles the next group's weights can load in
     room: int  # bytes left on chip for them (prefetch_room)
     weights_outer: bool = False
     passes: int = 1
     inputs_held: bool = False
+    hidden_chunks: int = 1
 
 
 def prefetch_room(facts: GroupFacts) -> int:
@@ -350,8 +354,17 @@ class GroupSearch:
 
     def choice(self, tile: Tile, resident: bool, double_buffered: bool,
                halo_reuse: bool = False, weights_outer: bool = False,
-               passes: int = 1, inputs_held: bool = False) -> TileChoice:
+               passes: int = 1, inputs_held: bool = False, hidden_chunks: int = 1
+               ) -> TileChoice:
         """A tile with its full predicted cost."""
+        if hidden_chunks > 1:
+            hidden = HiddenSearch.of(self.graph, self.layers, self.chip)
+            if hidden is None:
+                raise ValueError(f"group of {self.layers[0]!r} has no stretch to run in "
+                                 "hidden chunks")
+            return TileChoice(tile, resident, hidden.cost(tile, resident, double_buffered,
+                                                          hidden_chunks),
+                              double_buffered, hidden_chunks=hidden_chunks)
         if passes > 1:
             search = PassSearch.of(self.graph, self.layers, self.chip, inputs_held)
             if search is None or search.split.count != passes:
@@ -406,9 +419,12 @@ class GroupSearch:
         if o.passes > 1:  # a pass option's cost is complete already (solver.passes)
             return TileChoice(o.tile, True, o.cost, o.double_buffered, passes=o.passes,
                               inputs_held=o.inputs_held)
+        if o.hidden_chunks > 1:  # so is a hidden-chunk option's (solver.hidden)
+            return TileChoice(o.tile, o.resident, o.cost, o.double_buffered,
+                              hidden_chunks=o.hidden_chunks)
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse,
-                             o.weights_outer, o.passes, o.inputs_held)
+                             o.weights_outer, o.passes, o.inputs_held, o.hidden_chunks)
 
     def _all_options(self, objective: Objective, rules: Iterable[Rule] | None,
                      with_room: bool = True) -> list[Option]:
@@ -424,7 +440,56 @@ class GroupSearch:
             found += [o for tw in self.widths() for b in self.band_options(tw)
                       for o in self.at_width(tw).at_bands(b)._height_options(
                           objective, rules, with_room)]
-        return found + self._pass_options(objective, rules, with_room)
+        return found + self._pass_options(objective, rules, with_room) \
+            + self._hidden_options(objective, rules, with_room, found)
+
+    def _hidden_options(self, objective: Objective, rules: Iterable[Rule] | None,
+                        with_room: bool, found: Sequence[Option]) -> list[Option]:
+        """Options of running the group's stretches in hidden chunks (solver.hidden), where
+        it has any and search.hidden_chunks allows: for every batch split and weight
+        residency, only heights taller than any option `found` without chunks (at one
+        height chunking changes no DRAM byte, it only lets taller tiles fit): the tallest
+        that fits with the most chunks (bisection: the peak shrinks with the tile), then the
+        heights below it, TALLEST of them that pass the rules, each with its fewest chunks,
+        with and without a second input buffer."""
+        if not self.ruleset.search.hidden_chunks or self.tw is not None or self.bands > 1:
+            return []
+        hidden = HiddenSearch.of(self.graph, self.layers, self.chip)
+        if hidden is None or not hidden.chunk_options():
+            return []
+        most = hidden.chunk_options()[-1]
+        chosen = tuple(self.ruleset.enabled if rules is None else rules)
+        out = []
+        for tn in self.batch_options():
+            at = self.at_batch(tn)
+            for resident in (True, False):
+                done = max((o.tile.h for o in found if o.tile.n == tn
+                            and o.resident == resident), default=0)
+                heights = [th for th in at.heights() if th > done]
+                top = _tallest(heights, lambda th, a=at, r=resident: not hidden.physical(
+                    a.tile_of(th), r, False, most))
+                tried = 0
+                for th in heights[heights.index(top):] if top is not None else []:
+                    tile = at.tile_of(th)
+                    k = hidden.fewest_chunks(tile, resident, False, chosen)
+                    if k is None:
+                        continue
+                    tried += 1
+                    work = at.work(tile, resident)
+                    for db in (False, True):
+                        if db and (hidden.physical(tile, resident, True, k)
+                                   or hidden.rule_violations(tile, resident, True, k, chosen)):
+                            continue
+                        cost = hidden.cost(tile, resident, db, k, work)
+                        choice = TileChoice(tile, resident, cost, db, hidden_chunks=k)
+                        rank = _rank(cost, objective, self.ruleset, self.chip, choice)
+                        idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
+                        room = hidden.room(tile, resident, db, k) if with_room else 0
+                        out.append(Option(rank, tile, resident, db, False, cost, idle, room,
+                                          hidden_chunks=k))
+                    if tried >= HIDDEN_TALLEST:
+                        break
+        return out
 
     def _pass_options(self, objective: Objective, rules: Iterable[Rule] | None,
                       with_room: bool) -> list[Option]:

@@ -673,8 +673,9 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
     # holding a squeeze-excite pool and its scale fits only as one whole map, and no unit of
     # it fits a bigger map)
     problem = prepare(model, rules, hardware, largest, overrides)
-    # a parameter table covers a group's output in one pass: no pooling passes here
-    search = dc_replace(problem.ruleset.search, pooling_passes=False)
+    # a parameter table covers a group's output in one pass of whole layers: no pooling
+    # passes, no hidden chunks here
+    search = dc_replace(problem.ruleset.search, pooling_passes=False, hidden_chunks=False)
     problem = dc_replace(problem, ruleset=dc_replace(problem.ruleset, search=search))
     plan = plan_problem(problem, solver, objective)
     big = problem.graph

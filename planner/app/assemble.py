@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from hardware.chip import Chip
 from planner.core.errors import PlanningError
+from planner.cost.hidden import hidden_cost
 from planner.cost.model import (
     Counters,
     compulsory_bytes,
@@ -18,6 +19,7 @@ from planner.cost.model import (
 from planner.cost.objective import Objective
 from planner.cost.passes import passes_cost
 from planner.cost.weight_stream import chunk_counts
+from planner.geometry.hidden import hidden_ranges, stretches
 from planner.geometry.passes import pass_split
 from planner.geometry.regions import group_chains, group_io
 from planner.ir.graph import Graph
@@ -41,8 +43,12 @@ from solver.tiles import GroupSearch, TileChoice, prefetch_room
 def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Group:
     """A group with its predicted counters from the cost model (layers in graph order)."""
     p = replace(placement, layers=tuple(sorted(placement.layers, key=graph.index)))
+    # a stretch run in hidden chunks cuts its layers' weights by those chunks instead
+    cut = {n for s in stretches(graph, group_io(graph, p.layers)) for n in s.layers} \
+        if p.hidden_chunks > 1 else set()
     chunks = () if p.weights_resident else tuple(
-        (name, k) for name, k in chunk_counts(graph, p.layers, chip).items() if k > 1)
+        (name, k) for name, k in chunk_counts(graph, p.layers, chip).items()
+        if k > 1 and name not in cut)
     p = replace(p, chunks=chunks)
     if p.halo_reuse:
         check_reuse_tile(graph, p.layers, p.tile, "plan")
@@ -61,6 +67,17 @@ def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
                                 "resident weights, halos recomputed, tiles outer, held inputs "
                                 "single-buffered)")
         return passes_cost(graph, split, p.tile, chip, p.double_buffered)
+    if p.hidden_chunks > 1:
+        io = group_io(graph, p.layers)
+        found = stretches(graph, io)
+        if not found or p.halo_reuse or p.weights_outer or any(
+                len(hidden_ranges(s, p.hidden_chunks)) != p.hidden_chunks for s in found):
+            raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run "
+                                f"in {p.hidden_chunks} hidden chunks as placed "
+                                "(planner.geometry.hidden: a stretch with that many chunks of "
+                                "channels, halos recomputed, tiles outer)")
+        return hidden_cost(graph, io, group_chains(graph, io), found, p.hidden_chunks, p.tile,
+                           chip, p.weights_resident, p.double_buffered)
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
                       p.halo_reuse, p.weights_outer)
 

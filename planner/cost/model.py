@@ -36,7 +36,7 @@ actually moves. Execution model, per group:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
@@ -181,6 +181,26 @@ def _representative(extent: int, size: int) -> list[tuple[int, int]]:
     return ranges[:3] + ranges[-3:]
 
 
+def representative_boxes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile
+                         ) -> Iterator[dict[str, Box]]:
+    """The boxes of every tensor for each tile whose footprint may differ from the others'
+    (interior tiles are translates of each other where every range has a closed form;
+    otherwise every tile)."""
+    n, h, w = anchor_extent(graph, io)
+    exact = all(
+        c is not None and (low := c.min_tile(ext)) is not None and size >= low
+        for ch in chains.chains.values()
+        for c, ext, size in zip(ch, (n, h, w), (tile.n, tile.h, tile.w), strict=True)
+    )
+    pick = _representative if exact else axis_ranges
+    rows, cols = (AxisSchedule(graph, io, chains, axis, size).picked_ranges()
+                  for axis, size in ((1, tile.h), (2, tile.w)))
+    for n0, n1 in pick(n, tile.n):
+        for r0, r1 in rows:
+            for c0, c1 in cols:
+                yield tile_regions(graph, io, (n0, n1, r0, r1, c0, c1))
+
+
 def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
                weights_resident: bool = True, double_buffered: bool = False,
                halo_reuse: bool = False, weights_outer: bool = False,
@@ -189,14 +209,7 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     weights, or the streamed chunks of each step (planner.cost.weight_stream; halo-reusing
     tiles reserve the largest pair for all their steps). ``grid``: the tile's halo-reusing
     grid when a tile search has built it (its axes and any peak it holds are reused)."""
-    n, h, w = anchor_extent(graph, io)
     steps = live_steps(graph, io)
-    exact = all(
-        c is not None and (low := c.min_tile(ext)) is not None and size >= low
-        for ch in chains.chains.values()
-        for c, ext, size in zip(ch, (n, h, w), (tile.n, tile.h, tile.w), strict=True)
-    )
-    pick = _representative if exact else axis_ranges
     peak = 0
     staged = sram_staged(graph, io, chip, weights_resident)
     if weights_outer:
@@ -208,17 +221,12 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
         peak = (reuse_peak_elems(graph, io, chains, tile, double_buffered, grid)
                 * chip.dtype_bytes
                 + max(staged, default=0))
-    rows, cols = (AxisSchedule(graph, io, chains, axis, size).picked_ranges()
-                  for axis, size in ((1, tile.h), (2, tile.w)))
-    for n0, n1 in ([] if halo_reuse else pick(n, tile.n)):
-        for r0, r1 in rows:
-            for c0, c1 in cols:
-                boxes = tile_regions(graph, io, (n0, n1, r0, r1, c0, c1))
-                here = footprint(graph, io, boxes, steps, chip.dtype_bytes, staged)
-                peak = max(peak, here)
-                if double_buffered:  # the next tile's inputs arrive while this one computes
-                    nxt = sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
-                    peak = max(peak, here + nxt * chip.dtype_bytes)
+    for boxes in ([] if halo_reuse else representative_boxes(graph, io, chains, tile)):
+        here = footprint(graph, io, boxes, steps, chip.dtype_bytes, staged)
+        peak = max(peak, here)
+        if double_buffered:  # the next tile's inputs arrive while this one computes
+            nxt = sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
+            peak = max(peak, here + nxt * chip.dtype_bytes)
     if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)
     return peak

@@ -135,7 +135,9 @@ FanInFn = Callable[[int, Shape, Attrs], int | None]
 # None when that shape says nothing
 InChannelsFn = Callable[[Shape, Attrs], int | None]
 # output-channel chunks (weight streaming): the axis of constant input `index` that runs over
-# the output channels, None when every chunk needs it whole: (index, shape, attrs) -> axis
+# the output channels, None when every chunk needs it whole: (index, shape, attrs) -> axis;
+# input-channel chunks (partial sums, planner.geometry.hidden): the axis running over the
+# channels the op sums over, None when every chunk needs it whole (a bias, added once)
 ChunkAxisFn = Callable[[int, Shape, Attrs], int | None]
 
 
@@ -244,6 +246,23 @@ def _matmul_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
     return len(shape) - 1 if index == 1 and len(shape) >= 2 else None
 
 
+def _conv_in_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    """W is (C_out, C_in, k...): a chunk of input channels takes W[:, chunk] (no groups)."""
+    return 1 if index == 1 and int(attrs.get("group", 1)) == 1 else None
+
+
+def _gemm_in_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    """B is (K, N), or (N, K) when transposed; A must not be transposed (K is its last axis)."""
+    if index != 1 or len(shape) != 2 or int(attrs.get("transA", 0)):
+        return None
+    return 1 if int(attrs.get("transB", 0)) else 0
+
+
+def _matmul_in_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    """B (input 1) is (..., K, N): a chunk of K takes its rows."""
+    return len(shape) - 2 if index == 1 and len(shape) >= 2 else None
+
+
 def _conv_fan_in(index: int, shape: Shape, attrs: Attrs) -> int | None:
     return prod(shape[1:])
 
@@ -314,6 +333,12 @@ class OpSpec:
     # output axis the chunks' results join along (None: the op is computed whole)
     chunk_axis: ChunkAxisFn | None = None
     chunk_out_axis: int = 1
+    # hidden chunks (planner.geometry.hidden): how a constant input splits along the input
+    # channels the op sums over (its partial sums then add up), and whether each output
+    # channel depends on the same channel of its inputs alone (per element), so that a
+    # chunk of channels runs on its own
+    in_chunk_axis: ChunkAxisFn | None = None
+    channel_local: bool = False
     # reductions over rows and columns: how tiles of the input combine into the output
     accumulate: Accumulate = Accumulate.NONE
     # movement ops: how the input's axes reach the output (token layouts follow them)
@@ -378,6 +403,12 @@ _BN_ROLES = (None, InputRole.SCALE, InputRole.SHIFT, InputRole.SHIFT, InputRole.
 _RELU, _KEEPS = Rectified.ALWAYS, Rectified.IF_INPUTS
 
 
+def _elementwise(op: str, cls: OpClass, **more: Any) -> OpSpec:
+    """A per-element op (broadcast constants included): each output channel comes from the
+    same channel of its inputs, so a chunk of channels runs on its own."""
+    return _spec(op, cls, channel_local=True, **more)
+
+
 def _opaque(op: str, **more: Any) -> OpSpec:
     """An op fuseplan does not plan through: whole maps, batch not kept, one op per output,
     run by the ONNX reference evaluator."""
@@ -397,20 +428,21 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("LpPool", _M, MapRule.WINDOW, _pool_work),
     _spec("Gemm", _M, MapRule.LINEAR, _gemm_work, _batch_gemm,
           roles=(_W, _W, InputRole.BIAS), fan_in=_gemm_fan_in, branch_scale=BranchScale.INPUT1,
-          chunk_axis=_gemm_chunk_axis, chunk_out_axis=-1),
+          chunk_axis=_gemm_chunk_axis, chunk_out_axis=-1, in_chunk_axis=_gemm_in_chunk_axis),
     _spec("MatMul", _M, MapRule.LINEAR, _matmul_work, other_role=_W, fan_in=_matmul_fan_in,
-          chunk_axis=_matmul_chunk_axis, chunk_out_axis=-1),
+          chunk_axis=_matmul_chunk_axis, chunk_out_axis=-1,
+          in_chunk_axis=_matmul_in_chunk_axis),
     # vector: per-element functions and per-position normalizations
-    _spec("Relu", _V, rectified=_RELU),
-    _spec("Clip", _V, takes_weights=False, rectified=_RELU),  # min and max are bounds
-    _spec("Sigmoid", _V),
-    _spec("HardSigmoid", _V),
-    _spec("HardSwish", _V, rectified=_RELU),
-    _spec("LeakyRelu", _V, rectified=_RELU),
+    _elementwise("Relu", _V, rectified=_RELU),
+    _elementwise("Clip", _V, takes_weights=False, rectified=_RELU),  # min and max are bounds
+    _elementwise("Sigmoid", _V),
+    _elementwise("HardSigmoid", _V),
+    _elementwise("HardSwish", _V, rectified=_RELU),
+    _elementwise("LeakyRelu", _V, rectified=_RELU),
     _spec("PRelu", _V, roles=(None, InputRole.PRELU), rectified=_RELU),
-    _spec("Elu", _V, rectified=_RELU),
-    _spec("Selu", _V, rectified=_RELU),
-    _spec("Tanh", _V),
+    _elementwise("Elu", _V, rectified=_RELU),
+    _elementwise("Selu", _V, rectified=_RELU),
+    _elementwise("Tanh", _V),
     _spec("Softmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
     _spec("LogSoftmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
     _spec("BatchNormalization", _V, work=_const(2), roles=_BN_ROLES, in_channels=_per_channel,
@@ -421,37 +453,37 @@ _ENTRIES: tuple[OpSpec, ...] = (
     # over its last axes: per pixel in a channels-last stretch (ConvNeXt), per token
     _spec("LayerNormalization", _V, MapRule.NORM, _const(4), _batch_axis(lambda opset: -1),
           native=False, roles=_NORM_ROLES),
-    _spec("Sqrt", _V),
-    _spec("Exp", _V),
-    _spec("Abs", _V),
-    _spec("Neg", _V),
-    _spec("Reciprocal", _V),
-    _spec("Cast", _V, takes_weights=False),
+    _elementwise("Sqrt", _V),
+    _elementwise("Exp", _V),
+    _elementwise("Abs", _V),
+    _elementwise("Neg", _V),
+    _elementwise("Reciprocal", _V),
+    _elementwise("Cast", _V, takes_weights=False),
     # per-element functions exporters emit (Erf-GELU, Softplus-Mish, ...): the ONNX reference
     # evaluator runs them; they tile like any activation
-    _spec("Erf", _V, native=False),
-    _spec("Gelu", _V, native=False, rectified=_RELU),
-    _spec("Softplus", _V, native=False, rectified=_RELU),
-    _spec("Softsign", _V, native=False),
-    _spec("Mish", _V, native=False, rectified=_RELU),
-    _spec("Log", _V, native=False),
-    _spec("Floor", _V, native=False),
-    _spec("Ceil", _V, native=False),
-    _spec("Round", _V, native=False),
-    _spec("Sign", _V, native=False),
-    _spec("Sin", _V, native=False),
-    _spec("Cos", _V, native=False),
+    _elementwise("Erf", _V, native=False),
+    _elementwise("Gelu", _V, native=False, rectified=_RELU),
+    _elementwise("Softplus", _V, native=False, rectified=_RELU),
+    _elementwise("Softsign", _V, native=False),
+    _elementwise("Mish", _V, native=False, rectified=_RELU),
+    _elementwise("Log", _V, native=False),
+    _elementwise("Floor", _V, native=False),
+    _elementwise("Ceil", _V, native=False),
+    _elementwise("Round", _V, native=False),
+    _elementwise("Sign", _V, native=False),
+    _elementwise("Sin", _V, native=False),
+    _elementwise("Cos", _V, native=False),
     # scalar: elementwise with broadcasting
-    _spec("Add", _S, other_role=InputRole.ADD, branch_scale=BranchScale.THROUGH,
+    _elementwise("Add", _S, other_role=InputRole.ADD, branch_scale=BranchScale.THROUGH,
           sums_inputs=True),
-    _spec("Sub", _S, other_role=InputRole.ADD, branch_scale=BranchScale.THROUGH),
-    _spec("Mul", _S, other_role=InputRole.MUL, branch_scale=BranchScale.OPERAND),
-    _spec("Div", _S, roles=(None, InputRole.MUL)),
-    _spec("Sum", _S, other_role=InputRole.ADD, sums_inputs=True),
-    _spec("Max", _S),
-    _spec("Min", _S),
-    _spec("Mean", _S),
-    _spec("Pow", _S),
+    _elementwise("Sub", _S, other_role=InputRole.ADD, branch_scale=BranchScale.THROUGH),
+    _elementwise("Mul", _S, other_role=InputRole.MUL, branch_scale=BranchScale.OPERAND),
+    _elementwise("Div", _S, roles=(None, InputRole.MUL)),
+    _elementwise("Sum", _S, other_role=InputRole.ADD, sums_inputs=True),
+    _elementwise("Max", _S),
+    _elementwise("Min", _S),
+    _elementwise("Mean", _S),
+    _elementwise("Pow", _S),
     # elementwise selections and comparisons: constants are masks and fill values, kept as
     # they are (no role), never drawn at random
     _spec("Where", _S, native=False),

@@ -13,8 +13,9 @@ from planner.core.errors import InputError, PlanningError
 from planner.core.files import write_atomic
 from planner.cost.model import Counters
 from planner.cost.objective import Objective
+from planner.geometry.hidden import hidden_ranges, stretches
 from planner.geometry.passes import pass_split
-from planner.geometry.regions import Tile
+from planner.geometry.regions import Tile, group_io
 from planner.ir.chunks import chunk_axes
 from planner.ir.graph import Graph
 from planner.plan import schema
@@ -67,6 +68,8 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 **({"loop_order": g.placement.loop.value} if g.placement.weights_outer else {}),
                 **({"passes": g.placement.passes} if g.placement.passes > 1 else {}),
                 **({"inputs_held": True} if g.placement.inputs_held else {}),
+                **({"hidden_chunks": g.placement.hidden_chunks}
+                   if g.placement.hidden_chunks > 1 else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -154,6 +157,37 @@ def _passes(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], tile: Tile
     return passes
 
 
+def _hidden_chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], tile: Tile,
+                   passes: int, where: str) -> int:
+    """A group's "hidden_chunks" (1, or the chunks every stretch of the group runs in),
+    checked against what it can run."""
+    chunks = int(g.get("hidden_chunks", 1))
+    if chunks == 1:
+        return 1
+    found = stretches(graph, group_io(graph, layers))
+    if not found:
+        raise InputError(f"{where}.hidden_chunks is {chunks}, but the group holds no stretch "
+                         "to chunk (a layer widening the channels, per-element layers, a "
+                         "layer summing them back: an MLP, an expand / project pair); remove "
+                         "the key.")
+    for s in found:
+        if len(hidden_ranges(s, chunks)) != chunks:
+            raise InputError(f"{where}.hidden_chunks is {chunks}, but the stretch from "
+                             f"{s.widen!r} has {s.channels} hidden channels, which do not make "
+                             f"{chunks} chunks of ceil({s.channels} / {chunks}); use a count "
+                             f"that does (e.g. {max(1, s.channels // 2)} or a power of two "
+                             f"below {s.channels}).")
+    if passes > 1 or g.get("halo", "recompute") != "recompute" or tile.bands > 1 \
+            or g.get("loop_order", LoopOrder.TILES_OUTER.value) != LoopOrder.TILES_OUTER.value:
+        raise InputError(f"{where}.hidden_chunks {chunks} runs with halos recomputed, tiles "
+                         "outer, one pass and no bands; set those or remove the key.")
+    cut = [n for n in g.get("weight_chunks", {}) if any(n in s.layers for s in found)]
+    if cut:
+        raise InputError(f"{where}.weight_chunks names {cut[0]!r}, whose weights the hidden "
+                         "chunks cut; remove it from weight_chunks.")
+    return chunks
+
+
 def save_plan(plan: Plan, path: Path) -> None:
     """Write a plan file."""
     write_atomic(path, json.dumps(plan_to_json(plan), indent=2) + "\n", "plan file")
@@ -215,7 +249,8 @@ def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where
                               g.get("prefetch", False), _chunks(graph, g, layers, gw),
                               _loop(graph, g, layers, gw),
                               (passes := _passes(graph, g, layers, tile, gw)),
-                              _inputs_held(g, passes, gw))
+                              _inputs_held(g, passes, gw),
+                              _hidden_chunks(graph, g, layers, tile, passes, gw))
         groups.append(Group(g["id"], placement, g.get("mode", "big"), predicted))
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()

@@ -69,17 +69,21 @@ class Placement:
     passes: int = 1
     # with passes: the group's inputs loaded whole once and held on chip for every pass
     inputs_held: bool = False
+    # more than 1: the group's stretches (a widening layer, per-element layers, a narrowing
+    # layer: an MLP, an expand / project pair) run in this many chunks of their hidden
+    # channels, so that the hidden maps are never on chip whole (planner.geometry.hidden)
+    hidden_chunks: int = 1
 
     @classmethod
     def of(cls, layers: Sequence[str], tile: Tile, resident: bool = True,
            double_buffered: bool = False, halo_reuse: bool = False,
            weights_outer: bool = False, passes: int = 1,
-           inputs_held: bool = False) -> Placement:
+           inputs_held: bool = False, hidden_chunks: int = 1) -> Placement:
         """A placement from the planners' flags."""
         return cls(tuple(layers), tile, WeightResidency.of(resident), double_buffered,
                    HaloMode.of(halo_reuse),
                    loop=LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
-                   passes=passes, inputs_held=inputs_held)
+                   passes=passes, inputs_held=inputs_held, hidden_chunks=hidden_chunks)
 
     @property
     def weights_outer(self) -> bool:

@@ -1,0 +1,108 @@
+"""A stretch of a group run in hidden chunks, as the emulator runs it
+(planner.geometry.hidden; Placement.hidden_chunks > 1).
+
+For every chunk of hidden channels the widening layer computes its slice of the hidden maps
+from its whole input (its weights cut along their output channels), the per-element layers
+run on the slice (their per-channel constants cut the same way), and the narrowing layer
+computes partial sums from the slice (its weights cut along the channels it sums over, its
+bias added by the first chunk) and adds them into the accumulator. Bytes on chip are
+counted from the arrays held at each step; the weights on chip from the slices
+(emulator.chunks.WeightStream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from emulator.chunks import Overlay, _take
+from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges
+from planner.geometry.regions import Box, GroupIO
+from planner.ir.graph import Graph
+from planner.plan.data import Group
+
+if TYPE_CHECKING:
+    from emulator.run import LayerCache, Tally
+
+
+def chunk_constants(graph: Graph, s: Stretch, name: str, weights: Mapping[str, np.ndarray],
+                    j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+    """The constants of a stretch layer that chunk j = [lo, hi) uses instead of the whole
+    ones: slices along the hidden channels; the narrowing layer's uncut constants (its
+    bias) zero after the first chunk, so that the bias is added once."""
+    out: dict[str, np.ndarray] = {}
+    for c, axis in constant_axes(graph, s, name).items():
+        arr = np.asarray(weights.get(c, graph.constants.get(c)))
+        if axis is not None:
+            out[c] = _take(arr, axis, lo, hi)
+        elif name == s.narrow and j > 0 and c in graph.layer(name).weights:
+            out[c] = np.zeros_like(arr)
+    return out
+
+
+def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int, tile: int,
+                boxes: Mapping[str, Box], onchip: MutableMapping[str, tuple[Box, np.ndarray]],
+                weights: Mapping[str, np.ndarray], tally: Tally, layers: LayerCache,
+                held: Mapping[str, tuple[Box, np.ndarray]], prefetch: int
+                ) -> np.ndarray:
+    """Run the stretch chunk by chunk on one tile (its `boxes`); returns the narrowing
+    layer's output (the accumulator), counting work, core traffic and every step's bytes.
+    The widening layer's inputs that nothing after it reads leave `onchip` after the last
+    chunk has read them."""
+    from emulator.run import EmulationError, KernelFailure, run_layer
+
+    dt = tally.chip.dtype_bytes
+    a = io.layers.index(s.widen)
+    widen_inputs = graph.layer(s.widen).fmap_inputs
+    later = {t for n in io.layers[io.layers.index(s.narrow) + 1:]
+             for t in graph.layer(n).fmap_inputs}
+    ends = [t for t in widen_inputs if t not in later and t not in io.outputs
+            and t not in held]
+    last_read = {t: max(k for k, n in enumerate(s.layers) if t in graph.layer(n).fmap_inputs)
+                 for t in s.hidden}
+    ranges = hidden_ranges(s, chunks)
+    acc: np.ndarray | None = None
+    for j, (lo, hi) in enumerate(ranges):
+        part: dict[str, tuple[Box, np.ndarray]] = {}
+        for k, name in enumerate(s.layers):
+            lay = graph.layer(name)
+            out = lay.outputs[0]
+            view = {**onchip, **part}
+            consts = Overlay(chunk_constants(graph, s, name, weights, j, lo, hi), weights)
+            try:
+                (y,) = run_layer(graph, lay, boxes[out], view, consts, layers=layers)[:1]
+            except KernelFailure as exc:
+                raise EmulationError(group.id, tile, exc.layer, f"hidden chunk {j} (channels "
+                                     f"[{lo}, {hi})): {exc.detail}") from exc
+            if name == s.widen:
+                tally.ops(lay, y.size)
+                if j > 0:  # the whole input is read again by every chunk
+                    tally.core += sum(onchip[t][1].size for t in widen_inputs) * dt
+            elif name == s.narrow:
+                tally.macs += y.size * lay.macs_per_output // s.channels * (hi - lo)
+                if acc is None:
+                    acc = y
+                else:  # read the partial sums so far, add, write back
+                    acc = acc + y
+                    tally.core += 2 * y.size * dt
+            else:
+                tally.ops(lay, y.size)
+            if name != s.narrow:
+                part[out] = (boxes[out], y)
+                tally.core += y.size * dt * (1 + sum(t == out for n in s.layers
+                                                     for t in graph.layer(n).fmap_inputs))
+            live = sum(arr.size for _, arr in onchip.values()) \
+                + sum(arr.size for _, arr in part.values()) + (acc.size if acc is not None else 0)
+            stream = tally.stream
+            now = stream.inner.get((name, j), 0) if stream is not None \
+                and not group.weights_resident else None
+            tally.step(tile, live * dt + prefetch, a + k, weights=now)
+            if name == s.widen and j == len(ranges) - 1:  # its input is read for the last time
+                for t in ends:
+                    del onchip[t]
+            for t in [t for t in part if last_read[t] <= k]:
+                del part[t]
+    assert acc is not None
+    return acc

@@ -1,0 +1,187 @@
+"""Hidden chunks: a stretch of a group that widens its maps and narrows them again runs
+chunk by chunk over the wide (hidden) channels, so the wide maps never exist whole on chip.
+
+A transformer's MLP (Linear to 4C, GELU, Linear back to C) and a CNN's expand / project
+pair have the same shape: a *widening* layer (its weights cut along its output channels),
+per-element layers on the hidden maps (bias, activation: each output channel from the same
+channel of its inputs), and a *narrowing* layer that sums over the hidden channels. Cut the
+hidden channels into k chunks: for each chunk the widening layer computes its slice of the
+hidden channels from its whole input on chip, the per-element layers run on that slice, and
+the narrowing layer adds the slice's partial sums into its output, which stays on chip as
+an accumulator until the last chunk is in. Each weight is used once per tile (its chunk's
+slice: the widening layer's output channels, the narrowing layer's input channels), the
+group's DRAM traffic is that of the same tile run whole, and the chip holds one chunk of
+every hidden map instead of all of it (FlashAttention's idea, on the MLP).
+
+This module finds the stretches of a group and says how each constant of a stretch layer
+splits; planner.cost.hidden prices a group run so, emulator.hidden runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner.geometry.regions import GroupIO
+from planner.ir.chunks import chunk_axes, chunk_ranges
+from planner.ir.graph import Graph, Layer
+from planner.ir.ops import op_spec
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """Layers of a group run chunk by chunk over `channels` hidden channels."""
+
+    widen: str  # computes a chunk of the hidden channels from its whole input
+    mids: tuple[str, ...]  # per-element layers on the chunk
+    narrow: str  # adds the chunk's partial sums into its output
+    channels: int  # hidden channels
+    axis: int  # the hidden tensors' channel axis
+    hidden: tuple[str, ...]  # the tensors held a chunk at a time: widen's and the mids' outputs
+    out: str  # the narrowing layer's output: the accumulator
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return (self.widen, *self.mids, self.narrow)
+
+
+def stretches(graph: Graph, io: GroupIO) -> tuple[Stretch, ...]:
+    """Every stretch of the group, in order (none overlap).
+
+    A stretch is a run of consecutive layers of the group: a layer whose weights split
+    along its output channels (Conv without groups, Linear), then layers computing each
+    channel from the same channel of their inputs, reading only the stretch's hidden maps
+    (and constants that are per channel or broadcast), then one layer summing over those
+    channels (Conv without groups, Linear by a constant); no hidden map is read by anything
+    else or leaves the group."""
+    found: list[Stretch] = []
+    k = 0
+    while k < len(io.layers):
+        s = _stretch_at(graph, io, k)
+        if s is None:
+            k += 1
+            continue
+        found.append(s)
+        k = io.layers.index(s.narrow) + 1
+    return tuple(found)
+
+
+def _channel_axis(graph: Graph, t: str) -> int | None:
+    """The one channel axis of a tensor (None when it has several, or none)."""
+    layout = graph.layout(t)
+    return layout.channel_axes[0] if len(layout.channel_axes) == 1 else None
+
+
+def _stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
+    widen = graph.layer(io.layers[k])
+    split = chunk_axes(graph, widen)
+    if split is None or len([t for t in widen.outputs if t]) != 1:
+        return None
+    channels, _ = split
+    out = widen.outputs[0]
+    rank = len(graph.shapes[out])
+    axis = _channel_axis(graph, out)
+    if axis is None or axis != op_spec(widen.op).chunk_out_axis % rank \
+            or graph.shapes[out][axis] != channels or channels < 2:
+        return None
+    hidden = [out]
+    mids: list[str] = []
+    for name in io.layers[k + 1:]:
+        lay = graph.layer(name)
+        reads = [t for t in lay.fmap_inputs if t in hidden]
+        if not reads:
+            return None  # the stretch is a run of consecutive layers
+        if _narrows(graph, lay, hidden, channels, axis):
+            if any(c not in (*mids, name) for t in hidden for c in graph.consumers.get(t, ())) \
+                    or any(t in io.outputs or t in graph.outputs for t in hidden):
+                return None
+            return Stretch(widen.name, tuple(mids), name, channels, axis, tuple(hidden),
+                           lay.outputs[0])
+        if not _per_element(graph, lay, hidden, out):
+            return None
+        mids.append(name)
+        hidden.append(lay.outputs[0])
+    return None
+
+
+def _per_element(graph: Graph, lay: Layer, hidden: Sequence[str], like: str) -> bool:
+    """A layer computing each hidden channel of its one output from the same channel of
+    hidden maps and of constants that split (or broadcast) along the hidden channels."""
+    outs = [t for t in lay.outputs if t]
+    if not op_spec(lay.op).channel_local or len(outs) != 1 \
+            or any(t not in hidden for t in lay.fmap_inputs):
+        return False
+    if graph.shapes[outs[0]] != graph.shapes[like] or graph.layout(outs[0]) != graph.layout(like):
+        return False
+    axis = _channel_axis(graph, like)
+    assert axis is not None
+    return all(_constant_axis(graph, c, len(graph.shapes[like]), axis,
+                              graph.shapes[like][axis]) != -1 for c in _constants(lay))
+
+
+def _narrows(graph: Graph, lay: Layer, hidden: Sequence[str], channels: int, axis: int) -> bool:
+    """A layer summing over the hidden channels of its one (data) input."""
+    spec = op_spec(lay.op)
+    if spec.in_chunk_axis is None or len(lay.inputs) < 2 or lay.inputs[1] not in lay.weights \
+            or lay.fmap_inputs != (lay.inputs[0],) or lay.inputs[0] not in hidden:
+        return False
+    rank = len(graph.shapes[lay.inputs[0]])
+    if spec.chunk_out_axis % rank != axis:  # it sums along the axis the chunks cut
+        return False
+    w = lay.inputs[1]
+    cut = spec.in_chunk_axis(1, tuple(graph.constants[w].shape), lay.attrs)
+    return cut is not None and int(graph.constants[w].shape[cut]) == channels
+
+
+def _constants(lay: Layer) -> list[str]:
+    return [t for t in lay.inputs if t and t not in lay.fmap_inputs]
+
+
+def _constant_axis(graph: Graph, name: str, rank: int, axis: int, channels: int) -> int | None:
+    """The axis of a per-element layer's constant that runs along the hidden channels
+    (broadcast from the right), None when every chunk uses it whole, -1 when it can be
+    neither (it varies along the channels with another extent)."""
+    shape = tuple(graph.constants[name].shape) if name in graph.constants else ()
+    at = axis - (rank - len(shape))
+    if at < 0 or shape[at] == 1:
+        return None
+    return at if shape[at] == channels else -1
+
+
+def constant_axes(graph: Graph, s: Stretch, name: str) -> dict[str, int | None]:
+    """How each constant input of a stretch layer splits over the chunks: the axis it is cut
+    along, or None where every chunk uses it whole (a scalar, the narrowing layer's bias,
+    added with the first chunk only)."""
+    lay = graph.layer(name)
+    if name == s.widen:
+        split = chunk_axes(graph, lay)
+        assert split is not None
+        return {c: split[1].get(c) for c in _constants(lay)}
+    if name == s.narrow:
+        spec = op_spec(lay.op)
+        assert spec.in_chunk_axis is not None
+        return {c: spec.in_chunk_axis(i, tuple(graph.constants[c].shape), lay.attrs)
+                if c in graph.constants else None
+                for i, c in enumerate(lay.inputs) if c in _constants(lay)}
+    rank = len(graph.shapes[s.hidden[0]])
+    return {c: _constant_axis(graph, c, rank, s.axis, s.channels) for c in _constants(lay)}
+
+
+def hidden_ranges(s: Stretch, chunks: int) -> list[tuple[int, int]]:
+    """The hidden-channel range of each chunk: equal ones of ceil(C / chunks), the last
+    possibly shorter (planner.ir.chunks.chunk_ranges)."""
+    return chunk_ranges(s.channels, chunks)
+
+
+def chunk_options(s: Sequence[Stretch]) -> list[int]:
+    """Chunk counts worth trying for a group's stretches: 2, 4, 8, ... while every stretch
+    has that many distinct chunks (a count is the same for every stretch of the group)."""
+    if not s:
+        return []
+    fewest = min(x.channels for x in s)
+    out, k = [], 2
+    while k <= fewest:
+        if all(len(chunk_ranges(x.channels, k)) == k for x in s):
+            out.append(k)
+        k *= 2
+    return out

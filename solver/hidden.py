@@ -1,0 +1,141 @@
+"""Tile search for a group whose stretches run in hidden chunks (planner.geometry.hidden).
+
+The search is in Python for every planner: CP-SAT gets the best choice pinned (its cost
+and exact peak are constants, its rules checked here). For each tile height, tallest
+first, and weight residency, the fewest chunks that fit the chip and pass the rules win:
+more chunks only add core traffic (the accumulator, the widening layer's input read
+again), while DRAM traffic does not depend on the count. Capacities use the exact peak
+(every chunk and step of every representative tile) and the exact weights on chip; the
+rules see each hidden map as its widest chunk (GroupFacts.hidden).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from math import ceil
+
+from hardware.chip import Chip
+from planner.cost.counters import Counters
+from planner.cost.hidden import hidden_cost, hidden_peak_bytes, onchip_weight_bytes
+from planner.cost.model import weight_bytes
+from planner.geometry.hidden import Stretch, chunk_options, stretches
+from planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
+from planner.ir.graph import Graph
+from rules.base import GroupFacts, Rule, Violation
+
+TALLEST = 4  # feasible heights costed per group and residency
+
+
+def hidden_room(chip: Chip, fmap_peak: int, onchip_weights: int) -> int:
+    """Bytes a hidden-chunked group leaves for the next group's weights (as
+    solver.tiles.prefetch_room): WRAM beside its weights on chip where the chip has one,
+    else SRAM beside its exact peak (weights included on single-memory chips)."""
+    if chip.wram is not None:
+        return chip.wram.bytes * chip.cores_per_cluster - onchip_weights
+    return chip.sram.bytes - fmap_peak
+
+
+@dataclass
+class HiddenSearch:
+    """Feasibility and cost of one group's tiles run in hidden chunks."""
+
+    graph: Graph
+    io: GroupIO
+    chains: GroupChains
+    chip: Chip
+    found: tuple[Stretch, ...]
+    peaks: dict[tuple[Tile, bool, bool, int], int] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip) -> HiddenSearch | None:
+        """The search of a group holding at least one stretch, else None."""
+        io = group_io(graph, tuple(layers))
+        found = stretches(graph, io)
+        if not found:
+            return None
+        return cls(graph, io, group_chains(graph, io), chip, found)
+
+    def chunk_options(self) -> list[int]:
+        return chunk_options(self.found)
+
+    def peak(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int) -> int:
+        """Exact SRAM peak (weights included on single-memory chips)."""
+        key = (tile, resident, double_buffered, chunks)
+        if key not in self.peaks:
+            self.peaks[key] = hidden_peak_bytes(self.graph, self.io, self.chains, self.found,
+                                                chunks, tile, self.chip, resident,
+                                                double_buffered)
+        return self.peaks[key]
+
+    def weights_on_chip(self, resident: bool, chunks: int) -> int:
+        return onchip_weight_bytes(self.graph, self.io, self.found, chunks, self.chip, resident)
+
+    def physical(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int
+                 ) -> list[Violation]:
+        """The chip's capacities, from the exact peak (as the emulator checks them)."""
+        chip = self.chip
+        sram = self.peak(tile, resident, double_buffered, chunks)
+        weights = self.weights_on_chip(resident, chunks)
+        out = []
+        if sram > chip.sram.bytes:
+            out.append(Violation("HW", "sram", f"the hidden chunks need {sram} B of SRAM, has "
+                                 f"{chip.sram.bytes} B", sram, chip.sram.bytes))
+        if chip.nram is not None:
+            share = ceil((sram - (weights if chip.unified else 0)) / chip.cores_per_cluster)
+            if share > chip.nram.bytes:
+                out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
+                                     f"{chip.nram.bytes} B", share, chip.nram.bytes))
+        if chip.wram is not None and ceil(weights / chip.cores_per_cluster) > chip.wram.bytes:
+            share = ceil(weights / chip.cores_per_cluster)
+            what = "resident weights" if resident else "streamed weight slices"
+            out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for {what}, "
+                                 f"has {chip.wram.bytes} B", share, chip.wram.bytes))
+        return out
+
+    def facts(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int
+              ) -> GroupFacts:
+        """The group's facts with each hidden map held as its widest chunk."""
+        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
+                          double_buffered, hidden=self.found, hidden_chunks=chunks)
+
+    def rule_violations(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int,
+                        rules: Iterable[Rule]) -> list[Violation]:
+        facts = self.facts(tile, resident, double_buffered, chunks)
+        return [v for r in rules if (v := r.check(facts)) is not None]
+
+    def fewest_chunks(self, tile: Tile, resident: bool, double_buffered: bool,
+                      rules: tuple[Rule, ...]) -> int | None:
+        """The fewest chunks with which the tile fits and passes the rules (None: no count).
+        More chunks hold less at once, so the counts that fit form a range found by
+        bisection; the rules are checked from its start."""
+        options = self.chunk_options()
+        if not options or self.physical(tile, resident, double_buffered, options[-1]):
+            return None
+        lo, hi = 0, len(options) - 1
+        while lo < hi:  # options[hi] fits
+            mid = (lo + hi) // 2
+            if self.physical(tile, resident, double_buffered, options[mid]):
+                lo = mid + 1
+            else:
+                hi = mid
+        for k in options[hi:]:
+            if not self.rule_violations(tile, resident, double_buffered, k, rules):
+                return k
+        return None
+
+    def cost(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int,
+             work: Counters | None = None) -> Counters:
+        """Every counter (``work``: the tile's work counters run whole, when known)."""
+        c = hidden_cost(self.graph, self.io, self.chains, self.found, chunks, tile, self.chip,
+                        resident, double_buffered, work)
+        self.peaks[(tile, resident, double_buffered, chunks)] = c.sram_peak_bytes
+        return c
+
+    def room(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int) -> int:
+        return hidden_room(self.chip, self.peak(tile, resident, double_buffered, chunks),
+                           self.weights_on_chip(resident, chunks))
+
+    @property
+    def weight_bytes(self) -> int:
+        return weight_bytes(self.graph, self.io.weights, self.chip)
