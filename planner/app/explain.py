@@ -12,6 +12,7 @@ from planner.plan.data import Plan
 from rules.base import GroupFacts, Violation
 from rules.ruleset import RuleSet
 from solver.groups import is_connected, is_convex
+from solver.hidden import HiddenSearch
 from solver.passes import PassSearch
 from solver.tiles import GroupSearch
 
@@ -85,6 +86,15 @@ def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tupl
             found += [(g.id, v) for v in passes.physical(g.tile.h, g.double_buffered)
                       + passes.rule_violations(g.tile.h, g.double_buffered, ruleset.enabled,
                                                whole)]
+            continue
+        hidden = HiddenSearch.of(graph, g.layers, chip) \
+            if g.placement.hidden_chunks > 1 else None
+        if hidden is not None:  # capacities from the exact peak, rules with chunk-wide maps
+            k = g.placement.hidden_chunks
+            found += [(g.id, v) for v in hidden.physical(g.tile, g.weights_resident,
+                                                         g.double_buffered, k)
+                      + hidden.rule_violations(g.tile, g.weights_resident, g.double_buffered,
+                                               k, ruleset.enabled)]
             continue
         for v in search.violations(g.tile, g.weights_resident, None, g.halo_reuse,
                                    g.double_buffered):

@@ -1,0 +1,268 @@
+"""Hidden chunks (planner.geometry.hidden): a widen / per-element / narrow stretch (an MLP,
+a ConvNeXt block's pointwise pair) runs chunk by chunk over its hidden channels with the
+narrowing layer's partial sums on chip. Plans built by hand and by the planners run on
+the emulator with outputs equal to onnxruntime's and every counter (the SRAM peak and the
+weights on chip included) equal to the prediction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from planner.app import api
+from planner.app.assemble import assemble, layer_placements
+from planner.app.explain import recheck
+from planner.core.errors import InputError
+from planner.cost.objective import Objective
+from planner.geometry.hidden import stretches
+from planner.geometry.regions import Tile, group_io
+from planner.ir.graph import Graph
+from planner.plan.data import Plan
+from planner.plan.json_io import save_plan
+from planner.plan.placement import Placement
+from planner.ui.cli import app
+
+import models
+
+
+def mlp_model(tokens: int = 24, width: int = 8, hidden: int = 48, act: str = "gelu",
+              batch: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """A transformer MLP on [B, L, C] tokens as exporters write it: LayerNorm, Linear (MatMul
+    and bias Add), GELU (Erf form) or Relu, Linear, residual add."""
+    rng = np.random.default_rng(seed)
+
+    def const(name: str, arr: np.ndarray) -> onnx.TensorProto:
+        return numpy_helper.from_array(arr.astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], name="norm", axis=-1),
+        helper.make_node("MatMul", ["n", "w1"], ["h0"], name="fc1"),
+        helper.make_node("Add", ["h0", "b1"], ["h"], name="fc1_bias"),
+    ]
+    if act == "gelu":
+        nodes += [
+            helper.make_node("Div", ["h", "root2"], ["d"], name="gelu_div"),
+            helper.make_node("Erf", ["d"], ["e"], name="gelu_erf"),
+            helper.make_node("Add", ["e", "one"], ["e1"], name="gelu_add"),
+            helper.make_node("Mul", ["h", "e1"], ["m"], name="gelu_mul"),
+            helper.make_node("Mul", ["m", "half"], ["a"], name="gelu_half"),
+        ]
+    else:
+        nodes.append(helper.make_node("Relu", ["h"], ["a"], name="act"))
+    nodes += [
+        helper.make_node("MatMul", ["a", "w2"], ["o0"], name="fc2"),
+        helper.make_node("Add", ["o0", "b2"], ["o"], name="fc2_bias"),
+        helper.make_node("Add", ["o", "x"], ["y"], name="residual"),
+    ]
+    constants = [const("g", rng.uniform(0.5, 1.5, width)), const("b", rng.normal(0, 0.1, width)),
+                 const("w1", rng.normal(0, width ** -0.5, (width, hidden))),
+                 const("b1", rng.normal(0, 0.1, hidden)),
+                 const("w2", rng.normal(0, hidden ** -0.5, (hidden, width))),
+                 const("b2", rng.normal(0, 0.1, width)),
+                 const("root2", np.array(np.sqrt(2.0))), const("one", np.array(1.0)),
+                 const("half", np.array(0.5))]
+    if act != "gelu":
+        constants = constants[:6]
+    shape = [batch, tokens, width]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _save(model: onnx.ModelProto, tmp_path: Path, name: str = "mlp") -> str:
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def _check(problem: api.Problem, plan: Plan) -> None:
+    report = api.verify_in_memory(problem, plan, seed=3)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
+    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
+
+
+def _hand_plan(problem: api.Problem, groups: list[tuple[str, ...]], th: int, resident: bool,
+               chunks: int, double_buffered: bool = False) -> Plan:
+    """Each of `groups` one group of tile height th in `chunks` hidden chunks, the rest alone."""
+    g = problem.graph
+    placements, covered = [], set()
+    for layers in groups:
+        n, _, _, w = g.dims(group_io(g, layers).anchor)
+        placements.append(Placement.of(layers, Tile(n, th, w), resident, double_buffered,
+                                       hidden_chunks=chunks))
+        covered.update(layers)
+    placements += [p for p in layer_placements(g, problem.chip)
+                   if not covered.intersection(p.layers)]
+    return assemble(g, problem.chip, placements, **problem.plan_header(),
+                    objective=Objective.TRAFFIC, solver={"name": "hand"})
+
+
+def _all_layers(graph: Graph) -> tuple[str, ...]:
+    return tuple(lay.name for lay in graph.layers)
+
+
+def _convnext_blocks(graph: Graph) -> list[tuple[str, ...]]:
+    """Each ConvNeXt block of models.convnext_net, channels-last Transpose to layer scale."""
+    order = _all_layers(graph)
+    out = []
+    for i, name in enumerate(order):
+        if graph.layer(name).op == "Transpose" and name.startswith("to_last"):
+            j = next(j for j in range(i, len(order)) if order[j].startswith("layer_scale"))
+            out.append(order[i:j + 1])
+    return out
+
+
+def test_stretches_of_an_mlp_and_of_a_convnext_block(tmp_path: Path) -> None:
+    g = api.prepare(_save(mlp_model(), tmp_path)).graph
+    (s,) = stretches(g, group_io(g, _all_layers(g)))
+    assert (s.widen, s.narrow, s.channels) == ("fc1", "fc2", 48)
+    assert s.mids == ("fc1_bias", "gelu_div", "gelu_erf", "gelu_add", "gelu_mul", "gelu_half")
+    assert s.out == "o0" and len(s.hidden) == 7
+    cnx = api.prepare(str(models.save(models.convnext_net(), tmp_path, "cnx"))).graph
+    blocks = _convnext_blocks(cnx)
+    assert len(blocks) == 2
+    for block in blocks:
+        (b,) = stretches(cnx, group_io(cnx, block))
+        assert [cnx.layer(n).op for n in b.layers] == ["MatMul", "Add", "Div", "Erf", "Add",
+                                                       "Mul", "Mul", "MatMul"]
+        assert b.channels == 64 and b.axis == 3  # channels last: the hidden features
+
+
+def test_no_stretch_where_a_hidden_map_is_needed_whole_or_leaves(tmp_path: Path) -> None:
+    g = api.prepare(_save(mlp_model(), tmp_path)).graph
+    order = _all_layers(g)
+    # the group ends inside the stretch: the hidden map leaves it
+    assert stretches(g, group_io(g, order[:order.index("fc2")])) == ()
+    # a layer mixing the hidden channels (Softmax over them) breaks it
+    model = mlp_model(act="relu")
+    act = next(n for n in model.graph.node if n.name == "act")
+    act.op_type = "Softmax"
+    act.attribute.extend([helper.make_attribute("axis", -1)])
+    soft = api.prepare(_save(model, tmp_path, "soft")).graph
+    assert stretches(soft, group_io(soft, _all_layers(soft))) == ()
+
+
+@pytest.mark.parametrize(("th", "resident", "chunks", "db", "hardware"), [
+    (24, True, 2, False, None),
+    (24, False, 4, False, None),
+    (7, False, 3, True, None),
+    (5, True, 6, False, None),
+    (24, False, 2, False, "soma_buffer"),
+    (9, True, 4, True, "soma_buffer"),
+])
+def test_hand_built_mlp_plans_verify(tmp_path: Path, th: int, resident: bool, chunks: int,
+                                     db: bool, hardware: str | None) -> None:
+    """Any tile height, chunk count (uneven last chunk included), weight residency and
+    buffering, on a chip with WRAM and on a single-memory chip: outputs and every counter
+    equal to the prediction."""
+    problem = api.prepare(_save(mlp_model(), tmp_path), hardware=hardware)
+    plan = _hand_plan(problem, [_all_layers(problem.graph)], th, resident, chunks, db)
+    (group,) = plan.groups
+    assert group.placement.hidden_chunks == chunks
+    _check(problem, plan)
+
+
+def test_hand_built_convnext_plans_verify_and_chunks_lower_the_peak(tmp_path: Path) -> None:
+    problem = api.prepare(str(models.save(models.convnext_net(h=32, w=32), tmp_path, "cnx")))
+    blocks = _convnext_blocks(problem.graph)
+    peaks = []
+    for chunks in (1, 2, 4):
+        plan = _hand_plan(problem, blocks, 4, True, chunks)
+        _check(problem, plan)
+        peaks.append(max(g.predicted.sram_peak_bytes for g in plan.groups
+                         if len(g.layers) > 1))
+    assert peaks[0] > peaks[1] > peaks[2]
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.integers(3, 20), width=st.sampled_from([4, 8]),
+       hidden=st.integers(6, 40), chunk_pick=st.integers(0, 3), th_pick=st.integers(1, 20),
+       resident=st.booleans(), db=st.booleans(), gelu=st.booleans(), batch=st.integers(1, 2),
+       hardware=st.sampled_from([None, "soma_buffer"]))
+def test_random_mlps_verify_in_hidden_chunks(tmp_path: Path, tokens: int, width: int,
+                                             hidden: int, chunk_pick: int, th_pick: int,
+                                             resident: bool, db: bool, gelu: bool,
+                                             batch: int, hardware: str | None) -> None:
+    """Random MLP sizes, chunk counts, tiles, residency, buffering, batch and chip: outputs
+    and every counter equal to the prediction."""
+    model = mlp_model(tokens, width, hidden, "gelu" if gelu else "relu", batch)
+    problem = api.prepare(_save(model, tmp_path), hardware=hardware)
+    counts = [k for k in range(2, hidden + 1) if len(range(0, hidden, -(-hidden // k))) == k]
+    chunks = counts[chunk_pick % len(counts)]
+    th = 1 + (th_pick - 1) % tokens
+    plan = _hand_plan(problem, [_all_layers(problem.graph)], th, resident, chunks, db)
+    _check(problem, plan)
+
+
+def test_planners_chunk_an_mlp_whose_weights_and_hidden_map_do_not_fit(tmp_path: Path) -> None:
+    """The MLP's 6 KiB of weights do not fit 4 KiB of WRAM, nor its [1, 64, 96] hidden map
+    (12 KiB, and its GELU temporaries) 16 KiB of SRAM beside the tokens: without hidden
+    chunks it runs in token tiles that stream every weight again per tile; with them it is
+    one tile that reads each weight once: the plan is at the floor, a third of the bytes
+    or less. CP-SAT and the shortest path agree, and the plan verifies."""
+    path = _save(mlp_model(tokens=64, width=16, hidden=96), tmp_path)
+    rules = models.fusing_rules(tmp_path)
+    off = models.fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
+    small = ["sram.bytes=16KiB", "nram.bytes=4KiB", "wram.bytes=1KiB"]
+    problem = api.prepare(path, rules=rules, overrides=small)
+    cpsat = api.plan_problem(problem, "cpsat")
+    shortest = api.plan_problem(problem, "shortest-path")
+    without = api.solve(path, rules=off, overrides=small)
+    (group,) = cpsat.groups
+    assert group.placement.hidden_chunks > 1 and group.tile.h == 64
+    assert not group.weights_resident
+    assert not any(g.placement.hidden_chunks > 1 for g in without.groups)
+    assert cpsat.totals.dram_bytes == shortest.totals.dram_bytes == cpsat.compulsory_dram_bytes
+    assert 3 * cpsat.totals.dram_bytes < without.totals.dram_bytes
+    assert recheck(problem.graph, cpsat, problem.chip, problem.ruleset) == []
+    _check(problem, cpsat)
+
+
+def test_plan_file_states_hidden_chunks_and_rejects_them_where_they_cannot_run(
+        tmp_path: Path) -> None:
+    path = _save(mlp_model(), tmp_path)
+    problem = api.prepare(path)
+    plan = _hand_plan(problem, [_all_layers(problem.graph)], 8, False, 4)
+    plan_file = tmp_path / "plan.json"
+    save_plan(plan, plan_file)
+    doc = json.loads(plan_file.read_text())
+    assert doc["groups"][0]["hidden_chunks"] == 4
+    assert "weight_chunks" not in doc["groups"][0]  # the stretch's weights are cut by chunks
+    runner = CliRunner()
+    ok = runner.invoke(app, ["verify", path, str(plan_file)])
+    assert ok.exit_code == 0, ok.output
+    out = tmp_path / "annotated.onnx"
+    exported = runner.invoke(app, ["export", path, str(plan_file), "-o", str(out)])
+    assert exported.exit_code == 0, exported.output
+    tags = [{p.key: p.value for p in node.metadata_props}.get("fuseplan.hidden_chunks")
+            for node in onnx.load(str(out)).graph.node]
+    assert tags.count("4") == len(plan.groups[0].layers)
+    # 48 hidden channels make no 11 chunks of ceil(48 / 11); halo reuse and a group without
+    # its narrowing layer cannot run in chunks
+    for edit, needle in ((lambda g: g.update(hidden_chunks=11), "do not make 11 chunks"),
+                         (lambda g: g.update(halo="reuse"), "halos recomputed"),
+                         (lambda g: g.update(layers=g["layers"][:3]), "no stretch")):
+        bad = json.loads(plan_file.read_text())
+        edit(bad["groups"][0])
+        if len(bad["groups"][0]["layers"]) == 3:  # cover the rest layer by layer
+            rest = [n for n in doc["groups"][0]["layers"][3:]]
+            bad["groups"] += [{"id": 1 + k, "layers": [n], "tile": {"n": 1, "h": 24, "w": 1}}
+                              for k, n in enumerate(rest)]
+        bad_file = tmp_path / "bad.json"
+        bad_file.write_text(json.dumps(bad))
+        refused = runner.invoke(app, ["verify", path, str(bad_file)])
+        assert refused.exit_code == 2, refused.output
+        assert needle in " ".join(refused.output.split()), refused.output
+        with pytest.raises(InputError):
+            api.verify(path, bad_file)
