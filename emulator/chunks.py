@@ -16,8 +16,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.cost.hidden import stream_holds, stretch_loads
-from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, stretches
+from planner.geometry.hidden import (
+    Stretch,
+    constant_axes,
+    hidden_ranges,
+    stream_holds,
+    stretch_loads,
+    stretches,
+)
 from planner.geometry.regions import GroupIO
 from planner.ir.chunks import chunk_axes, chunk_ranges
 from planner.ir.graph import Graph, Layer

@@ -34,39 +34,15 @@ from planner.cost.model import (
     work_counters,
 )
 from planner.cost.weight_stream import chunk_counts, chunk_sizes
-from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges
+from planner.geometry.hidden import (
+    Stretch,
+    constant_axes,
+    hidden_ranges,
+    stream_holds,
+    stretch_loads,
+)
 from planner.geometry.regions import Box, GroupChains, GroupIO, Tile, box_elems
 from planner.ir.graph import Graph
-
-
-def stream_holds(loads: Sequence[tuple[Sequence[int], int]]) -> list[int]:
-    """Weight bytes on chip at each step of a stream of (loads at the step, bytes held
-    through it besides): a load stays while the next one arrives behind it (a step without
-    loads holds the next one as it arrives)."""
-    held = [0] * len(loads)
-    upcoming = 0
-    for i in range(len(loads) - 1, -1, -1):
-        own, keep = loads[i]
-        behind = [*own[1:], upcoming] if own else []
-        held[i] = keep + max((a + b for a, b in zip(own, behind, strict=True)),
-                             default=upcoming)
-        if own:
-            upcoming = own[0]
-    return held
-
-
-def stretch_loads(stretch: Stretch, chunks: int, cut: Mapping[tuple[str, int], int],
-                  whole: int) -> list[tuple[list[int], int]]:
-    """The stream steps of one stretch, chunk by chunk and layer by layer: each layer's
-    slice for the chunk (`cut`, by layer and chunk), the uncut bytes (`whole`) with the
-    first load and held through every later step."""
-    out: list[tuple[list[int], int]] = []
-    for j in range(chunks):
-        for name in stretch.layers:
-            first = j == 0 and name == stretch.widen
-            size = cut.get((name, j), 0) + (whole if first else 0)
-            out.append(([size] if size else [], 0 if first else whole))
-    return out
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,15 @@ slice: the widening layer's output channels, the narrowing layer's input channel
 group's DRAM traffic is that of the same tile run whole, and the chip holds one chunk of
 every hidden map instead of all of it (FlashAttention's idea, on the MLP).
 
-This module finds the stretches of a group and says how each constant of a stretch layer
-splits; planner.cost.hidden prices a group run so, emulator.hidden runs it.
+This module finds the stretches of a group, says how each constant of a stretch layer
+splits and in which order streamed weights arrive (each load double-buffered behind the one
+before: the weights on chip at every step); planner.cost.hidden prices a group run so,
+emulator.hidden runs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.geometry.regions import GroupIO
@@ -165,6 +167,36 @@ def constant_axes(graph: Graph, s: Stretch, name: str) -> dict[str, int | None]:
                 for i, c in enumerate(lay.inputs) if c in _constants(lay)}
     rank = len(graph.shapes[s.hidden[0]])
     return {c: _constant_axis(graph, c, rank, s.axis, s.channels) for c in _constants(lay)}
+
+
+def stream_holds(loads: Sequence[tuple[Sequence[int], int]]) -> list[int]:
+    """Weight bytes on chip at each step of a stream of (loads at the step, bytes held
+    through it besides): a load stays while the next one arrives behind it (a step without
+    loads holds the next one as it arrives)."""
+    held = [0] * len(loads)
+    upcoming = 0
+    for i in range(len(loads) - 1, -1, -1):
+        own, keep = loads[i]
+        behind = [*own[1:], upcoming] if own else []
+        held[i] = keep + max((a + b for a, b in zip(own, behind, strict=True)),
+                             default=upcoming)
+        if own:
+            upcoming = own[0]
+    return held
+
+
+def stretch_loads(stretch: Stretch, chunks: int, cut: Mapping[tuple[str, int], int],
+                  whole: int) -> list[tuple[list[int], int]]:
+    """The stream steps of one stretch, chunk by chunk and layer by layer: each layer's
+    slice for the chunk (`cut`, by layer and chunk), the uncut bytes (`whole`) with the
+    first load and held through every later step."""
+    out: list[tuple[list[int], int]] = []
+    for j in range(chunks):
+        for name in stretch.layers:
+            first = j == 0 and name == stretch.widen
+            size = cut.get((name, j), 0) + (whole if first else 0)
+            out.append(([size] if size else [], 0 if first else whole))
+    return out
 
 
 def hidden_ranges(s: Stretch, chunks: int) -> list[tuple[int, int]]:
