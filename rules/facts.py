@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from hardware.chip import Chip
+from planner.cost.hidden import HiddenStream, hidden_stream
 from planner.cost.model import (
     band_peak_bytes,
     live_steps,
@@ -76,6 +77,9 @@ class GroupFacts:
     # chunk at a time, the widest chunk's slice of its channels
     hidden: tuple[Stretch, ...] = ()
     hidden_chunks: int = 1
+    # its streamed weights on chip at each step (planner.cost.hidden.hidden_stream), when
+    # the caller keeps them
+    hidden_weights: HiddenStream | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -185,6 +189,10 @@ class GroupFacts:
         when the weights are resident."""
         if self.weights_resident:
             return ()
+        if self.hidden:  # a stretch's steps hold the most of any chunk's
+            stream = self.hidden_weights or hidden_stream(self.graph, self.io, self.hidden,
+                                                          self.hidden_chunks, self.chip)
+            return stream.by_layer
         return staged_steps(self.graph, self.io, self.chip)
 
     @property

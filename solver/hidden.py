@@ -17,7 +17,14 @@ from math import ceil
 
 from hardware.chip import Chip
 from planner.cost.counters import Counters
-from planner.cost.hidden import hidden_cost, hidden_peak_bytes, onchip_weight_bytes
+from planner.cost.hidden import (
+    HiddenStream,
+    TileProfile,
+    hidden_cost,
+    hidden_peak_bytes,
+    hidden_stream,
+    tile_profiles,
+)
 from planner.cost.model import weight_bytes
 from planner.geometry.hidden import Stretch, chunk_options, stretches
 from planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
@@ -46,15 +53,22 @@ class HiddenSearch:
     chip: Chip
     found: tuple[Stretch, ...]
     peaks: dict[tuple[Tile, bool, bool, int], int] = field(default_factory=dict, repr=False)
+    # per tile, what each representative tile holds whatever the chunk count; per chunk
+    # count, the weights stream (both asked for again and again by the bisections)
+    profiles: dict[Tile, list[TileProfile]] = field(default_factory=dict, repr=False)
+    streams: dict[int, HiddenStream] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip) -> HiddenSearch | None:
-        """The search of a group holding at least one stretch, else None."""
-        io = group_io(graph, tuple(layers))
+    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip,
+           known: tuple[GroupIO, GroupChains] | None = None) -> HiddenSearch | None:
+        """The search of a group holding at least one stretch, else None (``known``: the
+        group's GroupIO and chains, when the caller has them)."""
+        io = known[0] if known is not None else group_io(graph, tuple(layers))
         found = stretches(graph, io)
         if not found:
             return None
-        return cls(graph, io, group_chains(graph, io), chip, found)
+        return cls(graph, io, known[1] if known is not None else group_chains(graph, io),
+                   chip, found)
 
     def chunk_options(self) -> list[int]:
         return chunk_options(self.found)
@@ -63,13 +77,26 @@ class HiddenSearch:
         """Exact SRAM peak (weights included on single-memory chips)."""
         key = (tile, resident, double_buffered, chunks)
         if key not in self.peaks:
-            self.peaks[key] = hidden_peak_bytes(self.graph, self.io, self.chains, self.found,
-                                                chunks, tile, self.chip, resident,
-                                                double_buffered)
+            if tile not in self.profiles:
+                self.profiles[tile] = tile_profiles(self.graph, self.io, self.chains,
+                                                    self.found, tile)
+            self.peaks[key] = hidden_peak_bytes(
+                self.graph, self.io, self.chains, self.found, chunks, tile, self.chip,
+                resident, double_buffered, self.profiles[tile],
+                self.stream(chunks) if self.chip.unified and not resident else None)
         return self.peaks[key]
 
+    def stream(self, chunks: int) -> HiddenStream:
+        """The weights on chip at every step when they stream."""
+        if chunks not in self.streams:
+            self.streams[chunks] = hidden_stream(self.graph, self.io, self.found, chunks,
+                                                 self.chip)
+        return self.streams[chunks]
+
     def weights_on_chip(self, resident: bool, chunks: int) -> int:
-        return onchip_weight_bytes(self.graph, self.io, self.found, chunks, self.chip, resident)
+        """Weight bytes in the weight memory at once: all when resident, else the most the
+        stream holds."""
+        return self.weight_bytes if resident else self.stream(chunks).most
 
     def physical(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int
                  ) -> list[Violation]:
@@ -97,7 +124,8 @@ class HiddenSearch:
               ) -> GroupFacts:
         """The group's facts with each hidden map held as its widest chunk."""
         return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
-                          double_buffered, hidden=self.found, hidden_chunks=chunks)
+                          double_buffered, hidden=self.found, hidden_chunks=chunks,
+                          hidden_weights=None if resident else self.stream(chunks))
 
     def rule_violations(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int,
                         rules: Iterable[Rule]) -> list[Violation]:

@@ -454,7 +454,7 @@ class GroupSearch:
         with and without a second input buffer."""
         if not self.ruleset.search.hidden_chunks or self.tw is not None or self.bands > 1:
             return []
-        hidden = HiddenSearch.of(self.graph, self.layers, self.chip)
+        hidden = HiddenSearch.of(self.graph, self.layers, self.chip, (self.io, self.chains))
         if hidden is None or not hidden.chunk_options():
             return []
         most = hidden.chunk_options()[-1]
@@ -469,7 +469,11 @@ class GroupSearch:
                 top = _tallest(heights, lambda th, a=at, r=resident: not hidden.physical(
                     a.tile_of(th), r, False, most))
                 tried = 0
-                for th in heights[heights.index(top):] if top is not None else []:
+                # the heights below the tallest that fits, until TALLEST pass the rules (or
+                # thrice as many did not: what a rule forbids at one height it mostly
+                # forbids at the next)
+                below = heights[heights.index(top):] if top is not None else []
+                for th in below[:3 * HIDDEN_TALLEST]:
                     tile = at.tile_of(th)
                     k = hidden.fewest_chunks(tile, resident, False, chosen)
                     if k is None:

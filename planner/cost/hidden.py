@@ -42,6 +42,7 @@ from planner.geometry.hidden import (
     stretch_loads,
 )
 from planner.geometry.regions import Box, GroupChains, GroupIO, Tile, box_elems
+from planner.ir.chunks import chunk_ranges
 from planner.ir.graph import Graph
 
 
@@ -51,10 +52,11 @@ class HiddenStream:
 
     outer: tuple[int, ...]  # per layer of the group (stretch layers: unused)
     inner: Mapping[tuple[str, int], int]  # per (stretch layer, chunk)
+    by_layer: tuple[int, ...]  # per layer of the group: the most while it runs, any chunk
 
     @property
     def most(self) -> int:
-        return max((*self.outer, *self.inner.values()), default=0)
+        return max(self.by_layer, default=0)
 
 
 def hidden_stream(graph: Graph, io: GroupIO, found: Sequence[Stretch], chunks: int,
@@ -88,7 +90,11 @@ def hidden_stream(graph: Graph, io: GroupIO, found: Sequence[Stretch], chunks: i
             outer[key] = h
         else:
             inner[key] = h
-    return HiddenStream(tuple(outer), inner)
+    by_layer = list(outer)
+    index = {name: i for i, name in enumerate(io.layers)}
+    for (name, _), h in inner.items():
+        by_layer[index[name]] = max(by_layer[index[name]], h)
+    return HiddenStream(tuple(outer), inner, tuple(by_layer))
 
 
 def stretch_weight_bytes(graph: Graph, s: Stretch, chunks: int, dtype_bytes: int
@@ -111,68 +117,101 @@ def stretch_weight_bytes(graph: Graph, s: Stretch, chunks: int, dtype_bytes: int
     return cut, whole
 
 
-def hidden_footprint(graph: Graph, io: GroupIO, found: Sequence[Stretch], chunks: int,
-                     boxes: Mapping[str, Box], steps: Sequence[tuple[str, ...]],
-                     dtype_bytes: int, stream: HiddenStream | None) -> int:
-    """Peak bytes of one tile (its boxes) run with hidden chunks: maps, and where `stream`
-    is given (single-memory chips, streamed weights) the weights on chip at each step."""
+@dataclass(frozen=True)
+class StretchProfile:
+    """What one stretch holds at each of its steps in one tile, whatever the chunk count."""
+
+    layers: tuple[str, ...]  # the stretch's layers: its steps, in order
+    kept: int  # elements alive across the whole stretch
+    dying: int  # elements of the widening layer's inputs no later layer reads
+    per_channel: tuple[int, ...]  # per step: hidden elements per hidden channel alive
+    acc: int  # elements of the accumulator
+    channels: int
+
+
+@dataclass(frozen=True)
+class TileProfile:
+    """What one tile holds at every step, as a function of the chunk count: the outer
+    steps' maps and each stretch's profile (planner.cost.hidden)."""
+
+    outer: tuple[tuple[int, int], ...]  # (step, elements) of the steps outside the stretches
+    stretches: tuple[StretchProfile, ...]
+    inputs: int  # elements of the group's inputs: what a second buffer loads
+
+    def peak_elems(self, chunks: int, dtype_bytes: int, stream: HiddenStream | None) -> int:
+        """Peak bytes with `chunks` chunks (`stream`: the weights on chip at each step, on
+        single-memory chips with streamed weights). Chunks 1 .. k - 2 hold the same maps,
+        so the first two and the last two give every distinct step."""
+        peak = max((e * dtype_bytes + (stream.outer[i] if stream else 0)
+                    for i, e in self.outer), default=0)
+        for sp in self.stretches:
+            ranges = chunk_ranges(sp.channels, chunks)
+            last = len(ranges) - 1
+            for j in sorted({0, 1, last - 1, last} & set(range(len(ranges)))):
+                width = ranges[j][1] - ranges[j][0]
+                for k, name in enumerate(sp.layers):
+                    here = sp.kept + (sp.dying if j < last or k == 0 else 0) \
+                        + sp.per_channel[k] * width \
+                        + (sp.acc if j > 0 or k == len(sp.layers) - 1 else 0)
+                    weights = stream.inner[(name, j)] if stream else 0
+                    peak = max(peak, here * dtype_bytes + weights)
+        return peak
+
+
+def tile_profile(graph: Graph, io: GroupIO, found: Sequence[Stretch], boxes: Mapping[str, Box],
+                 steps: Sequence[tuple[str, ...]]) -> TileProfile:
+    """The profile of one tile (its boxes): at every chunk and step a stretch holds the maps
+    alive across it, the widening layer's inputs until the last chunk has read them, one
+    chunk of each hidden map live at that step, and the accumulator from the first chunk's
+    narrowing step on."""
     inside = {n for s in found for n in s.layers}
     elems = {t: box_elems(graph, t, b) for t, b in boxes.items()}
-    peak = 0
-    for i, live in enumerate(steps):
-        if io.layers[i] in inside:
-            continue
-        here = sum(elems[t] for t in live if t in elems) * dtype_bytes
-        peak = max(peak, here + (stream.outer[i] if stream else 0))
+    outer = tuple((i, sum(elems[t] for t in live if t in elems))
+                  for i, live in enumerate(steps) if io.layers[i] not in inside)
+    profiles = []
     for s in found:
         a, b = io.layers.index(s.widen), io.layers.index(s.narrow)
         hidden = set(s.hidden)
         reads = set(graph.layer(s.widen).fmap_inputs)
         ends = {t for t in steps[a] if t in reads and all(t not in steps[i]
                                                           for i in range(a + 1, b + 1))}
-        across = [t for t in steps[a] if t not in hidden and t not in ends and t in elems]
-        kept = sum(elems[t] for t in across)
-        dying = sum(elems[t] for t in ends if t in elems)
-        ranges = hidden_ranges(s, chunks)
-        for j, (lo, hi) in enumerate(ranges):
-            for i in range(a, b + 1):
-                here = kept + (dying if j < len(ranges) - 1 or i == a else 0)
-                here += sum(elems[t] // s.channels * (hi - lo) for t in steps[i] if t in hidden)
-                if j > 0 or i == b:  # the accumulator, from the first partial sums on
-                    here += elems[s.out]
-                weights = stream.inner[(io.layers[i], j)] if stream else 0
-                peak = max(peak, here * dtype_bytes + weights)
-    return peak
+        profiles.append(StretchProfile(
+            s.layers,
+            sum(elems[t] for t in steps[a] if t not in hidden and t not in ends and t in elems),
+            sum(elems[t] for t in ends if t in elems),
+            tuple(sum(elems[t] // s.channels for t in steps[i] if t in hidden)
+                  for i in range(a, b + 1)),
+            elems[s.out], s.channels))
+    return TileProfile(outer, tuple(profiles), sum(elems[t] for t in io.inputs))
+
+
+def tile_profiles(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
+                  tile: Tile) -> list[TileProfile]:
+    """The profile of every representative tile (planner.cost.model.representative_boxes)."""
+    steps = live_steps(graph, io)
+    return [tile_profile(graph, io, found, boxes, steps)
+            for boxes in representative_boxes(graph, io, chains, tile)]
 
 
 def hidden_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
                       chunks: int, tile: Tile, chip: Chip, weights_resident: bool,
-                      double_buffered: bool) -> int:
+                      double_buffered: bool, profiles: Sequence[TileProfile] | None = None,
+                      stream: HiddenStream | None = None) -> int:
     """Exact SRAM peak over every tile: maps at every step and chunk, the next tile's
     inputs with a second buffer, and on single-memory chips the weights (all of them when
-    resident, else the stream's at each step)."""
-    steps = live_steps(graph, io)
-    stream = hidden_stream(graph, io, found, chunks, chip) \
-        if chip.unified and not weights_resident else None
-    peak = 0
-    for boxes in representative_boxes(graph, io, chains, tile):
-        here = hidden_footprint(graph, io, found, chunks, boxes, steps, chip.dtype_bytes,
-                                stream)
-        if double_buffered:
-            here += sum(box_elems(graph, t, boxes[t]) for t in io.inputs) * chip.dtype_bytes
-        peak = max(peak, here)
+    resident, else the stream's at each step). ``profiles`` (tile_profiles) and ``stream``
+    (hidden_stream) when the caller keeps them."""
+    if profiles is None:
+        profiles = tile_profiles(graph, io, chains, found, tile)
+    if chip.unified and not weights_resident and stream is None:
+        stream = hidden_stream(graph, io, found, chunks, chip)
+    dt = chip.dtype_bytes
+    on_sram = stream if chip.unified and not weights_resident else None
+    peak = max((p.peak_elems(chunks, dt, on_sram) + (p.inputs * dt if double_buffered else 0)
+                for p in profiles), default=0)
     if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)
     return peak
-
-
-def onchip_weight_bytes(graph: Graph, io: GroupIO, found: Sequence[Stretch], chunks: int,
-                        chip: Chip, weights_resident: bool) -> int:
-    """Weight bytes in the weight memory at once: all when resident, else the most the
-    stream holds."""
-    if weights_resident:
-        return weight_bytes(graph, io.weights, chip)
-    return hidden_stream(graph, io, found, chunks, chip).most
 
 
 def chunk_core_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
