@@ -13,6 +13,7 @@ counted from the arrays held at each step; the weights on chip from the slices
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,8 +72,13 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
             out = lay.outputs[0]
             view = {**onchip, **part}
             consts = Overlay(chunk_constants(graph, s, name, weights, j, lo, hi), weights)
+            grouped = name in s.mids and int(lay.attrs.get("group", 1)) == s.channels
             try:
-                (y,) = run_layer(graph, lay, boxes[out], view, consts, layers=layers)[:1]
+                if grouped:  # a depthwise conv on the chunk: one group per channel of it
+                    chunk_lay = replace(lay, attrs={**lay.attrs, "group": hi - lo})
+                    (y,) = run_layer(graph, chunk_lay, boxes[out], view, consts)[:1]
+                else:
+                    (y,) = run_layer(graph, lay, boxes[out], view, consts, layers=layers)[:1]
             except KernelFailure as exc:
                 raise EmulationError(group.id, tile, exc.layer, f"hidden chunk {j} (channels "
                                      f"[{lo}, {hi})): {exc.detail}") from exc

@@ -460,6 +460,17 @@ def _mbconv(b: _Builder, x: str, c: int, wide: int, stride: int, se: bool) -> st
     return b.one("Add", [x, y]) if stride == 1 else y
 
 
+def mbconv_net(seed: int = 0, n: int = 1, h: int = 32, w: int = 32, c: int = 8,
+               wide: int = 48, strides: Sequence[int] = (1, 2, 1)) -> onnx.ModelProto:
+    """Inverted residuals without squeeze-excite (MobileNetV2/V3 style): a stem conv, then
+    per stride one block of 1x1 expand (HardSwish), 3x3 depthwise (Relu), 1x1 project."""
+    b = _Builder(np.random.default_rng(seed))
+    x = b.one("Relu", [b.conv("input", 3, c, 3, prefix="stem")])
+    for stride in strides:
+        x = _mbconv(b, x, c, wide, stride, se=False)
+    return b.model((n, 3, h, w), x, 17, name="mbconv_net")
+
+
 def _aspp(b: _Builder, x: str, c: int, n: int, h: int, w: int) -> str:
     """ASPP as DeepLabV3 heads write it: 1x1, 3x3 dilated by 2 and by 3, and a global pool
     branch resized (nearest) back to h x w; concatenated on channels, then a 1x1 conv."""

@@ -184,6 +184,39 @@ def test_hand_built_convnext_plans_verify_and_chunks_lower_the_peak(tmp_path: Pa
     assert peaks[0] > peaks[1] > peaks[2]
 
 
+def _mbconv_blocks(graph: Graph) -> list[tuple[str, ...]]:
+    """Each inverted residual of models.mbconv_net, expand conv to projection (and add)."""
+    order = _all_layers(graph)
+    out = []
+    for i, name in enumerate(order):
+        if name.startswith("expand"):
+            j = next(j for j in range(i, len(order)) if order[j].startswith("project"))
+            end = j + 1 if j + 1 < len(order) and graph.layer(order[j + 1]).op == "Add" else j
+            out.append(order[i:end + 1])
+    return out
+
+
+@pytest.mark.parametrize(("th", "resident", "chunks", "db"), [
+    (4, True, 2, False), (7, False, 3, True), (16, True, 6, False), (32, False, 4, False)])
+def test_inverted_residuals_run_in_hidden_chunks_through_the_depthwise_conv(
+        tmp_path: Path, th: int, resident: bool, chunks: int, db: bool) -> None:
+    """Expand, HardSwish, a 3x3 depthwise conv (stride 1 and 2: halos, rows that change),
+    Relu and the projection are one stretch; hand-built plans of every block in hidden
+    chunks verify, outputs and every counter."""
+    path = models.save(models.mbconv_net(h=32, w=32), tmp_path, "mb")
+    problem = api.prepare(str(path))
+    g = problem.graph
+    blocks = _mbconv_blocks(g)
+    assert len(blocks) == 3
+    for block in blocks:
+        (s,) = stretches(g, group_io(g, block))
+        assert [g.layer(n).op for n in s.layers][0] == "Conv" and s.channels == 48
+        assert "Conv" in [g.layer(n).op for n in s.mids]  # the depthwise conv
+    plan = _hand_plan(problem, blocks, th, resident, chunks, db)
+    assert sum(grp.placement.hidden_chunks == chunks for grp in plan.groups) == 3
+    _check(problem, plan)
+
+
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tokens=st.integers(3, 20), width=st.sampled_from([4, 8]),

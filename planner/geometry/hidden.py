@@ -52,8 +52,9 @@ def stretches(graph: Graph, io: GroupIO) -> tuple[Stretch, ...]:
 
     A stretch is a run of consecutive layers of the group: a layer whose weights split
     along its output channels (Conv without groups, Linear), then layers computing each
-    channel from the same channel of their inputs, reading only the stretch's hidden maps
-    (and constants that are per channel or broadcast), then one layer summing over those
+    channel from the same channel of their inputs (per-element ops, depthwise convs),
+    reading only the stretch's hidden maps (and constants that are per channel or
+    broadcast), then one layer summing over those
     channels (Conv without groups, Linear by a constant); no hidden map is read by anything
     else or leaves the group."""
     found: list[Stretch] = []
@@ -108,17 +109,35 @@ def _stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
 
 def _per_element(graph: Graph, lay: Layer, hidden: Sequence[str], like: str) -> bool:
     """A layer computing each hidden channel of its one output from the same channel of
-    hidden maps and of constants that split (or broadcast) along the hidden channels."""
+    hidden maps and of constants that split (or broadcast) along the hidden channels (a
+    per-element op, or a depthwise conv: its window may change the rows and columns)."""
     outs = [t for t in lay.outputs if t]
-    if not op_spec(lay.op).channel_local or len(outs) != 1 \
-            or any(t not in hidden for t in lay.fmap_inputs):
-        return False
-    if graph.shapes[outs[0]] != graph.shapes[like] or graph.layout(outs[0]) != graph.layout(like):
+    spec = op_spec(lay.op)
+    if len(outs) != 1 or not lay.fmap_inputs or any(t not in hidden for t in lay.fmap_inputs):
         return False
     axis = _channel_axis(graph, like)
     assert axis is not None
-    return all(_constant_axis(graph, c, len(graph.shapes[like]), axis,
-                              graph.shapes[like][axis]) != -1 for c in _constants(lay))
+    channels = graph.shapes[like][axis]
+    out_shape = graph.shapes[outs[0]]
+    if graph.layout(outs[0]).kind != graph.layout(like).kind \
+            or _channel_axis(graph, outs[0]) != axis or out_shape[axis] != channels:
+        return False
+    if spec.channel_local:
+        same = all(graph.shapes[t] == out_shape for t in lay.fmap_inputs)
+        return same and all(_constant_axis(graph, c, len(out_shape), axis, channels) != -1
+                            for c in _constants(lay))
+    local = spec.channel_local_if is not None and spec.local_chunk_axis is not None \
+        and spec.channel_local_if(lay.attrs, graph.shapes[lay.fmap_inputs[0]][axis], channels)
+    return local and all(_local_axis(graph, lay, c) is not None for c in _constants(lay))
+
+
+def _local_axis(graph: Graph, lay: Layer, name: str) -> int | None:
+    """The axis of a conditionally channel-local layer's constant along its channels."""
+    spec = op_spec(lay.op)
+    assert spec.local_chunk_axis is not None
+    index = lay.inputs.index(name)
+    return spec.local_chunk_axis(index, tuple(graph.constants[name].shape), lay.attrs) \
+        if name in graph.constants else None
 
 
 def _narrows(graph: Graph, lay: Layer, hidden: Sequence[str], channels: int, axis: int) -> bool:
@@ -165,6 +184,9 @@ def constant_axes(graph: Graph, s: Stretch, name: str) -> dict[str, int | None]:
         return {c: spec.in_chunk_axis(i, tuple(graph.constants[c].shape), lay.attrs)
                 if c in graph.constants else None
                 for i, c in enumerate(lay.inputs) if c in _constants(lay)}
+    spec = op_spec(lay.op)
+    if not spec.channel_local and spec.local_chunk_axis is not None:  # a depthwise conv
+        return {c: _local_axis(graph, lay, c) for c in _constants(lay)}
     rank = len(graph.shapes[s.hidden[0]])
     return {c: _constant_axis(graph, c, rank, s.axis, s.channels) for c in _constants(lay)}
 

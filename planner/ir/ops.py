@@ -263,6 +263,16 @@ def _matmul_in_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
     return len(shape) - 2 if index == 1 and len(shape) >= 2 else None
 
 
+def _conv_depthwise(attrs: Attrs, cin: int, cout: int) -> bool:
+    """A depthwise Conv (one group per channel, one filter each): channel-local."""
+    return int(attrs.get("group", 1)) == cin == cout
+
+
+def _conv_local_chunk_axis(index: int, shape: Shape, attrs: Attrs) -> int | None:
+    """A depthwise Conv's W (C, 1, k...) and B (C,) split along their first axis."""
+    return 0 if index in (1, 2) else None
+
+
 def _conv_fan_in(index: int, shape: Shape, attrs: Attrs) -> int | None:
     return prod(shape[1:])
 
@@ -339,6 +349,11 @@ class OpSpec:
     # chunk of channels runs on its own
     in_chunk_axis: ChunkAxisFn | None = None
     channel_local: bool = False
+    # ops channel-local only with some attributes (a depthwise Conv: one group per channel):
+    # (attrs, input channels, output channels) -> whether it is; and how their constants
+    # split along the channels (they are not broadcast from the right)
+    channel_local_if: Callable[[Attrs, int, int], bool] | None = None
+    local_chunk_axis: ChunkAxisFn | None = None
     # reductions over rows and columns: how tiles of the input combine into the output
     accumulate: Accumulate = Accumulate.NONE
     # movement ops: how the input's axes reach the output (token layouts follow them)
@@ -419,7 +434,8 @@ _ENTRIES: tuple[OpSpec, ...] = (
     # main: the MAC array
     _spec("Conv", _M, MapRule.WINDOW, _conv_work, roles=_CONV_ROLES, fan_in=_conv_fan_in,
           in_channels=_conv_in_channels, branch_scale=BranchScale.INPUT1,
-          chunk_axis=_conv_chunk_axis),
+          chunk_axis=_conv_chunk_axis, in_chunk_axis=_conv_in_chunk_axis,
+          channel_local_if=_conv_depthwise, local_chunk_axis=_conv_local_chunk_axis),
     _spec("ConvTranspose", _M, MapRule.TRANSPOSED, _conv_transpose_work, roles=_CONV_ROLES,
           fan_in=_conv_transpose_fan_in, in_channels=_conv_transpose_in_channels,
           branch_scale=BranchScale.INPUT1),
