@@ -41,6 +41,7 @@ from rules.base import REGISTRY, GroupFacts, Violation
 from rules.encoding import Encoding, tile_floor
 from rules.ruleset import DEFAULT_RULES, default_ruleset, load_rules
 from solver.groups import is_connected, is_convex
+from solver.hidden import HiddenSearch
 from solver.tiles import GroupSearch
 from tests import models
 
@@ -236,10 +237,15 @@ def describe(plan: Plan) -> str:
 
 
 def group_facts(problem: Problem, g: Group) -> GroupFacts:
-    """The facts rules see for a planned group (its tile, residency and buffering)."""
+    """The facts rules see for a planned group (its tile, residency and buffering; a group
+    run in hidden chunks holds each hidden map a chunk wide)."""
+    db = getattr(g, "double_buffered", False)
+    if g.placement.hidden_chunks > 1:
+        hidden = HiddenSearch.of(problem.graph, g.layers, problem.chip)
+        assert hidden is not None
+        return hidden.facts(g.tile, g.weights_resident, db, g.placement.hidden_chunks)
     search = GroupSearch.of(problem.graph, g.layers, problem.chip, problem.ruleset)
-    return search.facts(g.tile, g.weights_resident,
-                        double_buffered=getattr(g, "double_buffered", False),
+    return search.facts(g.tile, g.weights_resident, double_buffered=db,
                         halo_reuse=getattr(g, "halo_reuse", False))
 
 
@@ -258,10 +264,17 @@ def assert_obeys(problem: Problem, plan: Plan) -> None:
     """Every group fits the chip and every fused group passes every enabled rule."""
     bad = []
     for g in plan.groups:
-        search = GroupSearch.of(problem.graph, g.layers, problem.chip, problem.ruleset)
-        bad += [f"group {g.id} [{','.join(g.layers)}] tile {g.tile}: {v}"
-                for v in search.violations(g.tile, g.weights_resident,
-                                           halo_reuse=getattr(g, "halo_reuse", False))]
+        if g.placement.hidden_chunks > 1:  # capacities from the exact peak (solver.hidden)
+            hidden = HiddenSearch.of(problem.graph, g.layers, problem.chip)
+            assert hidden is not None
+            k, db = g.placement.hidden_chunks, g.double_buffered
+            found = hidden.physical(g.tile, g.weights_resident, db, k) + hidden.rule_violations(
+                g.tile, g.weights_resident, db, k, problem.ruleset.enabled)
+        else:
+            search = GroupSearch.of(problem.graph, g.layers, problem.chip, problem.ruleset)
+            found = search.violations(g.tile, g.weights_resident,
+                                      halo_reuse=getattr(g, "halo_reuse", False))
+        bad += [f"group {g.id} [{','.join(g.layers)}] tile {g.tile}: {v}" for v in found]
     assert not bad, "plan breaks the rules it was made under:\n" + "\n".join(bad)
 
 
@@ -619,8 +632,10 @@ def test_r10_weights_fit_wram(store: ModelStore) -> None:
 def test_r10_split_cout(store: ModelStore) -> None:
     """512 B of WRAM holds a quarter of conv3+conv7's 1616 B of weights, not all of them:
     without the C_out split over 4 cores the group cannot keep its weights resident."""
-    p = store.problem("chain_cnn", None, ["sram.bytes=8KiB", "nram.bytes=4KiB",
-                                          "wram.bytes=512"])
+    # weights held whole (hidden chunks would stream conv3's and conv7's slices instead)
+    p = with_rules(store.problem("chain_cnn", None, ["sram.bytes=8KiB", "nram.bytes=4KiB",
+                                                     "wram.bytes=512"]),
+                   search={"hidden_chunks": False})
     tight, loose = binds(with_rules(p, weights_fit_wram={"split_cout": False}), p,
                          "weights_fit_wram")
     assert {"conv3", "conv7"} <= set(group_with(loose, "conv3").layers)
@@ -653,9 +668,9 @@ def test_r11_threshold_is_monotone(store: ModelStore) -> None:
 def test_r12_sram_in_out_share_buffers(store: ModelStore) -> None:
     """On an 8 KiB SRAM the second bottleneck fits as one group only if tensors free their
     space after their last use (share_buffers: true); holding all at once splits it."""
-    # row tiles only: 2-D tiles would fit the block either way
+    # row tiles only, maps whole: 2-D tiles or hidden chunks would fit the block either way
     p = with_rules(store.problem("residual_net", None, ["sram.bytes=8KiB", "nram.bytes=4KiB"]),
-                   search={"two_d_tiles": False})
+                   search={"two_d_tiles": False, "hidden_chunks": False})
     tight, loose = binds(with_rules(p, sram_in_out={"share_buffers": False}), p, "sram_in_out")
     block = ("conv_a20", "relu21", "conv_b24", "relu25", "conv_c28", "proj31", "add32")
     assert set(block) <= set(group_with(loose, "conv_a20").layers)

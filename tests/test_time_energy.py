@@ -257,7 +257,7 @@ def _every_plan(problem: api.Problem, objective: Objective) -> list[Plan]:
                    for ls in grouping]
         for combo in itertools.product(*choices):
             placed = [Placement.of(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse,
-                                   o.weights_outer)
+                                   o.weights_outer, o.passes, o.inputs_held, o.hidden_chunks)
                       for ls, o in zip(grouping, combo, strict=True)]
             every.append(assemble(g, chip, placed, objective=objective, solver={},
                                   **problem.plan_header()))
