@@ -466,8 +466,7 @@ class GroupSearch:
                 done = max((o.tile.h for o in found if o.tile.n == tn
                             and o.resident == resident), default=0)
                 heights = [th for th in at.heights() if th > done]
-                top = _tallest(heights, lambda th, a=at, r=resident: not hidden.physical(
-                    a.tile_of(th), r, False, most))
+                top = _tallest(heights, partial(_fits_hidden, hidden, at, resident, most))
                 tried = 0
                 # the heights below the tallest that fits, until TALLEST pass the rules (or
                 # thrice as many did not: what a rule forbids at one height it mostly
@@ -609,6 +608,12 @@ class GroupSearch:
                 tile = self.tile_of(th)
                 return self.choice(tile, resident, self.fits_double_buffer(tile, resident))
         return None
+
+
+def _fits_hidden(hidden: HiddenSearch, search: GroupSearch, resident: bool, chunks: int,
+                 th: int) -> bool:
+    """The tile th rows tall fits the chip in `chunks` hidden chunks (single-buffered)."""
+    return not hidden.physical(search.tile_of(th), resident, False, chunks)
 
 
 def _tallest(heights: Sequence[int], ok: Callable[[int], bool]) -> int | None:

@@ -95,7 +95,8 @@ def _hand_plan(problem: api.Problem, groups: list[tuple[str, ...]], th: int, res
                chunks: int, double_buffered: bool = False) -> Plan:
     """Each of `groups` one group of tile height th in `chunks` hidden chunks, the rest alone."""
     g = problem.graph
-    placements, covered = [], set()
+    placements: list[Placement] = []
+    covered: set[str] = set()
     for layers in groups:
         n, _, _, w = g.dims(group_io(g, layers).anchor)
         placements.append(Placement.of(layers, Tile(n, th, w), resident, double_buffered,
