@@ -135,22 +135,26 @@ class HiddenSearch:
     def fewest_chunks(self, tile: Tile, resident: bool, double_buffered: bool,
                       rules: tuple[Rule, ...]) -> int | None:
         """The fewest chunks with which the tile fits and passes the rules (None: no count).
-        More chunks hold less at once, so the counts that fit form a range found by
-        bisection; the rules are checked from its start."""
+        More chunks hold less at once (the capacities and what the rules measure shrink), so
+        the counts that fit and pass form a range, found by bisection from the most."""
         options = self.chunk_options()
-        if not options or self.physical(tile, resident, double_buffered, options[-1]):
+        if not options:
+            return None
+
+        def ok(k: int) -> bool:
+            return not self.physical(tile, resident, double_buffered, k) \
+                and not self.rule_violations(tile, resident, double_buffered, k, rules)
+
+        if not ok(options[-1]):
             return None
         lo, hi = 0, len(options) - 1
-        while lo < hi:  # options[hi] fits
+        while lo < hi:  # options[hi] passes
             mid = (lo + hi) // 2
-            if self.physical(tile, resident, double_buffered, options[mid]):
-                lo = mid + 1
-            else:
+            if ok(options[mid]):
                 hi = mid
-        for k in options[hi:]:
-            if not self.rule_violations(tile, resident, double_buffered, k, rules):
-                return k
-        return None
+            else:
+                lo = mid + 1
+        return options[hi]
 
     def cost(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int,
              work: Counters | None = None) -> Counters:

@@ -469,10 +469,10 @@ class GroupSearch:
                 top = _tallest(heights, partial(_fits_hidden, hidden, at, resident, most))
                 tried = 0
                 # the heights below the tallest that fits, until TALLEST pass the rules (or
-                # thrice as many did not: what a rule forbids at one height it mostly
-                # forbids at the next)
+                # twelve times as many did not: what a rule forbids at one height it mostly
+                # forbids at the next, and each height costs a few milliseconds)
                 below = heights[heights.index(top):] if top is not None else []
-                for th in below[:3 * HIDDEN_TALLEST]:
+                for th in below[:12 * HIDDEN_TALLEST]:
                     tile = at.tile_of(th)
                     k = hidden.fewest_chunks(tile, resident, False, chosen)
                     if k is None:
