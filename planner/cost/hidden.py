@@ -138,7 +138,7 @@ class TileProfile:
     stretches: tuple[StretchProfile, ...]
     inputs: int  # elements of the group's inputs: what a second buffer loads
 
-    def peak_elems(self, chunks: int, dtype_bytes: int, stream: HiddenStream | None) -> int:
+    def peak_bytes(self, chunks: int, dtype_bytes: int, stream: HiddenStream | None) -> int:
         """Peak bytes with `chunks` chunks (`stream`: the weights on chip at each step, on
         single-memory chips with streamed weights). Chunks 1 .. k - 2 hold the same maps,
         so the first two and the last two give every distinct step."""
@@ -207,7 +207,7 @@ def hidden_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Seq
         stream = hidden_stream(graph, io, found, chunks, chip)
     dt = chip.dtype_bytes
     on_sram = stream if chip.unified and not weights_resident else None
-    peak = max((p.peak_elems(chunks, dt, on_sram) + (p.inputs * dt if double_buffered else 0)
+    peak = max((p.peak_bytes(chunks, dt, on_sram) + (p.inputs * dt if double_buffered else 0)
                 for p in profiles), default=0)
     if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hardware.chip import Chip
+from planner.geometry.hidden import stream_holds
 from planner.geometry.regions import GroupIO
 from planner.ir.chunks import chunk_axes, chunk_ranges
 from planner.ir.graph import Graph, Layer
@@ -117,17 +118,8 @@ def staged_steps(graph: Graph, io: GroupIO, chip: Chip,
     layer without weights holds the next layer's first chunk as it arrives)."""
     counts = chunk_counts(graph, io.layers, chip) if counts is None else counts
     dt = chip.dtype_bytes
-    sizes = [chunk_sizes(graph, graph.layer(n), counts[n], dt) if n in counts else []
-             for n in io.layers]
-    steps = [0] * len(sizes)
-    upcoming = 0  # first chunk of the next layer with weights, walking backwards
-    for i in range(len(sizes) - 1, -1, -1):
-        own = sizes[i]
-        behind = [*own[1:], upcoming] if own else []
-        steps[i] = max((a + b for a, b in zip(own, behind, strict=True)), default=upcoming)
-        if own:
-            upcoming = own[0]
-    return tuple(steps)
+    return tuple(stream_holds([(chunk_sizes(graph, graph.layer(n), counts[n], dt)
+                                if n in counts else [], 0) for n in io.layers]))
 
 
 def stage_peak(graph: Graph, io: GroupIO, chip: Chip) -> int:
