@@ -30,6 +30,7 @@ from planner.geometry.hidden import Stretch, chunk_options, stretches
 from planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
 from planner.ir.graph import Graph
 from rules.base import GroupFacts, Rule, Violation
+from solver.bisect import first_passing
 
 TALLEST = 4  # feasible heights costed per group and residency
 
@@ -145,16 +146,7 @@ class HiddenSearch:
             return not self.physical(tile, resident, double_buffered, k) \
                 and not self.rule_violations(tile, resident, double_buffered, k, rules)
 
-        if not ok(options[-1]):
-            return None
-        lo, hi = 0, len(options) - 1
-        while lo < hi:  # options[hi] passes
-            mid = (lo + hi) // 2
-            if ok(options[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        return options[hi]
+        return first_passing(options, ok)
 
     def cost(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int,
              work: Counters | None = None) -> Counters:

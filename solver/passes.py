@@ -25,6 +25,7 @@ from planner.geometry.passes import Passes, pass_split
 from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
 from planner.ir.graph import Graph
 from rules.base import GroupFacts, Rule, Violation
+from solver.bisect import first_passing
 
 TALLEST = 4  # feasible heights costed per group
 
@@ -135,17 +136,11 @@ class PassSearch:
         tile), the heights below it checked in turn."""
         chosen = tuple(rules)
         heights = self.heights()
-        lo, hi = 0, len(heights) - 1
-        if self.physical(heights[hi], False):
+        top = first_passing(heights, lambda th: not self.physical(th, False))
+        if top is None:
             return []
-        while lo < hi:  # heights[hi] fits
-            mid = (lo + hi) // 2
-            if self.physical(heights[mid], False):
-                lo = mid + 1
-            else:
-                hi = mid
         out: list[tuple[int, bool]] = []
-        for th in heights[hi:]:
+        for th in heights[heights.index(top):]:
             if len({h for h, _ in out}) >= TALLEST:
                 break
             if self.rule_violations(th, False, chosen, whole):

@@ -42,6 +42,7 @@ from planner.plan.placement import Placement
 from rules.base import GroupFacts, Rule, Violation
 from rules.encoding import tile_floor
 from rules.ruleset import RuleSet
+from solver.bisect import first_passing
 from solver.hidden import TALLEST as HIDDEN_TALLEST
 from solver.hidden import HiddenSearch
 from solver.passes import PassSearch
@@ -619,16 +620,7 @@ def _fits_hidden(hidden: HiddenSearch, search: GroupSearch, resident: bool, chun
 def _tallest(heights: Sequence[int], ok: Callable[[int], bool]) -> int | None:
     """Largest height (heights descending) for which ok holds, when it holds for every height
     below one that passes (capacities, which only get easier as tiles shrink)."""
-    lo, hi = 0, len(heights) - 1
-    if hi < 0 or not ok(heights[hi]):
-        return None
-    while lo < hi:  # invariant: heights[hi] passes
-        mid = (lo + hi) // 2
-        if ok(heights[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return heights[hi]
+    return first_passing(heights, ok)
 
 
 def _large_to_small(s: GroupSearch, low: int, high: int, resident: bool,
