@@ -28,7 +28,7 @@ from emulator.weights_outer import run_weights_outer
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
-from planner.geometry.hidden import Stretch, hidden_ranges, stretches
+from planner.geometry.hidden import Stretch, makes_chunks, stretches
 from planner.geometry.passes import pass_split
 from planner.geometry.regions import (
     Box,
@@ -602,8 +602,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         found = stretches(graph, io)
         p = group.placement
         if not found or p.passes > 1 or p.halo_reuse or p.weights_outer or group.boxes \
-                or any(len(hidden_ranges(s, p.hidden_chunks)) != p.hidden_chunks
-                       for s in found):
+                or not all(makes_chunks(s, p.hidden_chunks) for s in found):
             raise EmulationError(group.id, None, None, f"the plan runs this group in "
                                  f"{p.hidden_chunks} hidden chunks, but it holds no stretch "
                                  "(a widening layer, per-element layers, a narrowing layer) "

@@ -139,9 +139,9 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
         # a pinned tile run in hidden chunks: its exact peak over every step and chunk,
         # second buffer and (single-memory chips) streamed weights included; the most
         # weight bytes its stream holds at once
-        assert cand.exact_peak is not None
-        stage = HiddenSearch.of(enc.graph, cand.layers, chip).weights_on_chip(  # type: ignore[union-attr]
-            False, cand.hidden_chunks)
+        hidden = HiddenSearch.of(enc.graph, cand.layers, chip, (cand.io, cand.chains))
+        assert cand.exact_peak is not None and hidden is not None
+        stage = hidden.weights_on_chip(False, cand.hidden_chunks)
         steps, prefetch, staged = [cand.exact_peak], 0, ()
     elif cand.exact_peak is not None:
         # a pinned tile run in passes: its exact peak over every pass and tail, second
@@ -183,7 +183,7 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
     that rule's literal holds, as a structural rule's encoding does."""
     f = cand.facts_any_tile
     if cand.in_hidden_chunks:
-        hidden = HiddenSearch.of(enc.graph, cand.layers, enc.chip)
+        hidden = HiddenSearch.of(enc.graph, cand.layers, enc.chip, (cand.io, cand.chains))
         assert hidden is not None  # pinned in hidden chunks, so it has a stretch
         broken = [r for r in ruleset.enabled if hidden.rule_violations(
             f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks, (r,))]
@@ -431,7 +431,7 @@ def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
     prefetch_room; a tile run in passes from its exact peak, solver.passes.passes_room)."""
     f = cand.facts_any_tile
     if cand.in_hidden_chunks:
-        hidden = HiddenSearch.of(graph, cand.layers, chip)
+        hidden = HiddenSearch.of(graph, cand.layers, chip, (cand.io, cand.chains))
         assert hidden is not None
         return hidden.room(f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks)
     if cand.exact_peak is None:

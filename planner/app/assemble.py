@@ -19,7 +19,7 @@ from planner.cost.model import (
 from planner.cost.objective import Objective
 from planner.cost.passes import passes_cost
 from planner.cost.weight_stream import chunk_counts
-from planner.geometry.hidden import hidden_ranges, stretches
+from planner.geometry.hidden import makes_chunks, stretches
 from planner.geometry.passes import pass_split
 from planner.geometry.regions import group_chains, group_io
 from planner.ir.graph import Graph
@@ -71,7 +71,7 @@ def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
         io = group_io(graph, p.layers)
         found = stretches(graph, io)
         if not found or p.halo_reuse or p.weights_outer or any(
-                len(hidden_ranges(s, p.hidden_chunks)) != p.hidden_chunks for s in found):
+                not makes_chunks(s, p.hidden_chunks) for s in found):
             raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run "
                                 f"in {p.hidden_chunks} hidden chunks as placed "
                                 "(planner.geometry.hidden: a stretch with that many chunks of "

@@ -227,6 +227,12 @@ def hidden_ranges(s: Stretch, chunks: int) -> list[tuple[int, int]]:
     return chunk_ranges(s.channels, chunks)
 
 
+def makes_chunks(s: Stretch, chunks: int) -> bool:
+    """Whether the stretch's hidden channels make exactly `chunks` equal chunks of
+    ceil(C / chunks) (the last possibly shorter): a count a plan may state."""
+    return len(hidden_ranges(s, chunks)) == chunks
+
+
 def chunk_options(s: Sequence[Stretch]) -> list[int]:
     """Chunk counts worth trying for a group's stretches: 2, 4, 8, ... while every stretch
     has that many distinct chunks (a count is the same for every stretch of the group)."""
@@ -235,7 +241,7 @@ def chunk_options(s: Sequence[Stretch]) -> list[int]:
     fewest = min(x.channels for x in s)
     out, k = [], 2
     while k <= fewest:
-        if all(len(chunk_ranges(x.channels, k)) == k for x in s):
+        if all(makes_chunks(x, k) for x in s):
             out.append(k)
         k *= 2
     return out

@@ -13,7 +13,7 @@ from planner.core.errors import InputError, PlanningError
 from planner.core.files import write_atomic
 from planner.cost.model import Counters
 from planner.cost.objective import Objective
-from planner.geometry.hidden import hidden_ranges, stretches
+from planner.geometry.hidden import makes_chunks, stretches
 from planner.geometry.passes import pass_split
 from planner.geometry.regions import Tile, group_io
 from planner.ir.chunks import chunk_axes
@@ -171,7 +171,7 @@ def _hidden_chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], til
                          "layer summing them back: an MLP, an expand / project pair); remove "
                          "the key.")
     for s in found:
-        if len(hidden_ranges(s, chunks)) != chunks:
+        if not makes_chunks(s, chunks):
             raise InputError(f"{where}.hidden_chunks is {chunks}, but the stretch from "
                              f"{s.widen!r} has {s.channels} hidden channels, which do not make "
                              f"{chunks} chunks of ceil({s.channels} / {chunks}); use a count "
