@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from emulator.chunks import Overlay, _take
-from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges
-from planner.geometry.regions import Box, GroupIO
+from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, vector_axes
+from planner.geometry.regions import Box, GroupIO, box_elems
 from planner.ir.graph import Graph
 from planner.plan.data import Group
 
 if TYPE_CHECKING:
-    from emulator.run import LayerCache, Tally
+    from emulator.run import Fold, LayerCache, Tally
 
 
 def chunk_constants(graph: Graph, s: Stretch, name: str, weights: Mapping[str, np.ndarray],
@@ -46,12 +46,14 @@ def chunk_constants(graph: Graph, s: Stretch, name: str, weights: Mapping[str, n
 def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int, tile: int,
                 boxes: Mapping[str, Box], onchip: MutableMapping[str, tuple[Box, np.ndarray]],
                 weights: Mapping[str, np.ndarray], tally: Tally, layers: LayerCache,
-                held: Mapping[str, tuple[Box, np.ndarray]], prefetch: int
-                ) -> np.ndarray:
+                held: Mapping[str, tuple[Box, np.ndarray]], prefetch: int,
+                fold: Fold | None = None) -> np.ndarray:
     """Run the stretch chunk by chunk on one tile (its `boxes`); returns the narrowing
     layer's output (the accumulator), counting work, core traffic and every step's bytes.
     The widening layer's inputs that nothing after it reads leave `onchip` after the last
-    chunk has read them."""
+    chunk has read them. A stretch ending in a pool (Stretch.pools) folds each chunk's
+    channels into `fold`, the group's accumulator, and returns the tile's partial result,
+    each chunk filling its own channels of it."""
     from emulator.run import EmulationError, KernelFailure, run_layer
 
     dt = tally.chip.dtype_bytes
@@ -72,9 +74,25 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
             out = lay.outputs[0]
             view = {**onchip, **part}
             consts = Overlay(chunk_constants(graph, s, name, weights, j, lo, hi), weights)
+            for t, axis in vector_axes(graph, s, name).items():  # the chunk's slice of each
+                box, arr = view[t]
+                view[t] = (box, _take(arr, axis, lo, hi))
             grouped = name in s.mids and int(lay.attrs.get("group", 1)) == s.channels
             try:
-                if grouped:  # a depthwise conv on the chunk: one group per channel of it
+                if s.pools and name == s.narrow:  # fold the chunk's channels of the tile
+                    if fold is None:  # the pool is not the group's accumulator
+                        raise EmulationError(group.id, tile, name, "a stretch ends in this "
+                                             "pool, but the group does not fold it tile by "
+                                             "tile")
+                    x = lay.fmap_inputs[0]
+                    part_y = fold.add(part[x][1], boxes[x], (lo, hi), j == len(ranges) - 1)
+                    if acc is None:  # the tile's partial result, all channels
+                        shape = list(part_y.shape)
+                        shape[s.axis] = s.channels
+                        acc = np.zeros(shape, dtype=part_y.dtype)
+                    _take(acc, s.axis, lo, hi)[...] = part_y
+                    y = acc
+                elif grouped:  # a depthwise conv on the chunk: one group per channel of it
                     chunk_lay = replace(lay, attrs={**lay.attrs, "group": hi - lo})
                     (y,) = run_layer(graph, chunk_lay, boxes[out], view, consts)[:1]
                 else:
@@ -84,8 +102,11 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
                                      f"[{lo}, {hi})): {exc.detail}") from exc
             if name == s.widen:
                 tally.ops(lay, y.size)
-                if j > 0:  # the whole input is read again by every chunk
-                    tally.core += sum(onchip[t][1].size for t in widen_inputs) * dt
+                if j > 0:  # the tile's input is read again by every chunk (its box: an
+                    # input held whole for every tile, planner.geometry.passes, is larger)
+                    tally.core += sum(box_elems(graph, t, boxes[t]) for t in widen_inputs) * dt
+            elif name == s.narrow and s.pools:
+                tally.vector_ops += part[lay.fmap_inputs[0]][1].size
             elif name == s.narrow:
                 tally.macs += y.size * lay.macs_per_output // s.channels * (hi - lo)
                 if acc is None:

@@ -4,7 +4,8 @@
 Each pooling pass runs its prefix and reduction tile by tile over the pooled map and keeps
 the accumulator on chip; its tail then runs once on the pooled vector, and the tail
 results later passes read stay on chip; the last pass runs every other layer tile by tile
-over the group's output. Every byte is counted from the arrays moved, as for any group.
+over the group's output; with hidden chunks each pass runs its stretches chunk by chunk
+(emulator.hidden). Every byte is counted from the arrays moved, as for any group.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hardware.chip import Chip
-from planner.geometry.passes import Passes
+from planner.geometry.passes import Passes, pass_stretches
 from planner.geometry.regions import Box, full_box, in_group_uses, iter_tiles, tile_regions
 from planner.ir.graph import Graph
 from planner.plan.data import Group
@@ -51,12 +52,14 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
             preloaded += arr.size * dt
             tally.core += arr.size * dt * (1 + uses.get(t, 0))
     step = 0
-    for pool in split.pools:
+    found = pass_stretches(graph, split) if group.placement.hidden_chunks > 1 \
+        else ((),) * split.count
+    for k, pool in enumerate(split.pools):
         tiles = list(iter_tiles(graph, pool.io, group.tile))
         folds = run_tiles(graph, group, pool.io, tiles, dram, weights, tally, layers,
                           held=held, first=step, kept=frozenset({pool.pooled}),
                           used_weights=wbytes(pool.io.layers),
-                          preloaded=preloaded if step == 0 else 0)
+                          preloaded=preloaded if step == 0 else 0, hidden=found[k])
         step += len(tiles)
         # the tail: once, on whole vectors, beside what earlier tails left on chip
         onchip = {**held, pool.pooled: (full_box(graph, pool.pooled),
@@ -74,4 +77,4 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
         held.update({t: onchip[t] for t in pool.kept})
     tiles = list(iter_tiles(graph, split.last, group.tile))
     run_tiles(graph, group, split.last, tiles, dram, weights, tally, layers, held=held,
-              first=step, used_weights=wbytes(split.last.layers))
+              first=step, used_weights=wbytes(split.last.layers), hidden=found[-1])

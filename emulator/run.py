@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from emulator.chunks import Compute, WeightStream
+from emulator.chunks import Compute, WeightStream, _take
 from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
 from emulator.hidden import run_stretch
 from emulator.kernels import run_op
@@ -29,7 +29,7 @@ from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
 from planner.geometry.hidden import Stretch, makes_chunks, stretches
-from planner.geometry.passes import pass_split
+from planner.geometry.passes import pass_split, passes_make_chunks
 from planner.geometry.regions import (
     Box,
     GroupIO,
@@ -424,6 +424,7 @@ class Fold:
     layout: Layout
     count: int  # input elements per output element over the whole map
     seen: np.ndarray  # (N, H, W): positions already folded in
+    channels: int = 1  # of the input (and of the result)
     acc: np.ndarray | None = None
 
     @classmethod
@@ -431,13 +432,18 @@ class Fold:
         """The accumulator of a reduction layer (planner.geometry.regions.accumulated_input)."""
         x = lay.fmap_inputs[0]
         layout = graph.layout(x)
-        n, _, h, w = layout.dims(graph.shapes[x])
-        return cls(op_spec(lay.op).accumulate, layout, h * w, np.zeros((n, h, w), dtype=bool))
+        n, c, h, w = layout.dims(graph.shapes[x])
+        return cls(op_spec(lay.op).accumulate, layout, h * w, np.zeros((n, h, w), dtype=bool),
+                   c)
 
-    def add(self, part: np.ndarray, box: Box) -> np.ndarray:
+    def add(self, part: np.ndarray, box: Box, channels: tuple[int, int] | None = None,
+            last: bool = True) -> np.ndarray:
         """Fold a tile's part (box `box` of the input) in; returns that tile's partial result
         (what its cores made). Boxes of a parameter table may overlap (its tail mode
-        "overlap"): a sum counts each position once, so positions already in are masked."""
+        "overlap"): a sum counts each position once, so positions already in are masked.
+        ``channels``: the part holds only these channels of the input (a hidden chunk,
+        emulator.hidden), folded into their slice of the accumulator; the positions count
+        as folded in once the tile's ``last`` chunk is."""
         folded: np.ndarray
         axes = self.layout.tiled_axes
         seen = self.seen[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
@@ -448,7 +454,8 @@ class Fold:
                 if a is not None:
                     shape[a] = seen.shape[k]
             part = part * np.logical_not(seen).reshape(shape)
-        seen[...] = True
+        if last:
+            seen[...] = True
         if self.how in (Accumulate.SUM, Accumulate.MEAN):
             folded = np.asarray(np.sum(part, axis=axes, keepdims=True, dtype=np.float32))
         elif self.how is Accumulate.MAX:
@@ -456,13 +463,21 @@ class Fold:
         else:
             folded = np.asarray(np.min(part, axis=axes, keepdims=True))
         if self.acc is None:
-            self.acc = folded.copy()
-        elif self.how is Accumulate.MAX:
-            np.maximum(self.acc, folded, out=self.acc)
+            if channels is None:
+                self.acc = folded.copy()
+                return folded
+            shape = list(folded.shape)
+            shape[self.layout.channel_axes[0]] = self.channels
+            start = {Accumulate.MAX: -np.inf, Accumulate.MIN: np.inf}.get(self.how, 0.0)
+            self.acc = np.full(shape, start, dtype=folded.dtype)
+        into = self.acc if channels is None else _take(self.acc, self.layout.channel_axes[0],
+                                                       *channels)
+        if self.how is Accumulate.MAX:
+            np.maximum(into, folded, out=into)
         elif self.how is Accumulate.MIN:
-            np.minimum(self.acc, folded, out=self.acc)
+            np.minimum(into, folded, out=into)
         else:
-            self.acc += folded
+            into += folded
         return folded
 
     def result(self) -> np.ndarray:
@@ -598,27 +613,29 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
                              "a group ending in an accumulating reduction runs its tiles "
                              "one by one (no halo reuse, no weights-outer loop)")
     found: tuple[Stretch, ...] = ()
-    if group.placement.hidden_chunks > 1:
+    if group.placement.hidden_chunks > 1 and group.placement.passes == 1:
         found = stretches(graph, io)
         p = group.placement
-        if not found or p.passes > 1 or p.halo_reuse or p.weights_outer or group.boxes \
+        if not found or p.halo_reuse or p.weights_outer or group.boxes \
                 or not all(makes_chunks(s, p.hidden_chunks) for s in found):
             raise EmulationError(group.id, None, None, f"the plan runs this group in "
                                  f"{p.hidden_chunks} hidden chunks, but it holds no stretch "
                                  "(a widening layer, per-element layers, a narrowing layer) "
-                                 f"with {p.hidden_chunks} chunks of channels, or it runs in "
-                                 "passes, or its halos are reused, or its weights sweep the "
-                                 "tiles")
+                                 f"with {p.hidden_chunks} chunks of channels, or its halos "
+                                 "are reused, or its weights sweep the tiles")
     if group.placement.passes > 1:
         split = pass_split(graph, group.layers, group.placement.inputs_held)
         if split is None or split.count != group.placement.passes \
                 or not group.weights_resident or group.halo_reuse \
-                or group.placement.weights_outer:
+                or group.placement.weights_outer or group.boxes \
+                or not passes_make_chunks(graph, split, group.placement.hidden_chunks):
             raise EmulationError(group.id, None, None, f"the plan runs this group in "
                                  f"{group.placement.passes} passes, but it does not hold "
                                  f"{group.placement.passes - 1} reductions feeding back into "
                                  "it on vectors, or its weights stream, or its halos are "
-                                 "reused, or its weights sweep the tiles")
+                                 "reused, or its weights sweep the tiles, or its passes hold "
+                                 f"no stretch making {group.placement.hidden_chunks} hidden "
+                                 "chunks")
         run_passes(graph, group, split, dram, weights, tally, layers, chip)
         return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     if group.halo_reuse and group.tile.bands > 1:
@@ -681,7 +698,8 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
                 s = starts[name]
                 inside = io.layers.index(s.narrow)
                 acc = run_stretch(graph, group, io, s, group.placement.hidden_chunks, ti,
-                                  boxes, onchip, weights, tally, layers, held, prefetch)
+                                  boxes, onchip, weights, tally, layers, held, prefetch,
+                                  folds.get(s.out))
                 keep_outputs(graph.layer(s.narrow), boxes[s.out], [acc], onchip, tally, uses)
                 _free(onchip, last_use, inside, io, held)
                 continue

@@ -182,7 +182,7 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
     rule on the group with its hidden maps a chunk wide): a rule it breaks forbids it while
     that rule's literal holds, as a structural rule's encoding does."""
     f = cand.facts_any_tile
-    if cand.in_hidden_chunks:
+    if cand.in_hidden_chunks and not cand.in_passes:
         hidden = HiddenSearch.of(enc.graph, cand.layers, enc.chip, (cand.io, cand.chains))
         assert hidden is not None  # pinned in hidden chunks, so it has a stretch
         broken = [r for r in ruleset.enabled if hidden.rule_violations(
@@ -192,7 +192,8 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
         assert passes is not None  # pinned in passes, so it can run so
         whole = GroupFacts(enc.graph, cand.io, cand.chains, Tile(1, 1, 1), enc.chip)
         broken = [r for r in ruleset.enabled
-                  if passes.rule_violations(f.tile.h, f.double_buffered, (r,), whole)]
+                  if passes.rule_violations(f.tile.h, f.double_buffered, (r,), whole,
+                                            cand.hidden_chunks)]
     for r in broken:
         enc.model.add_bool_or([cand.selected.Not(), enc.rule_lits[r.key].Not()])
 
@@ -430,7 +431,7 @@ def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
     """Bytes a pinned candidate leaves for the next group's weights (solver.tiles.
     prefetch_room; a tile run in passes from its exact peak, solver.passes.passes_room)."""
     f = cand.facts_any_tile
-    if cand.in_hidden_chunks:
+    if cand.in_hidden_chunks and not cand.in_passes:
         hidden = HiddenSearch.of(graph, cand.layers, chip, (cand.io, cand.chains))
         assert hidden is not None
         return hidden.room(f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks)

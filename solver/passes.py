@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property, partial
 from math import ceil
 
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.cost.model import weight_bytes
 from planner.cost.passes import fmap_peak_bytes, held_bytes, passes_cost
-from planner.geometry.passes import Passes, pass_split
+from planner.geometry.hidden import Stretch
+from planner.geometry.passes import Passes, pass_chunk_options, pass_split, pass_stretches
 from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
 from planner.ir.graph import Graph
 from rules.base import GroupFacts, Rule, Violation
@@ -47,7 +49,7 @@ class PassSearch:
     split: Passes
     chip: Chip
     chains: tuple[GroupChains, ...]  # of each pass
-    peaks: dict[tuple[int, bool], int] = field(default_factory=dict, repr=False)
+    peaks: dict[tuple[int, bool, int], int] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, graph: Graph, layers: Iterable[str], chip: Chip, inputs_held: bool = False
@@ -71,18 +73,28 @@ class PassSearch:
         """Tile heights, tallest first (rows of the last pass's anchor)."""
         return list(range(anchor_extent(self.graph, self.split.last)[1], 0, -1))
 
-    def fmap_peak(self, th: int, double_buffered: bool) -> int:
-        """Exact feature-map peak of every pass and tail (no weights)."""
-        key = (th, double_buffered)
+    @cached_property
+    def stretches(self) -> tuple[tuple[Stretch, ...], ...]:
+        """Each pass's stretches, which hidden chunks cut (pass_stretches)."""
+        return pass_stretches(self.graph, self.split)
+
+    def chunk_options(self) -> list[int]:
+        """Hidden chunk counts worth trying (none where no pass has a stretch)."""
+        return pass_chunk_options(self.graph, self.split)
+
+    def fmap_peak(self, th: int, double_buffered: bool, chunks: int = 1) -> int:
+        """Exact feature-map peak of every pass and tail (no weights), each pass's stretches
+        in `chunks` hidden chunks."""
+        key = (th, double_buffered, chunks)
         if key not in self.peaks:
             self.peaks[key] = fmap_peak_bytes(self.graph, self.split, self.tile_of(th),
-                                              self.chip, double_buffered, self.chains)
+                                              self.chip, double_buffered, self.chains, chunks)
         return self.peaks[key]
 
-    def physical(self, th: int, double_buffered: bool) -> list[Violation]:
+    def physical(self, th: int, double_buffered: bool, chunks: int = 1) -> list[Violation]:
         """The chip's capacities, from the exact peak (as the emulator checks them)."""
         chip = self.chip
-        live = self.fmap_peak(th, double_buffered)
+        live = self.fmap_peak(th, double_buffered, chunks)
         weights = self.weight_bytes
         out = []
         sram = live + (weights if chip.unified else 0)
@@ -101,15 +113,17 @@ class PassSearch:
         return out
 
     def rule_violations(self, th: int, double_buffered: bool, rules: Iterable[Rule],
-                        whole: GroupFacts) -> list[Violation]:
+                        whole: GroupFacts, chunks: int = 1) -> list[Violation]:
         """Violations of the rules: structural ones by the whole group (`whole`, any tile),
         those that look at the whole group (Rule.in_passes) by it with this tile, the others
-        by each pass as a group of its own."""
+        by each pass as a group of its own (each hidden map as its widest chunk)."""
         found = []
         tile = self.tile_of(th)
         passes = [GroupFacts(self.graph, io, chains, tile, self.chip, True, double_buffered,
                              held_bytes=held_bytes(self.graph, self.split, k, self.chip),
-                             group_weight_bytes=self.weight_bytes)
+                             group_weight_bytes=self.weight_bytes,
+                             hidden=self.stretches[k] if chunks > 1 else (),
+                             hidden_chunks=chunks)
                   for k, (io, chains) in enumerate(zip(self.split.ios, self.chains,
                                                        strict=True))]
         tiled = GroupFacts(self.graph, whole.io, whole.chains, tile, self.chip, True,
@@ -120,35 +134,74 @@ class PassSearch:
             found += [v for f in facts if (v := r.check(f)) is not None]
         return found
 
-    def cost(self, th: int, double_buffered: bool) -> Counters:
-        """Every counter of the tile th rows tall."""
+    def cost(self, th: int, double_buffered: bool, chunks: int = 1) -> Counters:
+        """Every counter of the tile th rows tall (its stretches in `chunks` chunks)."""
         return passes_cost(self.graph, self.split, self.tile_of(th), self.chip,
-                           double_buffered, self.chains, self.fmap_peak(th, double_buffered))
+                           double_buffered, self.chains,
+                           self.fmap_peak(th, double_buffered, chunks), chunks)
 
-    def room(self, th: int, double_buffered: bool) -> int:
+    def room(self, th: int, double_buffered: bool, chunks: int = 1) -> int:
         """Bytes left for the next group's weights while this group runs (passes_room)."""
-        return passes_room(self.chip, self.fmap_peak(th, double_buffered), self.weight_bytes)
+        return passes_room(self.chip, self.fmap_peak(th, double_buffered, chunks),
+                           self.weight_bytes)
 
-    def feasible(self, rules: Iterable[Rule], whole: GroupFacts) -> list[tuple[int, bool]]:
-        """(height, second buffer) of the tallest tiles that fit the chip and pass the rules
-        (TALLEST of them: taller tiles re-read fewer halo rows, and each pass costs a few
-        milliseconds): the tallest that fits found by bisection (the peak shrinks with the
-        tile), the heights below it checked in turn."""
+    def allowed(self, th: int, double_buffered: bool, chunks: int, *, rules: tuple[Rule, ...],
+               whole: GroupFacts) -> bool:
+        """The tile fits the chip and passes the rules."""
+        return not self.physical(th, double_buffered, chunks) \
+            and not self.rule_violations(th, double_buffered, rules, whole, chunks)
+
+    def feasible(self, rules: Iterable[Rule], whole: GroupFacts, hidden_chunks: bool = False
+                 ) -> list[tuple[int, bool, int]]:
+        """(height, second buffer, hidden chunks) of the tallest tiles that fit the chip
+        and pass the rules (TALLEST of them: taller tiles re-read fewer halo rows, and each
+        pass costs a few milliseconds): the tallest that fits found by bisection (the peak
+        shrinks with the tile), the heights below it checked in turn. With
+        ``hidden_chunks``, taller heights than those run whole (at one height chunking
+        changes no DRAM byte) with their passes' stretches in chunks: the tallest that fits
+        with the most chunks (bisection), then TALLEST heights below it, each with the
+        fewest chunks that pass (bisection)."""
         chosen = tuple(rules)
         heights = self.heights()
-        top = first_passing(heights, lambda th: not self.physical(th, False))
+        out = self._tallest(heights, 1, chosen, whole)
+        options = self.chunk_options() if hidden_chunks else []
+        if not options:
+            return out
+        done = max((th for th, _, _ in out), default=0)
+        taller = [th for th in heights if th > done]
+        top = first_passing(taller, lambda th: not self.physical(th, False, options[-1]))
+        if top is None:
+            return out
+        found = 0
+        for th in taller[taller.index(top):][:12 * TALLEST]:
+            k = first_passing(options, partial(self.allowed, th, False, rules=chosen,
+                                               whole=whole))
+            if k is None:
+                continue
+            found += 1
+            out.append((th, False, k))
+            if not self.split.inputs_held and self.allowed(th, True, k, rules=chosen, whole=whole):
+                out.append((th, True, k))
+            if found >= TALLEST:
+                break
+        return out
+
+    def _tallest(self, heights: list[int], chunks: int, rules: tuple[Rule, ...],
+                 whole: GroupFacts) -> list[tuple[int, bool, int]]:
+        """The TALLEST tallest heights that fit and pass the rules in `chunks` chunks."""
+        top = first_passing(heights, lambda th: not self.physical(th, False, chunks))
         if top is None:
             return []
-        out: list[tuple[int, bool]] = []
+        out: list[tuple[int, bool, int]] = []
         for th in heights[heights.index(top):]:
-            if len({h for h, _ in out}) >= TALLEST:
+            if len({h for h, _, _ in out}) >= TALLEST:
                 break
-            if self.rule_violations(th, False, chosen, whole):
+            if self.rule_violations(th, False, rules, whole, chunks):
                 continue
-            out.append((th, False))
+            out.append((th, False, chunks))
             if self.split.inputs_held:  # nothing to prefetch: the inputs are on chip
                 continue
-            if not self.physical(th, True) and not self.rule_violations(th, True, chosen,
-                                                                          whole):
-                out.append((th, True))
+            if not self.physical(th, True, chunks) \
+                    and not self.rule_violations(th, True, rules, whole, chunks):
+                out.append((th, True, chunks))
         return out

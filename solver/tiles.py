@@ -358,6 +358,13 @@ class GroupSearch:
                passes: int = 1, inputs_held: bool = False, hidden_chunks: int = 1
                ) -> TileChoice:
         """A tile with its full predicted cost."""
+        if passes > 1:
+            search = PassSearch.of(self.graph, self.layers, self.chip, inputs_held)
+            if search is None or search.split.count != passes:
+                raise ValueError(f"group of {self.layers[0]!r} cannot run in {passes} passes")
+            return TileChoice(tile, True, search.cost(tile.h, double_buffered, hidden_chunks),
+                              double_buffered, passes=passes, inputs_held=inputs_held,
+                              hidden_chunks=hidden_chunks)
         if hidden_chunks > 1:
             hidden = HiddenSearch.of(self.graph, self.layers, self.chip)
             if hidden is None:
@@ -366,12 +373,6 @@ class GroupSearch:
             return TileChoice(tile, resident, hidden.cost(tile, resident, double_buffered,
                                                           hidden_chunks),
                               double_buffered, hidden_chunks=hidden_chunks)
-        if passes > 1:
-            search = PassSearch.of(self.graph, self.layers, self.chip, inputs_held)
-            if search is None or search.split.count != passes:
-                raise ValueError(f"group of {self.layers[0]!r} cannot run in {passes} passes")
-            return TileChoice(tile, True, search.cost(tile.h, double_buffered),
-                              double_buffered, passes=passes, inputs_held=inputs_held)
         # the search's grid: its axes (and a peak its capacity checks computed) are reused
         grid = self.reuse_grid(tile) if halo_reuse and tile.bands == 1 else None
         return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
@@ -419,7 +420,7 @@ class GroupSearch:
         """The option's tile with its full predicted cost."""
         if o.passes > 1:  # a pass option's cost is complete already (solver.passes)
             return TileChoice(o.tile, True, o.cost, o.double_buffered, passes=o.passes,
-                              inputs_held=o.inputs_held)
+                              inputs_held=o.inputs_held, hidden_chunks=o.hidden_chunks)
         if o.hidden_chunks > 1:  # so is a hidden-chunk option's (solver.hidden)
             return TileChoice(o.tile, o.resident, o.cost, o.double_buffered,
                               hidden_chunks=o.hidden_chunks)
@@ -509,15 +510,16 @@ class GroupSearch:
             if passes is None:
                 return []
             count = passes.split.count
-            for th, db in passes.feasible(chosen, whole):
+            for th, db, k in passes.feasible(chosen, whole, self.ruleset.search.hidden_chunks):
                 tile = passes.tile_of(th)
-                cost = passes.cost(th, db)
+                cost = passes.cost(th, db, k)
                 rank = _rank(cost, objective, self.ruleset, self.chip,
-                             TileChoice(tile, True, cost, db, passes=count, inputs_held=held))
+                             TileChoice(tile, True, cost, db, passes=count, inputs_held=held,
+                                        hidden_chunks=k))
                 idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-                room = passes.room(th, db) if with_room else 0
+                room = passes.room(th, db, k) if with_room else 0
                 out.append(Option(rank, tile, True, db, False, cost, idle, room, passes=count,
-                                  inputs_held=held))
+                                  inputs_held=held, hidden_chunks=k))
         return out
 
     def _height_options(self, objective: Objective, rules: Iterable[Rule] | None,

@@ -20,7 +20,7 @@ from planner.cost.objective import Objective
 from planner.cost.passes import passes_cost
 from planner.cost.weight_stream import chunk_counts
 from planner.geometry.hidden import makes_chunks, stretches
-from planner.geometry.passes import pass_split
+from planner.geometry.passes import pass_split, passes_make_chunks
 from planner.geometry.regions import group_chains, group_io
 from planner.ir.graph import Graph
 from planner.plan.checks import (
@@ -61,12 +61,15 @@ def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     if p.passes > 1:
         split = pass_split(graph, p.layers, p.inputs_held)
         if split is None or split.count != p.passes or not p.weights_resident \
-                or p.halo_reuse or p.weights_outer or (p.inputs_held and p.double_buffered):
+                or p.halo_reuse or p.weights_outer or (p.inputs_held and p.double_buffered) \
+                or not passes_make_chunks(graph, split, p.hidden_chunks):
             raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run "
                                 f"in {p.passes} passes as placed (planner.geometry.passes: "
                                 "resident weights, halos recomputed, tiles outer, held inputs "
-                                "single-buffered)")
-        return passes_cost(graph, split, p.tile, chip, p.double_buffered)
+                                "single-buffered, hidden chunks only of stretches that make "
+                                "them)")
+        return passes_cost(graph, split, p.tile, chip, p.double_buffered,
+                           hidden_chunks=p.hidden_chunks)
     if p.hidden_chunks > 1:
         io = group_io(graph, p.layers)
         found = stretches(graph, io)

@@ -12,6 +12,8 @@ Each pass is priced by the cost model's closed forms on its own GroupIO; what jo
 * the SRAM peak is the largest of each pass's tiles beside the tail results held then,
   and of each tail (what is held, its pooled vector and every result at once), plus the
   weights on single-memory chips;
+* with hidden chunks, each pass runs its stretches chunk by chunk (planner.cost.hidden):
+  its peak is the exact one over every chunk and step, and the chunks add core traffic;
 * with the inputs held (Passes.inputs_held) each input's needed box is loaded once, with
   the first tile, counted as core traffic once per reader, and on chip for every step.
 """
@@ -23,8 +25,9 @@ from dataclasses import replace
 
 from hardware.chip import Chip
 from planner.cost.counters import Counters
+from planner.cost.hidden import chunk_core_bytes, hidden_peak_bytes
 from planner.cost.model import peak_bytes, resident_work, weight_bytes, with_time
-from planner.geometry.passes import Passes, PoolPass
+from planner.geometry.passes import Passes, PoolPass, pass_stretches
 from planner.geometry.regions import (
     GroupChains,
     Tile,
@@ -80,13 +83,21 @@ def tail_peak_bytes(graph: Graph, split: Passes, k: int, chip: Chip) -> int:
 
 def fmap_peak_bytes(graph: Graph, split: Passes, tile: Tile, chip: Chip,
                     double_buffered: bool = False,
-                    chains: Sequence[GroupChains] | None = None) -> int:
+                    chains: Sequence[GroupChains] | None = None, hidden_chunks: int = 1
+                    ) -> int:
     """The SRAM peak of feature maps over every pass and tail (no weights); ``chains``:
-    each pass's, when the caller keeps them."""
+    each pass's, when the caller keeps them; ``hidden_chunks``: every pass runs its
+    stretches in that many chunks (planner.geometry.passes.pass_stretches)."""
     peak = 0
     chains = chains or [group_chains(graph, io) for io in split.ios]
+    found = pass_stretches(graph, split) if hidden_chunks > 1 else ((),) * split.count
     for k, io in enumerate(split.ios):
-        here = peak_bytes(graph, io, chains[k], tile, chip, double_buffered=double_buffered)
+        if found[k]:  # its exact peak over every chunk and step (resident weights)
+            here = hidden_peak_bytes(graph, io, chains[k], found[k], hidden_chunks, tile, chip,
+                                     True, double_buffered)
+        else:
+            here = peak_bytes(graph, io, chains[k], tile, chip,
+                              double_buffered=double_buffered)
         if chip.unified:  # peak_bytes adds the pass's resident weights: counted once, later
             here -= weight_bytes(graph, io.weights, chip)
         peak = max(peak, here + held_bytes(graph, split, k, chip))
@@ -97,9 +108,11 @@ def fmap_peak_bytes(graph: Graph, split: Passes, tile: Tile, chip: Chip,
 
 def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
                 double_buffered: bool = False, chains: Sequence[GroupChains] | None = None,
-                fmap_peak: int | None = None) -> Counters:
+                fmap_peak: int | None = None, hidden_chunks: int = 1) -> Counters:
     """Predicted counters of the group run in passes with `tile` (weights resident);
-    ``chains`` (each pass's) and ``fmap_peak`` (fmap_peak_bytes) when the caller has them."""
+    ``chains`` (each pass's) and ``fmap_peak`` (fmap_peak_bytes) when the caller has them;
+    ``hidden_chunks``: each pass's stretches run in that many chunks, which adds core
+    traffic (planner.cost.hidden.chunk_core_bytes) and changes the peak, nothing else."""
     dt = chip.dtype_bytes
     chains = chains or [group_chains(graph, io) for io in split.ios]
     works = [resident_work(graph, io, chains[k], tile, chip) for k, io in enumerate(split.ios)]
@@ -114,13 +127,17 @@ def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
     vector_ops = sum(c.vector_ops for c in works)
     core = sum(c.core_fmap_bytes for c in works) \
         + sum(e * (1 + uses.get(t, 0)) for t, e in held.items()) * dt
+    if hidden_chunks > 1:
+        core += sum(chunk_core_bytes(graph, io, chains[k], found, hidden_chunks, tile, dt)
+                    for k, (io, found) in enumerate(zip(split.ios, pass_stretches(graph, split),
+                                                        strict=True)) if found)
     core_weight = sum(c.core_weight_bytes for c in works)
     for pool in split.pools:
         m, v, b = tail_work(graph, split, pool, chip)
         macs, vector_ops, core = macs + m, vector_ops + v, core + b
         core_weight += weight_bytes(graph, {w for n in pool.tail
                                             for w in graph.layer(n).weights}, chip)
-    peak = fmap_peak_bytes(graph, split, tile, chip, double_buffered, chains) \
+    peak = fmap_peak_bytes(graph, split, tile, chip, double_buffered, chains, hidden_chunks) \
         if fmap_peak is None else fmap_peak
     first, last = works[0], works[-1]
     c = Counters(

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.geometry.regions import GroupIO
+from planner.geometry.regions import GroupIO, accumulated_input
 from planner.ir.chunks import chunk_axes, chunk_ranges
 from planner.ir.graph import Graph, Layer
 from planner.ir.ops import op_spec
@@ -41,6 +41,10 @@ class Stretch:
     axis: int  # the hidden tensors' channel axis
     hidden: tuple[str, ...]  # the tensors held a chunk at a time: widen's and the mids' outputs
     out: str  # the narrowing layer's output: the accumulator
+    # the narrowing layer is a reduction over rows and columns folding each hidden channel
+    # on its own (a pooling pass's pool): each chunk fills its own channels of the result
+    # instead of adding partial sums over all of them
+    pools: bool = False
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -89,17 +93,28 @@ def _stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
         return None
     hidden = [out]
     mids: list[str] = []
+    # a hidden map read outside the group leaves it (io.outputs), unless the group is one
+    # pass of several (planner.geometry.passes): another pass makes it again
+    inside = set(io.layers)
     for name in io.layers[k + 1:]:
         lay = graph.layer(name)
         reads = [t for t in lay.fmap_inputs if t in hidden]
         if not reads:
             return None  # the stretch is a run of consecutive layers
         if _narrows(graph, lay, hidden, channels, axis):
-            if any(c not in (*mids, name) for t in hidden for c in graph.consumers.get(t, ())) \
+            if any(c in inside and c not in (*mids, name) for t in hidden
+                   for c in graph.consumers.get(t, ())) \
                     or any(t in io.outputs or t in graph.outputs for t in hidden):
                 return None
             return Stretch(widen.name, tuple(mids), name, channels, axis, tuple(hidden),
                            lay.outputs[0])
+        if _pools(graph, io, lay, hidden, channels, axis):
+            if any(c in inside and c not in (*mids, name) for t in hidden
+                   for c in graph.consumers.get(t, ())) \
+                    or any(t in io.outputs or t in graph.outputs for t in hidden):
+                return None
+            return Stretch(widen.name, tuple(mids), name, channels, axis, tuple(hidden),
+                           lay.outputs[0], pools=True)
         if not _per_element(graph, lay, hidden, out):
             return None
         mids.append(name)
@@ -107,13 +122,26 @@ def _stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
     return None
 
 
+def _pools(graph: Graph, io: GroupIO, lay: Layer, hidden: Sequence[str], channels: int,
+           axis: int) -> bool:
+    """A reduction over the rows and columns of a hidden map that the group folds tile by
+    tile (its accumulator: a pooling pass's pool, or a group ending in a global pool):
+    each output channel from the same hidden channel."""
+    x = accumulated_input(graph, lay)
+    outs = [t for t in lay.outputs if t]
+    if x is None or x not in hidden or len(outs) != 1 or outs[0] not in io.accumulated:
+        return False
+    return _channel_axis(graph, outs[0]) == axis and graph.shapes[outs[0]][axis] == channels
+
+
 def _per_element(graph: Graph, lay: Layer, hidden: Sequence[str], like: str) -> bool:
     """A layer computing each hidden channel of its one output from the same channel of
-    hidden maps and of constants that split (or broadcast) along the hidden channels (a
+    hidden maps, of vectors on chip whole (a squeeze-excite scale: one value per image and
+    channel) and of constants that split (or broadcast) along the hidden channels (a
     per-element op, or a depthwise conv: its window may change the rows and columns)."""
     outs = [t for t in lay.outputs if t]
     spec = op_spec(lay.op)
-    if len(outs) != 1 or not lay.fmap_inputs or any(t not in hidden for t in lay.fmap_inputs):
+    if len(outs) != 1 or not lay.fmap_inputs:
         return False
     axis = _channel_axis(graph, like)
     assert axis is not None
@@ -123,9 +151,13 @@ def _per_element(graph: Graph, lay: Layer, hidden: Sequence[str], like: str) -> 
             or _channel_axis(graph, outs[0]) != axis or out_shape[axis] != channels:
         return False
     if spec.channel_local:
-        same = all(graph.shapes[t] == out_shape for t in lay.fmap_inputs)
+        same = all(graph.shapes[t] == out_shape if t in hidden
+                   else _vector_axis(graph, t, len(out_shape), axis, channels) is not None
+                   for t in lay.fmap_inputs)
         return same and all(_constant_axis(graph, c, len(out_shape), axis, channels) != -1
                             for c in _constants(lay))
+    if any(t not in hidden for t in lay.fmap_inputs):
+        return False
     local = spec.channel_local_if is not None and spec.local_chunk_axis is not None \
         and spec.channel_local_if(lay.attrs, graph.shapes[lay.fmap_inputs[0]][axis], channels)
     return local and all(_local_axis(graph, lay, c) is not None for c in _constants(lay))
@@ -169,6 +201,30 @@ def _constant_axis(graph: Graph, name: str, rank: int, axis: int, channels: int)
     return at if shape[at] == channels else -1
 
 
+def _vector_axis(graph: Graph, t: str, rank: int, axis: int, channels: int) -> int | None:
+    """The hidden-channel axis of a map that is one value per image and channel (rows and
+    columns of extent 1, as a squeeze-excite scale): a per-element layer reads its chunk's
+    slice of it; None for any other map."""
+    shape = graph.shapes.get(t)
+    if shape is None or len(shape) != rank or shape[axis] != channels:
+        return None
+    layout = graph.layout(t)
+    if any(shape[a] != 1 for a in (layout.row_axis, layout.col_axis) if a is not None):
+        return None
+    return axis
+
+
+def vector_axes(graph: Graph, s: Stretch, name: str) -> dict[str, int]:
+    """The vectors a per-element stretch layer reads (maps that are not hidden: one value
+    per image and channel), each with the axis its chunk's slice is cut along."""
+    lay = graph.layer(name)
+    if name in (s.widen, s.narrow):
+        return {}
+    rank = len(graph.shapes[s.hidden[0]])
+    return {t: s.axis for t in lay.fmap_inputs if t not in s.hidden
+            and _vector_axis(graph, t, rank, s.axis, s.channels) is not None}
+
+
 def constant_axes(graph: Graph, s: Stretch, name: str) -> dict[str, int | None]:
     """How each constant input of a stretch layer splits over the chunks: the axis it is cut
     along, or None where every chunk uses it whole (a scalar, the narrowing layer's bias,
@@ -178,6 +234,8 @@ def constant_axes(graph: Graph, s: Stretch, name: str) -> dict[str, int | None]:
         split = chunk_axes(graph, lay)
         assert split is not None
         return {c: split[1].get(c) for c in _constants(lay)}
+    if name == s.narrow and s.pools:  # a pool: its constants (axes) are not cut
+        return {c: None for c in _constants(lay)}
     if name == s.narrow:
         spec = op_spec(lay.op)
         assert spec.in_chunk_axis is not None

@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planner.geometry.hidden import Stretch, chunk_options, makes_chunks
+from planner.geometry.hidden import stretches as group_stretches
 from planner.geometry.regions import GroupIO, accumulated_input, group_io, tiled_like_anchor
 from planner.ir.graph import Graph
 
@@ -82,6 +84,27 @@ class Passes:
     def inputs(self) -> tuple[str, ...]:
         """The group's inputs held on chip whole for all passes (none unless inputs_held)."""
         return self.whole.inputs if self.inputs_held else ()
+
+
+def pass_stretches(graph: Graph, split: Passes) -> tuple[tuple[Stretch, ...], ...]:
+    """The stretches of each pass (planner.geometry.hidden), in the passes' order: with
+    hidden chunks, every pass runs its own chunk by chunk (a pooling pass's ends in its
+    pool, the last pass's scale reads its chunk's slice of the held vector)."""
+    return tuple(group_stretches(graph, io) for io in split.ios)
+
+
+def pass_chunk_options(graph: Graph, split: Passes) -> list[int]:
+    """Hidden chunk counts every stretch of every pass makes (none without a stretch)."""
+    return chunk_options([s for found in pass_stretches(graph, split) for s in found])
+
+
+def passes_make_chunks(graph: Graph, split: Passes, chunks: int) -> bool:
+    """Whether a group run in passes can state `chunks` hidden chunks: 1 always, else some
+    pass has a stretch and every stretch makes exactly that many (makes_chunks)."""
+    if chunks == 1:
+        return True
+    found = [s for ss in pass_stretches(graph, split) for s in ss]
+    return bool(found) and all(makes_chunks(s, chunks) for s in found)
 
 
 def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False

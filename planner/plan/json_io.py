@@ -14,7 +14,7 @@ from planner.core.files import write_atomic
 from planner.cost.model import Counters
 from planner.cost.objective import Objective
 from planner.geometry.hidden import makes_chunks, stretches
-from planner.geometry.passes import pass_split
+from planner.geometry.passes import pass_split, pass_stretches
 from planner.geometry.regions import Tile, group_io
 from planner.ir.chunks import chunk_axes
 from planner.ir.graph import Graph
@@ -164,7 +164,12 @@ def _hidden_chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], til
     chunks = int(g.get("hidden_chunks", 1))
     if chunks == 1:
         return 1
-    found = stretches(graph, group_io(graph, layers))
+    if passes > 1:  # each pass's stretches (planner.geometry.passes.pass_stretches)
+        split = pass_split(graph, layers, bool(g.get("inputs_held", False)))
+        found = tuple(s for ss in pass_stretches(graph, split) for s in ss) \
+            if split is not None else ()
+    else:
+        found = stretches(graph, group_io(graph, layers))
     if not found:
         raise InputError(f"{where}.hidden_chunks is {chunks}, but the group holds no stretch "
                          "to chunk (a layer widening the channels, per-element layers, a "
@@ -177,10 +182,10 @@ def _hidden_chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], til
                              f"{chunks} chunks of ceil({s.channels} / {chunks}); use a count "
                              f"that does (e.g. {max(1, s.channels // 2)} or a power of two "
                              f"below {s.channels}).")
-    if passes > 1 or g.get("halo", "recompute") != "recompute" or tile.bands > 1 \
+    if g.get("halo", "recompute") != "recompute" or tile.bands > 1 \
             or g.get("loop_order", LoopOrder.TILES_OUTER.value) != LoopOrder.TILES_OUTER.value:
         raise InputError(f"{where}.hidden_chunks {chunks} runs with halos recomputed, tiles "
-                         "outer, one pass and no bands; set those or remove the key.")
+                         "outer and no bands; set those or remove the key.")
     cut = [n for n in g.get("weight_chunks", {}) if any(n in s.layers for s in found)]
     if cut:
         raise InputError(f"{where}.weight_chunks names {cut[0]!r}, whose weights the hidden "
