@@ -16,7 +16,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -109,14 +109,18 @@ def faster_buffering(graph: Graph, chip: Chip, ruleset: RuleSet, p: Placement) -
     return replace(p, double_buffered=db)
 
 
-def intervals_only(graph: Graph, ruleset: RuleSet, extra: Sequence[Sequence[str]] = ()
-                   ) -> bool:
+def intervals_only(graph: Graph, ruleset: RuleSet, extra: Sequence[Sequence[str]] = (),
+                   searched: Container[tuple[str, ...]] | None = None) -> bool:
     """Whether every candidate group CP-SAT would weigh is an interval of the layer order
-    (whole blocks and `extra` groups included): the shortest path over intervals, with the
-    same best tile per group, is then exact wherever costs add up."""
+    (whole blocks and `extra` groups included) and, given what the shortest path
+    ``searched``, one it weighed too (a block with its entry layer can be one layer longer
+    than search.max_group_layers): the shortest path over intervals, with the same best
+    tile per group, is then exact wherever costs add up."""
     for layers in candidate_sets(graph, ruleset, extra):
         at = sorted(graph.index(n) for n in layers)
         if at[-1] - at[0] + 1 != len(at):
+            return False
+        if searched is not None and len(layers) > 1 and layers not in searched:
             return False
     return True
 
@@ -135,7 +139,7 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
     steps = enc.live_steps_bytes(cand)
     staged = enc.staged_steps(cand)
     stage = max(staged, default=0)
-    if cand.in_hidden_chunks:
+    if cand.in_hidden_chunks and not cand.in_passes:
         # a pinned tile run in hidden chunks: its exact peak over every step and chunk,
         # second buffer and (single-memory chips) streamed weights included; the most
         # weight bytes its stream holds at once
@@ -144,8 +148,8 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
         stage = hidden.weights_on_chip(False, cand.hidden_chunks)
         steps, prefetch, staged = [cand.exact_peak], 0, ()
     elif cand.exact_peak is not None:
-        # a pinned tile run in passes: its exact peak over every pass and tail, second
-        # buffer included; its weights are resident
+        # a pinned tile run in passes: its exact peak over every pass, chunk and tail,
+        # second buffer included; its weights are resident
         steps, prefetch, staged = [cand.exact_peak], 0, ()
     elif cand.fixed is not None and cand.facts_any_tile.halo_reuse:
         # a pinned halo-reusing tile: its exact peak, second buffer included; it reserves

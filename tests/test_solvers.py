@@ -311,3 +311,21 @@ def test_exact_path_proves_what_cpsat_proves(store: ModelStore, model: str) -> N
     assert [g.placement for g in fast.groups] == [g.placement for g in full.groups]
     timed = plan_problem(shortcut, "cpsat", "latency")
     assert "solved_by" not in timed.solver
+
+
+def test_exact_path_is_not_claimed_past_the_intervals_it_searched(tmp_path: Path) -> None:
+    """A 12-layer squeeze-excite block with its entry layer is a 13-layer interval: a
+    candidate CP-SAT weighs that the shortest path, over intervals of at most 12 layers,
+    never searched. The shortcut must not claim the path optimal there: CP-SAT runs, and
+    its plan is the one CP-SAT finds without the shortcut, better than the path's."""
+    path = str(models.save(models.se_net(h=32, w=32, channels=16, expand=8), tmp_path, "se"))
+    small = ("sram.bytes=64KiB", "nram.bytes=16KiB")
+    problem = prepare(path, rules=models.fusing_rules(tmp_path), overrides=small)
+    assert problem.ruleset.search.max_group_layers == 12
+    shortcut = with_rules(problem, search={"exact_path_first": True})
+    full = with_rules(problem, search={"exact_path_first": False})
+    fast, slow = plan_problem(shortcut, "cpsat"), plan_problem(full, "cpsat")
+    sp = plan_problem(problem, "shortest-path")
+    assert "solved_by" not in fast.solver and fast.solver["status"] == "OPTIMAL"
+    assert fast.totals.dram_bytes == slow.totals.dram_bytes < sp.totals.dram_bytes
+    assert any(len(g.layers) == 13 for g in fast.groups)

@@ -208,7 +208,7 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
     hint = path if warm is None else warm
     if rs.search.exact_path_first and warm is None and cycles_cap is None and path \
             and not cycle_units(objective, rs.objective, chip) \
-            and intervals_only(g, rs, [p.layers for p in path]):
+            and intervals_only(g, rs, [p.layers for p in path], searched=memo):
         proof = ("shortest-path: costs add up and every candidate group is an interval of "
                  "the layer order")
         # buffering as CP-SAT picks it (the bytes do not depend on it)

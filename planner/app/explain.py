@@ -83,9 +83,10 @@ def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tupl
             if g.placement.passes > 1 else None
         if passes is not None:  # each pass against the tile rules, the whole group structurally
             whole = search.facts(Tile(1, 1, 1), True)
-            found += [(g.id, v) for v in passes.physical(g.tile.h, g.double_buffered)
+            k = g.placement.hidden_chunks  # each pass's stretches in that many chunks
+            found += [(g.id, v) for v in passes.physical(g.tile.h, g.double_buffered, k)
                       + passes.rule_violations(g.tile.h, g.double_buffered, ruleset.enabled,
-                                               whole)]
+                                               whole, k)]
             continue
         hidden = HiddenSearch.of(graph, g.layers, chip) \
             if g.placement.hidden_chunks > 1 else None
