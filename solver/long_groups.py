@@ -36,6 +36,7 @@ from planner.geometry.regions import group_io
 from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected, is_convex
+from solver.parallel import Context, Task, search_all
 from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, TileChoice
 
@@ -91,13 +92,14 @@ def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice |
 
 def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                 budget: Budget | None = None,
-                memo: dict[tuple[str, ...], TileChoice | None] | None = None
+                memo: dict[tuple[str, ...], TileChoice | None] | None = None, jobs: int = 1
                 ) -> dict[tuple[str, ...], TileChoice]:
     """Groups longer than ``search.max_group_layers`` (block groups and whole-map groups),
     each with its best tile choice; where both kinds cover one interval, the cheaper. Block
     groups stop being searched once the ``budget`` has passed; ``memo`` (the planners'
-    interval tiles) keeps their best tiles for a second planner on the same objective."""
-    found = dict(block_groups(graph, chip, ruleset, objective, budget, memo))
+    interval tiles) keeps their best tiles for a second planner on the same objective; their
+    searches run on up to ``jobs`` processes (solver.parallel)."""
+    found = dict(block_groups(graph, chip, ruleset, objective, budget, memo, jobs))
     for layers, choice in whole_map_groups(graph, chip, ruleset, objective):
         if layers not in found or _units(choice, objective, ruleset, chip) \
                 < _units(found[layers], objective, ruleset, chip):
@@ -117,11 +119,11 @@ def _units(choice: TileChoice, objective: Objective, ruleset: RuleSet, chip: Chi
 
 def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                  budget: Budget | None = None,
-                 memo: dict[tuple[str, ...], TileChoice | None] | None = None
+                 memo: dict[tuple[str, ...], TileChoice | None] | None = None, jobs: int = 1
                  ) -> Iterator[tuple[tuple[str, ...], TileChoice]]:
     """Tiled groups from one single-tensor cut to a later one, longer than
     ``search.max_group_layers`` and at most ``search.max_block_group_layers`` layers, with
-    their best tile (structure-shared searches).
+    their best tile (structure-shared searches, on up to ``jobs`` processes).
 
     A run of adjacent cuts (a residual Add, then its ReLU) ends a block group at its last
     cut and starts one after it: the layers between stay with the block they close."""
@@ -133,28 +135,44 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
     last = [p for p in sorted(cuts) if p + 1 not in cuts]  # the last cut of each run
     starts, ends = [0, *(p + 1 for p in last)], [*last, len(order) - 1]
     spans = [(a, e + 1) for a in starts for e in ends if limit < e + 1 - a <= most]
-    searched: dict[StructureKey, TileChoice | None] = {}
+    # each group: the memo's tile (searched by a planner before this one) or the structure
+    # its search shares
+    rows: list[tuple[tuple[str, ...], TileChoice | StructureKey | None]] = []
+    tasks: dict[StructureKey, Task] = {}
     for k, (a, b) in enumerate(spans):
         if budget is not None and budget.passed:
             budget.cut(f"block groups: {len(spans) - k} not searched")
-            return
+            break
         group = tuple(order[a:b])
         if not (is_connected(graph, group) and is_convex(graph, group)):
             continue
         search = GroupSearch.of(graph, group, chip, ruleset)
         if breaks_structure(search, ruleset):  # checked again: this graph's blocks
             continue
-        if memo is not None and group in memo:  # searched by a planner before this one
-            best = memo[group]
+        if memo is not None and group in memo:
+            rows.append((group, memo[group]))
         else:
             key = structure_key(graph, search.io)
-            if key not in searched:
-                searched[key] = search.best(objective)
-            best = searched[key]
+            tasks.setdefault(key, Task(group))
+            rows.append((group, key))
+    ctx = Context(graph, chip, ruleset, objective, False,
+                  budget.until if budget is not None else None)
+    found = dict(zip(tasks, search_all(ctx, list(tasks.values()), jobs), strict=True))
+    left_out = 0
+    for group, what in rows:
+        best = what if not isinstance(what, tuple) else None
+        if isinstance(what, tuple):
+            result = found[what]
+            if result is None:  # past the budget: not searched
+                left_out += 1
+                continue
+            best = result.best
             if memo is not None:
                 memo[group] = best
         if best is not None:
             yield group, best
+    if left_out and budget is not None:
+        budget.cut(f"block groups: {left_out} not searched")
 
 
 def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective

@@ -28,6 +28,7 @@ from planner.plan.placement import Placement
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected
 from solver.long_groups import long_groups, searches_long_groups
+from solver.parallel import Context, Found, Task, search_all
 from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, Option, TileChoice
 
@@ -55,7 +56,7 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
 def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                          memo: dict[tuple[str, ...], TileChoice | None] | None = None,
                          options_memo: dict[tuple[str, ...], list[Option]] | None = None,
-                         budget: Budget | None = None) -> list[Placement]:
+                         budget: Budget | None = None, jobs: int = 1) -> list[Placement]:
     """Best grouping into intervals of the topological order.
 
     ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
@@ -67,7 +68,7 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     them). Intervals of the same structure (solver.structure: repeated blocks) share one
     tile search. Once the ``budget`` has passed, only single layers are searched (every plan
     needs them), by seed 000's quick search where it finds a tile, and the budget notes what
-    was left out."""
+    was left out. The searches run on up to ``jobs`` processes (solver.parallel)."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -75,12 +76,13 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     coef = cycle_units(objective, ruleset.objective, chip)
     options: dict[tuple[int, int], list[Option]] = {}
     timed = bool(coef) or (options_memo is not None and objective.timed)
-    # an interval's options (timed) and best tile, by structure
-    searched: dict[StructureKey, tuple[list[Option], TileChoice | None]] = {}
-    skipped = quick_layers = 0  # groups left out, layers searched quickly, past the budget
     # shortest first: every plan needs the single layers, and a budget that runs out leaves
     # short groups all along the network rather than long ones at its start
     spans = [(i, i + n) for n in range(1, limit + 1) for i in range(len(order) - n + 1)]
+    # each interval: no tile (None), the memo's tile, or the structure its search shares
+    rows: list[tuple[int, int, tuple[str, ...], TileChoice | StructureKey | None]] = []
+    tasks: dict[StructureKey, Task] = {}
+    skipped = quick_layers = 0  # groups left out, layers searched quickly, past the budget
     for i, j in spans:
         layers = tuple(order[i:j])
         if j - i > 1 and not is_connected(graph, layers):
@@ -94,22 +96,37 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
             continue
         search = GroupSearch.of(graph, layers, chip, ruleset)
         if breaks_structure(search, ruleset):
-            best = None
+            rows.append((i, j, layers, None))
         elif isinstance(cached, TileChoice) and not timed:
-            best = cached
-        elif budget is not None and budget.passed and not timed \
-                and (quick := search.search(ruleset.search.tile_search)) is not None:
-            best = quick  # a single layer past the budget: seed 000's quick tile search
-            quick_layers += 1
+            rows.append((i, j, layers, cached))
         else:
             key = structure_key(graph, search.io)
-            if key not in searched:
-                searched[key] = _searched(search, objective, timed)
-            opts, best = searched[key]
+            tasks.setdefault(key, Task(layers, required=j - i == 1))
+            rows.append((i, j, layers, key))
+    # single layers first: a layer that fits no tile ends the planning before the rest
+    ctx = Context(graph, chip, ruleset, objective, timed,
+                  budget.until if budget is not None else None)
+    found: dict[StructureKey, Found | None] = {}
+    for part in ([k for k, t in tasks.items() if t.required],
+                 [k for k, t in tasks.items() if not t.required]):
+        found.update(zip(part, search_all(ctx, [tasks[k] for k in part], jobs), strict=True))
+        for i, j, layers, what in rows:
+            if j - i == 1 and isinstance(what, tuple) and what in found \
+                    and (f := found[what]) is not None and f.best is None:
+                raise infeasible_layer_error(graph, chip, ruleset, layers[0])
+    for i, j, layers, what in rows:
+        best = what if not isinstance(what, tuple) else None
+        if isinstance(what, tuple):
+            result = found[what]
+            if result is None:  # past the budget: not searched
+                skipped += 1
+                continue
+            best = result.best
+            quick_layers += result.quick
             if timed:  # the options a prefetch may prefer, the first being the best
-                options[i, j] = opts
+                options[i, j] = list(result.options)
                 if options_memo is not None:
-                    options_memo[layers] = opts
+                    options_memo[layers] = list(result.options)
         if memo is not None:
             memo[layers] = best
         if best is None:
@@ -131,7 +148,7 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                 budget.cut("groups past search.max_group_layers not searched")
             longer = {}
         else:
-            longer = long_groups(graph, chip, ruleset, objective, budget, memo)
+            longer = long_groups(graph, chip, ruleset, objective, budget, memo, jobs)
         for layers, best in longer.items():
             i = graph.index(layers[0])  # an interval of the order, longer than the limit
             choice[i, i + len(layers)] = best
@@ -141,16 +158,6 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
         return [choice[a, b].placement(tuple(order[a:b]))
                 for a, b in zip(path, path[1:], strict=False)]
     return _with_prefetch(graph, chip, ruleset, objective, order, options)
-
-
-def _searched(search: GroupSearch, objective: Objective, timed: bool
-              ) -> tuple[list[Option], TileChoice | None]:
-    """An interval's options a prefetch may prefer (timed objectives; the first is the best)
-    and its best tile."""
-    if not timed:
-        return [], search.best(objective)
-    opts = search.options(objective)
-    return opts, search.option_choice(opts[0]) if opts else None
 
 
 def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,

@@ -82,7 +82,7 @@ def objective_of(problem: Problem, objective: Objective | str | None) -> Objecti
 def plan_problem(problem: Problem, solver: str = "cpsat",
                  objective: Objective | str | None = None, time_limit: float | None = None,
                  memo: dict[tuple[str, ...], Any] | None = None,
-                 started: float | None = None) -> Plan:
+                 started: float | None = None, jobs: int = 1) -> Plan:
     """Plan a prepared problem with one of the four planners.
 
     ``time_limit`` bounds the whole planning, from ``started`` (a ``time.perf_counter()``
@@ -90,8 +90,11 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     a plan cut short by it says so (status FEASIBLE, ``stopped``, and its gap to the floor
     under the traffic objective). ``memo`` (shortest-path and CP-SAT) holds each candidate
     group's best tile under this objective; pass the same dict to plans of overlapping
-    subgraphs of one model so no group's tile search runs twice."""
+    subgraphs of one model so no group's tile search runs twice. ``jobs``: processes the tile
+    searches run on, 0 for every core (solver.parallel; the plan is the same for any
+    count)."""
     from solver.greedy import greedy_groups
+    from solver.parallel import available_jobs
     from solver.shortest_path import shortest_path_groups
 
     if solver not in SOLVERS:
@@ -99,6 +102,7 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     goal = objective_of(problem, objective)
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     header = problem.plan_header()
+    jobs = jobs or available_jobs()
     budget = Budget.of(time_limit, started)
     started = time.perf_counter()
     # the searches leave time to assemble the plan (its groups' costs, the layer-by-layer
@@ -121,13 +125,13 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
         groups = greedy_groups(g, chip, rs)
         info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
     elif solver == "shortest-path":
-        groups = shortest_path_groups(g, chip, rs, goal, memo, budget=searches)
+        groups = shortest_path_groups(g, chip, rs, goal, memo, budget=searches, jobs=jobs)
         # exact over intervals of the topological order, which are all groups only on a chain
         chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)
         info = {"name": "shortest-path", "status": "OPTIMAL" if chain else "FEASIBLE",
                 "gap": 0.0 if chain else None}
     else:
-        groups, info = _cpsat(problem, goal, None, memo=memo, budget=searches)
+        groups, info = _cpsat(problem, goal, None, memo=memo, budget=searches, jobs=jobs)
     if budget.cuts:  # optimal only over what was searched: no proof of anything
         info.update(status="FEASIBLE", gap=None, stopped="; ".join(budget.cuts))
         info.pop("bound", None)
@@ -186,8 +190,8 @@ def resolve_objective(ruleset: RuleSet, objective: str | None, prefer: str | Non
 def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
            cycles_cap: int | None = None, cache: dict[Objective, Any] | None = None,
            warm: Sequence[Placement] | None = None,
-           memo: dict[tuple[str, ...], Any] | None = None, budget: Budget | None = None
-           ) -> tuple[list[Placement], dict[str, Any]]:
+           memo: dict[tuple[str, ...], Any] | None = None, budget: Budget | None = None,
+           jobs: int = 1) -> tuple[list[Placement], dict[str, Any]]:
     """CP-SAT groups warm-started from the shortest-path plan (or `warm`), and the solver
     info. ``cache`` keeps each objective's interval tiles across calls (a Pareto sweep);
     ``memo`` seeds this objective's interval tiles (shared by a partition's pieces);
@@ -202,7 +206,7 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
     if objective not in cache:
         memo = {} if memo is None else memo  # each interval's best tile, computed once
         options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
-        path = shortest_path_groups(g, chip, rs, objective, memo, options, budget)
+        path = shortest_path_groups(g, chip, rs, objective, memo, options, budget, jobs)
         cache[objective] = (memo, options, path, {})  # + trade-off fronts (capped solves)
     memo, options, path, trade_offs = cache[objective]
     hint = path if warm is None else warm
@@ -357,10 +361,11 @@ def solve(model: str, rules: str | Path | None = None, hardware: str | None = No
           shapes: Mapping[str, tuple[int, ...]] | None = None,
           objective: Objective | str | None = None,
           solver: str = "cpsat", time_limit: float | None = None,
-          overrides: Sequence[str] = ()) -> Plan:
-    """Plan a model: ``fuseplan.solve("model.onnx", rules=..., hardware=...)``."""
+          overrides: Sequence[str] = (), jobs: int = 1) -> Plan:
+    """Plan a model: ``fuseplan.solve("model.onnx", rules=..., hardware=...)``; ``jobs``:
+    processes the tile searches run on."""
     return plan_problem(prepare(model, rules, hardware, shapes, overrides), solver, objective,
-                        time_limit)
+                        time_limit, jobs=jobs)
 
 
 def chip_for_plan(plan_doc_hardware: Mapping[str, Any], hardware: str | None,

@@ -69,6 +69,8 @@ def _percent(value: float | None) -> float | None:
 
 TimeOpt = Annotated[float | None, typer.Option("--time-limit", callback=_seconds,
     help="CP-SAT time limit in seconds.")]
+SearchJobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=0,
+    help="Processes for the tile searches (0: every core). The plan does not depend on it.")]
 
 
 SolverOpt = Annotated[str, typer.Option("--solver",
@@ -223,6 +225,7 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
           shape: ShapeOpt = None, objective: ObjOpt = None,
           solver: SolverOpt = "cpsat",
           time_limit: TimeOpt = None,
+          jobs: SearchJobsOpt = 0,
           prefer: PreferOpt = None,
           battery: BatteryOpt = None,
           output: OutputOpt = None,
@@ -254,7 +257,8 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
     objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
     with working(f"planning {model} with {solver}"):
         started = ctx.obj if isinstance(ctx.obj, float) else None
-        plan = api.plan_problem(problem, solver, objective, time_limit, started=started)
+        plan = api.plan_problem(problem, solver, objective, time_limit, started=started,
+                                jobs=jobs)
     if output is not None:
         save_plan(plan, output)
     if report is not None:

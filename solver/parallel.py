@@ -1,0 +1,118 @@
+"""Tile searches on several cores.
+
+The planners search one best tile per candidate group (solver.tiles.GroupSearch), hundreds
+to thousands of independent searches on a deep network. With ``jobs`` > 1 they run in a
+pool of worker processes forked from the planner: the workers inherit the model, chip and
+rules, so each task is a tuple of layer names and each result a TileChoice (and, under a
+time-aware objective, its prefetch options); nothing large is pickled. The results are
+those of the same searches run one after another, in the same order: ``jobs`` changes the
+wall time, never the plan.
+
+A time limit binds the workers as it binds the planner: past it a task that is not
+required is left out (the caller notes what was cut), and a required one (a single layer:
+every plan needs it) is tiled by seed 000's quick search where that finds a tile.
+Few searches are not worth a pool (starting one costs tens of milliseconds): below
+``MIN_PARALLEL`` they run in the planner's process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hardware.chip import Chip
+from planner.cost.objective import Objective
+from planner.ir.graph import Graph
+from rules.ruleset import RuleSet
+from solver.tiles import GroupSearch, Option, TileChoice
+
+MIN_PARALLEL = 32  # searches below which a pool costs more than it saves
+
+
+@dataclass(frozen=True)
+class Task:
+    """One candidate group to search."""
+
+    layers: tuple[str, ...]
+    required: bool = False  # searched (quickly) even past the time limit: a single layer
+
+
+@dataclass(frozen=True)
+class Found:
+    """A search's result: the options a prefetch may prefer (time-aware objectives only,
+    the first being the best) and the best tile (None: no tile passes)."""
+
+    options: tuple[Option, ...]
+    best: TileChoice | None
+    quick: bool = False  # tiled by the quick search, past the time limit
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every search of one planning reads."""
+
+    graph: Graph
+    chip: Chip
+    ruleset: RuleSet
+    objective: Objective
+    timed: bool  # collect prefetch options (a time-aware objective)
+    until: float | None  # time.perf_counter() deadline (CLOCK_MONOTONIC: one clock for all)
+
+
+def available_jobs() -> int:
+    """Cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def search(ctx: Context, task: Task) -> Found | None:
+    """One task's search (None: left out, past the time limit)."""
+    past = ctx.until is not None and time.perf_counter() >= ctx.until
+    if past and not task.required:
+        return None
+    group = GroupSearch.of(ctx.graph, task.layers, ctx.chip, ctx.ruleset)
+    if past and not ctx.timed:
+        quick = group.search(ctx.ruleset.search.tile_search)
+        if quick is not None:
+            return Found((), quick, quick=True)
+    if not ctx.timed:
+        return Found((), group.best(ctx.objective))
+    options = group.options(ctx.objective)
+    return Found(tuple(options), group.option_choice(options[0]) if options else None)
+
+
+def search_all(ctx: Context, tasks: Sequence[Task], jobs: int = 1) -> list[Found | None]:
+    """Every task's search, in order, on up to `jobs` processes."""
+    if jobs <= 1 or len(tasks) < MIN_PARALLEL or "fork" not in \
+            multiprocessing.get_all_start_methods():
+        return [search(ctx, t) for t in tasks]
+    # forked workers inherit the context; the pool's initializer hands it to each
+    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(tasks)), _adopt, (ctx,))
+    try:
+        found = list(pool.imap(_search_in_worker, tasks, max(1, len(tasks) // (8 * jobs))))
+        pool.close()
+        return found
+    finally:  # Ctrl-C (or a failed search) stops the workers at once, not after their tasks
+        pool.terminate()
+        pool.join()
+
+
+# The context of a worker process, set once by the pool's initializer (fork: inherited,
+# not pickled) and read by every task it runs; the planner's own process never sets it.
+_WORKER: list[Context] = []
+
+
+def _adopt(ctx: Context) -> None:
+    # Ctrl-C is the planner's to handle: it stops the pool (search_all)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER.append(ctx)
+
+
+def _search_in_worker(task: Task) -> Found | None:
+    return search(_WORKER[0], task)

@@ -1,0 +1,84 @@
+"""Tile searches on several cores (solver.parallel): the same plan for any number of jobs,
+the time limit binding the workers, and the CLI's --jobs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.app import api
+from planner.cost.objective import Objective
+from planner.ui.cli import app
+from solver import parallel
+from solver.parallel import MIN_PARALLEL, Context, Task, search, search_all
+
+import models
+
+
+def _problem(tmp_path: Path, hardware: str | None = None) -> api.Problem:
+    """Squeeze-excite blocks on a small chip: hundreds of candidate groups, some in passes
+    and hidden chunks."""
+    path = models.save(models.se_net(h=32, w=32, blocks=3, expand=4), tmp_path, "se")
+    return api.prepare(str(path), rules=models.fusing_rules(tmp_path), hardware=hardware,
+                       overrides=("sram.bytes=96KiB",) if hardware is None else ())
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "shortest-path"])
+def test_jobs_change_the_time_not_the_plan(tmp_path: Path, solver: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "MIN_PARALLEL", 1)  # a pool for these few searches too
+    problem = _problem(tmp_path)
+    one = api.plan_problem(problem, solver, jobs=1)
+    two = api.plan_problem(problem, solver, jobs=2)
+    assert [g.placement for g in one.groups] == [g.placement for g in two.groups]
+    assert one.totals == two.totals
+
+
+def test_workers_return_what_the_planner_finds_in_order(tmp_path: Path) -> None:
+    """Every interval of up to four layers searched in two worker processes and in this
+    one: the same results, in the order asked (a latency objective: with options)."""
+    problem = _problem(tmp_path, "soma_buffer")
+    g = problem.graph
+    order = [lay.name for lay in g.layers]
+    tasks = [Task(tuple(order[i:i + n]), n == 1) for n in range(1, 5)
+             for i in range(len(order) - n + 1)]
+    assert len(tasks) >= MIN_PARALLEL
+    for objective, timed in ((Objective.TRAFFIC, False), (Objective.LATENCY, True)):
+        ctx = Context(g, problem.chip, problem.ruleset, objective, timed, None)
+        assert search_all(ctx, tasks, jobs=2) == [search(ctx, t) for t in tasks]
+
+
+def test_past_the_time_limit_only_single_layers_are_searched_quickly(tmp_path: Path) -> None:
+    problem = _problem(tmp_path)
+    g = problem.graph
+    order = [lay.name for lay in g.layers]
+    tasks = [Task((order[i],), True) for i in range(len(order))] \
+        + [Task(tuple(order[i:i + 3])) for i in range(len(order) - 2)]
+    past = Context(g, problem.chip, problem.ruleset, Objective.TRAFFIC, False,
+                   time.perf_counter() - 1)
+    found = search_all(past, tasks, jobs=2)
+    singles, groups = found[:len(order)], found[len(order):]
+    assert all(f is None for f in groups)
+    assert all(f is not None and f.best is not None for f in singles)
+    assert any(f is not None and f.quick for f in singles)
+
+
+def test_cli_jobs_give_the_same_plan_file(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "MIN_PARALLEL", 1)
+    path = models.save(models.se_net(h=32, w=32, blocks=3, expand=4), tmp_path, "se")
+    runner = CliRunner()
+    docs = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"plan{jobs}.json"
+        result = runner.invoke(app, ["solve", str(path), "-j", jobs, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(out.read_text())
+        docs.append((doc["groups"], doc["totals"]))
+    assert docs[0] == docs[1]
+    refused = runner.invoke(app, ["solve", str(path), "--jobs", "-1"])
+    assert refused.exit_code == 2 and "--jobs" in refused.output
