@@ -48,6 +48,7 @@ from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected, is_convex
 from solver.hidden import HiddenSearch
 from solver.long_groups import long_groups
+from solver.parallel import Context, Task, search_all
 from solver.passes import PassSearch, passes_room
 from solver.shortest_path import infeasible_layer_error
 from solver.tiles import GroupSearch, Option, TileChoice, prefetch_room
@@ -650,14 +651,17 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
                 memo: dict[tuple[str, ...], Any] | None = None,
                 prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None = None,
                 trade_offs: dict[tuple[str, ...], list[TileChoice]] | None = None,
-                budget: Budget | None = None) -> CpsatResult:
+                budget: Budget | None = None, jobs: int = 1,
+                whole_maps: dict[str, Any] | None = None) -> CpsatResult:
     """Optimal groups and tiles under the rules (or the best found within the time limit).
 
     ``warm``: another planner's placements, as hints;
     ``trade_offs``: each group's reusing trade-off front under a cycles cap, kept across the
     capped solves of a Pareto sweep (filled here);
     ``budget``: the command's time limit: once it has passed no new group is searched, and
-    the solve stops in time for the plan to be assembled (reserve_s)."""
+    the solve stops in time for the plan to be assembled (reserve_s); ``jobs``: processes
+    the tile searches run on (solver.parallel); ``whole_maps``: the whole-map groups the
+    shortest path found on this graph and objective (solver.long_groups)."""
     started = time.perf_counter()
     budget = Budget() if budget is None else budget
     unsearched = 0
@@ -673,19 +677,27 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     candidates: list[tuple[str, ...]] = []
     floors: list[int] = []
     pinned: list[TileChoice | None] = []
+    kept: list[tuple[tuple[str, ...], GroupSearch]] = []
     for layers in candidate_sets(graph, ruleset, [p.layers for p in warm]):
         if layers in memo and memo[layers] is None:  # no tile passes, or it cuts a block
             continue
         search = GroupSearch.of(graph, layers, chip, ruleset)
         # with every rule literal true, structurally invalid or unfittable groups can never be
         # chosen: leave them out rather than let presolve find that out for each
-        if breaks_structure(search, ruleset):
+        if not breaks_structure(search, ruleset):
+            kept.append((layers, search))
+    # blocks and warm-start groups that are not intervals: searched here, on up to `jobs`
+    # processes (past the budget, left out)
+    new = [layers for layers, _ in kept if layers not in memo]
+    ctx = Context(graph, chip, ruleset, objective, False, budget.until)
+    for layers, found in zip(new, search_all(ctx, [Task(g) for g in new], jobs), strict=True):
+        if found is None:
+            unsearched += 1
+        else:
+            memo[layers] = found.best
+    for layers, search in kept:
+        if layers not in memo:
             continue
-        if layers not in memo:  # blocks and warm-start groups that are not intervals
-            if budget.passed:
-                unsearched += 1
-                continue
-            memo[layers] = search.best(objective)
         best = memo[layers]
         if best is None:
             continue
@@ -703,7 +715,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         budget.cut(f"CP-SAT: {unsearched} block candidates not searched")
     # the shortest path noted the cut once the budget has passed
     longer = {} if budget.passed else long_groups(graph, chip, ruleset, objective, budget,
-                                                  memo)
+                                                  memo, jobs, whole_maps)
     for layers, choice in longer.items():
         candidates.append(layers)  # block and whole-map groups past the size limit, pinned
         floors.append(objective_units(choice.cost, objective, ruleset.objective, chip))

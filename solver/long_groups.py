@@ -92,15 +92,21 @@ def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice |
 
 def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                 budget: Budget | None = None,
-                memo: dict[tuple[str, ...], TileChoice | None] | None = None, jobs: int = 1
+                memo: dict[tuple[str, ...], TileChoice | None] | None = None, jobs: int = 1,
+                whole_maps: dict[str, list[tuple[tuple[str, ...], TileChoice]]] | None = None
                 ) -> dict[tuple[str, ...], TileChoice]:
     """Groups longer than ``search.max_group_layers`` (block groups and whole-map groups),
     each with its best tile choice; where both kinds cover one interval, the cheaper. Block
     groups stop being searched once the ``budget`` has passed; ``memo`` (the planners'
     interval tiles) keeps their best tiles for a second planner on the same objective; their
-    searches run on up to ``jobs`` processes (solver.parallel)."""
+    searches run on up to ``jobs`` processes (solver.parallel). ``whole_maps`` keeps the
+    whole-map groups (under "groups") for a second planner on the same graph and
+    objective."""
     found = dict(block_groups(graph, chip, ruleset, objective, budget, memo, jobs))
-    for layers, choice in whole_map_groups(graph, chip, ruleset, objective):
+    whole_maps = {} if whole_maps is None else whole_maps
+    if "groups" not in whole_maps:
+        whole_maps["groups"] = list(whole_map_groups(graph, chip, ruleset, objective))
+    for layers, choice in whole_maps["groups"]:
         if layers not in found or _units(choice, objective, ruleset, chip) \
                 < _units(found[layers], objective, ruleset, chip):
             found[layers] = choice

@@ -16,6 +16,8 @@ but its own cost and its successor's saving.
 
 from __future__ import annotations
 
+from typing import Any
+
 import networkx as nx
 
 from hardware.chip import Chip
@@ -56,7 +58,8 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
 def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                          memo: dict[tuple[str, ...], TileChoice | None] | None = None,
                          options_memo: dict[tuple[str, ...], list[Option]] | None = None,
-                         budget: Budget | None = None, jobs: int = 1) -> list[Placement]:
+                         budget: Budget | None = None, jobs: int = 1,
+                         whole_maps: dict[str, Any] | None = None) -> list[Placement]:
     """Best grouping into intervals of the topological order.
 
     ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
@@ -68,7 +71,8 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     them). Intervals of the same structure (solver.structure: repeated blocks) share one
     tile search. Once the ``budget`` has passed, only single layers are searched (every plan
     needs them), by seed 000's quick search where it finds a tile, and the budget notes what
-    was left out. The searches run on up to ``jobs`` processes (solver.parallel)."""
+    was left out. The searches run on up to ``jobs`` processes (solver.parallel);
+    ``whole_maps`` keeps the whole-map groups for CP-SAT (solver.long_groups)."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -148,7 +152,8 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                 budget.cut("groups past search.max_group_layers not searched")
             longer = {}
         else:
-            longer = long_groups(graph, chip, ruleset, objective, budget, memo, jobs)
+            longer = long_groups(graph, chip, ruleset, objective, budget, memo, jobs,
+                                 whole_maps)
         for layers, best in longer.items():
             i = graph.index(layers[0])  # an interval of the order, longer than the limit
             choice[i, i + len(layers)] = best

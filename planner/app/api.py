@@ -206,9 +206,12 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
     if objective not in cache:
         memo = {} if memo is None else memo  # each interval's best tile, computed once
         options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
-        path = shortest_path_groups(g, chip, rs, objective, memo, options, budget, jobs)
-        cache[objective] = (memo, options, path, {})  # + trade-off fronts (capped solves)
-    memo, options, path, trade_offs = cache[objective]
+        whole_maps: dict[str, Any] = {}  # whole-map groups, found once for both planners
+        path = shortest_path_groups(g, chip, rs, objective, memo, options, budget, jobs,
+                                    whole_maps)
+        # + trade-off fronts (capped solves)
+        cache[objective] = (memo, options, path, {}, whole_maps)
+    memo, options, path, trade_offs, whole_maps = cache[objective]
     hint = path if warm is None else warm
     if rs.search.exact_path_first and warm is None and cycles_cap is None and path \
             and not cycle_units(objective, rs.objective, chip) \
@@ -224,7 +227,7 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
         return list(hint), {"name": "cpsat", "status": "FEASIBLE", "gap": None}
     try:
         result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo,
-                             options, trade_offs, budget)
+                             options, trade_offs, budget, jobs, whole_maps)
     except PlanningError as exc:
         if hint and budget.left() is not None and "status UNKNOWN" in str(exc):
             budget.cut("CP-SAT found no plan in the time left; the shortest-path plan is "
