@@ -31,6 +31,7 @@ from planner.cost.model import (
     idle_dram_cycles,
     weight_bytes,
     weight_prefetch_cycles,
+    weights_beside_maps,
 )
 from planner.cost.objective import (
     Charged,
@@ -153,9 +154,13 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
         # second buffer included; its weights are resident
         steps, prefetch, staged = [cand.exact_peak], 0, ()
     elif cand.fixed is not None and cand.facts_any_tile.halo_reuse:
-        # a pinned halo-reusing tile: its exact peak, second buffer included; it reserves
+        # a pinned halo-reusing tile: its exact peak, second buffer included (its cost's,
+        # less the weights beside the maps: computed once, by the tile search); it reserves
         # the largest streamed pair for all its steps
-        steps, prefetch, staged = [cand.facts_any_tile.reuse_peak_bytes], 0, (stage,)
+        f = cand.facts_any_tile
+        maps = cand.fixed.sram_peak_bytes - weights_beside_maps(enc.graph, cand.io, chip,
+                                                                 f.weights_resident)
+        steps, prefetch, staged = [maps], 0, (stage,)
     elif cand.fixed is not None and cand.facts_any_tile.weights_outer:
         # a pinned weights-outer tile holds its inputs and one chunk's slice of the output
         steps, staged = [cand.facts_any_tile.live_peak_bytes], (stage,)

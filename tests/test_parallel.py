@@ -82,3 +82,44 @@ def test_cli_jobs_give_the_same_plan_file(tmp_path: Path,
     assert docs[0] == docs[1]
     refused = runner.invoke(app, ["solve", str(path), "--jobs", "-1"])
     assert refused.exit_code == 2 and "--jobs" in refused.output
+
+
+@pytest.mark.parametrize("hardware", [None, "soma_buffer"])
+def test_a_pinned_reusing_tile_reports_its_map_peak_in_its_cost(tmp_path: Path,
+                                                                hardware: str | None) -> None:
+    """CP-SAT reads a pinned halo-reusing tile's feature-map peak from its cost (the tile
+    search computed it, maybe in a worker) instead of computing it again: the cost's SRAM
+    peak less the weights beside the maps is the exact reuse peak, for resident and
+    streamed weights, one buffer or two, with and without bands, on a chip with WRAM and
+    on a single-memory one."""
+    from planner.cost.model import weights_beside_maps
+    from planner.geometry.regions import Tile
+    from solver.tiles import GroupSearch
+
+    path = models.save(models.residual_net(h=32, w=32), tmp_path, "res")
+    problem = api.prepare(str(path), hardware=hardware)
+    g, chip = problem.graph, problem.chip
+    order = [lay.name for lay in g.layers]
+    checked = banded = 0
+    for n in (2, 3, 5):
+        for i in range(0, len(order) - n, 3):
+            search = GroupSearch.of(g, order[i:i + n], chip, problem.ruleset)
+            if not search.can_reuse():
+                continue
+            w = search.tile_of(1).w
+            for th, cols, bands, resident, db in ((2, 1, 1, True, False),
+                                                  (5, 1, 1, False, True),
+                                                  (3, 16, chip.cores, True, True),
+                                                  (4, 32, chip.cores, False, False)):
+                tile = Tile(search.tile_of(th).n, th, max(1, w // cols), bands)
+                if bands > 1 and bands not in search.band_options(tile.w):
+                    continue  # the chip's cores do not make that many bands
+                at = search.at_width(tile.w).at_bands(bands)
+                choice = at.choice(tile, resident, db, halo_reuse=True)
+                facts = at.facts(tile, resident, db, True)
+                maps = choice.cost.sram_peak_bytes - weights_beside_maps(g, search.io, chip,
+                                                                         resident)
+                assert maps == facts.reuse_peak_bytes, (order[i:i + n], tile, resident, db)
+                checked += 1
+                banded += bands > 1
+    assert checked >= 12 and (banded > 0 or hardware is not None)

@@ -232,6 +232,16 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
     return peak
 
 
+def weights_beside_maps(graph: Graph, io: GroupIO, chip: Chip, weights_resident: bool) -> int:
+    """Weight bytes a halo-reusing tile's SRAM peak holds beside its feature maps: on
+    single-memory chips the resident weights, or the largest streamed pair (reserved for
+    every step); none where WRAM holds them (peak_bytes, banded_sram_bytes)."""
+    if not chip.unified:
+        return 0
+    return weight_bytes(graph, io.weights, chip) if weights_resident \
+        else max(sram_staged(graph, io, chip, False), default=0)
+
+
 def outer_chunks(graph: Graph, io: GroupIO, chip: Chip) -> tuple[int, list[int]]:
     """(output channels, each chunk's weight bytes) of a weights-outer group's one layer."""
     lay = graph.layer(io.layers[0])
