@@ -68,7 +68,7 @@ def plan_and_verify(model: str, shapes: Mapping[str, tuple[int, ...]],
     emulator). Raises PlanningError when there is no plan."""
     started = time.perf_counter()
     problem = api.prepare(model, hardware=hardware, shapes=shapes, overrides=overrides)
-    plan = api.plan_problem(problem, "cpsat")
+    plan = api.plan_problem(problem, "cpsat", jobs=0)  # every core, as `fuseplan solve`
     solve_s = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "plan.json"
