@@ -233,3 +233,26 @@ def test_plan_file_states_hidden_chunks_in_passes_and_rejects_bad_counts(
     # weights that stream cannot run in passes, chunked or not
     with pytest.raises(PlanningError):
         _plan(problem, blocks, 4, 8, False, resident=False)
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(6, 24), channels=st.sampled_from([4, 8, 12]),
+       expand=st.integers(2, 6), chunk_pick=st.integers(0, 7), th_pick=st.integers(1, 24),
+       held=st.booleans(), db=st.booleans(), scale_first=st.booleans(),
+       batch=st.integers(1, 2), hardware=st.sampled_from([None, "soma_buffer"]))
+def test_random_squeeze_excite_passes_in_hidden_chunks_verify(
+        tmp_path: Path, size: int, channels: int, expand: int, chunk_pick: int,
+        th_pick: int, held: bool, db: bool, scale_first: bool, batch: int,
+        hardware: str | None) -> None:
+    """Random block sizes, chunk counts, tiles, held inputs, buffering, batch and chip: the
+    block in two passes with hidden chunks verifies, outputs and every counter."""
+    model = models.se_net(n=batch, h=size, w=size, blocks=1, channels=channels,
+                          expand=expand, scale_first=scale_first)
+    problem = api.prepare(str(models.save(model, tmp_path, "se")), hardware=hardware)
+    (block,) = _se_blocks(problem.graph)
+    hidden = channels * expand
+    counts = [k for k in range(2, hidden + 1) if len(range(0, hidden, -(-hidden // k))) == k]
+    chunks = counts[chunk_pick % len(counts)]
+    th = 1 + (th_pick - 1) % size
+    _check(problem, _plan(problem, [block], th, chunks, held, db and not held))
