@@ -30,7 +30,7 @@ from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
 from solver.tiles import GroupSearch, Option, TileChoice
 
-MIN_PARALLEL = 32  # searches below which a pool costs more than it saves
+MIN_PARALLEL = 8  # searches below which a pool (tens of milliseconds to start) is not worth it
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,18 @@ def search_all(ctx: Context, tasks: Sequence[Task], jobs: int = 1) -> list[Found
     if jobs <= 1 or len(tasks) < MIN_PARALLEL or "fork" not in \
             multiprocessing.get_all_start_methods():
         return [search(ctx, t) for t in tasks]
+    # without a time limit the largest groups go first, one task at a time, so no worker
+    # is left with a long search at the end (their size is the best guess of their cost);
+    # under one, the caller's order (short groups first: what a cut should keep)
+    order = list(range(len(tasks)))
+    if ctx.until is None:
+        order.sort(key=lambda i: -len(tasks[i].layers))
+    found: list[Found | None] = [None] * len(tasks)
     # forked workers inherit the context; the pool's initializer hands it to each
     pool = multiprocessing.get_context("fork").Pool(min(jobs, len(tasks)), _adopt, (ctx,))
     try:
-        found = list(pool.imap(_search_in_worker, tasks, max(1, len(tasks) // (8 * jobs))))
+        for i, result in pool.imap_unordered(_search_in_worker, [(i, tasks[i]) for i in order]):
+            found[i] = result
         pool.close()
         return found
     finally:  # Ctrl-C (or a failed search) stops the workers at once, not after their tasks
@@ -114,5 +122,5 @@ def _adopt(ctx: Context) -> None:
     _WORKER.append(ctx)
 
 
-def _search_in_worker(task: Task) -> Found | None:
-    return search(_WORKER[0], task)
+def _search_in_worker(item: tuple[int, Task]) -> tuple[int, Found | None]:
+    return item[0], search(_WORKER[0], item[1])

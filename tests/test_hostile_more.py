@@ -236,6 +236,22 @@ def test_ctrl_c_during_a_long_command_exits_130_promptly(tmp_path: Path,
         shutil.rmtree(tmp_path / filled[-1])
 
 
+def test_ctrl_c_while_worker_processes_search_stops_them_all(tmp_path: Path) -> None:
+    """`solve -j 2` on a ResNet-50 searches its tiles in two worker processes: Ctrl-C to the
+    terminal's process group ends the command with exit 130 and one line, and leaves no
+    worker running and no plan file."""
+    code, stderr, took = _interrupt(["solve", "zoo:resnet50", "-j", "2", "-o", "plan.json"],
+                                    5, tmp_path)
+    assert code == 130, stderr
+    assert took < 10
+    lines = [s for s in stderr.splitlines() if s.strip()]
+    assert lines and lines[0].startswith("interrupted:") and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "plan.json").exists()
+    time.sleep(0.5)
+    left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not [a for a in left.splitlines() if "zoo:resnet50 -j 2 -o plan.json" in a], left
+
+
 # --------------------------------------------------------------------------- message audit
 
 @pytest.fixture(scope="module")
