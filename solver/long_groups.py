@@ -36,7 +36,7 @@ from planner.geometry.regions import group_io
 from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected, is_convex
-from solver.parallel import Context, Task, search_all
+from solver.parallel import Context, Task, looked_up, search_all
 from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, TileChoice
 
@@ -166,17 +166,14 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
     found = dict(zip(tasks, search_all(ctx, list(tasks.values()), jobs), strict=True))
     left_out = 0
     for group, what in rows:
-        best = what if not isinstance(what, tuple) else None
-        if isinstance(what, tuple):
-            result = found[what]
-            if result is None:  # past the budget: not searched
-                left_out += 1
-                continue
-            best = result.best
-            if memo is not None:
-                memo[group] = best
-        if best is not None:
-            yield group, best
+        result = looked_up(what, found)
+        if result is None:  # past the budget: not searched
+            left_out += 1
+            continue
+        if memo is not None:
+            memo[group] = result.best
+        if result.best is not None:
+            yield group, result.best
     if left_out and budget is not None:
         budget.cut(f"block groups: {left_out} not searched")
 

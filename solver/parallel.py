@@ -21,8 +21,9 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hardware.chip import Chip
 from planner.cost.objective import Objective
@@ -61,6 +62,16 @@ class Context:
     objective: Objective
     timed: bool  # collect prefetch options (a time-aware objective)
     until: float | None  # time.perf_counter() deadline (CLOCK_MONOTONIC: one clock for all)
+
+
+def looked_up(what: TileChoice | tuple[Any, ...] | None,
+              found: Mapping[Any, Found | None]) -> Found | None:
+    """A candidate's result, where the planner noted either its tile (None: no tile passes)
+    or the structure key its search shares (then that search's result: None when it was
+    left out past the time limit)."""
+    if isinstance(what, tuple):
+        return found[what]
+    return Found((), what)
 
 
 def available_jobs() -> int:

@@ -30,7 +30,7 @@ from planner.plan.placement import Placement
 from rules.ruleset import RuleSet
 from solver.groups import breaks_structure, is_connected
 from solver.long_groups import long_groups, searches_long_groups
-from solver.parallel import Context, Found, Task, search_all
+from solver.parallel import Context, Found, Task, looked_up, search_all
 from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, Option, TileChoice
 
@@ -119,18 +119,16 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                     and (f := found[what]) is not None and f.best is None:
                 raise infeasible_layer_error(graph, chip, ruleset, layers[0])
     for i, j, layers, what in rows:
-        best = what if not isinstance(what, tuple) else None
-        if isinstance(what, tuple):
-            result = found[what]
-            if result is None:  # past the budget: not searched
-                skipped += 1
-                continue
-            best = result.best
-            quick_layers += result.quick
-            if timed:  # the options a prefetch may prefer, the first being the best
-                options[i, j] = list(result.options)
-                if options_memo is not None:
-                    options_memo[layers] = list(result.options)
+        result = looked_up(what, found)
+        if result is None:  # past the budget: not searched
+            skipped += 1
+            continue
+        best = result.best
+        quick_layers += result.quick
+        if timed and isinstance(what, tuple):  # the options a prefetch may prefer
+            options[i, j] = list(result.options)
+            if options_memo is not None:
+                options_memo[layers] = list(result.options)
         if memo is not None:
             memo[layers] = best
         if best is None:

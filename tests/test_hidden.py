@@ -12,16 +12,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from planner.app import api
-from planner.app.assemble import assemble, layer_placements
 from planner.app.explain import recheck
 from planner.core.errors import InputError
-from planner.cost.objective import Objective
 from planner.geometry.hidden import stretches
 from planner.geometry.regions import Tile, group_io
 from planner.ir.graph import Graph
@@ -84,28 +83,16 @@ def _save(model: onnx.ModelProto, tmp_path: Path, name: str = "mlp") -> str:
     return str(path)
 
 
-def _check(problem: api.Problem, plan: Plan) -> None:
-    report = api.verify_in_memory(problem, plan, seed=3)
-    assert report.outputs_match, report.first_output_mismatch
-    assert report.predicted_matches_emulated, report.first_counter_mismatch
-    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
-
-
 def _hand_plan(problem: api.Problem, groups: list[tuple[str, ...]], th: int, resident: bool,
                chunks: int, double_buffered: bool = False) -> Plan:
     """Each of `groups` one group of tile height th in `chunks` hidden chunks, the rest alone."""
     g = problem.graph
     placements: list[Placement] = []
-    covered: set[str] = set()
     for layers in groups:
         n, _, _, w = g.dims(group_io(g, layers).anchor)
         placements.append(Placement.of(layers, Tile(n, th, w), resident, double_buffered,
                                        hidden_chunks=chunks))
-        covered.update(layers)
-    placements += [p for p in layer_placements(g, problem.chip)
-                   if not covered.intersection(p.layers)]
-    return assemble(g, problem.chip, placements, **problem.plan_header(),
-                    objective=Objective.TRAFFIC, solver={"name": "hand"})
+    return hand_plan(problem, placements)
 
 
 def _all_layers(graph: Graph) -> tuple[str, ...]:
@@ -170,7 +157,7 @@ def test_hand_built_mlp_plans_verify(tmp_path: Path, th: int, resident: bool, ch
     plan = _hand_plan(problem, [_all_layers(problem.graph)], th, resident, chunks, db)
     (group,) = plan.groups
     assert group.placement.hidden_chunks == chunks
-    _check(problem, plan)
+    assert_verifies(problem, plan)
 
 
 def test_hand_built_convnext_plans_verify_and_chunks_lower_the_peak(tmp_path: Path) -> None:
@@ -179,7 +166,7 @@ def test_hand_built_convnext_plans_verify_and_chunks_lower_the_peak(tmp_path: Pa
     peaks = []
     for chunks in (1, 2, 4):
         plan = _hand_plan(problem, blocks, 4, True, chunks)
-        _check(problem, plan)
+        assert_verifies(problem, plan)
         peaks.append(max(g.predicted.sram_peak_bytes for g in plan.groups
                          if len(g.layers) > 1))
     assert peaks[0] > peaks[1] > peaks[2]
@@ -215,7 +202,7 @@ def test_inverted_residuals_run_in_hidden_chunks_through_the_depthwise_conv(
         assert "Conv" in [g.layer(n).op for n in s.mids]  # the depthwise conv
     plan = _hand_plan(problem, blocks, th, resident, chunks, db)
     assert sum(grp.placement.hidden_chunks == chunks for grp in plan.groups) == 3
-    _check(problem, plan)
+    assert_verifies(problem, plan)
 
 
 @settings(max_examples=12, deadline=None,
@@ -236,7 +223,7 @@ def test_random_mlps_verify_in_hidden_chunks(tmp_path: Path, tokens: int, width:
     chunks = counts[chunk_pick % len(counts)]
     th = 1 + (th_pick - 1) % tokens
     plan = _hand_plan(problem, [_all_layers(problem.graph)], th, resident, chunks, db)
-    _check(problem, plan)
+    assert_verifies(problem, plan)
 
 
 def test_planners_chunk_an_mlp_whose_weights_and_hidden_map_do_not_fit(tmp_path: Path) -> None:
@@ -260,7 +247,7 @@ def test_planners_chunk_an_mlp_whose_weights_and_hidden_map_do_not_fit(tmp_path:
     assert cpsat.totals.dram_bytes == shortest.totals.dram_bytes == cpsat.compulsory_dram_bytes
     assert 3 * cpsat.totals.dram_bytes < without.totals.dram_bytes
     assert recheck(problem.graph, cpsat, problem.chip, problem.ruleset) == []
-    _check(problem, cpsat)
+    assert_verifies(problem, cpsat)
 
 
 def test_plan_file_states_hidden_chunks_and_rejects_them_where_they_cannot_run(

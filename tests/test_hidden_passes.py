@@ -12,16 +12,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from planner.app import api
-from planner.app.assemble import assemble, layer_placements
 from planner.app.explain import recheck
 from planner.core.errors import InputError, PlanningError
-from planner.cost.objective import Objective
 from planner.geometry.hidden import stretches
 from planner.geometry.passes import pass_split, pass_stretches
 from planner.geometry.regions import Tile, group_io
@@ -51,23 +50,16 @@ def _plan(problem: api.Problem, groups: list[tuple[str, ...]], th: int, chunks: 
     """Each of `groups` one group of tile height th in `passes` passes and `chunks` hidden
     chunks, the rest layer by layer."""
     g = problem.graph
-    placements: list[Placement] = []
+    placements = []
     for layers in groups:
         n, _, _, w = g.dims(group_io(g, layers).anchor)
         placements.append(Placement.of(layers, Tile(n, th, w), resident, double_buffered,
                                        passes=passes, inputs_held=held, hidden_chunks=chunks))
-    covered = {n for layers in groups for n in layers}
-    placements += [p for p in layer_placements(g, problem.chip)
-                   if not covered.intersection(p.layers)]
-    return assemble(g, problem.chip, placements, **problem.plan_header(),
-                    objective=Objective.TRAFFIC, solver={"name": "hand"})
+    return hand_plan(problem, placements)
 
 
 def _check(problem: api.Problem, plan: Plan) -> None:
-    report = api.verify_in_memory(problem, plan, seed=5)
-    assert report.outputs_match, report.first_output_mismatch
-    assert report.predicted_matches_emulated, report.first_counter_mismatch
-    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
+    assert_verifies(problem, plan, seed=5)
 
 
 def test_each_pass_of_a_squeeze_excite_block_has_its_stretch(tmp_path: Path) -> None:
@@ -198,10 +190,8 @@ def test_a_group_ending_in_a_global_pool_folds_its_hidden_chunks(
     counts = [k for k in range(2, hidden + 1) if len(range(0, hidden, -(-hidden // k))) == k]
     chunks = counts[chunk_pick % len(counts)]
     th = 1 + (th_pick - 1) % size
-    placements = [Placement.of(layers, Tile(1, th, size), resident, db, hidden_chunks=chunks)]
-    placements += [p for p in layer_placements(g, problem.chip) if p.layers[0] not in layers]
-    plan = assemble(g, problem.chip, placements, **problem.plan_header(),
-                    objective=Objective.TRAFFIC, solver={"name": "hand"})
+    plan = hand_plan(problem, [Placement.of(layers, Tile(1, th, size), resident, db,
+                                            hidden_chunks=chunks)])
     _check(problem, plan)
 
 

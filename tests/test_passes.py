@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -47,23 +48,12 @@ def _hand_plan(problem: api.Problem, th: int, double_buffered: bool, held: bool 
     """Every block of the net one two-pass group of tile height th (``held``: its input
     loaded once and held), the rest alone."""
     g = problem.graph
-    placements, covered = [], set()
+    placements = []
     for layers in _blocks(g):
         n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
         placements.append(Placement.of(layers, Tile(n, th, w), True, double_buffered,
                                        passes=2, inputs_held=held))
-        covered.update(layers)
-    placements += [p for p in layer_placements(g, problem.chip)
-                   if not covered.intersection(p.layers)]
-    return assemble(g, problem.chip, placements, **problem.plan_header(),
-                    objective=Objective.TRAFFIC, solver={"name": "hand"})
-
-
-def _check(problem: api.Problem, plan: Plan) -> None:
-    report = api.verify_in_memory(problem, plan, seed=3)
-    assert report.outputs_match, report.first_output_mismatch
-    assert report.predicted_matches_emulated, report.first_counter_mismatch
-    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
+    return hand_plan(problem, placements)
 
 
 def test_split_names_prefix_tail_rest_and_held_vectors(tmp_path: Path) -> None:
@@ -108,7 +98,7 @@ def test_hand_built_two_pass_plans_verify(tmp_path: Path, size: int, th: int, db
     problem = api.prepare(str(path), hardware=hardware)
     plan = _hand_plan(problem, th, db, held)
     assert sum(g.placement.passes > 1 for g in plan.groups) == 2
-    _check(problem, plan)
+    assert_verifies(problem, plan)
     if held:  # each block reads its input once: no halo, no second read
         assert all(g.predicted.redundant_read_bytes == 0 for g in plan.groups
                    if g.placement.passes > 1)
@@ -139,7 +129,7 @@ def test_three_passes_over_two_squeeze_excite_blocks_verify(tmp_path: Path, th: 
                    if not set(layers).intersection(p.layers)]
     plan = assemble(g, problem.chip, placements, **problem.plan_header(),
                     objective=Objective.TRAFFIC, solver={"name": "hand"})
-    _check(problem, plan)
+    assert_verifies(problem, plan)
 
 
 @pytest.mark.parametrize("held", [False, True])
@@ -159,7 +149,7 @@ def test_a_pool_of_the_groups_own_input_runs_in_two_passes(tmp_path: Path, held:
                    if not set(layers).intersection(p.layers)]
     plan = assemble(g, problem.chip, placements, **problem.plan_header(),
                     objective=Objective.TRAFFIC, solver={"name": "hand"})
-    _check(problem, plan)
+    assert_verifies(problem, plan)
 
 
 @settings(max_examples=8, deadline=None,
@@ -227,7 +217,7 @@ def test_a_branch_that_feeds_only_the_pool_runs_in_the_pool_pass_only(tmp_path: 
     assert not branch_a & set(split.last.layers)
     plan = api.plan_problem(problem)
     assert any(grp.placement.passes == 2 for grp in plan.groups)
-    _check(problem, plan)
+    assert_verifies(problem, plan)
     # a tensor leaving mid-group is stored whole by every tile: no passes for such a group
     leaky = models.save(_selective_kernel_net(64, leak=True), tmp_path, "leaky")
     lg = api.prepare(str(leaky)).graph
@@ -269,7 +259,7 @@ def test_planners_pick_two_passes_where_the_expanded_map_does_not_fit(
     assert 3 * cpsat.totals.dram_bytes < 2 * without.totals.dram_bytes
     # `explain` re-checks each pass against the tile rules: nothing breaks them
     assert recheck(problem.graph, cpsat, problem.chip, problem.ruleset) == []
-    _check(problem, cpsat)
+    assert_verifies(problem, cpsat)
 
 
 def test_plan_file_states_passes_and_rejects_them_where_they_cannot_run(tmp_path: Path) -> None:

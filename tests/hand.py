@@ -1,0 +1,30 @@
+"""Hand-built plans for tests: the placements a test states, every other layer alone, and
+the check that such a plan runs as predicted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from planner.app import api
+from planner.app.assemble import assemble, layer_placements
+from planner.cost.objective import Objective
+from planner.plan.data import Plan
+from planner.plan.placement import Placement
+
+
+def hand_plan(problem: api.Problem, placements: Sequence[Placement]) -> Plan:
+    """A plan of `placements`, every layer they do not cover alone (as the layer-by-layer
+    planner places it), costed by the cost model."""
+    g = problem.graph
+    covered = {n for p in placements for n in p.layers}
+    rest = [p for p in layer_placements(g, problem.chip) if not covered.intersection(p.layers)]
+    return assemble(g, problem.chip, [*placements, *rest], **problem.plan_header(),
+                    objective=Objective.TRAFFIC, solver={"name": "hand"})
+
+
+def assert_verifies(problem: api.Problem, plan: Plan, seed: int = 3) -> None:
+    """Outputs match onnxruntime, every counter the prediction, and nothing overflows."""
+    report = api.verify_in_memory(problem, plan, seed=seed)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
+    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
