@@ -115,14 +115,17 @@ def intervals_only(graph: Graph, ruleset: RuleSet, extra: Sequence[Sequence[str]
                    searched: Container[tuple[str, ...]] | None = None) -> bool:
     """Whether every candidate group CP-SAT would weigh is an interval of the layer order
     (whole blocks and `extra` groups included) and, given what the shortest path
-    ``searched``, one it weighed too (a block with its entry layer can be one layer longer
-    than search.max_group_layers): the shortest path over intervals, with the same best
-    tile per group, is then exact wherever costs add up."""
+    ``searched`` (and the `extra` groups, its plan's), one it weighed too (a block with its
+    entry layer can be one layer longer than search.max_group_layers): the shortest path
+    over intervals, with the same best tile per group, is then exact wherever costs add
+    up."""
+    chosen = {tuple(sorted(g, key=graph.index)) for g in extra}  # the path's own groups
     for layers in candidate_sets(graph, ruleset, extra):
         at = sorted(graph.index(n) for n in layers)
         if at[-1] - at[0] + 1 != len(at):
             return False
-        if searched is not None and len(layers) > 1 and layers not in searched:
+        if searched is not None and len(layers) > 1 and layers not in searched \
+                and layers not in chosen:
             return False
     return True
 

@@ -110,16 +110,23 @@ def search_all(ctx: Context, tasks: Sequence[Task], jobs: int = 1) -> list[Found
     if ctx.until is None:
         order.sort(key=lambda i: -len(tasks[i].layers))
     found: list[Found | None] = [None] * len(tasks)
-    # forked workers inherit the context; the pool's initializer hands it to each
-    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(tasks)), _adopt, (ctx,))
+    # forked workers inherit the context; the pool's initializer hands it to each. Ctrl-C
+    # is held back while they start (they inherit that, then ignore it: the planner
+    # handles it), so none dies half-born with a traceback of its own
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    pool = None
     try:
+        pool = multiprocessing.get_context("fork").Pool(min(jobs, len(tasks)), _adopt, (ctx,))
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         for i, result in pool.imap_unordered(_search_in_worker, [(i, tasks[i]) for i in order]):
             found[i] = result
         pool.close()
         return found
     finally:  # Ctrl-C (or a failed search) stops the workers at once, not after their tasks
-        pool.terminate()
-        pool.join()
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if pool is not None:
+            pool.terminate()
+            pool.join()
 
 
 # The context of a worker process, set once by the pool's initializer (fork: inherited,
@@ -130,6 +137,7 @@ _WORKER: list[Context] = []
 def _adopt(ctx: Context) -> None:
     # Ctrl-C is the planner's to handle: it stops the pool (search_all)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _WORKER.append(ctx)
 
 
