@@ -123,3 +123,18 @@ def test_a_pinned_reusing_tile_reports_its_map_peak_in_its_cost(tmp_path: Path,
                 checked += 1
                 banded += bands > 1
     assert checked >= 12 and (banded > 0 or hardware is not None)
+
+
+@pytest.mark.slow  # four planners and two fronts, twice: over a minute
+def test_compare_and_pareto_give_the_same_plans_on_two_cores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The latency and energy objectives search prefetch options in the workers too."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL", 1)
+    problem = _problem(tmp_path)
+    for one, two in zip(api.compare(problem, "latency", jobs=1),
+                        api.compare(problem, "latency", jobs=2), strict=True):
+        assert one[0] == two[0] and one[2] == two[2]
+        assert (one[1] and one[1].totals) == (two[1] and two[1].totals)
+    front = [(p.totals.cycles, p.totals.energy_pj) for p in api.pareto(problem, 3, jobs=1)]
+    assert front == [(p.totals.cycles, p.totals.energy_pj)
+                     for p in api.pareto(problem, 3, jobs=2)]

@@ -271,25 +271,30 @@ def _chip_place(problem: Problem) -> str:
     return where
 
 
-def pareto(problem: Problem, points: int = 5, time_limit: float | None = None) -> list[Plan]:
+def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
+           jobs: int = 1) -> list[Plan]:
     """Non-dominated (cycles, energy) plans by epsilon constraints (seed 004 ¶49-54).
 
     The latency-optimal and energy-optimal plans bound the front; between them CP-SAT
     minimises energy with the plan's cycles capped at evenly spaced values, warm-started
-    from the latency plan (which meets every cap).
+    from the latency plan (which meets every cap). ``jobs``: processes the tile searches
+    run on (0: every core).
     """
+    from solver.parallel import available_jobs
+
+    jobs = jobs or available_jobs()
     if points < 2:
         raise InputError(f"--points must be at least 2 (got {points}): the two ends of the "
                          "front. Pass --points 2 or more.")
     if whole_network(problem) is not None:  # one group: nothing to trade
-        return [plan_problem(problem, "cpsat", Objective.LATENCY, time_limit)]
+        return [plan_problem(problem, "cpsat", Objective.LATENCY, time_limit, jobs=jobs)]
     header = problem.plan_header()
     cache: dict[Objective, Any] = {}
 
     def planned(objective: Objective, cap: int | None = None,
                 warm: Sequence[Placement] | None = None) -> tuple[Plan, list[Placement]]:
         started = time.perf_counter()
-        groups, info = _cpsat(problem, objective, time_limit, cap, cache, warm)
+        groups, info = _cpsat(problem, objective, time_limit, cap, cache, warm, jobs=jobs)
         info["wall_s"] = round(time.perf_counter() - started, 3)
         return assemble(problem.graph, problem.chip, groups, objective=objective, solver=info,
                         **header), groups
@@ -461,12 +466,14 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
 
 
 def compare(problem: Problem, objective: Objective | str | None = None,
-            time_limit: float | None = None) -> list[tuple[str, Plan | None, str]]:
-    """All four planners on the same problem: (solver, plan or None, status or error)."""
+            time_limit: float | None = None, jobs: int = 1
+            ) -> list[tuple[str, Plan | None, str]]:
+    """All four planners on the same problem: (solver, plan or None, status or error);
+    ``jobs``: processes the tile searches run on (0: every core)."""
     rows: list[tuple[str, Plan | None, str]] = []
     for name in ("layer", "greedy", "shortest-path", "cpsat"):
         try:
-            plan = plan_problem(problem, name, objective, time_limit)
+            plan = plan_problem(problem, name, objective, time_limit, jobs=jobs)
             rows.append((name, plan, str(plan.solver.get("status"))))
         except PlanningError as exc:
             rows.append((name, None, str(exc)))

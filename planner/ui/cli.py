@@ -281,6 +281,7 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
 @guarded
 def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
            shape: ShapeOpt = None, time_limit: TimeOpt = None,
+           jobs: SearchJobsOpt = 0,
            points: PointsOpt = 5,
            out_dir: OutDirOpt = Path("pareto"),
            plot: PlotOpt = None,
@@ -294,7 +295,7 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
         make_dir(out_dir)  # refuses a file before the solves, not after them
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working(f"sweeping {points} points of the cycles/energy front"):
-        plans = api.pareto(problem, points, time_limit)
+        plans = api.pareto(problem, points, time_limit, jobs)
     make_dir(out_dir)
     rows: list[dict[str, Any]] = []
     try:
@@ -471,11 +472,11 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
 @guarded
 def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
             shape: ShapeOpt = None, objective: ObjOpt = None, time_limit: TimeOpt = None,
-            as_json: JsonOpt = False) -> None:
+            jobs: SearchJobsOpt = 0, as_json: JsonOpt = False) -> None:
     """All four planners under the same rules and chip."""
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working("planning with layer, greedy, shortest-path and cpsat"):
-        rows = api.compare(problem, objective, time_limit)
+        rows = api.compare(problem, objective, time_limit, jobs)
     floor = next((p.compulsory_dram_bytes for _, p, _ in rows if p is not None), 0)
     if all(p is None for _, p, _ in rows):  # the answer is "no" from every planner
         err.print(f"no plan: no planner found a plan for {model} on this chip "
