@@ -101,20 +101,14 @@ def _stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
         reads = [t for t in lay.fmap_inputs if t in hidden]
         if not reads:
             return None  # the stretch is a run of consecutive layers
-        if _narrows(graph, lay, hidden, channels, axis):
+        sums = _narrows(graph, lay, hidden, channels, axis)
+        if sums or _pools(graph, io, lay, hidden, channels, axis):
             if any(c in inside and c not in (*mids, name) for t in hidden
                    for c in graph.consumers.get(t, ())) \
                     or any(t in io.outputs or t in graph.outputs for t in hidden):
-                return None
+                return None  # a hidden map read beside the stretch, or leaving the group
             return Stretch(widen.name, tuple(mids), name, channels, axis, tuple(hidden),
-                           lay.outputs[0])
-        if _pools(graph, io, lay, hidden, channels, axis):
-            if any(c in inside and c not in (*mids, name) for t in hidden
-                   for c in graph.consumers.get(t, ())) \
-                    or any(t in io.outputs or t in graph.outputs for t in hidden):
-                return None
-            return Stretch(widen.name, tuple(mids), name, channels, axis, tuple(hidden),
-                           lay.outputs[0], pools=True)
+                           lay.outputs[0], pools=not sums)
         if not _per_element(graph, lay, hidden, out):
             return None
         mids.append(name)
