@@ -8,7 +8,10 @@ heights that fit are costed, with and without a second input buffer (without it 
 inputs are held). Capacities use the exact peak of the passes and the tails; the rules
 that depend on the tile bind each pass as a group of its own, with what the group holds on
 chip beside it and its resident weights, or the whole group with the tile
-(Rule.in_passes); the structural ones bind the whole group.
+(Rule.in_passes); the structural ones bind the whole group. Where the passes hold
+stretches (planner.geometry.passes.pass_stretches) and the rules allow hidden chunks,
+heights taller than any that fit whole are tried with each pass's stretches chunked, with
+the fewest chunks that fit and pass the rules (each hidden map seen as its widest chunk).
 """
 
 from __future__ import annotations
