@@ -468,7 +468,10 @@ class Fold:
                 return folded
             shape = list(folded.shape)
             shape[self.layout.channel_axes[0]] = self.channels
-            start = {Accumulate.MAX: -np.inf, Accumulate.MIN: np.inf}.get(self.how, 0.0)
+            # channels no chunk has folded yet hold the fold's identity
+            limits = np.iinfo(folded.dtype) if np.issubdtype(folded.dtype, np.integer) \
+                else np.finfo(folded.dtype)
+            start = {Accumulate.MAX: limits.min, Accumulate.MIN: limits.max}.get(self.how, 0)
             self.acc = np.full(shape, start, dtype=folded.dtype)
         into = self.acc if channels is None else _take(self.acc, self.layout.channel_axes[0],
                                                        *channels)

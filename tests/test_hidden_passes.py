@@ -144,10 +144,10 @@ def test_planners_chunk_squeeze_excite_passes_that_fit_no_other_way(tmp_path: Pa
     _check(problem, cpsat)
 
 
-def _head_model(tokens: int = 12, width: int = 8, hidden: int = 40, seed: int = 0
-                ) -> onnx.ModelProto:
-    """A classifier head: 1x1 conv widening to `hidden` channels, HardSwish, global
-    average pool, Flatten, Gemm."""
+def _head_model(tokens: int = 12, width: int = 8, hidden: int = 40, seed: int = 0,
+                pool: str = "GlobalAveragePool") -> onnx.ModelProto:
+    """A classifier head: 1x1 conv widening to `hidden` channels, HardSwish, a global
+    pool, Flatten, Gemm."""
     rng = np.random.default_rng(seed)
 
     def const(name: str, arr: np.ndarray) -> onnx.TensorProto:
@@ -155,7 +155,7 @@ def _head_model(tokens: int = 12, width: int = 8, hidden: int = 40, seed: int = 
 
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h1"], name="widen"),
              helper.make_node("HardSwish", ["h1"], ["h2"], name="act"),
-             helper.make_node("GlobalAveragePool", ["h2"], ["p"], name="pool"),
+             helper.make_node(pool, ["h2"], ["p"], name="pool"),
              helper.make_node("Flatten", ["p"], ["f"], name="flat", axis=1),
              helper.make_node("Gemm", ["f", "w2", "b2"], ["y"], name="fc", transB=1)]
     inits = [const("w1", rng.standard_normal((hidden, width, 1, 1))),
@@ -173,15 +173,17 @@ def _head_model(tokens: int = 12, width: int = 8, hidden: int = 40, seed: int = 
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(size=st.integers(4, 14), hidden=st.integers(6, 48), chunk_pick=st.integers(0, 5),
        th_pick=st.integers(1, 14), resident=st.booleans(), db=st.booleans(),
-       hardware=st.sampled_from([None, "soma_buffer"]))
+       hardware=st.sampled_from([None, "soma_buffer"]),
+       pool=st.sampled_from(["GlobalAveragePool", "GlobalMaxPool"]))
 def test_a_group_ending_in_a_global_pool_folds_its_hidden_chunks(
         tmp_path: Path, size: int, hidden: int, chunk_pick: int, th_pick: int,
-        resident: bool, db: bool, hardware: str | None) -> None:
+        resident: bool, db: bool, hardware: str | None, pool: str) -> None:
     """widen .. pool as one group (it ends in the pool's accumulator) in hidden chunks:
-    each chunk folds its own channels into the pool over every tile; random sizes, chunk
-    counts, tiles, residency, buffering and chips verify, outputs and every counter."""
+    each chunk folds its own channels into the pool (average or max) over every tile;
+    random sizes, chunk counts, tiles, residency, buffering and chips verify, outputs and
+    every counter."""
     path = tmp_path / "head.onnx"
-    onnx.save(_head_model(size, 8, hidden), str(path))
+    onnx.save(_head_model(size, 8, hidden, pool=pool), str(path))
     problem = api.prepare(str(path), hardware=hardware)
     g = problem.graph
     layers = ("widen", "act", "pool")
