@@ -132,8 +132,9 @@ class Candidate:
 
     @property
     def in_hidden_chunks(self) -> bool:
-        """Whether the candidate is a pinned tile whose stretches run in hidden chunks."""
-        return self.hidden_chunks > 1
+        """Whether the candidate is a pinned tile run in one pass whose stretches run in
+        hidden chunks (a tile in passes may chunk its passes' stretches too: in_passes)."""
+        return self.hidden_chunks > 1 and self.passes == 1
 
     @property
     def fused(self) -> bool:

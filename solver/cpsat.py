@@ -144,7 +144,7 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
     steps = enc.live_steps_bytes(cand)
     staged = enc.staged_steps(cand)
     stage = max(staged, default=0)
-    if cand.in_hidden_chunks and not cand.in_passes:
+    if cand.in_hidden_chunks:
         # a pinned tile run in hidden chunks: its exact peak over every step and chunk,
         # second buffer and (single-memory chips) streamed weights included; the most
         # weight bytes its stream holds at once
@@ -195,7 +195,7 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
     rule on the group with its hidden maps a chunk wide): a rule it breaks forbids it while
     that rule's literal holds, as a structural rule's encoding does."""
     f = cand.facts_any_tile
-    if cand.in_hidden_chunks and not cand.in_passes:
+    if cand.in_hidden_chunks:
         hidden = HiddenSearch.of(enc.graph, cand.layers, enc.chip, (cand.io, cand.chains))
         assert hidden is not None  # pinned in hidden chunks, so it has a stretch
         broken = [r for r in ruleset.enabled if hidden.rule_violations(
@@ -444,7 +444,7 @@ def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
     """Bytes a pinned candidate leaves for the next group's weights (solver.tiles.
     prefetch_room; a tile run in passes from its exact peak, solver.passes.passes_room)."""
     f = cand.facts_any_tile
-    if cand.in_hidden_chunks and not cand.in_passes:
+    if cand.in_hidden_chunks:
         hidden = HiddenSearch.of(graph, cand.layers, chip, (cand.io, cand.chains))
         assert hidden is not None
         return hidden.room(f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks)

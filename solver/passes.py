@@ -30,7 +30,7 @@ from planner.geometry.passes import Passes, pass_chunk_options, pass_split, pass
 from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
 from planner.ir.graph import Graph
 from rules.base import GroupFacts, Rule, Violation
-from solver.bisect import first_passing
+from solver.bisect import chunked_heights, first_passing
 
 TALLEST = 4  # feasible heights costed per group
 
@@ -149,7 +149,7 @@ class PassSearch:
                            self.weight_bytes)
 
     def allowed(self, th: int, double_buffered: bool, chunks: int, *, rules: tuple[Rule, ...],
-               whole: GroupFacts) -> bool:
+                whole: GroupFacts) -> bool:
         """The tile fits the chip and passes the rules."""
         return not self.physical(th, double_buffered, chunks) \
             and not self.rule_violations(th, double_buffered, rules, whole, chunks)
@@ -166,45 +166,38 @@ class PassSearch:
         fewest chunks that pass (bisection)."""
         chosen = tuple(rules)
         heights = self.heights()
-        out = self._tallest(heights, 1, chosen, whole)
+        out = self._tallest(heights, chosen, whole)
         options = self.chunk_options() if hidden_chunks else []
         if not options:
             return out
         done = max((th for th, _, _ in out), default=0)
-        taller = [th for th in heights if th > done]
-        top = first_passing(taller, lambda th: not self.physical(th, False, options[-1]))
-        if top is None:
-            return out
-        found = 0
-        for th in taller[taller.index(top):][:12 * TALLEST]:
-            k = first_passing(options, partial(self.allowed, th, False, rules=chosen,
-                                               whole=whole))
-            if k is None:
-                continue
-            found += 1
+        for th, k in chunked_heights(
+                [th for th in heights if th > done],
+                lambda th: not self.physical(th, False, options[-1]),
+                lambda th: first_passing(options, partial(self.allowed, th, False,
+                                                          rules=chosen, whole=whole)),
+                TALLEST):
             out.append((th, False, k))
-            if not self.split.inputs_held and self.allowed(th, True, k, rules=chosen, whole=whole):
+            if not self.split.inputs_held and self.allowed(th, True, k, rules=chosen,
+                                                           whole=whole):
                 out.append((th, True, k))
-            if found >= TALLEST:
-                break
         return out
 
-    def _tallest(self, heights: list[int], chunks: int, rules: tuple[Rule, ...],
-                 whole: GroupFacts) -> list[tuple[int, bool, int]]:
-        """The TALLEST tallest heights that fit and pass the rules in `chunks` chunks."""
-        top = first_passing(heights, lambda th: not self.physical(th, False, chunks))
+    def _tallest(self, heights: list[int], rules: tuple[Rule, ...], whole: GroupFacts
+                 ) -> list[tuple[int, bool, int]]:
+        """The TALLEST tallest heights that fit and pass the rules run whole (one chunk)."""
+        top = first_passing(heights, lambda th: not self.physical(th, False))
         if top is None:
             return []
         out: list[tuple[int, bool, int]] = []
         for th in heights[heights.index(top):]:
             if len({h for h, _, _ in out}) >= TALLEST:
                 break
-            if self.rule_violations(th, False, rules, whole, chunks):
+            if self.rule_violations(th, False, rules, whole):
                 continue
-            out.append((th, False, chunks))
+            out.append((th, False, 1))
             if self.split.inputs_held:  # nothing to prefetch: the inputs are on chip
                 continue
-            if not self.physical(th, True, chunks) \
-                    and not self.rule_violations(th, True, rules, whole, chunks):
-                out.append((th, True, chunks))
+            if self.allowed(th, True, 1, rules=rules, whole=whole):
+                out.append((th, True, 1))
         return out

@@ -8,7 +8,7 @@ search scans every height from the top instead of bisecting.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from math import ceil
@@ -42,7 +42,7 @@ from planner.plan.placement import Placement
 from rules.base import GroupFacts, Rule, Violation
 from rules.encoding import tile_floor
 from rules.ruleset import RuleSet
-from solver.bisect import first_passing
+from solver.bisect import chunked_heights, first_passing
 from solver.hidden import TALLEST as HIDDEN_TALLEST
 from solver.hidden import HiddenSearch
 from solver.passes import PassSearch
@@ -468,18 +468,10 @@ class GroupSearch:
                 done = max((o.tile.h for o in found if o.tile.n == tn
                             and o.resident == resident), default=0)
                 heights = [th for th in at.heights() if th > done]
-                top = _tallest(heights, partial(_fits_hidden, hidden, at, resident, most))
-                tried = 0
-                # the heights below the tallest that fits, until TALLEST pass the rules (or
-                # twelve times as many did not: what a rule forbids at one height it mostly
-                # forbids at the next, and each height costs a few milliseconds)
-                below = heights[heights.index(top):] if top is not None else []
-                for th in below[:12 * HIDDEN_TALLEST]:
+                for th, k in chunked_heights(
+                        heights, partial(_fits_hidden, hidden, at, resident, most),
+                        partial(_fewest_hidden, hidden, at, resident, chosen), HIDDEN_TALLEST):
                     tile = at.tile_of(th)
-                    k = hidden.fewest_chunks(tile, resident, False, chosen)
-                    if k is None:
-                        continue
-                    tried += 1
                     work = at.work(tile, resident)
                     for db in (False, True):
                         if db and (hidden.physical(tile, resident, True, k)
@@ -492,8 +484,6 @@ class GroupSearch:
                         room = hidden.room(tile, resident, db, k) if with_room else 0
                         out.append(Option(rank, tile, resident, db, False, cost, idle, room,
                                           hidden_chunks=k))
-                    if tried >= HIDDEN_TALLEST:
-                        break
         return out
 
     def _pass_options(self, objective: Objective, rules: Iterable[Rule] | None,
@@ -547,14 +537,14 @@ class GroupSearch:
             # (small-map rules apply, nothing to reuse)
             full = (narrow or not reuse) and self.feasible(heights[0], resident, chosen, reuse)
             feasible = [heights[0]] if full else []
-            top = _tallest(heights[1:], partial(self.fits_rules, resident=resident,
-                                                rules=shrink, halo_reuse=reuse))
+            top = first_passing(heights[1:], partial(self.fits_rules, resident=resident,
+                                                     rules=shrink, halo_reuse=reuse))
             if top is not None:
                 feasible += [th for th in heights[heights.index(top):]
                              if not rest or self.feasible(th, resident, rest, reuse, False)]
             # a second input buffer fits up to some height (capacities shrink with tiles)
-            db_top = _tallest(feasible, partial(self.fits_double_buffer_at, resident=resident,
-                                                halo_reuse=reuse))
+            db_top = first_passing(feasible, partial(self.fits_double_buffer_at,
+                                                     resident=resident, halo_reuse=reuse))
             for th in feasible:
                 tile = self.tile_of(th)
                 work = self.work(tile, resident, reuse)  # buffering changes only the time
@@ -619,10 +609,10 @@ def _fits_hidden(hidden: HiddenSearch, search: GroupSearch, resident: bool, chun
     return not hidden.physical(search.tile_of(th), resident, False, chunks)
 
 
-def _tallest(heights: Sequence[int], ok: Callable[[int], bool]) -> int | None:
-    """Largest height (heights descending) for which ok holds, when it holds for every height
-    below one that passes (capacities, which only get easier as tiles shrink)."""
-    return first_passing(heights, ok)
+def _fewest_hidden(hidden: HiddenSearch, search: GroupSearch, resident: bool,
+                   rules: tuple[Rule, ...], th: int) -> int | None:
+    """The fewest hidden chunks with which the tile th rows tall fits and passes `rules`."""
+    return hidden.fewest_chunks(search.tile_of(th), resident, False, rules)
 
 
 def _large_to_small(s: GroupSearch, low: int, high: int, resident: bool,
