@@ -26,17 +26,25 @@ deep network pays a handful of long searches, shared by repeated blocks
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from math import ceil
 
 from hardware.chip import Chip
 from planner.core.budget import Budget
+from planner.cost.model import weight_bytes
 from planner.cost.objective import Objective, objective_units
+from planner.cost.weight_stream import stage_memory
 from planner.geometry.halo_reuse import lifetimes
-from planner.geometry.regions import group_io
+from planner.geometry.hidden import chunkable_maps
+from planner.geometry.regions import Tile, accumulated_input, group_io
 from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
+from solver.bisect import first_passing
 from solver.groups import breaks_structure, is_connected, is_convex
-from solver.parallel import Context, Task, looked_up, search_all
+from solver.hidden import HiddenSearch
+from solver.parallel import Context, Task, looked_up, map_all, search_all
+from solver.passes import PassSearch
 from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, TileChoice
 
@@ -58,11 +66,18 @@ def single_cuts(graph: Graph) -> list[int]:
     return [p for p in range(len(order) - 1) if crossing[p] == 1]
 
 
-def _layer_floor_bytes(graph: Graph, name: str, dtype_bytes: int) -> int:
-    """Bytes a whole-map tile holds while this layer runs: all its inputs and outputs."""
+def _layer_floor_bytes(graph: Graph, name: str, dtype_bytes: int,
+                      chunkable: dict[str, int] | None = None, whole_outputs: bool = False
+                      ) -> int:
+    """Bytes a whole-map tile holds while this layer runs: all its inputs and outputs (a map
+    in `chunkable`, planner.geometry.hidden.chunkable_maps: its smallest chunk, unless it
+    is an output and ``whole_outputs``)."""
     lay = graph.layer(name)
-    tensors = {*lay.fmap_inputs, *(t for t in lay.outputs if t)}
-    return sum(graph.elems(t) for t in tensors if t in graph.shapes) * dtype_bytes
+    outs = {t for t in lay.outputs if t}
+    most = {} if chunkable is None else chunkable
+    return sum(ceil(graph.elems(t) * dtype_bytes
+                    / (1 if whole_outputs and t in outs else most.get(t, 1)))
+               for t in {*lay.fmap_inputs, *outs} if t in graph.shapes)
 
 
 def _capacity(chip: Chip) -> int:
@@ -75,7 +90,9 @@ def _capacity(chip: Chip) -> int:
 
 def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice | None:
     """The best whole-map tile (images per tile largest first) that passes every rule and
-    fits the chip, weights resident or streamed."""
+    fits the chip, weights resident or streamed; where none does whole, the same tile with
+    its stretches in hidden chunks, or run in passes around its pools (each pass's
+    stretches in hidden chunks), the fewest chunks that fit and pass."""
     ruleset, chip = search.ruleset, search.chip
     for tn in search.batch_options():
         at = search.at_batch(tn)
@@ -84,10 +101,56 @@ def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice |
         for resident in (True, False):
             if not at.violations(tile, resident):
                 found.append(at.choice(tile, resident, at.fits_double_buffer(tile, resident)))
+        if not found and ruleset.search.hidden_chunks:
+            found = _chunked_choices(at, tile)
         if found:
             return min(found, key=lambda c: objective_units(c.cost, objective,
                                                             ruleset.objective, chip))
+    if ruleset.search.pooling_passes:
+        return next(iter(_pass_choices(search)), None)
     return None
+
+
+def _chunked_choices(at: GroupSearch, tile: Tile) -> list[TileChoice]:
+    """The whole-map tile with the group's stretches in their fewest hidden chunks, weights
+    resident or streamed (solver.hidden)."""
+    hidden = HiddenSearch.of(at.graph, at.layers, at.chip, (at.io, at.chains))
+    if hidden is None:
+        return []
+    rules = tuple(at.ruleset.enabled)
+    out = []
+    for resident in (True, False):
+        k = hidden.fewest_chunks(tile, resident, False, rules)
+        if k is not None:
+            out.append(TileChoice(tile, resident, hidden.cost(tile, resident, False, k),
+                                  False, hidden_chunks=k))
+    return out
+
+
+def _pass_choices(search: GroupSearch) -> list[TileChoice]:
+    """The whole-map tile run in passes around the group's pools, each pass's stretches in
+    their fewest hidden chunks (solver.passes): its inputs held on chip for every pass (they
+    are read once), or where they cannot be, read by each pass."""
+    rules = tuple(search.ruleset.enabled)
+    whole = search.facts(Tile(1, 1, 1), True)
+    for held in (True, False):
+        passes = PassSearch.of(search.graph, search.layers, search.chip, held)
+        if passes is None:
+            return []
+        th = passes.heights()[0]
+        options = [1, *passes.chunk_options()] if search.ruleset.search.hidden_chunks else [1]
+
+        def allowed(k: int, passes: PassSearch = passes, th: int = th) -> bool:
+            # the rules first: at one tile they fail more often than the capacities and
+            # cost less than the exact peak
+            return not passes.rule_violations(th, False, rules, whole, k) \
+                and not passes.physical(th, False, k)
+
+        k = first_passing(options, allowed)
+        if k is not None:
+            return [TileChoice(passes.tile_of(th), True, passes.cost(th, False, k), False,
+                               passes=passes.split.count, inputs_held=held, hidden_chunks=k)]
+    return []
 
 
 def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
@@ -105,7 +168,7 @@ def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     found = dict(block_groups(graph, chip, ruleset, objective, budget, memo, jobs))
     whole_maps = {} if whole_maps is None else whole_maps
     if "groups" not in whole_maps:
-        whole_maps["groups"] = list(whole_map_groups(graph, chip, ruleset, objective))
+        whole_maps["groups"] = whole_map_groups(graph, chip, ruleset, objective, jobs)
     for layers, choice in whole_maps["groups"]:
         if layers not in found or _units(choice, objective, ruleset, chip) \
                 < _units(found[layers], objective, ruleset, chip):
@@ -178,48 +241,89 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
         budget.cut(f"block groups: {left_out} not searched")
 
 
-def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
-                     ) -> Iterator[tuple[tuple[str, ...], TileChoice]]:
-    """Whole-map groups longer than ``search.max_group_layers``, with their tile choice."""
+def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+                     jobs: int = 1) -> list[tuple[tuple[str, ...], TileChoice]]:
+    """Whole-map groups longer than ``search.max_group_layers``, with their tile choice
+    (each start's ends searched on up to ``jobs`` processes)."""
     if not ruleset.search.long_whole_map_groups:
-        return
+        return []
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     cuts = single_cuts(graph)
     ends = [*cuts, len(order) - 1]
+    chunkable = chunkable_maps(graph) if ruleset.search.hidden_chunks else {}
     floor = [_layer_floor_bytes(graph, n, chip.dtype_bytes) for n in order]
-    cap = _capacity(chip)
+    pools = [(x := accumulated_input(graph, graph.layer(n))) is not None and x in chunkable
+             for n in order]
+    at = {n: p for p, n in enumerate(order)}
+    cap, resident_cap = _capacity(chip), stage_memory(chip)
     crossing_bytes = {p: _cut_bytes(graph, order, p, chip.dtype_bytes) for p in cuts}
+    starts: list[Start] = []
     for start in [0, *(p + 1 for p in cuts)]:
         reach = [e for e in ends if e >= start]
-        # extend while the cheap bound fits: the first layer over it ends every longer group
-        worst = start
+        # maps made inside the group that a stretch of it may hold in chunks
+        inside = {t: k for t, (widen, k) in chunkable.items() if at[widen] >= start}
+        # extend while the cheap bound fits: the first layer over it ends every longer
+        # group. A layer whose maps fit only in hidden chunks is over it once the group
+        # also pools a map it may hold in chunks (it then runs in passes, which hold every
+        # weight of the group at once) and its weights outgrow the weight memory; a group
+        # ends whole (the whole-map tile holds its output map).
+        worst, chunks, pooled = start, False, False
+        weights: set[str] = set()
         fitting = []
         for e in reach:
-            while worst <= e and floor[worst] <= cap:
+            while worst <= e and (floor[worst] <= cap or _layer_floor_bytes(
+                    graph, order[worst], chip.dtype_bytes, inside) <= cap):
+                chunks |= floor[worst] > cap
+                pooled |= pools[worst]
+                weights.update(graph.layer(order[worst]).weights)
                 worst += 1
-            if worst <= e:
+            if worst <= e or (chunks and pooled and weight_bytes(graph, weights, chip)
+                              > resident_cap):
                 break
-            if e - start + 1 > limit:
+            if e - start + 1 > limit and _layer_floor_bytes(
+                    graph, order[e], chip.dtype_bytes, inside, whole_outputs=True) <= cap:
                 fitting.append(e)
-        if not fitting:
-            continue
-        longest = None
-        # the longest end that passes the real checks, among the few longest: what fails
-        # there (a rule on whole maps, a capacity) mostly fails for every shorter end too
-        for e in list(reversed(fitting))[:TRIES]:
-            found = _choice(graph, chip, ruleset, objective, order[start:e + 1])
-            if found is not None:
-                longest = e
-                yield found
-                break
-        if longest is None:
-            continue
-        cheap = sorted((e for e in fitting if e < longest), key=lambda e: crossing_bytes[e])
-        for e in cheap[:SMALL_CUTS]:
-            found = _choice(graph, chip, ruleset, objective, order[start:e + 1])
-            if found is not None:
-                yield found
+        if fitting:
+            cheap = sorted(fitting, key=lambda e: crossing_bytes.get(e, 0))
+            starts.append(Start(tuple(order[start:fitting[-1] + 1]),
+                                tuple(e - start for e in fitting),
+                                tuple(e - start for e in cheap)))
+    ctx = Context(graph, chip, ruleset, objective, False, None)
+    found = map_all(ctx, _start_groups, starts, jobs, [len(s.layers) for s in starts])
+    return [g for groups in found if groups is not None for g in groups]
+
+
+@dataclass(frozen=True)
+class Start:
+    """The whole-map groups worth trying from one start: its layers to the longest end that
+    fits the cheap bound, the ends (positions in them) longest last, and those ends again
+    with the smallest crossing tensor first."""
+
+    layers: tuple[str, ...]
+    ends: tuple[int, ...]
+    cheap: tuple[int, ...]
+
+
+def _start_groups(ctx: Context, start: Start) -> list[tuple[tuple[str, ...], TileChoice]]:
+    """The longest end from one start that passes the real checks, among the TRIES longest
+    (what fails there, a rule on whole maps or a capacity, mostly fails for every shorter end
+    too), then SMALL_CUTS shorter ones whose crossing tensor is smallest."""
+    out = []
+    longest = None
+    for e in list(reversed(start.ends))[:TRIES]:
+        found = _choice(ctx.graph, ctx.chip, ctx.ruleset, ctx.objective, start.layers[:e + 1])
+        if found is not None:
+            longest = e
+            out.append(found)
+            break
+    if longest is None:
+        return out
+    for e in [e for e in start.cheap if e < longest][:SMALL_CUTS]:
+        found = _choice(ctx.graph, ctx.chip, ctx.ruleset, ctx.objective, start.layers[:e + 1])
+        if found is not None:
+            out.append(found)
+    return out
 
 
 def _cut_bytes(graph: Graph, order: list[str], p: int, dtype_bytes: int) -> int:
@@ -229,7 +333,7 @@ def _cut_bytes(graph: Graph, order: list[str], p: int, dtype_bytes: int) -> int:
 
 
 def _choice(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
-            layers: list[str]) -> tuple[tuple[str, ...], TileChoice] | None:
+            layers: Sequence[str]) -> tuple[tuple[str, ...], TileChoice] | None:
     group = tuple(layers)
     if not (is_connected(graph, group) and is_convex(graph, group)):
         return None

@@ -6,7 +6,8 @@ pool of worker processes forked from the planner: the workers inherit the model,
 rules, so each task is a tuple of layer names and each result a TileChoice (and, under a
 time-aware objective, its prefetch options); nothing large is pickled. The results are
 those of the same searches run one after another, in the same order: ``jobs`` changes the
-wall time, never the plan.
+wall time, never the plan. The whole-map groups' starts (solver.long_groups) run the same
+way (``map_all``: any module-level search over items the workers can rebuild from names).
 
 A time limit binds the workers as it binds the planner: past it a task that is not
 required is left out (the caller notes what was cut), and a required one (a single layer:
@@ -21,15 +22,18 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hardware.chip import Chip
 from planner.cost.objective import Objective
 from planner.ir.graph import Graph
 from rules.ruleset import RuleSet
 from solver.tiles import GroupSearch, Option, TileChoice
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 MIN_PARALLEL = 8  # searches below which a pool (tens of milliseconds to start) is not worth it
 
@@ -100,25 +104,33 @@ def search(ctx: Context, task: Task) -> Found | None:
 
 def search_all(ctx: Context, tasks: Sequence[Task], jobs: int = 1) -> list[Found | None]:
     """Every task's search, in order, on up to `jobs` processes."""
-    if jobs <= 1 or len(tasks) < MIN_PARALLEL or "fork" not in \
+    return map_all(ctx, search, tasks, jobs, [len(t.layers) for t in tasks])
+
+
+def map_all(ctx: Context, fn: Callable[[Context, T], R], items: Sequence[T], jobs: int = 1,
+            sizes: Sequence[int] | None = None) -> list[R | None]:
+    """fn(ctx, item) for every item, in order, on up to `jobs` processes (`fn` a module-level
+    function; ``sizes``: the best guess of each item's cost)."""
+    if jobs <= 1 or len(items) < MIN_PARALLEL or "fork" not in \
             multiprocessing.get_all_start_methods():
-        return [search(ctx, t) for t in tasks]
-    # without a time limit the largest groups go first, one task at a time, so no worker
-    # is left with a long search at the end (their size is the best guess of their cost);
-    # under one, the caller's order (short groups first: what a cut should keep)
-    order = list(range(len(tasks)))
-    if ctx.until is None:
-        order.sort(key=lambda i: -len(tasks[i].layers))
-    found: list[Found | None] = [None] * len(tasks)
+        return [fn(ctx, x) for x in items]
+    # without a time limit the largest items go first, one at a time, so no worker is left
+    # with a long search at the end; under one, the caller's order (short groups first:
+    # what a cut should keep)
+    order = list(range(len(items)))
+    if ctx.until is None and sizes is not None:
+        order.sort(key=lambda i: -sizes[i])
+    found: list[R | None] = [None] * len(items)
     # forked workers inherit the context; the pool's initializer hands it to each. Ctrl-C
     # is held back while they start (they inherit that, then ignore it: the planner
     # handles it), so none dies half-born with a traceback of its own
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pool = None
     try:
-        pool = multiprocessing.get_context("fork").Pool(min(jobs, len(tasks)), _adopt, (ctx,))
+        pool = multiprocessing.get_context("fork").Pool(min(jobs, len(items)), _adopt, (ctx,))
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        for i, result in pool.imap_unordered(_search_in_worker, [(i, tasks[i]) for i in order]):
+        for i, result in pool.imap_unordered(_run_in_worker,
+                                             [(i, fn, items[i]) for i in order]):
             found[i] = result
         pool.close()
         return found
@@ -141,5 +153,6 @@ def _adopt(ctx: Context) -> None:
     _WORKER.append(ctx)
 
 
-def _search_in_worker(item: tuple[int, Task]) -> tuple[int, Found | None]:
-    return item[0], search(_WORKER[0], item[1])
+def _run_in_worker(item: tuple[int, Callable[[Context, Any], Any], Any]) -> tuple[int, Any]:
+    i, fn, x = item
+    return i, fn(_WORKER[0], x)

@@ -116,6 +116,64 @@ def _stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
     return None
 
 
+def chunkable_maps(graph: Graph) -> dict[str, tuple[str, int]]:
+    """Maps some group could hold a hidden chunk at a time, each with the layer starting its
+    stretch (a group must hold it to hold the map in chunks) and the most chunks the
+    stretch makes: a bound for searches that must not rule such groups out before costing
+    them (solver.long_groups), not a plan. As `stretches` over the whole model, but a
+    hidden map may also be folded by a pool (a pooling pass makes it again), the layers on
+    that pool's vector (a squeeze-excite tail) may lie between the stretch's layers, and a
+    stretch may end in pools alone (a group ending in a global pool)."""
+    order = [lay.name for lay in graph.layers]
+    found: dict[str, tuple[str, int]] = {}
+    for k, name in enumerate(order):
+        widen = graph.layer(name)
+        split = chunk_axes(graph, widen)
+        outs = [t for t in widen.outputs if t]
+        if split is None or len(outs) != 1:
+            continue
+        channels, out = split[0], outs[0]
+        axis = _channel_axis(graph, out)
+        if axis is None or axis != op_spec(widen.op).chunk_out_axis % len(graph.shapes[out]) \
+                or graph.shapes[out][axis] != channels or channels < 2:
+            continue
+        hidden, walked = [out], {name}
+        vectors: set[str] = set()
+        ended = False
+        for later in order[k + 1:]:
+            lay = graph.layer(later)
+            if not any(t in hidden for t in lay.fmap_inputs):
+                if lay.fmap_inputs and all(t in vectors for t in lay.fmap_inputs):
+                    vectors.update(t for t in lay.outputs if t)  # the tail on a pooled vector
+                    continue
+                break
+            walked.add(later)
+            if _narrows(graph, lay, hidden, channels, axis):
+                ended = True
+                break
+            if accumulated_input(graph, lay) in hidden:
+                vectors.update(t for t in lay.outputs if t)
+                continue
+            if not _per_element(graph, lay, hidden, out):
+                break
+            hidden.append(lay.outputs[0])
+        pooled_only = bool(vectors) and all(c in walked for t in hidden
+                                            for c in graph.consumers.get(t, ()))
+        if ended or pooled_only:
+            found.update((t, (name, _most_chunks(channels))) for t in hidden)
+    return found
+
+
+def _most_chunks(channels: int) -> int:
+    """The largest power of two that cuts `channels` into that many distinct chunks."""
+    most, k = 1, 2
+    while k <= channels:
+        if len(chunk_ranges(channels, k)) == k:
+            most = k
+        k *= 2
+    return most
+
+
 def _pools(graph: Graph, io: GroupIO, lay: Layer, hidden: Sequence[str], channels: int,
            axis: int) -> bool:
     """A reduction over the rows and columns of a hidden map that the group folds tile by
