@@ -25,7 +25,8 @@ class SearchSettings:
     # longer when long_whole_map_groups is on (solver.long_groups)
     max_group_layers: int = field(default=12, metadata={"ge": 1})
     # whole-map groups of any length between single-tensor cuts (weights streamed layer by
-    # layer): off caps every group at max_group_layers
+    # layer; in hidden chunks or pooling passes where their maps fit no other way, as
+    # hidden_chunks and pooling_passes allow): off caps every group at max_group_layers
     long_whole_map_groups: bool = True
     # tiled groups from one single-tensor cut to another (whole residual blocks, two or
     # three bottlenecks) get a tile search up to this many layers (solver.long_groups);
