@@ -14,6 +14,7 @@ from planner.app import api
 from planner.cost.objective import Objective
 from planner.ui.cli import app
 from solver import parallel
+from solver.long_groups import whole_map_groups
 from solver.parallel import MIN_PARALLEL, Context, Task, search, search_all
 
 import models
@@ -50,6 +51,25 @@ def test_workers_return_what_the_planner_finds_in_order(tmp_path: Path) -> None:
     for objective, timed in ((Objective.TRAFFIC, False), (Objective.LATENCY, True)):
         ctx = Context(g, problem.chip, problem.ruleset, objective, timed, None)
         assert search_all(ctx, tasks, jobs=2) == [search(ctx, t) for t in tasks]
+
+
+def test_whole_map_groups_found_on_two_cores_are_those_found_in_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each start's whole-map ends searched in worker processes (solver.parallel.map_all):
+    the same groups and tiles, in the same order, as in this process; some in passes and
+    hidden chunks (the expanded maps fit no other way)."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL", 1)
+    path = models.save(models.se_net(h=16, w=16, channels=16, expand=8, blocks=3), tmp_path,
+                       "se")
+    rules = models.fusing_rules(tmp_path, {
+        "long_whole_map_groups: false": "long_whole_map_groups: true",
+        "max_group_layers: 12": "max_group_layers: 6"})
+    problem = api.prepare(str(path), rules=rules, overrides=("sram.bytes=64KiB",
+                                                              "nram.bytes=16KiB"))
+    args = (problem.graph, problem.chip, problem.ruleset, Objective.TRAFFIC)
+    one = whole_map_groups(*args, jobs=1)
+    assert len(one) >= 2 and any(c.passes > 1 and c.hidden_chunks > 1 for _, c in one)
+    assert whole_map_groups(*args, jobs=2) == one
 
 
 def test_past_the_time_limit_only_single_layers_are_searched_quickly(tmp_path: Path) -> None:

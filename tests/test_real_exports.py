@@ -104,9 +104,9 @@ def test_convnext_block_is_channels_last_and_fuses(tmp_path: Path) -> None:
 # x floor at the usual size on the default chip (bench/exports, 2026-11-26 at 936fb89),
 # with a little room: a plan moving more than this has lost something
 CEILING = {
-    "mobilenet_v3_small": 1.02, "efficientnet_b0": 1.07, "regnet_y_400mf": 1.06,
-    "convnext_tiny": 1.09, "lraspp_mobilenet_v3": 1.44, "deeplabv3_mobilenet": 2.50,
-    "ssdlite_backbone": 1.30, "unet": 9.3, "dbnet_se": 10.25,
+    "mobilenet_v3_small": 1.02, "efficientnet_b0": 1.03, "regnet_y_400mf": 1.06,
+    "convnext_tiny": 1.05, "lraspp_mobilenet_v3": 1.44, "deeplabv3_mobilenet": 2.50,
+    "ssdlite_backbone": 1.28, "unet": 9.3, "dbnet_se": 10.25,
 }
 
 
@@ -120,6 +120,9 @@ def test_export_plans_and_verifies_at_its_size_on_the_default_chip(tmp_path: Pat
     if name in DILATED:  # the 960-channel squeeze-excite blocks: passes in hidden chunks
         assert any(g.placement.passes > 1 and g.placement.hidden_chunks > 1
                    for g in plan.groups)
+    if name == "efficientnet_b0":  # its first stages: one whole-map group in passes
+        assert any(len(g.layers) > 36 and g.placement.passes > 2
+                   and g.placement.hidden_chunks > 1 for g in plan.groups)
 
 
 @pytest.mark.slow
