@@ -7,14 +7,20 @@ limit that bounds the tile-variable candidates (a ResNet-50 stage is 30 layers, 
 network 120), so they get their own candidates, pinned at the whole-map tile:
 
 * they span the topological order between **single-tensor cuts** (positions that exactly
-  one tensor crosses), where a group boundary costs one tensor's store and load;
+  one tensor crosses), where a group boundary costs one tensor's store and load; a long
+  skip (a tensor read further on than any tiled group reaches: a segmentation head's
+  low-level features) crosses every position it passes, so the cuts are taken both with
+  and without counting such tensors;
 * each start is extended cut by cut while a cheap bound -- the largest input-plus-output of
-  one layer, which every tile of a group holding that layer needs -- fits the chip, so
-  the search stops at the first layer whose maps cannot be on chip together;
+  one layer, which every tile of a group holding that layer needs (a map the group may
+  hold in hidden chunks counted as its smallest chunk) -- fits the chip, so the search
+  stops at the first layer whose maps cannot be on chip together;
 * of the ends that pass the rules and the chip's capacities, the longest (among the few
-  longest ends) and those whose crossing tensor is among the smallest are kept (a
-  traffic-minimal plan of whole-map groups pays only its cuts: their tensors are what it
-  chooses between).
+  longest ends, else by bisection over the shorter ones) and those whose crossing tensor
+  is among the smallest are kept (a traffic-minimal plan of whole-map groups pays only its
+  cuts: their tensors are what it chooses between);
+* a group whose maps do not fit whole runs its stretches in hidden chunks, or in passes
+  around its pools with hidden chunks in every pass.
 
 **Block groups** are tiled ones: a group from one single-tensor cut to a later one (whole
 residual blocks, a stage's bottlenecks in pairs or threes) gets the full tile search (row
@@ -49,21 +55,38 @@ from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, TileChoice
 
 SMALL_CUTS = 3  # ends kept per start besides the longest: the cheapest cuts before it
-TRIES = 4  # longest ends tried per start before giving the start up
+TRIES = 4  # longest ends tried per start before bisecting the shorter ones
+BISECTIONS = 3  # shorter ends checked by bisection where the TRIES longest all fail
 
 
-def single_cuts(graph: Graph) -> list[int]:
+def single_cuts(graph: Graph, bypass: int | None = None) -> list[int]:
     """Positions p of the topological order such that exactly one tensor produced at or
-    before p (or a model input) is read after p."""
+    before p (or a model input) is read after p, not counting a tensor read more than
+    `bypass` positions after it is made: a long skip (a segmentation head's low-level
+    features, a detector's early output) passes every group between by, it is no boundary
+    of theirs."""
     order = [lay.name for lay in graph.layers]
     # the whole model as one group: a tensor is on chip from its step to its last use
     # (the model outputs to past the end)
     spans = lifetimes(graph, group_io(graph, order))
     crossing = [0] * len(order)
     for b, last in spans.values():
+        if bypass is not None and last - max(b, 0) > bypass:
+            continue
         for p in range(max(b, 0), last):
             crossing[p] += 1
     return [p for p in range(len(order) - 1) if crossing[p] == 1]
+
+
+def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
+    """The single cuts the long groups span between: every tensor counted, and (where that
+    gives others) long skips not counted, a long skip being read further on than any tiled
+    group reaches. Both: the groups between the first are not all between the second (a
+    run of adjacent cuts ends a block group at its last)."""
+    every = single_cuts(graph)
+    past = single_cuts(graph, max(ruleset.search.max_block_group_layers,
+                                  ruleset.search.max_group_layers))
+    return [every] if past == every else [every, past]
 
 
 def _layer_floor_bytes(graph: Graph, name: str, dtype_bytes: int,
@@ -200,10 +223,12 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
     if most <= limit:
         return
     order = [lay.name for lay in graph.layers]
-    cuts = set(single_cuts(graph))
-    last = [p for p in sorted(cuts) if p + 1 not in cuts]  # the last cut of each run
-    starts, ends = [0, *(p + 1 for p in last)], [*last, len(order) - 1]
-    spans = [(a, e + 1) for a in starts for e in ends if limit < e + 1 - a <= most]
+    spans: list[tuple[int, int]] = []
+    for cuts in map(set, cut_sets(graph, ruleset)):
+        last = [p for p in sorted(cuts) if p + 1 not in cuts]  # the last cut of each run
+        starts, ends = [0, *(p + 1 for p in last)], [*last, len(order) - 1]
+        spans += [(a, e + 1) for a in starts for e in ends if limit < e + 1 - a <= most
+                  and (a, e + 1) not in spans]
     # each group: the memo's tile (searched by a planner before this one) or the structure
     # its search shares
     rows: list[tuple[tuple[str, ...], TileChoice | StructureKey | None]] = []
@@ -248,13 +273,31 @@ def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Obje
     if not ruleset.search.long_whole_map_groups:
         return []
     order = [lay.name for lay in graph.layers]
-    limit = ruleset.search.max_group_layers
-    cuts = single_cuts(graph)
-    ends = [*cuts, len(order) - 1]
     chunkable = chunkable_maps(graph) if ruleset.search.hidden_chunks else {}
     floor = [_layer_floor_bytes(graph, n, chip.dtype_bytes) for n in order]
     pools = [(x := accumulated_input(graph, graph.layer(n))) is not None and x in chunkable
              for n in order]
+    starts: list[Start] = []
+    for cuts in cut_sets(graph, ruleset):
+        starts += [s for s in _starts(graph, chip, ruleset, cuts, chunkable, floor, pools)
+                   if s not in starts]
+    ctx = Context(graph, chip, ruleset, objective, False, None)
+    found = map_all(ctx, _start_groups, starts, jobs, [len(s.layers) for s in starts])
+    out: dict[tuple[str, ...], TileChoice] = {}
+    for groups in found:
+        for layers, choice in groups or []:
+            out.setdefault(layers, choice)
+    return list(out.items())
+
+
+def _starts(graph: Graph, chip: Chip, ruleset: RuleSet, cuts: list[int],
+            chunkable: dict[str, tuple[str, int]], floor: list[int], pools: list[bool]
+            ) -> list[Start]:
+    """The whole-map groups worth trying from each start after one of `cuts` (and the
+    first layer), between those cuts: each start's ends, by the cheap bound."""
+    order = [lay.name for lay in graph.layers]
+    limit = ruleset.search.max_group_layers
+    ends = [*cuts, len(order) - 1]
     at = {n: p for p, n in enumerate(order)}
     cap, resident_cap = _capacity(chip), stage_memory(chip)
     crossing_bytes = {p: _cut_bytes(graph, order, p, chip.dtype_bytes) for p in cuts}
@@ -289,9 +332,7 @@ def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Obje
             starts.append(Start(tuple(order[start:fitting[-1] + 1]),
                                 tuple(e - start for e in fitting),
                                 tuple(e - start for e in cheap)))
-    ctx = Context(graph, chip, ruleset, objective, False, None)
-    found = map_all(ctx, _start_groups, starts, jobs, [len(s.layers) for s in starts])
-    return [g for groups in found if groups is not None for g in groups]
+    return starts
 
 
 @dataclass(frozen=True)
@@ -306,23 +347,37 @@ class Start:
 
 
 def _start_groups(ctx: Context, start: Start) -> list[tuple[tuple[str, ...], TileChoice]]:
-    """The longest end from one start that passes the real checks, among the TRIES longest
-    (what fails there, a rule on whole maps or a capacity, mostly fails for every shorter end
-    too), then SMALL_CUTS shorter ones whose crossing tensor is smallest."""
-    out = []
-    longest = None
+    """The longest end from one start that passes the real checks: among the TRIES longest
+    (what fails there, a rule on whole maps or a capacity, mostly fails for every shorter
+    end too), else by bisection over the shorter ends (at most BISECTIONS more checks: the
+    capacities and the rules bound the whole-map tile harder the longer the group); then
+    SMALL_CUTS shorter ends whose crossing tensor is smallest."""
+    def check(e: int) -> tuple[tuple[str, ...], TileChoice] | None:
+        return _choice(ctx.graph, ctx.chip, ctx.ruleset, ctx.objective, start.layers[:e + 1])
+
+    longest, found = None, None
     for e in list(reversed(start.ends))[:TRIES]:
-        found = _choice(ctx.graph, ctx.chip, ctx.ruleset, ctx.objective, start.layers[:e + 1])
+        found = check(e)
         if found is not None:
             longest = e
-            out.append(found)
             break
-    if longest is None:
-        return out
+    rest = list(start.ends[:-TRIES])  # shorter than every end tried, shortest first
+    lo, hi = 0, len(rest) - 1
+    for _ in range(BISECTIONS if longest is None else 0):
+        if lo > hi:
+            break
+        mid = (lo + hi + 1) // 2
+        here = check(rest[mid])
+        if here is not None:
+            longest, found, lo = rest[mid], here, mid + 1
+        else:
+            hi = mid - 1
+    if longest is None or found is None:
+        return []
+    out = [found]
     for e in [e for e in start.cheap if e < longest][:SMALL_CUTS]:
-        found = _choice(ctx.graph, ctx.chip, ctx.ruleset, ctx.objective, start.layers[:e + 1])
-        if found is not None:
-            out.append(found)
+        if (shorter := check(e)) is not None:
+            out.append(shorter)
     return out
 
 

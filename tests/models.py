@@ -150,6 +150,20 @@ def repeated_net(seed: int = 0, n: int = 1, h: int = 32, w: int = 32, repeats: i
     return b.model((n, 3, h, w), x, opset, name="repeated_net")
 
 
+def skip_net(seed: int = 0, n: int = 1, h: int = 32, w: int = 32, repeats: int = 6,
+             opset: int = 13) -> onnx.ModelProto:
+    """Stem conv, `repeats` identity bottlenecks, and a head that concatenates the last
+    block's output with the stem's (a long skip, as a segmentation head's low-level
+    features) before a 1x1 conv: every position between is crossed by two tensors."""
+    b = _Builder(np.random.default_rng(seed))
+    stem = b.one("Relu", [b.conv("input", 3, 16, 3, prefix="stem")])
+    x = stem
+    for _ in range(repeats):
+        x = _bottleneck(b, x, 16, 8, 16, 1)
+    x = b.conv(b.one("Concat", [x, stem], "skip_concat", axis=1), 32, 8, 1, prefix="head")
+    return b.model((n, 3, h, w), x, opset, name="skip_net")
+
+
 def inception_net(seed: int = 0, n: int = 1, c: int = 3, h: int = 32, w: int = 32,
                   opset: int = 13) -> onnx.ModelProto:
     """Stem conv + maxpool, one four-branch Inception module (Concat), then AveragePool."""

@@ -11,7 +11,7 @@ from planner.app.api import Problem, plan_problem, prepare, verify
 from planner.core.budget import Budget
 from planner.cost.objective import Objective
 from planner.plan.json_io import save_plan
-from solver.long_groups import block_groups, single_cuts
+from solver.long_groups import block_groups, cut_sets, single_cuts
 from tests import models
 from tests.test_rules import with_rules
 
@@ -73,3 +73,33 @@ def test_block_groups_cap_and_budget(repeated: Problem) -> None:
     spent = Budget.of(0.0)
     assert not dict(block_groups(g, chip, rules, Objective.TRAFFIC, spent))
     assert any("block groups" in note for note in spent.cuts), spent.cuts
+
+
+def test_a_long_skip_is_no_boundary_of_the_blocks_it_passes_by(tmp_path: Path) -> None:
+    """The stem's output, read again only by the head, crosses every position between, so
+    counting it leaves no single-tensor cut there; not counting a tensor read further on
+    than any tiled group reaches gives the cuts between the blocks (both sets are used), and
+    the blocks run as block groups: fewer bytes than without, both planners agree, the
+    plan verifies."""
+    path = models.save(models.skip_net(h=64, w=64), tmp_path, "skip")
+    problem = with_rules(prepare(str(path), overrides=SMALL_CHIP),
+                         search={"max_group_layers": 4, "max_block_group_layers": 24,
+                                 "whole_network_first": False, "long_whole_map_groups": False})
+    g = problem.graph
+    stem = g.index(next(lay.name for lay in g.layers if lay.name.startswith("relu")))
+    head = g.index(next(lay.name for lay in g.layers if lay.op == "Concat"))
+    every, past = cut_sets(g, problem.ruleset)
+    assert every == single_cuts(g) and past == single_cuts(g, 24)
+    assert not [p for p in every if stem < p < head - 1]
+    blocks = [p for p in past if stem < p < head - 1]
+    assert len(blocks) >= 5  # after each bottleneck's Add and its ReLU
+    plan = plan_problem(problem, "cpsat")
+    off = plan_problem(with_rules(problem, search={"max_block_group_layers": 0}), "cpsat")
+    assert any(len(grp.layers) > 4 for grp in plan.groups)
+    assert plan.totals.dram_bytes < off.totals.dram_bytes
+    assert plan_problem(problem, "shortest-path").totals.dram_bytes >= plan.totals.dram_bytes
+    out = tmp_path / "plan.json"
+    save_plan(plan, out)
+    report = verify(problem.model.path, out)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
