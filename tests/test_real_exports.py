@@ -105,8 +105,8 @@ def test_convnext_block_is_channels_last_and_fuses(tmp_path: Path) -> None:
 # with a little room: a plan moving more than this has lost something
 CEILING = {
     "mobilenet_v3_small": 1.02, "efficientnet_b0": 1.03, "regnet_y_400mf": 1.06,
-    "convnext_tiny": 1.05, "lraspp_mobilenet_v3": 1.44, "deeplabv3_mobilenet": 2.50,
-    "ssdlite_backbone": 1.28, "unet": 9.3, "dbnet_se": 10.25,
+    "convnext_tiny": 1.05, "lraspp_mobilenet_v3": 1.30, "deeplabv3_mobilenet": 2.50,
+    "ssdlite_backbone": 1.24, "unet": 9.3, "dbnet_se": 10.25,
 }
 
 
