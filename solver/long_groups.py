@@ -32,6 +32,7 @@ deep network pays a handful of long searches, shared by repeated blocks
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from math import ceil
@@ -191,7 +192,7 @@ def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     found = dict(block_groups(graph, chip, ruleset, objective, budget, memo, jobs))
     whole_maps = {} if whole_maps is None else whole_maps
     if "groups" not in whole_maps:
-        whole_maps["groups"] = whole_map_groups(graph, chip, ruleset, objective, jobs)
+        whole_maps["groups"] = whole_map_groups(graph, chip, ruleset, objective, jobs, budget)
     for layers, choice in whole_maps["groups"]:
         if layers not in found or _units(choice, objective, ruleset, chip) \
                 < _units(found[layers], objective, ruleset, chip):
@@ -267,9 +268,11 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
 
 
 def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
-                     jobs: int = 1) -> list[tuple[tuple[str, ...], TileChoice]]:
+                     jobs: int = 1, budget: Budget | None = None
+                     ) -> list[tuple[tuple[str, ...], TileChoice]]:
     """Whole-map groups longer than ``search.max_group_layers``, with their tile choice
-    (each start's ends searched on up to ``jobs`` processes)."""
+    (each start's ends searched on up to ``jobs`` processes; a start not begun once the
+    ``budget`` has passed is left out)."""
     if not ruleset.search.long_whole_map_groups:
         return []
     order = [lay.name for lay in graph.layers]
@@ -281,8 +284,11 @@ def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Obje
     for cuts in cut_sets(graph, ruleset):
         starts += [s for s in _starts(graph, chip, ruleset, cuts, chunkable, floor, pools)
                    if s not in starts]
-    ctx = Context(graph, chip, ruleset, objective, False, None)
+    ctx = Context(graph, chip, ruleset, objective, False,
+                  budget.until if budget is not None else None)
     found = map_all(ctx, _start_groups, starts, jobs, [len(s.layers) for s in starts])
+    if budget is not None and None in found:
+        budget.cut(f"whole-map groups: {found.count(None)} starts not searched")
     out: dict[tuple[str, ...], TileChoice] = {}
     for groups in found:
         for layers, choice in groups or []:
@@ -346,12 +352,17 @@ class Start:
     cheap: tuple[int, ...]
 
 
-def _start_groups(ctx: Context, start: Start) -> list[tuple[tuple[str, ...], TileChoice]]:
+def _start_groups(ctx: Context, start: Start
+                  ) -> list[tuple[tuple[str, ...], TileChoice]] | None:
     """The longest end from one start that passes the real checks: among the TRIES longest
     (what fails there, a rule on whole maps or a capacity, mostly fails for every shorter
     end too), else by bisection over the shorter ends (at most BISECTIONS more checks: the
     capacities and the rules bound the whole-map tile harder the longer the group); then
-    SMALL_CUTS shorter ends whose crossing tensor is smallest."""
+    SMALL_CUTS shorter ends whose crossing tensor is smallest. None: past the time limit,
+    not searched."""
+    if ctx.until is not None and time.perf_counter() >= ctx.until:
+        return None
+
     def check(e: int) -> tuple[tuple[str, ...], TileChoice] | None:
         return _choice(ctx.graph, ctx.chip, ctx.ruleset, ctx.objective, start.layers[:e + 1])
 

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.app import api
+from planner.core.budget import Budget
 from planner.cost.objective import Objective
 from planner.ui.cli import app
 from solver import parallel
@@ -70,6 +71,12 @@ def test_whole_map_groups_found_on_two_cores_are_those_found_in_one(
     one = whole_map_groups(*args, jobs=1)
     assert len(one) >= 2 and any(c.passes > 1 and c.hidden_chunks > 1 for _, c in one)
     assert whole_map_groups(*args, jobs=2) == one
+    # past the time limit no start is searched, in either process count, and the plan's
+    # notes say so
+    for jobs in (1, 2):
+        spent = Budget.of(0.0)
+        assert whole_map_groups(*args, jobs=jobs, budget=spent) == []
+        assert any("whole-map groups" in note for note in spent.cuts), spent.cuts
 
 
 def test_past_the_time_limit_only_single_layers_are_searched_quickly(tmp_path: Path) -> None:
