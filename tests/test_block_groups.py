@@ -11,7 +11,9 @@ from planner.app.api import Problem, plan_problem, prepare, verify
 from planner.core.budget import Budget
 from planner.cost.objective import Objective
 from planner.plan.json_io import save_plan
+from solver import long_groups
 from solver.long_groups import block_groups, cut_sets, single_cuts
+from solver.parallel import Context
 from tests import models
 from tests.test_rules import with_rules
 
@@ -103,3 +105,33 @@ def test_a_long_skip_is_no_boundary_of_the_blocks_it_passes_by(tmp_path: Path) -
     report = verify(problem.model.path, out)
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
+
+
+def test_a_whole_map_start_whose_longest_ends_fail_bisects_the_shorter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ends that pass the real checks up to the 20th of 40 (the longer the group, the harder
+    the whole-map tile): the four longest fail, three bisection steps find a passing end
+    without checking them all, then the cheapest cuts below it; a start whose every end
+    fails yields nothing after TRIES + BISECTIONS checks."""
+    checked: list[int] = []
+    passing = 20
+
+    def fake_choice(graph, chip, ruleset, objective, layers):  # type: ignore[no-untyped-def]
+        checked.append(len(layers) - 1)
+        return (tuple(layers), None) if len(layers) - 1 <= passing else None
+
+    monkeypatch.setattr(long_groups, "_choice", fake_choice)
+    layers = tuple(f"l{i}" for i in range(41))
+    ends = tuple(range(1, 41))
+    start = long_groups.Start(layers, ends, tuple(sorted(ends, key=lambda e: -e)))
+    ctx = Context(None, None, None, Objective.TRAFFIC, False, None)  # type: ignore[arg-type]
+    found = long_groups._start_groups(ctx, start)
+    assert found is not None and found
+    longest = len(found[0][0]) - 1
+    assert longest <= passing and longest > passing // 2
+    assert len(checked) <= long_groups.TRIES + long_groups.BISECTIONS + long_groups.SMALL_CUTS
+    assert all(len(g) - 1 < longest for g, _ in found[1:])
+    checked.clear()
+    passing = 0
+    assert long_groups._start_groups(ctx, start) == []
+    assert len(checked) == long_groups.TRIES + long_groups.BISECTIONS
