@@ -35,6 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from math import ceil
 
 from hardware.chip import Chip
@@ -163,14 +164,8 @@ def _pass_choices(search: GroupSearch) -> list[TileChoice]:
             return []
         th = passes.heights()[0]
         options = [1, *passes.chunk_options()] if search.ruleset.search.hidden_chunks else [1]
-
-        def allowed(k: int, passes: PassSearch = passes, th: int = th) -> bool:
-            # the rules first: at one tile they fail more often than the capacities and
-            # cost less than the exact peak
-            return not passes.rule_violations(th, False, rules, whole, k) \
-                and not passes.physical(th, False, k)
-
-        k = first_passing(options, allowed)
+        k = first_passing(options, partial(passes.allowed, th, False, rules=rules,
+                                           whole=whole))
         if k is not None:
             return [TileChoice(passes.tile_of(th), True, passes.cost(th, False, k), False,
                                passes=passes.split.count, inputs_held=held, hidden_chunks=k)]
