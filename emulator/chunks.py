@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.geometry.heads import take_units
 from planner.geometry.hidden import (
     Stretch,
     constant_axes,
@@ -65,12 +66,12 @@ def _stretch_slices(graph: Graph, s: Stretch, chunks: int, weights: Mapping[str,
         axes = constant_axes(graph, s, name)
         for w in set(graph.layer(name).weights):
             arr = np.asarray(weights.get(w, graph.constants.get(w)))
-            axis = axes.get(w)
-            if axis is None:
+            units = axes.get(w)
+            if units is None:
                 whole += arr.size * dtype_bytes
                 continue
             for j, (lo, hi) in enumerate(hidden_ranges(s, chunks)):
-                cut[(name, j)] = cut.get((name, j), 0) + _take(arr, axis, lo, hi).size \
+                cut[(name, j)] = cut.get((name, j), 0) + take_units(arr, units, lo, hi).size \
                     * dtype_bytes
     return cut, whole
 

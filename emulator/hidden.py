@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from emulator.chunks import Overlay, _take
+from planner.geometry.heads import take_units
 from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, vector_axes
 from planner.geometry.regions import Box, GroupIO, box_elems
 from planner.ir.graph import Graph
@@ -34,10 +35,10 @@ def chunk_constants(graph: Graph, s: Stretch, name: str, weights: Mapping[str, n
     ones: slices along the hidden channels; the narrowing layer's uncut constants (its
     bias) zero after the first chunk, so that the bias is added once."""
     out: dict[str, np.ndarray] = {}
-    for c, axis in constant_axes(graph, s, name).items():
+    for c, units in constant_axes(graph, s, name).items():
         arr = np.asarray(weights.get(c, graph.constants.get(c)))
-        if axis is not None:
-            out[c] = _take(arr, axis, lo, hi)
+        if units is not None:
+            out[c] = take_units(arr, units, lo, hi)
         elif name == s.narrow and j > 0 and c in graph.layer(name).weights:
             out[c] = np.zeros_like(arr)
     return out
@@ -95,6 +96,11 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
                 elif grouped:  # a depthwise conv on the chunk: one group per channel of it
                     chunk_lay = replace(lay, attrs={**lay.attrs, "group": hi - lo})
                     (y,) = run_layer(graph, chunk_lay, boxes[out], view, consts)[:1]
+                elif s.cuts and name in s.mids:  # a chunk of heads: its own output shape
+                    # (a reshape restates it)
+                    heads = s.cut_of(out).chunk_shape(graph.shapes[out], hi - lo)
+                    (y,) = run_layer(graph, replace(lay, out_shape=heads), boxes[out], view,
+                                     consts)[:1]
                 else:
                     (y,) = run_layer(graph, lay, boxes[out], view, consts, layers=layers)[:1]
             except KernelFailure as exc:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from planner.geometry.heads import Cut, head_walk
 from planner.geometry.regions import GroupIO, accumulated_input
 from planner.ir.chunks import chunk_axes, chunk_ranges
 from planner.ir.graph import Graph, Layer
@@ -45,10 +46,17 @@ class Stretch:
     # on its own (a pooling pass's pool): each chunk fills its own channels of the result
     # instead of adding partial sums over all of them
     pools: bool = False
+    # a head stretch (planner.geometry.heads): `channels` counts heads, and every hidden
+    # tensor and cut constant says where its heads sit; empty: plain channels on `axis`
+    cuts: tuple[tuple[str, Cut], ...] = ()
 
     @property
     def layers(self) -> tuple[str, ...]:
         return (self.widen, *self.mids, self.narrow)
+
+    def cut_of(self, tensor: str) -> Cut:
+        """Where the units sit in a hidden tensor."""
+        return dict(self.cuts).get(tensor, Cut(self.axis))
 
 
 def stretches(graph: Graph, io: GroupIO) -> tuple[Stretch, ...]:
@@ -80,6 +88,28 @@ def _channel_axis(graph: Graph, t: str) -> int | None:
 
 
 def _stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
+    s = _plain_stretch_at(graph, io, k)
+    return s if s is not None else _head_stretch_at(graph, io, k)
+
+
+def _head_stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
+    """An attention stretch run a few heads at a time (planner.geometry.heads)."""
+    walk = head_walk(graph, io.layers, k)
+    if walk is None:
+        return None
+    widen = graph.layer(io.layers[k])
+    hidden = [widen.outputs[0], *(graph.layer(n).outputs[0] for n in walk.mids)]
+    inside = set(io.layers)
+    if any(c in inside and c not in (*walk.mids, walk.narrow) for t in hidden
+           for c in graph.consumers.get(t, ())) \
+            or any(t in io.outputs or t in graph.outputs for t in hidden):
+        return None
+    return Stretch(widen.name, walk.mids, walk.narrow, walk.units, walk.cuts[hidden[0]].axis,
+                   tuple(hidden), graph.layer(walk.narrow).outputs[0],
+                   cuts=tuple(sorted(walk.cuts.items())))
+
+
+def _plain_stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
     widen = graph.layer(io.layers[k])
     split = chunk_axes(graph, widen)
     if split is None or len([t for t in widen.outputs if t]) != 1:
@@ -161,6 +191,11 @@ def chunkable_maps(graph: Graph) -> dict[str, tuple[str, int]]:
                                             for c in graph.consumers.get(t, ()))
         if ended or pooled_only:
             found.update((t, (name, _most_chunks(channels))) for t in hidden)
+            continue
+        heads = head_walk(graph, order, k)  # attention a few heads at a time
+        if heads is not None:
+            found.update((graph.layer(n).outputs[0], (name, heads.units))
+                         for n in (name, *heads.mids))
     return found
 
 
@@ -270,18 +305,26 @@ def vector_axes(graph: Graph, s: Stretch, name: str) -> dict[str, int]:
     """The vectors a per-element stretch layer reads (maps that are not hidden: one value
     per image and channel), each with the axis its chunk's slice is cut along."""
     lay = graph.layer(name)
-    if name in (s.widen, s.narrow):
+    if name in (s.widen, s.narrow) or s.cuts:
         return {}
     rank = len(graph.shapes[s.hidden[0]])
     return {t: s.axis for t in lay.fmap_inputs if t not in s.hidden
             and _vector_axis(graph, t, rank, s.axis, s.channels) is not None}
 
 
-def constant_axes(graph: Graph, s: Stretch, name: str) -> dict[str, int | None]:
-    """How each constant input of a stretch layer splits over the chunks: the axis it is cut
-    along, or None where every chunk uses it whole (a scalar, the narrowing layer's bias,
+def constant_axes(graph: Graph, s: Stretch, name: str) -> dict[str, Cut | None]:
+    """How each constant input of a stretch layer splits over the chunks: where its units
+    sit, or None where every chunk uses it whole (a scalar, the narrowing layer's bias,
     added with the first chunk only)."""
     lay = graph.layer(name)
+    if s.cuts:
+        cuts = dict(s.cuts)
+        return {c: cuts.get(c) for c in _constants(lay)}
+    return {c: None if a is None else Cut(a) for c, a in _plain_axes(graph, s, lay).items()}
+
+
+def _plain_axes(graph: Graph, s: Stretch, lay: Layer) -> dict[str, int | None]:
+    name = lay.name
     if name == s.widen:
         split = chunk_axes(graph, lay)
         assert split is not None
@@ -344,14 +387,19 @@ def makes_chunks(s: Stretch, chunks: int) -> bool:
 
 
 def chunk_options(s: Sequence[Stretch]) -> list[int]:
-    """Chunk counts worth trying for a group's stretches: 2, 4, 8, ... while every stretch
-    has that many distinct chunks (a count is the same for every stretch of the group)."""
+    """Chunk counts worth trying for a group's stretches: 2, 4, 8, ... and, where the group
+    runs attention in head chunks, every count that cuts its heads evenly (12 heads: 3, 6,
+    12), while every stretch has that many distinct chunks (a count is the same for every
+    stretch of the group)."""
     if not s:
         return []
     fewest = min(x.channels for x in s)
-    out, k = [], 2
+    wanted: set[int] = set()
+    k = 2
     while k <= fewest:
-        if all(makes_chunks(x, k) for x in s):
-            out.append(k)
+        wanted.add(k)
         k *= 2
-    return out
+    for x in s:
+        if x.cuts:
+            wanted.update(d for d in range(2, x.channels + 1) if x.channels % d == 0)
+    return sorted(k for k in wanted if k <= fewest and all(makes_chunks(x, k) for x in s))

@@ -1,0 +1,237 @@
+"""Head chunks: attention run a few heads at a time, as hidden chunks whose units are heads.
+
+A transformer's attention has the hidden-chunk shape of its MLP (planner.geometry.hidden):
+a Linear widening the tokens' channels (the qkv projection), layers computing each head from
+the same head of their inputs (bias, the reshapes and transposes into heads, `q @ k^T`,
+softmax, `p @ v`, back to tokens), and a Linear summing over the heads' channels (the output
+projection). Cut the heads into chunks and the scores of a chunk's heads are all of the
+attention matrix ever on chip at once: each head's queries, keys, values and scores exist
+for one chunk at a time, the projection adds each chunk's partial sums into its output.
+
+What makes heads harder than MLP channels is that a head's channels are not one contiguous
+range of one axis everywhere: the qkv projection's output holds q, k and v side by side (a
+head is three runs of d channels), reshapes split and merge axes, transposes move the heads
+axis. A `Cut` says where the units (heads) sit in one tensor or constant: its `axis`,
+viewed as (outer, units, inner) in row-major order; a chunk of units [lo, hi) is
+[:, lo:hi, :] of that view (qkv's output: outer 3, units 12, inner 64). Cuts follow the
+layers by the op table (per-element ops, reshapes by the row-major order they keep,
+transposes by their permutation, gathers along other axes, softmax and layer norm along
+other axes, products of two maps batched over the heads); the widening layer's split into
+(outer, units, inner) is the one with the most units that every layer of the stretch
+keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from planner.ir.graph import Graph, Layer
+from planner.ir.layout import LayoutKind
+from planner.ir.ops import AxisMove, MapRule, op_spec
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where a stretch's units sit along one axis of a tensor: the axis viewed as (outer,
+    units, inner) in row-major order. Cut(axis) is a plain channel axis (one unit per
+    channel)."""
+
+    axis: int
+    outer: int = 1
+    inner: int = 1
+
+    def units(self, shape: Sequence[int]) -> int:
+        """Units along the axis of an array of this shape."""
+        return int(shape[self.axis]) // (self.outer * self.inner)
+
+    def chunk_shape(self, shape: Sequence[int], width: int) -> Shape:
+        """The shape of a chunk of `width` units of an array of this (whole) shape."""
+        out = [int(d) for d in shape]
+        out[self.axis] = self.outer * width * self.inner
+        return tuple(out)
+
+
+def take_units(arr: np.ndarray, cut: Cut, lo: int, hi: int) -> np.ndarray:
+    """Units [lo, hi) of an array along its cut (a view where the units are contiguous)."""
+    a = cut.axis
+    if cut.outer == 1:
+        index = [slice(None)] * arr.ndim
+        index[a] = slice(lo * cut.inner, hi * cut.inner)
+        return arr[tuple(index)]
+    shape = arr.shape
+    units = cut.units(shape)
+    view = arr.reshape((*shape[:a], cut.outer, units, cut.inner, *shape[a + 1:]))
+    index = [slice(None)] * view.ndim
+    index[a + 1] = slice(lo, hi)
+    return view[tuple(index)].reshape(cut.chunk_shape(shape, hi - lo))
+
+
+@dataclass(frozen=True)
+class HeadWalk:
+    """A head stretch found from its widening layer (before the group's own checks)."""
+
+    mids: tuple[str, ...]
+    narrow: str
+    units: int
+    cuts: Mapping[str, Cut]  # every hidden tensor's and every cut constant's
+
+
+def head_walk(graph: Graph, order: Sequence[str], k: int) -> HeadWalk | None:
+    """The head stretch starting at layer `order[k]` (a Linear over token channels) and
+    running over the consecutive layers of `order`, or None. Among the splits of the
+    widening layer's output channels into (outer, units, inner) that every layer keeps,
+    the one with the most units."""
+    from planner.ir.chunks import chunk_axes  # planner.ir.chunks imports nothing of ours
+
+    widen = graph.layer(order[k])
+    split = chunk_axes(graph, widen)
+    outs = [t for t in widen.outputs if t]
+    if split is None or len(outs) != 1:
+        return None
+    out = outs[0]
+    if graph.layout(out).kind not in (LayoutKind.TOKENS, LayoutKind.SEQUENCE):
+        return None  # images keep their channels on one axis: plain hidden chunks
+    channels, const_axes = split
+    shape = graph.shapes[out]
+    axis = op_spec(widen.op).chunk_out_axis % len(shape)
+    if shape[axis] != channels:
+        return None
+    # every (outer, units, inner) split with two or more units, most units first
+    live: list[dict[str, Cut]] = []
+    for units in sorted((u for u in range(2, channels + 1) if channels % u == 0), reverse=True):
+        rest = channels // units
+        for outer in (o for o in range(1, rest + 1) if rest % o == 0):
+            cuts = {out: Cut(axis, outer, rest // outer)}
+            cuts.update({c: Cut(a, outer, rest // outer) for c, a in const_axes.items()})
+            live.append(cuts)
+    hidden = [out]
+    mids: list[str] = []
+    for name in order[k + 1:]:
+        lay = graph.layer(name)
+        if not any(t in hidden for t in lay.fmap_inputs):
+            return None
+        if _narrow_axis(graph, lay, hidden) is not None:
+            found = [c for c in (_narrowed(graph, lay, cuts) for cuts in live) if c is not None]
+            if not found:
+                return None
+            best = found[0]
+            return HeadWalk(tuple(mids), name, best[out].units(shape), best)
+        nxt = lay.outputs[0] if len(lay.outputs) == 1 else None
+        if nxt is None:
+            return None
+        live = [c for c in (_followed(graph, lay, cuts) for cuts in live) if c is not None]
+        if not live:
+            return None
+        mids.append(name)
+        hidden.append(nxt)
+    return None
+
+
+def _narrow_axis(graph: Graph, lay: Layer, hidden: Sequence[str]) -> int | None:
+    """The axis a Linear by a constant sums over, when it reads a hidden map."""
+    spec = op_spec(lay.op)
+    if spec.in_chunk_axis is None or len(lay.inputs) < 2 or lay.inputs[1] not in lay.weights \
+            or lay.fmap_inputs != (lay.inputs[0],) or lay.inputs[0] not in hidden:
+        return None
+    return spec.chunk_out_axis % len(graph.shapes[lay.inputs[0]])
+
+
+def _narrowed(graph: Graph, lay: Layer, cuts: dict[str, Cut]) -> dict[str, Cut] | None:
+    x = lay.inputs[0]
+    cut = cuts[x]
+    if cut.axis != _narrow_axis(graph, lay, (x,)):
+        return None
+    w = lay.inputs[1]
+    spec = op_spec(lay.op)
+    assert spec.in_chunk_axis is not None
+    wshape = tuple(graph.constants[w].shape)
+    at = spec.in_chunk_axis(1, wshape, lay.attrs)
+    if at is None or wshape[at] != graph.shapes[x][cut.axis]:
+        return None
+    return {**cuts, w: Cut(at, cut.outer, cut.inner)}
+
+
+def _followed(graph: Graph, lay: Layer, cuts: dict[str, Cut]) -> dict[str, Cut] | None:
+    """`cuts` with the layer's output's cut added, or None when the layer mixes units."""
+    spec = op_spec(lay.op)
+    out = lay.outputs[0]
+    oshape = graph.shapes[out]
+    x = next(t for t in lay.fmap_inputs if t in cuts)
+    cut, xshape = cuts[x], graph.shapes[x]
+    if any(t not in cuts for t in lay.fmap_inputs):
+        return None  # a map from outside the stretch
+    new: Cut | None = None
+    consts: dict[str, Cut] = {}
+    if spec.channel_local:
+        if any(graph.shapes[t] != oshape or cuts[t] != cut for t in lay.fmap_inputs) \
+                or xshape != oshape:
+            return None
+        for c in (t for t in lay.inputs if t and t not in lay.fmap_inputs):
+            cshape = tuple(graph.constants[c].shape) if c in graph.constants else ()
+            at = cut.axis - (len(oshape) - len(cshape))
+            if at < 0 or cshape[at] == 1:
+                continue  # broadcast: every chunk uses it whole
+            if cshape[at] != oshape[cut.axis]:
+                return None
+            consts[c] = Cut(at, cut.outer, cut.inner)
+        new = cut
+    elif spec.axis_move in (AxisMove.REGROUP, AxisMove.SQUEEZE, AxisMove.UNSQUEEZE):
+        new = _regrouped(xshape, cut, oshape)
+    elif spec.axis_move is AxisMove.PERMUTE:
+        perm = [int(p) for p in lay.attrs.get("perm", range(len(xshape) - 1, -1, -1))]
+        new = Cut(perm.index(cut.axis), cut.outer, cut.inner)
+    elif spec.axis_move is AxisMove.SELECT and lay.op == "Gather":
+        g = int(lay.attrs.get("axis", 0)) % len(xshape)
+        index = lay.inputs[1] if len(lay.inputs) > 1 else ""
+        if g == cut.axis or index not in graph.constants:
+            return None
+        ndim = np.asarray(graph.constants[index]).ndim
+        new = Cut(cut.axis if cut.axis < g else cut.axis - 1 + ndim, cut.outer, cut.inner)
+    elif spec.maps in (MapRule.SOFTMAX, MapRule.NORM):
+        default = -1 if spec.maps is MapRule.NORM else (1 if lay.opset < 13 else -1)
+        at = int(lay.attrs.get("axis", default)) % len(xshape)
+        # softmax over one axis (opset >= 13; before: the axes from `axis` on), layer norm
+        # over the axes from `axis` on: the units' axis must be none of them
+        over = range(at, at + 1) if spec.maps is MapRule.SOFTMAX and lay.opset >= 13 \
+            else range(at, len(xshape))
+        if cut.axis in over or xshape != oshape:
+            return None
+        new = cut
+    elif spec.maps is MapRule.LINEAR and not lay.weights and len(lay.fmap_inputs) == 2:
+        a, b = lay.fmap_inputs
+        rank = len(oshape)
+        if a == b or len(graph.shapes[a]) != rank or len(graph.shapes[b]) != rank \
+                or cuts[a] != cuts[b] or cut.axis >= rank - 2 \
+                or graph.shapes[a][cut.axis] != graph.shapes[b][cut.axis]:
+            return None  # q @ k^T and p @ v: batched over the heads
+        new = cut
+    if new is None or not 0 <= new.axis < len(oshape) \
+            or oshape[new.axis] != xshape[cut.axis] // (cut.outer * cut.inner) \
+            * new.outer * new.inner:
+        return None
+    return {**cuts, **consts, out: new}
+
+
+def _regrouped(shape: Shape, cut: Cut, out: Shape) -> Cut | None:
+    """A cut through a reshape (row-major order kept): the unit of a flat index is
+    (flat // S) % U with S the unit's stride; in the output that is the axis holding
+    stride S, when its extent is a whole number of unit periods."""
+    units = cut.units(shape)
+    stride = cut.inner * prod(shape[cut.axis + 1:])
+    after = 1
+    for b in range(len(out) - 1, -1, -1):
+        if after <= stride < after * out[b]:
+            if stride % after:
+                return None
+            inner = stride // after
+            if out[b] % (inner * units):
+                return None
+            return Cut(b, out[b] // (inner * units), inner)
+        after *= out[b]
+    return None
