@@ -73,6 +73,7 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
         for k, name in enumerate(s.layers):
             lay = graph.layer(name)
             out = lay.outputs[0]
+            more: list[np.ndarray] = []  # a Split's other parts
             view = {**onchip, **part}
             consts = Overlay(chunk_constants(graph, s, name, weights, j, lo, hi), weights)
             for t, axis in vector_axes(graph, s, name).items():  # the chunk's slice of each
@@ -97,10 +98,10 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
                     chunk_lay = replace(lay, attrs={**lay.attrs, "group": hi - lo})
                     (y,) = run_layer(graph, chunk_lay, boxes[out], view, consts)[:1]
                 elif s.cuts and name in s.mids:  # a chunk of heads: its own output shape
-                    # (a reshape restates it)
+                    # (a reshape restates it); a Split's parts all stay in the chunk
                     heads = s.cut_of(out).chunk_shape(graph.shapes[out], hi - lo)
-                    (y,) = run_layer(graph, replace(lay, out_shape=heads), boxes[out], view,
-                                     consts)[:1]
+                    y, *more = run_layer(graph, replace(lay, out_shape=heads), boxes[out],
+                                         view, consts)
                 else:
                     (y,) = run_layer(graph, lay, boxes[out], view, consts, layers=layers)[:1]
             except KernelFailure as exc:
@@ -123,9 +124,10 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
             else:
                 tally.ops(lay, y.size)
             if name != s.narrow:
-                part[out] = (boxes[out], y)
-                tally.core += y.size * dt * (1 + sum(t == out for n in s.layers
-                                                     for t in graph.layer(n).fmap_inputs))
+                for t, y_t in zip(lay.outputs, [y, *more], strict=True):
+                    part[t] = (boxes[t], y_t)
+                    tally.core += y_t.size * dt * (1 + sum(u == t for n in s.layers
+                                                           for u in graph.layer(n).fmap_inputs))
             live = sum(arr.size for _, arr in onchip.values()) \
                 + sum(arr.size for _, arr in part.values()) + (acc.size if acc is not None else 0)
             stream = tally.stream

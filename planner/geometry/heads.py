@@ -79,6 +79,7 @@ class HeadWalk:
     mids: tuple[str, ...]
     narrow: str
     units: int
+    hidden: tuple[str, ...]  # the widening layer's and the mids' outputs
     cuts: Mapping[str, Cut]  # every hidden tensor's and every cut constant's
 
 
@@ -121,15 +122,14 @@ def head_walk(graph: Graph, order: Sequence[str], k: int) -> HeadWalk | None:
             if not found:
                 return None
             best = found[0]
-            return HeadWalk(tuple(mids), name, best[out].units(shape), best)
-        nxt = lay.outputs[0] if len(lay.outputs) == 1 else None
-        if nxt is None:
+            return HeadWalk(tuple(mids), name, best[out].units(shape), tuple(hidden), best)
+        if not all(lay.outputs):
             return None
         live = [c for c in (_followed(graph, lay, cuts) for cuts in live) if c is not None]
         if not live:
             return None
         mids.append(name)
-        hidden.append(nxt)
+        hidden.extend(lay.outputs)
     return None
 
 
@@ -158,10 +158,12 @@ def _narrowed(graph: Graph, lay: Layer, cuts: dict[str, Cut]) -> dict[str, Cut] 
 
 
 def _followed(graph: Graph, lay: Layer, cuts: dict[str, Cut]) -> dict[str, Cut] | None:
-    """`cuts` with the layer's output's cut added, or None when the layer mixes units."""
+    """`cuts` with the layer's outputs' cuts added, or None when the layer mixes units."""
     spec = op_spec(lay.op)
     out = lay.outputs[0]
     oshape = graph.shapes[out]
+    if len(lay.outputs) > 1 and not (lay.op == "Split" and spec.axis_move is AxisMove.SELECT):
+        return None
     x = next(t for t in lay.fmap_inputs if t in cuts)
     cut, xshape = cuts[x], graph.shapes[x]
     if any(t not in cuts for t in lay.fmap_inputs):
@@ -193,6 +195,12 @@ def _followed(graph: Graph, lay: Layer, cuts: dict[str, Cut]) -> dict[str, Cut] 
             return None
         ndim = np.asarray(graph.constants[index]).ndim
         new = Cut(cut.axis if cut.axis < g else cut.axis - 1 + ndim, cut.outer, cut.inner)
+    elif spec.axis_move is AxisMove.SELECT and lay.op == "Split":
+        g = int(lay.attrs.get("axis", 0)) % len(xshape)
+        if g == cut.axis or any(graph.shapes[t][cut.axis] != xshape[cut.axis]
+                                for t in lay.outputs):
+            return None  # parts along another axis: each keeps every unit where it was
+        new = cut
     elif spec.maps in (MapRule.SOFTMAX, MapRule.NORM):
         default = -1 if spec.maps is MapRule.NORM else (1 if lay.opset < 13 else -1)
         at = int(lay.attrs.get("axis", default)) % len(xshape)
@@ -215,7 +223,7 @@ def _followed(graph: Graph, lay: Layer, cuts: dict[str, Cut]) -> dict[str, Cut] 
             or oshape[new.axis] != xshape[cut.axis] // (cut.outer * cut.inner) \
             * new.outer * new.inner:
         return None
-    return {**cuts, **consts, out: new}
+    return {**cuts, **consts, **{t: new for t in lay.outputs}}
 
 
 def _regrouped(shape: Shape, cut: Cut, out: Shape) -> Cut | None:

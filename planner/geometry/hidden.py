@@ -98,7 +98,7 @@ def _head_stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
     if walk is None:
         return None
     widen = graph.layer(io.layers[k])
-    hidden = [widen.outputs[0], *(graph.layer(n).outputs[0] for n in walk.mids)]
+    hidden = walk.hidden
     inside = set(io.layers)
     if any(c in inside and c not in (*walk.mids, walk.narrow) for t in hidden
            for c in graph.consumers.get(t, ())) \
@@ -194,8 +194,7 @@ def chunkable_maps(graph: Graph) -> dict[str, tuple[str, int]]:
             continue
         heads = head_walk(graph, order, k)  # attention a few heads at a time
         if heads is not None:
-            found.update((graph.layer(n).outputs[0], (name, heads.units))
-                         for n in (name, *heads.mids))
+            found.update((t, (name, heads.units)) for t in heads.hidden)
     return found
 
 

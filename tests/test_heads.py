@@ -1,0 +1,135 @@
+"""Attention in head chunks (issue 18; planner.geometry.heads): where a stretch's heads sit in
+every tensor, and attention blocks run a few heads at a time, verified."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_transformers import _attention_model
+
+from planner.app import api
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model
+from planner.geometry.heads import Cut, _regrouped, head_walk, take_units
+from planner.geometry.hidden import chunk_options, stretches
+from planner.geometry.regions import group_io
+from planner.ir.graph import Graph
+from planner.plan.json_io import save_plan
+
+from models import fusing_rules
+
+EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
+
+
+def _graph(model: onnx.ModelProto, tmp_path: Path) -> tuple[Graph, Path]:
+    path = tmp_path / f"{model.graph.name}.onnx"
+    onnx.save(model, str(path))
+    return build_graph(load_model(str(path), {})), path
+
+
+def test_timm_attention_is_one_head_stretch(tmp_path: Path) -> None:
+    # qkv's 3 * 32 channels are q | k | v, each 4 heads of 8: a head is three runs of 8
+    graph, _ = _graph(_attention_model(batch=1, tokens=16, width=32, heads=4), tmp_path)
+    order = [lay.name for lay in graph.layers]
+    walk = head_walk(graph, order, order.index("qkv"))
+    assert walk is not None
+    assert walk.units == 4 and walk.narrow == "proj"
+    assert walk.cuts["qkv"] == Cut(2, 3, 8)  # [B, L, 3C]
+    assert walk.cuts["wqkv"] == Cut(1, 3, 8)  # its weights' output channels, alike
+    assert walk.cuts["r5"] == Cut(3, 1, 1)  # [B, L, 3, H, d]: the heads axis itself
+    assert walk.cuts["t5"] == Cut(2, 1, 1)  # [3, B, H, L, d]
+    assert walk.cuts["q"] == walk.cuts["v"] == Cut(1, 1, 1)  # the Split's parts: [B, H, L, d]
+    assert walk.cuts["s"] == Cut(1, 1, 1)  # the scores, [B, H, L, L]
+    assert walk.cuts["m"] == Cut(2, 1, 8)  # back to [B, L, C]
+    assert walk.cuts["wo"] == Cut(0, 1, 8)  # the projection sums over them: its rows
+    found = stretches(graph, group_io(graph, order))
+    assert [(s.widen, s.narrow, s.channels) for s in found] == [("qkv", "proj", 4)]
+    assert chunk_options(found) == [2, 4]
+
+
+@pytest.mark.slow
+def test_torchvision_attention_heads_through_sequence_first_shuffles() -> None:
+    # nn.MultiheadAttention: [L, B, 3C] -> [L, B, 3, C] -> unsqueeze, transpose, squeeze ->
+    # three Gathers -> [L, B*H, d] -> transposes -> [B, H, L, d]; the out projection a Gemm
+    graph = build_graph(load_model(str(EXPORTS / "vit_b_16.onnx"), {"input": (1, 3, 224, 224)}))
+    order = [lay.name for lay in graph.layers]
+    layer = "/encoder/layers/encoder_layer_0"
+    walk = head_walk(graph, order, order.index(f"{layer}/self_attention/MatMul"))
+    assert walk is not None
+    assert walk.units == 12 and walk.narrow == f"{layer}/self_attention/Gemm"
+    assert walk.cuts[f"{layer}/self_attention/MatMul_output_0"] == Cut(2, 3, 64)
+    assert walk.cuts[f"{layer}/self_attention/Softmax_output_0"] == Cut(1, 1, 1)
+    io = group_io(graph, order[order.index(f"{layer}/ln_1/LayerNormalization"):
+                               order.index(f"{layer}/Add_1") + 1])
+    assert [s.channels for s in stretches(graph, io)] == [12, 3072]  # attention, then MLP
+    assert chunk_options(stretches(graph, io)) == [2, 3, 4, 6, 12]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pre=st.integers(1, 3), outer=st.integers(1, 3), units=st.integers(2, 6),
+       inner=st.integers(1, 4), post=st.integers(1, 3), how=st.integers(0, 5),
+       data=st.data())
+def test_a_cut_follows_a_reshape_exactly_when_the_heads_stay_whole(
+        pre: int, outer: int, units: int, inner: int, post: int, how: int,
+        data: st.DataObject) -> None:
+    shape = (pre, outer * units * inner, post)
+    cut = Cut(1, outer, inner)
+    x = np.arange(int(np.prod(shape))).reshape(shape)
+    # reshapes that keep every head whole, and one that splits the heads axis
+    keeps = [(pre, outer, units * inner, post), (pre, outer * units, inner, post),
+             (pre * outer * units * inner, post), (pre, outer * units * inner * post),
+             (pre, outer, units, inner * post)]
+    if how < len(keeps):
+        out = keeps[how]
+        new = _regrouped(shape, cut, out)
+        assert new is not None
+        lo = data.draw(st.integers(0, units - 1))
+        hi = data.draw(st.integers(lo + 1, units))
+        want = take_units(x, cut, lo, hi).reshape(-1)
+        got = take_units(x.reshape(out), new, lo, hi).reshape(-1)
+        # the same elements, in the same (row-major) order
+        assert np.array_equal(np.sort(want), np.sort(got))
+        assert new.chunk_shape(out, hi - lo) == take_units(x.reshape(out), new, lo, hi).shape
+    elif units % 2 == 0 and units > 2:
+        split = (pre, outer, 2, units // 2 * inner, post)  # heads in two halves: mixed
+        assert _regrouped(shape, cut, split) is None
+
+
+def _solve_and_verify(path: Path, tmp_path: Path, overrides: list[str],
+                      rules: Path | None = None) -> api.Plan:
+    plan = api.solve(str(path), rules=rules, solver="cpsat", overrides=overrides)
+    out = tmp_path / "plan.json"
+    save_plan(plan, out)
+    report = api.verify(str(path), out, seed=3, overrides=overrides)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
+    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
+    return plan
+
+
+def test_attention_runs_a_few_heads_at_a_time_and_verifies(tmp_path: Path) -> None:
+    # 64 tokens, 64 channels, 8 heads in 48 KiB: the whole block at once does not fit (the
+    # [1, 8, 64, 64] scores alone are 64 KiB), a chunk of heads does
+    _, path = _graph(_attention_model(batch=1, tokens=64, width=64, heads=8), tmp_path)
+    plan = _solve_and_verify(path, tmp_path, ["sram.bytes=48KiB"])
+    assert len(plan.groups) == 1
+    group = plan.groups[0]
+    assert group.placement.hidden_chunks > 1 and {"scores", "proj"} <= set(group.layers)
+    assert plan.totals.dram_bytes == plan.compulsory_dram_bytes
+    # without hidden chunks the scores spill (the same rules otherwise)
+    off = fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
+    assert api.solve(str(path), rules=off, solver="cpsat",
+                     overrides=["sram.bytes=48KiB"]).totals.dram_bytes \
+        > 2 * plan.totals.dram_bytes
+
+
+def test_attention_heads_in_chunks_at_batch_two(tmp_path: Path) -> None:
+    # the batch stays its own axis through the timm shuffles: images and heads both cut
+    _, path = _graph(_attention_model(batch=2, tokens=64, width=64, heads=8), tmp_path)
+    plan = _solve_and_verify(path, tmp_path, ["sram.bytes=48KiB"])
+    assert any(g.placement.hidden_chunks > 1 and "scores" in g.layers for g in plan.groups)
