@@ -192,9 +192,15 @@ def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
     ref = next((i for i, m in enumerate(lay.row_maps) if m.kind is not MapKind.WHOLE), 0)
     in_spatial = bool(lay.fmap_inputs) and graph.layout(lay.fmap_inputs[ref]).spatial
     attrs = {k: v for k, v in lay.attrs.items() if k != "ceil_mode"} if window else lay.attrs
+    # an element-wise operand of the output's own extent that the maps read whole (its
+    # layout does not name the output's rows: Swin's windows reversed into [B, H, W, C]
+    # beside a channels-last residual) is cut to the tile's box like a constant operand
+    whole_fmaps = [(pos, name) for pos, i, name, _, _ in fmaps
+                   if i != ref and lay.row_maps[i].kind is MapKind.WHOLE
+                   and graph.shapes[name] == lay.out_shape]
     return _LayerStatic(
         fmaps=tuple(fmaps), consts=tuple(consts), n_args=len(lay.inputs),
-        aligned=_aligned_constants(graph, lay, consts, out_layout, ref),
+        aligned=_aligned_constants(graph, lay, [*consts, *whole_fmaps], out_layout, ref),
         out_spatial=out_spatial, window=window,
         transposed=kind is MapKind.TRANSPOSED and out_spatial,
         in_hw=first_layout.dims(first)[2:], attrs=attrs,
@@ -306,7 +312,9 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         operand = np.asarray(args[pos])
         index: list[slice] = [slice(None)] * operand.ndim
         for axis, part in cuts:
-            index[axis] = slice(out_box[2 * part], out_box[2 * part + 1])
+            if operand.shape[axis] == lay.out_shape[axis - operand.ndim + len(lay.out_shape)]:
+                # whole along the axis (not already cut to the box: a kept batch)
+                index[axis] = slice(out_box[2 * part], out_box[2 * part + 1])
         args[pos] = operand[tuple(index)]
     if info.shape_param is ShapeParam.TARGET_SHAPE:
         # the target shape names the whole map; a tile reshapes only its own box: its images

@@ -32,6 +32,14 @@ The models (torchvision builds, random init; ``dbnet_se`` and ``unet`` are defin
 * ``deit_tiny``            a ViT as timm writes it (DeiT-tiny's sizes): qkv Linear, Reshape and
                            Permute into heads, q @ k^T, Softmax, @ v, Erf-GELU MLP; 224x224 only
 * ``vit_b_16``             torchvision's ViT-B/16 (nn.MultiheadAttention); 224x224 only
+* ``swin_t``               torchvision's Swin-T: shifted windows (Roll as Slice and Concat),
+                           window partition by Reshape and Permute, relative position bias;
+                           224x224 only
+* ``mobilevit_like``       a MobileViT-XXS-like hybrid: inverted residuals, then MobileViT
+                           blocks (conv, unfold into 2x2 patches, transformer, fold, fuse)
+* ``text_recognizer``      a CNN + transformer text recognizer (SVTR-like): conv backbone to
+                           one row at stride 4, columns as tokens, encoder, per-token logits;
+                           usual input 32x320
 """
 
 from __future__ import annotations
@@ -72,7 +80,8 @@ class _SE(nn.Module):
 class _Block(nn.Module):
     """Inverted residual: expand 1x1, depthwise kxk (stride), SE, project 1x1."""
 
-    def __init__(self, cin: int, cout: int, expand: int, stride: int, se: bool) -> None:
+    def __init__(self, cin: int, cout: int, expand: int, stride: int | tuple[int, int],
+                 se: bool) -> None:
         super().__init__()
         mid = cin * expand
         self.body = nn.Sequential(
@@ -226,6 +235,79 @@ class DeiT(nn.Module):
         return self.head(x[:, 0])
 
 
+class _MobileViTBlock(nn.Module):
+    """MobileViT's block: a local 3x3 and 1x1 conv, the map unfolded into 2x2 patches (each
+    of the four pixel positions a sequence over the patches: Reshape and Transpose), a
+    transformer over every sequence, folded back, projected and fused with the input."""
+
+    def __init__(self, cin: int, dim: int, depth: int, heads: int = 2, patch: int = 2) -> None:
+        super().__init__()
+        self.patch = patch
+        self.local = nn.Sequential(nn.Conv2d(cin, cin, 3, 1, 1, bias=False),
+                                   nn.BatchNorm2d(cin), nn.SiLU(),
+                                   nn.Conv2d(cin, dim, 1, bias=False))
+        self.blocks = nn.Sequential(*(_EncoderBlock(dim, heads, 2 * dim)
+                                      for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.project = nn.Sequential(nn.Conv2d(dim, cin, 1, bias=False), nn.BatchNorm2d(cin),
+                                     nn.SiLU())
+        self.fuse = nn.Sequential(nn.Conv2d(2 * cin, cin, 3, 1, 1, bias=False),
+                                  nn.BatchNorm2d(cin), nn.SiLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.local(x)
+        b, c, h, w = y.shape
+        p = self.patch
+        # [B, C, H, W] -> [B * p * p, (H / p) * (W / p), C]: one sequence per pixel position
+        t = y.reshape(b, c, h // p, p, w // p, p).permute(0, 3, 5, 2, 4, 1)
+        t = t.reshape(b * p * p, (h // p) * (w // p), c)
+        t = self.norm(self.blocks(t))
+        y = t.reshape(b, p, p, h // p, w // p, c).permute(0, 5, 3, 1, 4, 2).reshape(b, c, h, w)
+        return self.fuse(torch.cat([x, self.project(y)], dim=1))
+
+
+class MobileViTLike(nn.Module):
+    """A MobileViT-XXS-like hybrid: a strided conv stem, inverted residuals (MobileNetV2),
+    MobileViT blocks at strides 8, 16 and 32, a 1x1 conv, global pool and classifier."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
+                                  nn.SiLU())
+        self.body = nn.Sequential(
+            _Block(16, 16, 2, 1, False), _Block(16, 24, 2, 2, False), _Block(24, 24, 2, 1, False),
+            _Block(24, 48, 2, 2, False), _MobileViTBlock(48, 64, 2),
+            _Block(48, 64, 2, 2, False), _MobileViTBlock(64, 80, 4),
+            _Block(64, 80, 2, 2, False), _MobileViTBlock(80, 96, 3),
+            nn.Conv2d(80, 320, 1, bias=False), nn.BatchNorm2d(320), nn.SiLU())
+        self.head = nn.Linear(320, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.stem(x)).mean((2, 3)))
+
+
+class TextRecognizer(nn.Module):
+    """A CNN + transformer text recognizer (as SVTR / PP-OCRv4's rec models): a conv
+    backbone takes a 32-pixel-high text line to one row of features at stride 4 along the
+    width, the columns become tokens [B, W/4, C], two encoder blocks, and a Linear gives
+    each token's character logits (97 classes, CTC-style)."""
+
+    def __init__(self, dim: int = 128, classes: int = 97) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.Hardswish(),
+            _Block(32, 32, 2, 1, True), _Block(32, 64, 3, (2, 1), False),
+            _Block(64, 64, 3, 1, True), _Block(64, 96, 3, (2, 1), False),
+            _Block(96, dim, 3, (2, 1), True))
+        self.blocks = nn.Sequential(*(_EncoderBlock(dim, 4, 2 * dim) for _ in range(2)))
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.backbone(x).mean(2).transpose(1, 2)  # the rows pooled: [B, W/4, C]
+        return self.head(self.norm(self.blocks(t)))
+
+
 class _Outputs(nn.Module):
     """Return a dict-returning torchvision model's tensors as a tuple (exporters want one)."""
 
@@ -270,9 +352,12 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int]]] = {
     "dbnet_se": (DBNetSE, (640, 640)),
     "deit_tiny": (DeiT, (224, 224)),
     "vit_b_16": (_tv("vit_b_16"), (224, 224)),
+    "swin_t": (_tv("swin_t"), (224, 224)),
+    "mobilevit_like": (MobileViTLike, (256, 256)),
+    "text_recognizer": (TextRecognizer, (32, 320)),
 }
 """Name -> (builder, the size it is usually run at; bench uses it, tests bind smaller)."""
-FIXED_SIZE = frozenset({"deit_tiny", "vit_b_16"})
+FIXED_SIZE = frozenset({"deit_tiny", "vit_b_16", "swin_t"})
 
 
 def export(name: str, out_dir: Path) -> Path:

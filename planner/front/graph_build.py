@@ -26,7 +26,7 @@ from planner.ir.layout import (
     sequence,
     tokens,
 )
-from planner.ir.ops import AxisMove, MapRule, OpClass, OpSpec, op_spec
+from planner.ir.ops import Accumulate, AxisMove, MapRule, OpClass, OpSpec, op_spec
 
 
 def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
@@ -357,12 +357,23 @@ _CHANNELS_FIRST_OPS = frozenset({"BatchNormalization", "InstanceNormalization", 
                                  "GroupNormalization"})
 
 
+def _channels_last_ranks(node: onnx.NodeProto, spec: OpSpec) -> bool:
+    """Whether an op reads a rank-4 tensor's axis 1 as channels or its last two axes as rows
+    and columns (a rank-4 tensor it reads or writes is no channels-last map)."""
+    if spec.accumulate is not Accumulate.NONE or spec.maps is MapRule.UPSAMPLE:
+        return True  # global pools and resizes: over axes 2 and 3
+    return spec.maps is MapRule.CONCAT and int(node_attrs(node).get("axis", 1)) % 4 == 1
+
+
 def _token_tensors(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
-                   constants: Mapping[str, np.ndarray]) -> frozenset[str]:
+                   constants: Mapping[str, np.ndarray], rank: int = 3) -> frozenset[str]:
     """Rank-3 tensors of a transformer's token stretch, [B, L, C]: those joined by per-token
     ops (rank 3 in and out with the same B and L: element-wise, LayerNormalization, Linear,
     Softmax) into a stretch where some LayerNormalization normalizes the last axis or some
-    MatMul multiplies it by a constant matrix, and no op reads axis 1 as channels."""
+    MatMul multiplies it by a constant matrix, and no op reads axis 1 as channels. With
+    ``rank=4`` the same for channels-last maps [B, H, W, C] (Swin's stages: per-pixel ops
+    joined by the same B, H and W), and no op reads axis 1 as channels or axes 2 and 3 as
+    rows and columns."""
     links = nx.Graph()
     seeds: set[str] = set()
     vetoed: set[str] = set()
@@ -371,19 +382,21 @@ def _token_tensors(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[i
         out = node.output[0] if node.output else ""
         out_shape = shapes.get(out, ())
         fmap = [t for t in node.input if t and t not in constants]
-        rank3 = [t for t in fmap + [out] if t and len(shapes.get(t, ())) == 3]
-        if node.op_type in _CHANNELS_FIRST_OPS or spec.sliding_window:
-            vetoed.update(rank3)
+        ranked = [t for t in fmap + [out] if t and len(shapes.get(t, ())) == rank]
+        if node.op_type in _CHANNELS_FIRST_OPS or spec.sliding_window \
+                or (rank == 4 and _channels_last_ranks(node, spec)):
+            vetoed.update(ranked)
             continue
-        if len(out_shape) != 3 or spec.maps not in _KEEP_LAYOUT \
+        if len(out_shape) != rank or spec.maps not in _KEEP_LAYOUT \
                 or spec.op_class is OpClass.OPAQUE:
             continue
         links.add_node(out)
-        joined = [t for t in fmap if shapes.get(t, ())[:2] == out_shape[:2]
-                  and len(shapes[t]) == 3]
+        joined = [t for t in fmap if shapes.get(t, ())[:rank - 1] == out_shape[:rank - 1]
+                  and len(shapes[t]) == rank]
         links.add_edges_from((t, out) for t in joined)
         attrs = node_attrs(node) if spec.maps is MapRule.NORM else {}
-        over_channels = spec.maps is MapRule.NORM and int(attrs.get("axis", -1)) % 3 == 2
+        over_channels = spec.maps is MapRule.NORM \
+            and int(attrs.get("axis", -1)) % rank == rank - 1
         linear = spec.maps is MapRule.LINEAR and len(fmap) == 1 and any(
             t in constants and constants[t].ndim == 2 for t in node.input[1:2])
         if over_channels or linear:
@@ -406,6 +419,8 @@ def build_graph(model: LoadedModel) -> Graph:
     # only the layouts the shape alone does not imply: token stretches, channels-last ones
     layouts: dict[str, Layout] = dict.fromkeys(
         _token_tensors(proto.graph.node, shapes, constants), tokens())
+    layouts.update(dict.fromkeys(_token_tensors(proto.graph.node, shapes, constants, rank=4),
+                                 nhwc()))
     for node in proto.graph.node:
         layer = _layer(node, shapes, constants, model.opset, model.path, layouts)
         layers.append(layer)

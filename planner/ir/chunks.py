@@ -28,6 +28,14 @@ def chunk_axes(graph: Graph, lay: Layer) -> tuple[int, dict[str, int]] | None:
                 axes[name] = axis
     if len(lay.inputs) < 2 or lay.inputs[1] not in axes:  # the kernel (input 1) must split
         return None
+    out = lay.outputs[0]
+    if out in graph.shapes:
+        layout = graph.layout(out)
+        at = spec.chunk_out_axis % len(graph.shapes[out])
+        if at in (layout.batch_axis, layout.row_axis, layout.col_axis):
+            # the output's layout tiles that axis (a channels-last map read as NCHW):
+            # slices of it are tiles' boxes, not channels
+            return None
     sizes = {int(graph.constants[w].shape[a]) for w, a in axes.items()}
     if len(sizes) != 1:  # e.g. a bias broadcast along another axis: not one channel count
         return None
