@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 from hardware.chip import Chip
 from planner.cost.hidden import HiddenStream, hidden_stream
@@ -80,6 +81,12 @@ class GroupFacts:
     # its streamed weights on chip at each step (planner.cost.hidden.hidden_stream), when
     # the caller keeps them
     hidden_weights: HiddenStream | None = field(default=None, compare=False, repr=False)
+    # what does not depend on residency, buffers or chunks (the longest range of each
+    # tensor over the tiles of one axis, halo re-reads), by what it does depend on, when the
+    # caller keeps it across the facts of one search (enumerating tiles is the dearest part
+    # of a check)
+    memo: dict[tuple[object, ...], object] | None = field(
+        default=None, compare=False, repr=False)
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -144,6 +151,9 @@ class GroupFacts:
     def _longest_ranges(self, axis: int) -> dict[str, int]:
         n, h, w = self.extent
         size = (self.tile.n, self.tile.h, self.tile.w)[axis]
+        key: tuple[object, ...] = ("spans", self.io.layers, axis, size)
+        if self.memo is not None and key in self.memo:
+            return cast(dict[str, int], self.memo[key])
         extent = (n, h, w)[axis]
         longest: dict[str, int] = {}
         for lo in range(0, extent, size):
@@ -152,6 +162,8 @@ class GroupFacts:
                 (0, n, *lo_hi, 0, w) if axis == 1 else (0, n, 0, h, *lo_hi)
             for t, b in tile_regions(self.graph, self.io, box).items():
                 longest[t] = max(longest.get(t, 0), b[2 * axis + 1] - b[2 * axis])
+        if self.memo is not None:
+            self.memo[key] = longest
         return longest
 
     @cached_property
@@ -242,6 +254,15 @@ class GroupFacts:
 
     def redundancy_pct(self) -> float:
         """Halo re-reads as a percentage of reading each input once (rule 11)."""
+        key: tuple[object, ...] = ("redundancy", self.io.layers, self.tile, self.halo_reuse)
+        if self.memo is not None and key in self.memo:
+            return cast(float, self.memo[key])
+        pct = self._redundancy_pct()
+        if self.memo is not None:
+            self.memo[key] = pct
+        return pct
+
+    def _redundancy_pct(self) -> float:
         once = sum(box_elems(self.graph, t, self.chains.full[t]) for t in self.io.inputs)
         if self.tile.bands > 1:  # the bands' overlaps are re-read
             c = work_counters(self.graph, self.io, self.chains, self.tile, self.chip,

@@ -58,6 +58,10 @@ class HiddenSearch:
     # count, the weights stream (both asked for again and again by the bisections)
     profiles: dict[Tile, list[TileProfile]] = field(default_factory=dict, repr=False)
     streams: dict[int, HiddenStream] = field(default_factory=dict, repr=False)
+    # what the rules' facts work out for this group whatever the residency, buffers and
+    # chunks (enumerated spans, halo re-reads), shared by every check of this search
+    memo: dict[tuple[object, ...], object] = field(
+        default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, graph: Graph, layers: Iterable[str], chip: Chip,
@@ -126,7 +130,8 @@ class HiddenSearch:
         """The group's facts with each hidden map held as its widest chunk."""
         return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
                           double_buffered, hidden=self.found, hidden_chunks=chunks,
-                          hidden_weights=None if resident else self.stream(chunks))
+                          hidden_weights=None if resident else self.stream(chunks),
+                          memo=self.memo)
 
     def rule_violations(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int,
                         rules: Iterable[Rule]) -> list[Violation]:

@@ -53,6 +53,10 @@ class PassSearch:
     chip: Chip
     chains: tuple[GroupChains, ...]  # of each pass
     peaks: dict[tuple[int, bool, int], int] = field(default_factory=dict, repr=False)
+    # what the rules' facts work out for this group whatever the residency, buffers and
+    # chunks (enumerated spans, halo re-reads), shared by every check of this search
+    memo: dict[tuple[object, ...], object] = field(
+        default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, graph: Graph, layers: Iterable[str], chip: Chip, inputs_held: bool = False
@@ -126,11 +130,11 @@ class PassSearch:
                              held_bytes=held_bytes(self.graph, self.split, k, self.chip),
                              group_weight_bytes=self.weight_bytes,
                              hidden=self.stretches[k] if chunks > 1 else (),
-                             hidden_chunks=chunks)
+                             hidden_chunks=chunks, memo=self.memo)
                   for k, (io, chains) in enumerate(zip(self.split.ios, self.chains,
                                                        strict=True))]
         tiled = GroupFacts(self.graph, whole.io, whole.chains, tile, self.chip, True,
-                           double_buffered)
+                           double_buffered, memo=self.memo)
         for r in rules:
             facts = [whole] if r.is_structural else [tiled] if r.in_passes == "whole" \
                 else passes

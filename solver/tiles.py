@@ -180,6 +180,10 @@ class GroupSearch:
     # counters with resident weights by (tile, halo reuse): residency changes only the reads
     resident_costs: dict[tuple[Tile, bool], Counters] = field(default_factory=dict, repr=False,
                                                               compare=False)
+    # what the rules' facts work out for this group whatever the residency, buffers and
+    # chunks (enumerated spans, halo re-reads), shared by every check of this search
+    memo: dict[tuple[object, ...], object] = field(
+        default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, graph: Graph, layers: Sequence[str], chip: Chip, ruleset: RuleSet) -> GroupSearch:
@@ -191,7 +195,7 @@ class GroupSearch:
         return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
                           double_buffered, halo_reuse,
                           self.reuse_grid(tile) if halo_reuse else None,
-                          weights_outer=weights_outer)
+                          weights_outer=weights_outer, memo=self.memo)
 
     def can_sweep_weights(self) -> bool:
         """A weights-outer loop is possible: one layer whose streamed weights arrive in more

@@ -302,3 +302,31 @@ def test_torchvision_vit_b_16_plans_and_verifies_on_the_default_chip(tmp_path: P
     # weight streamed once: the maps never leave the chip (issue 18: within 1.1x)
     assert plan.totals.dram_bytes <= 1.01 * plan.compulsory_dram_bytes
     assert any(g.placement.hidden_chunks > 1 and len(g.layers) > 100 for g in plan.groups)
+
+
+# CNN + transformer hybrids (any H and W) and Swin-T (224 x 224): real exports of
+# examples/exports/export_models.py
+HYBRIDS = {"mobilevit_like": (256, 256), "text_recognizer": (32, 320)}
+
+
+@pytest.mark.parametrize("name, size", [("mobilevit_like", (64, 64)),
+                                        ("text_recognizer", (32, 64))])
+def test_hybrid_exports_plan_and_verify_at_a_small_size(tmp_path: Path, name: str,
+                                                       size: tuple[int, int]) -> None:
+    # the transformer's tokens come from a conv backbone: MobileViT unfolds 2 x 2 patches
+    # into sequences (Reshape, Transpose) and folds them back, the recognizer pools the
+    # rows and reads the columns as tokens
+    plan = _verify(tmp_path, str(EXPORTS / f"{name}.onnx"), {"input": (1, 3, *size)},
+                   ["sram.bytes=256KiB"], solver="greedy")
+    assert plan.totals.dram_bytes < plan.layer_by_layer_dram_bytes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["swin_t", *HYBRIDS])
+def test_swin_and_hybrid_exports_plan_and_verify_on_the_default_chip(tmp_path: Path,
+                                                                     name: str) -> None:
+    shape = (1, 3, *HYBRIDS.get(name, (224, 224)))
+    plan = _verify(tmp_path, str(EXPORTS / f"{name}.onnx"), {"input": shape}, [])
+    assert plan.totals.dram_bytes < plan.layer_by_layer_dram_bytes
+    if name == "text_recognizer":  # maps and tokens fit on chip: every weight once
+        assert plan.totals.dram_bytes <= 1.01 * plan.compulsory_dram_bytes
