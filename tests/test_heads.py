@@ -3,6 +3,7 @@ every tensor, and attention blocks run a few heads at a time, verified."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from test_transformers import _attention_model
 
 from planner.app import api
+from planner.core.errors import InputError
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import load_model
 from planner.geometry.heads import Cut, _regrouped, head_walk, take_units
@@ -133,3 +135,15 @@ def test_attention_heads_in_chunks_at_batch_two(tmp_path: Path) -> None:
     _, path = _graph(_attention_model(batch=2, tokens=64, width=64, heads=8), tmp_path)
     plan = _solve_and_verify(path, tmp_path, ["sram.bytes=48KiB"])
     assert any(g.placement.hidden_chunks > 1 and "scores" in g.layers for g in plan.groups)
+
+
+def test_a_plan_asking_for_chunks_the_heads_do_not_make_is_refused(tmp_path: Path) -> None:
+    _, path = _graph(_attention_model(batch=1, tokens=64, width=64, heads=8), tmp_path)
+    plan = _solve_and_verify(path, tmp_path, ["sram.bytes=48KiB"])
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert plan.groups[0].placement.hidden_chunks > 1
+    doc["groups"][0]["hidden_chunks"] = 5  # 8 heads in chunks of ceil(8 / 5) = 2: 4, not 5
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="has 8 heads, which do not make 5 chunks"):
+        api.verify(str(path), bad, overrides=["sram.bytes=48KiB"])

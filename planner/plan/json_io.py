@@ -177,8 +177,9 @@ def _hidden_chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], til
                          "the key.")
     for s in found:
         if not makes_chunks(s, chunks):
+            units = "heads" if s.cuts else "hidden channels"  # attention: chunks of heads
             raise InputError(f"{where}.hidden_chunks is {chunks}, but the stretch from "
-                             f"{s.widen!r} has {s.channels} hidden channels, which do not make "
+                             f"{s.widen!r} has {s.channels} {units}, which do not make "
                              f"{chunks} chunks of ceil({s.channels} / {chunks}); use a count "
                              f"that does (e.g. {max(1, s.channels // 2)} or a power of two "
                              f"below {s.channels}).")
