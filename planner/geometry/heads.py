@@ -29,6 +29,7 @@ from math import prod
 
 import numpy as np
 
+from planner.ir.chunks import chunk_axes
 from planner.ir.graph import Graph, Layer
 from planner.ir.layout import LayoutKind
 from planner.ir.ops import AxisMove, MapRule, op_spec
@@ -88,8 +89,6 @@ def head_walk(graph: Graph, order: Sequence[str], k: int) -> HeadWalk | None:
     running over the consecutive layers of `order`, or None. Among the splits of the
     widening layer's output channels into (outer, units, inner) that every layer keeps,
     the one with the most units."""
-    from planner.ir.chunks import chunk_axes  # planner.ir.chunks imports nothing of ours
-
     widen = graph.layer(order[k])
     split = chunk_axes(graph, widen)
     outs = [t for t in widen.outputs if t]
