@@ -97,6 +97,40 @@ def head_walk(graph: Graph, order: Sequence[str], k: int) -> HeadWalk | None:
     out = outs[0]
     if graph.layout(out).kind not in (LayoutKind.TOKENS, LayoutKind.SEQUENCE):
         return None  # images keep their channels on one axis: plain hidden chunks
+    chain = _chain(graph, order, k)
+    if chain is None:
+        return None
+    # the same chain from the same layer is walked for every group holding it
+    key = ("head_walk", widen.name, chain)
+    if key not in graph.derived:
+        graph.derived[key] = _walk(graph, widen, out, split, chain)
+    found = graph.derived[key]
+    return found if isinstance(found, HeadWalk) else None
+
+
+def _chain(graph: Graph, order: Sequence[str], k: int) -> tuple[str, ...] | None:
+    """The layers after `order[k]` up to the first that sums over a hidden map (the
+    narrowing layer, last), each reading a hidden map with all its outputs named; None
+    when the run breaks before one."""
+    hidden = set(graph.layer(order[k]).outputs)
+    out: list[str] = []
+    for name in order[k + 1:]:
+        lay = graph.layer(name)
+        if not any(t in hidden for t in lay.fmap_inputs):
+            return None
+        out.append(name)
+        if _narrow_axis(graph, lay, tuple(hidden)) is not None:
+            return tuple(out)
+        if not all(lay.outputs):
+            return None
+        hidden.update(lay.outputs)
+    return None
+
+
+def _walk(graph: Graph, widen: Layer, out: str, split: tuple[int, dict[str, int]],
+          chain: tuple[str, ...]) -> HeadWalk | None:
+    """Every (outer, units, inner) split of the widening layer's output through the chain;
+    the first (most units) that every layer keeps."""
     channels, const_axes = split
     shape = graph.shapes[out]
     axis = op_spec(widen.op).chunk_out_axis % len(shape)
@@ -111,25 +145,17 @@ def head_walk(graph: Graph, order: Sequence[str], k: int) -> HeadWalk | None:
             cuts.update({c: Cut(a, outer, rest // outer) for c, a in const_axes.items()})
             live.append(cuts)
     hidden = [out]
-    mids: list[str] = []
-    for name in order[k + 1:]:
+    for name in chain[:-1]:
         lay = graph.layer(name)
-        if not any(t in hidden for t in lay.fmap_inputs):
-            return None
-        if _narrow_axis(graph, lay, hidden) is not None:
-            found = [c for c in (_narrowed(graph, lay, cuts) for cuts in live) if c is not None]
-            if not found:
-                return None
-            best = found[0]
-            return HeadWalk(tuple(mids), name, best[out].units(shape), tuple(hidden), best)
-        if not all(lay.outputs):
-            return None
         live = [c for c in (_followed(graph, lay, cuts) for cuts in live) if c is not None]
         if not live:
             return None
-        mids.append(name)
         hidden.extend(lay.outputs)
-    return None
+    narrow = graph.layer(chain[-1])
+    found = [c for c in (_narrowed(graph, narrow, cuts) for cuts in live) if c is not None]
+    if not found:
+        return None
+    return HeadWalk(chain[:-1], chain[-1], found[0][out].units(shape), tuple(hidden), found[0])
 
 
 def _narrow_axis(graph: Graph, lay: Layer, hidden: Sequence[str]) -> int | None:

@@ -147,6 +147,12 @@ class Graph:
         return {lay.name: lay for lay in self.layers}
 
     @cached_property
+    def derived(self) -> dict[object, object]:
+        """What the searches work out from the graph alone, again and again (where the
+        heads of an attention stretch sit: planner.geometry.heads), filled as asked."""
+        return {}
+
+    @cached_property
     def _position(self) -> dict[str, int]:
         return {lay.name: i for i, lay in enumerate(self.layers)}
 
