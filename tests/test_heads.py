@@ -11,7 +11,7 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_transformers import _attention_model
+from test_transformers import _attention_model, _verify
 
 from planner.app import api
 from planner.core.errors import InputError
@@ -21,7 +21,6 @@ from planner.geometry.heads import Cut, _regrouped, head_walk, take_units
 from planner.geometry.hidden import chunk_options, stretches
 from planner.geometry.regions import group_io
 from planner.ir.graph import Graph
-from planner.plan.json_io import save_plan
 
 from models import fusing_rules
 
@@ -107,23 +106,11 @@ def test_a_head_may_span_rows_of_a_reshaped_axis() -> None:
     assert _regrouped((2, 96, 5), Cut(1, 3, 8), (2, 3, 8, 4, 5)) == Cut(2, 1, 2)
 
 
-def _solve_and_verify(path: Path, tmp_path: Path, overrides: list[str],
-                      rules: Path | None = None) -> api.Plan:
-    plan = api.solve(str(path), rules=rules, solver="cpsat", overrides=overrides)
-    out = tmp_path / "plan.json"
-    save_plan(plan, out)
-    report = api.verify(str(path), out, seed=3, overrides=overrides)
-    assert report.outputs_match, report.first_output_mismatch
-    assert report.predicted_matches_emulated, report.first_counter_mismatch
-    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
-    return plan
-
-
 def test_attention_runs_a_few_heads_at_a_time_and_verifies(tmp_path: Path) -> None:
     # 64 tokens, 64 channels, 8 heads in 48 KiB: the whole block at once does not fit (the
     # [1, 8, 64, 64] scores alone are 64 KiB), a chunk of heads does
     _, path = _graph(_attention_model(batch=1, tokens=64, width=64, heads=8), tmp_path)
-    plan = _solve_and_verify(path, tmp_path, ["sram.bytes=48KiB"])
+    plan = _verify(tmp_path, str(path), {}, ["sram.bytes=48KiB"])
     assert len(plan.groups) == 1
     group = plan.groups[0]
     assert group.placement.hidden_chunks > 1 and {"scores", "proj"} <= set(group.layers)
@@ -138,13 +125,13 @@ def test_attention_runs_a_few_heads_at_a_time_and_verifies(tmp_path: Path) -> No
 def test_attention_heads_in_chunks_at_batch_two(tmp_path: Path) -> None:
     # the batch stays its own axis through the timm shuffles: images and heads both cut
     _, path = _graph(_attention_model(batch=2, tokens=64, width=64, heads=8), tmp_path)
-    plan = _solve_and_verify(path, tmp_path, ["sram.bytes=48KiB"])
+    plan = _verify(tmp_path, str(path), {}, ["sram.bytes=48KiB"])
     assert any(g.placement.hidden_chunks > 1 and "scores" in g.layers for g in plan.groups)
 
 
 def test_a_plan_asking_for_chunks_the_heads_do_not_make_is_refused(tmp_path: Path) -> None:
     _, path = _graph(_attention_model(batch=1, tokens=64, width=64, heads=8), tmp_path)
-    plan = _solve_and_verify(path, tmp_path, ["sram.bytes=48KiB"])
+    plan = _verify(tmp_path, str(path), {}, ["sram.bytes=48KiB"])
     doc = json.loads((tmp_path / "plan.json").read_text())
     assert plan.groups[0].placement.hidden_chunks > 1
     doc["groups"][0]["hidden_chunks"] = 5  # 8 heads in chunks of ceil(8 / 5) = 2: 4, not 5

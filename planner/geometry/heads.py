@@ -119,7 +119,7 @@ def _chain(graph: Graph, order: Sequence[str], k: int) -> tuple[str, ...] | None
         if not any(t in hidden for t in lay.fmap_inputs):
             return None
         out.append(name)
-        if _narrow_axis(graph, lay, tuple(hidden)) is not None:
+        if narrow_axis(graph, lay, tuple(hidden)) is not None:
             return tuple(out)
         if not all(lay.outputs):
             return None
@@ -158,8 +158,9 @@ def _walk(graph: Graph, widen: Layer, out: str, split: tuple[int, dict[str, int]
     return HeadWalk(chain[:-1], chain[-1], found[0][out].units(shape), tuple(hidden), found[0])
 
 
-def _narrow_axis(graph: Graph, lay: Layer, hidden: Sequence[str]) -> int | None:
-    """The axis a Linear by a constant sums over, when it reads a hidden map."""
+def narrow_axis(graph: Graph, lay: Layer, hidden: Sequence[str]) -> int | None:
+    """The axis a layer summing over its one (data) input's channels by a constant (a
+    Linear, a Conv without groups) sums over, when that input is a hidden map."""
     spec = op_spec(lay.op)
     if spec.in_chunk_axis is None or len(lay.inputs) < 2 or lay.inputs[1] not in lay.weights \
             or lay.fmap_inputs != (lay.inputs[0],) or lay.inputs[0] not in hidden:
@@ -170,7 +171,7 @@ def _narrow_axis(graph: Graph, lay: Layer, hidden: Sequence[str]) -> int | None:
 def _narrowed(graph: Graph, lay: Layer, cuts: dict[str, Cut]) -> dict[str, Cut] | None:
     x = lay.inputs[0]
     cut = cuts[x]
-    if cut.axis != _narrow_axis(graph, lay, (x,)):
+    if cut.axis != narrow_axis(graph, lay, (x,)):
         return None
     w = lay.inputs[1]
     spec = op_spec(lay.op)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.geometry.heads import Cut, head_walk
+from planner.geometry.heads import Cut, head_walk, narrow_axis
 from planner.geometry.regions import GroupIO, accumulated_input
 from planner.ir.chunks import chunk_axes, chunk_ranges
 from planner.ir.graph import Graph, Layer
@@ -99,14 +99,21 @@ def _head_stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
         return None
     widen = graph.layer(io.layers[k])
     hidden = walk.hidden
-    inside = set(io.layers)
-    if any(c in inside and c not in (*walk.mids, walk.narrow) for t in hidden
-           for c in graph.consumers.get(t, ())) \
-            or any(t in io.outputs or t in graph.outputs for t in hidden):
+    if _leaks(graph, io, hidden, (*walk.mids, walk.narrow)):
         return None
     return Stretch(widen.name, walk.mids, walk.narrow, walk.units, walk.cuts[hidden[0]].axis,
                    tuple(hidden), graph.layer(walk.narrow).outputs[0],
                    cuts=tuple(sorted(walk.cuts.items())))
+
+
+def _leaks(graph: Graph, io: GroupIO, hidden: Sequence[str], layers: Sequence[str]) -> bool:
+    """A hidden map read beside the stretch's `layers` in the group, or leaving it (a map
+    read outside the group leaves it, io.outputs, unless the group is one pass of several:
+    planner.geometry.passes; another pass makes it again)."""
+    inside = set(io.layers)
+    return any(c in inside and c not in layers for t in hidden
+               for c in graph.consumers.get(t, ())) \
+        or any(t in io.outputs or t in graph.outputs for t in hidden)
 
 
 def _plain_stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
@@ -123,9 +130,6 @@ def _plain_stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
         return None
     hidden = [out]
     mids: list[str] = []
-    # a hidden map read outside the group leaves it (io.outputs), unless the group is one
-    # pass of several (planner.geometry.passes): another pass makes it again
-    inside = set(io.layers)
     for name in io.layers[k + 1:]:
         lay = graph.layer(name)
         reads = [t for t in lay.fmap_inputs if t in hidden]
@@ -133,10 +137,8 @@ def _plain_stretch_at(graph: Graph, io: GroupIO, k: int) -> Stretch | None:
             return None  # the stretch is a run of consecutive layers
         sums = _narrows(graph, lay, hidden, channels, axis)
         if sums or _pools(graph, io, lay, hidden, channels, axis):
-            if any(c in inside and c not in (*mids, name) for t in hidden
-                   for c in graph.consumers.get(t, ())) \
-                    or any(t in io.outputs or t in graph.outputs for t in hidden):
-                return None  # a hidden map read beside the stretch, or leaving the group
+            if _leaks(graph, io, hidden, (*mids, name)):
+                return None
             return Stretch(widen.name, tuple(mids), name, channels, axis, tuple(hidden),
                            lay.outputs[0], pools=not sums)
         if not _per_element(graph, lay, hidden, out):
@@ -260,13 +262,10 @@ def _local_axis(graph: Graph, lay: Layer, name: str) -> int | None:
 
 def _narrows(graph: Graph, lay: Layer, hidden: Sequence[str], channels: int, axis: int) -> bool:
     """A layer summing over the hidden channels of its one (data) input."""
+    if narrow_axis(graph, lay, hidden) != axis:  # it sums along the axis the chunks cut
+        return False
     spec = op_spec(lay.op)
-    if spec.in_chunk_axis is None or len(lay.inputs) < 2 or lay.inputs[1] not in lay.weights \
-            or lay.fmap_inputs != (lay.inputs[0],) or lay.inputs[0] not in hidden:
-        return False
-    rank = len(graph.shapes[lay.inputs[0]])
-    if spec.chunk_out_axis % rank != axis:  # it sums along the axis the chunks cut
-        return False
+    assert spec.in_chunk_axis is not None
     w = lay.inputs[1]
     cut = spec.in_chunk_axis(1, tuple(graph.constants[w].shape), lay.attrs)
     return cut is not None and int(graph.constants[w].shape[cut]) == channels
