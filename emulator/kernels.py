@@ -32,6 +32,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto
 from onnx.reference import ReferenceEvaluator
 
+from emulator.attention import attention_kernel
 from planner.ir.ops import known_ops, op_spec
 
 __all__ = ["SUPPORTED", "registered_kernels", "run_op", "run_reference"]
@@ -676,6 +677,10 @@ def _gemm(n: _Node) -> list[_Array]:
     return [y.astype(a.dtype, copy=False)]
 
 
+def _flash_attention(n: _Node) -> list[_Array]:
+    return [attention_kernel(n.attrs, n.x(0), n.x(1), n.x(2))]
+
+
 def _matmul(n: _Node) -> list[_Array]:
     return [np.matmul(n.x(0), n.x(1))]
 
@@ -1050,6 +1055,7 @@ _KERNELS: Mapping[str, _Kernel] = MappingProxyType({
     "Dropout": _dropout,
     "Gemm": _gemm,
     "MatMul": _matmul,
+    "FlashAttention": _flash_attention,
     "ReduceMean": _reduce(np.mean, 18),
     "ReduceSum": _reduce(np.sum, 13),
     "ReduceMax": _reduce(np.max, 18),

@@ -27,6 +27,7 @@ from emulator.reuse import run_reuse_tiles
 from emulator.weights_outer import run_weights_outer
 from hardware.chip import Chip
 from planner.cost.counters import Counters
+from planner.geometry.attention import online_attention
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
 from planner.geometry.hidden import Stretch, makes_chunks, stretches
 from planner.geometry.passes import pass_split, passes_make_chunks
@@ -153,6 +154,7 @@ class _LayerStatic:
     ref: int  # fmap input the kernel result is aligned with (not a broadcast operand)
     out_layout: Layout
     shape_param: ShapeParam  # a parameter input spelling out the whole output map
+    attention: bool = False  # fused attention: its kernel is told the tile's first query row
 
 
 @dataclass
@@ -205,7 +207,8 @@ def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
         transposed=kind is MapKind.TRANSPOSED and out_spatial,
         in_hw=first_layout.dims(first)[2:], attrs=attrs,
         crop_spatial=out_spatial and not window, in_spatial=in_spatial, ref=ref,
-        out_layout=out_layout, shape_param=op_spec(lay.op).shape_param)
+        out_layout=out_layout, shape_param=op_spec(lay.op).shape_param,
+        attention=op_spec(lay.op).maps is MapRule.ATTENTION)
 
 
 def _aligned_constants(graph: Graph, lay: Layer, consts: Sequence[tuple[int, str]],
@@ -338,6 +341,8 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         attrs = _window_attrs(lay, info, out_box)
         if int(lay.attrs.get("count_include_pad", 0)):  # AveragePool's
             return [_avg_pool_including_pads(lay, attrs, args, out_box, info.in_hw)]
+    if info.attention:  # the causal mask needs to know which query rows the tile holds
+        attrs = {**attrs, "query_offset": out_box[2]}
     outs = run_op(lay.op, attrs, args, lay.opset, num_outputs=len(lay.outputs))
     return [_crop_output(np.asarray(y), lay, info, out_box, first_box) for y in outs]
 
@@ -684,19 +689,30 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
     uses = in_group_uses(graph, io)
     folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
     starts = {s.widen: s for s in hidden}
+    attention = online_attention(graph, io)
+    streamed = attention.streamed if attention is not None else {}
+    # the steps a streamed input is on chip, a chunk at a time: its first to its last reader
+    stream_steps = {t: [i for i, name in enumerate(io.layers)
+                        if t in graph.layer(name).fmap_inputs] for t in streamed}
     for k, tile_box in enumerate(anchors):
         ti = first + k
         boxes = tile_regions(graph, io, tile_box)
         onchip: dict[str, tuple[Box, np.ndarray]] = dict(held)
-        loaded = 0
+        streams: dict[str, tuple[Box, np.ndarray]] = {}
+        loaded = nxt = 0
         for t in io.inputs:  # DRAM -> SRAM: the tile's box of every input, halo included
             layout = graph.layout(t)
             arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)
-            onchip[t] = (boxes[t], arr)
             loaded += arr.size * dt
             tally.core += arr.size * dt * (1 + uses.get(t, 0))
+            if t in streamed:  # read chunk by chunk by the fused attention reading it
+                streams[t] = (boxes[t], arr)
+                nxt += attention.onchip_elems(t, arr.size) * dt  # type: ignore[union-attr]
+            else:
+                onchip[t] = (boxes[t], arr)
+                nxt += arr.size * dt
         # a second buffer holds the next tile's loads (held tensors are loaded once)
-        prefetch = loaded if group.double_buffered else 0
+        prefetch = nxt if group.double_buffered else 0
         if k == 0:
             loaded += preloaded
         inside = -1  # the last layer of the stretch running now
@@ -723,10 +739,17 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
                 ys = [folds[out0].add(x, x_box)]
                 tally.vector_ops += x.size
             else:
-                ys = compute_on_chip(graph, group, ti, lay, boxes[out0], onchip, weights, tally,
-                                     layers)
+                reading = {t: streams[t] for t in lay.fmap_inputs if t in streams}
+                ys = compute_on_chip(graph, group, ti, lay, boxes[out0],
+                                     {**onchip, **reading} if reading else onchip, weights,
+                                     tally, layers)
             keep_outputs(lay, boxes[out0], ys, onchip, tally, uses)
-            tally.step(ti, sum(a.size for _, a in onchip.values()) * dt + prefetch, i)
+            live = sum(a.size for _, a in onchip.values())
+            if attention is not None:  # the chunks streaming now and the softmax's scratch
+                live += sum(attention.onchip_elems(t, a.size) for t, (_, a) in streams.items()
+                            if stream_steps[t][0] <= i <= stream_steps[t][-1])
+                live += attention.scratch_elems(i, {out0: ys[0].size})
+            tally.step(ti, live * dt + prefetch, i)
             _free(onchip, last_use, i, io, held)
         written = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped

@@ -33,6 +33,7 @@ from ortools.sat.python.cp_model_helper import Literal
 from hardware.chip import Chip
 from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
 from planner.cost.weight_stream import layer_chunks, staged_steps
+from planner.geometry.attention import online_attention
 from planner.geometry.regions import (
     GroupChains,
     GroupIO,
@@ -260,12 +261,33 @@ class Encoding:
 
     def tensor_bytes(self, cand: Candidate, t: str) -> Expr:
         """Largest box of tensor t any tile needs, in bytes (linear in th; times tn if batched)."""
+        return self._scaled_bytes(cand, t)
+
+    def scratch_bytes(self, cand: Candidate, step: int) -> Expr:
+        """The online softmax's scratch at `step` (planner.geometry.attention): out elements /
+        dv * (keys per chunk + 2), as GroupFacts.scratch_bytes bounds it."""
+        attention = online_attention(self.graph, cand.io)
+        if attention is None:
+            return 0
+        if cand.fixed is not None:
+            return cand.facts_any_tile.scratch_bytes(step)
+        return sum(self._scaled_bytes(cand, out, (chunk + 2, dv))
+                   for at, out, dv, chunk in attention.scratch if at == step)
+
+    def _scaled_bytes(self, cand: Candidate, t: str, scale: tuple[int, int] = (1, 1)
+                      ) -> Expr:
+        """tensor_bytes with the channels scaled by scale[0] / scale[1]."""
         if cand.fixed is not None:
             return cand.facts_any_tile.tensor_bound_bytes(t)
-        c = channels(self.graph, t)
+        c = channels(self.graph, t) // scale[1] * scale[0]
         fb = cand.chains.full[t]
         cols = fb[5] - fb[4]
         rows = self._rows(cand, t)
+        attention = online_attention(self.graph, cand.io)
+        if attention is not None and t in attention.streamed and isinstance(rows, int):
+            # one chunk of keys on chip (they are whole along rows and channels)
+            keys, chunk = attention.streamed[t]
+            c, rows = rows * c // keys * chunk, 1
         cn = cand.chains.chains[t][0]
         batched = cn is not None and cn.s != 0 and not isinstance(cand.tn, int)
         if not batched:
@@ -305,8 +327,8 @@ class Encoding:
 
     def live_steps_bytes(self, cand: Candidate) -> list[Expr]:
         """Live feature-map bytes at each step; their max is GroupFacts.live_peak_bytes."""
-        return [sum(self.tensor_bytes(cand, t) for t in live)
-                for live in live_steps(self.graph, cand.io)]
+        return [sum(self.tensor_bytes(cand, t) for t in live) + self.scratch_bytes(cand, i)
+                for i, live in enumerate(live_steps(self.graph, cand.io))]
 
     def all_fmap_bytes(self, cand: Candidate) -> Expr:
         io = cand.io

@@ -23,6 +23,7 @@ from planner.cost.model import (
     work_counters,
 )
 from planner.cost.weight_stream import chunk_width, staged_steps
+from planner.geometry.attention import OnlineAttention, online_attention
 from planner.geometry.bands import cluster_loads
 from planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
 from planner.geometry.hidden import Stretch
@@ -132,7 +133,23 @@ class GroupFacts:
         for s in self.hidden:
             if t in s.hidden:
                 c = c // s.channels * chunk_width(s.channels, self.hidden_chunks)
-        return c * sizes[0] * sizes[1] * sizes[2] * self.chip.dtype_bytes
+        elems = c * sizes[0] * sizes[1] * sizes[2]
+        if self.attention is not None:  # streamed keys and values: one chunk on chip
+            elems = self.attention.onchip_elems(t, elems)
+        return elems * self.chip.dtype_bytes
+
+    @cached_property
+    def attention(self) -> OnlineAttention | None:
+        """The group's fused attention layers (planner.geometry.attention), None without."""
+        return online_attention(self.graph, self.io)
+
+    def scratch_bytes(self, step: int) -> int:
+        """The online softmax's scratch at `step` (planner.geometry.attention), bounded as the
+        tile's maps are."""
+        if self.attention is None:
+            return 0
+        return self.attention.scratch_elems(
+            step, {out: self.tensor_bound_bytes(out) for _, out, _, _ in self.attention.scratch})
 
     def _enumerated_span(self, axis: int) -> dict[str, int]:
         """Longest range of every tensor along one axis over all tiles of that axis."""
@@ -185,8 +202,8 @@ class GroupFacts:
         """Peak of live tensors when freed after their last use (input/output share space)."""
         if self.weights_outer:
             return self.in_bytes + self._outer_slice_bytes
-        return max(sum(self.tensor_bound_bytes(t) for t in live)
-                   for live in live_steps(self.graph, self.io)) + self.held_bytes
+        return max(sum(self.tensor_bound_bytes(t) for t in live) + self.scratch_bytes(i)
+                   for i, live in enumerate(live_steps(self.graph, self.io))) + self.held_bytes
 
     @property
     def _outer_slice_bytes(self) -> int:
@@ -219,6 +236,7 @@ class GroupFacts:
         if self.weights_outer or not (self.chip.unified and self.staged_bytes):
             return self.live_peak_bytes + (self.stage_peak_bytes if self.chip.unified else 0)
         return max(sum(self.tensor_bound_bytes(t) for t in live) + self.staged_bytes[i]
+                   + self.scratch_bytes(i)
                    for i, live in enumerate(live_steps(self.graph, self.io))) \
             + self.held_bytes
 
@@ -262,13 +280,22 @@ class GroupFacts:
             self.memo[key] = pct
         return pct
 
+    @property
+    def haloed_inputs(self) -> tuple[str, ...]:
+        """The inputs whose re-reads are halos: all but the keys and values a fused
+        attention streams (every query tile reads them whole by design, as a tile streams
+        its weights; they count as DRAM traffic all the same)."""
+        if self.attention is None:
+            return self.io.inputs
+        return tuple(t for t in self.io.inputs if t not in self.attention.streamed)
+
     def _redundancy_pct(self) -> float:
-        once = sum(box_elems(self.graph, t, self.chains.full[t]) for t in self.io.inputs)
+        once = sum(box_elems(self.graph, t, self.chains.full[t]) for t in self.haloed_inputs)
         if self.tile.bands > 1:  # the bands' overlaps are re-read
             c = work_counters(self.graph, self.io, self.chains, self.tile, self.chip,
                               self.weights_resident, True)
             return 100.0 * c.redundant_read_bytes / max(once * self.chip.dtype_bytes, 1)
         read = union_sum if self.halo_reuse else region_sum
         loaded = sum(read(self.graph, self.io, self.chains, t, self.tile)
-                     for t in self.io.inputs)
+                     for t in self.haloed_inputs)
         return 100.0 * (loaded - once) / max(once, 1)

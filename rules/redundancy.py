@@ -15,7 +15,8 @@ class Redundancy(Rule):
     """(bytes loaded incl. halo re-reads - bytes read once) / bytes read once <= threshold.
 
     Not applied in small-map mode, where nothing is re-read. The seed offers 50, 75, 100,
-    125 or 150 %.
+    125 or 150 %. The keys and values a fused attention streams are not halos: every tile
+    of query rows reads them whole by design (planner.geometry.attention).
     """
 
     tile_trend: ClassVar[str] = "grow"  # taller tiles re-read fewer halo rows
@@ -35,8 +36,9 @@ class Redundancy(Rule):
     def encode(self, enc: Encoding, cand: Candidate) -> None:
         if isinstance(cand.th, int):
             return
-        once = sum(_once(enc, cand, t) for t in cand.io.inputs)
-        loaded = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
+        haloed = cand.facts_any_tile.haloed_inputs  # not the keys attention streams
+        once = sum(_once(enc, cand, t) for t in haloed)
+        loaded = sum(enc.read_bytes(cand, t) for t in haloed)
         limit = (100 + self.threshold_pct) * once
         enc.enforce(enc.model.add(100 * loaded <= limit), cand, enc.rule_lits[self.key],
                     cand.small.Not())

@@ -26,6 +26,7 @@ from planner.cost.model import (
 )
 from planner.cost.objective import Objective, objective_units
 from planner.cost.weight_stream import layer_chunks
+from planner.geometry.attention import online_attention
 from planner.geometry.bands import band_counts, band_overflows, cluster_loads, cores_per_band
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid
 from planner.geometry.regions import (
@@ -318,8 +319,9 @@ class GroupSearch:
         whole batch."""
         n = anchor_extent(self.graph, self.io)[0]
         cols = self.tw is None or tile_floor(self.chains, self.io, self.graph, 2) is not None
+        # fused attention streams its keys per tile: nothing of it carries to the next
         return (self.ruleset.search.halo_reuse and self.closed_form and cols
-                and (self.tn or n) >= n)
+                and (self.tn or n) >= n and online_attention(self.graph, self.io) is None)
 
     def work(self, tile: Tile, resident: bool, halo_reuse: bool = False,
              weights_outer: bool = False) -> Counters:

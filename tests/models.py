@@ -16,6 +16,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = [
+    "causal_encoder",
     "chain_cnn",
     "exported_net",
     "inception_net",
@@ -507,3 +508,53 @@ def _fpn(b: _Builder, x: str, c: int) -> str:
     p1 = b.one("Add", [b.conv(d1, c, c, 1, prefix="fpn_lat1"), _upsample2(b, d2, 17)])
     p0 = b.one("Add", [b.conv(x, c, c, 1, prefix="fpn_lat0"), _upsample2(b, p1, 17)])
     return b.conv(b.one("Concat", [x, p0], axis=1), 2 * c, c, 1, prefix="fpn_out")
+
+
+def causal_encoder(tokens: int = 1024, width: int = 64, heads: int = 2, blocks: int = 1,
+                   mask: str = "where", seed: int = 0) -> onnx.ModelProto:
+    """A stack of GPT-2-like pre-norm blocks on [1, L, C] (a decoder's prefill): LayerNorm,
+    one qkv projection split into heads (Reshape, Transpose, Split, Squeeze), q @ k^T,
+    a scale, a causal mask (`mask`: "where" as GPT-2's export, "add" as an additive
+    matrix, "none"), Softmax, p @ v, heads merged, out projection and residual, then
+    LayerNorm, an MLP of 4C and residual."""
+    b = _Builder(np.random.default_rng(seed))
+    d = width // heads
+    shape = [1, tokens, width]
+    split_shape = b.const("shape", np.array([1, tokens, 3, heads, d], np.int64))
+    merge_shape = b.const("shape", np.array(shape, np.int64))
+    ones = b.const("sizes", np.array([1, 1, 1], np.int64))
+    zero = b.const("axes", np.array([0], np.int64))
+    scale = b.const("scale", np.array(d ** -0.5, np.float32))
+    below = np.tri(tokens, tokens, dtype=bool)[None, None]
+    cond = b.const("causal", below)
+    fill = b.const("fill", np.array(-1e4, np.float32))
+    additive = b.const("bias", np.where(below, 0.0, -1e4).astype(np.float32))
+    x = "input"
+    for _ in range(blocks):
+        g, beta = (b.const("ln", np.ones(width, np.float32)),
+                   b.const("ln", np.zeros(width, np.float32)))
+        n = b.one("LayerNormalization", [x, g, beta], "ln", axis=-1)
+        qkv = b.one("MatMul", [n, b.weight((width, 3 * width), width)], "qkv")
+        heads5 = b.one("Transpose", [b.one("Reshape", [qkv, split_shape], "split_heads")],
+                       "heads_first", perm=[2, 0, 3, 1, 4])
+        q5, k5, v5 = b.node("Split", [heads5, ones], "split", n_out=3, axis=0)
+        q, k, v = (b.one("Squeeze", [t, zero], "squeeze") for t in (q5, k5, v5))
+        s = b.one("MatMul", [q, b.one("Transpose", [k], "k_t", perm=[0, 1, 3, 2])], "scores")
+        s = b.one("Mul", [s, scale], "scale")
+        if mask == "where":
+            s = b.one("Where", [cond, s, fill], "mask")
+        elif mask == "add":
+            s = b.one("Add", [s, additive], "mask")
+        p = b.one("Softmax", [s], "softmax", axis=-1)
+        o = b.one("MatMul", [p, v], "mix")
+        merged = b.one("Reshape", [b.one("Transpose", [o], "tokens_first", perm=[0, 2, 1, 3]),
+                                   merge_shape], "merge_heads")
+        y = b.one("Add", [b.one("MatMul", [merged, b.weight((width, width), width)], "proj"),
+                          x], "residual")
+        g2, beta2 = (b.const("ln", np.ones(width, np.float32)),
+                     b.const("ln", np.zeros(width, np.float32)))
+        n2 = b.one("LayerNormalization", [y, g2, beta2], "ln", axis=-1)
+        h = b.one("Relu", [b.one("MatMul", [n2, b.weight((width, 4 * width), width)], "fc")])
+        x = b.one("Add", [b.one("MatMul", [h, b.weight((4 * width, width), 4 * width)], "fc"),
+                          y], "residual")
+    return b.model(shape, x, 17, name=f"causal_encoder_{tokens}")

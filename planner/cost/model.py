@@ -52,6 +52,7 @@ from planner.cost.weight_stream import (
     stage_peak,
     staged_steps,
 )
+from planner.geometry.attention import online_attention
 from planner.geometry.bands import band_columns, band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from planner.geometry.regions import (
@@ -88,6 +89,11 @@ def live_steps(graph: Graph, io: GroupIO) -> list[tuple[str, ...]]:
     for t in io.outputs:
         last_use[t] = end
     born: dict[str, int] = {t: -1 for t in io.inputs}
+    attention = online_attention(graph, io)
+    if attention is not None:  # streamed keys and values arrive with the layer reading them
+        for t in attention.streamed:
+            born[t] = min(i for i, name in enumerate(io.layers)
+                          if t in graph.layer(name).fmap_inputs)
     for i, name in enumerate(io.layers):
         for t in graph.layer(name).outputs:
             if t:
@@ -103,9 +109,25 @@ def footprint(graph: Graph, io: GroupIO, boxes: dict[str, Box], steps: Sequence[
               dtype_bytes: int, staged: Sequence[int] = ()) -> int:
     """Peak live bytes of one tile: its feature maps, plus at each step the streamed weight
     bytes `staged` (one entry per step) where they share the memory."""
+    attention = online_attention(graph, io)
+    if attention is None:
+        return max(
+            sum(box_elems(graph, t, boxes[t]) for t in live if t in boxes) * dtype_bytes
+            + (staged[i] if staged else 0) for i, live in enumerate(steps))
+    elems = {t: box_elems(graph, t, b) for t, b in boxes.items()}
     return max(
-        sum(box_elems(graph, t, boxes[t]) for t in live if t in boxes) * dtype_bytes
+        (sum(attention.onchip_elems(t, elems[t]) for t in live if t in elems)
+         + attention.scratch_elems(i, elems)) * dtype_bytes
         + (staged[i] if staged else 0) for i, live in enumerate(steps))
+
+
+def next_inputs_elems(graph: Graph, io: GroupIO, boxes: Mapping[str, Box]) -> int:
+    """Elements a second input buffer prefetches for the next tile: its inputs' boxes (the
+    first chunk of streamed keys and values)."""
+    attention = online_attention(graph, io)
+    if attention is None:
+        return sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
+    return sum(attention.onchip_elems(t, box_elems(graph, t, boxes[t])) for t in io.inputs)
 
 
 def sram_staged(graph: Graph, io: GroupIO, chip: Chip, weights_resident: bool) -> tuple[int, ...]:
@@ -225,7 +247,7 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
         here = footprint(graph, io, boxes, steps, chip.dtype_bytes, staged)
         peak = max(peak, here)
         if double_buffered:  # the next tile's inputs arrive while this one computes
-            nxt = sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
+            nxt = next_inputs_elems(graph, io, boxes)
             peak = max(peak, here + nxt * chip.dtype_bytes)
     if chip.unified and weights_resident:
         peak += weight_bytes(graph, io.weights, chip)
@@ -632,7 +654,8 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
         core += sum(box_elems(graph, t, regions[t]) * (1 + uses.get(t, 0))
                     for t in group_tensors(graph, io) if t in regions) * dt
         tile_peak = footprint(graph, io, regions, steps, dt, staged)
-        peak = max(peak, tile_peak + (loaded if double_buffered else 0))
+        nxt = next_inputs_elems(graph, io, regions) * dt
+        peak = max(peak, tile_peak + (nxt if double_buffered else 0))
     wread = wbytes * (1 if weights_resident else len(boxes))
     if chip.unified and weights_resident:
         peak += wbytes

@@ -14,6 +14,7 @@ import onnx
 from onnx import numpy_helper
 
 from planner.core.errors import InputError
+from planner.front.attention_fusion import fuse_attention
 from planner.front.blocks import find_blocks
 from planner.front.onnx_load import LoadedModel
 from planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
@@ -256,6 +257,7 @@ _MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
     MapRule.SOFTMAX: _softmax_maps,
     MapRule.SELECT: _select_maps,
     MapRule.WHOLE: _whole_maps,
+    MapRule.ATTENTION: _whole_maps,  # `_layer` maps the queries as a product's first operand
 })
 
 
@@ -268,7 +270,8 @@ def _maps(spec: OpSpec, attrs: dict[str, Any], fmaps: list[_Fmap], opset: int
 
 # ops whose output keeps a channels-last input's layout when the batch, rows and columns
 # pass through (per-element functions, per-pixel normalization and linear layers)
-_KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX})
+_KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX,
+                          MapRule.ATTENTION})
 
 
 def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
@@ -421,7 +424,7 @@ def build_graph(model: LoadedModel) -> Graph:
         _token_tensors(proto.graph.node, shapes, constants), tokens())
     layouts.update(dict.fromkeys(_token_tensors(proto.graph.node, shapes, constants, rank=4),
                                  nhwc()))
-    for node in proto.graph.node:
+    for node in fuse_attention(proto.graph.node, shapes, constants, model.outputs):
         layer = _layer(node, shapes, constants, model.opset, model.path, layouts)
         layers.append(layer)
         for t in layer.outputs:
@@ -515,6 +518,9 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     rows, cols = _maps(spec, attrs, fmaps, opset)
     if spec.maps is MapRule.LINEAR and len(fmap) != 1:
         rows, cols = _product_maps(fmaps)
+    if spec.maps is MapRule.ATTENTION:  # the queries as q @ k^T has them, k and v whole
+        rows, cols = _product_maps(fmaps[:2])
+        rows, cols = rows + [WHOLE] * (len(fmaps) - 2), cols + [WHOLE] * (len(fmaps) - 2)
     window: tuple[AxisMap, AxisMap] | None = None
     if spec.maps is MapRule.WINDOW and in_shapes:
         row, col, attrs = _window_maps(spec, attrs, in_shapes[0], w_shape)

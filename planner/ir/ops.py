@@ -54,6 +54,7 @@ class MapRule(StrEnum):
     LINEAR = "linear"  # MatMul by a constant over the channels (channels last): identity
     SOFTMAX = "softmax"  # whole along the axes it normalizes over, identity along the others
     SELECT = "select"  # Gather: identity when it picks along a channel axis, else whole
+    ATTENTION = "attention"  # fused attention: the queries row-local, keys and values whole
     WHOLE = "whole"  # every output element may need the whole input
 
 
@@ -174,6 +175,15 @@ def _gemm_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) 
 
 def _matmul_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
     return ins[0][-1] if ins else 1
+
+
+def _attention_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
+    """Fused attention (q [.., Lq, d], k^T [.., d, Lk], v [.., Lk, dv]): per output element
+    its share of q @ k^T (Lk * d / dv) and its row of p @ v (Lk)."""
+    if len(ins) < 3:
+        return 1
+    (d, lk), dv = ins[1][-2:], ins[2][-1]
+    return ceil(lk * d / dv) + lk
 
 
 def _global_pool_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
@@ -448,6 +458,9 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("MatMul", _M, MapRule.LINEAR, _matmul_work, other_role=_W, fan_in=_matmul_fan_in,
           chunk_axis=_matmul_chunk_axis, chunk_out_axis=-1,
           in_chunk_axis=_matmul_in_chunk_axis),
+    # fuseplan's own: attention fused by the front end (planner.front.attention_fusion),
+    # run with the online softmax key chunk by key chunk (emulator.attention)
+    _spec("FlashAttention", _M, MapRule.ATTENTION, _attention_work, takes_weights=False),
     # vector: per-element functions and per-position normalizations
     _elementwise("Relu", _V, rectified=_RELU),
     _elementwise("Clip", _V, takes_weights=False, rectified=_RELU),  # min and max are bounds

@@ -9,6 +9,7 @@ import networkx as nx
 
 from hardware.chip import Chip
 from planner.core.errors import InputError
+from planner.geometry.attention import online_attention
 from planner.geometry.bands import bands_problem
 from planner.geometry.regions import Tile, anchor_extent, group_io
 from planner.ir.graph import Graph
@@ -23,7 +24,13 @@ def group_mode(graph: Graph, layers: Sequence[str], tile: Tile) -> Mode:
 
 def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: str) -> None:
     """Halo reuse runs the tiles of one batch in order: a tile must span the whole batch."""
-    n, _, _ = anchor_extent(graph, group_io(graph, layers))
+    io = group_io(graph, layers)
+    n, _, _ = anchor_extent(graph, io)
+    if online_attention(graph, io) is not None:
+        raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos, but it "
+                         "holds a fused attention layer, whose tiles stream the keys and "
+                         "values afresh (nothing carries to the next tile). Use \"halo\": "
+                         "\"recompute\".")
     if tile.n < n:
         raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos with tile "
                          f"{tile.n}x{tile.h}x{tile.w}; halo reuse needs tiles over the whole "

@@ -86,6 +86,10 @@ def annotated_model(problem: Problem, plan: Plan) -> onnx.ModelProto:
     proto = onnx.ModelProto()
     proto.CopyFrom(problem.model.proto)
     owner = {name: g for g in plan.groups for name in g.layers}
+    for lay in problem.graph.layers:  # the nodes a fused attention layer stands for
+        for name in lay.attrs.get("fused", ()):
+            if lay.name in owner:
+                owner.setdefault(name, owner[lay.name])
     for node in proto.graph.node:
         group = owner.get(node.name)
         if group is None:

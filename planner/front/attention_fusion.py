@@ -1,0 +1,195 @@
+"""Attention over long sequences as one fused layer, run with the online softmax.
+
+Exporters spell scaled dot-product attention as MatMul(q, k^T), an optional scale (Mul or
+Div by a scalar), an optional causal mask (Where with a lower-triangular condition, or Add
+of a matrix that is 0 on and below the diagonal and one negative value above), Softmax over
+the keys and MatMul(p, v). Every layer of that chain needs a row of scores whole, [.., Lq,
+Lk] per head: at 4096 tokens and 12 heads the scores of one query row, and k and v whole,
+outgrow any on-chip memory. Fused, the chain is one layer whose tile of query rows streams
+the keys and values in chunks (emulator.attention: FlashAttention's running maximum and sum)
+and never holds more than one chunk of scores (planner.geometry.attention prices it).
+
+Only long sequences are fused (LONG_SEQUENCE keys and up): short ones (ViT's 197 tokens,
+Swin's 49-token windows) fit on chip as they are and keep their layers, which the planner
+runs in head chunks (planner.geometry.heads). Masks other than causal ones (a Swin window
+mask, a padding mask) keep the chain unfused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+# keys from which attention is fused: scores of one query row of every head then exceed
+# what a layer-by-layer softmax can keep on chip beside k and v
+LONG_SEQUENCE = 1024
+# keys per chunk the online softmax walks (FlashAttention's key block)
+KV_CHUNK = 128
+OP_TYPE = "FlashAttention"
+DOMAIN = "ai.fuseplan"
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """The nodes of one attention and what the fused layer keeps of them."""
+
+    nodes: tuple[onnx.NodeProto, ...]  # scores, [scale], [mask], softmax, mix
+    q: str
+    kt: str
+    v: str
+    out: str
+    scale: float
+    causal: bool
+    mask_value: float
+
+
+def fuse_attention(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
+                   constants: Mapping[str, np.ndarray], outputs: Sequence[str]
+                   ) -> list[onnx.NodeProto]:
+    """The node list with every long attention chain replaced by one FlashAttention node
+    (named after the chain's last MatMul, in its place); the rest unchanged."""
+    producer = {o: n for n in nodes for o in n.output if o}
+    readers: dict[str, int] = {}
+    for n in nodes:
+        for t in n.input:
+            readers[t] = readers.get(t, 0) + 1
+    for t in outputs:
+        readers[t] = readers.get(t, 0) + 1
+    chains = []
+    for n in nodes:
+        if n.op_type == "Softmax":
+            chain = _chain(n, nodes, producer, readers, shapes, constants)
+            if chain is not None:
+                chains.append(chain)
+    if not chains:
+        return list(nodes)
+    dropped = {id(m) for c in chains for m in c.nodes[:-1]}
+    fused = {id(c.nodes[-1]): c for c in chains}
+    out: list[onnx.NodeProto] = []
+    for n in nodes:
+        if id(n) in dropped:
+            continue
+        c = fused.get(id(n))
+        out.append(n if c is None else _fused_node(c, shapes))
+    return out
+
+
+def _fused_node(c: _Chain, shapes: Mapping[str, tuple[int, ...]]) -> onnx.NodeProto:
+    mix = c.nodes[-1]
+    return helper.make_node(
+        OP_TYPE, [c.q, c.kt, c.v], [c.out], name=mix.name, domain=DOMAIN,
+        scale=float(c.scale), causal=int(c.causal), mask_value=float(c.mask_value),
+        kv_chunk=min(KV_CHUNK, shapes[c.kt][-1]), query_length=shapes[c.q][-2],
+        fused=[m.name for m in c.nodes])
+
+
+def _only_reader(t: str, readers: Mapping[str, int]) -> bool:
+    return readers.get(t, 0) == 1
+
+
+def _scalar(constants: Mapping[str, np.ndarray], t: str) -> float | None:
+    value = constants.get(t)
+    if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.floating):
+        return None
+    return float(value.reshape(()))
+
+
+def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
+           producer: Mapping[str, onnx.NodeProto], readers: Mapping[str, int],
+           shapes: Mapping[str, tuple[int, ...]], constants: Mapping[str, np.ndarray]
+           ) -> _Chain | None:
+    """The attention chain through this Softmax, None when it is not one fuseplan fuses."""
+    p = softmax.output[0]
+    rank = len(shapes.get(p, ()))
+    axis = next((helper.get_attribute_value(a) for a in softmax.attribute if a.name == "axis"),
+                -1)
+    if rank < 3 or int(axis) % rank != rank - 1 or not _only_reader(p, readers):
+        return None
+    mix = next((n for n in nodes if n.op_type == "MatMul" and len(n.input) == 2
+                and n.input[0] == p), None)
+    if mix is None or mix.input[1] in constants:
+        return None
+    chain = [softmax, mix]
+    t = softmax.input[0]
+    causal, mask_value, scale = False, 0.0, 1.0
+    node = producer.get(t)
+    if node is not None and node.op_type in ("Where", "Add") and _only_reader(t, readers):
+        found = _causal_mask(node, shapes, constants)
+        if found is None:
+            return None
+        t, mask_value = found
+        causal = True
+        chain.insert(0, node)
+        node = producer.get(t)
+    if node is not None and node.op_type in ("Mul", "Div") and _only_reader(t, readers):
+        a, b = node.input
+        value = _scalar(constants, b)
+        if value is None and node.op_type == "Mul":
+            a, value = b, _scalar(constants, a)
+        if value is None or value == 0:
+            return None
+        scale = value if node.op_type == "Mul" else 1.0 / value
+        chain.insert(0, node)
+        t = a
+        node = producer.get(t)
+    if node is None or node.op_type != "MatMul" or not _only_reader(t, readers) \
+            or any(i in constants for i in node.input):
+        return None
+    chain.insert(0, node)
+    q, kt = node.input
+    v = mix.input[1]
+    sq, sk, sv = shapes.get(q), shapes.get(kt), shapes.get(v)
+    if sq is None or sk is None or sv is None or not len(sq) == len(sk) == len(sv) == rank \
+            or sq[:-2] != sk[:-2] or sq[:-2] != sv[:-2] or sq[-1] != sk[-2] \
+            or sk[-1] != sv[-2] or sk[-1] < LONG_SEQUENCE:
+        return None
+    return _Chain(tuple(chain), q, kt, v, mix.output[0], scale, causal, mask_value)
+
+
+def _causal_mask(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
+                 constants: Mapping[str, np.ndarray]) -> tuple[str, float] | None:
+    """(the scores the mask applies to, the value masked scores get) when the node is a
+    causal mask: Where(lower-triangular condition, scores, value) or Add(scores, 0 on and
+    below the diagonal and one negative value above); None otherwise."""
+    if node.op_type == "Where":
+        cond, scores, value = node.input
+        fill = _scalar(constants, value)
+        mask = constants.get(cond)
+        if fill is None or mask is None or scores in constants:
+            return None
+        return (scores, fill) if _lower_triangular(mask.astype(bool), shapes[scores]) else None
+    a, b = node.input
+    scores, mask = (a, constants.get(b)) if b in constants else (b, constants.get(a))
+    if mask is None or scores in constants or not np.issubdtype(mask.dtype, np.floating):
+        return None
+    above = _above_diagonal(mask.shape, shapes[scores])
+    if above is None:
+        return None
+    plane = mask.reshape(mask.shape[-2:])
+    if np.any(plane[~above] != 0) or not above.any():
+        return None
+    values = np.unique(plane[above])
+    return (scores, float(values[0])) if len(values) == 1 and values[0] < 0 else None
+
+
+def _above_diagonal(mask_shape: tuple[int, ...], scores_shape: tuple[int, ...]
+                    ) -> np.ndarray | None:
+    """Where a causal mask hides keys, for a mask broadcast over everything but the last two
+    axes of the scores; None when the mask is not of that shape."""
+    if len(mask_shape) < 2 or tuple(mask_shape[-2:]) != tuple(scores_shape[-2:]) \
+            or any(d != 1 for d in mask_shape[:-2]):
+        return None
+    lq, lk = scores_shape[-2:]
+    return ~np.tri(lq, lk, lk - lq, dtype=bool)
+
+
+def _lower_triangular(mask: np.ndarray, scores_shape: tuple[int, ...]) -> bool:
+    above = _above_diagonal(mask.shape, scores_shape)
+    if above is None:
+        return False
+    plane = mask.reshape(mask.shape[-2:])
+    return bool(np.array_equal(plane, ~above))

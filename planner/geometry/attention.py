@@ -1,0 +1,81 @@
+"""What a fused attention layer holds on chip while it runs (the online softmax).
+
+A FlashAttention layer (planner.front.attention_fusion) computes a tile of query rows
+against every key, walking the keys in chunks of `kv_chunk` (emulator.attention). Beside
+the tile's maps it holds, at its step:
+
+* the scratch of one chunk: its scores, [.., T, kv_chunk] for the tile's T query rows, and
+  the running maximum and sum of each row: out elements / dv * (kv_chunk + 2);
+* where k^T or v is a group input (written to DRAM by an earlier group), only the chunk
+  being used: they stream from DRAM chunk by chunk, each tile reading them whole once
+  (the row maps say whole, so the DRAM counts are the usual region sums), and they are
+  on chip only at the steps that read them. Produced inside the group, they are on chip
+  whole like any other map.
+
+Every footprint (the cost model's, the rule facts', the CP-SAT encoding's) and the emulator's
+tally apply these two corrections through this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from planner.geometry.regions import GroupIO
+from planner.ir.graph import Graph, Layer
+from planner.ir.ops import MapRule, op_spec
+
+
+def fused_attention(lay: Layer) -> bool:
+    """A fused attention layer (run with the online softmax)."""
+    return op_spec(lay.op).maps is MapRule.ATTENTION
+
+
+@dataclass(frozen=True)
+class OnlineAttention:
+    """The fused attention layers of one group and what they hold on chip."""
+
+    # group inputs streamed chunk by chunk: tensor -> (keys, keys per chunk)
+    streamed: Mapping[str, tuple[int, int]]
+    # (step, output tensor, head width dv, keys per chunk) of each fused attention layer
+    scratch: tuple[tuple[int, str, int, int], ...]
+
+    def onchip_elems(self, tensor: str, box_elems: int) -> int:
+        """Elements of `tensor` on chip when a tile needs `box_elems` of it: one chunk of
+        keys where it streams."""
+        keys = self.streamed.get(tensor)
+        return box_elems if keys is None else box_elems // keys[0] * keys[1]
+
+    def scratch_elems(self, step: int, out_elems: Mapping[str, int]) -> int:
+        """Scratch of the fused layers running at `step`, from the elements of their
+        output tile (`out_elems`: tensor -> elements)."""
+        return sum(out_elems[out] // dv * (chunk + 2)
+                   for at, out, dv, chunk in self.scratch if at == step)
+
+
+def online_attention(graph: Graph, io: GroupIO) -> OnlineAttention | None:
+    """The group's fused attention layers and what they hold, None when it has none."""
+    key = ("online_attention", io.layers)
+    if key in graph.derived:
+        return graph.derived[key]  # type: ignore[return-value]
+    found = _online_attention(graph, io)
+    graph.derived[key] = found
+    return found
+
+
+def _online_attention(graph: Graph, io: GroupIO) -> OnlineAttention | None:
+    fused = [(i, graph.layer(name)) for i, name in enumerate(io.layers)
+             if fused_attention(graph.layer(name))]
+    if not fused:
+        return None
+    inside = set(io.layers)
+    streamed: dict[str, tuple[int, int]] = {}
+    for t in io.inputs:
+        readers = [graph.layer(c) for c in graph.consumers.get(t, ()) if c in inside]
+        if readers and all(fused_attention(r) and t in r.fmap_inputs[1:] for r in readers):
+            lay = readers[0]
+            keys = graph.shapes[lay.fmap_inputs[1]][-1]
+            streamed[t] = (keys, int(lay.attrs["kv_chunk"]))
+    scratch = tuple((i, lay.outputs[0], graph.shapes[lay.fmap_inputs[2]][-1],
+                     int(lay.attrs["kv_chunk"])) for i, lay in fused)
+    return OnlineAttention(streamed, scratch)

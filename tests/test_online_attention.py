@@ -1,0 +1,140 @@
+"""Long attention as one fused layer run with the online softmax (issue: transformers).
+
+The kernel's key-chunk recurrence equals a whole-row softmax; the front end fuses causal
+(and long unmasked) attention and nothing else; plans stream the keys and values of a fused
+layer chunk by chunk, verify against onnxruntime with predicted == emulated bytes, and the
+attention group's traffic is the analytic count for its tiling (queries once, keys and
+values once per tile of query rows, output once).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import numpy_helper
+
+from emulator.attention import online_attention
+from planner.app import api
+from planner.front.graph_build import build_graph
+from planner.front.onnx_load import load_model
+from planner.geometry.attention import online_attention as onchip_attention
+from planner.geometry.regions import group_io
+from planner.ir.graph import MapKind
+from planner.plan.json_io import save_plan
+from planner.ui.export import annotated_model
+from tests.models import causal_encoder, save
+
+
+def _reference(q: np.ndarray, kt: np.ndarray, v: np.ndarray, scale: float, causal: bool,
+               offset: int, lq: int) -> np.ndarray:
+    scores = q @ kt * scale
+    if causal:
+        lk = kt.shape[-1]
+        rows = np.arange(offset, offset + q.shape[-2])[:, None]
+        scores = np.where(np.arange(lk)[None, :] <= rows + (lk - lq), scores, -1e4)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+
+@settings(max_examples=60, deadline=None)
+@given(heads=st.integers(1, 3), lq=st.integers(1, 40), extra=st.integers(0, 20),
+       d=st.integers(1, 8), dv=st.integers(1, 8), chunk=st.integers(1, 64),
+       causal=st.booleans(), cut=st.integers(0, 39), seed=st.integers(0, 2**16))
+def test_online_softmax_equals_whole_rows(heads: int, lq: int, extra: int, d: int, dv: int,
+                                          chunk: int, causal: bool, cut: int,
+                                          seed: int) -> None:
+    """Any tile of query rows, any key chunk, with or without the causal mask."""
+    rng = np.random.default_rng(seed)
+    lk = lq + extra
+    q = rng.standard_normal((1, heads, lq, d))
+    kt = rng.standard_normal((1, heads, d, lk))
+    v = rng.standard_normal((1, heads, lk, dv))
+    lo = min(cut, lq - 1)
+    hi = lo + max(1, (lq - lo) // 2)
+    got = online_attention(q[..., lo:hi, :], kt, v, scale=0.3, causal=causal,
+                           mask_value=-1e4, kv_chunk=chunk, query_offset=lo, query_length=lq)
+    want = _reference(q[..., lo:hi, :], kt, v, 0.3, causal, lo, lq)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def _graph(tmp_path: Path, **kw: object):  # type: ignore[no-untyped-def]
+    path = save(causal_encoder(**kw), tmp_path, "encoder")  # type: ignore[arg-type]
+    return path, build_graph(load_model(str(path), {}))
+
+
+@pytest.mark.parametrize("mask", ["where", "add", "none"])
+def test_long_attention_is_one_layer(tmp_path: Path, mask: str) -> None:
+    _, graph = _graph(tmp_path, tokens=1024, width=16, heads=2, mask=mask)
+    fused = [lay for lay in graph.layers if lay.op == "FlashAttention"]
+    assert len(fused) == 1
+    lay = fused[0]
+    assert lay.attrs["causal"] == (mask != "none")
+    assert lay.attrs["scale"] == pytest.approx(8 ** -0.5)
+    assert lay.attrs["kv_chunk"] == 128 and lay.attrs["query_length"] == 1024
+    assert not any(lay.op == "Softmax" for lay in graph.layers)
+    # the queries row-local, the keys and values whole (streamed)
+    assert [m.kind for m in lay.row_maps] == [MapKind.IDENTITY, MapKind.WHOLE, MapKind.WHOLE]
+    assert lay.macs == 2 * 1024 * 1024 * 16  # q @ k^T and p @ v over all heads
+    # no mask constant left among the layers' inputs: the causal structure is the kernel's
+    assert not any(t.startswith(("causal", "bias")) for la in graph.layers for t in la.inputs)
+
+
+def test_short_or_unknown_attention_stays_layers(tmp_path: Path) -> None:
+    _, short = _graph(tmp_path, tokens=256, width=16, heads=2)
+    assert not any(lay.op == "FlashAttention" for lay in short.layers)
+    assert any(lay.op == "Softmax" for lay in short.layers)
+    model = causal_encoder(tokens=1024, width=16, heads=2)
+    for init in model.graph.initializer:  # a mask that is not causal: left as the model has it
+        if init.name.startswith("causal"):
+            arr = np.random.default_rng(0).random((1, 1, 1024, 1024)) < 0.5
+            init.CopyFrom(numpy_helper.from_array(arr, init.name))
+    path = save(model, tmp_path, "masked")
+    graph = build_graph(load_model(str(path), {}))
+    assert not any(lay.op == "FlashAttention" for lay in graph.layers)
+
+
+def _plan_and_verify(tmp_path: Path, path: Path, overrides: list[str],
+                     solver: str = "cpsat") -> api.Plan:
+    plan = api.solve(str(path), solver=solver, overrides=overrides)
+    saved = tmp_path / f"plan_{solver}.json"
+    save_plan(plan, saved)
+    report = api.verify(str(path), saved, seed=3, overrides=overrides)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
+    assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
+    return plan
+
+
+def test_streamed_keys_plan_and_verify(tmp_path: Path) -> None:
+    """K and V whole (256 KiB) do not fit 128 KiB of SRAM: the fused layer streams them;
+    its group's traffic is queries once, keys and values once per tile, output once."""
+    path, graph = _graph(tmp_path, tokens=1024, width=32, heads=2)
+    chip = ["sram.bytes=128KiB"]
+    for solver in ("cpsat", "shortest-path"):
+        plan = _plan_and_verify(tmp_path, path, chip, solver)
+        group = next(g for g in plan.groups
+                     if any(graph.layer(n).op == "FlashAttention" for n in g.layers))
+        io = group_io(graph, group.layers)
+        attention = onchip_attention(graph, io)
+        assert attention is not None and attention.streamed, group.layers
+        fused = next(graph.layer(n) for n in group.layers
+                     if graph.layer(n).op == "FlashAttention")
+        q, kt, v = fused.fmap_inputs
+        tiles = -(-1024 // group.tile.h)
+        dt = 2
+        streamed = sum(graph.elems(t) for t in (kt, v) if t in attention.streamed)
+        if group.layers == (fused.name,):  # alone: the whole count is the analytic one
+            assert group.predicted.dram_read_bytes == dt * (graph.elems(q) + tiles * streamed)
+            assert group.predicted.dram_write_bytes == dt * graph.elems(fused.outputs[0])
+        else:  # beside other layers: the keys and values part of it
+            assert group.predicted.dram_read_bytes >= dt * tiles * streamed
+    # the nodes the fused layer stands for are annotated with its group (Netron export)
+    annotated = annotated_model(api.prepare(str(path), overrides=chip), plan)
+    marks = {n.name: dict((p.key, p.value) for p in n.metadata_props)
+             for n in annotated.graph.node}
+    assert marks["softmax24"]["fuseplan.group"] == marks[fused.name]["fuseplan.group"]
