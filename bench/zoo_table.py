@@ -13,6 +13,8 @@ from pathlib import Path
 
 from planner.app import api
 from planner.cost.model import weight_bytes
+from planner.geometry.attention import attention_traffic
+from planner.geometry.regions import group_io
 from planner.plan.json_io import save_plan
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
@@ -33,6 +35,10 @@ class Row:
     reference_s: float
     verified: bool
     spills: str
+    # fused attention (long sequences): its DRAM bytes, and FlashAttention's analytic count
+    # for the plan's tiling (q once, k and v once per pass of query rows, o once)
+    attention_bytes: int = 0
+    attention_analytic_bytes: int = 0
 
     @property
     def x_floor(self) -> float:
@@ -83,4 +89,18 @@ def plan_and_verify(model: str, shapes: Mapping[str, tuple[int, ...]],
         weight_bytes=weight_bytes(graph, {w for lay in graph.layers for w in lay.weights},
                                   problem.chip),
         groups=len(plan.groups), solve_s=solve_s, emulator_s=report.emulator_s,
-        reference_s=report.reference_s, verified=report.ok, spills=spills(problem, plan))
+        reference_s=report.reference_s, verified=report.ok, spills=spills(problem, plan),
+        **attention_counts(problem, plan))
+
+
+def attention_counts(problem: api.Problem, plan: api.Plan) -> dict[str, int]:
+    """The DRAM bytes of the groups that are one fused attention layer alone, and their
+    analytic count (planner.geometry.attention): equal when the plan is FlashAttention's."""
+    moved = analytic = 0
+    for g in plan.groups:
+        io = group_io(problem.graph, g.layers)
+        counts = attention_traffic(problem.graph, io, g.tile, problem.chip.dtype_bytes)
+        if len(g.layers) == 1 and counts:
+            moved += g.predicted.dram_bytes
+            analytic += counts[0].total
+    return {"attention_bytes": moved, "attention_analytic_bytes": analytic}

@@ -21,6 +21,7 @@ from emulator.attention import online_attention
 from planner.app import api
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import load_model
+from planner.geometry.attention import attention_traffic
 from planner.geometry.attention import online_attention as onchip_attention
 from planner.geometry.regions import group_io
 from planner.ir.graph import MapKind
@@ -128,9 +129,12 @@ def test_streamed_keys_plan_and_verify(tmp_path: Path) -> None:
         tiles = -(-1024 // group.tile.h)
         dt = 2
         streamed = sum(graph.elems(t) for t in (kt, v) if t in attention.streamed)
+        (count,) = attention_traffic(graph, io, group.tile, dt)
+        assert count.passes == tiles and count.kv_bytes == dt * streamed
         if group.layers == (fused.name,):  # alone: the whole count is the analytic one
             assert group.predicted.dram_read_bytes == dt * (graph.elems(q) + tiles * streamed)
             assert group.predicted.dram_write_bytes == dt * graph.elems(fused.outputs[0])
+            assert group.predicted.dram_bytes == count.total
         else:  # beside other layers: the keys and values part of it
             assert group.predicted.dram_read_bytes >= dt * tiles * streamed
     # the nodes the fused layer stands for are annotated with its group (Netron export)
@@ -138,3 +142,22 @@ def test_streamed_keys_plan_and_verify(tmp_path: Path) -> None:
     marks = {n.name: dict((p.key, p.value) for p in n.metadata_props)
              for n in annotated.graph.node}
     assert marks["softmax24"]["fuseplan.group"] == marks[fused.name]["fuseplan.group"]
+
+
+@pytest.mark.slow
+def test_gpt2_small_prefill_on_the_default_chip(tmp_path: Path) -> None:
+    """Issue 18's check: an encoder stack at sequence 4096, width 768, 12 heads, causal,
+    plans and verifies on the default chip (every layer of the unfused attention needs k^T
+    whole, 6 MiB, and had no plan), and each fused attention moves its analytic count."""
+    path = save(causal_encoder(tokens=4096, width=768, heads=12, blocks=2), tmp_path, "gpt")
+    plan = _plan_and_verify(tmp_path, path, [])
+    graph = build_graph(load_model(str(path), {}))
+    fused = [g for g in plan.groups
+             if any(graph.layer(n).op == "FlashAttention" for n in g.layers)]
+    assert len(fused) >= 1
+    for g in fused:
+        io = group_io(graph, g.layers)
+        (count,) = attention_traffic(graph, io, g.tile, 2)
+        assert count.kv_bytes == 2 * 2 * 4096 * 768  # k and v streamed, whole per pass
+        if len(g.layers) == 1:
+            assert g.predicted.dram_bytes == count.total

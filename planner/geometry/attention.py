@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from math import ceil
 
-from planner.geometry.regions import GroupIO
+from planner.geometry.regions import GroupIO, Tile, anchor_extent
 from planner.ir.graph import Graph, Layer
 from planner.ir.ops import MapRule, op_spec
 
@@ -79,3 +80,40 @@ def _online_attention(graph: Graph, io: GroupIO) -> OnlineAttention | None:
     scratch = tuple((i, lay.outputs[0], graph.shapes[lay.fmap_inputs[2]][-1],
                      int(lay.attrs["kv_chunk"])) for i, lay in fused)
     return OnlineAttention(streamed, scratch)
+
+
+@dataclass(frozen=True)
+class AttentionTraffic:
+    """FlashAttention's analytic DRAM count for one fused layer of a group and its tiling:
+    q read once, k and v once per pass of a tile of query rows, o written once (each only
+    where it crosses the group's boundary)."""
+
+    layer: str
+    q_bytes: int  # the queries, read once (0: made inside the group)
+    kv_bytes: int  # keys and values streamed by one pass (0: made inside the group)
+    passes: int  # tiles of query rows per image
+    o_bytes: int  # the output, written once (0: consumed inside the group)
+
+    @property
+    def total(self) -> int:
+        """q + passes x (k + v) + o."""
+        return self.q_bytes + self.passes * self.kv_bytes + self.o_bytes
+
+
+def attention_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
+                      ) -> list[AttentionTraffic]:
+    """The analytic count of each fused attention layer of a group run in `tile`s."""
+    found = online_attention(graph, io)
+    if found is None:
+        return []
+    _, h, w = anchor_extent(graph, io)
+    passes = ceil(h / tile.h) * ceil(w / tile.w)
+    counts = []
+    for _, out, _, _ in found.scratch:
+        lay = graph.layer(graph.producer[out])
+        q, kt, v = lay.fmap_inputs[:3]
+        counts.append(AttentionTraffic(
+            lay.name, graph.elems(q) * dtype_bytes if q in io.inputs else 0,
+            sum(graph.elems(t) for t in (kt, v) if t in found.streamed) * dtype_bytes,
+            passes, graph.elems(out) * dtype_bytes if out in io.outputs else 0))
+    return counts

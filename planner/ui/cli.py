@@ -26,6 +26,8 @@ from planner.core.errors import InputError, Interrupted, PlanningError
 from planner.core.files import check_writable, make_dir, write_atomic
 from planner.cost.objective import Objective
 from planner.front.onnx_load import parse_shape_option
+from planner.geometry.attention import attention_traffic
+from planner.geometry.regions import group_io
 from planner.plan.data import Plan
 from planner.plan.json_io import plan_to_json, save_plan
 from planner.ui import STARTED
@@ -218,6 +220,20 @@ def _totals_lines(plan: Plan) -> list[str]:
     ]
 
 
+def _attention_lines(problem: api.Problem, plan: Plan) -> list[str]:
+    """Each fused attention's share of its group's traffic, the analytic count of its
+    tiling (planner.geometry.attention)."""
+    lines = []
+    dt = problem.chip.dtype_bytes
+    for g in plan.groups:
+        for a in attention_traffic(problem.graph, group_io(problem.graph, g.layers), g.tile, dt):
+            lines.append(
+                f"attention {a.layer} (group {g.id}): q once {_mib(a.q_bytes)} + k and v "
+                f"{a.passes}× {_mib(a.kv_bytes)} + o once {_mib(a.o_bytes)} = "
+                f"{_mib(a.total)} analytic; the group moves {_mib(g.predicted.dram_bytes)}")
+    return lines
+
+
 @app.command()
 @guarded
 def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = None,
@@ -269,7 +285,7 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
         _emit(plan_to_json(plan))
         return
     out.print(_plan_table(plan))
-    for line in _totals_lines(plan):
+    for line in _totals_lines(plan) + _attention_lines(problem, plan):
         out.print(line)
     if output is not None:
         out.print(f"plan written to {output}")
