@@ -11,9 +11,18 @@ m and l beside the tile's own maps), not a whole-matrix softmax sliced afterward
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from planner.geometry.attention import online_attention as onchip_attention
+from planner.geometry.regions import Box, GroupIO, tile_regions
+from planner.ir.graph import Graph
+from planner.plan.data import Group
+
+if TYPE_CHECKING:
+    from emulator.run import LayerCache, Tally
 
 
 def online_attention(q: np.ndarray, kt: np.ndarray, v: np.ndarray, *, scale: float,
@@ -59,3 +68,47 @@ def attention_kernel(attrs: Any, q: np.ndarray, kt: np.ndarray, v: np.ndarray) -
                             kv_chunk=int(attrs["kv_chunk"]),
                             query_offset=int(attrs.get("query_offset", 0)),
                             query_length=int(attrs["query_length"]))
+
+
+def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
+                    dram: dict[str, np.ndarray], weights: Mapping[str, np.ndarray],
+                    tally: Tally, layers: LayerCache, heads: int) -> None:
+    """A lone fused attention layer in `group.placement.hidden_chunks` chunks of its heads:
+    each tile of query rows runs the chunks one after the other, each loading its heads'
+    query rows, streaming its heads' keys and values a chunk of keys at a time and storing
+    its heads' output rows, so one chunk of heads is on chip at a time."""
+    from emulator.run import _full, _slice, compute_on_chip
+
+    dt = tally.chip.dtype_bytes
+    lay = graph.layer(io.layers[0])
+    out = lay.outputs[0]
+    attention = onchip_attention(graph, io)
+    assert attention is not None
+    width = heads // group.placement.hidden_chunks
+    for ti, tile_box in enumerate(anchors):
+        boxes = tile_regions(graph, io, tile_box)
+        loaded = written = 0
+        for lo in range(0, heads, width):
+            part = slice(lo, lo + width)
+            onchip: dict[str, tuple[Box, np.ndarray]] = {}
+            held = nxt = 0
+            for t in io.inputs:  # this chunk's heads of the tile's box of every input
+                layout = graph.layout(t)
+                arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)[:, part]
+                onchip[t] = (boxes[t], arr)
+                loaded += arr.size * dt
+                tally.core += arr.size * dt * 2  # written on chip, read by the layer
+                streamed = attention.onchip_elems(t, arr.size)
+                held += streamed
+                nxt += streamed  # the second buffer: the next chunk's first loads
+            (y,) = compute_on_chip(graph, group, ti, lay, boxes[out], onchip, weights, tally,
+                                   layers)
+            tally.core += y.size * dt
+            live = held + y.size + attention.scratch_elems(0, {out: y.size})
+            tally.step(ti, (live + (nxt if group.double_buffered else 0)) * dt, 0)
+            layout = graph.layout(out)
+            if out not in dram:
+                dram[out] = np.zeros(graph.shapes[out], dtype=y.dtype)
+            _slice(dram[out], _full(dram[out], layout), tile_box, layout)[:, part] = y
+            written += y.size * dt
+        tally.tile(ti, loaded, written)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from emulator.attention import run_head_chunks
 from emulator.chunks import Compute, WeightStream, _take
 from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
 from emulator.hidden import run_stretch
@@ -27,7 +28,7 @@ from emulator.reuse import run_reuse_tiles
 from emulator.weights_outer import run_weights_outer
 from hardware.chip import Chip
 from planner.cost.counters import Counters
-from planner.geometry.attention import online_attention
+from planner.geometry.attention import attention_heads, online_attention
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
 from planner.geometry.hidden import Stretch, makes_chunks, stretches
 from planner.geometry.passes import pass_split, passes_make_chunks
@@ -628,6 +629,18 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
         raise EmulationError(group.id, None, graph.producer[io.accumulated[0]],
                              "a group ending in an accumulating reduction runs its tiles "
                              "one by one (no halo reuse, no weights-outer loop)")
+    heads = attention_heads(graph, io)
+    if group.placement.hidden_chunks > 1 and heads is not None:
+        p = group.placement
+        if heads % p.hidden_chunks or p.halo_reuse or p.weights_outer or p.passes > 1:
+            raise EmulationError(group.id, None, io.layers[0], f"the plan runs this fused "
+                                 f"attention in {p.hidden_chunks} chunks of its {heads} "
+                                 "heads, which they do not divide, or with halos reused, "
+                                 "weights outer or passes")
+        anchors = list(group.boxes if group.boxes is not None
+                       else iter_tiles(graph, io, group.tile))
+        run_head_chunks(graph, group, io, anchors, dram, weights, tally, layers, heads)
+        return tally.counters(graph, io), _group_run(group, [tally]), list(tally.worst.values())
     found: tuple[Stretch, ...] = ()
     if group.placement.hidden_chunks > 1 and group.placement.passes == 1:
         found = stretches(graph, io)

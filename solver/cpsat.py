@@ -40,6 +40,7 @@ from planner.cost.objective import (
     objective_terms,
     objective_units,
 )
+from planner.geometry.attention import attention_heads
 from planner.geometry.regions import Tile, in_group_uses
 from planner.ir.graph import Graph
 from planner.plan.placement import Placement
@@ -144,7 +145,7 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
     steps = enc.live_steps_bytes(cand)
     staged = enc.staged_steps(cand)
     stage = max(staged, default=0)
-    if cand.in_hidden_chunks:
+    if cand.in_hidden_chunks and attention_heads(enc.graph, cand.io) is None:
         # a pinned tile run in hidden chunks: its exact peak over every step and chunk,
         # second buffer and (single-memory chips) streamed weights included; the most
         # weight bytes its stream holds at once
@@ -153,8 +154,8 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
         stage = hidden.weights_on_chip(False, cand.hidden_chunks)
         steps, prefetch, staged = [cand.exact_peak], 0, ()
     elif cand.exact_peak is not None:
-        # a pinned tile run in passes: its exact peak over every pass, chunk and tail,
-        # second buffer included; its weights are resident
+        # a pinned tile run in passes (or a fused attention in head chunks): its exact peak
+        # over every pass, chunk and tail, second buffer included; its weights are resident
         steps, prefetch, staged = [cand.exact_peak], 0, ()
     elif cand.fixed is not None and cand.facts_any_tile.halo_reuse:
         # a pinned halo-reusing tile: its exact peak, second buffer included (its cost's,
@@ -444,7 +445,7 @@ def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
     """Bytes a pinned candidate leaves for the next group's weights (solver.tiles.
     prefetch_room; a tile run in passes from its exact peak, solver.passes.passes_room)."""
     f = cand.facts_any_tile
-    if cand.in_hidden_chunks:
+    if cand.in_hidden_chunks and attention_heads(graph, cand.io) is None:
         hidden = HiddenSearch.of(graph, cand.layers, chip, (cand.io, cand.chains))
         assert hidden is not None
         return hidden.room(f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks)

@@ -17,6 +17,7 @@ from hardware.chip import Chip
 from planner.cost.model import (
     Counters,
     group_cost,
+    head_chunked_cost,
     idle_dram_cycles,
     reread_weights,
     resident_work,
@@ -26,7 +27,7 @@ from planner.cost.model import (
 )
 from planner.cost.objective import Objective, objective_units
 from planner.cost.weight_stream import layer_chunks
-from planner.geometry.attention import online_attention
+from planner.geometry.attention import attention_heads, head_chunk_options, online_attention
 from planner.geometry.bands import band_counts, band_overflows, cluster_loads, cores_per_band
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid
 from planner.geometry.regions import (
@@ -371,6 +372,10 @@ class GroupSearch:
             return TileChoice(tile, True, search.cost(tile.h, double_buffered, hidden_chunks),
                               double_buffered, passes=passes, inputs_held=inputs_held,
                               hidden_chunks=hidden_chunks)
+        if hidden_chunks > 1 and attention_heads(self.graph, self.io) is not None:
+            return TileChoice(tile, True, head_chunked_cost(
+                self.graph, self.layers, tile, self.chip, double_buffered, hidden_chunks),
+                double_buffered, hidden_chunks=hidden_chunks)
         if hidden_chunks > 1:
             hidden = HiddenSearch.of(self.graph, self.layers, self.chip)
             if hidden is None:
@@ -449,7 +454,52 @@ class GroupSearch:
                       for o in self.at_width(tw).at_bands(b)._height_options(
                           objective, rules, with_room)]
         return found + self._pass_options(objective, rules, with_room) \
-            + self._hidden_options(objective, rules, with_room, found)
+            + self._hidden_options(objective, rules, with_room, found) \
+            + self._head_options(objective, with_room, found)
+
+    def _head_options(self, objective: Objective, with_room: bool,
+                      found: Sequence[Option]) -> list[Option]:
+        """Options of a lone fused attention layer run in chunks of its heads
+        (planner.geometry.attention.attention_heads), where search.hidden_chunks allows: per
+        chunk count, the tallest height that fits, when taller than any option `found`
+        without chunks (at one height chunks change no DRAM byte; a taller tile streams the
+        keys and values fewer times), with and without a second input buffer."""
+        heads = attention_heads(self.graph, self.io)
+        if heads is None or not self.ruleset.search.hidden_chunks or self.tw is not None:
+            return []
+        out = []
+        for tn in self.batch_options():
+            at = self.at_batch(tn)
+            done = max((o.tile.h for o in found if o.tile.n == tn), default=0)
+            heights = [th for th in at.heights() if th > done]
+            for k in head_chunk_options(heads):
+                for db in (False, True):
+                    th = first_passing(heights, partial(self._head_fits_at, at, db, k))
+                    if th is None:
+                        continue
+                    tile = at.tile_of(th)
+                    cost = head_chunked_cost(self.graph, self.layers, tile, self.chip, db, k)
+                    choice = TileChoice(tile, True, cost, db, hidden_chunks=k)
+                    rank = _rank(cost, objective, self.ruleset, self.chip, choice)
+                    idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
+                    room = self.chip.sram.bytes - cost.sram_peak_bytes if with_room else 0
+                    out.append(Option(rank, tile, True, db, False, cost, idle, room,
+                                      hidden_chunks=k))
+        return out
+
+    def _head_fits_at(self, at: GroupSearch, double_buffered: bool, chunks: int, th: int
+                      ) -> bool:
+        """_head_fits of the tile th rows tall of search `at`."""
+        return self._head_fits(head_chunked_cost(self.graph, self.layers, at.tile_of(th),
+                                                 self.chip, double_buffered, chunks))
+
+    def _head_fits(self, cost: Counters) -> bool:
+        """A head-chunked attention's exact peak fits SRAM and each core's NRAM share (it
+        has no weights)."""
+        peak = cost.sram_peak_bytes
+        return peak <= self.chip.sram.bytes and (
+            self.chip.nram is None or ceil(peak / self.chip.cores_per_cluster)
+            <= self.chip.nram.bytes)
 
     def _hidden_options(self, objective: Objective, rules: Iterable[Rule] | None,
                         with_room: bool, found: Sequence[Option]) -> list[Option]:

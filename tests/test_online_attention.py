@@ -9,6 +9,7 @@ values once per tile of query rows, output once).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,8 @@ from onnx import numpy_helper
 
 from emulator.attention import online_attention
 from planner.app import api
+from planner.core.errors import InputError
+from planner.cost.model import group_cost
 from planner.front.graph_build import build_graph
 from planner.front.onnx_load import load_model
 from planner.geometry.attention import attention_traffic
@@ -161,3 +164,27 @@ def test_gpt2_small_prefill_on_the_default_chip(tmp_path: Path) -> None:
         assert count.kv_bytes == 2 * 2 * 4096 * 768  # k and v streamed, whole per pass
         if len(g.layers) == 1:
             assert g.predicted.dram_bytes == count.total
+
+
+def test_head_chunks_let_taller_tiles_stream_keys_fewer_times(tmp_path: Path) -> None:
+    """A lone fused attention runs its heads a chunk at a time: the tile it picks would not
+    fit with every head on chip, and the plan verifies byte for byte. A hand-edited chunk
+    count that does not divide the heads is refused (exit 2, naming the fix)."""
+    path, graph = _graph(tmp_path, tokens=1024, width=64, heads=4)
+    chip = ["sram.bytes=128KiB"]
+    plan = _plan_and_verify(tmp_path, path, chip)
+    group = next(g for g in plan.groups if graph.layer(g.layers[0]).op == "FlashAttention")
+    assert group.layers == ("mix25",) and group.placement.hidden_chunks in (2, 4)
+    whole = group_cost(graph, group.layers, group.tile, api.prepare(str(path),
+                       overrides=chip).chip, True, group.double_buffered)
+    assert whole.sram_peak_bytes > 128 * 1024 >= group.predicted.sram_peak_bytes
+    assert whole.dram_bytes == group.predicted.dram_bytes  # chunks move no byte more
+    (count,) = attention_traffic(graph, group_io(graph, group.layers), group.tile, 2)
+    assert group.predicted.dram_bytes == count.total
+    doc = json.loads((tmp_path / "plan_cpsat.json").read_text())
+    edited = next(g for g in doc["groups"] if g["layers"] == ["mix25"])
+    edited["hidden_chunks"] = 3
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="divisor of 4"):
+        api.verify(str(path), bad, seed=3, overrides=chip)

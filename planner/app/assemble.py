@@ -12,6 +12,7 @@ from planner.cost.model import (
     Counters,
     compulsory_bytes,
     group_cost,
+    head_chunked_cost,
     prefetch_cycles,
     weight_bytes,
     with_time,
@@ -19,6 +20,7 @@ from planner.cost.model import (
 from planner.cost.objective import Objective
 from planner.cost.passes import passes_cost
 from planner.cost.weight_stream import chunk_counts
+from planner.geometry.attention import attention_heads
 from planner.geometry.hidden import makes_chunks, stretches
 from planner.geometry.passes import pass_split, passes_make_chunks
 from planner.geometry.regions import group_chains, group_io
@@ -72,6 +74,14 @@ def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
                            hidden_chunks=p.hidden_chunks)
     if p.hidden_chunks > 1:
         io = group_io(graph, p.layers)
+        heads = attention_heads(graph, io)
+        if heads is not None:  # a lone fused attention, a chunk of heads at a time
+            if heads % p.hidden_chunks or p.halo_reuse or p.weights_outer:
+                raise PlanningError(f"the fused attention {p.layers[0]!r} cannot run in "
+                                    f"{p.hidden_chunks} head chunks as placed (its {heads} "
+                                    "heads evenly, halos recomputed, tiles outer)")
+            return head_chunked_cost(graph, p.layers, p.tile, chip, p.double_buffered,
+                                     p.hidden_chunks)
         found = stretches(graph, io)
         if not found or p.halo_reuse or p.weights_outer or any(
                 not makes_chunks(s, p.hidden_chunks) for s in found):

@@ -604,6 +604,16 @@ def group_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
     return with_time(chip, c, double_buffered)
 
 
+def head_chunked_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip,
+                      double_buffered: bool, chunks: int) -> Counters:
+    """A lone fused attention layer run in `chunks` chunks of heads per tile
+    (planner.geometry.attention.attention_heads): the same bytes, work and tiles as run
+    whole, each tile's chunks one after the other; on chip one chunk at a time, so the peak
+    is the whole run's divided by the chunks (every tensor holds the heads on axis 1)."""
+    c = group_cost(graph, layers, tile, chip, True, double_buffered)
+    return replace(c, sram_peak_bytes=c.sram_peak_bytes // chunks)
+
+
 def compulsory_bytes(graph: Graph, chip: Chip) -> int:
     """The floor: every weight and the used part of every model input read once, every model
     output written once (rows a strided layer never reads need not be loaded at all)."""

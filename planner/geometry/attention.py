@@ -117,3 +117,26 @@ def attention_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
             sum(graph.elems(t) for t in (kt, v) if t in found.streamed) * dtype_bytes,
             passes, graph.elems(out) * dtype_bytes if out in io.outputs else 0))
     return counts
+
+
+def attention_heads(graph: Graph, io: GroupIO) -> int | None:
+    """The heads of a group that is one fused attention layer alone, whose queries, keys,
+    values and output all hold them on axis 1 ([B, heads, ...]): such a group may run in
+    head chunks (the placement's `hidden_chunks`), each tile computing its query rows one
+    chunk of heads at a time, so only that chunk's queries, key and value chunks, scratch
+    and output are on chip: every byte it holds divides by the chunks. None otherwise."""
+    if len(io.layers) != 1:
+        return None
+    lay = graph.layer(io.layers[0])
+    if not fused_attention(lay):
+        return None
+    shapes = [graph.shapes[t] for t in (*lay.fmap_inputs[:3], lay.outputs[0])]
+    heads = shapes[0][1] if len(shapes[0]) == 4 else 0
+    if heads < 2 or any(len(s) != 4 or s[1] != heads for s in shapes):
+        return None
+    return heads
+
+
+def head_chunk_options(heads: int) -> list[int]:
+    """Chunk counts that cut the heads evenly (every byte on chip then divides exactly)."""
+    return [k for k in range(2, heads + 1) if heads % k == 0]

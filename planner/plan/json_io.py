@@ -13,6 +13,7 @@ from planner.core.errors import InputError, PlanningError
 from planner.core.files import write_atomic
 from planner.cost.model import Counters
 from planner.cost.objective import Objective
+from planner.geometry.attention import attention_heads
 from planner.geometry.hidden import makes_chunks, stretches
 from planner.geometry.passes import pass_split, pass_stretches
 from planner.geometry.regions import Tile, group_io
@@ -169,7 +170,18 @@ def _hidden_chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], til
         found = tuple(s for ss in pass_stretches(graph, split) for s in ss) \
             if split is not None else ()
     else:
-        found = stretches(graph, group_io(graph, layers))
+        io = group_io(graph, layers)
+        heads = attention_heads(graph, io)
+        if heads is not None:  # a lone fused attention: chunks of its heads
+            if heads % chunks or g.get("halo", "recompute") != "recompute" or tile.bands > 1 \
+                    or g.get("loop_order", LoopOrder.TILES_OUTER.value) \
+                    != LoopOrder.TILES_OUTER.value:
+                raise InputError(f"{where}.hidden_chunks is {chunks}, but the fused attention "
+                                 f"{layers[0]!r} runs its {heads} heads in chunks that divide "
+                                 "them, halos recomputed, tiles outer; use a divisor of "
+                                 f"{heads} or remove the key.")
+            return chunks
+        found = stretches(graph, io)
     if not found:
         raise InputError(f"{where}.hidden_chunks is {chunks}, but the group holds no stretch "
                          "to chunk (a layer widening the channels, per-element layers, a "
