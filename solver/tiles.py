@@ -489,17 +489,25 @@ class GroupSearch:
 
     def _head_fits_at(self, at: GroupSearch, double_buffered: bool, chunks: int, th: int
                       ) -> bool:
-        """_head_fits of the tile th rows tall of search `at`."""
-        return self._head_fits(head_chunked_cost(self.graph, self.layers, at.tile_of(th),
-                                                 self.chip, double_buffered, chunks))
+        """The tile th rows tall of search `at` fits in `chunks` head chunks."""
+        return not at.head_violations(at.tile_of(th), double_buffered, chunks)
 
-    def _head_fits(self, cost: Counters) -> bool:
-        """A head-chunked attention's exact peak fits SRAM and each core's NRAM share (it
-        has no weights)."""
-        peak = cost.sram_peak_bytes
-        return peak <= self.chip.sram.bytes and (
-            self.chip.nram is None or ceil(peak / self.chip.cores_per_cluster)
-            <= self.chip.nram.bytes)
+    def head_violations(self, tile: Tile, double_buffered: bool, chunks: int
+                        ) -> list[Violation]:
+        """The chip's capacities against a lone fused attention's exact peak in `chunks`
+        head chunks (it has no weights): SRAM, and each core's NRAM share."""
+        peak = head_chunked_cost(self.graph, self.layers, tile, self.chip, double_buffered,
+                                 chunks).sram_peak_bytes
+        out = []
+        if peak > self.chip.sram.bytes:
+            out.append(Violation("HW", "sram", f"the head chunks need {peak} B of SRAM, has "
+                                 f"{self.chip.sram.bytes} B", peak, self.chip.sram.bytes))
+        nram = self.chip.nram
+        if nram is not None and ceil(peak / self.chip.cores_per_cluster) > nram.bytes:
+            share = ceil(peak / self.chip.cores_per_cluster)
+            out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
+                                 f"{nram.bytes} B", share, nram.bytes))
+        return out
 
     def _hidden_options(self, objective: Objective, rules: Iterable[Rule] | None,
                         with_room: bool, found: Sequence[Option]) -> list[Option]:

@@ -108,6 +108,9 @@ def _plan_and_verify(tmp_path: Path, path: Path, overrides: list[str],
     saved = tmp_path / f"plan_{solver}.json"
     save_plan(plan, saved)
     report = api.verify(str(path), saved, seed=3, overrides=overrides)
+    # every fused attention alone in its group moved FlashAttention's analytic count
+    assert report.attention and all(a.emulated_bytes == a.analytic_bytes
+                                    for a in report.attention if a.alone), report.attention
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
     assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
@@ -181,6 +184,9 @@ def test_head_chunks_let_taller_tiles_stream_keys_fewer_times(tmp_path: Path) ->
     assert whole.dram_bytes == group.predicted.dram_bytes  # chunks move no byte more
     (count,) = attention_traffic(graph, group_io(graph, group.layers), group.tile, 2)
     assert group.predicted.dram_bytes == count.total
+    # explain re-checks the group against the chip from its exact head-chunk peak
+    assert not api.explain(str(path), tmp_path / "plan_cpsat.json", None, None, None,
+                           chip)["violations"]
     doc = json.loads((tmp_path / "plan_cpsat.json").read_text())
     edited = next(g for g in doc["groups"] if g["layers"] == ["mix25"])
     edited["hidden_chunks"] = 3

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from hardware.chip import Chip
 from planner.cost.objective import Objective, objective_value
+from planner.geometry.attention import attention_heads
 from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
 from planner.plan.data import Plan
@@ -87,6 +88,11 @@ def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tupl
             found += [(g.id, v) for v in passes.physical(g.tile.h, g.double_buffered, k)
                       + passes.rule_violations(g.tile.h, g.double_buffered, ruleset.enabled,
                                                whole, k)]
+            continue
+        if g.placement.hidden_chunks > 1 and attention_heads(graph, search.io) is not None:
+            # a lone fused attention in head chunks: capacities from its exact peak
+            found += [(g.id, v) for v in search.head_violations(
+                g.tile, g.double_buffered, g.placement.hidden_chunks)]
             continue
         hidden = HiddenSearch.of(graph, g.layers, chip) \
             if g.placement.hidden_chunks > 1 else None

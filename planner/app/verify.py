@@ -18,6 +18,8 @@ from planner.core.files import write_with
 from planner.cost.counters import TIMING_FIELDS, Counters
 from planner.cost.objective import energy_pj
 from planner.front.onnx_load import LoadedModel, run_onnxruntime
+from planner.geometry.attention import attention_traffic
+from planner.geometry.regions import group_io
 from planner.ir.graph import Graph
 from planner.plan.data import Plan
 
@@ -79,6 +81,9 @@ class VerifyReport:
     # the first number the plan file states that the cost model does not give for its
     # placements (planner.app.integrity), None when every one is re-derived exactly
     first_misstatement: str | None = None
+    # per fused attention (planner.geometry.attention): its group, the bytes its group
+    # moved in the emulator, and FlashAttention's analytic count for the plan's tiling
+    attention: list[AttentionCheck] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -108,6 +113,10 @@ class VerifyReport:
                        "reference_s": round(self.reference_s, 4)},
             "timeline": self.timeline,
             "cycles": self.cycles.to_json(),
+            "attention": [{"layer": a.layer, "group": a.group, "alone": a.alone,
+                           "emulated_dram_bytes": a.emulated_bytes,
+                           "analytic_dram_bytes": a.analytic_bytes, "passes": a.passes}
+                          for a in self.attention],
         }
 
 
@@ -215,7 +224,34 @@ def verify_plan(model: LoadedModel, graph: Graph, plan: Plan, chip: Chip,
         per_group=groups,
         timeline=result.timeline(),
         cycles=CycleComparison.of(plan, groups),
+        attention=attention_checks(graph, plan, groups, chip.dtype_bytes),
     )
+
+
+@dataclass(frozen=True)
+class AttentionCheck:
+    """One fused attention as verified: what its group moved in the emulator against
+    FlashAttention's analytic count (q once, k and v once per pass, o once); equal when the
+    layer is alone in its group, the group's other layers adding theirs otherwise."""
+
+    layer: str
+    group: int
+    alone: bool
+    emulated_bytes: int
+    analytic_bytes: int
+    passes: int
+
+
+def attention_checks(graph: Graph, plan: Plan, emulated: Sequence[Counters],
+                     dtype_bytes: int) -> list[AttentionCheck]:
+    """The AttentionCheck of every fused attention of the plan."""
+    out = []
+    for g, counted in zip(plan.groups, emulated, strict=True):
+        io = group_io(graph, g.layers)
+        for a in attention_traffic(graph, io, g.tile, dtype_bytes):
+            out.append(AttentionCheck(a.layer, g.id, len(g.layers) == 1, counted.dram_bytes,
+                                      a.total, a.passes))
+    return out
 
 
 def save_golden(path: Path, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray],

@@ -56,6 +56,10 @@ class OnlineAttention:
 
 def online_attention(graph: Graph, io: GroupIO) -> OnlineAttention | None:
     """The group's fused attention layers and what they hold, None when it has none."""
+    if "fused_attention" not in graph.derived:  # most graphs have none: ask once
+        graph.derived["fused_attention"] = any(fused_attention(lay) for lay in graph.layers)
+    if not graph.derived["fused_attention"]:
+        return None
     key = ("online_attention", io.layers)
     if key in graph.derived:
         return graph.derived[key]  # type: ignore[return-value]

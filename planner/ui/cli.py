@@ -472,6 +472,12 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
                   f"({cyc['difference']:+,}, {100 * cyc['relative']:+.2f}%)")
         out.print(f"emulator {report.emulator_s:.3f} s, {report.reference} "
                   f"{report.reference_s:.3f} s")
+        for a in report.attention:  # FlashAttention's count, as the emulator measured it
+            what = "=" if a.emulated_bytes == a.analytic_bytes else "!=" if a.alone else \
+                "(with its group's other layers) against"
+            out.print(f"attention {a.layer} (group {a.group}): emulated "
+                      f"{_mib(a.emulated_bytes)} {what} {_mib(a.analytic_bytes)} analytic (q "
+                      f"once, k and v {a.passes}×, o once)")
         for line in (report.first_output_mismatch, report.first_counter_mismatch):
             if line:
                 out.print(f"first mismatch: {line}")
