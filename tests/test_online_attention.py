@@ -26,6 +26,8 @@ from planner.front.graph_build import build_graph
 from planner.front.onnx_load import load_model
 from planner.geometry.attention import attention_traffic
 from planner.geometry.attention import online_attention as onchip_attention
+from planner.geometry.hidden import stretches
+from planner.geometry.passes import pass_split
 from planner.geometry.regions import group_io
 from planner.ir.graph import MapKind
 from planner.plan.json_io import save_plan
@@ -194,3 +196,17 @@ def test_head_chunks_let_taller_tiles_stream_keys_fewer_times(tmp_path: Path) ->
     bad.write_text(json.dumps(doc))
     with pytest.raises(InputError, match="divisor of 4"):
         api.verify(str(path), bad, seed=3, overrides=chip)
+
+
+def test_groups_with_fused_attention_run_plain_tiles(tmp_path: Path) -> None:
+    """Hidden chunks and pooling passes count no online-softmax scratch: a group holding a
+    fused attention offers neither (its MLP alone still runs in hidden chunks)."""
+    _, graph = _graph(tmp_path, tokens=1024, width=16, heads=2)
+    names = [lay.name for lay in graph.layers]
+    mix = next(n for n in names if graph.layer(n).op == "FlashAttention")
+    tail = names[names.index(mix):]
+    mlp = names[names.index(mix) + 5:]  # ln, fc, relu, fc, residual
+    assert [graph.layer(n).op for n in mlp[:2]] == ["LayerNormalization", "MatMul"]
+    assert stretches(graph, group_io(graph, mlp))
+    assert not stretches(graph, group_io(graph, tail))
+    assert pass_split(graph, tail) is None

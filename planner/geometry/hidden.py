@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from planner.geometry.attention import online_attention
 from planner.geometry.heads import Cut, head_walk, narrow_axis
 from planner.geometry.regions import GroupIO, accumulated_input
 from planner.ir.chunks import chunk_axes, chunk_ranges
@@ -68,7 +69,10 @@ def stretches(graph: Graph, io: GroupIO) -> tuple[Stretch, ...]:
     reading only the stretch's hidden maps (and constants that are per channel or
     broadcast), then one layer summing over those
     channels (Conv without groups, Linear by a constant); no hidden map is read by anything
-    else or leaves the group."""
+    else or leaves the group. A group holding a fused attention has none: its online
+    softmax's scratch and streamed keys are counted by the plain tile runs only."""
+    if online_attention(graph, io) is not None:
+        return ()
     found: list[Stretch] = []
     k = 0
     while k < len(io.layers):

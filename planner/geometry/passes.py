@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planner.geometry.attention import online_attention
 from planner.geometry.hidden import Stretch, chunk_options, makes_chunks
 from planner.geometry.hidden import stretches as group_stretches
 from planner.geometry.regions import GroupIO, accumulated_input, group_io, tiled_like_anchor
@@ -122,6 +123,8 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False
                                   for n in layers):
         return None
     whole = group_io(graph, layers)
+    if online_attention(graph, whole) is not None:  # tiles run whole around fused attention
+        return None
     inside = set(whole.layers)
     reductions = [n for n in whole.layers
                   if accumulated_input(graph, graph.layer(n)) is not None]
