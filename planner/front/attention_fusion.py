@@ -48,7 +48,7 @@ class _Chain:
 
 
 def fuse_attention(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
-                   constants: Mapping[str, np.ndarray], outputs: Sequence[str]
+                   constants: Mapping[str, np.ndarray], outputs: Sequence[str], opset: int
                    ) -> list[onnx.NodeProto]:
     """The node list with every long attention chain replaced by one FlashAttention node
     (named after the chain's last MatMul, in its place); the rest unchanged."""
@@ -62,7 +62,7 @@ def fuse_attention(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[i
     chains = []
     for n in nodes:
         if n.op_type == "Softmax":
-            chain = _chain(n, nodes, producer, readers, shapes, constants)
+            chain = _chain(n, nodes, producer, readers, shapes, constants, opset)
             if chain is not None:
                 chains.append(chain)
     if not chains:
@@ -100,13 +100,14 @@ def _scalar(constants: Mapping[str, np.ndarray], t: str) -> float | None:
 
 def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
            producer: Mapping[str, onnx.NodeProto], readers: Mapping[str, int],
-           shapes: Mapping[str, tuple[int, ...]], constants: Mapping[str, np.ndarray]
-           ) -> _Chain | None:
+           shapes: Mapping[str, tuple[int, ...]], constants: Mapping[str, np.ndarray],
+           opset: int) -> _Chain | None:
     """The attention chain through this Softmax, None when it is not one fuseplan fuses."""
     p = softmax.output[0]
     rank = len(shapes.get(p, ()))
+    # before opset 13 the default axis is 1 (and the softmax runs over every axis from it)
     axis = next((helper.get_attribute_value(a) for a in softmax.attribute if a.name == "axis"),
-                -1)
+                1 if opset < 13 else -1)
     if rank < 3 or int(axis) % rank != rank - 1 or not _only_reader(p, readers):
         return None
     mix = next((n for n in nodes if n.op_type == "MatMul" and len(n.input) == 2

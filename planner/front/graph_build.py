@@ -424,7 +424,8 @@ def build_graph(model: LoadedModel) -> Graph:
         _token_tensors(proto.graph.node, shapes, constants), tokens())
     layouts.update(dict.fromkeys(_token_tensors(proto.graph.node, shapes, constants, rank=4),
                                  nhwc()))
-    for node in fuse_attention(proto.graph.node, shapes, constants, model.outputs):
+    for node in fuse_attention(proto.graph.node, shapes, constants, model.outputs,
+                               model.opset):
         layer = _layer(node, shapes, constants, model.opset, model.path, layouts)
         layers.append(layer)
         for t in layer.outputs:
