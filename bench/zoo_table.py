@@ -13,8 +13,6 @@ from pathlib import Path
 
 from planner.app import api
 from planner.cost.model import weight_bytes
-from planner.geometry.attention import attention_traffic
-from planner.geometry.regions import group_io
 from planner.plan.json_io import save_plan
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
@@ -90,17 +88,13 @@ def plan_and_verify(model: str, shapes: Mapping[str, tuple[int, ...]],
                                   problem.chip),
         groups=len(plan.groups), solve_s=solve_s, emulator_s=report.emulator_s,
         reference_s=report.reference_s, verified=report.ok, spills=spills(problem, plan),
-        **attention_counts(problem, plan))
+        **attention_counts(report))
 
 
-def attention_counts(problem: api.Problem, plan: api.Plan) -> dict[str, int]:
-    """The DRAM bytes of the groups that are one fused attention layer alone, and their
-    analytic count (planner.geometry.attention): equal when the plan is FlashAttention's."""
-    moved = analytic = 0
-    for g in plan.groups:
-        io = group_io(problem.graph, g.layers)
-        counts = attention_traffic(problem.graph, io, g.tile, problem.chip.dtype_bytes)
-        if len(g.layers) == 1 and counts:
-            moved += g.predicted.dram_bytes
-            analytic += counts[0].total
-    return {"attention_bytes": moved, "attention_analytic_bytes": analytic}
+def attention_counts(report: api.VerifyReport) -> dict[str, int]:
+    """The DRAM bytes the emulator moved for the groups that are one fused attention layer
+    alone, and their analytic count (VerifyReport.attention): equal when the plan is
+    FlashAttention's."""
+    alone = [a for a in report.attention if a.alone]
+    return {"attention_bytes": sum(a.emulated_bytes for a in alone),
+            "attention_analytic_bytes": sum(a.analytic_bytes for a in alone)}

@@ -91,21 +91,20 @@ def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[B
         for lo in range(0, heads, width):
             part = slice(lo, lo + width)
             onchip: dict[str, tuple[Box, np.ndarray]] = {}
-            held = nxt = 0
+            held = 0  # this chunk's inputs on chip (one chunk of keys where they stream)
             for t in io.inputs:  # this chunk's heads of the tile's box of every input
                 layout = graph.layout(t)
                 arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)[:, part]
                 onchip[t] = (boxes[t], arr)
                 loaded += arr.size * dt
                 tally.core += arr.size * dt * 2  # written on chip, read by the layer
-                streamed = attention.onchip_elems(t, arr.size)
-                held += streamed
-                nxt += streamed  # the second buffer: the next chunk's first loads
+                held += attention.onchip_elems(t, arr.size)
             (y,) = compute_on_chip(graph, group, ti, lay, boxes[out], onchip, weights, tally,
                                    layers)
             tally.core += y.size * dt
             live = held + y.size + attention.scratch_elems(0, {out: y.size})
-            tally.step(ti, (live + (nxt if group.double_buffered else 0)) * dt, 0)
+            # a second buffer holds the next chunk's first loads, as large as this chunk's
+            tally.step(ti, (live + (held if group.double_buffered else 0)) * dt, 0)
             layout = graph.layout(out)
             if out not in dram:
                 dram[out] = np.zeros(graph.shapes[out], dtype=y.dtype)

@@ -44,6 +44,28 @@ def hidden_room(chip: Chip, fmap_peak: int, onchip_weights: int) -> int:
     return chip.sram.bytes - fmap_peak
 
 
+def chunk_violations(chip: Chip, what: str, sram: int, weights: int, resident: bool
+                     ) -> list[Violation]:
+    """The chip's capacities against the exact SRAM peak of a group run in chunks (`what`:
+    "hidden" or "head"), `weights` the weight bytes it holds at once: SRAM, each core's NRAM
+    share of the maps, each core's WRAM share of the weights."""
+    out = []
+    if sram > chip.sram.bytes:
+        out.append(Violation("HW", "sram", f"the {what} chunks need {sram} B of SRAM, has "
+                             f"{chip.sram.bytes} B", sram, chip.sram.bytes))
+    if chip.nram is not None:
+        share = ceil((sram - (weights if chip.unified else 0)) / chip.cores_per_cluster)
+        if share > chip.nram.bytes:
+            out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
+                                 f"{chip.nram.bytes} B", share, chip.nram.bytes))
+    if chip.wram is not None and ceil(weights / chip.cores_per_cluster) > chip.wram.bytes:
+        share = ceil(weights / chip.cores_per_cluster)
+        held = "resident weights" if resident else "streamed weight slices"
+        out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for {held}, "
+                             f"has {chip.wram.bytes} B", share, chip.wram.bytes))
+    return out
+
+
 @dataclass
 class HiddenSearch:
     """Feasibility and cost of one group's tiles run in hidden chunks."""
@@ -106,24 +128,9 @@ class HiddenSearch:
     def physical(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int
                  ) -> list[Violation]:
         """The chip's capacities, from the exact peak (as the emulator checks them)."""
-        chip = self.chip
-        sram = self.peak(tile, resident, double_buffered, chunks)
-        weights = self.weights_on_chip(resident, chunks)
-        out = []
-        if sram > chip.sram.bytes:
-            out.append(Violation("HW", "sram", f"the hidden chunks need {sram} B of SRAM, has "
-                                 f"{chip.sram.bytes} B", sram, chip.sram.bytes))
-        if chip.nram is not None:
-            share = ceil((sram - (weights if chip.unified else 0)) / chip.cores_per_cluster)
-            if share > chip.nram.bytes:
-                out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
-                                     f"{chip.nram.bytes} B", share, chip.nram.bytes))
-        if chip.wram is not None and ceil(weights / chip.cores_per_cluster) > chip.wram.bytes:
-            share = ceil(weights / chip.cores_per_cluster)
-            what = "resident weights" if resident else "streamed weight slices"
-            out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for {what}, "
-                                 f"has {chip.wram.bytes} B", share, chip.wram.bytes))
-        return out
+        return chunk_violations(self.chip, "hidden", self.peak(tile, resident, double_buffered,
+                                                               chunks),
+                                self.weights_on_chip(resident, chunks), resident)
 
     def facts(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int
               ) -> GroupFacts:

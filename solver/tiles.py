@@ -46,8 +46,8 @@ from rules.encoding import tile_floor
 from rules.ruleset import RuleSet
 from solver.bisect import chunked_heights, first_passing
 from solver.hidden import TALLEST as HIDDEN_TALLEST
-from solver.hidden import HiddenSearch
-from solver.passes import PassSearch
+from solver.hidden import HiddenSearch, chunk_violations
+from solver.passes import PassSearch, passes_room
 
 
 @dataclass(frozen=True)
@@ -482,7 +482,8 @@ class GroupSearch:
                     choice = TileChoice(tile, True, cost, db, hidden_chunks=k)
                     rank = _rank(cost, objective, self.ruleset, self.chip, choice)
                     idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-                    room = self.chip.sram.bytes - cost.sram_peak_bytes if with_room else 0
+                    # as CP-SAT prices it (solver.cpsat._pinned_room): no weights
+                    room = passes_room(self.chip, cost.sram_peak_bytes, 0) if with_room else 0
                     out.append(Option(rank, tile, True, db, False, cost, idle, room,
                                       hidden_chunks=k))
         return out
@@ -495,19 +496,10 @@ class GroupSearch:
     def head_violations(self, tile: Tile, double_buffered: bool, chunks: int
                         ) -> list[Violation]:
         """The chip's capacities against a lone fused attention's exact peak in `chunks`
-        head chunks (it has no weights): SRAM, and each core's NRAM share."""
+        head chunks (it has no weights)."""
         peak = head_chunked_cost(self.graph, self.layers, tile, self.chip, double_buffered,
                                  chunks).sram_peak_bytes
-        out = []
-        if peak > self.chip.sram.bytes:
-            out.append(Violation("HW", "sram", f"the head chunks need {peak} B of SRAM, has "
-                                 f"{self.chip.sram.bytes} B", peak, self.chip.sram.bytes))
-        nram = self.chip.nram
-        if nram is not None and ceil(peak / self.chip.cores_per_cluster) > nram.bytes:
-            share = ceil(peak / self.chip.cores_per_cluster)
-            out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
-                                 f"{nram.bytes} B", share, nram.bytes))
-        return out
+        return chunk_violations(self.chip, "head", peak, 0, True)
 
     def _hidden_options(self, objective: Objective, rules: Iterable[Rule] | None,
                         with_room: bool, found: Sequence[Option]) -> list[Option]:
