@@ -48,14 +48,17 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
                 boxes: Mapping[str, Box], onchip: MutableMapping[str, tuple[Box, np.ndarray]],
                 weights: Mapping[str, np.ndarray], tally: Tally, layers: LayerCache,
                 held: Mapping[str, tuple[Box, np.ndarray]], prefetch: int,
-                fold: Fold | None = None) -> np.ndarray:
+                fold: Fold | None = None, fills: Mapping[str, np.ndarray] | None = None
+                ) -> np.ndarray:
     """Run the stretch chunk by chunk on one tile (its `boxes`); returns the narrowing
     layer's output (the accumulator), counting work, core traffic and every step's bytes.
     The widening layer's inputs that nothing after it reads leave `onchip` after the last
     chunk has read them. A stretch ending in a pool (Stretch.pools) folds each chunk's
     channels into `fold`, the group's accumulator, and returns the tile's partial result,
-    each chunk filling its own channels of it."""
-    from emulator.run import EmulationError, KernelFailure, run_layer
+    each chunk filling its own channels of it. ``fills``: whole on-chip buffers of maps
+    held for later passes: each chunk writes its channels of the tile into them
+    (``prefetch`` counts their bytes)."""
+    from emulator.run import EmulationError, KernelFailure, _full, _slice, run_layer
 
     dt = tally.chip.dtype_bytes
     a = io.layers.index(s.widen)
@@ -126,6 +129,14 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
             if name != s.narrow:
                 for t, y_t in zip(lay.outputs, [y, *more], strict=True):
                     part[t] = (boxes[t], y_t)
+                    if fills and t in fills:  # this chunk's channels of the held map
+                        if s.cuts:
+                            raise EmulationError(group.id, tile, name, "a held map cut in "
+                                                 "heads: no chunk of it is a channel range")
+                        layout = graph.layout(t)
+                        whole = fills[t]
+                        _take(_slice(whole, _full(whole, layout), boxes[t], layout), s.axis,
+                              lo, hi)[...] = y_t
                     tally.core += y_t.size * dt * (1 + sum(u == t for n in s.layers
                                                            for u in graph.layer(n).fmap_inputs))
             live = sum(arr.size for _, arr in onchip.values()) \

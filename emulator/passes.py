@@ -3,7 +3,9 @@
 
 Each pooling pass runs its prefix and reduction tile by tile over the pooled map and keeps
 the accumulator on chip; its tail then runs once on the pooled vector, and the tail
-results later passes read stay on chip; the last pass runs every other layer tile by tile
+results later passes read stay on chip; with the pooled maps held, each pooling pass also
+writes every tile of its map into a whole on-chip buffer, which later passes read in place
+of computing the map again; the last pass runs every other layer tile by tile
 over the group's output; with hidden chunks each pass runs its stretches chunk by chunk
 (emulator.hidden). Every byte is counted from the arrays moved, as for any group.
 """
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hardware.chip import Chip
-from planner.geometry.passes import Passes, pass_stretches
+from planner.geometry.passes import Passes, held_map_reads, pass_stretches
 from planner.geometry.regions import Box, full_box, in_group_uses, iter_tiles, tile_regions
 from planner.ir.graph import Graph
 from planner.plan.data import Group
@@ -54,13 +56,20 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
     step = 0
     found = pass_stretches(graph, split) if group.placement.hidden_chunks > 1 \
         else ((),) * split.count
+    map_reads = held_map_reads(graph, split)
     for k, pool in enumerate(split.pools):
         tiles = list(iter_tiles(graph, pool.io, group.tile))
+        fills = {} if pool.held_map is None else {
+            pool.held_map: np.zeros(graph.shapes[pool.held_map], np.float32)}
         folds = run_tiles(graph, group, pool.io, tiles, dram, weights, tally, layers,
                           held=held, first=step, kept=frozenset({pool.pooled}),
                           used_weights=wbytes(pool.io.layers),
-                          preloaded=preloaded if step == 0 else 0, hidden=found[k])
+                          preloaded=preloaded if step == 0 else 0, hidden=found[k],
+                          fills=fills)
         step += len(tiles)
+        for t, whole in fills.items():  # on chip from now on, read by later passes
+            held[t] = (full_box(graph, t), whole)
+            tally.core += whole.size * dt * map_reads[t]
         # the tail: once, on whole vectors, beside what earlier tails left on chip
         onchip = {**held, pool.pooled: (full_box(graph, pool.pooled),
                                         folds[pool.pooled].result())}

@@ -653,7 +653,8 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
                                  f"with {p.hidden_chunks} chunks of channels, or its halos "
                                  "are reused, or its weights sweep the tiles")
     if group.placement.passes > 1:
-        split = pass_split(graph, group.layers, group.placement.inputs_held)
+        split = pass_split(graph, group.layers, group.placement.inputs_held,
+                           group.placement.maps_held)
         if split is None or split.count != group.placement.passes \
                 or not group.weights_resident or group.halo_reuse \
                 or group.placement.weights_outer or group.boxes \
@@ -685,7 +686,8 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
               layers: LayerCache, *, held: Mapping[str, tuple[Box, np.ndarray]] | None = None,
               first: int = 0, kept: frozenset[str] = frozenset(),
               used_weights: int | None = None, preloaded: int = 0,
-              hidden: Sequence[Stretch] = ()) -> dict[str, Fold]:
+              hidden: Sequence[Stretch] = (), fills: Mapping[str, np.ndarray] | None = None
+              ) -> dict[str, Fold]:
     """Run `io`'s layers tile by tile over `anchors` (halos recomputed), reading and
     writing `dram` and counting into `tally`; returns the accumulators of its reductions.
 
@@ -694,10 +696,14 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
     ``kept``: accumulated outputs kept on chip rather than stored after the last tile;
     ``used_weights``: weight bytes the cores read per tile (default: all the group's);
     ``preloaded``: bytes loaded into ``held`` before the first tile (counted with it);
-    ``hidden``: stretches run in the placement's hidden chunks (emulator.hidden).
+    ``hidden``: stretches run in the placement's hidden chunks (emulator.hidden);
+    ``fills``: on-chip buffers, whole maps, into which every tile of those maps made here is
+    also written (a pooled map held for later passes), on chip at every step.
     """
     dt = tally.chip.dtype_bytes
     held = held or {}
+    fills = fills or {}
+    filled = sum(b.size for b in fills.values()) * dt
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)
     folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
@@ -738,8 +744,8 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
                 s = starts[name]
                 inside = io.layers.index(s.narrow)
                 acc = run_stretch(graph, group, io, s, group.placement.hidden_chunks, ti,
-                                  boxes, onchip, weights, tally, layers, held, prefetch,
-                                  folds.get(s.out))
+                                  boxes, onchip, weights, tally, layers, held,
+                                  prefetch + filled, folds.get(s.out), fills)
                 keep_outputs(graph.layer(s.narrow), boxes[s.out], [acc], onchip, tally, uses)
                 _free(onchip, last_use, inside, io, held)
                 continue
@@ -757,12 +763,15 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
                                      {**onchip, **reading} if reading else onchip, weights,
                                      tally, layers)
             keep_outputs(lay, boxes[out0], ys, onchip, tally, uses)
+            for t, y in zip(lay.outputs, ys, strict=False):
+                if t in fills:
+                    fill_box(graph, fills[t], t, boxes[t], y)
             live = sum(a.size for _, a in onchip.values())
             if attention is not None:  # the chunks streaming now and the softmax's scratch
                 live += sum(attention.onchip_elems(t, a.size) for t, (_, a) in streams.items()
                             if stream_steps[t][0] <= i <= stream_steps[t][-1])
                 live += attention.scratch_elems(i, {out0: ys[0].size})
-            tally.step(ti, live * dt + prefetch, i)
+            tally.step(ti, live * dt + prefetch + filled, i)
             _free(onchip, last_use, i, io, held)
         written = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
@@ -780,6 +789,14 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
             written += part.size * dt
         tally.tile(ti, loaded, written, used=used_weights)
     return folds
+
+
+def fill_box(graph: Graph, buffer: np.ndarray, tensor: str, box: Box, part: np.ndarray
+             ) -> None:
+    """Write `box` of a tensor into its whole on-chip buffer (a held map: on chip already,
+    no byte moves)."""
+    layout = graph.layout(tensor)
+    _slice(buffer, _full(buffer, layout), box, layout)[...] = part
 
 
 def _free(onchip: dict[str, tuple[Box, np.ndarray]], last_use: Mapping[str, int], i: int,

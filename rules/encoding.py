@@ -76,6 +76,9 @@ class Pinned(Protocol):
     def inputs_held(self) -> bool: ...
 
     @property
+    def maps_held(self) -> bool: ...
+
+    @property
     def hidden_chunks(self) -> int: ...
 
 
@@ -120,6 +123,7 @@ class Candidate:
     # a pinned tile run in passes (planner.geometry.passes): how many, its exact peak
     passes: int = 1
     inputs_held: bool = False
+    maps_held: bool = False
     # a pinned tile run in hidden chunks (planner.geometry.hidden): how many
     hidden_chunks: int = 1
     # the exact feature-map peak of a tile run in passes or hidden chunks (its weights on a
@@ -186,7 +190,7 @@ class Encoding:
                              m.new_constant(int(fixed.halo_reuse)),
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
                              fixed=fixed.cost, passes=fixed.passes, inputs_held=fixed.inputs_held,
-                             hidden_chunks=fixed.hidden_chunks,
+                             hidden_chunks=fixed.hidden_chunks, maps_held=fixed.maps_held,
                              exact_peak=self._exact_peak(io, fixed))
             self.candidates.append(cand)
             return cand

@@ -202,7 +202,8 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
         broken = [r for r in ruleset.enabled if hidden.rule_violations(
             f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks, (r,))]
     else:
-        passes = PassSearch.of(enc.graph, cand.layers, enc.chip, cand.inputs_held)
+        passes = PassSearch.of(enc.graph, cand.layers, enc.chip, cand.inputs_held,
+                               cand.maps_held)
         assert passes is not None  # pinned in passes, so it can run so
         whole = GroupFacts(enc.graph, cand.io, cand.chains, Tile(1, 1, 1), enc.chip)
         broken = [r for r in ruleset.enabled
@@ -539,9 +540,10 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
                     or picked.passes > 1 or picked.hidden_chunks > 1)
     f = cand.facts_any_tile
     return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse, f.weights_outer,
-            cand.passes, cand.inputs_held, cand.hidden_chunks) == \
+            cand.passes, cand.inputs_held, cand.hidden_chunks, cand.maps_held) == \
         (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse,
-         picked.weights_outer, picked.passes, picked.inputs_held, picked.hidden_chunks)
+         picked.weights_outer, picked.passes, picked.inputs_held, picked.hidden_chunks,
+         picked.maps_held)
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
@@ -714,7 +716,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         w = started_from.get(frozenset(layers))
         warm_choice = None if w is None else search.choice(
             w.tile, w.weights_resident, w.double_buffered, w.halo_reuse, w.weights_outer,
-            w.passes, w.inputs_held, w.hidden_chunks)
+            w.passes, w.inputs_held, w.hidden_chunks, w.maps_held)
         for choice in _alternatives(search, best, warm_choice, objective, ruleset,
                                     cycles_cap, prefetch_options, trade_offs):
             candidates.append(layers)
@@ -770,7 +772,8 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             reuse = bool(solver.boolean_value(cand.halo_reuse))
             outer = cand.fixed is not None and cand.facts_any_tile.weights_outer
             placement = Placement.of(cand.layers, tile, resident, db, reuse, outer,
-                                     cand.passes, cand.inputs_held, cand.hidden_chunks)
+                                     cand.passes, cand.inputs_held, cand.hidden_chunks,
+                                     cand.maps_held)
             groups.append(placement if objective.timed
                           else faster_buffering(graph, chip, ruleset, placement))
     # CP-SAT reports its integer objective through a float scaling (13044 came back as

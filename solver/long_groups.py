@@ -155,12 +155,15 @@ def _chunked_choices(at: GroupSearch, tile: Tile) -> list[TileChoice]:
 def _pass_choices(search: GroupSearch) -> list[TileChoice]:
     """The whole-map tile run in passes around the group's pools, each pass's stretches in
     their fewest hidden chunks (solver.passes): its inputs held on chip for every pass (they
-    are read once), or where they cannot be, read by each pass."""
+    are read once), or where they cannot be, its pooled maps held for the later passes
+    (nothing before them is computed again), or neither."""
     rules = tuple(search.ruleset.enabled)
     whole = search.facts(Tile(1, 1, 1), True)
-    for held in (True, False):
-        passes = PassSearch.of(search.graph, search.layers, search.chip, held)
+    for held, maps in ((True, False), (False, True), (False, False)):
+        passes = PassSearch.of(search.graph, search.layers, search.chip, held, maps)
         if passes is None:
+            if maps:
+                continue
             return []
         th = passes.heights()[0]
         options = [1, *passes.chunk_options()] if search.ruleset.search.hidden_chunks else [1]
@@ -168,7 +171,8 @@ def _pass_choices(search: GroupSearch) -> list[TileChoice]:
                                            whole=whole))
         if k is not None:
             return [TileChoice(passes.tile_of(th), True, passes.cost(th, False, k), False,
-                               passes=passes.split.count, inputs_held=held, hidden_chunks=k)]
+                               passes=passes.split.count, inputs_held=held, hidden_chunks=k,
+                               maps_held=maps)]
     return []
 
 

@@ -59,11 +59,11 @@ class PassSearch:
         default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip, inputs_held: bool = False
-           ) -> PassSearch | None:
+    def of(cls, graph: Graph, layers: Iterable[str], chip: Chip, inputs_held: bool = False,
+           maps_held: bool = False) -> PassSearch | None:
         """The search of a group that can run in passes, else None (``inputs_held``: its
-        inputs loaded once and held on chip)."""
-        split = pass_split(graph, tuple(layers), inputs_held)
+        inputs loaded once and held on chip; ``maps_held``: its pooled maps kept on chip)."""
+        split = pass_split(graph, tuple(layers), inputs_held, maps_held)
         if split is None:
             return None
         return cls(graph, split, chip, tuple(group_chains(graph, io) for io in split.ios))

@@ -49,6 +49,10 @@ from solver.hidden import TALLEST as HIDDEN_TALLEST
 from solver.hidden import HiddenSearch, chunk_violations
 from solver.passes import PassSearch, passes_room
 
+# how a group in passes may hold what later passes read (inputs_held, maps_held): nothing,
+# its inputs, its pooled maps, or both
+HOLDS = ((False, False), (True, False), (False, True), (True, True))
+
 
 @dataclass(frozen=True)
 class TileChoice:
@@ -63,12 +67,13 @@ class TileChoice:
     passes: int = 1  # more: passes around the group's reductions (solver.passes)
     inputs_held: bool = False  # with passes: the inputs loaded once, held for every pass
     hidden_chunks: int = 1  # more: its stretches run in hidden chunks (solver.hidden)
+    maps_held: bool = False  # with passes: each pooled map kept on chip for later passes
 
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
         return Placement.of(layers, self.tile, self.resident, self.double_buffered,
                             self.halo_reuse, self.weights_outer, self.passes,
-                            self.inputs_held, self.hidden_chunks)
+                            self.inputs_held, self.hidden_chunks, self.maps_held)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class Option:
     passes: int = 1
     inputs_held: bool = False
     hidden_chunks: int = 1
+    maps_held: bool = False
 
 
 def prefetch_room(facts: GroupFacts) -> int:
@@ -362,16 +368,16 @@ class GroupSearch:
 
     def choice(self, tile: Tile, resident: bool, double_buffered: bool,
                halo_reuse: bool = False, weights_outer: bool = False,
-               passes: int = 1, inputs_held: bool = False, hidden_chunks: int = 1
-               ) -> TileChoice:
+               passes: int = 1, inputs_held: bool = False, hidden_chunks: int = 1,
+               maps_held: bool = False) -> TileChoice:
         """A tile with its full predicted cost."""
         if passes > 1:
-            search = PassSearch.of(self.graph, self.layers, self.chip, inputs_held)
+            search = PassSearch.of(self.graph, self.layers, self.chip, inputs_held, maps_held)
             if search is None or search.split.count != passes:
                 raise ValueError(f"group of {self.layers[0]!r} cannot run in {passes} passes")
             return TileChoice(tile, True, search.cost(tile.h, double_buffered, hidden_chunks),
                               double_buffered, passes=passes, inputs_held=inputs_held,
-                              hidden_chunks=hidden_chunks)
+                              hidden_chunks=hidden_chunks, maps_held=maps_held)
         if hidden_chunks > 1 and attention_heads(self.graph, self.io) is not None:
             return TileChoice(tile, True, head_chunked_cost(
                 self.graph, self.layers, tile, self.chip, double_buffered, hidden_chunks),
@@ -431,13 +437,15 @@ class GroupSearch:
         """The option's tile with its full predicted cost."""
         if o.passes > 1:  # a pass option's cost is complete already (solver.passes)
             return TileChoice(o.tile, True, o.cost, o.double_buffered, passes=o.passes,
-                              inputs_held=o.inputs_held, hidden_chunks=o.hidden_chunks)
+                              inputs_held=o.inputs_held, hidden_chunks=o.hidden_chunks,
+                              maps_held=o.maps_held)
         if o.hidden_chunks > 1:  # so is a hidden-chunk option's (solver.hidden)
             return TileChoice(o.tile, o.resident, o.cost, o.double_buffered,
                               hidden_chunks=o.hidden_chunks)
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse,
-                             o.weights_outer, o.passes, o.inputs_held, o.hidden_chunks)
+                             o.weights_outer, o.passes, o.inputs_held, o.hidden_chunks,
+                             o.maps_held)
 
     def _all_options(self, objective: Objective, rules: Iterable[Rule] | None,
                      with_room: bool = True) -> list[Option]:
@@ -551,9 +559,11 @@ class GroupSearch:
         chosen = tuple(self.ruleset.enabled if rules is None else rules)
         whole = self.facts(Tile(1, 1, 1), True)
         out = []
-        for held in (False, True):
-            passes = PassSearch.of(self.graph, self.layers, self.chip, held)
+        for held, maps in HOLDS:
+            passes = PassSearch.of(self.graph, self.layers, self.chip, held, maps)
             if passes is None:
+                if maps:  # the pooled maps come in from DRAM or leave the group
+                    continue
                 return []
             count = passes.split.count
             for th, db, k in passes.feasible(chosen, whole, self.ruleset.search.hidden_chunks):
@@ -561,11 +571,11 @@ class GroupSearch:
                 cost = passes.cost(th, db, k)
                 rank = _rank(cost, objective, self.ruleset, self.chip,
                              TileChoice(tile, True, cost, db, passes=count, inputs_held=held,
-                                        hidden_chunks=k))
+                                        hidden_chunks=k, maps_held=maps))
                 idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
                 room = passes.room(th, db, k) if with_room else 0
                 out.append(Option(rank, tile, True, db, False, cost, idle, room, passes=count,
-                                  inputs_held=held, hidden_chunks=k))
+                                  inputs_held=held, hidden_chunks=k, maps_held=maps))
         return out
 
     def _height_options(self, objective: Objective, rules: Iterable[Rule] | None,

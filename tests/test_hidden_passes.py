@@ -46,7 +46,7 @@ def _se_blocks(graph: Graph) -> list[tuple[str, ...]]:
 
 def _plan(problem: api.Problem, groups: list[tuple[str, ...]], th: int, chunks: int,
           held: bool, double_buffered: bool = False, passes: int = 2,
-          resident: bool = True) -> Plan:
+          resident: bool = True, maps: bool = False) -> Plan:
     """Each of `groups` one group of tile height th in `passes` passes and `chunks` hidden
     chunks, the rest layer by layer."""
     g = problem.graph
@@ -54,7 +54,8 @@ def _plan(problem: api.Problem, groups: list[tuple[str, ...]], th: int, chunks: 
     for layers in groups:
         n, _, _, w = g.dims(group_io(g, layers).anchor)
         placements.append(Placement.of(layers, Tile(n, th, w), resident, double_buffered,
-                                       passes=passes, inputs_held=held, hidden_chunks=chunks))
+                                       passes=passes, inputs_held=held, hidden_chunks=chunks,
+                                       maps_held=maps))
     return hand_plan(problem, placements)
 
 
@@ -83,18 +84,22 @@ def test_each_pass_of_a_squeeze_excite_block_has_its_stretch(tmp_path: Path) -> 
         assert ops == ["Conv", "Relu", "Conv", "Relu", "Mul", "Conv"] and not last.pools
 
 
-@pytest.mark.parametrize(("th", "chunks", "held", "db", "scale_first"), [
-    (4, 2, False, False, True), (3, 4, False, True, False), (16, 8, True, False, True),
-    (5, 3, True, False, False), (32, 16, False, False, True)])
+@pytest.mark.parametrize(("th", "chunks", "held", "db", "scale_first", "maps"), [
+    (4, 2, False, False, True, False), (3, 4, False, True, False, False),
+    (16, 8, True, False, True, False), (5, 3, True, False, False, False),
+    (32, 16, False, False, True, False), (4, 2, False, False, True, True),
+    (5, 3, True, False, False, True), (3, 4, False, True, True, True)])
 def test_hand_built_squeeze_excite_passes_in_hidden_chunks_verify(
-        tmp_path: Path, th: int, chunks: int, held: bool, db: bool, scale_first: bool) -> None:
+        tmp_path: Path, th: int, chunks: int, held: bool, db: bool, scale_first: bool,
+        maps: bool) -> None:
     """Every block in two passes with its stretches chunked (uneven chunks included, the
-    scale's vector as either operand, inputs held or loaded per pass): outputs and every
-    counter equal to the prediction, within the chip."""
+    scale's vector as either operand, inputs held or loaded per pass, the pooled map filled
+    chunk by chunk into its held buffer or made again): outputs and every counter equal to
+    the prediction, within the chip."""
     model = models.se_net(h=32, w=32, expand=4, scale_first=scale_first)
     problem = api.prepare(str(models.save(model, tmp_path, "se")))
     blocks = _se_blocks(problem.graph)
-    plan = _plan(problem, blocks, th, chunks, held, db)
+    plan = _plan(problem, blocks, th, chunks, held, db, maps=maps)
     assert sum(grp.placement.hidden_chunks == chunks and grp.placement.passes == 2
                for grp in plan.groups) == len(blocks) == 2
     _check(problem, plan)

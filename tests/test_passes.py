@@ -43,16 +43,17 @@ def _blocks(graph: Graph) -> list[list[str]]:
     return out
 
 
-def _hand_plan(problem: api.Problem, th: int, double_buffered: bool, held: bool = False
-               ) -> Plan:
+def _hand_plan(problem: api.Problem, th: int, double_buffered: bool, held: bool = False,
+               maps: bool = False) -> Plan:
     """Every block of the net one two-pass group of tile height th (``held``: its input
-    loaded once and held), the rest alone."""
+    loaded once and held; ``maps``: its pooled map held for the last pass), the rest
+    alone."""
     g = problem.graph
     placements = []
     for layers in _blocks(g):
         n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
         placements.append(Placement.of(layers, Tile(n, th, w), True, double_buffered,
-                                       passes=2, inputs_held=held))
+                                       passes=2, inputs_held=held, maps_held=maps))
     return hand_plan(problem, placements)
 
 
@@ -78,25 +79,28 @@ def test_split_names_prefix_tail_rest_and_held_vectors(tmp_path: Path) -> None:
     assert pass_split(g, block[:pool_at + 5]) is None  # ends with the tail: no last pass
 
 
-@pytest.mark.parametrize(("size", "th", "db", "n", "hardware", "scale_first", "held"), [
-    (32, 5, False, 1, None, True, False),
-    (32, 7, True, 1, None, False, False),
-    (48, 16, False, 2, None, True, False),
-    (32, 3, True, 1, "soma_buffer", True, False),
-    (32, 32, False, 1, None, True, False),  # one tile a pass
-    (32, 5, False, 1, None, True, True),
-    (48, 9, False, 2, "soma_buffer", False, True),
+@pytest.mark.parametrize(("size", "th", "db", "n", "hardware", "scale_first", "held", "maps"), [
+    (32, 5, False, 1, None, True, False, False),
+    (32, 7, True, 1, None, False, False, False),
+    (48, 16, False, 2, None, True, False, False),
+    (32, 3, True, 1, "soma_buffer", True, False, False),
+    (32, 32, False, 1, None, True, False, False),  # one tile a pass
+    (32, 5, False, 1, None, True, True, False),
+    (48, 9, False, 2, "soma_buffer", False, True, False),
+    (32, 5, False, 1, None, True, False, True),
+    (32, 7, True, 1, "soma_buffer", False, False, True),
+    (48, 9, False, 2, None, False, True, True),
 ])
 def test_hand_built_two_pass_plans_verify(tmp_path: Path, size: int, th: int, db: bool, n: int,
                                           hardware: str | None, scale_first: bool,
-                                          held: bool) -> None:
+                                          held: bool, maps: bool) -> None:
     """Any tile height, with and without a second input buffer, a batch of two, a chip with
-    one memory for weights and maps, inputs re-read each pass or held: outputs and every
-    counter equal to the prediction."""
+    one memory for weights and maps, inputs re-read each pass or held, pooled maps computed
+    again or held: outputs and every counter equal to the prediction."""
     path = models.save(models.se_net(h=size, w=size, n=n, scale_first=scale_first),
                        tmp_path, "se")
     problem = api.prepare(str(path), hardware=hardware)
-    plan = _hand_plan(problem, th, db, held)
+    plan = _hand_plan(problem, th, db, held, maps)
     assert sum(g.placement.passes > 1 for g in plan.groups) == 2
     assert_verifies(problem, plan)
     if held:  # each block reads its input once: no halo, no second read
@@ -104,27 +108,37 @@ def test_hand_built_two_pass_plans_verify(tmp_path: Path, size: int, th: int, db
                    if g.placement.passes > 1)
 
 
-@pytest.mark.parametrize(("th", "db", "hardware", "held"), [
-    (6, False, None, False), (11, True, None, False), (4, False, "soma_buffer", False),
-    (7, False, None, True)])
+@pytest.mark.parametrize(("th", "db", "hardware", "held", "maps"), [
+    (6, False, None, False, False), (11, True, None, False, False),
+    (4, False, "soma_buffer", False, False), (7, False, None, True, False),
+    (6, False, None, False, True), (5, True, "soma_buffer", False, True),
+    (9, False, None, True, True)])
 def test_three_passes_over_two_squeeze_excite_blocks_verify(tmp_path: Path, th: int, db: bool,
                                                             hardware: str | None,
-                                                            held: bool) -> None:
+                                                            held: bool, maps: bool) -> None:
     """Both blocks in one group: a pooling pass per block (the second recomputes the first
-    block and scales it with the first tail's result, held on chip), then the last pass."""
+    block, or starts from its held pooled map, and scales it with the first tail's result,
+    held on chip), then the last pass."""
     path = models.save(models.se_net(h=40, w=40, scale_first=False), tmp_path, "se")
     problem = api.prepare(str(path), hardware=hardware)
     g = problem.graph
     first, second = _blocks(g)
     layers = [*first, *second]
-    split = pass_split(g, layers, held)
+    split = pass_split(g, layers, held, maps)
     assert split is not None and split.count == 3
     again = tuple(n for n in first if n not in split.pools[0].tail
                   and n != split.pools[0].reduction)
+    if maps:  # from the held map on: the first block's prefix is not computed again
+        pooled = split.pools[0].held_map
+        assert pooled == g.layer(split.pools[0].reduction).fmap_inputs[0]
+        assert split.maps_during(0) == (pooled,) and len(split.maps_during(1)) == 2
+        again = tuple(n for n in again if n not in split.pools[0].io.layers)
+        assert not set(split.pools[0].io.layers[:-1]) & set(split.pools[1].io.layers)
     assert split.pools[1].io.layers[:len(again)] == again  # block 1 again, scaled
     assert split.held_before(1) == split.pools[0].kept
     n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
-    placements = [Placement.of(layers, Tile(n, th, w), True, db, passes=3, inputs_held=held)]
+    placements = [Placement.of(layers, Tile(n, th, w), True, db, passes=3, inputs_held=held,
+                               maps_held=maps)]
     placements += [p for p in layer_placements(g, problem.chip)
                    if not set(layers).intersection(p.layers)]
     plan = assemble(g, problem.chip, placements, **problem.plan_header(),
@@ -143,6 +157,7 @@ def test_a_pool_of_the_groups_own_input_runs_in_two_passes(tmp_path: Path, held:
     layers = block[next(i for i, n in enumerate(block) if g.layer(n).op == "GlobalAveragePool"):]
     split = pass_split(g, layers, held)
     assert split is not None and split.pools[0].io.layers == (layers[0],)
+    assert pass_split(g, layers, held, maps_held=True) is None  # the map comes from DRAM
     n, _, _, w = g.dims(g.layer(layers[-1]).outputs[0])
     placements = [Placement.of(layers, Tile(n, 6, w), True, False, passes=2, inputs_held=held)]
     placements += [p for p in layer_placements(g, problem.chip)
@@ -156,15 +171,16 @@ def test_a_pool_of_the_groups_own_input_runs_in_two_passes(tmp_path: Path, held:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(size=st.integers(16, 40), n=st.integers(1, 2), blocks=st.integers(1, 2),
        one_group=st.booleans(), th=st.integers(1, 40), held=st.booleans(),
-       double_buffered=st.booleans(), scale_first=st.booleans(),
+       maps=st.booleans(), double_buffered=st.booleans(), scale_first=st.booleans(),
        hardware=st.sampled_from([None, "soma_buffer", "two_level", "manycore"]))
 def test_random_pass_plans_verify(tmp_path: Path, size: int, n: int, blocks: int,
-                                  one_group: bool, th: int, held: bool,
+                                  one_group: bool, th: int, held: bool, maps: bool,
                                   double_buffered: bool, scale_first: bool,
                                   hardware: str | None) -> None:
     """Random squeeze-excite nets, tiles and chips: every block in passes (or all blocks in
-    one group), inputs held or re-read: outputs and every counter equal to the prediction
-    (capacity aside: a hand-built tile may not fit a small chip)."""
+    one group), inputs held or re-read, pooled maps held or made again: outputs and every
+    counter equal to the prediction (capacity aside: a hand-built tile may not fit a small
+    chip)."""
     path = models.save(models.se_net(h=size, w=size, n=n, blocks=blocks,
                                      scale_first=scale_first), tmp_path, "se")
     problem = api.prepare(str(path), hardware=hardware)
@@ -173,12 +189,12 @@ def test_random_pass_plans_verify(tmp_path: Path, size: int, n: int, blocks: int
     groups = [[n for b in found for n in b]] if one_group else found
     placements, covered = [], set()
     for layers in groups:
-        split = pass_split(g, layers, held)
+        split = pass_split(g, layers, held, maps)
         assert split is not None
         nn, h, _, w = g.dims(g.layer(layers[-1]).outputs[0])
         placements.append(Placement.of(layers, Tile(nn, min(th, h), w), True,
                                        double_buffered and not held, passes=split.count,
-                                       inputs_held=held))
+                                       inputs_held=held, maps_held=maps))
         covered.update(layers)
     placements += [p for p in layer_placements(g, problem.chip)
                    if not covered.intersection(p.layers)]
@@ -224,6 +240,61 @@ def test_a_branch_that_feeds_only_the_pool_runs_in_the_pool_pass_only(tmp_path: 
     lorder = [lay.name for lay in lg.layers]
     assert pass_split(lg, lorder[lorder.index(next(n for n in lorder
                                                    if n.startswith("branchA"))):]) is None
+
+
+def test_held_maps_compute_each_layer_once_and_move_no_more_bytes(tmp_path: Path) -> None:
+    """Held, the pooled map is not made again: the last pass computes only the scale, the
+    projection and the residual add, so the group's work falls to what one pass over the
+    block would do (halos aside: one tile a pass here) and no DRAM byte is added; the SRAM
+    peak grows by the map. Predicted == emulated either way."""
+    path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
+    problem = api.prepare(str(path))
+    g = problem.graph
+    block = _blocks(g)[0]
+    split = pass_split(g, block, maps_held=True)
+    assert split is not None
+    assert [g.layer(n).op for n in split.last.layers] == ["Mul", "Conv", "Add"]
+    pooled = split.pools[0].held_map
+    assert pooled is not None and pooled not in split.last.inputs
+    again, held = (_hand_plan(problem, 32, False, maps=m) for m in (False, True))
+    work = sum(g.layer(n).macs_per_output * g.elems(g.layer(n).outputs[0])
+               for n in block if g.layer(n).is_main)
+    (a,), (b,) = ([grp for grp in p.groups if grp.placement.passes > 1] for p in (again, held))
+    assert b.predicted.macs == work < a.predicted.macs
+    assert b.predicted.dram_bytes <= a.predicted.dram_bytes
+    assert b.predicted.sram_peak_bytes >= g.elems(pooled) * problem.chip.dtype_bytes
+    assert_verifies(problem, held)
+
+
+def test_plan_file_refuses_held_maps_where_they_cannot_be(tmp_path: Path) -> None:
+    """"maps_held" without passes, or where the pooled map is the group's input: exit 2
+    naming the key and the fix, no traceback."""
+    path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
+    problem = api.prepare(str(path))
+    plan_file = tmp_path / "plan.json"
+    save_plan(_hand_plan(problem, 8, False, maps=True), plan_file)
+    runner = CliRunner()
+    ok = runner.invoke(app, ["verify", str(path), str(plan_file)])
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads(plan_file.read_text())
+    assert [g.get("maps_held") for g in doc["groups"] if g.get("passes") == 2] == [True]
+    lone = json.loads(plan_file.read_text())
+    next(g for g in lone["groups"] if len(g["layers"]) == 1)["maps_held"] = True
+    g = problem.graph
+    block = _blocks(g)[0]
+    from_pool = block[next(i for i, n in enumerate(block)
+                           if g.layer(n).op == "GlobalAveragePool"):]
+    split = hand_plan(problem, [Placement.of(from_pool, Tile(1, 8, 32), True, passes=2)])
+    starts_at_pool = tmp_path / "pool.json"
+    save_plan(split, starts_at_pool)
+    at_pool = json.loads(starts_at_pool.read_text())
+    next(g for g in at_pool["groups"] if g.get("passes") == 2)["maps_held"] = True
+    for k, bad in enumerate((lone, at_pool)):
+        bad_file = tmp_path / f"bad{k}.json"
+        bad_file.write_text(json.dumps(bad))
+        result = runner.invoke(app, ["verify", str(path), str(bad_file)])
+        assert result.exit_code == 2, result.output
+        assert "maps_held" in result.output and "Traceback" not in result.output
 
 
 def test_held_inputs_with_a_second_buffer_are_refused(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Grou
 def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     """Predicted counters of a placement, without next-group prefetch."""
     if p.passes > 1:
-        split = pass_split(graph, p.layers, p.inputs_held)
+        split = pass_split(graph, p.layers, p.inputs_held, p.maps_held)
         if split is None or split.count != p.passes or not p.weights_resident \
                 or p.halo_reuse or p.weights_outer or (p.inputs_held and p.double_buffered) \
                 or not passes_make_chunks(graph, split, p.hidden_chunks):

@@ -80,7 +80,8 @@ def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tupl
     found = []
     for g in plan.groups:
         search = GroupSearch.of(graph, g.layers, chip, ruleset)
-        passes = PassSearch.of(graph, g.layers, chip, g.placement.inputs_held) \
+        passes = PassSearch.of(graph, g.layers, chip, g.placement.inputs_held,
+                               g.placement.maps_held) \
             if g.placement.passes > 1 else None
         if passes is not None:  # each pass against the tile rules, the whole group structurally
             whole = search.facts(Tile(1, 1, 1), True)

@@ -15,7 +15,10 @@ Each pass is priced by the cost model's closed forms on its own GroupIO; what jo
 * with hidden chunks, each pass runs its stretches chunk by chunk (planner.cost.hidden):
   its peak is the exact one over every chunk and step, and the chunks add core traffic;
 * with the inputs held (Passes.inputs_held) each input's needed box is loaded once, with
-  the first tile, counted as core traffic once per reader, and on chip for every step.
+  the first tile, counted as core traffic once per reader, and on chip for every step;
+* with the pooled maps held (Passes.maps_held) each map's buffer, the whole map, is on
+  chip from the first step of its pass to the group's end (beside the tile of it the pass
+  computes), and each later read of it counts as core traffic, once per reader.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.cost.hidden import chunk_core_bytes, hidden_peak_bytes
 from planner.cost.model import peak_bytes, resident_work, weight_bytes, with_time
-from planner.geometry.passes import Passes, PoolPass, pass_stretches
+from planner.geometry.passes import Passes, PoolPass, held_map_reads, pass_stretches
 from planner.geometry.regions import (
     GroupChains,
     Tile,
@@ -66,8 +69,8 @@ def held_input_elems(graph: Graph, split: Passes) -> dict[str, int]:
 
 
 def held_bytes(graph: Graph, split: Passes, k: int, chip: Chip) -> int:
-    """Held inputs and tail results on chip while pass k runs."""
-    return (sum(graph.elems(t) for t in split.held_before(k))
+    """Held inputs, held maps and tail results on chip while pass k (or its tail) runs."""
+    return (sum(graph.elems(t) for t in (*split.held_before(k), *split.maps_during(k)))
             + sum(held_input_elems(graph, split).values())) * chip.dtype_bytes
 
 
@@ -126,7 +129,8 @@ def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
     macs = sum(c.macs for c in works)
     vector_ops = sum(c.vector_ops for c in works)
     core = sum(c.core_fmap_bytes for c in works) \
-        + sum(e * (1 + uses.get(t, 0)) for t, e in held.items()) * dt
+        + sum(e * (1 + uses.get(t, 0)) for t, e in held.items()) * dt \
+        + sum(graph.elems(t) * reads for t, reads in held_map_reads(graph, split).items()) * dt
     if hidden_chunks > 1:
         core += sum(chunk_core_bytes(graph, io, chains[k], found, hidden_chunks, tile, dt)
                     for k, (io, found) in enumerate(zip(split.ios, pass_stretches(graph, split),

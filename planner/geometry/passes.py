@@ -19,7 +19,11 @@ The maps between never leave the chip: a group with k squeeze-excite blocks read
 pass, instead of writing each pooled map and reading it back. Where the inputs fit on chip
 whole beside the passes, they may instead be loaded once, before the first pass, and held
 until the group ends (``inputs_held``): every pass reads its tiles from them, and the group
-reads each input exactly once, halos included. Every pass uses the plan's
+reads each input exactly once, halos included. Where the map a pool folds fits on chip
+whole, it may instead be kept as its pass makes it (``maps_held``): the pass writes each
+tile of it into an on-chip buffer the size of the map besides folding it, and every later
+pass reads it from there: nothing before it is computed again, and the map never goes to
+DRAM (the squeeze-excite scale waits while the map stays on chip). Every pass uses the plan's
 tile, each on its own anchor: a pooling pass on the map it pools, the last pass on the
 group's output. This module says which layers each pass runs and which tensors it reads,
 holds and stores (as GroupIO records, so the cost model's closed forms apply to each
@@ -46,6 +50,7 @@ class PoolPass:
     reduction: str  # the layer folding the pass's tiles into its accumulator
     tail: tuple[str, ...]  # layers on the pooled vector: once, after the pass
     kept: tuple[str, ...]  # tail results a later pass reads: on chip to the group's end
+    held_map: str | None = None  # the pooled map kept whole on chip from this pass on
 
     @property
     def pooled(self) -> str:
@@ -62,6 +67,7 @@ class Passes:
     pools: tuple[PoolPass, ...]  # one pooling pass per reduction, in the layers' order
     last: GroupIO  # the last pass: every layer the outputs are made from; stores them
     inputs_held: bool = False  # the group's inputs loaded whole once and held to its end
+    maps_held: bool = False  # each pooled map kept whole on chip from its own pass on
 
     @property
     def count(self) -> int:
@@ -81,10 +87,25 @@ class Passes:
         """Tail results on chip while pass k runs (k == len(pools): the last pass)."""
         return tuple(t for p in self.pools[:k] for t in p.kept)
 
+    def maps_during(self, k: int) -> tuple[str, ...]:
+        """Pooled maps whose on-chip buffers exist while pass k or its tail runs: those of
+        the passes up to it, its own filling as it goes (every one for the last pass)."""
+        return tuple(p.held_map for p in self.pools[:k + 1] if p.held_map is not None)
+
     @property
     def inputs(self) -> tuple[str, ...]:
         """The group's inputs held on chip whole for all passes (none unless inputs_held)."""
         return self.whole.inputs if self.inputs_held else ()
+
+
+def held_map_reads(graph: Graph, split: Passes) -> dict[str, int]:
+    """How many times the layers of later passes read each held map (from chip)."""
+    out: dict[str, int] = {}
+    for k, pool in enumerate(split.pools):
+        if pool.held_map is not None:
+            out[pool.held_map] = sum(graph.layer(n).fmap_inputs.count(pool.held_map)
+                                     for io in split.ios[k + 1:] for n in io.layers)
+    return out
 
 
 def pass_stretches(graph: Graph, split: Passes) -> tuple[tuple[Stretch, ...], ...]:
@@ -108,8 +129,8 @@ def passes_make_chunks(graph: Graph, split: Passes, chunks: int) -> bool:
     return bool(found) and all(makes_chunks(s, chunks) for s in found)
 
 
-def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False
-               ) -> Passes | None:
+def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False,
+               maps_held: bool = False) -> Passes | None:
     """The passes of a group, or None where it cannot run so.
 
     It can when it holds reductions over rows and columns (global pooling, a keepdims
@@ -118,7 +139,9 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False
     scale, in a later pass); every layer that reads only such vectors is in a tail; every
     other layer feeds a pool or the group's outputs; and every tensor the group writes to
     DRAM comes from the last pass and is cut by its tiles. ``inputs_held``: the group's
-    inputs are held on chip whole (no pass loads them)."""
+    inputs are held on chip whole (no pass loads them). ``maps_held``: each pooled map is
+    made by the group (not one of its inputs) and kept whole on chip by its pass; later
+    passes read it there instead of computing it again."""
     if len(layers) < 3 or not any(accumulated_input(graph, graph.layer(n)) is not None
                                   for n in layers):
         return None
@@ -157,14 +180,24 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False
         return None
     # each pass computes what its anchor needs, through anything but the vectors: a pool
     # pass what its reduction folds, the last pass what the group's outputs are made from
-    prefixes = {}
+    pooled_maps: dict[str, str] = {}
     for red in reductions:
         pooled_from = accumulated_input(graph, graph.layer(red))
-        assert pooled_from is not None
-        prefixes[red] = _prefix(graph, pooled_from, inside, set(vectors))
+        assert pooled_from is not None  # a reduction, by the list's making
+        pooled_maps[red] = pooled_from
+    held_maps: list[str] = []  # of the pools before the one at hand (maps_held)
+    if maps_held and any(graph.producer.get(m) not in inside or m in whole.outputs
+                         for m in pooled_maps.values()):
+        return None  # inputs_held holds inputs; a map the group stores comes from the last pass
+    prefixes = {}
+    for red in reductions:
+        pooled_from = pooled_maps[red]
+        prefixes[red] = _prefix(graph, pooled_from, inside, {*vectors, *held_maps})
+        if maps_held:
+            held_maps.append(pooled_from)
     needed: set[str] = set()
     for t in whole.outputs:
-        needed |= _prefix(graph, t, inside, set(vectors))
+        needed |= _prefix(graph, t, inside, {*vectors, *held_maps})
     last_layers = tuple(n for n in whole.layers if n in needed)
     computed = needed.union(*prefixes.values())
     if not last_layers or any(n in tails or n in in_tails for n in computed) \
@@ -176,23 +209,24 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False
         for t in graph.layer(name).fmap_inputs:
             if t in vectors and name not in tails[vectors[t]]:
                 read_later.add(t)
-    held = frozenset(vectors) | (frozenset(whole.inputs) if inputs_held else frozenset())
+    held = frozenset(vectors) | (frozenset(whole.inputs) if inputs_held else frozenset()) \
+        | frozenset(held_maps)
     pools = []
     for red in reductions:
         pooled = graph.layer(red).outputs[0]
         io = _pass_io(graph, (*sorted(prefixes[red], key=graph.index), red), (pooled,),
-                      held=held, anchor=accumulated_input(graph, graph.layer(red)),
+                      held=held, anchor=pooled_maps[red],
                       accumulated=(pooled,))
         tail = tuple(tails[red])
         kept = tuple(t for n in tail for t in graph.layer(n).outputs if t in read_later)
         if pooled in read_later:
             kept = (pooled, *kept)
-        pools.append(PoolPass(io, red, tail, kept))
+        pools.append(PoolPass(io, red, tail, kept, pooled_maps[red] if maps_held else None))
     last = _pass_io(graph, last_layers, whole.outputs, held=held)
     # an output besides the anchor is needed whole by every tile: one tile, no passes
     if any(t != last.anchor and not tiled_like_anchor(graph, last, t) for t in last.outputs):
         return None
-    return Passes(whole, tuple(pools), last, inputs_held)
+    return Passes(whole, tuple(pools), last, inputs_held, maps_held)
 
 
 def _prefix(graph: Graph, tensor: str, inside: set[str], vectors: set[str]) -> set[str]:

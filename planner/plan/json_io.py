@@ -69,6 +69,7 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 **({"loop_order": g.placement.loop.value} if g.placement.weights_outer else {}),
                 **({"passes": g.placement.passes} if g.placement.passes > 1 else {}),
                 **({"inputs_held": True} if g.placement.inputs_held else {}),
+                **({"maps_held": True} if g.placement.maps_held else {}),
                 **({"hidden_chunks": g.placement.hidden_chunks}
                    if g.placement.hidden_chunks > 1 else {}),
                 "predicted": _counters_json(g.predicted),
@@ -133,6 +134,24 @@ def _inputs_held(g: dict[str, Any], passes: int, where: str) -> bool:
     return held
 
 
+def _maps_held(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], passes: int,
+               where: str) -> bool:
+    """A group's "maps_held": only with passes, and only where every map the group pools
+    is made inside it and stays there."""
+    held = bool(g.get("maps_held", False))
+    if not held:
+        return False
+    if passes == 1:
+        raise InputError(f"{where}.maps_held keeps each pooled map on chip for the later "
+                         "pooling passes: it needs \"passes\" above 1; remove the key or set "
+                         "it.")
+    if pass_split(graph, layers, bool(g.get("inputs_held", False)), True) is None:
+        raise InputError(f"{where}.maps_held: a map this group pools is one of its inputs or "
+                         "also leaves the group, so it cannot be held as it is made; remove "
+                         "the key (\"inputs_held\": true holds inputs).")
+    return True
+
+
 def _passes(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], tile: Tile,
             where: str) -> int:
     """A group's "passes" (1, or one per global reduction and one more), checked against
@@ -166,7 +185,8 @@ def _hidden_chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], til
     if chunks == 1:
         return 1
     if passes > 1:  # each pass's stretches (planner.geometry.passes.pass_stretches)
-        split = pass_split(graph, layers, bool(g.get("inputs_held", False)))
+        split = pass_split(graph, layers, bool(g.get("inputs_held", False)),
+                           bool(g.get("maps_held", False)))
         found = tuple(s for ss in pass_stretches(graph, split) for s in ss) \
             if split is not None else ()
     else:
@@ -268,7 +288,8 @@ def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where
                               _loop(graph, g, layers, gw),
                               (passes := _passes(graph, g, layers, tile, gw)),
                               _inputs_held(g, passes, gw),
-                              _hidden_chunks(graph, g, layers, tile, passes, gw))
+                              _hidden_chunks(graph, g, layers, tile, passes, gw),
+                              _maps_held(graph, g, layers, passes, gw))
         groups.append(Group(g["id"], placement, g.get("mode", "big"), predicted))
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()

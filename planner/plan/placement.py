@@ -65,7 +65,7 @@ class Placement:
     loop: LoopOrder = LoopOrder.TILES_OUTER
     # more than 1: the group runs in passes around its global reductions
     # (planner.geometry.passes: a squeeze-excite scale waits for its pool, and a later pass
-    # recomputes the pooled map)
+    # recomputes the pooled map, or reads it held)
     passes: int = 1
     # with passes: the group's inputs loaded whole once and held on chip for every pass
     inputs_held: bool = False
@@ -73,17 +73,22 @@ class Placement:
     # layer: an MLP, an expand / project pair) run in this many chunks of their hidden
     # channels, so that the hidden maps are never on chip whole (planner.geometry.hidden)
     hidden_chunks: int = 1
+    # with passes: each pooled map kept whole on chip by its pass; later passes read it
+    # there instead of computing it again
+    maps_held: bool = False
 
     @classmethod
     def of(cls, layers: Sequence[str], tile: Tile, resident: bool = True,
            double_buffered: bool = False, halo_reuse: bool = False,
            weights_outer: bool = False, passes: int = 1,
-           inputs_held: bool = False, hidden_chunks: int = 1) -> Placement:
+           inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False
+           ) -> Placement:
         """A placement from the planners' flags."""
         return cls(tuple(layers), tile, WeightResidency.of(resident), double_buffered,
                    HaloMode.of(halo_reuse),
                    loop=LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
-                   passes=passes, inputs_held=inputs_held, hidden_chunks=hidden_chunks)
+                   passes=passes, inputs_held=inputs_held, hidden_chunks=hidden_chunks,
+                   maps_held=maps_held)
 
     @property
     def weights_outer(self) -> bool:

@@ -268,6 +268,7 @@ GROUP = Obj((
     Key("prefetch", Bool(), required=False),
     Key("passes", Int(1), required=False),
     Key("inputs_held", Bool(), required=False),
+    Key("maps_held", Bool(), required=False),
     Key("hidden_chunks", Int(1), required=False),
     Key("predicted", PREDICTED, required=False),
 ))

@@ -197,6 +197,8 @@ def _plan_table(plan: Plan) -> Table:
             else f"{g.layers[0]} … {g.layers[-1]} ({len(g.layers)})"
         p = g.predicted
         mode = g.mode if g.placement.passes == 1 else f"{g.mode}, {g.placement.passes} passes"
+        if g.placement.maps_held:
+            mode += ", maps held"
         if g.placement.hidden_chunks > 1:
             mode += f", {g.placement.hidden_chunks} hidden chunks"
         t.add_row(str(g.id), names, mode, g.tile.label(),

@@ -43,7 +43,8 @@ def node_metadata(group: Group) -> dict[str, str]:
         f"{METADATA_PREFIX}predicted_sram_peak_bytes": str(p.sram_peak_bytes),
         f"{METADATA_PREFIX}predicted_cycles": str(p.cycles),
         **({f"{METADATA_PREFIX}passes": str(group.placement.passes),
-            f"{METADATA_PREFIX}inputs_held": str(group.placement.inputs_held).lower()}
+            f"{METADATA_PREFIX}inputs_held": str(group.placement.inputs_held).lower(),
+            f"{METADATA_PREFIX}maps_held": str(group.placement.maps_held).lower()}
            if group.placement.passes > 1 else {}),
         **({f"{METADATA_PREFIX}hidden_chunks": str(group.placement.hidden_chunks)}
            if group.placement.hidden_chunks > 1 else {}),
