@@ -56,11 +56,12 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
     chunk has read them. A stretch ending in a pool (Stretch.pools) folds each chunk's
     channels into `fold`, the group's accumulator, and returns the tile's partial result,
     each chunk filling its own channels of it. ``fills``: whole on-chip buffers of maps
-    held for later passes: each chunk writes its channels of the tile into them
-    (``prefetch`` counts their bytes)."""
+    held for later passes: each chunk writes its channels of the tile into them, not
+    counted again in the chunk's maps (``prefetch`` counts the buffers)."""
     from emulator.run import EmulationError, KernelFailure, _full, _slice, run_layer
 
     dt = tally.chip.dtype_bytes
+    fills = fills or {}
     a = io.layers.index(s.widen)
     widen_inputs = graph.layer(s.widen).fmap_inputs
     later = {t for n in io.layers[io.layers.index(s.narrow) + 1:]
@@ -129,7 +130,7 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
             if name != s.narrow:
                 for t, y_t in zip(lay.outputs, [y, *more], strict=True):
                     part[t] = (boxes[t], y_t)
-                    if fills and t in fills:  # this chunk's channels of the held map
+                    if t in fills:  # this chunk's channels of the held map
                         if s.cuts:
                             raise EmulationError(group.id, tile, name, "a held map cut in "
                                                  "heads: no chunk of it is a channel range")
@@ -139,8 +140,9 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
                               lo, hi)[...] = y_t
                     tally.core += y_t.size * dt * (1 + sum(u == t for n in s.layers
                                                            for u in graph.layer(n).fmap_inputs))
-            live = sum(arr.size for _, arr in onchip.values()) \
-                + sum(arr.size for _, arr in part.values()) + (acc.size if acc is not None else 0)
+            live = sum(arr.size for t, (_, arr) in onchip.items() if t not in fills) \
+                + sum(arr.size for t, (_, arr) in part.items() if t not in fills) \
+                + (acc.size if acc is not None else 0)
             stream = tally.stream
             now = stream.inner.get((name, j), 0) if stream is not None \
                 and not group.weights_resident else None

@@ -698,7 +698,8 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
     ``preloaded``: bytes loaded into ``held`` before the first tile (counted with it);
     ``hidden``: stretches run in the placement's hidden chunks (emulator.hidden);
     ``fills``: on-chip buffers, whole maps, into which every tile of those maps made here is
-    also written (a pooled map held for later passes), on chip at every step.
+    written (a pooled map held for later passes), on chip at every step; the tile's box of
+    such a map is a view of its buffer, not counted again (GroupIO.in_place).
     """
     dt = tally.chip.dtype_bytes
     held = held or {}
@@ -766,7 +767,7 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
             for t, y in zip(lay.outputs, ys, strict=False):
                 if t in fills:
                     fill_box(graph, fills[t], t, boxes[t], y)
-            live = sum(a.size for _, a in onchip.values())
+            live = sum(a.size for t, (_, a) in onchip.items() if t not in fills)
             if attention is not None:  # the chunks streaming now and the softmax's scratch
                 live += sum(attention.onchip_elems(t, a.size) for t, (_, a) in streams.items()
                             if stream_steps[t][0] <= i <= stream_steps[t][-1])

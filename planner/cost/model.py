@@ -80,7 +80,8 @@ def weight_bytes(graph: Graph, weights: Iterable[str], chip: Chip) -> int:
 
 
 def live_steps(graph: Graph, io: GroupIO) -> list[tuple[str, ...]]:
-    """Tensors live on chip while each layer of the group runs (its inputs and outputs)."""
+    """Tensors live on chip while each layer of the group runs (its inputs and outputs;
+    not those written in place into a held buffer, GroupIO.in_place)."""
     last_use: dict[str, int] = {}
     for i, name in enumerate(io.layers):
         for t in graph.layer(name).fmap_inputs:
@@ -100,6 +101,8 @@ def live_steps(graph: Graph, io: GroupIO) -> list[tuple[str, ...]]:
                 born[t] = i
     steps: list[list[str]] = [[] for _ in io.layers]
     for t, b in born.items():  # in birth order, as the steps list them
+        if t in io.in_place:  # in its held buffer, counted beside the group
+            continue
         for i in range(max(b, 0), last_use.get(t, b) + 1):
             steps[i].append(t)
     return [tuple(s) for s in steps]

@@ -21,7 +21,8 @@ whole beside the passes, they may instead be loaded once, before the first pass,
 until the group ends (``inputs_held``): every pass reads its tiles from them, and the group
 reads each input exactly once, halos included. Where the map a pool folds fits on chip
 whole, it may instead be kept as its pass makes it (``maps_held``): the pass writes each
-tile of it into an on-chip buffer the size of the map besides folding it, and every later
+tile of it straight into an on-chip buffer the size of the map (the tile's own steps hold no
+other copy of it: GroupIO.in_place) and folds it from there, and every later
 pass reads it from there: nothing before it is computed again, and the map never goes to
 DRAM (the squeeze-excite scale waits while the map stays on chip). Every pass uses the plan's
 tile, each on its own anchor: a pooling pass on the map it pools, the last pass on the
@@ -216,7 +217,7 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False,
         pooled = graph.layer(red).outputs[0]
         io = _pass_io(graph, (*sorted(prefixes[red], key=graph.index), red), (pooled,),
                       held=held, anchor=pooled_maps[red],
-                      accumulated=(pooled,))
+                      accumulated=(pooled,), in_place=(pooled_maps[red],) if maps_held else ())
         tail = tuple(tails[red])
         kept = tuple(t for n in tail for t in graph.layer(n).outputs if t in read_later)
         if pooled in read_later:
@@ -246,7 +247,7 @@ def _prefix(graph: Graph, tensor: str, inside: set[str], vectors: set[str]) -> s
 
 def _pass_io(graph: Graph, layers: tuple[str, ...], outputs: tuple[str, ...],
              held: frozenset[str], anchor: str | None = None,
-             accumulated: tuple[str, ...] = ()) -> GroupIO:
+             accumulated: tuple[str, ...] = (), in_place: tuple[str, ...] = ()) -> GroupIO:
     """The GroupIO of one pass: its layers' DRAM inputs (not what the group holds on chip),
     the given outputs only (a tensor another pass uses is made again there, not stored)."""
     base = group_io(graph, layers)
@@ -255,4 +256,4 @@ def _pass_io(graph: Graph, layers: tuple[str, ...], outputs: tuple[str, ...],
     internal = tuple(t for t in produced if t not in outputs and any(
         c in base.layers for c in graph.consumers.get(t, ())))
     return GroupIO(base.layers, inputs, outputs, internal, base.weights,
-                   anchor if anchor is not None else outputs[-1], accumulated)
+                   anchor if anchor is not None else outputs[-1], accumulated, in_place)

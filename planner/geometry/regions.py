@@ -75,6 +75,9 @@ class GroupIO:
     # outputs of a final reduction over rows and columns: each tile adds its part of the
     # anchor into an on-chip accumulator, written once after the last tile
     accumulated: tuple[str, ...] = ()
+    # written straight into a whole buffer held beside the group (a pooled map a pass keeps
+    # for later passes, planner.geometry.passes): no tile holds a box of its own of them
+    in_place: tuple[str, ...] = ()
 
     @property
     def stored_per_tile(self) -> tuple[str, ...]:
