@@ -15,6 +15,7 @@ from onnx import numpy_helper
 
 from planner.core.errors import InputError
 from planner.front.attention_fusion import fuse_attention
+from planner.front.batch_unmerge import BatchRestatement
 from planner.front.blocks import find_blocks
 from planner.front.onnx_load import LoadedModel
 from planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
@@ -23,6 +24,7 @@ from planner.ir.layout import (
     LayoutKind,
     carried,
     layout_of,
+    moved_axis,
     nhwc,
     sequence,
     tokens,
@@ -424,8 +426,12 @@ def build_graph(model: LoadedModel) -> Graph:
         _token_tensors(proto.graph.node, shapes, constants), tokens())
     layouts.update(dict.fromkeys(_token_tensors(proto.graph.node, shapes, constants, rank=4),
                                  nhwc()))
-    for node in fuse_attention(proto.graph.node, shapes, constants, model.outputs,
-                               model.opset):
+    nodes = fuse_attention(proto.graph.node, shapes, constants, model.outputs, model.opset)
+    restated = BatchRestatement(nodes, shapes, constants, model.outputs)
+    for node in nodes:
+        first = next((t for t in node.input if t and t not in constants), None)
+        node = restated.restate(node, None if first is None
+                                else layouts.get(first) or layout_of(shapes[first]))
         layer = _layer(node, shapes, constants, model.opset, model.path, layouts)
         layers.append(layer)
         for t in layer.outputs:
@@ -494,6 +500,7 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     # knows where the batch went, which a token stretch seeded by shape does not
     # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
     carry = None
+    axes: tuple[int, ...] | None = None
     batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset)
     if spec.axis_move is not AxisMove.NONE and fmap and in_layouts[0].token_like:
         axes = _move_axes(spec, attrs, node, constants, in_shapes[0], out_shape, opset)
@@ -504,6 +511,13 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
             # a batch of one has nothing to cut; a larger one must land whole
             batch_kept = b_in is None or in_shapes[0][b_in] == 1 or (
                 b_out is not None and in_shapes[0][b_in] == out_shape[b_out])
+        elif axes is not None and in_layouts[0].batch_axis is not None:
+            # the tokens go (ViT's class token taken), the batch lands whole on axis 0: a
+            # flat [B, C] keeps each image apart
+            b_in = in_layouts[0].batch_axis
+            batch_kept = batch_kept or (
+                moved_axis(spec.axis_move, b_in, in_shapes[0], out_shape, axes) == 0
+                and out_shape[:1] == in_shapes[0][b_in:b_in + 1])
     elif spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
         carry = _kept_tokens([_Fmap(s_, out_shape, lay, lay)
                               for s_, lay in zip(in_shapes, in_layouts, strict=True)])
