@@ -558,3 +558,50 @@ def causal_encoder(tokens: int = 1024, width: int = 64, heads: int = 2, blocks: 
         x = b.one("Add", [b.one("MatMul", [h, b.weight((4 * width, width), 4 * width)], "fc"),
                           y], "residual")
     return b.model(shape, x, 17, name=f"causal_encoder_{tokens}")
+
+
+def batch_first_mha(batch: int = 4, tokens: int = 16, width: int = 32, heads: int = 4,
+                    blocks: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """Encoder blocks whose attention is spelt as torchvision's nn.MultiheadAttention
+    exports it at a batch above one (recent PyTorch): [B, L, C] sequence first, [L, B, C];
+    each of q, k, v folded into the heads, Reshape [L, B*heads, d], Transpose [B*heads, L,
+    d], Reshape [B, heads, L, d]; scaled q @ k^T, Softmax, p @ v; the heads back,
+    Transpose [L, B, heads, d], folded into the tokens, Reshape [L*B, C], the output
+    projection as a Gemm, Reshape [L, B, C], Transpose [B, L, C]; a residual and an MLP."""
+    b = _Builder(np.random.default_rng(seed))
+    d = width // heads
+    fold_heads = b.const("shape", np.array([tokens, batch * heads, d], np.int64))
+    unfold_heads = b.const("shape", np.array([batch, heads, tokens, d], np.int64))
+    fold_tokens = b.const("shape", np.array([tokens * batch, width], np.int64))
+    unfold_tokens = b.const("shape", np.array([tokens, batch, width], np.int64))
+    scale = b.const("scale", np.array(d ** -0.25, np.float32))
+    x = "input"
+    for _ in range(blocks):
+        g, beta = (b.const("ln", np.ones(width, np.float32)),
+                   b.const("ln", np.zeros(width, np.float32)))
+        n = b.one("LayerNormalization", [x, g, beta], "ln", axis=-1)
+        seq = b.one("Transpose", [n], "seq_first", perm=[1, 0, 2])
+        qkv = []
+        for part in ("q", "k", "v"):
+            p = b.one("Add", [b.one("MatMul", [seq, b.weight((width, width), width)], part),
+                              b.bias(width)], f"{part}_bias")
+            folded = b.one("Reshape", [p, fold_heads], f"{part}_fold")
+            qkv.append(b.one("Reshape", [b.one("Transpose", [folded], f"{part}_heads",
+                                               perm=[1, 0, 2]), unfold_heads],
+                             f"{part}_unfold"))
+        q, k, v = qkv
+        kt = b.one("Transpose", [b.one("Mul", [k, scale], "k_scale")], "k_t", perm=[0, 1, 3, 2])
+        s = b.one("MatMul", [b.one("Mul", [q, scale], "q_scale"), kt], "scores")
+        o = b.one("MatMul", [b.one("Softmax", [s], "softmax", axis=-1), v], "mix")
+        o = b.one("Reshape", [b.one("Transpose", [o], "tokens_first", perm=[2, 0, 1, 3]),
+                              fold_tokens], "fold_tokens")
+        o = b.one("Reshape", [b.gemm(o, width, width), unfold_tokens], "unfold_tokens")
+        y = b.one("Add", [b.one("Transpose", [o], "batch_first", perm=[1, 0, 2]), x],
+                  "residual")
+        g2, beta2 = (b.const("ln", np.ones(width, np.float32)),
+                     b.const("ln", np.zeros(width, np.float32)))
+        n2 = b.one("LayerNormalization", [y, g2, beta2], "ln", axis=-1)
+        h = b.one("Relu", [b.one("MatMul", [n2, b.weight((width, 4 * width), width)], "fc")])
+        x = b.one("Add", [b.one("MatMul", [h, b.weight((4 * width, width), 4 * width)], "fc"),
+                          y], "residual")
+    return b.model([batch, tokens, width], x, 17, name="batch_first_mha")

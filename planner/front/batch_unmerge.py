@@ -36,8 +36,8 @@ Shape = tuple[int, ...]
 def finer_shape(in_shape: Shape, out_shape: Shape, keep: Sequence[int]) -> Shape | None:
     """`out_shape` split further so that each input axis in `keep` lands whole on an axis of
     its own (a Reshape's output read in row-major order); None where the splits do not
-    nest (an output axis that would need a fraction of a kept axis) or an axis of one
-    would leave no trace among them."""
+    nest (an output axis that would need a fraction of a kept axis), a kept axis would be
+    cut in two, or an axis of one would leave no trace among them."""
     if 1 in out_shape or any(in_shape[a] == 1 for a in keep):
         return None
 
@@ -50,6 +50,10 @@ def finer_shape(in_shape: Shape, out_shape: Shape, keep: Sequence[int]) -> Shape
     ordered = sorted(cuts)
     if any(b % a for a, b in zip(ordered, ordered[1:], strict=False)):
         return None
+    for axis in keep:  # no output axis may end inside a kept axis
+        lo, hi = prod(in_shape[:axis]), prod(in_shape[:axis + 1])
+        if any(lo < c < hi for c in ordered):
+            return None
     return tuple(b // a for a, b in zip(ordered, ordered[1:], strict=False))
 
 

@@ -1,0 +1,106 @@
+"""A batch folded into the heads or the tokens (nn.MultiheadAttention at a batch above one)
+is restated as an axis of its own (planner.front.batch_unmerge): the same elements in the
+same order, so plans tile it by images, outputs match onnxruntime and every counter the
+prediction; where a reader cannot follow, nothing is restated."""
+
+from __future__ import annotations
+
+from math import prod
+from pathlib import Path
+
+import numpy as np
+from hand import assert_verifies
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.app import api
+from planner.front.batch_unmerge import axis_groups, finer_shape
+from planner.ir.layout import LayoutKind
+
+import models
+
+
+@settings(max_examples=60, deadline=None)
+@given(factors=st.lists(st.integers(2, 5), min_size=2, max_size=6), data=st.data())
+def test_finer_shape_keeps_the_kept_axes_whole_and_the_element_order(
+        factors: list[int], data: st.DataObject) -> None:
+    """Two shapes over the same factors (each a grouping of them in order): the finer shape
+    holds every kept input axis whole, and its axes group into the output's and the
+    input's axes in row-major order."""
+    def grouping() -> tuple[int, ...]:
+        cuts = sorted(data.draw(st.sets(st.integers(1, len(factors) - 1))))
+        bounds = [0, *cuts, len(factors)]
+        return tuple(prod(factors[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+
+    in_shape, out_shape = grouping(), grouping()
+    keep = data.draw(st.lists(st.integers(0, len(in_shape) - 1), max_size=2, unique=True))
+    fine = finer_shape(in_shape, out_shape, keep)
+    inside = {prod(out_shape[:i]) for i in range(1, len(out_shape))}
+    cut = any(prod(in_shape[:a]) < c < prod(in_shape[:a + 1]) for a in keep for c in inside)
+    if fine is None:  # only where an output axis ends inside a kept one
+        assert cut
+        return
+    assert not cut and prod(fine) == prod(in_shape)
+    groups = axis_groups(out_shape, fine)
+    assert groups is not None
+    assert [prod(fine[a] for a in g) for g in groups] == list(out_shape)
+    starts = [prod(fine[:i]) for i in range(len(fine))]
+    for axis in keep:  # a kept axis is one axis of the finer shape, where it was
+        i = starts.index(prod(in_shape[:axis]))
+        assert fine[i] == in_shape[axis]
+    x = np.arange(prod(in_shape))
+    assert np.array_equal(x.reshape(in_shape).reshape(fine), x.reshape(out_shape).reshape(fine))
+
+
+def test_finer_shape_refuses_splits_that_do_not_nest() -> None:
+    assert finer_shape((6, 4), (4, 6), (0,)) is None  # 6 would need part of the 4
+    assert finer_shape((6, 4), (24,), (0,)) == (6, 4)
+    assert axis_groups((6, 4), (2, 3, 4)) == [(0, 1), (2,)]
+    assert axis_groups((6, 4), (4, 6)) is None
+
+
+def test_multihead_attention_at_batch_four_plans_by_images_and_verifies(tmp_path: Path
+                                                                       ) -> None:
+    """Every tensor of the attention keeps its images on an axis of their own ([L, B,
+    heads, d], [B, heads, L, d], [L, B, C] for the Gemm), so its layers tile by images;
+    CP-SAT's plan matches onnxruntime and every counter, each weight read once."""
+    path = models.save(models.batch_first_mha(batch=4), tmp_path, "mha")
+    problem = api.prepare(str(path))
+    g = problem.graph
+    by_prefix = {lay.name.rstrip("0123456789"): lay for lay in g.layers}
+    assert g.shapes[by_prefix["q_fold"].outputs[0]] == (16, 4, 4, 8)
+    assert by_prefix["q_heads"].attrs["perm"] == (1, 2, 0, 3) \
+        or list(by_prefix["q_heads"].attrs["perm"]) == [1, 2, 0, 3]
+    assert g.shapes[by_prefix["q_heads"].outputs[0]] == (4, 4, 16, 8)
+    assert g.layout(by_prefix["q_heads"].outputs[0]).kind is LayoutKind.HEADS
+    fc = by_prefix["fc"] if by_prefix["fc"].op == "Gemm" else next(
+        lay for lay in g.layers if lay.op == "Gemm")
+    assert g.shapes[fc.fmap_inputs[0]] == (16, 4, 32)  # [L*B, C] read as [L, B, C]
+    assert all(lay.batch_preserving for lay in g.layers)
+    weights = {w for lay in g.layers for w in lay.weights}
+    plan = api.plan_problem(problem)
+    assert plan.totals.weight_read_bytes == sum(int(g.constants[w].size) for w in weights) \
+        * problem.chip.dtype_bytes
+    assert_verifies(problem, plan)
+    # on a chip too small for every image at once the attention runs a few images a tile
+    small = api.prepare(str(path), overrides=("sram.bytes=24KiB", "nram.bytes=6KiB"))
+    tight = api.plan_problem(small)
+    assert any(grp.tile.n < 4 and any(g.layer(n).op == "Softmax" for n in grp.layers)
+               for grp in tight.groups)
+    assert_verifies(small, tight)
+
+
+def test_a_fold_no_reader_can_follow_is_left_as_the_model_has_it(tmp_path: Path) -> None:
+    """The folded tensor is a model output: restated it would no longer match the model, so
+    the graph keeps the model's shape (and the batch is lost there, as before)."""
+    import onnx
+    from onnx import helper
+
+    model = models.batch_first_mha(batch=2)
+    fold = next(n for n in model.graph.node if n.name.startswith("q_fold"))
+    model.graph.output.append(helper.make_tensor_value_info(
+        fold.output[0], onnx.TensorProto.FLOAT, [16, 8, 8]))
+    path = tmp_path / "leaky.onnx"
+    onnx.save(model, str(path))
+    g = api.prepare(str(path)).graph
+    assert g.shapes[fold.output[0]] == (16, 8, 8)
