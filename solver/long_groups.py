@@ -385,10 +385,34 @@ def _start_groups(ctx: Context, start: Start
     if longest is None or found is None:
         return []
     out = [found]
+    if _rereads_weights(ctx, found):
+        # longer is not better here: a tile of a few images streams the weights again for
+        # every tile. Holding them resident has the one bound that grows with the length
+        # (the weight memory), so bisect for the longest end that keeps them
+        lo, hi = 0, start.ends.index(longest) - 1
+        for _ in range(hi.bit_length()):
+            if lo > hi:
+                break
+            mid = (lo + hi + 1) // 2
+            here = check(start.ends[mid])
+            if here is not None and here[1].resident:
+                out.append(here)
+                lo = mid + 1
+            else:
+                hi = mid - 1
     for e in [e for e in start.cheap if e < longest][:SMALL_CUTS]:
         if (shorter := check(e)) is not None:
             out.append(shorter)
     return out
+
+
+def _rereads_weights(ctx: Context, found: tuple[tuple[str, ...], TileChoice]) -> bool:
+    """Whether a whole-map choice streams its weights once per tile of several."""
+    layers, choice = found
+    if choice.resident:
+        return False
+    weights = {w for n in layers for w in ctx.graph.layer(n).weights}
+    return choice.cost.weight_read_bytes > weight_bytes(ctx.graph, weights, ctx.chip)
 
 
 def _cut_bytes(graph: Graph, order: list[str], p: int, dtype_bytes: int) -> int:

@@ -121,6 +121,7 @@ def test_a_whole_map_start_whose_longest_ends_fail_bisects_the_shorter(
         return (tuple(layers), None) if len(layers) - 1 <= passing else None
 
     monkeypatch.setattr(long_groups, "_choice", fake_choice)
+    monkeypatch.setattr(long_groups, "_rereads_weights", lambda ctx, found: False)
     layers = tuple(f"l{i}" for i in range(41))
     ends = tuple(range(1, 41))
     start = long_groups.Start(layers, ends, tuple(sorted(ends, key=lambda e: -e)))
@@ -135,3 +136,32 @@ def test_a_whole_map_start_whose_longest_ends_fail_bisects_the_shorter(
     passing = 0
     assert long_groups._start_groups(ctx, start) == []
     assert len(checked) == long_groups.TRIES + long_groups.BISECTIONS
+
+
+def test_a_start_whose_longest_group_rereads_weights_also_keeps_the_longest_resident(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every end passes, but past the 12th the weights no longer fit resident and stream
+    once per tile: the longest group is kept, and so is the longest that holds its weights
+    (found by bisection), since a shorter group may then move fewer bytes."""
+    from planner.cost.counters import Counters
+    from planner.geometry.regions import Tile
+    from solver.tiles import TileChoice
+
+    resident_up_to = 12
+
+    def fake_choice(graph, chip, ruleset, objective, layers):  # type: ignore[no-untyped-def]
+        resident = len(layers) - 1 <= resident_up_to
+        return tuple(layers), TileChoice(Tile(2, 4, 4), resident, Counters())
+
+    monkeypatch.setattr(long_groups, "_choice", fake_choice)
+    monkeypatch.setattr(long_groups, "_rereads_weights",
+                        lambda ctx, found: not found[1].resident)
+    layers = tuple(f"l{i}" for i in range(41))
+    ends = tuple(range(1, 41))
+    start = long_groups.Start(layers, ends, ())
+    ctx = Context(None, None, None, Objective.TRAFFIC, False, None)  # type: ignore[arg-type]
+    found = long_groups._start_groups(ctx, start)
+    assert found is not None
+    lengths = [len(g) - 1 for g, _ in found]
+    assert lengths[0] == 40 and resident_up_to in lengths
+    assert all(c.resident for g, c in found[1:])
