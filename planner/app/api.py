@@ -617,9 +617,14 @@ def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[A
             write_with(model_path, functools.partial(_save_onnx, part), "subgraph ONNX file")
             files.append(str(model_path))
             if sub.plan is not None:
+                # the model's own shapes: the graph may read a tensor in a finer shape
+                # (planner.front.batch_unmerge), the subgraph file has the model's
+                declared = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                            for vi in part.graph.input}
                 header = {"path": str(model_path),
                           "sha256": hashlib.sha256(model_path.read_bytes()).hexdigest(),
-                          "inputs": {t: list(problem.graph.shapes[t]) for t in sub.inputs}}
+                          "inputs": {t: declared[t] if all(d > 0 for d in declared.get(t, [0]))
+                                     else list(problem.graph.shapes[t]) for t in sub.inputs}}
                 plan = dc_replace(sub.plan, model=header)
                 save_plan(plan, out_dir / f"subgraph_{i}.plan.json")
                 files.append(str(out_dir / f"subgraph_{i}.plan.json"))
