@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from ortools.sat.python import cp_model
 
-from planner.app.api import Problem, plan_problem, prepare
+from planner.app.api import Problem, plan_problem, prepare, verify_in_memory
 from planner.core.errors import InputError
 from planner.geometry.regions import Tile
 from planner.plan.data import Group, Plan
@@ -164,6 +164,7 @@ BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "shared_weights": shared_weights,
     "pool_conv": pool_conv,
     "act_first": act_first,
+    "causal_encoder": models.causal_encoder,
 }
 
 
@@ -566,6 +567,23 @@ def test_r05_min_main_layers(store: ModelStore) -> None:
     assert fused(tight) == []
     assert len(fused(loose)) >= 5
     assert all(sum(p.graph.layer(n).is_main for n in g.layers) == 1 for g in fused(loose))
+
+
+def test_r05_movement_groups(store: ModelStore) -> None:
+    """A transformer's qkv split into heads (Reshape, Transpose, Split, Squeeze) is movement
+    only: with movement_groups on (the default) its layers may run as one group, keeping
+    each arrangement on chip; off, each runs alone and writes its map. The looser plan
+    verifies."""
+    p = store.problem("causal_encoder", overrides=["sram.bytes=16KiB"], tokens=128, width=32,
+                      heads=2)
+    assert p.ruleset.get("min_main_layers").movement_groups  # type: ignore[attr-defined]
+    tight, loose = binds(with_rules(p, min_main_layers={"movement_groups": False}), p,
+                         "min_main_layers")
+    moving = [g for g in fused(loose) if all(p.graph.layer(n).op_class.value == "movement"
+                                             for n in g.layers)]
+    assert moving and not [g for g in fused(tight) if g.layers == moving[0].layers]
+    report = verify_in_memory(p, loose)
+    assert report.outputs_match and report.predicted_matches_emulated
 
 
 def test_r06_main_main_nonmain(store: ModelStore) -> None:
