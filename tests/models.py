@@ -510,6 +510,16 @@ def _fpn(b: _Builder, x: str, c: int) -> str:
     return b.conv(b.one("Concat", [x, p0], axis=1), 2 * c, c, 1, prefix="fpn_out")
 
 
+def _mlp_half(b: _Builder, y: str, width: int) -> str:
+    """A pre-norm block's second half: LayerNorm, an MLP of 4C with ReLU, the residual."""
+    g, beta = (b.const("ln", np.ones(width, np.float32)),
+               b.const("ln", np.zeros(width, np.float32)))
+    n = b.one("LayerNormalization", [y, g, beta], "ln", axis=-1)
+    h = b.one("Relu", [b.one("MatMul", [n, b.weight((width, 4 * width), width)], "fc")])
+    return b.one("Add", [b.one("MatMul", [h, b.weight((4 * width, width), 4 * width)], "fc"),
+                         y], "residual")
+
+
 def causal_encoder(tokens: int = 1024, width: int = 64, heads: int = 2, blocks: int = 1,
                    mask: str = "where", seed: int = 0) -> onnx.ModelProto:
     """A stack of GPT-2-like pre-norm blocks on [1, L, C] (a decoder's prefill): LayerNorm,
@@ -551,12 +561,7 @@ def causal_encoder(tokens: int = 1024, width: int = 64, heads: int = 2, blocks: 
                                    merge_shape], "merge_heads")
         y = b.one("Add", [b.one("MatMul", [merged, b.weight((width, width), width)], "proj"),
                           x], "residual")
-        g2, beta2 = (b.const("ln", np.ones(width, np.float32)),
-                     b.const("ln", np.zeros(width, np.float32)))
-        n2 = b.one("LayerNormalization", [y, g2, beta2], "ln", axis=-1)
-        h = b.one("Relu", [b.one("MatMul", [n2, b.weight((width, 4 * width), width)], "fc")])
-        x = b.one("Add", [b.one("MatMul", [h, b.weight((4 * width, width), 4 * width)], "fc"),
-                          y], "residual")
+        x = _mlp_half(b, y, width)
     return b.model(shape, x, 17, name=f"causal_encoder_{tokens}")
 
 
@@ -598,10 +603,5 @@ def batch_first_mha(batch: int = 4, tokens: int = 16, width: int = 32, heads: in
         o = b.one("Reshape", [b.gemm(o, width, width), unfold_tokens], "unfold_tokens")
         y = b.one("Add", [b.one("Transpose", [o], "batch_first", perm=[1, 0, 2]), x],
                   "residual")
-        g2, beta2 = (b.const("ln", np.ones(width, np.float32)),
-                     b.const("ln", np.zeros(width, np.float32)))
-        n2 = b.one("LayerNormalization", [y, g2, beta2], "ln", axis=-1)
-        h = b.one("Relu", [b.one("MatMul", [n2, b.weight((width, 4 * width), width)], "fc")])
-        x = b.one("Add", [b.one("MatMul", [h, b.weight((4 * width, width), 4 * width)], "fc"),
-                          y], "residual")
+        x = _mlp_half(b, y, width)
     return b.model([batch, tokens, width], x, 17, name="batch_first_mha")
