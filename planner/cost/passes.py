@@ -17,8 +17,9 @@ Each pass is priced by the cost model's closed forms on its own GroupIO; what jo
 * with the inputs held (Passes.inputs_held) each input's needed box is loaded once, with
   the first tile, counted as core traffic once per reader, and on chip for every step;
 * with the pooled maps held (Passes.maps_held) each map's buffer, the whole map, is on
-  chip from the first step of its pass to the group's end (beside the tile of it the pass
-  computes), and each later read of it counts as core traffic, once per reader.
+  chip from the first step of its pass to the group's end (its pass writes the tiles of
+  the map straight into it: GroupIO.in_place), and each later read of it counts as core
+  traffic, once per reader.
 """
 
 from __future__ import annotations
