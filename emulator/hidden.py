@@ -58,7 +58,7 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
     each chunk filling its own channels of it. ``fills``: whole on-chip buffers of maps
     held for later passes: each chunk writes its channels of the tile into them, not
     counted again in the chunk's maps (``prefetch`` counts the buffers)."""
-    from emulator.run import EmulationError, KernelFailure, _full, _slice, run_layer
+    from emulator.run import EmulationError, KernelFailure, fill_box, run_layer
 
     dt = tally.chip.dtype_bytes
     fills = fills or {}
@@ -134,10 +134,7 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
                         if s.cuts:
                             raise EmulationError(group.id, tile, name, "a held map cut in "
                                                  "heads: no chunk of it is a channel range")
-                        layout = graph.layout(t)
-                        whole = fills[t]
-                        _take(_slice(whole, _full(whole, layout), boxes[t], layout), s.axis,
-                              lo, hi)[...] = y_t
+                        fill_box(graph, fills[t], t, boxes[t], y_t, (s.axis, lo, hi))
                     tally.core += y_t.size * dt * (1 + sum(u == t for n in s.layers
                                                            for u in graph.layer(n).fmap_inputs))
             live = sum(arr.size for t, (_, arr) in onchip.items() if t not in fills) \

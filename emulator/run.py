@@ -792,12 +792,16 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
     return folds
 
 
-def fill_box(graph: Graph, buffer: np.ndarray, tensor: str, box: Box, part: np.ndarray
-             ) -> None:
+def fill_box(graph: Graph, buffer: np.ndarray, tensor: str, box: Box, part: np.ndarray,
+             channels: tuple[int, int, int] | None = None) -> None:
     """Write `box` of a tensor into its whole on-chip buffer (a held map: on chip already,
-    no byte moves)."""
+    no byte moves); ``channels`` (axis, lo, hi): only that range of channels of the box (a
+    hidden chunk's)."""
     layout = graph.layout(tensor)
-    _slice(buffer, _full(buffer, layout), box, layout)[...] = part
+    view = _slice(buffer, _full(buffer, layout), box, layout)
+    if channels is not None:
+        view = _take(view, *channels)
+    view[...] = part
 
 
 def _free(onchip: dict[str, tuple[Box, np.ndarray]], last_use: Mapping[str, int], i: int,

@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from planner.ir.layout import Layout, carried
+from planner.ir.layout import Layout, carried, layout_of
 from planner.ir.ops import AxisMove, MapRule, OpClass, op_spec
 
 Shape = tuple[int, ...]
@@ -93,39 +93,38 @@ class BatchRestatement:
                 if t:
                     self.readers.setdefault(t, []).append(n)
 
-    def restate(self, node: onnx.NodeProto, in_layout: Layout | None) -> onnx.NodeProto:
+    def restate(self, node: onnx.NodeProto, layouts: Mapping[str, Layout]) -> onnx.NodeProto:
         """The node as the builder should read it: a Transpose of a restated tensor permutes
         its finer axes; its outputs' shapes restated where their input was, or where a
-        Reshape would fold the batch of `in_layout` (its first input's layout) away."""
+        Reshape would fold the batch of its first input away (`layouts`: the builder's
+        layouts so far, the shape's where it has none)."""
         fmap = [t for t in node.input if t and t not in self.constants]
         if not fmap or not node.output or not node.output[0]:
             return node
-        if fmap[0] in self.original:  # the input is restated: follow it
-            step = self._follow(node, fmap[0], self.shapes[fmap[0]])
+        x = fmap[0]
+        if x in self.original:  # the input is restated: follow it
+            step = self._follow(node, x, self.shapes[x])
             if step is not None and step.shape is not None:
                 self._set(node.output[0], step.shape)
                 return node if step.perm is None else _with_perm(node, step.perm)
-        return self._fold(node, in_layout)
+        self._fold(node, x, layouts.get(x) or layout_of(self.shapes[x]))
+        return node
 
-    def _fold(self, node: onnx.NodeProto, in_layout: Layout | None) -> onnx.NodeProto:
-        """A Reshape folding the batch of its input away: its output restated with the batch
-        (and the tokens) on axes of their own, where every reader can follow."""
+    def _fold(self, node: onnx.NodeProto, x: str, in_layout: Layout) -> None:
+        """A Reshape folding the batch of its input `x` away: its output restated with the
+        batch (and the tokens) on axes of their own, where every reader can follow."""
         spec = op_spec(node.op_type)
         out = node.output[0]
-        if spec.axis_move is not AxisMove.REGROUP or in_layout is None \
-                or not in_layout.token_like or in_layout.batch_axis is None \
-                or in_layout.row_axis is None:
-            return node
-        x = next(t for t in node.input if t and t not in self.constants)
+        if spec.axis_move is not AxisMove.REGROUP or not in_layout.token_like \
+                or in_layout.batch_axis is None or in_layout.row_axis is None:
+            return
         in_shape, out_shape = self.shapes[x], self.shapes[out]
         if in_shape[in_layout.batch_axis] == 1 \
                 or carried(AxisMove.REGROUP, in_layout, in_shape, out_shape, ()) is not None:
-            return node
+            return
         fine = finer_shape(in_shape, out_shape, (in_layout.batch_axis, in_layout.row_axis))
-        if fine is None or fine == out_shape or not self._followed(out, fine):
-            return node
-        self._set(out, fine)
-        return node
+        if fine is not None and fine != out_shape and self._followed(out, fine):
+            self._set(out, fine)
 
     def _set(self, tensor: str, shape: Shape) -> None:
         self.original.setdefault(tensor, self.shapes[tensor])

@@ -429,10 +429,8 @@ def build_graph(model: LoadedModel) -> Graph:
     nodes = fuse_attention(proto.graph.node, shapes, constants, model.outputs, model.opset)
     restated = BatchRestatement(nodes, shapes, constants, model.outputs)
     for node in nodes:
-        first = next((t for t in node.input if t and t not in constants), None)
-        node = restated.restate(node, None if first is None
-                                else layouts.get(first) or layout_of(shapes[first]))
-        layer = _layer(node, shapes, constants, model.opset, model.path, layouts)
+        layer = _layer(restated.restate(node, layouts), shapes, constants, model.opset,
+                       model.path, layouts)
         layers.append(layer)
         for t in layer.outputs:
             producer[t] = layer.name
