@@ -29,8 +29,7 @@ class SubmapFitsNram(Rule):
         if nram is None:
             return None
         cores = facts.chip.cores_per_cluster
-        need = self.buffers * ceil((facts.live_peak_bytes - facts.held_bytes) / cores) \
-            + ceil(facts.held_bytes / cores)
+        need = self.buffers * ceil(facts.submap_peak_bytes / cores)
         if need > nram.bytes:
             return self.violation(f"{self.buffers} x sub-map = {need} B > NRAM {nram.bytes} B",
                                   need, nram.bytes)
