@@ -18,8 +18,9 @@ Resources and rules, per group:
   once tile i's load is done and tile i-1's compute has freed its buffer; tile i computes
   once its load is done and the cores are free; its store follows its compute;
 * **weights** ride with the tile that first needs them (all of them with the first tile
-  when resident, with every tile when streamed); in a banded group each step's weights are
-  one broadcast transfer that every band's tile of that step waits for;
+  when resident, with the first tile of every round of tiles when streamed: the round's
+  other tiles, on the other clusters, receive the same broadcast); in a banded group each
+  step's weights are one broadcast transfer that every band's tile of that step waits for;
 * **next-group prefetch**: a group marked ``prefetch`` loads its first weights in the idle
   gaps of the DRAM link during the group before it (lowest priority: it never delays that
   group's own transfers); what does not fit in those gaps loads with its first tile.

@@ -44,6 +44,7 @@ from planner.geometry.regions import (
     iter_tiles,
     tile_regions,
 )
+from planner.geometry.rounds import leads_round, round_size
 from planner.ir.graph import Graph, Layer, MapKind
 from planner.ir.layout import Layout, layout_of
 from planner.ir.ops import Accumulate, MapRule, OpClass, ShapeParam, op_spec
@@ -529,6 +530,7 @@ class Tally:
     ops_before: tuple[int, int] = (0, 0)  # (MACs, vector ops) counted before this tile
     stream: WeightStream | None = None  # a streaming group's chunks (emulator.chunks)
     core_weight: int = 0  # weight bytes the cores read, over all tiles
+    round_tiles: int = 1  # tiles per round sharing each streamed read (planner.geometry.rounds)
 
     @property
     def onchip_weights(self) -> int:
@@ -582,7 +584,9 @@ class Tally:
         """A tile's DRAM traffic: its loads, its stores, and the weights it streams (or
         `weights` loaded at this step), with `used` weight bytes the cores read for it."""
         if weights is None:
-            weights = self.weight_bytes if index == 0 or not self.group.weights_resident else 0
+            first = index == 0 if self.group.weights_resident \
+                else leads_round(index, self.round_tiles)
+            weights = self.weight_bytes if first else 0
         self.core_weight += self.weight_bytes if used is None else used
         self.tiles += 1
         self.read += loaded + weights
@@ -623,7 +627,7 @@ def emulate_group(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.nda
     dt = chip.dtype_bytes
     stream = None if group.weights_resident else WeightStream.of(graph, io, group, weights, dt)
     tally = Tally(chip, group, sum(int(graph.constants[w].size) for w in io.weights) * dt,
-                  stream=stream)
+                  stream=stream, round_tiles=round_size(chip, io, group.halo_reuse))
     layers = layers if layers is not None else LayerCache(graph)
     if io.accumulated and (group.halo_reuse or group.placement.weights_outer):
         raise EmulationError(group.id, None, graph.producer[io.accumulated[0]],

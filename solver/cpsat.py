@@ -42,6 +42,7 @@ from planner.cost.objective import (
 )
 from planner.geometry.attention import attention_heads
 from planner.geometry.regions import Tile, in_group_uses
+from planner.geometry.rounds import round_size
 from planner.ir.graph import Graph
 from planner.plan.placement import Placement
 from rules.base import GroupFacts
@@ -240,7 +241,12 @@ def _terms(enc: Encoding, cand: Candidate) -> Terms:
         upper = w * cand.extent[1] * cand.extent[0]
         wread = m.new_int_var(0, upper, f"weight_read_{cand.index}")
         m.add(wread >= w).only_enforce_if(cand.resident)
-        m.add(wread >= w * cand.tiles).only_enforce_if(cand.resident.Not())
+        # streamed: once per round of tiles (planner.geometry.rounds; variable tiles
+        # recompute their halos, so only an accumulator keeps them one at a time)
+        size = round_size(enc.chip, cand.io, False)
+        passes = cand.tiles if size == 1 else _ceil_div(m, cand.tiles, size, 1,
+                                                        f"rounds_{cand.index}")
+        m.add(wread >= w * passes).only_enforce_if(cand.resident.Not())
     macs, vector_ops = _ops(enc, cand, enc.region_elems_total)
     uses = in_group_uses(g, cand.io)
     tensors = group_tensors(g, cand.io)

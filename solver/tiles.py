@@ -343,7 +343,7 @@ class GroupSearch:
                 self.reuse_grid(tile) if halo_reuse else None)
         once = self.resident_costs[key]
         return once if resident else reread_weights(
-            once, weight_passes(self.graph, self.io, tile, halo_reuse))
+            once, weight_passes(self.graph, self.io, tile, self.chip, halo_reuse))
 
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
                    halo_reuse: bool = False, weights_outer: bool = False) -> Counters:

@@ -185,12 +185,13 @@ def _big_conv(path: Path, batch: int, channels: int = 512, size: int = 14,
 @pytest.mark.parametrize("batch", [4, 8])
 def test_weights_outer_reads_the_weights_once_per_batch(tmp_path: Path, solver: str,
                                                         batch: int) -> None:
-    """On a chip whose SRAM holds one image's tile at a time, sweeping each weight chunk over
-    every tile of every image reads the conv's weights once (tiles outer would read them
-    once per tile); the inputs are read once per chunk. Verified to the byte."""
+    """On a one-cluster chip whose SRAM holds one image's tile at a time, sweeping each
+    weight chunk over every tile of every image reads the conv's weights once (tiles outer
+    would read them once per tile); the inputs are read once per chunk. Verified to the
+    byte."""
     model = _big_conv(tmp_path / "conv.onnx", batch)
     plan = tmp_path / "plan.json"
-    chip = ["--set", "sram.bytes=512KiB", "--set", "nram.bytes=128KiB"]
+    chip = ["--set", "sram.bytes=512KiB", "--set", "nram.bytes=128KiB", "--set", "clusters=1"]
     solved = _fuseplan("solve", str(model), "--solver", solver, *chip, "-o", str(plan))
     assert solved.returncode == 0, solved.stderr
     conv = next(g for g in json.loads(plan.read_text())["groups"] if g["layers"] == ["conv"])
@@ -201,6 +202,28 @@ def test_weights_outer_reads_the_weights_once_per_batch(tmp_path: Path, solver: 
     report = json.loads(checked.stdout)
     assert report["outputs_match"] and report["predicted_matches_emulated"]
     assert not report["capacity_violations"]
+
+
+@pytest.mark.parametrize("batch", [4, 8])
+def test_cluster_rounds_share_each_streamed_read(tmp_path: Path, batch: int) -> None:
+    """On four clusters the same conv runs tiles outer, one image per tile: each round of
+    four tiles (one per cluster) reads the streamed weights once and broadcasts them, so
+    batch 4 reads them once and batch 8 twice. Verified to the byte and the cycle count."""
+    model = _big_conv(tmp_path / "conv.onnx", batch)
+    plan = tmp_path / "plan.json"
+    chip = ["--set", "sram.bytes=512KiB", "--set", "nram.bytes=128KiB"]
+    solved = _fuseplan("solve", str(model), *chip, "-o", str(plan))
+    assert solved.returncode == 0, solved.stderr
+    conv = next(g for g in json.loads(plan.read_text())["groups"] if g["layers"] == ["conv"])
+    assert not conv["weights_resident"] and conv.get("loop_order") != "weights_outer"
+    tiles = batch * -(-14 // conv["tile"]["h"]) * -(-14 // conv["tile"]["w"])
+    assert tiles >= batch  # every image its own tiles: rounds, not a tile of the batch
+    once = (512 * 512 * 9 + 512) * 2
+    assert conv["predicted"]["weight_read_bytes"] == once * -(-tiles // 4) == once * batch // 4
+    checked = _fuseplan("verify", str(model), str(plan), "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["outputs_match"] and report["predicted_matches_emulated"]
 
 
 def test_a_bad_loop_order_is_refused_with_its_json_path(tmp_path: Path) -> None:

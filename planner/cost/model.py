@@ -11,8 +11,9 @@ actually moves. Execution model, per group:
   same extents (a Split's parts); any other output forces a single tile;
 * weights are read once per group when resident (held in WRAM, or in SRAM on
   single-memory chips), else streamed layer by layer, in output-channel chunks, once per
-  tile (planner.cost.weight_stream): the chunks on chip at each step count against WRAM,
-  or against SRAM beside that step's maps on single-memory chips;
+  round of tiles (planner.cost.weight_stream; planner.geometry.rounds: independent tiles
+  run one per cluster, each round sharing one read): the chunks on chip at each step count
+  against WRAM, or against SRAM beside that step's maps on single-memory chips;
 * on chip, a tensor lives from its load/production to its last consumer in the
   group; the SRAM footprint of a tile is the peak of live feature-map bytes
   (plus the weights on single-memory chips);
@@ -55,6 +56,7 @@ from planner.cost.weight_stream import (
 from planner.geometry.attention import online_attention
 from planner.geometry.bands import band_columns, band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
+from planner.geometry.rounds import round_size, rounds
 from planner.geometry.regions import (
     AxisChain,
     Box,
@@ -434,19 +436,21 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     if weights_outer:
         return weights_outer_work(graph, io, chains, tile, chip)
     once = resident_work(graph, io, chains, tile, chip, halo_reuse, grid)
-    return once if weights_resident else reread_weights(once, weight_passes(graph, io, tile,
-                                                                            halo_reuse))
+    return once if weights_resident else reread_weights(
+        once, weight_passes(graph, io, tile, chip, halo_reuse))
 
 
-def weight_passes(graph: Graph, io: GroupIO, tile: Tile, halo_reuse: bool = False) -> int:
-    """Times a group whose weights are not resident reads them: once per tile, or with
+def weight_passes(graph: Graph, io: GroupIO, tile: Tile, chip: Chip,
+                  halo_reuse: bool = False) -> int:
+    """Times a group whose weights are not resident reads them: once per round of tiles
+    (planner.geometry.rounds: one tile per cluster, each round sharing its reads), or with
     halo-reusing bands, once per tile of the longest band (the bands run side by side and
     share each read)."""
     if halo_reuse and tile.bands > 1:
         _, h, w = anchor_extent(graph, io)
         parts = band_columns(ceil(w / tile.w), tile.bands)
         return ceil(h / tile.h) * max(end - first for first, end in parts)
-    return tile_count(graph, io, tile)
+    return rounds(tile_count(graph, io, tile), round_size(chip, io, halo_reuse))
 
 
 def reread_weights(once: Counters, passes: int) -> Counters:
@@ -670,7 +674,8 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
         tile_peak = footprint(graph, io, regions, steps, dt, staged)
         nxt = next_inputs_elems(graph, io, regions) * dt
         peak = max(peak, tile_peak + (nxt if double_buffered else 0))
-    wread = wbytes * (1 if weights_resident else len(boxes))
+    wread = wbytes * (1 if weights_resident
+                      else rounds(len(boxes), round_size(chip, io, halo_reuse=False)))
     if chip.unified and weights_resident:
         peak += wbytes
     once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt

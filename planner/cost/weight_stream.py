@@ -1,9 +1,10 @@
 """Weight streaming: how a group's weights flow when they are not resident.
 
 A streamed group loads each layer's weights just before the layer runs and drops them
-after it, again for every tile (tiles are the outer loop): its weight traffic is its weight
-bytes times its tiles, which for a group of one tile (whole maps on chip, SoMa's schedule)
-is every weight read exactly once.
+after it, again for every round of tiles (tiles are the outer loop; the tiles of a round run
+one per cluster and share each read, planner.geometry.rounds): its weight traffic is its
+weight bytes times its rounds, which for a group of one round (whole maps on chip, SoMa's
+schedule, or a batch split over the clusters) is every weight read exactly once.
 
 A layer whose weights are large arrives in **output-channel chunks** (the op table's
 ``chunk_axis``): each chunk of weights is applied to the layer's whole input on chip and
