@@ -56,7 +56,6 @@ from planner.cost.weight_stream import (
 from planner.geometry.attention import online_attention
 from planner.geometry.bands import band_columns, band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
-from planner.geometry.rounds import round_size, rounds
 from planner.geometry.regions import (
     AxisChain,
     Box,
@@ -73,6 +72,7 @@ from planner.geometry.regions import (
     tile_count,
     tile_regions,
 )
+from planner.geometry.rounds import round_size, rounds
 from planner.ir.graph import Graph
 
 
