@@ -314,6 +314,8 @@ def random_plans(draw: st.DrawFn) -> tuple[int, Model, Chip, list[Placement]]:
     overrides = [f"sram.bytes={sram}", f"dtype_bytes={dtype}"]
     if preset == "cluster4x4":  # small WRAM: streamed weights arrive in channel chunks
         overrides.append(f"wram.bytes={draw(st.sampled_from(['256', '4KiB', '1MiB']), 'wram')}")
+        # rounds of one to four tiles share each streamed read (the last round short)
+        overrides.append(f"clusters={draw(st.integers(1, 4), 'clusters')}")
     chip, _ = load_chip(preset, overrides)
     names = m.names
     cuts = sorted(draw(st.sets(st.integers(1, len(names) - 1), max_size=len(names) - 1),

@@ -763,11 +763,12 @@ def test_r17_submap_fits_nram(store: ModelStore) -> None:
 
 
 def test_r18_max_maps(store: ModelStore) -> None:
-    """Batch 8 with weights streamed (64 B WRAM, rules 10 and 16 off): each tile re-reads the
-    weights, so fewer images per small-mode map means more tiles and more weight traffic."""
+    """Batch 8 with weights streamed (64 B WRAM, rules 10 and 16 off) on one cluster: each
+    tile re-reads the weights (a round is one tile), so fewer images per small-mode map
+    means more tiles and more weight traffic."""
     # WRAM too small for the groups' resident weights, large enough for one output channel
     # of streamed weights (146 B) per chunk
-    base = with_rules(store.problem("chain_cnn", None, ["wram.bytes=160"], n=8),
+    base = with_rules(store.problem("chain_cnn", None, ["wram.bytes=160", "clusters=1"], n=8),
                       weights_fit_wram={"enabled": False}, wram_double_buffer={"enabled": False})
     plans = {k: plan_problem(with_rules(base, max_maps={"k": k}), "cpsat") for k in (1, 2, 8)}
     for k, plan in plans.items():

@@ -30,7 +30,7 @@ class WeightResidency(Enum):
 class LoopOrder(StrEnum):
     """Which loop of a group is outermost (plan files' "loop_order" key)."""
 
-    TILES_OUTER = "tiles_outer"  # each tile runs every layer; streamed weights per tile
+    TILES_OUTER = "tiles_outer"  # each tile runs every layer; streamed weights per round
     # one layer whose streamed weights arrive in output-channel chunks: each chunk is loaded
     # once and applied to every tile of every image (the tiles' inputs are read per chunk)
     WEIGHTS_OUTER = "weights_outer"
