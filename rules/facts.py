@@ -205,17 +205,6 @@ class GroupFacts:
         return max(sum(self.tensor_bound_bytes(t) for t in live) + self.scratch_bytes(i)
                    for i, live in enumerate(live_steps(self.graph, self.io))) + self.held_bytes
 
-    @cached_property
-    def submap_peak_bytes(self) -> int:
-        """Peak bytes of the tile's own maps: live_peak_bytes without the buffers the group
-        holds for all its tiles (they stay in the cluster's shared memory, out of which the
-        cores' sub-maps are cut, seed 000 [0139]), with the tile's part of a map written
-        in place into such a buffer (a core computes it before it is stored there)."""
-        if self.weights_outer or not self.io.in_place:
-            return self.live_peak_bytes - self.held_bytes
-        return max(sum(self.tensor_bound_bytes(t) for t in live) + self.scratch_bytes(i)
-                   for i, live in enumerate(live_steps(self.graph, self.io, in_place=True)))
-
     @property
     def _outer_slice_bytes(self) -> int:
         """A weights-outer tile's widest slice of output channels."""

@@ -17,9 +17,8 @@ class SubmapFitsNram(Rule):
     The tile's live feature maps are shared out over the cores of a cluster; with two
     buffers a core receives its next sub-map while it computes the current one. Split the
     tile finer until it fits. What a group holds on chip for all its tiles (a group run in
-    pooling passes: its held inputs, pooled maps and tail results) stays in the cluster's
-    shared SRAM, out of which the sub-maps are cut (seed 000 [0139]; rule 12 counts it
-    there): only the tile's part of it, read or written in place, passes through NRAM.
+    pooling passes: its held inputs and tail results) is loaded once, so its share needs
+    one buffer.
     """
 
     enabled: bool = True
@@ -30,7 +29,8 @@ class SubmapFitsNram(Rule):
         if nram is None:
             return None
         cores = facts.chip.cores_per_cluster
-        need = self.buffers * ceil(facts.submap_peak_bytes / cores)
+        need = self.buffers * ceil((facts.live_peak_bytes - facts.held_bytes) / cores) \
+            + ceil(facts.held_bytes / cores)
         if need > nram.bytes:
             return self.violation(f"{self.buffers} x sub-map = {need} B > NRAM {nram.bytes} B",
                                   need, nram.bytes)

@@ -6,7 +6,6 @@ equal to onnxruntime's and every counter equal to the prediction."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +20,7 @@ from planner.app import api
 from planner.app.assemble import assemble, layer_placements
 from planner.app.explain import recheck
 from planner.core.errors import PlanningError
-from planner.cost.model import live_steps
 from planner.cost.objective import Objective
-from planner.cost.passes import held_bytes
 from planner.geometry.passes import pass_split
 from planner.geometry.regions import Tile
 from planner.ir.graph import Graph
@@ -31,9 +28,6 @@ from planner.plan.data import Plan
 from planner.plan.json_io import save_plan
 from planner.plan.placement import Placement
 from planner.ui.cli import app
-from rules.facts import GroupFacts
-from rules.submap_fits_nram import SubmapFitsNram
-from solver.passes import PassSearch
 
 import models
 
@@ -372,40 +366,3 @@ def _assert_refused(runner: CliRunner, path: Path, tmp_path: Path, docs: tuple[d
         result = runner.invoke(app, ["verify", str(path), str(bad_file)])
         assert result.exit_code == 2, result.output
         assert key in result.output and "Traceback" not in result.output
-
-
-def test_rule_17_counts_the_tile_not_the_buffers_held_for_every_tile(tmp_path: Path) -> None:
-    """What a group in passes holds for all its tiles (here the pooled map, kept for the last
-    pass) stays in the cluster's SRAM: rule 12 counts it beside the tile, rule 17 (each
-    core's sub-map in NRAM) does not, but counts the pooling pass's tile of the map it
-    writes in place into that buffer (a core computes it first)."""
-    path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
-    problem = api.prepare(str(path))
-    g, chip = problem.graph, problem.chip
-    search = PassSearch.of(g, _blocks(g)[0], chip, maps_held=True)
-    assert search is not None
-    io, chains = search.split.ios[0], search.chains[0]
-    pooled = search.split.pools[0].held_map
-    assert pooled is not None and pooled in io.in_place
-    tile = search.tile_of(8)
-    held = held_bytes(g, search.split, 0, chip)
-    assert held >= g.elems(pooled) * chip.dtype_bytes
-    alone, beside = (GroupFacts(g, io, chains, tile, chip, held_bytes=b) for b in (0, held))
-    assert beside.live_peak_bytes == alone.live_peak_bytes + held  # rule 12's need
-    assert beside.submap_peak_bytes == alone.submap_peak_bytes  # rule 17's
-    part = alone.tensor_bound_bytes(pooled)
-    assert 0 < part < g.elems(pooled) * chip.dtype_bytes
-    assert alone.live_peak_bytes <= alone.submap_peak_bytes <= alone.live_peak_bytes + part
-    # the step that makes the pooled map holds its tile in NRAM, not in the live set
-    steps, through = live_steps(g, io), live_steps(g, io, in_place=True)
-    k = next(i for i, live in enumerate(through) if pooled in live)
-    assert pooled not in steps[k]
-    assert sum(alone.tensor_bound_bytes(t) for t in through[k]) <= alone.submap_peak_bytes
-    # on an NRAM between the two, rule 17 binds the same with or without the held map
-    cores = chip.cores_per_cluster
-    nram = 2 * -(-alone.submap_peak_bytes // cores)
-    for fits, cap in ((True, nram), (False, nram - 1)):
-        small = replace(chip, nram=replace(chip.nram, bytes=cap))
-        for b in (0, held):
-            facts = GroupFacts(g, io, chains, tile, small, held_bytes=b)
-            assert (SubmapFitsNram().check(facts) is None) == fits

@@ -81,10 +81,9 @@ def weight_bytes(graph: Graph, weights: Iterable[str], chip: Chip) -> int:
     return sum(int(graph.constants[w].size) for w in set(weights)) * chip.dtype_bytes
 
 
-def live_steps(graph: Graph, io: GroupIO, in_place: bool = False) -> list[tuple[str, ...]]:
+def live_steps(graph: Graph, io: GroupIO) -> list[tuple[str, ...]]:
     """Tensors live on chip while each layer of the group runs (its inputs and outputs;
-    those written in place into a held buffer, GroupIO.in_place, only when `in_place`: the
-    tile's part of them passes through a core's memory on its way to the buffer)."""
+    not those written in place into a held buffer, GroupIO.in_place)."""
     last_use: dict[str, int] = {}
     for i, name in enumerate(io.layers):
         for t in graph.layer(name).fmap_inputs:
@@ -104,7 +103,7 @@ def live_steps(graph: Graph, io: GroupIO, in_place: bool = False) -> list[tuple[
                 born[t] = i
     steps: list[list[str]] = [[] for _ in io.layers]
     for t, b in born.items():  # in birth order, as the steps list them
-        if t in io.in_place and not in_place:  # in its held buffer, counted beside the group
+        if t in io.in_place:  # in its held buffer, counted beside the group
             continue
         for i in range(max(b, 0), last_use.get(t, b) + 1):
             steps[i].append(t)
