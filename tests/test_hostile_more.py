@@ -252,6 +252,41 @@ def test_ctrl_c_while_worker_processes_search_stops_them_all(tmp_path: Path) -> 
     assert not [a for a in left.splitlines() if "zoo:resnet50 -j 2 -o plan.json" in a], left
 
 
+@pytest.mark.parametrize("after", [0.4, 0.9])
+def test_ctrl_c_during_the_imports_says_one_line(tmp_path: Path, after: float) -> None:
+    """The command line's imports take seconds on a loaded machine: a Ctrl-C then ends in
+    the same one line and exit 130 as one during the command, never a traceback."""
+    code, stderr, took = _interrupt(["pareto", str(DEMO), "--out-dir", "front"], after,
+                                    tmp_path)
+    assert code == 130, stderr
+    assert took < 10
+    lines = [s for s in stderr.splitlines() if s.strip()]
+    assert lines and lines[0].startswith("interrupted:") and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "front").exists() or not list((tmp_path / "front").iterdir())
+
+
+@pytest.mark.parametrize("reported", [False, True])
+def test_a_silent_exit_130_gets_its_line_once(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str],
+                                              reported: bool) -> None:
+    """typer ends a Ctrl-C that came while it parsed a command's options (before the
+    command's own handling) in a silent exit 130: the console script prints the line then,
+    and only then (a command that said what it left is not said twice)."""
+    import planner.ui.cli as cli
+    from planner.ui import Interruption, entry
+
+    def typer_after_ctrl_c() -> None:
+        raise SystemExit(130)
+
+    monkeypatch.setattr(cli, "main", typer_after_ctrl_c)
+    monkeypatch.setattr(Interruption, "reported", reported)
+    with pytest.raises(SystemExit) as stop:
+        entry.main()
+    assert stop.value.code == 130
+    said = capsys.readouterr().err
+    assert said == ("" if reported else entry.STOPPED + "\n"), said
+
+
 # --------------------------------------------------------------------------- message audit
 
 @pytest.fixture(scope="module")

@@ -30,9 +30,10 @@ from planner.geometry.attention import attention_traffic
 from planner.geometry.regions import group_io
 from planner.plan.data import Plan
 from planner.plan.json_io import plan_to_json, save_plan
-from planner.ui import STARTED
+from planner.ui import STARTED, Interruption
 from planner.ui.cli_sweep import register as register_sweep
 from planner.ui.cli_views import register as register_views
+from planner.ui.entry import STOPPED
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Layer-fusion planner for neural-network accelerators.")
@@ -165,10 +166,11 @@ def guarded(fn: F) -> F:
             raise typer.Exit(1) from None
         except Interrupted as exc:
             say(f"interrupted: {exc}")
+            Interruption.reported = True
             raise typer.Exit(130) from None
         except KeyboardInterrupt:
-            say("interrupted: stopped before any output file was complete; no partial file "
-                "was left.")
+            say(STOPPED)
+            Interruption.reported = True
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]

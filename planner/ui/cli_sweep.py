@@ -31,6 +31,7 @@ from planner.app.sweep import (
     run_sweep,
 )
 from planner.core.errors import InputError
+from planner.ui import Interruption
 from planner.ui.cli_views import guarded
 
 show = Console()  # the human summary (stdout)
@@ -119,6 +120,7 @@ def _curve(p: Probe) -> str:
 
 def _interrupted(spec: Path, out: Path, kept: str) -> NoReturn:
     _say(f"interrupted: {kept}; `fuseplan sweep {spec} --out {out} --resume` plans the rest.")
+    Interruption.reported = True
     raise typer.Exit(130) from None
 
 

@@ -1,0 +1,38 @@
+"""The ``fuseplan`` console script: a Ctrl-C at any moment ends in one line and exit 130.
+
+Each command says what a Ctrl-C left (``planner.ui.cli.guarded``), but the command line's
+imports take about two seconds before any command runs, and typer turns a Ctrl-C in the
+moments around a command (parsing its options, or after it returned) into a silent exit
+130. This module imports nothing heavy, so it covers both: nothing was written yet in the
+first case, and the command had finished writing in the second.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from planner.ui import Interruption
+
+STOPPED = ("interrupted: stopped before any output file was complete; no partial file "
+           "was left.")
+
+
+def main() -> None:
+    """Run the command line (``planner.ui.cli``), imported here so that a Ctrl-C during
+    its imports is handled too."""
+    try:
+        from planner.ui.cli import main as run
+
+        run()
+    except KeyboardInterrupt:  # during the imports (typer handles the rest)
+        _stopped()
+    except SystemExit as exc:
+        if exc.code == 130 and not Interruption.reported:
+            _stopped()
+        raise
+
+
+def _stopped() -> None:
+    sys.stderr.write(STOPPED + "\n")
+    sys.stderr.flush()
+    raise SystemExit(130)
