@@ -62,6 +62,9 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
 
     dt = tally.chip.dtype_bytes
     fills = fills or {}
+    # what the group holds for all its tiles stays in SRAM, not in the cores' NRAM
+    kept_for_all = (sum(a.size for _, a in held.values())
+                    + sum(b.size for b in fills.values())) * dt
     a = io.layers.index(s.widen)
     widen_inputs = graph.layer(s.widen).fmap_inputs
     later = {t for n in io.layers[io.layers.index(s.narrow) + 1:]
@@ -143,7 +146,7 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
             stream = tally.stream
             now = stream.inner.get((name, j), 0) if stream is not None \
                 and not group.weights_resident else None
-            tally.step(tile, live * dt + prefetch, a + k, weights=now)
+            tally.step(tile, live * dt + prefetch, a + k, weights=now, held=kept_for_all)
             if name == s.widen and j == len(ranges) - 1:  # its input is read for the last time
                 for t in ends:
                     del onchip[t]

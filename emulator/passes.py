@@ -81,7 +81,8 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
             ys = compute_on_chip(graph, group, None, lay, box, onchip, weights, tally, layers)
             keep_outputs(lay, box, ys, onchip, tally, uses)
             tally.step(step - 1, sum(a.size for _, a in onchip.values()) * dt,
-                       group.layers.index(name))
+                       group.layers.index(name),
+                       held=sum(a.size for _, a in held.values()) * dt)
         tally.core_weight += wbytes(pool.tail)
         held.update({t: onchip[t] for t in pool.kept})
     tiles = list(iter_tiles(graph, split.last, group.tile))

@@ -559,17 +559,19 @@ class Tally:
             self.vector_ops += outputs * lay.macs_per_output
 
     def step(self, tile: int, fmap_bytes: int, layer: int | None = None,
-             weights: int | None = None) -> None:
+             weights: int | None = None, held: int = 0) -> None:
         """Feature-map bytes on chip after a layer ran (its index in the group; None for a
         halo-reusing group's step): peak and capacity, with the weights on chip then (as
-        the stream holds them at that layer, unless `weights` says)."""
+        the stream holds them at that layer, unless `weights` says). ``held``: the part of
+        `fmap_bytes` the group holds for all its tiles (a group in passes: held inputs,
+        held maps, tail results), which stays in SRAM and takes no core's NRAM."""
         weights = self.weights_now(layer) if weights is None else weights
         in_sram = weights if self.chip.unified else 0
         live = fmap_bytes + in_sram
         self.peak = max(self.peak, live)
         if not self.checks:
             return
-        for v in _capacity(self.chip, self.group.id, tile, live, in_sram, weights):
+        for v in _capacity(self.chip, self.group.id, tile, live, in_sram + held, weights):
             if v.level not in self.worst or v.needed_bytes > self.worst[v.level].needed_bytes:
                 self.worst[v.level] = v
 
@@ -709,6 +711,7 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
     held = held or {}
     fills = fills or {}
     filled = sum(b.size for b in fills.values()) * dt
+    kept_for_all = sum(a.size for _, a in held.values()) * dt + filled  # in SRAM, not NRAM
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)
     folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
@@ -776,7 +779,7 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
                 live += sum(attention.onchip_elems(t, a.size) for t, (_, a) in streams.items()
                             if stream_steps[t][0] <= i <= stream_steps[t][-1])
                 live += attention.scratch_elems(i, {out0: ys[0].size})
-            tally.step(ti, live * dt + prefetch + filled, i)
+            tally.step(ti, live * dt + prefetch + filled, i, held=kept_for_all)
             _free(onchip, last_use, i, io, held)
         written = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
@@ -908,14 +911,16 @@ def _last_use(graph: Graph, io: GroupIO) -> dict[str, int]:
 
 
 
-def _capacity(chip: Chip, group: int, tile: int, live: int, sram_weights: int,
+def _capacity(chip: Chip, group: int, tile: int, live: int, sram_only: int,
               resident_weights: int) -> list[Violation]:
-    """Overflows of one step: SRAM holds the tile; each core holds 1/n of it and of the weights."""
+    """Overflows of one step: SRAM holds everything live; each core holds 1/n of what is
+    not `sram_only` (weights on a single-memory chip, a group's held maps) and of the
+    weights."""
     found = []
     if live > chip.sram.bytes:
         found.append(Violation(group, tile, "sram", live, chip.sram.bytes))
     if chip.nram is not None:
-        share = ceil((live - sram_weights) / chip.cores_per_cluster)
+        share = ceil((live - sram_only) / chip.cores_per_cluster)
         if share > chip.nram.bytes:
             found.append(Violation(group, tile, "nram", share, chip.nram.bytes))
     if chip.wram is not None:

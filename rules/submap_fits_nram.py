@@ -17,8 +17,9 @@ class SubmapFitsNram(Rule):
     The tile's live feature maps are shared out over the cores of a cluster; with two
     buffers a core receives its next sub-map while it computes the current one. Split the
     tile finer until it fits. What a group holds on chip for all its tiles (a group run in
-    pooling passes: its held inputs and tail results) is loaded once, so its share needs
-    one buffer.
+    pooling passes: its held inputs, held maps and tail results) stays in the cluster's
+    SRAM, which the cores read it from, and takes no NRAM (seed 000 ¶139: NRAM holds a
+    core's sub-map of the tile).
     """
 
     enabled: bool = True
@@ -29,8 +30,7 @@ class SubmapFitsNram(Rule):
         if nram is None:
             return None
         cores = facts.chip.cores_per_cluster
-        need = self.buffers * ceil((facts.live_peak_bytes - facts.held_bytes) / cores) \
-            + ceil(facts.held_bytes / cores)
+        need = self.buffers * ceil((facts.live_peak_bytes - facts.held_bytes) / cores)
         if need > nram.bytes:
             return self.violation(f"{self.buffers} x sub-map = {need} B > NRAM {nram.bytes} B",
                                   need, nram.bytes)

@@ -24,7 +24,7 @@ from math import ceil
 from hardware.chip import Chip
 from planner.cost.counters import Counters
 from planner.cost.model import weight_bytes
-from planner.cost.passes import fmap_peak_bytes, held_bytes, passes_cost
+from planner.cost.passes import fmap_peaks, held_bytes, passes_cost
 from planner.geometry.hidden import Stretch
 from planner.geometry.passes import Passes, pass_chunk_options, pass_split, pass_stretches
 from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
@@ -52,7 +52,8 @@ class PassSearch:
     split: Passes
     chip: Chip
     chains: tuple[GroupChains, ...]  # of each pass
-    peaks: dict[tuple[int, bool, int], int] = field(default_factory=dict, repr=False)
+    peaks: dict[tuple[int, bool, int], tuple[int, int]] = field(default_factory=dict,
+                                                                repr=False)
     # what the rules' facts work out for this group whatever the residency, buffers and
     # chunks (enumerated spans, halo re-reads), shared by every check of this search
     memo: dict[tuple[object, ...], object] = field(
@@ -92,24 +93,30 @@ class PassSearch:
     def fmap_peak(self, th: int, double_buffered: bool, chunks: int = 1) -> int:
         """Exact feature-map peak of every pass and tail (no weights), each pass's stretches
         in `chunks` hidden chunks."""
+        return self._peaks(th, double_buffered, chunks)[0]
+
+    def _peaks(self, th: int, double_buffered: bool, chunks: int) -> tuple[int, int]:
+        """(SRAM, cores') feature-map peaks (planner.cost.passes.fmap_peaks)."""
         key = (th, double_buffered, chunks)
         if key not in self.peaks:
-            self.peaks[key] = fmap_peak_bytes(self.graph, self.split, self.tile_of(th),
-                                              self.chip, double_buffered, self.chains, chunks)
+            self.peaks[key] = fmap_peaks(self.graph, self.split, self.tile_of(th), self.chip,
+                                         double_buffered, self.chains, chunks)
         return self.peaks[key]
 
     def physical(self, th: int, double_buffered: bool, chunks: int = 1) -> list[Violation]:
-        """The chip's capacities, from the exact peak (as the emulator checks them)."""
+        """The chip's capacities, from the exact peaks (as the emulator checks them): SRAM
+        holds everything; each core's NRAM its share of the rest, what is held for all the
+        tiles staying in SRAM."""
         chip = self.chip
-        live = self.fmap_peak(th, double_buffered, chunks)
+        live, cores = self._peaks(th, double_buffered, chunks)
         weights = self.weight_bytes
         out = []
         sram = live + (weights if chip.unified else 0)
         if sram > chip.sram.bytes:
             out.append(Violation("HW", "sram", f"the passes need {sram} B of SRAM, has "
                                  f"{chip.sram.bytes} B", sram, chip.sram.bytes))
-        if chip.nram is not None and ceil(live / chip.cores_per_cluster) > chip.nram.bytes:
-            share = ceil(live / chip.cores_per_cluster)
+        if chip.nram is not None and ceil(cores / chip.cores_per_cluster) > chip.nram.bytes:
+            share = ceil(cores / chip.cores_per_cluster)
             out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
                                  f"{chip.nram.bytes} B", share, chip.nram.bytes))
         if chip.wram is not None and ceil(weights / chip.cores_per_cluster) > chip.wram.bytes:

@@ -366,3 +366,38 @@ def _assert_refused(runner: CliRunner, path: Path, tmp_path: Path, docs: tuple[d
         result = runner.invoke(app, ["verify", str(path), str(bad_file)])
         assert result.exit_code == 2, result.output
         assert key in result.output and "Traceback" not in result.output
+
+
+def test_held_maps_stay_in_sram_and_take_no_nram(tmp_path: Path) -> None:
+    """What a group in passes holds for all its tiles (here the pooled map, 128 KiB) stays
+    in the cluster's SRAM: each core's NRAM holds its share of the tile only. On a chip
+    whose cores have just that, the plan verifies although the held map's share would not
+    fit beside it; one byte less and the emulator reports the NRAM overflow of that group,
+    as the planners' check (SplitSearch.physical, from the same peaks) does."""
+    from math import ceil
+
+    from planner.cost.passes import fmap_peaks
+
+    path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
+    base = api.prepare(str(path))
+    g, chip = base.graph, base.chip
+    block = _blocks(g)[0]
+    split = pass_split(g, block, maps_held=True)
+    assert split is not None and split.pools[0].held_map is not None
+    n, _, _, w = g.dims(g.layer(block[-1]).outputs[0])
+    sram, cores = fmap_peaks(g, split, Tile(n, 8, w), chip)
+    held = g.elems(split.pools[0].held_map) * chip.dtype_bytes
+    assert sram - cores >= held
+    need = ceil(cores / chip.cores_per_cluster)
+    assert ceil(sram / chip.cores_per_cluster) > need  # the held share would not fit too
+    for nram, fits in ((need, True), (need - 1, False)):
+        problem = api.prepare(str(path), overrides=(f"nram.bytes={nram}",))
+        plan = _hand_plan(problem, 8, False, maps=True)
+        group = next(grp.id for grp in plan.groups if grp.placement.passes > 1)
+        report = api.verify_in_memory(problem, plan, seed=1)
+        assert report.outputs_match and report.predicted_matches_emulated
+        over = [v for v in report.capacity_violations if v.level == "nram"]
+        assert [v.group for v in over] == ([] if fits else [group]), \
+            [v.describe() for v in over]
+        if not fits:
+            assert over[0].needed_bytes == need

@@ -11,7 +11,8 @@ Each pass is priced by the cost model's closed forms on its own GroupIO; what jo
   pooled vector each tail layer reads, count as core traffic once;
 * the SRAM peak is the largest of each pass's tiles beside the tail results held then,
   and of each tail (what is held, its pooled vector and every result at once), plus the
-  weights on single-memory chips;
+  weights on single-memory chips; what is held stays in SRAM, so the cores' NRAM holds
+  only the rest: each pass's tile, each tail's pooled vector and results (fmap_peaks);
 * with hidden chunks, each pass runs its stretches chunk by chunk (planner.cost.hidden):
   its peak is the exact one over every chunk and step, and the chunks add core traffic;
 * with the inputs held (Passes.inputs_held) each input's needed box is loaded once, with
@@ -92,7 +93,17 @@ def fmap_peak_bytes(graph: Graph, split: Passes, tile: Tile, chip: Chip,
     """The SRAM peak of feature maps over every pass and tail (no weights); ``chains``:
     each pass's, when the caller keeps them; ``hidden_chunks``: every pass runs its
     stretches in that many chunks (planner.geometry.passes.pass_stretches)."""
-    peak = 0
+    return fmap_peaks(graph, split, tile, chip, double_buffered, chains, hidden_chunks)[0]
+
+
+def fmap_peaks(graph: Graph, split: Passes, tile: Tile, chip: Chip,
+               double_buffered: bool = False, chains: Sequence[GroupChains] | None = None,
+               hidden_chunks: int = 1) -> tuple[int, int]:
+    """The SRAM peak of feature maps (fmap_peak_bytes) and the cores' peak: the same steps
+    without what the group holds for all its tiles (held_bytes), which stays in the
+    cluster's SRAM, read from there as a single-memory chip's weights are, and never in a
+    core's NRAM (seed 000 ¶139: a core holds its sub-map of the tile)."""
+    peak = cores = 0
     chains = chains or [group_chains(graph, io) for io in split.ios]
     found = pass_stretches(graph, split) if hidden_chunks > 1 else ((),) * split.count
     for k, io in enumerate(split.ios):
@@ -104,10 +115,12 @@ def fmap_peak_bytes(graph: Graph, split: Passes, tile: Tile, chip: Chip,
                               double_buffered=double_buffered)
         if chip.unified:  # peak_bytes adds the pass's resident weights: counted once, later
             here -= weight_bytes(graph, io.weights, chip)
-        peak = max(peak, here + held_bytes(graph, split, k, chip))
+        held = held_bytes(graph, split, k, chip)
+        peak, cores = max(peak, here + held), max(cores, here)
         if k < len(split.pools):
-            peak = max(peak, tail_peak_bytes(graph, split, k, chip))
-    return peak
+            tail = tail_peak_bytes(graph, split, k, chip)
+            peak, cores = max(peak, tail), max(cores, tail - held)
+    return peak, cores
 
 
 def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
