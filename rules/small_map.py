@@ -106,13 +106,19 @@ def _encode_share(enc: Encoding, cand: Candidate, lit: IntVar, part: Expr, which
 @rule("R16", "wram_double_buffer", "Small mode: W_i + W_i+1 <= WRAM")
 @dataclass(frozen=True)
 class WramDoubleBuffer(Rule):
-    """Small mode: WRAM holds the weights of two consecutive sub-maps, for pipelining."""
+    """Small mode with several images in the on-chip map: WRAM holds the weights of two
+    consecutive sub-maps, for pipelining.
+
+    Seed 000 ¶135-137 states it for sub-maps that hold several feature maps, and its remedy
+    is fewer maps on chip: with one image (tile n = 1) nothing pipelines from one image's
+    sub-map to the next, and rule 10 alone bounds the weights.
+    """
 
     enabled: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
         wram = facts.chip.wram
-        if wram is None or not facts.small:
+        if wram is None or not facts.small or facts.tile.n < 2:
             return None
         cores = facts.chip.cores_per_cluster
         # resident: the weights of two sub-maps; streamed: the pair of chunks in flight
@@ -125,10 +131,15 @@ class WramDoubleBuffer(Rule):
 
     def encode(self, enc: Encoding, cand: Candidate) -> None:
         wram = enc.chip.wram
-        if wram is None:
+        if wram is None or (isinstance(cand.tn, int) and cand.tn < 2):
             return
         cores = enc.chip.cores_per_cluster
         forbid = [cand.selected.Not(), enc.rule_lits[self.key].Not(), cand.small.Not()]
+        if not isinstance(cand.tn, int):  # binds only with two images or more on chip
+            several = enc.model.new_bool_var(f"several_maps_{cand.index}")
+            enc.model.add(cand.tn >= 2).only_enforce_if(several)
+            enc.model.add(cand.tn <= 1).only_enforce_if(several.Not())
+            forbid.append(several.Not())
         if 2 * _w_share(enc.weight_bytes(cand), cores) > wram.bytes:
             enc.model.add_bool_or([*forbid, cand.resident.Not()])
         if _w_share(max(enc.staged_steps(cand), default=0), cores) > wram.bytes:

@@ -44,6 +44,7 @@ from solver.groups import is_connected, is_convex
 from solver.hidden import HiddenSearch
 from solver.tiles import GroupSearch
 from tests import models
+from tests.hand import hand_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 FUSEPLAN = ROOT / ".venv" / "bin" / "fuseplan"
@@ -741,15 +742,29 @@ def test_r15_small_subout_buffer(store: ModelStore) -> None:
     assert [(g.layers, g.mode) for g in loose.groups] == [(("pool", "conv"), "small")]
 
 
-def test_r16_wram_double_buffer(store: ModelStore) -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_r16_wram_double_buffer(store: ModelStore, n: int) -> None:
     """The head group conv12..fc23 (ends in a Gemm: whole maps only) has 2804 B of weights, 701 B
-    per core: 1 KiB of WRAM holds one share (rule 10) but not two (rule 16)."""
-    p = bounded(store.problem("chain_cnn", None, ["wram.bytes=1KiB"]))
-    tight, loose = binds(p, with_rules(p, wram_double_buffer={"enabled": False}),
-                         "wram_double_buffer")
-    assert group_with(tight, "conv12").layers == ("conv12",)
-    head = group_with(loose, "conv12")
-    assert head.mode == "small" and "fc23" in head.layers
+    per core: 1 KiB of WRAM holds one share (rule 10) but not two (rule 16), which it needs
+    with both images of batch 2 in the on-chip map; with one image (batch 1) nothing
+    pipelines between sub-maps and the rule does not bind (seed 000 ¶135)."""
+    p = bounded(store.problem("chain_cnn", None, ["wram.bytes=1KiB", "clusters=1"], n=n))
+    off = with_rules(p, wram_double_buffer={"enabled": False})
+    if n == 1:
+        on, without = plan_problem(p, "cpsat"), plan_problem(off, "cpsat")
+        assert on.totals.dram_bytes == without.totals.dram_bytes
+        assert not broken(p, on, "wram_double_buffer")
+        assert "fc23" in group_with(on, "conv12").layers
+        return
+    # batch 2: the rule's remedy is fewer maps on chip (seed 000 ¶137): the head fuses with
+    # one image per on-chip map (resident weights are read once either way), and the same
+    # group with both images breaks the rule
+    on = plan_problem(p, "cpsat")
+    head = group_with(on, "conv12")
+    assert head.mode == "small" and "fc23" in head.layers and head.tile.n == 1
+    assert not broken(p, on, "wram_double_buffer")
+    both = hand_plan(p, [replace(head.placement, tile=replace(head.tile, n=2))])
+    assert [g.layers for g, _ in broken(p, both, "wram_double_buffer")] == [head.layers]
 
 
 def test_r17_submap_fits_nram(store: ModelStore) -> None:
