@@ -104,12 +104,14 @@ def test_convnext_block_is_channels_last_and_fuses(tmp_path: Path) -> None:
         assert any(graph.layer(n).op == "MatMul" for n in group.layers), lay.name
 
 
-# x floor at the usual size on the default chip (bench/exports, 2026-11-26 at 936fb89),
-# with a little room: a plan moving more than this has lost something
+# x floor at the usual size on the default chip (bench/exports, 2026-11-27 at 94b01ab),
+# with a little room: a plan moving more than this has lost something. EfficientNet-B0's is
+# its plain twin's ratio (bench/exports --without-se: 1.0039; it moves 1.0035), LR-ASPP's
+# below its twin's 1.20: squeeze-excite nets no further from their floor (issue 16)
 CEILING = {
-    "mobilenet_v3_small": 1.02, "efficientnet_b0": 1.03, "regnet_y_400mf": 1.06,
-    "convnext_tiny": 1.05, "lraspp_mobilenet_v3": 1.30, "deeplabv3_mobilenet": 2.50,
-    "ssdlite_backbone": 1.24, "unet": 9.3, "dbnet_se": 10.25,
+    "mobilenet_v3_small": 1.02, "efficientnet_b0": 1.0039, "regnet_y_400mf": 1.06,
+    "convnext_tiny": 1.05, "lraspp_mobilenet_v3": 1.17, "deeplabv3_mobilenet": 2.35,
+    "ssdlite_backbone": 1.18, "unet": 9.1, "dbnet_se": 10.25,
 }
 
 
