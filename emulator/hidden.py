@@ -58,13 +58,11 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
     each chunk filling its own channels of it. ``fills``: whole on-chip buffers of maps
     held for later passes: each chunk writes its channels of the tile into them, not
     counted again in the chunk's maps (``prefetch`` counts the buffers)."""
-    from emulator.run import EmulationError, KernelFailure, fill_box, run_layer
+    from emulator.run import EmulationError, KernelFailure, fill_box, held_for_all, run_layer
 
     dt = tally.chip.dtype_bytes
     fills = fills or {}
-    # what the group holds for all its tiles stays in SRAM, not in the cores' NRAM
-    kept_for_all = (sum(a.size for _, a in held.values())
-                    + sum(b.size for b in fills.values())) * dt
+    kept_for_all = held_for_all(held, fills, dt)  # in SRAM, not in the cores' NRAM
     a = io.layers.index(s.widen)
     widen_inputs = graph.layer(s.widen).fmap_inputs
     later = {t for n in io.layers[io.layers.index(s.narrow) + 1:]

@@ -33,7 +33,14 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
                chip: Chip) -> None:
     """Run every pass and the tails between them, reading and writing `dram` and counting
     into `tally` (its weights are the whole group's, resident)."""
-    from emulator.run import _full, _slice, compute_on_chip, keep_outputs, run_tiles
+    from emulator.run import (
+        _full,
+        _slice,
+        compute_on_chip,
+        held_for_all,
+        keep_outputs,
+        run_tiles,
+    )
 
     dt = chip.dtype_bytes
 
@@ -82,7 +89,7 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
             keep_outputs(lay, box, ys, onchip, tally, uses)
             tally.step(step - 1, sum(a.size for _, a in onchip.values()) * dt,
                        group.layers.index(name),
-                       held=sum(a.size for _, a in held.values()) * dt)
+                       held=held_for_all(held, {}, dt))
         tally.core_weight += wbytes(pool.tail)
         held.update({t: onchip[t] for t in pool.kept})
     tiles = list(iter_tiles(graph, split.last, group.tile))

@@ -711,7 +711,7 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
     held = held or {}
     fills = fills or {}
     filled = sum(b.size for b in fills.values()) * dt
-    kept_for_all = sum(a.size for _, a in held.values()) * dt + filled  # in SRAM, not NRAM
+    kept_for_all = held_for_all(held, fills, dt)
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)
     folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
@@ -809,6 +809,14 @@ def fill_box(graph: Graph, buffer: np.ndarray, tensor: str, box: Box, part: np.n
     if channels is not None:
         view = _take(view, *channels)
     view[...] = part
+
+
+def held_for_all(held: Mapping[str, tuple[Box, np.ndarray]],
+                 fills: Mapping[str, np.ndarray], dt: int) -> int:
+    """Bytes a group in passes holds for all its tiles (held inputs, held maps, tail
+    results, and the held maps this pass fills): in the cluster's SRAM, in no core's NRAM
+    (Tally.step's `held`)."""
+    return (sum(a.size for _, a in held.values()) + sum(b.size for b in fills.values())) * dt
 
 
 def _free(onchip: dict[str, tuple[Box, np.ndarray]], last_use: Mapping[str, int], i: int,
