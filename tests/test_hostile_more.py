@@ -284,7 +284,7 @@ def test_a_silent_exit_130_gets_its_line_once(monkeypatch: pytest.MonkeyPatch,
         entry.main()
     assert stop.value.code == 130
     said = capsys.readouterr().err
-    assert said == ("" if reported else entry.STOPPED + "\n"), said
+    assert said == ("" if reported else entry.AROUND + "\n"), said
 
 
 # --------------------------------------------------------------------------- message audit

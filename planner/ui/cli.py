@@ -33,7 +33,6 @@ from planner.plan.json_io import plan_to_json, save_plan
 from planner.ui import STARTED, Interruption
 from planner.ui.cli_sweep import register as register_sweep
 from planner.ui.cli_views import register as register_views
-from planner.ui.entry import STOPPED
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Layer-fusion planner for neural-network accelerators.")
@@ -169,7 +168,8 @@ def guarded(fn: F) -> F:
             Interruption.reported = True
             raise typer.Exit(130) from None
         except KeyboardInterrupt:
-            say(STOPPED)
+            say("interrupted: stopped before any output file was complete; no partial file "
+                "was left.")
             Interruption.reported = True
             raise typer.Exit(130) from None
 

@@ -4,7 +4,7 @@ Each command says what a Ctrl-C left (``planner.ui.cli.guarded``), but the comma
 imports take about two seconds before any command runs, and typer turns a Ctrl-C in the
 moments around a command (parsing its options, or after it returned) into a silent exit
 130. This module imports nothing heavy, so it covers both: nothing was written yet in the
-first case, and the command had finished writing in the second.
+first case, and in the second the command either had not begun or had finished writing.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import sys
 
 from planner.ui import Interruption
 
-STOPPED = ("interrupted: stopped before any output file was complete; no partial file "
-           "was left.")
+STARTING = "interrupted: stopped while fuseplan was starting; nothing was written."
+AROUND = ("interrupted: stopped before the command began its work or after it ended; no "
+          "partial file was left.")
 
 
 def main() -> None:
@@ -25,14 +26,14 @@ def main() -> None:
 
         run()
     except KeyboardInterrupt:  # during the imports (typer handles the rest)
-        _stopped()
+        _stopped(STARTING)
     except SystemExit as exc:
         if exc.code == 130 and not Interruption.reported:
-            _stopped()
+            _stopped(AROUND)
         raise
 
 
-def _stopped() -> None:
-    sys.stderr.write(STOPPED + "\n")
+def _stopped(line: str) -> None:
+    sys.stderr.write(line + "\n")
     sys.stderr.flush()
     raise SystemExit(130)
