@@ -12,6 +12,7 @@ counted from the arrays held at each step; the weights on chip from the slices
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, MutableMapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -71,6 +72,9 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
             and t not in held]
     last_read = {t: max(k for k, n in enumerate(s.layers) if t in graph.layer(n).fmap_inputs)
                  for t in s.hidden}
+    # reads of each tensor by the stretch's layers: a chunk of it made here is written to
+    # the cores' memory once and read that many times
+    reads = Counter(u for n in s.layers for u in graph.layer(n).fmap_inputs)
     ranges = hidden_ranges(s, chunks)
     acc: np.ndarray | None = None
     for j, (lo, hi) in enumerate(ranges):
@@ -136,8 +140,7 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
                             raise EmulationError(group.id, tile, name, "a held map cut in "
                                                  "heads: no chunk of it is a channel range")
                         fill_box(graph, fills[t], t, boxes[t], y_t, (s.axis, lo, hi))
-                    tally.core += y_t.size * dt * (1 + sum(u == t for n in s.layers
-                                                           for u in graph.layer(n).fmap_inputs))
+                    tally.core += y_t.size * dt * (1 + reads[t])
             live = sum(arr.size for t, (_, arr) in onchip.items() if t not in fills) \
                 + sum(arr.size for t, (_, arr) in part.items() if t not in fills) \
                 + (acc.size if acc is not None else 0)
