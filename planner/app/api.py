@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
-from planner.app.assemble import assemble, layer_placements, layer_plan
+from planner.app.assemble import assemble, layer_by_layer_bytes, layer_placements, layer_plan
 from planner.app.integrity import first_misstatement
 from planner.app.verify import VerifyReport, load_golden, verify_plan
 from planner.core.budget import Budget
@@ -61,6 +61,11 @@ class Problem:
                          "spec": chip_to_dict(self.chip)},
             "rules": {"file": self.ruleset.file, "sha256": self.ruleset.sha256},
         }
+
+    @functools.cached_property
+    def layer_by_layer_bytes(self) -> int:
+        """DRAM bytes of the layer-by-layer plan (every plan's reference), searched once."""
+        return layer_by_layer_bytes(self.graph, self.chip)
 
 
 def prepare(model: str, rules: str | Path | None = None, hardware: str | None = None,
@@ -113,13 +118,14 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     if whole is not None:
         at_once: dict[str, Any] = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP",
                                    "gap": 0.0, "wall_s": round(time.perf_counter() - started, 3)}
-        return assemble(g, chip, [whole], objective=goal, solver=at_once, **header)
+        return assemble(g, chip, [whole], objective=goal, solver=at_once, **header,
+                        layer_by_layer=problem.layer_by_layer_bytes)
     info: dict[str, Any]
     if solver == "layer":  # no fusion: whole layers, tiled only where they do not fit
         info = {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
                 "wall_s": round(time.perf_counter() - started, 3)}
         return assemble(g, chip, layer_placements(g, chip), objective=goal, solver=info,
-                        **header)
+                        **header, layer_by_layer=problem.layer_by_layer_bytes)
     groups: list[Placement]
     if solver == "greedy":
         groups = greedy_groups(g, chip, rs)
@@ -137,7 +143,8 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
         info.pop("bound", None)
         info.pop("solved_by", None)
     info["wall_s"] = round(time.perf_counter() - started, 3)
-    plan = assemble(g, chip, groups, objective=goal, solver=info, **header)
+    plan = assemble(g, chip, groups, objective=goal, solver=info, **header,
+                    layer_by_layer=problem.layer_by_layer_bytes)
     if "solved_by" in info:  # proven by the path: its objective is the plan's, and the bound
         units = objective_units(plan.totals, goal, rs.objective, chip)
         plan = dc_replace(plan, solver={**plan.solver, "objective": float(units),
@@ -252,7 +259,7 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
         # stopped by the time limit: never return worse than the plan it started from
         def units(placements: Sequence[Placement]) -> tuple[bool, int]:
             t = assemble(g, chip, placements, objective=objective, solver={}, model={},
-                         hardware={}, rules={}).totals
+                         hardware={}, rules={}, layer_by_layer=0).totals
             over = cycles_cap is not None and t.cycles > cycles_cap
             return over, objective_units(t, objective, rs.objective, chip)
 
@@ -297,6 +304,7 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
         groups, info = _cpsat(problem, objective, time_limit, cap, cache, warm, jobs=jobs)
         info["wall_s"] = round(time.perf_counter() - started, 3)
         return assemble(problem.graph, problem.chip, groups, objective=objective, solver=info,
+                        layer_by_layer=problem.layer_by_layer_bytes,
                         **header), groups
 
     fastest, _ = planned(Objective.LATENCY)
@@ -351,7 +359,7 @@ def blend(problem: Problem, fast: Plan, cheap: Plan, cap: int) -> Plan:
     placements = [grp.placement for lo, hi in stretches
                   for grp in part(cheap if (lo, hi) in chosen else fast, lo, hi)]
     mixed = assemble(g, problem.chip, placements, objective=Objective.ENERGY, solver={},
-                     **problem.plan_header())
+                     **problem.plan_header(), layer_by_layer=problem.layer_by_layer_bytes)
     return mixed if mixed.totals.cycles <= cap else fast
 
 

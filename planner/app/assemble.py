@@ -137,9 +137,12 @@ def with_prefetch(graph: Graph, chip: Chip, groups: Sequence[Group]) -> tuple[Gr
 
 def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
              model: Mapping[str, Json], hardware: Mapping[str, Json], rules: Mapping[str, Json],
-             objective: Objective, solver: Mapping[str, Json]) -> Plan:
+             objective: Objective, solver: Mapping[str, Json],
+             layer_by_layer: int | None = None) -> Plan:
     """Build a Plan from the planners' placements, in execution order, with prefetch where
-    it pays (a placement's own prefetch flag is decided here, not taken)."""
+    it pays (a placement's own prefetch flag is decided here, not taken). ``layer_by_layer``:
+    the graph's layer_by_layer_bytes, when the caller has it (its tile searches take
+    seconds on a deep network; a Pareto sweep assembles many plans of one graph)."""
     by_layers = {tuple(sorted(p.layers, key=graph.index)): replace(p, prefetch=False)
                  for p in groups}
     ordered = execution_order(graph, list(by_layers))
@@ -150,7 +153,8 @@ def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
     for g in made:
         totals = totals + g.predicted
     return Plan(made, model, hardware, rules, objective, solver, totals,
-                compulsory_bytes(graph, chip), layer_by_layer_bytes(graph, chip))
+                compulsory_bytes(graph, chip),
+                layer_by_layer_bytes(graph, chip) if layer_by_layer is None else layer_by_layer)
 
 
 def layer_placements(graph: Graph, chip: Chip) -> list[Placement]:
