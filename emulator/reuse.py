@@ -1,6 +1,7 @@
 """Emulate a halo-reusing group: tiles run row-major, each makes only what no earlier tile
 made, and the chip keeps exactly what later tiles will read (planner.geometry.halo_reuse states
-the same policy in closed form; this module finds it by running the tiles).
+the same policy in closed form; this module finds it by running the tiles). Tiles of fewer
+images than the batch sweep one batch part after another, each from an empty chip.
 
 Every tensor of the group has an on-chip image (an array the size of the tensor) and a
 validity mask over its rows and columns. Reads check the mask, so a policy that drops
@@ -127,6 +128,7 @@ class OnChip:
     """Images of the group's tensors on chip and which of their positions hold data."""
 
     graph: Graph
+    batch: tuple[int, int] | None = None  # the images this sweep runs; None: the batch
     images: dict[str, np.ndarray] = field(default_factory=dict)
     valid: dict[str, np.ndarray] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)  # valid positions per tensor
@@ -138,9 +140,9 @@ class OnChip:
             self.images[t] = np.zeros(self.graph.shapes[t], np.float32)
             b, c, h, w = self.graph.dims(t)
             self.valid[t] = np.zeros((h, w), bool)
-            self.depth[t] = b * c
+            self.depth[t] = (self.batch[1] - self.batch[0] if self.batch else b) * c
         r0, r1, c0, c1 = rect
-        _cut(self.images[t], rect, self.graph.layout(t))[...] = data
+        _cut(self.images[t], rect, self.graph.layout(t), self.batch)[...] = data
         window = self.valid[t][r0:r1, c0:c1]
         self.held[t] = self.held.get(t, 0) + window.size - int(np.count_nonzero(window))
         window[...] = True
@@ -197,9 +199,20 @@ def plan_tiles(graph: Graph, group: Group, anchors: list[Box] | None = None
     return io, steps, keep_policy(graph, io, anchors, steps), lifetimes(graph, io)
 
 
-def as_box(graph: Graph, t: str, rect: Rect) -> Box:
-    n = graph.dims(t)[0]
-    return 0, n, *rect
+def as_box(graph: Graph, t: str, rect: Rect, batch: tuple[int, int] | None = None) -> Box:
+    n0, n1 = batch or (0, graph.dims(t)[0])
+    return n0, n1, *rect
+
+
+def batch_parts(anchors: list[Box]) -> list[list[Box]]:
+    """Consecutive anchors of the same images: the sweeps of a reusing group, in order."""
+    parts: list[list[Box]] = []
+    for a in anchors:
+        if parts and parts[-1][0][:2] == a[:2]:
+            parts[-1].append(a)
+        else:
+            parts.append([a])
+    return parts
 
 
 def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
@@ -207,20 +220,34 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
                     anchors: list[Box] | None = None, layers: LayerCache | None = None
                     ) -> None:
     """Run a reusing group's tiles (or only `anchors`, one band's, on chip images of their
-    own), reading and writing `dram`, counting into `tally`."""
+    own), one sweep per batch part, reading and writing `dram`, counting into `tally`."""
+    if anchors is None:
+        anchors = list(iter_tiles(graph, group_io(graph, group.layers), group.tile))
+    first = 0
+    for part in batch_parts(anchors):
+        _run_sweep(graph, group, chip, dram, weights, tally, part, layers, first)
+        first += len(part)
+
+
+def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
+               weights: Mapping[str, np.ndarray], tally: Tally, anchors: list[Box],
+               layers: LayerCache | None, first: int) -> None:
+    """One batch part's tiles, from an empty chip; `first` is its first tile's index."""
     from emulator.run import run_layer  # run.py dispatches reusing groups here
 
     io, steps, keeps, spans = plan_tiles(graph, group, anchors)
     streamed = {k: s for k in range(len(io.layers))
                 if (s := streamed_step(graph, io, k)) is not None}
     dt = chip.dtype_bytes
-    chip_mem = OnChip(graph)
+    batch = (anchors[0][0], anchors[0][1])
+    chip_mem = OnChip(graph, batch)
     end = len(io.layers)
-    for ti, step in enumerate(steps):
+    for i, step in enumerate(steps):
+        ti = first + i
         loaded = 0
         for t in io.inputs:
             if t in step.made:
-                part = _cut(dram[t], step.made[t], graph.layout(t))
+                part = _cut(dram[t], step.made[t], graph.layout(t), batch)
                 loaded += chip_mem.put(t, step.made[t], part) * dt
         tally.core += loaded
         prefetch = loaded if group.double_buffered else 0
@@ -234,12 +261,13 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
                     tally.core += chip_mem.depth[t] * (r[1] - r[0]) * (r[3] - r[2]) * dt
                 onchip = {t: chip_mem.region(t) for t in lay.fmap_inputs}
                 ys = tally.compute(partial(run_layer, graph, lay,
-                                           as_box(graph, lay.outputs[0], out_rect), onchip,
+                                           as_box(graph, lay.outputs[0], out_rect, batch),
+                                           onchip,
                                            layers=layers), lay, weights)
                 tally.ops(lay, ys[0].size)
                 if k in streamed:
                     stored, most = _stream_rows(chip_mem, graph, lay, *streamed[k], out_rect,
-                                                ys[0], keeps[ti])
+                                                ys[0], keeps[i])
                     tally.core += stored * dt
                     tally.step(ti, most * dt + prefetch)
                 else:
@@ -250,18 +278,18 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
                 tally.step(ti, chip_mem.held_elems() * dt + prefetch)
             for t, (_, last) in spans.items():
                 if last == k:
-                    chip_mem.keep(t, keeps[ti].get(t, []))
+                    chip_mem.keep(t, keeps[i].get(t, []))
         written = 0
         for t in io.outputs:
             if t in step.made:
-                part = _cut(chip_mem.images[t], step.made[t], graph.layout(t))
+                part = _cut(chip_mem.images[t], step.made[t], graph.layout(t), batch)
                 if t not in dram:
                     dram[t] = np.zeros(graph.shapes[t], np.float32)
-                _cut(dram[t], step.made[t], graph.layout(t))[...] = part
+                _cut(dram[t], step.made[t], graph.layout(t), batch)[...] = part
                 written += part.size * dt
         for t, (_, last) in spans.items():
             if last == end:
-                chip_mem.keep(t, keeps[ti].get(t, []))
+                chip_mem.keep(t, keeps[i].get(t, []))
         tally.tile(ti, loaded, written)
 
 
@@ -289,8 +317,11 @@ def _stream_rows(chip_mem: OnChip, graph: Graph, lay: Layer, out: str, released:
     return stored, most
 
 
-def _cut(arr: np.ndarray, rect: Rect, layout: Layout) -> np.ndarray:
-    """The rows and columns of a rectangle (a view); tensors without them whole."""
+def _cut(arr: np.ndarray, rect: Rect, layout: Layout, batch: tuple[int, int] | None = None
+         ) -> np.ndarray:
+    """The rows and columns of a rectangle (a view) of the images `batch` (None: all);
+    tensors without rows and columns whole."""
     if not layout.spatial:
         return arr
-    return arr[layout.index(slice(None), slice(rect[0], rect[1]), slice(rect[2], rect[3]))]
+    images = slice(None) if batch is None else slice(*batch)
+    return arr[layout.index(images, slice(rect[0], rect[1]), slice(rect[2], rect[3]))]

@@ -221,7 +221,8 @@ def _aligned_constants(graph: Graph, lay: Layer, consts: Sequence[tuple[int, str
     class token expanded to every image): a tile takes its own box of them."""
     spec = op_spec(lay.op)
     elementwise = spec.maps is MapRule.LOCAL and spec.op_class in (OpClass.SCALAR,
-                                                                     OpClass.VECTOR)
+                                                                     OpClass.VECTOR) \
+        and not spec.per_channel_constants  # a BN's 8 means are not 8 columns
     parts: list[tuple[int | None, int]] = []
     if elementwise and out_layout.spatial and lay.row_maps \
             and lay.row_maps[ref].kind is MapKind.IDENTITY:

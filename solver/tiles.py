@@ -223,7 +223,7 @@ class GroupSearch:
                 self.schedules[(axis, size)] = AxisSchedule(self.graph, self.io, self.chains,
                                                             axis, size)
             axes.append(self.schedules[(axis, size)])
-        self.grids[tile] = ReuseGrid(self.graph, self.io, axes[0], axes[1])
+        self.grids[tile] = ReuseGrid(self.graph, self.io, axes[0], axes[1], tile.n)
         return self.grids[tile]
 
     def heights(self) -> list[int]:
@@ -322,13 +322,15 @@ class GroupSearch:
         return band_counts(self.chip, -(-anchor_extent(self.graph, self.io)[2] // tw))
 
     def can_reuse(self) -> bool:
-        """Halo reuse needs closed-form rows (and columns, for 2-D tiles) and tiles over the
-        whole batch."""
+        """Halo reuse needs closed-form rows (and columns, for 2-D tiles); a tile of fewer
+        images than the batch sweeps its images' rows, then the next images' (bands split
+        the whole batch's columns only)."""
         n = anchor_extent(self.graph, self.io)[0]
         cols = self.tw is None or tile_floor(self.chains, self.io, self.graph, 2) is not None
         # fused attention streams its keys per tile: nothing of it carries to the next
         return (self.ruleset.search.halo_reuse and self.closed_form and cols
-                and (self.tn or n) >= n and online_attention(self.graph, self.io) is None)
+                and (self.bands == 1 or (self.tn or n) >= n)
+                and online_attention(self.graph, self.io) is None)
 
     def work(self, tile: Tile, resident: bool, halo_reuse: bool = False,
              weights_outer: bool = False) -> Counters:

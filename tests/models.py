@@ -276,8 +276,8 @@ def _out_size(size: int, k: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - k) // stride + 1
 
 
-def random_cnn(rng: np.random.Generator) -> onnx.ModelProto:
-    """A random small chain CNN (<= 10 layers, spatial <= 32) for property tests.
+def random_cnn(rng: np.random.Generator, n: int = 1) -> onnx.ModelProto:
+    """A random small chain CNN (<= 10 layers, spatial <= 32, batch n) for property tests.
 
     Convs with kernels 1/3/5, strides 1/2 and random pads, max/average pools, Relu,
     BatchNormalization, and Add skip connections wherever an earlier tensor's shape matches.
@@ -293,7 +293,7 @@ def random_cnn(rng: np.random.Generator) -> onnx.ModelProto:
         if shape in seen and rng.random() < 0.5:
             x = b.one("Add", [x, seen[shape][int(rng.integers(len(seen[shape])))]])
         seen.setdefault(shape, []).append(x)
-    return b.model((1, c, h, w), x, 13, name="random_cnn")
+    return b.model((n, c, h, w), x, 13, name="random_cnn")
 
 
 def _random_layer(b: _Builder, rng: np.random.Generator, x: str,

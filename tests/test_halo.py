@@ -46,10 +46,10 @@ def test_reuse_reads_each_input_row_once(tmp_path: Path) -> None:
 
 
 def _cut(graph, split: int, th: int, tw: int | None, reuse: bool, resident_every: int = 1,
-         buffered_every: int = 0, cores: int = 1) -> list[Placement]:
-    """The model's layers cut into `split` groups, tiled (th, tw) where a group has one
+         buffered_every: int = 0, cores: int = 1, tn: int | None = None) -> list[Placement]:
+    """The model's layers cut into `split` groups, tiled (tn, th, tw) where a group has one
     output (whole maps otherwise, and no reuse); reusing groups in one band per core
-    (`cores` > 1) where they have that many tile columns."""
+    (`cores` > 1) where they have that many tile columns and tiles of the whole batch."""
     names = [lay.name for lay in graph.layers]
     step = max(1, len(names) // split)
     groups = []
@@ -59,8 +59,9 @@ def _cut(graph, split: int, th: int, tw: int | None, reuse: bool, resident_every
         n, h, w = anchor_extent(graph, io)
         single = len(io.outputs) == 1
         width = min(w, tw or w)
-        bands = cores if single and reuse and -(-w // width) >= cores else 1
-        tile = Tile(n, min(h, th), width, bands) if single else Tile(n, h, w)
+        images = min(n, tn or n)
+        bands = cores if single and reuse and images == n and -(-w // width) >= cores else 1
+        tile = Tile(images, min(h, th), width, bands) if single else Tile(n, h, w)
         groups.append(Placement.of(layers, tile, i % resident_every == 0,
                                    bool(buffered_every) and i % buffered_every == 0,
                                    single and reuse))
@@ -123,6 +124,53 @@ def test_2d_tiles_verify_in_both_halo_modes(tmp_path: Path, seed: int, th: int, 
     loaded, graph = _graph(tmp_path, models.random_cnn(rng), f"t{seed}")
     chip, _ = load_chip(preset)
     _verify_plan(graph, loaded, chip, _cut(graph, split, th, tw, reuse, 3), seed)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), batch=st.integers(2, 4), tn=st.integers(1, 3),
+       th=st.integers(1, 9), tw=st.sampled_from([None, 3, 7]), split=st.integers(1, 3),
+       preset=st.sampled_from(["cluster4x4", "two_level", "manycore", "soma_buffer"]))
+def test_reuse_over_batch_parts_verifies(tmp_path: Path, seed: int, batch: int, tn: int,
+                                         th: int, tw: int | None, split: int,
+                                         preset: str) -> None:
+    """Halo-reusing tiles of fewer images than the batch sweep one batch part after
+    another: outputs match onnxruntime, every counter (the peak of one part's sweep, the
+    DRAM bytes of all of them) equals the prediction."""
+    rng = np.random.default_rng(seed)
+    loaded, graph = _graph(tmp_path, models.random_cnn(rng, batch), f"b{seed}")
+    chip, _ = load_chip(preset)
+    groups = _cut(graph, split, th, tw, True, 2, 3, tn=min(tn, batch - 1))
+    assert any(g.halo_reuse and g.tile.n < batch for g in groups)
+    _verify_plan(graph, loaded, chip, groups, seed)
+
+
+def test_reuse_over_batch_parts_costs_each_part_alike(tmp_path: Path) -> None:
+    """A tile of one image of four reads every input row once and computes every element
+    once, as the whole-batch tile does, and holds a quarter of its on-chip maps."""
+    _, graph = _graph(tmp_path, models.chain_cnn(n=4, h=64, w=48), "chain4")
+    chip, _ = load_chip(None)
+    layers = [lay.name for lay in graph.layers][:5]  # conv, relu, conv, relu, maxpool
+    whole = group_cost(graph, layers, Tile(4, 4, 48), chip, halo_reuse=True)
+    one = group_cost(graph, layers, Tile(1, 4, 48), chip, halo_reuse=True)
+    assert one.dram_read_bytes == whole.dram_read_bytes
+    assert one.redundant_read_bytes == 0 and one.macs == whole.macs
+    # the default chip keeps weights in WRAM: the SRAM peak is the maps alone
+    assert 4 * one.sram_peak_bytes == whole.sram_peak_bytes
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_per_channel_constants_are_not_cut_with_columns(tmp_path: Path, reuse: bool) -> None:
+    """A BatchNormalization over 8 channels of an 8-column map: its 8 means are per
+    channel, not a broadcast along the columns, so a 3-column tile takes them all."""
+    b = models._Builder(np.random.default_rng(3))
+    x = b.one("Relu", [b.bn(b.conv("input", 3, 8, 3, pad=1), 8)])
+    model = b.model((2, 3, 8, 8), x, 13, name="bn_square")
+    loaded, graph = _graph(tmp_path, model, "bn_square")
+    chip, _ = load_chip(None)
+    names = [lay.name for lay in graph.layers]
+    _verify_plan(graph, loaded, chip, [Placement.of(names, Tile(1, 3, 3), True, False, reuse)],
+                 3)
 
 
 def test_2d_reuse_keeps_only_what_later_tiles_read(tmp_path: Path) -> None:

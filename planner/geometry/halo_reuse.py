@@ -1,8 +1,10 @@
 """Halo reuse: tiles run in order, keep on chip what later tiles read, and make each
 element of every tensor once.
 
-A reusing group's tiles span the whole batch and run row-major over a grid of tile rows
-and tile columns (full-width row tiles are the one-column case). For every tensor of
+A reusing group's tiles run row-major over a grid of tile rows and tile columns (full-width
+row tiles are the one-column case), one batch part after another: a tile of n images sweeps
+the rows of those images, and the next n images start afresh (nothing carries from one
+image to another, so each part's sweep is the same grid, n images deep). For every tensor of
 the group a tile *makes* (loads, for group inputs; computes, for layer outputs) only
 the part of its box no earlier tile made: ``[max(a_i, b_(i-1)), b_i)`` along each axis
 for boxes ``[a_i, b_i)``. A layer computes the part of its output the tile makes and
@@ -298,12 +300,13 @@ class ReuseGrid:
     io: GroupIO
     rows: AxisSchedule
     cols: AxisSchedule
+    images: int | None = None  # images per tile (one batch part's sweep); None: the batch
     peaks: dict[bool, int] = field(default_factory=dict)  # by double buffering
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile) -> ReuseGrid:
         return cls(graph, io, AxisSchedule(graph, io, chains, 1, tile.h),
-                   AxisSchedule(graph, io, chains, 2, tile.w))
+                   AxisSchedule(graph, io, chains, 2, tile.w), tile.n)
 
     @classmethod
     def bands_of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile
@@ -312,22 +315,30 @@ class ReuseGrid:
         band runs on its own, so its first tile column makes its whole boxes (the overlap)."""
         rows = AxisSchedule(graph, io, chains, 1, tile.h)
         count = len(axis_ranges(anchor_extent(graph, io)[2], tile.w))
-        return [cls(graph, io, rows, AxisSchedule(graph, io, chains, 2, tile.w, part))
-                for part in band_columns(count, tile.bands)]
+        return [cls(graph, io, rows, AxisSchedule(graph, io, chains, 2, tile.w, part),
+                    tile.n) for part in band_columns(count, tile.bands)]
 
     def plane(self, t: str) -> int:
-        """Elements of t per (row, column) position: the whole batch times the channels."""
+        """Elements of t per (row, column) position of one tile: its images times the
+        channels (the first batch part, the largest, holds the most)."""
+        n, c, _, _ = self.graph.dims(t)
+        return min(n, self.images or n) * c
+
+    def batch_plane(self, t: str) -> int:
+        """Elements of t per (row, column) position over every batch part: the whole batch
+        times the channels (each part sweeps the same grid)."""
         n, c, _, _ = self.graph.dims(t)
         return n * c
 
     def made_elems(self, t: str) -> int:
         """Elements of t made over all tiles (each once)."""
-        return self.plane(t) * self.rows.made_total(t) * self.cols.made_total(t)
+        return self.batch_plane(t) * self.rows.made_total(t) * self.cols.made_total(t)
 
     def read_elems(self, name: str, j: int) -> int:
         """Elements of fmap input j that layer `name` reads over all tiles."""
         t = self.graph.layer(name).fmap_inputs[j]
-        return self.plane(t) * self.rows.read_total(name, j) * self.cols.read_total(name, j)
+        return self.batch_plane(t) * self.rows.read_total(name, j) \
+            * self.cols.read_total(name, j)
 
     def kept_after(self, t: str, r: int, q: int) -> int:
         """Elements of t on chip once tile (r, q) is done with it (the retention policy):

@@ -364,6 +364,9 @@ class OpSpec:
     # split along the channels (they are not broadcast from the right)
     channel_local_if: Callable[[Attrs, int, int], bool] | None = None
     local_chunk_axis: ChunkAxisFn | None = None
+    # constants along the channel axis (BatchNormalization's scale, mean...), not broadcast
+    # from the right: none of their axes is a row or column axis, whatever its length
+    per_channel_constants: bool = False
     # reductions over rows and columns: how tiles of the input combine into the output
     accumulate: Accumulate = Accumulate.NONE
     # movement ops: how the input's axes reach the output (token layouts follow them)
@@ -475,10 +478,10 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Softmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
     _spec("LogSoftmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
     _spec("BatchNormalization", _V, work=_const(2), roles=_BN_ROLES, in_channels=_per_channel,
-          branch_scale=BranchScale.INPUT1),
+          branch_scale=BranchScale.INPUT1, per_channel_constants=True),
     _spec("LRN", _V, work=_lrn_work),
     _spec("InstanceNormalization", _V, MapRule.WHOLE, _const(2), roles=_NORM_ROLES,
-          in_channels=_per_channel),
+          in_channels=_per_channel, per_channel_constants=True),
     # over its last axes: per pixel in a channels-last stretch (ConvNeXt), per token
     _spec("LayerNormalization", _V, MapRule.NORM, _const(4), _batch_axis(lambda opset: -1),
           native=False, roles=_NORM_ROLES),

@@ -23,7 +23,8 @@ def group_mode(graph: Graph, layers: Sequence[str], tile: Tile) -> Mode:
 
 
 def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: str) -> None:
-    """Halo reuse runs the tiles of one batch in order: a tile must span the whole batch."""
+    """Halo reuse runs the tiles of each batch part in order; bands split the columns of
+    tiles that span the whole batch."""
     io = group_io(graph, layers)
     n, _, _ = anchor_extent(graph, io)
     if online_attention(graph, io) is not None:
@@ -31,10 +32,11 @@ def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: st
                          "holds a fused attention layer, whose tiles stream the keys and "
                          "values afresh (nothing carries to the next tile). Use \"halo\": "
                          "\"recompute\".")
-    if tile.n < n:
-        raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos with tile "
-                         f"{tile.n}x{tile.h}x{tile.w}; halo reuse needs tiles over the whole "
-                         f"batch ({n} images). Use \"halo\": \"recompute\".")
+    if tile.n < n and tile.bands > 1:
+        raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos in "
+                         f"{tile.bands} bands with tile {tile.n}x{tile.h}x{tile.w}; bands "
+                         f"need tiles over the whole batch ({n} images). Use \"bands\": 1 "
+                         "or tiles of the whole batch.")
 
 
 def check_bands(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chip, halo_reuse: bool,
