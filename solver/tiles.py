@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from math import ceil
 
 from hardware.chip import Chip
@@ -223,8 +223,17 @@ class GroupSearch:
                 self.schedules[(axis, size)] = AxisSchedule(self.graph, self.io, self.chains,
                                                             axis, size)
             axes.append(self.schedules[(axis, size)])
-        self.grids[tile] = ReuseGrid(self.graph, self.io, axes[0], axes[1], tile.n)
+        unit = None
+        if tile.n > 1 and all(self.graph.dims(t)[0] >= tile.n for t in self._tensors):
+            unit = self.reuse_grid(replace(tile, n=1))  # peaks scale with the images
+        self.grids[tile] = ReuseGrid(self.graph, self.io, axes[0], axes[1], tile.n, unit=unit)
         return self.grids[tile]
+
+    @cached_property
+    def _tensors(self) -> tuple[str, ...]:
+        """The group's inputs and the outputs of its layers."""
+        outs = (t for name in self.layers for t in self.graph.layer(name).outputs)
+        return (*self.io.inputs, *outs)
 
     def heights(self) -> list[int]:
         """Candidate tile heights, tallest first.

@@ -159,6 +159,27 @@ def test_reuse_over_batch_parts_costs_each_part_alike(tmp_path: Path) -> None:
     assert 4 * one.sram_peak_bytes == whole.sram_peak_bytes
 
 
+def test_reuse_peaks_of_batch_parts_scale_from_one_image(tmp_path: Path) -> None:
+    """The tile search takes a reusing tile's peak as its images times the one-image
+    tile's: the same number the grid of that tile gives on its own."""
+    from planner.geometry.halo_reuse import reuse_peak_elems
+    from rules.ruleset import load_rules
+    from solver.tiles import GroupSearch
+
+    _, graph = _graph(tmp_path, models.chain_cnn(n=4, h=40, w=36), "chain4")
+    chip, _ = load_chip(None)
+    layers = [lay.name for lay in graph.layers][:5]
+    search = GroupSearch.of(graph, layers, chip, load_rules(None))
+    for n in (2, 3, 4):
+        for th in (3, 7):
+            for db in (False, True):
+                tile = Tile(n, th, 36)
+                scaled = reuse_peak_elems(graph, search.io, search.chains, tile, db,
+                                          search.reuse_grid(tile))
+                assert search.reuse_grid(tile).unit is not None
+                assert scaled == reuse_peak_elems(graph, search.io, search.chains, tile, db)
+
+
 @pytest.mark.parametrize("reuse", [False, True])
 def test_per_channel_constants_are_not_cut_with_columns(tmp_path: Path, reuse: bool) -> None:
     """A BatchNormalization over 8 channels of an 8-column map: its 8 means are per

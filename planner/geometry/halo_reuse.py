@@ -302,6 +302,9 @@ class ReuseGrid:
     cols: AxisSchedule
     images: int | None = None  # images per tile (one batch part's sweep); None: the batch
     peaks: dict[bool, int] = field(default_factory=dict)  # by double buffering
+    # the same grid one image deep, where every tensor spans the batch: each quantity of a
+    # peak is a plane times one-axis factors, so this grid's peaks are `images` times its
+    unit: ReuseGrid | None = None
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile) -> ReuseGrid:
@@ -424,7 +427,13 @@ def reuse_peak_elems(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
     """
     grid = grid or ReuseGrid.of(graph, io, chains, tile)
     if double_buffered not in grid.peaks:  # one pass gives both: the loads only add
-        grid.peaks.update(_peaks(grid))
+        unit = grid.unit
+        if unit is not None and grid.images is not None:
+            if double_buffered not in unit.peaks:
+                unit.peaks.update(_peaks(unit))
+            grid.peaks.update({k: v * grid.images for k, v in unit.peaks.items()})
+        else:
+            grid.peaks.update(_peaks(grid))
     return grid.peaks[double_buffered]
 
 
