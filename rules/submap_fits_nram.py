@@ -14,16 +14,18 @@ from rules.encoding import Candidate, Encoding
 class SubmapFitsNram(Rule):
     """Each core's share of the tile, times ``buffers`` for pipelining, fits its NRAM.
 
-    The tile's live feature maps are shared out over the cores of a cluster; with two
-    buffers a core receives its next sub-map while it computes the current one. Split the
-    tile finer until it fits. What a group holds on chip for all its tiles (a group run in
-    pooling passes: its held inputs, held maps and tail results) stays in the cluster's
-    SRAM, which the cores read it from, and takes no NRAM (seed 000 ¶139: NRAM holds a
-    core's sub-map of the tile).
+    The tile's live feature maps are shared out over the cores of a cluster. Seed 000
+    states the rule with one buffer (¶138-139: the sub-map fits NRAM; ¶140: where SRAM is
+    the cores' NRAM together, as on the default chip, it then holds whenever the tile fits
+    SRAM); ``buffers: 2`` reserves a second sub-map per core, so that a core receives its
+    next sub-map while it computes the current one. Split the tile finer until it fits.
+    What a group holds on chip for all its tiles (a group run in pooling passes: its held
+    inputs, held maps and tail results) stays in the cluster's SRAM, which the cores read
+    it from, and takes no NRAM (seed 000 ¶139: NRAM holds a core's sub-map of the tile).
     """
 
     enabled: bool = True
-    buffers: int = field(default=2, metadata={"ge": 1})
+    buffers: int = field(default=1, metadata={"ge": 1})
 
     def check(self, facts: GroupFacts) -> Violation | None:
         nram = facts.chip.nram

@@ -224,7 +224,9 @@ def test_ctrl_c_during_a_long_command_exits_130_promptly(tmp_path: Path,
     rules = tmp_path / "rules.yaml"
     rules.write_text((ROOT / "rules" / "default.yaml").read_text()
                      .replace("  planner: shortest-path ", "  planner: cpsat         ")
-                     .replace("  max_nodes: 64 ", "  max_nodes: 9  "))
+                     .replace("  max_nodes: 64 ", "  max_nodes: 9  ")
+                     # two sub-map buffers: more parts to compile, a command of some 6 s
+                     .replace("buffers: 1}", "buffers: 2}"))
     filled = [a.format(rules=rules) for a in args]
     code, stderr, took = _interrupt(filled, 3, tmp_path)
     assert code == 130, stderr

@@ -769,9 +769,9 @@ def test_r16_wram_double_buffer(store: ModelStore, n: int) -> None:
 
 def test_r17_submap_fits_nram(store: ModelStore) -> None:
     """2 KiB of NRAM per core: the head group's whole maps (live peak 6 KiB: 1536 B per core)
-    fit one buffer but not two."""
+    fit one buffer (the default) but not two."""
     p = bounded(store.problem("chain_cnn", None, ["sram.bytes=12KiB", "nram.bytes=2KiB"]))
-    tight, loose = binds(p, with_rules(p, submap_fits_nram={"buffers": 1}), "submap_fits_nram")
+    tight, loose = binds(with_rules(p, submap_fits_nram={"buffers": 2}), p, "submap_fits_nram")
     assert group_with(tight, "conv12").layers == ("conv12",)
     head = group_with(loose, "conv12")
     assert head.mode == "small" and "fc23" in head.layers
