@@ -159,6 +159,22 @@ def test_reuse_over_batch_parts_costs_each_part_alike(tmp_path: Path) -> None:
     assert 4 * one.sram_peak_bytes == whole.sram_peak_bytes
 
 
+def test_bands_of_a_batch_part_are_refused_naming_the_group(tmp_path: Path) -> None:
+    """Bands split the columns of tiles over the whole batch; a plan asking for bands of
+    one image of two is an input error that names the group."""
+    from planner.core.errors import InputError
+
+    _, graph = _graph(tmp_path, models.chain_cnn(n=2, h=64, w=48), "chain2")
+    chip, _ = load_chip(None)
+    names = [lay.name for lay in graph.layers]
+    layers, rest = names[:5], names[5:]
+    n, h, w = anchor_extent(graph, group_io(graph, rest))
+    with pytest.raises(InputError, match="bands need tiles over the whole batch"):
+        assemble(graph, chip, [Placement.of(layers, Tile(1, 4, 12, 2), True, False, True),
+                               Placement.of(rest, Tile(n, h, w))],
+                 model={}, hardware={}, rules={}, objective=Objective.TRAFFIC, solver={})
+
+
 def test_reuse_peaks_of_batch_parts_scale_from_one_image(tmp_path: Path) -> None:
     """The tile search takes a reusing tile's peak as its images times the one-image
     tile's: the same number the grid of that tile gives on its own."""

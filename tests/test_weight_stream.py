@@ -44,6 +44,25 @@ def _big_gemm(path: Path, k: int = 4096, n: int = 4096) -> Path:
     return path
 
 
+@pytest.mark.slow  # two VGG19 solves and a batch-16 verify: a few minutes
+def test_vgg19_at_batch_16_reads_its_weights_about_once(tmp_path: Path) -> None:
+    """Issue 15's batch check on the default chip with the default rules, from the command
+    line: at batch 16 the plan moves at most 1.5x the floor and reads at most 1.2x the
+    weights batch 1 does, and it verifies (outputs, every counter, capacities)."""
+    one, many = tmp_path / "b1.json", tmp_path / "b16.json"
+    assert _fuseplan("solve", "zoo:vgg19", "-o", str(one)).returncode == 0
+    solved = _fuseplan("solve", "zoo:vgg19", "--shape", "data_0=16,3,224,224", "-o",
+                       str(many))
+    assert solved.returncode == 0, solved.stderr
+    b1, b16 = (json.loads(p.read_text())["totals"] for p in (one, many))
+    assert b16["dram_bytes"] <= 1.5 * b16["compulsory_dram_bytes"], b16
+    assert b16["weight_read_bytes"] <= 1.2 * b1["weight_read_bytes"], (b1, b16)
+    checked = _fuseplan("verify", "zoo:vgg19", str(many), "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["outputs_match"] and report["predicted_matches_emulated"]
+
+
 def test_chunks_fit_a_quarter_of_the_weight_memory(tmp_path: Path) -> None:
     """A 32 MiB Gemm on the default chip (4 x 1 MiB WRAM per cluster) is cut into chunks of
     at most 1 MiB; the pair in flight fits WRAM."""
