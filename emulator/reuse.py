@@ -128,7 +128,8 @@ class OnChip:
     """Images of the group's tensors on chip and which of their positions hold data."""
 
     graph: Graph
-    batch: tuple[int, int] | None = None  # the images this sweep runs; None: the batch
+    # per tensor, the images this sweep runs (its batch range in the sweep's tiles)
+    batches: dict[str, tuple[int, int]] = field(default_factory=dict)
     images: dict[str, np.ndarray] = field(default_factory=dict)
     valid: dict[str, np.ndarray] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)  # valid positions per tensor
@@ -140,9 +141,10 @@ class OnChip:
             self.images[t] = np.zeros(self.graph.shapes[t], np.float32)
             b, c, h, w = self.graph.dims(t)
             self.valid[t] = np.zeros((h, w), bool)
-            self.depth[t] = (self.batch[1] - self.batch[0] if self.batch else b) * c
+            n0, n1 = self.batches.get(t, (0, b))
+            self.depth[t] = (n1 - n0) * c
         r0, r1, c0, c1 = rect
-        _cut(self.images[t], rect, self.graph.layout(t), self.batch)[...] = data
+        _cut(self.images[t], rect, self.graph.layout(t), self.batches.get(t))[...] = data
         window = self.valid[t][r0:r1, c0:c1]
         self.held[t] = self.held.get(t, 0) + window.size - int(np.count_nonzero(window))
         window[...] = True
@@ -239,15 +241,17 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
     streamed = {k: s for k in range(len(io.layers))
                 if (s := streamed_step(graph, io, k)) is not None}
     dt = chip.dtype_bytes
-    batch = (anchors[0][0], anchors[0][1])
-    chip_mem = OnChip(graph, batch)
+    # each tensor's images in this sweep, as its tiles' boxes give them (a tensor whose
+    # batch is not the anchor's, as a window partition folds rows into it, spans its own)
+    batches = {t: (box[0], box[1]) for t, box in tile_regions(graph, io, anchors[0]).items()}
+    chip_mem = OnChip(graph, batches)
     end = len(io.layers)
     for i, step in enumerate(steps):
         ti = first + i
         loaded = 0
         for t in io.inputs:
             if t in step.made:
-                part = _cut(dram[t], step.made[t], graph.layout(t), batch)
+                part = _cut(dram[t], step.made[t], graph.layout(t), batches[t])
                 loaded += chip_mem.put(t, step.made[t], part) * dt
         tally.core += loaded
         prefetch = loaded if group.double_buffered else 0
@@ -261,7 +265,8 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
                     tally.core += chip_mem.depth[t] * (r[1] - r[0]) * (r[3] - r[2]) * dt
                 onchip = {t: chip_mem.region(t) for t in lay.fmap_inputs}
                 ys = tally.compute(partial(run_layer, graph, lay,
-                                           as_box(graph, lay.outputs[0], out_rect, batch),
+                                           as_box(graph, lay.outputs[0], out_rect,
+                                                  batches[lay.outputs[0]]),
                                            onchip,
                                            layers=layers), lay, weights)
                 tally.ops(lay, ys[0].size)
@@ -282,10 +287,10 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
         written = 0
         for t in io.outputs:
             if t in step.made:
-                part = _cut(chip_mem.images[t], step.made[t], graph.layout(t), batch)
+                part = _cut(chip_mem.images[t], step.made[t], graph.layout(t), batches[t])
                 if t not in dram:
                     dram[t] = np.zeros(graph.shapes[t], np.float32)
-                _cut(dram[t], step.made[t], graph.layout(t), batch)[...] = part
+                _cut(dram[t], step.made[t], graph.layout(t), batches[t])[...] = part
                 written += part.size * dt
         for t, (_, last) in spans.items():
             if last == end:

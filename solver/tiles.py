@@ -29,7 +29,7 @@ from planner.cost.objective import Objective, objective_units
 from planner.cost.weight_stream import layer_chunks
 from planner.geometry.attention import attention_heads, head_chunk_options, online_attention
 from planner.geometry.bands import band_counts, band_overflows, cluster_loads, cores_per_band
-from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid
+from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, part_images
 from planner.geometry.regions import (
     GroupChains,
     GroupIO,
@@ -223,10 +223,15 @@ class GroupSearch:
                 self.schedules[(axis, size)] = AxisSchedule(self.graph, self.io, self.chains,
                                                             axis, size)
             axes.append(self.schedules[(axis, size)])
+        # where every tensor has the anchor's batch, a tile's peaks are its images times
+        # the one-image tile's
         unit = None
-        if tile.n > 1 and all(self.graph.dims(t)[0] >= tile.n for t in self._tensors):
-            unit = self.reuse_grid(replace(tile, n=1))  # peaks scale with the images
-        self.grids[tile] = ReuseGrid(self.graph, self.io, axes[0], axes[1], tile.n, unit=unit)
+        n = anchor_extent(self.graph, self.io)[0]
+        if tile.n > 1 and all(self.graph.dims(t)[0] == n for t in self._tensors):
+            unit = self.reuse_grid(replace(tile, n=1))
+        self.grids[tile] = ReuseGrid(self.graph, self.io, axes[0], axes[1],
+                                     part_images(self.graph, self.io, tile), unit=unit,
+                                     scale=tile.n)
         return self.grids[tile]
 
     @cached_property

@@ -300,16 +300,18 @@ class ReuseGrid:
     io: GroupIO
     rows: AxisSchedule
     cols: AxisSchedule
-    images: int | None = None  # images per tile (one batch part's sweep); None: the batch
+    images: int | None = None  # images per tile when fewer than the batch; None: the batch
     peaks: dict[bool, int] = field(default_factory=dict)  # by double buffering
-    # the same grid one image deep, where every tensor spans the batch: each quantity of a
-    # peak is a plane times one-axis factors, so this grid's peaks are `images` times its
+    # the same grid one image deep, where every tensor has the anchor's batch: each
+    # quantity of a peak is a plane times one-axis factors, so this grid's peaks are
+    # `scale` (its tile's images) times the unit's
     unit: ReuseGrid | None = None
+    scale: int = 1
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile) -> ReuseGrid:
         return cls(graph, io, AxisSchedule(graph, io, chains, 1, tile.h),
-                   AxisSchedule(graph, io, chains, 2, tile.w), tile.n)
+                   AxisSchedule(graph, io, chains, 2, tile.w), part_images(graph, io, tile))
 
     @classmethod
     def bands_of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile
@@ -319,13 +321,14 @@ class ReuseGrid:
         rows = AxisSchedule(graph, io, chains, 1, tile.h)
         count = len(axis_ranges(anchor_extent(graph, io)[2], tile.w))
         return [cls(graph, io, rows, AxisSchedule(graph, io, chains, 2, tile.w, part),
-                    tile.n) for part in band_columns(count, tile.bands)]
+                    part_images(graph, io, tile)) for part in band_columns(count, tile.bands)]
 
     def plane(self, t: str) -> int:
         """Elements of t per (row, column) position of one tile: its images times the
-        channels (the first batch part, the largest, holds the most)."""
+        channels (the first batch part, the largest, holds the most); with tiles over the
+        whole batch, t's own batch (a window partition's is not the anchor's)."""
         n, c, _, _ = self.graph.dims(t)
-        return min(n, self.images or n) * c
+        return (n if self.images is None else min(n, self.images)) * c
 
     def batch_plane(self, t: str) -> int:
         """Elements of t per (row, column) position over every batch part: the whole batch
@@ -360,6 +363,12 @@ class ReuseGrid:
     def made_now(self, t: str, r: int, q: int) -> int:
         """Elements of t tile (r, q) makes."""
         return self.plane(t) * length(self.rows.made(r, t)) * length(self.cols.made(q, t))
+
+
+def part_images(graph: Graph, io: GroupIO, tile: Tile) -> int | None:
+    """Images per tile when the tile holds fewer than the batch (the tiles then sweep one
+    batch part after another), None when it holds the whole batch."""
+    return tile.n if tile.n < anchor_extent(graph, io)[0] else None
 
 
 def lifetimes(graph: Graph, io: GroupIO) -> dict[str, tuple[int, int]]:
@@ -428,10 +437,10 @@ def reuse_peak_elems(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
     grid = grid or ReuseGrid.of(graph, io, chains, tile)
     if double_buffered not in grid.peaks:  # one pass gives both: the loads only add
         unit = grid.unit
-        if unit is not None and grid.images is not None:
+        if unit is not None:
             if double_buffered not in unit.peaks:
                 unit.peaks.update(_peaks(unit))
-            grid.peaks.update({k: v * grid.images for k, v in unit.peaks.items()})
+            grid.peaks.update({k: v * grid.scale for k, v in unit.peaks.items()})
         else:
             grid.peaks.update(_peaks(grid))
     return grid.peaks[double_buffered]
