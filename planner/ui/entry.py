@@ -27,10 +27,28 @@ def main() -> None:
         run()
     except KeyboardInterrupt:  # during the imports (typer handles the rest)
         _stopped(STARTING)
+    except ImportError as exc:
+        # a compiled extension initialising when the Ctrl-C came (ortools' solver helper)
+        # reports it as a failed import whose cause is the interrupt
+        if not _interrupted(exc):
+            raise
+        _stopped(STARTING)
     except SystemExit as exc:
         if exc.code == 130 and not Interruption.reported:
             _stopped(AROUND)
         raise
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among the causes of `exc`."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _stopped(line: str) -> None:
