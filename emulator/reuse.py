@@ -123,6 +123,12 @@ def keep_policy(graph: Graph, io: GroupIO, anchors: list[Box], steps: list[Step]
     return out
 
 
+# a sweep's group inputs and outputs, per tile what it makes and reads, per tile the corners
+# of what each tensor keeps, and each tensor's first and last step (plan_tiles)
+SweepPlan = tuple[GroupIO, list[Step], list[dict[str, list[tuple[int, int]]]],
+                  dict[str, tuple[int, int]]]
+
+
 @dataclass
 class OnChip:
     """Images of the group's tensors on chip and which of their positions hold data."""
@@ -190,9 +196,7 @@ class OnChip:
 
 
 
-def plan_tiles(graph: Graph, group: Group, anchors: list[Box] | None = None
-               ) -> tuple[GroupIO, list[Step], list[dict[str, list[tuple[int, int]]]],
-                          dict[str, tuple[int, int]]]:
+def plan_tiles(graph: Graph, group: Group, anchors: list[Box] | None = None) -> SweepPlan:
     """Everything a reusing group's run (over `anchors`, by default all its tiles) needs
     before it starts."""
     io = group_io(graph, group.layers)
@@ -225,19 +229,24 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
     own), one sweep per batch part, reading and writing `dram`, counting into `tally`."""
     if anchors is None:
         anchors = list(iter_tiles(graph, group_io(graph, group.layers), group.tile))
+    parts = batch_parts(anchors)
+    # every part sweeps the same rows and columns: one schedule and retention policy
+    plan = plan_tiles(graph, group, parts[0])
     first = 0
-    for part in batch_parts(anchors):
-        _run_sweep(graph, group, chip, dram, weights, tally, part, layers, first)
+    for part in parts:
+        _run_sweep(graph, group, chip, dram, weights, tally, part, plan, layers, first)
         first += len(part)
 
 
 def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                weights: Mapping[str, np.ndarray], tally: Tally, anchors: list[Box],
+               plan: SweepPlan,
                layers: LayerCache | None, first: int) -> None:
-    """One batch part's tiles, from an empty chip; `first` is its first tile's index."""
+    """One batch part's tiles (`plan`: plan_tiles of the group's sweep), from an empty chip;
+    `first` is its first tile's index."""
     from emulator.run import run_layer  # run.py dispatches reusing groups here
 
-    io, steps, keeps, spans = plan_tiles(graph, group, anchors)
+    io, steps, keeps, spans = plan
     streamed = {k: s for k in range(len(io.layers))
                 if (s := streamed_step(graph, io, k)) is not None}
     dt = chip.dtype_bytes

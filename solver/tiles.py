@@ -17,6 +17,7 @@ from hardware.chip import Chip
 from planner.cost.model import (
     Counters,
     group_cost,
+    group_tensors,
     head_chunked_cost,
     idle_dram_cycles,
     reread_weights,
@@ -223,22 +224,20 @@ class GroupSearch:
                 self.schedules[(axis, size)] = AxisSchedule(self.graph, self.io, self.chains,
                                                             axis, size)
             axes.append(self.schedules[(axis, size)])
-        # where every tensor has the anchor's batch, a tile's peaks are its images times
-        # the one-image tile's
-        unit = None
-        n = anchor_extent(self.graph, self.io)[0]
-        if tile.n > 1 and all(self.graph.dims(t)[0] == n for t in self._tensors):
-            unit = self.reuse_grid(replace(tile, n=1))
+        # a tile's peaks are its images times the one-image tile's where every tensor has
+        # the anchor's batch
+        unit = self.reuse_grid(replace(tile, n=1)) if tile.n > 1 and self._one_batch else None
         self.grids[tile] = ReuseGrid(self.graph, self.io, axes[0], axes[1],
                                      part_images(self.graph, self.io, tile), unit=unit,
                                      scale=tile.n)
         return self.grids[tile]
 
     @cached_property
-    def _tensors(self) -> tuple[str, ...]:
-        """The group's inputs and the outputs of its layers."""
-        outs = (t for name in self.layers for t in self.graph.layer(name).outputs)
-        return (*self.io.inputs, *outs)
+    def _one_batch(self) -> bool:
+        """Whether every tensor of the group has the anchor's batch (a window partition's
+        does not)."""
+        n = anchor_extent(self.graph, self.io)[0]
+        return all(self.graph.dims(t)[0] == n for t in group_tensors(self.graph, self.io))
 
     def heights(self) -> list[int]:
         """Candidate tile heights, tallest first.
