@@ -45,6 +45,11 @@ class SearchSettings:
     # pairs, no cycles cap) and every candidate group is an interval of the layer order;
     # the plan is then proven optimal by the path (off: CP-SAT always solves)
     exact_path_first: bool = True
+    # under the traffic objective, a candidate group is tile-searched only once a shortest
+    # path over the searched costs and the other groups' floors (DRAM bytes no tile goes
+    # below) runs through it; the plan costs what searching every candidate gives (off:
+    # every candidate is searched, e.g. to time the full search)
+    prune_by_floor: bool = True
     # 2-D tiles (narrower than the map) are searched for a group that fits no full-width
     # tile at all, or whose best full-width tile is shorter than this many rows (0: only
     # the former; 2-D search multiplies the tile search's work)

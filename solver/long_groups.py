@@ -37,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from math import ceil
+from typing import Any
 
 from hardware.chip import Chip
 from planner.core.budget import Budget
@@ -179,19 +180,19 @@ def _pass_choices(search: GroupSearch) -> list[TileChoice]:
 def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                 budget: Budget | None = None,
                 memo: dict[tuple[str, ...], TileChoice | None] | None = None, jobs: int = 1,
-                whole_maps: dict[str, list[tuple[tuple[str, ...], TileChoice]]] | None = None
-                ) -> dict[tuple[str, ...], TileChoice]:
+                whole_maps: dict[str, Any] | None = None) -> dict[tuple[str, ...], TileChoice]:
     """Groups longer than ``search.max_group_layers`` (block groups and whole-map groups),
     each with its best tile choice; where both kinds cover one interval, the cheaper. Block
     groups stop being searched once the ``budget`` has passed; ``memo`` (the planners'
     interval tiles) keeps their best tiles for a second planner on the same objective; their
     searches run on up to ``jobs`` processes (solver.parallel). ``whole_maps`` keeps the
     whole-map groups (under "groups") for a second planner on the same graph and
-    objective."""
+    objective, and each start's (under "starts": a bounded path searches only some)."""
     found = dict(block_groups(graph, chip, ruleset, objective, budget, memo, jobs))
     whole_maps = {} if whole_maps is None else whole_maps
     if "groups" not in whole_maps:
-        whole_maps["groups"] = whole_map_groups(graph, chip, ruleset, objective, jobs, budget)
+        whole_maps["groups"] = whole_map_groups(graph, chip, ruleset, objective, jobs, budget,
+                                                whole_maps.setdefault("starts", {}))
     for layers, choice in whole_maps["groups"]:
         if layers not in found or _units(choice, objective, ruleset, chip) \
                 < _units(found[layers], objective, ruleset, chip):
@@ -219,30 +220,11 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
 
     A run of adjacent cuts (a residual Add, then its ReLU) ends a block group at its last
     cut and starts one after it: the layers between stay with the block they close."""
-    limit, most = ruleset.search.max_group_layers, ruleset.search.max_block_group_layers
-    if most <= limit:
-        return
-    order = [lay.name for lay in graph.layers]
-    spans: list[tuple[int, int]] = []
-    for cuts in map(set, cut_sets(graph, ruleset)):
-        last = [p for p in sorted(cuts) if p + 1 not in cuts]  # the last cut of each run
-        starts, ends = [0, *(p + 1 for p in last)], [*last, len(order) - 1]
-        spans += [(a, e + 1) for a in starts for e in ends if limit < e + 1 - a <= most
-                  and (a, e + 1) not in spans]
     # each group: the memo's tile (searched by a planner before this one) or the structure
     # its search shares
     rows: list[tuple[tuple[str, ...], TileChoice | StructureKey | None]] = []
     tasks: dict[StructureKey, Task] = {}
-    for k, (a, b) in enumerate(spans):
-        if budget is not None and budget.passed:
-            budget.cut(f"block groups: {len(spans) - k} not searched")
-            break
-        group = tuple(order[a:b])
-        if not (is_connected(graph, group) and is_convex(graph, group)):
-            continue
-        search = GroupSearch.of(graph, group, chip, ruleset)
-        if breaks_structure(search, ruleset):  # checked again: this graph's blocks
-            continue
+    for group, search in block_group_searches(graph, chip, ruleset, budget):
         if memo is not None and group in memo:
             rows.append((group, memo[group]))
         else:
@@ -266,12 +248,60 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
         budget.cut(f"block groups: {left_out} not searched")
 
 
+def block_group_searches(graph: Graph, chip: Chip, ruleset: RuleSet,
+                         budget: Budget | None = None
+                         ) -> Iterator[tuple[tuple[str, ...], GroupSearch]]:
+    """The block groups worth a search (block_groups): connected, convex, breaking no
+    structural rule; once the ``budget`` has passed, none more (the budget notes how many
+    were left)."""
+    limit, most = ruleset.search.max_group_layers, ruleset.search.max_block_group_layers
+    if most <= limit:
+        return
+    order = [lay.name for lay in graph.layers]
+    spans: list[tuple[int, int]] = []
+    for cuts in map(set, cut_sets(graph, ruleset)):
+        last = [p for p in sorted(cuts) if p + 1 not in cuts]  # the last cut of each run
+        starts, ends = [0, *(p + 1 for p in last)], [*last, len(order) - 1]
+        spans += [(a, e + 1) for a in starts for e in ends if limit < e + 1 - a <= most
+                  and (a, e + 1) not in spans]
+    for k, (a, b) in enumerate(spans):
+        if budget is not None and budget.passed:
+            budget.cut(f"block groups: {len(spans) - k} not searched")
+            return
+        group = tuple(order[a:b])
+        if not (is_connected(graph, group) and is_convex(graph, group)):
+            continue
+        search = GroupSearch.of(graph, group, chip, ruleset)
+        if not breaks_structure(search, ruleset):  # checked again: this graph's blocks
+            yield group, search
+
+
 def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
-                     jobs: int = 1, budget: Budget | None = None
+                     jobs: int = 1, budget: Budget | None = None,
+                     done: dict[Start, list[tuple[tuple[str, ...], TileChoice]]] | None = None
                      ) -> list[tuple[tuple[str, ...], TileChoice]]:
     """Whole-map groups longer than ``search.max_group_layers``, with their tile choice
     (each start's ends searched on up to ``jobs`` processes; a start not begun once the
-    ``budget`` has passed is left out)."""
+    ``budget`` has passed is left out; a start in ``done`` is not searched again)."""
+    starts = whole_map_starts(graph, chip, ruleset)
+    done = {} if done is None else done
+    todo = [s for s in starts if s not in done]
+    ctx = Context(graph, chip, ruleset, objective, False,
+                  budget.until if budget is not None else None)
+    found = map_all(ctx, start_groups, todo, jobs, [len(s.layers) for s in todo])
+    if budget is not None and None in found:
+        budget.cut(f"whole-map groups: {found.count(None)} starts not searched")
+    done.update((s, groups) for s, groups in zip(todo, found, strict=True) if groups is not None)
+    out: dict[tuple[str, ...], TileChoice] = {}
+    for start in starts:
+        for layers, choice in done.get(start, []):
+            out.setdefault(layers, choice)
+    return list(out.items())
+
+
+def whole_map_starts(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Start]:
+    """Every start of a whole-map group and its ends worth trying (none where the rules ask
+    for no such groups)."""
     if not ruleset.search.long_whole_map_groups:
         return []
     order = [lay.name for lay in graph.layers]
@@ -283,16 +313,7 @@ def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Obje
     for cuts in cut_sets(graph, ruleset):
         starts += [s for s in _starts(graph, chip, ruleset, cuts, chunkable, floor, pools)
                    if s not in starts]
-    ctx = Context(graph, chip, ruleset, objective, False,
-                  budget.until if budget is not None else None)
-    found = map_all(ctx, _start_groups, starts, jobs, [len(s.layers) for s in starts])
-    if budget is not None and None in found:
-        budget.cut(f"whole-map groups: {found.count(None)} starts not searched")
-    out: dict[tuple[str, ...], TileChoice] = {}
-    for groups in found:
-        for layers, choice in groups or []:
-            out.setdefault(layers, choice)
-    return list(out.items())
+    return starts
 
 
 def _starts(graph: Graph, chip: Chip, ruleset: RuleSet, cuts: list[int],
@@ -351,8 +372,8 @@ class Start:
     cheap: tuple[int, ...]
 
 
-def _start_groups(ctx: Context, start: Start
-                  ) -> list[tuple[tuple[str, ...], TileChoice]] | None:
+def start_groups(ctx: Context, start: Start
+                 ) -> list[tuple[tuple[str, ...], TileChoice]] | None:
     """The longest end from one start that passes the real checks: among the TRIES longest
     (what fails there, a rule on whole maps or a capacity, mostly fails for every shorter
     end too), else by bisection over the shorter ends (at most BISECTIONS more checks: the

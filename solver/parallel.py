@@ -102,16 +102,19 @@ def search(ctx: Context, task: Task) -> Found | None:
     return Found(tuple(options), group.option_choice(options[0]) if options else None)
 
 
-def search_all(ctx: Context, tasks: Sequence[Task], jobs: int = 1) -> list[Found | None]:
-    """Every task's search, in order, on up to `jobs` processes."""
-    return map_all(ctx, search, tasks, jobs, [len(t.layers) for t in tasks])
+def search_all(ctx: Context, tasks: Sequence[Task], jobs: int = 1,
+               least: int = MIN_PARALLEL) -> list[Found | None]:
+    """Every task's search, in order, on up to `jobs` processes (when there are at least
+    `least` tasks)."""
+    return map_all(ctx, search, tasks, jobs, [len(t.layers) for t in tasks], least)
 
 
 def map_all(ctx: Context, fn: Callable[[Context, T], R], items: Sequence[T], jobs: int = 1,
-            sizes: Sequence[int] | None = None) -> list[R | None]:
-    """fn(ctx, item) for every item, in order, on up to `jobs` processes (`fn` a module-level
-    function; ``sizes``: the best guess of each item's cost)."""
-    if jobs <= 1 or len(items) < MIN_PARALLEL or "fork" not in \
+            sizes: Sequence[int] | None = None, least: int = MIN_PARALLEL) -> list[R | None]:
+    """fn(ctx, item) for every item, in order, on up to `jobs` processes when there are at
+    least `least` items (`fn` a module-level function; ``sizes``: the best guess of each
+    item's cost)."""
+    if jobs <= 1 or len(items) < max(2, least) or "fork" not in \
             multiprocessing.get_all_start_methods():
         return [fn(ctx, x) for x in items]
     # without a time limit the largest items go first, one at a time, so no worker is left

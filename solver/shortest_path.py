@@ -16,6 +16,7 @@ but its own cost and its successor's saving.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import networkx as nx
@@ -23,13 +24,21 @@ import networkx as nx
 from hardware.chip import Chip
 from planner.core.budget import Budget
 from planner.core.errors import PlanningError
+from planner.cost.bounds import group_floor_bytes, interval_floors
 from planner.cost.model import prefetch_cycles, weight_bytes
 from planner.cost.objective import Objective, cycle_units, objective_units
 from planner.ir.graph import Graph
 from planner.plan.placement import Placement
 from rules.ruleset import RuleSet
+from solver.bounded_path import Edge, bounded_path
 from solver.groups import breaks_structure, is_connected
-from solver.long_groups import long_groups, searches_long_groups
+from solver.long_groups import (
+    Start,
+    block_group_searches,
+    long_groups,
+    searches_long_groups,
+    whole_map_starts,
+)
 from solver.parallel import Context, Found, Task, looked_up, search_all
 from solver.structure import StructureKey, structure_key
 from solver.tiles import GroupSearch, Option, TileChoice
@@ -59,7 +68,8 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                          memo: dict[tuple[str, ...], TileChoice | None] | None = None,
                          options_memo: dict[tuple[str, ...], list[Option]] | None = None,
                          budget: Budget | None = None, jobs: int = 1,
-                         whole_maps: dict[str, Any] | None = None) -> list[Placement]:
+                         whole_maps: dict[str, Any] | None = None,
+                         bounded: set[tuple[str, ...]] | None = None) -> list[Placement]:
     """Best grouping into intervals of the topological order.
 
     ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
@@ -72,7 +82,12 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     tile search. Once the ``budget`` has passed, only single layers are searched (every plan
     needs them), by seed 000's quick search where it finds a tile, and the budget notes what
     was left out. The searches run on up to ``jobs`` processes (solver.parallel);
-    ``whole_maps`` keeps the whole-map groups for CP-SAT (solver.long_groups)."""
+    ``whole_maps`` keeps the whole-map groups for CP-SAT (solver.long_groups).
+
+    Under the traffic objective (and search.prune_by_floor) a candidate is searched only
+    once a path over floors runs through it (solver.bounded_path); ``bounded`` collects
+    those never searched, whose floors could not beat the plan (CP-SAT's proof counts them
+    as weighed)."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -80,6 +95,9 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     coef = cycle_units(objective, ruleset.objective, chip)
     options: dict[tuple[int, int], list[Option]] = {}
     timed = bool(coef) or (options_memo is not None and objective.timed)
+    if objective is Objective.TRAFFIC and not timed and ruleset.search.prune_by_floor:
+        return _bounded_groups(graph, chip, ruleset, objective, memo, budget, jobs,
+                               whole_maps, bounded)
     # shortest first: every plan needs the single layers, and a budget that runs out leaves
     # short groups all along the network rather than long ones at its start
     spans = [(i, i + n) for n in range(1, limit + 1) for i in range(len(order) - n + 1)]
@@ -161,6 +179,108 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
         return [choice[a, b].placement(tuple(order[a:b]))
                 for a, b in zip(path, path[1:], strict=False)]
     return _with_prefetch(graph, chip, ruleset, objective, order, options)
+
+
+def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+                    memo: dict[tuple[str, ...], TileChoice | None] | None,
+                    budget: Budget | None, jobs: int, whole_maps: dict[str, Any] | None,
+                    bounded: set[tuple[str, ...]] | None) -> list[Placement]:
+    """shortest_path_groups over floors (solver.bounded_path): the same candidates (intervals
+    up to search.max_group_layers, block groups, whole-map groups), each searched only once
+    the path reaches it."""
+    order = [lay.name for lay in graph.layers]
+    limit = ruleset.search.max_group_layers
+    edges: list[Edge] = []
+    skipped = 0
+    for n in range(1, limit + 1):
+        for i in range(len(order) - n + 1):
+            layers = tuple(order[i:i + n])
+            if n > 1 and not is_connected(graph, layers):
+                continue
+            cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
+            if cached is None and n > 1:
+                continue
+            if n > 1 and budget is not None and budget.passed \
+                    and not isinstance(cached, TileChoice):
+                skipped += 1
+                continue
+            search = GroupSearch.of(graph, layers, chip, ruleset)
+            if breaks_structure(search, ruleset):
+                if memo is not None:
+                    memo[layers] = None
+                continue
+            edges.append(_edge(graph, chip, i, search, cached))
+    if budget is not None and budget.passed:
+        if searches_long_groups(ruleset):
+            budget.cut("groups past search.max_group_layers not searched")
+    else:
+        for layers, search in block_group_searches(graph, chip, ruleset, budget):
+            cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
+            if cached is not None:
+                edges.append(_edge(graph, chip, graph.index(layers[0]), search, cached))
+        whole_maps = {} if whole_maps is None else whole_maps
+        done = whole_maps.setdefault("starts", {})
+        for start in whole_map_starts(graph, chip, ruleset):
+            edges += _whole_map_edges(graph, chip, start, whole_maps.get("groups",
+                                                                     done.get(start)))
+
+    def units(c: TileChoice) -> int:
+        return objective_units(c.cost, objective, ruleset.objective, chip)
+
+    def searched(e: Edge) -> None:
+        if e.choice is None and e.required:
+            raise infeasible_layer_error(graph, chip, ruleset, e.layers[0])
+        if memo is not None:
+            memo[e.layers] = e.choice
+
+    ctx = Context(graph, chip, ruleset, objective, False,
+                  budget.until if budget is not None else None)
+    outcome = bounded_path(ctx, edges, len(order), units, jobs, searched,
+                           lambda start, groups: done.__setitem__(start, groups))
+    if bounded is not None:
+        bounded.update(e.layers for e in edges if not e.searched)
+    if budget is not None and (skipped or outcome.left_out):
+        budget.cut(f"tile search: {skipped + outcome.left_out} candidate groups not searched")
+    quick = sum(e.quick for e in edges if e.required)
+    if quick and budget is not None:
+        budget.cut(f"tile search: {quick} single layers tiled by the quick "
+                   f"{ruleset.search.tile_search} search")
+    # the path over the searched groups alone costs what the bounded path does (every other
+    # path costs at least its floors); as the full search, ties go to the first path
+    best: dict[tuple[int, int], TileChoice] = {}
+    for e in edges:
+        if e.searched and e.choice is not None and ((e.start, e.end) not in best or units(
+                e.choice) < units(best[e.start, e.end])):
+            best[e.start, e.end] = e.choice
+    dag = nx.DiGraph()
+    for i, j in sorted(best):
+        dag.add_edge(i, j, weight=units(best[i, j]))
+    path = nx.shortest_path(dag, 0, len(order), weight="weight")
+    return [best[a, b].placement(tuple(order[a:b])) for a, b in zip(path, path[1:], strict=False)]
+
+
+def _whole_map_edges(graph: Graph, chip: Chip, start: Start,
+                     found: Sequence[tuple[tuple[str, ...], TileChoice]] | None
+                     ) -> list[Edge]:
+    """A whole-map start's groups: those found (its search done), else every end it may
+    keep, each at its floor."""
+    i = graph.index(start.layers[0])
+    if found is not None:
+        return [Edge(i, i + len(layers), layers, None, 0, choice, True)
+                for layers, choice in found if layers[0] == start.layers[0]]
+    floors = interval_floors(graph, chip, i, [i + e for e in start.ends])
+    return [Edge(i, i + e + 1, start.layers[:e + 1], None, floor, whole=start)
+            for e, floor in zip(start.ends, floors, strict=True)]
+
+
+def _edge(graph: Graph, chip: Chip, start: int, search: GroupSearch,
+          cached: TileChoice | None | object) -> Edge:
+    """A candidate's edge: searched already where the memo has its tile, else its floor."""
+    edge = Edge(start, start + len(search.layers), search.layers, search.io,
+                group_floor_bytes(graph, search.io, search.chains, chip))
+    if isinstance(cached, TileChoice):
+        edge.choice, edge.searched = cached, True
+    return edge
 
 
 def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,

@@ -126,7 +126,7 @@ def test_a_whole_map_start_whose_longest_ends_fail_bisects_the_shorter(
     ends = tuple(range(1, 41))
     start = long_groups.Start(layers, ends, tuple(sorted(ends, key=lambda e: -e)))
     ctx = Context(None, None, None, Objective.TRAFFIC, False, None)  # type: ignore[arg-type]
-    found = long_groups._start_groups(ctx, start)
+    found = long_groups.start_groups(ctx, start)
     assert found is not None and found
     longest = len(found[0][0]) - 1
     assert longest <= passing and longest > passing // 2
@@ -134,7 +134,7 @@ def test_a_whole_map_start_whose_longest_ends_fail_bisects_the_shorter(
     assert all(len(g) - 1 < longest for g, _ in found[1:])
     checked.clear()
     passing = 0
-    assert long_groups._start_groups(ctx, start) == []
+    assert long_groups.start_groups(ctx, start) == []
     assert len(checked) == long_groups.TRIES + long_groups.BISECTIONS
 
 
@@ -160,7 +160,7 @@ def test_a_start_whose_longest_group_rereads_weights_also_keeps_the_longest_resi
     ends = tuple(range(1, 41))
     start = long_groups.Start(layers, ends, ())
     ctx = Context(None, None, None, Objective.TRAFFIC, False, None)  # type: ignore[arg-type]
-    found = long_groups._start_groups(ctx, start)
+    found = long_groups.start_groups(ctx, start)
     assert found is not None
     lengths = [len(g) - 1 for g, _ in found]
     assert lengths[0] == 40 and resident_up_to in lengths

@@ -214,15 +214,16 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
         memo = {} if memo is None else memo  # each interval's best tile, computed once
         options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
         whole_maps: dict[str, Any] = {}  # whole-map groups, found once for both planners
+        bounded: set[tuple[str, ...]] = set()  # weighed by their floors, never searched
         path = shortest_path_groups(g, chip, rs, objective, memo, options, budget, jobs,
-                                    whole_maps)
+                                    whole_maps, bounded)
         # + trade-off fronts (capped solves)
-        cache[objective] = (memo, options, path, {}, whole_maps)
-    memo, options, path, trade_offs, whole_maps = cache[objective]
+        cache[objective] = (memo, options, path, {}, whole_maps, bounded)
+    memo, options, path, trade_offs, whole_maps, bounded = cache[objective]
     hint = path if warm is None else warm
     if rs.search.exact_path_first and warm is None and cycles_cap is None and path \
             and not cycle_units(objective, rs.objective, chip) \
-            and intervals_only(g, rs, [p.layers for p in path], searched=memo):
+            and intervals_only(g, rs, [p.layers for p in path], searched=memo.keys() | bounded):
         proof = ("shortest-path: costs add up and every candidate group is an interval of "
                  "the layer order")
         # buffering as CP-SAT picks it (the bytes do not depend on it)

@@ -1,0 +1,84 @@
+"""A group's traffic floor: DRAM bytes no tile choice of the group goes below.
+
+Whatever the tile, the weight residency, the buffering, halo reuse, passes or hidden
+chunks, a group stores each output element at least once, reads each weight at least once,
+and loads every element of an input that some tile's box holds at least once. Every tile's
+box along an axis contains the boxes of its one-index sub-ranges (a box is one interval
+from the lowest index any anchor index of the tile needs to the highest), so the union of
+the one-index boxes is in every plan's loads; it is smaller than the whole input where a
+strided layer skips indices (a 1x1 conv of stride 2 never reads the odd rows).
+
+The planners use the floor to skip tile searches (solver.bounded_path): a candidate group
+whose floor cannot beat a plan already priced is never searched. tests/test_bounds.py
+checks the floor against the searched cost of every candidate of real networks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from hardware.chip import Chip
+from planner.cost.model import weight_bytes
+from planner.geometry.halo_reuse import lifetimes
+from planner.geometry.regions import AxisChain, GroupChains, GroupIO, anchor_extent, group_io
+from planner.ir.graph import Graph
+
+
+def axis_union(chain: AxisChain | None, extent: int) -> int:
+    """Indices of a tensor's axis in the union of its boxes over every one-index anchor
+    range [y, y + 1), y < extent (0 where the axis has no closed form: no claim)."""
+    if chain is None:
+        return 0
+    if chain.s == 0:
+        return chain.u
+    y = np.arange(extent, dtype=np.int64)
+    lo = np.maximum(0, chain.s * y - chain.p)
+    hi = np.minimum(chain.u, chain.s * y + chain.e)
+    # boxes ascend: each adds what lies past the highest end before it
+    reached = np.concatenate(([0], np.maximum.accumulate(hi)[:-1]))
+    return int(np.maximum(0, hi - np.maximum(lo, reached)).sum())
+
+
+def group_floor_bytes(graph: Graph, io: GroupIO, chains: GroupChains, chip: Chip) -> int:
+    """DRAM bytes every tile choice of the group moves at least: its outputs stored once,
+    its weights read once, and each input's elements that the union of one-index boxes
+    holds (see the module docstring) loaded once."""
+    n, h, w = anchor_extent(graph, io)
+    loaded = 0
+    for t in io.inputs:
+        axes = chains.chains.get(t)
+        if axes is None:
+            continue
+        loaded += (axis_union(axes[0], n) * graph.dims(t)[1] * axis_union(axes[1], h)
+                   * axis_union(axes[2], w))
+    stored = sum(graph.elems(t) for t in io.outputs)
+    return (loaded + stored) * chip.dtype_bytes + weight_bytes(graph, io.weights, chip)
+
+
+def interval_floors(graph: Graph, chip: Chip, start: int, ends: Sequence[int]) -> list[int]:
+    """Floors of the groups of the layer order from position `start` through each end in
+    `ends` (inclusive), without the walk group_floor_bytes takes: outputs stored once and
+    weights read once, inputs not counted (long groups: hundreds of ends over a deep
+    network, each bound in microseconds)."""
+    order = [lay.name for lay in graph.layers]
+    spans = lifetimes(graph, group_io(graph, order))
+    names = [t for t in spans if t in graph.shapes]
+    born = np.array([spans[t][0] for t in names], np.int64)
+    last = np.array([spans[t][1] for t in names], np.int64)
+    size = np.array([graph.elems(t) for t in names], np.int64) * chip.dtype_bytes
+    weights: set[str] = set()
+    held = 0  # weight bytes of start..p
+    out = []
+    p = start
+    for e in sorted(ends):
+        while p <= e:
+            new = set(graph.layer(order[p]).weights) - weights
+            held += weight_bytes(graph, new, chip)
+            weights |= new
+            p += 1
+        stored = (born >= start) & (born <= e) & (last > e)
+        out.append(held + int(size[stored].sum()))
+    by_end = dict(zip(sorted(ends), out, strict=True))
+    return [by_end[e] for e in ends]

@@ -1,0 +1,178 @@
+"""The shortest path over candidate groups, searching only the groups it could use.
+
+Every candidate group has a floor (planner.cost.bounds.group_floor_bytes): DRAM bytes none
+of its tile choices goes below. The path runs over the searched costs of the groups searched
+so far and the floors of the rest; the unsearched groups on it are searched (repeated blocks
+share one search, solver.structure; several run on up to ``jobs`` processes) and the path
+runs again, until every group on it has been searched. That path is optimal: any other path
+costs at least the sum of its floors and searched costs, which is no less than this one's
+(a lazy shortest path, as in Dellin and Srinivasa's LazySP). Most candidates of a deep
+network never reach a path whose floors could beat a priced plan, so they are never
+searched; the plan is the one the full search finds, or one of the same cost.
+
+Floors are in DRAM bytes, so the traffic objective alone prunes this way; other objectives
+search every candidate (solver.shortest_path).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from planner.core.errors import PlanningError
+from planner.geometry.regions import GroupIO
+from solver.long_groups import Start, start_groups
+from solver.parallel import Context, Found, Task, map_all, search_all
+from solver.structure import StructureKey, structure_key
+from solver.tiles import TileChoice
+
+Groups = list[tuple[tuple[str, ...], TileChoice]]
+
+
+@dataclass
+class Edge:
+    """One candidate group as an edge between two positions of the layer order."""
+
+    start: int
+    end: int
+    layers: tuple[str, ...]
+    io: GroupIO | None  # None: a group searched already (its structure is not needed)
+    floor: int  # objective units no tile choice of the group goes below
+    choice: TileChoice | None = None  # once searched: the best tile (None: none passes)
+    searched: bool = False
+    quick: bool = False  # tiled by the quick search, past the time limit
+    # a whole-map group not tried yet: its start's search (solver.long_groups.start_groups)
+    # tries several ends at once, and the ends it keeps are the start's only groups
+    whole: Start | None = None
+
+    @property
+    def required(self) -> bool:
+        """A single layer: searched (quickly) even past the time limit."""
+        return len(self.layers) == 1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The path's edges (all searched), and how many candidates the time limit left out
+    (unsearched ones that might have beaten it)."""
+
+    path: list[Edge]
+    left_out: int
+
+
+def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
+                 units: Callable[[TileChoice], int], jobs: int = 1,
+                 searched: Callable[[Edge], None] = lambda e: None,
+                 tried: Callable[[Start, Groups], None] = lambda s, g: None) -> Outcome:
+    """The cheapest path from position 0 to `end`, searching unsearched edges only as they
+    come onto it (see the module docstring). ``searched`` is called on each tile-searched
+    edge once its search is done (the caller keeps its memo and raises for a layer that
+    fits no tile), ``tried`` on each whole-map start with the groups it found. Past the
+    context's time limit the unsearched groups of several layers are left out."""
+    live = [e for e in edges if not e.searched or e.choice is not None]
+    shared: dict[StructureKey, Found | None] = {}
+    left_out = 0
+    while True:
+        if ctx.until is not None and time.perf_counter() >= ctx.until:
+            dropped = [e for e in live if not e.searched and not e.required]
+            left_out += len(dropped)
+            live = [e for e in live if e.searched or e.required]
+        path = _cheapest(live, end, units)
+        if path is None:
+            raise PlanningError("no grouping of the layers passes the rules and fits the chip")
+        if not any(not e.searched for e in path):
+            return Outcome(path, left_out)
+        starts = list(dict.fromkeys(e.whole for e in path if e.whole is not None))
+        if starts:
+            found_groups = map_all(ctx, start_groups, starts, jobs,
+                                   [len(s.layers) for s in starts], least=2)
+            by_start = dict(zip(starts, found_groups, strict=True))
+            for start, groups in by_start.items():
+                if groups is not None:
+                    tried(start, groups)
+            kept: list[Edge] = []
+            for e in live:
+                if e.whole is None or e.whole not in by_start:
+                    kept.append(e)
+                    continue
+                groups = by_start[e.whole]
+                choice = dict(groups).get(e.layers) if groups is not None else None
+                if groups is None:  # past the time limit: not searched
+                    left_out += 1
+                elif choice is not None:
+                    e.choice, e.searched, e.whole = choice, True, None
+                    kept.append(e)
+                    _check_floor(e, units, live)
+            live = kept
+        pending = [e for e in path if not e.searched and e.whole is None]
+        keys = [_key(ctx, e) for e in pending]
+        tasks: dict[StructureKey, Task] = {}
+        for e, key in zip(pending, keys, strict=True):
+            if key not in shared:
+                tasks.setdefault(key, Task(e.layers, required=e.required))
+        # a round's searches are few and long: a pool pays off from two of them
+        shared.update(zip(tasks, search_all(ctx, list(tasks.values()), jobs, least=2),
+                          strict=True))
+        gone: set[int] = set()
+        for e, key in zip(pending, keys, strict=True):
+            found = shared[key]
+            if found is None:  # past the time limit: not searched
+                left_out += 1
+                gone.add(id(e))
+                continue
+            e.choice, e.searched, e.quick = found.best, True, found.quick
+            searched(e)
+            if e.choice is None:
+                gone.add(id(e))
+            else:
+                _check_floor(e, units, live)
+        live = [e for e in live if id(e) not in gone]
+
+
+def _check_floor(e: Edge, units: Callable[[TileChoice], int], live: Sequence[Edge]) -> None:
+    """A floor above a searched cost is a bug of the floor: then every edge is searched
+    before the path may use it, rather than trust the other floors."""
+    assert e.choice is not None
+    if units(e.choice) < e.floor:
+        for other in live:
+            other.floor = 0
+
+
+def _key(ctx: Context, e: Edge) -> StructureKey:
+    """The structure an unsearched edge's search shares (it has its io)."""
+    assert e.io is not None
+    return structure_key(ctx.graph, e.io)
+
+
+def _cheapest(edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int]
+              ) -> list[Edge] | None:
+    """The cheapest path 0 -> end over the edges (positions only increase along an edge),
+    each weighing its searched cost or, unsearched, its floor; ties: the fewest unsearched
+    edges, then the first edge in the order given."""
+    into: dict[int, list[Edge]] = {}
+    for e in edges:
+        into.setdefault(e.end, []).append(e)
+    best: dict[int, tuple[int, int, Edge | None]] = {0: (0, 0, None)}
+    for j in range(1, end + 1):
+        here = None
+        for e in into.get(j, ()):
+            if e.start not in best:
+                continue
+            cost, unknown, _ = best[e.start]
+            weight = units(e.choice) if e.searched and e.choice is not None else e.floor
+            cand = (cost + weight, unknown + (not e.searched), e)
+            if here is None or cand[:2] < here[:2]:
+                here = cand
+        if here is not None:
+            best[j] = here
+    if end not in best:
+        return None
+    path: list[Edge] = []
+    at = end
+    while at:
+        last = best[at][2]
+        assert last is not None
+        path.append(last)
+        at = last.start
+    return path[::-1]
