@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from math import ceil
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-from ortools.sat.python import cp_model
-from ortools.sat.python.cp_model import Constraint, IntVar, LinearExpr
-from ortools.sat.python.cp_model_helper import Literal
+if TYPE_CHECKING:  # ortools (and the pandas it loads) only once a model is built
+    from ortools.sat.python.cp_model import Constraint, IntVar, LinearExpr
+    from ortools.sat.python.cp_model_helper import Literal
 
 from hardware.chip import Chip
 from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
@@ -45,7 +45,8 @@ from planner.geometry.regions import (
 from planner.ir.graph import Graph
 from rules.facts import GroupFacts, channels
 
-Expr = LinearExpr | int  # a quantity: fixed by the tile, or linear in the model's variables
+# a quantity: fixed by the tile, or linear in the model's variables
+Expr: TypeAlias = "LinearExpr | int"
 
 
 class Pinned(Protocol):
@@ -152,6 +153,8 @@ class Encoding:
     def __init__(self, graph: Graph, chip: Chip) -> None:
         self.graph = graph
         self.chip = chip
+        from ortools.sat.python import cp_model
+
         self.model = cp_model.CpModel()
         self.candidates: list[Candidate] = []
         # each enabled rule's literal by its key (solver.cpsat.build_model): a rule gates its

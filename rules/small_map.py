@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import ceil
+from typing import TYPE_CHECKING
 
-from ortools.sat.python.cp_model import IntVar
+if TYPE_CHECKING:
+    from ortools.sat.python.cp_model import IntVar
 
 from rules.base import GroupFacts, Rule, Violation, rule
 from rules.encoding import Candidate, Encoding, Expr

@@ -45,6 +45,10 @@ class Edge:
     # a whole-map group not tried yet: its start's search (solver.long_groups.start_groups)
     # tries several ends at once, and the ends it keeps are the start's only groups
     whole: Start | None = None
+    # False: only its cheap floor is known (planner.cost.bounds.IntervalFloors); whether it
+    # is a candidate at all (connected, no structural rule broken) and its full floor are
+    # looked at once a path reaches it
+    refined: bool = True
 
     @property
     def required(self) -> bool:
@@ -64,12 +68,15 @@ class Outcome:
 def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
                  units: Callable[[TileChoice], int], jobs: int = 1,
                  searched: Callable[[Edge], None] = lambda e: None,
-                 tried: Callable[[Start, Groups], None] = lambda s, g: None) -> Outcome:
+                 tried: Callable[[Start, Groups], None] = lambda s, g: None,
+                 refine: Callable[[Edge], bool] = lambda e: True) -> Outcome:
     """The cheapest path from position 0 to `end`, searching unsearched edges only as they
-    come onto it (see the module docstring). ``searched`` is called on each tile-searched
-    edge once its search is done (the caller keeps its memo and raises for a layer that
-    fits no tile), ``tried`` on each whole-map start with the groups it found. Past the
-    context's time limit the unsearched groups of several layers are left out."""
+    come onto it (see the module docstring). ``refine`` is called on each unrefined edge
+    the path reaches (it sets the edge's io and full floor, False: no candidate after
+    all), ``searched`` on each tile-searched edge once its search is done (the caller keeps
+    its memo and raises for a layer that fits no tile), ``tried`` on each whole-map start
+    with the groups it found. Past the context's time limit the unsearched groups of
+    several layers are left out."""
     live = [e for e in edges if not e.searched or e.choice is not None]
     shared: dict[StructureKey, Found | None] = {}
     left_out = 0
@@ -81,6 +88,16 @@ def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
         path = _cheapest(live, end, units)
         if path is None:
             raise PlanningError("no grouping of the layers passes the rules and fits the chip")
+        raw = [e for e in path if not e.refined]
+        if raw:  # the path again once these are known better: no search yet
+            dropped_ids = set()
+            for e in raw:
+                e.refined = True
+                if not refine(e):
+                    e.choice = None  # no candidate: never on a path, its memo tile neither
+                    dropped_ids.add(id(e))
+            live = [e for e in live if id(e) not in dropped_ids]
+            continue
         if not any(not e.searched for e in path):
             return Outcome(path, left_out)
         starts = list(dict.fromkeys(e.whole for e in path if e.whole is not None))

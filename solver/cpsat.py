@@ -18,9 +18,11 @@ import threading
 import time
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ortools.sat.python import cp_model, cp_model_helper
+if TYPE_CHECKING:  # ortools (and the pandas it loads) only once CP-SAT runs
+    from ortools.sat.python import cp_model
+
 
 from hardware.chip import Chip
 from planner.core.budget import Budget
@@ -278,6 +280,8 @@ def _upper(expr: Any) -> int:
     never sees a sum that could overflow 64 bits (MODEL_INVALID)."""
     if isinstance(expr, int):
         return expr
+    from ortools.sat.python import cp_model_helper
+
     flat = cp_model_helper.FlatIntExpr(expr)
     total = int(flat.offset)
     for v, c in zip(flat.vars, flat.coeffs, strict=True):
@@ -601,6 +605,8 @@ def _complete_hint(enc: Encoding, seconds: float, seed: int) -> None:
     variables fixed (the rest, prefetch pairs included, mostly follows by propagation) and
     hint every variable with that solution. From a partial hint the search may wander off
     the warm plan; from a whole one it starts there."""
+    from ortools.sat.python import cp_model
+
     probe = cp_model.CpSolver()
     probe.parameters.fix_variables_to_their_hinted_value = True
     probe.parameters.max_time_in_seconds = seconds
@@ -679,6 +685,8 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     the solve stops in time for the plan to be assembled (reserve_s); ``jobs``: processes
     the tile searches run on (solver.parallel); ``whole_maps``: the whole-map groups the
     shortest path found on this graph and objective (solver.long_groups)."""
+    from ortools.sat.python import cp_model
+
     started = time.perf_counter()
     budget = Budget() if budget is None else budget
     unsearched = 0

@@ -24,7 +24,7 @@ import networkx as nx
 from hardware.chip import Chip
 from planner.core.budget import Budget
 from planner.core.errors import PlanningError
-from planner.cost.bounds import group_floor_bytes, interval_floors
+from planner.cost.bounds import IntervalFloors, group_floor_bytes
 from planner.cost.model import prefetch_cycles, weight_bytes
 from planner.cost.objective import Objective, cycle_units, objective_units
 from planner.ir.graph import Graph
@@ -190,26 +190,27 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     the path reaches it."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
+    floors = IntervalFloors.of(graph, chip)
     edges: list[Edge] = []
     skipped = 0
-    for n in range(1, limit + 1):
-        for i in range(len(order) - n + 1):
-            layers = tuple(order[i:i + n])
-            if n > 1 and not is_connected(graph, layers):
-                continue
+    whole_maps = {} if whole_maps is None else whole_maps
+    done = whole_maps.setdefault("starts", {})  # each whole-map start's groups, once tried
+    for i in range(len(order)):
+        ends = list(range(i + 1, min(len(order), i + limit) + 1))
+        for j, floor in zip(ends, floors.floors(i, [j - 1 for j in ends]), strict=True):
+            layers = tuple(order[i:j])
             cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
-            if cached is None and n > 1:
+            if cached is None and j - i > 1:
                 continue
-            if n > 1 and budget is not None and budget.passed \
+            if j - i > 1 and budget is not None and budget.passed \
                     and not isinstance(cached, TileChoice):
                 skipped += 1
                 continue
-            search = GroupSearch.of(graph, layers, chip, ruleset)
-            if breaks_structure(search, ruleset):
-                if memo is not None:
-                    memo[layers] = None
-                continue
-            edges.append(_edge(graph, chip, i, search, cached))
+            # connectivity, structural rules and the full floor wait for a path to reach it
+            edge = Edge(i, j, layers, None, floor, refined=False)
+            if isinstance(cached, TileChoice):
+                edge.choice, edge.searched = cached, True
+            edges.append(edge)
     if budget is not None and budget.passed:
         if searches_long_groups(ruleset):
             budget.cut("groups past search.max_group_layers not searched")
@@ -218,25 +219,37 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
             cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
             if cached is not None:
                 edges.append(_edge(graph, chip, graph.index(layers[0]), search, cached))
-        whole_maps = {} if whole_maps is None else whole_maps
-        done = whole_maps.setdefault("starts", {})
         for start in whole_map_starts(graph, chip, ruleset):
-            edges += _whole_map_edges(graph, chip, start, whole_maps.get("groups",
-                                                                     done.get(start)))
+            edges += _whole_map_edges(graph, floors, start,
+                                      whole_maps.get("groups", done.get(start)))
 
     def units(c: TileChoice) -> int:
         return objective_units(c.cost, objective, ruleset.objective, chip)
 
+    def refine(e: Edge) -> bool:
+        if len(e.layers) > 1 and not is_connected(graph, e.layers):
+            return False
+        search = GroupSearch.of(graph, e.layers, chip, ruleset)
+        if breaks_structure(search, ruleset):
+            if memo is not None:
+                memo[e.layers] = None
+            return False
+        e.io = search.io
+        e.floor = max(e.floor, group_floor_bytes(graph, search.io, search.chains, chip))
+        return True
+
     def searched(e: Edge) -> None:
-        if e.choice is None and e.required:
-            raise infeasible_layer_error(graph, chip, ruleset, e.layers[0])
+        if e.choice is None and e.required:  # no plan: name the first layer that fits nowhere
+            raise infeasible_layer_error(graph, chip, ruleset,
+                                         _first_misfit(graph, chip, ruleset, objective,
+                                                       order[:e.start + 1]))
         if memo is not None:
             memo[e.layers] = e.choice
 
     ctx = Context(graph, chip, ruleset, objective, False,
                   budget.until if budget is not None else None)
     outcome = bounded_path(ctx, edges, len(order), units, jobs, searched,
-                           lambda start, groups: done.__setitem__(start, groups))
+                           lambda start, groups: done.__setitem__(start, groups), refine)
     if bounded is not None:
         bounded.update(e.layers for e in edges if not e.searched)
     if budget is not None and (skipped or outcome.left_out):
@@ -249,7 +262,8 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     # path costs at least its floors); as the full search, ties go to the first path
     best: dict[tuple[int, int], TileChoice] = {}
     for e in edges:
-        if e.searched and e.choice is not None and ((e.start, e.end) not in best or units(
+        if e.searched and e.refined and e.choice is not None and (
+                (e.start, e.end) not in best or units(
                 e.choice) < units(best[e.start, e.end])):
             best[e.start, e.end] = e.choice
     dag = nx.DiGraph()
@@ -259,7 +273,21 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     return [best[a, b].placement(tuple(order[a:b])) for a, b in zip(path, path[1:], strict=False)]
 
 
-def _whole_map_edges(graph: Graph, chip: Chip, start: Start,
+def _first_misfit(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+                  names: Sequence[str]) -> str:
+    """The first of these layers that fits the chip alone at no tile (the last one does)."""
+    seen: dict[StructureKey, bool] = {}
+    for name in names[:-1]:
+        search = GroupSearch.of(graph, (name,), chip, ruleset)
+        key = structure_key(graph, search.io)
+        if key not in seen:
+            seen[key] = search.best(objective) is None
+        if seen[key]:
+            return name
+    return names[-1]
+
+
+def _whole_map_edges(graph: Graph, floors: IntervalFloors, start: Start,
                      found: Sequence[tuple[tuple[str, ...], TileChoice]] | None
                      ) -> list[Edge]:
     """A whole-map start's groups: those found (its search done), else every end it may
@@ -268,9 +296,9 @@ def _whole_map_edges(graph: Graph, chip: Chip, start: Start,
     if found is not None:
         return [Edge(i, i + len(layers), layers, None, 0, choice, True)
                 for layers, choice in found if layers[0] == start.layers[0]]
-    floors = interval_floors(graph, chip, i, [i + e for e in start.ends])
     return [Edge(i, i + e + 1, start.layers[:e + 1], None, floor, whole=start)
-            for e, floor in zip(start.ends, floors, strict=True)]
+            for e, floor in zip(start.ends, floors.floors(i, [i + e for e in start.ends]),
+                                strict=True)]
 
 
 def _edge(graph: Graph, chip: Chip, start: int, search: GroupSearch,

@@ -16,6 +16,7 @@ checks the floor against the searched cost of every candidate of real networks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,28 +58,47 @@ def group_floor_bytes(graph: Graph, io: GroupIO, chains: GroupChains, chip: Chip
     return (loaded + stored) * chip.dtype_bytes + weight_bytes(graph, io.weights, chip)
 
 
-def interval_floors(graph: Graph, chip: Chip, start: int, ends: Sequence[int]) -> list[int]:
-    """Floors of the groups of the layer order from position `start` through each end in
-    `ends` (inclusive), without the walk group_floor_bytes takes: outputs stored once and
-    weights read once, inputs not counted (long groups: hundreds of ends over a deep
-    network, each bound in microseconds)."""
-    order = [lay.name for lay in graph.layers]
-    spans = lifetimes(graph, group_io(graph, order))
-    names = [t for t in spans if t in graph.shapes]
-    born = np.array([spans[t][0] for t in names], np.int64)
-    last = np.array([spans[t][1] for t in names], np.int64)
-    size = np.array([graph.elems(t) for t in names], np.int64) * chip.dtype_bytes
-    weights: set[str] = set()
-    held = 0  # weight bytes of start..p
-    out = []
-    p = start
-    for e in sorted(ends):
-        while p <= e:
-            new = set(graph.layer(order[p]).weights) - weights
-            held += weight_bytes(graph, new, chip)
-            weights |= new
-            p += 1
-        stored = (born >= start) & (born <= e) & (last > e)
-        out.append(held + int(size[stored].sum()))
-    by_end = dict(zip(sorted(ends), out, strict=True))
-    return [by_end[e] for e in ends]
+@dataclass(frozen=True)
+class IntervalFloors:
+    """Floors of intervals of the layer order without the walk group_floor_bytes takes:
+    outputs stored once and weights read once, inputs not counted. Thousands of intervals
+    (every candidate of a deep network, whole-map groups of hundreds of layers) are bound
+    in milliseconds, before any of them is looked at closely."""
+
+    born: np.ndarray  # per tensor: the position of the layer that makes it (-1: an input)
+    last: np.ndarray  # the position of its last use (past the end: a model output)
+    size: np.ndarray  # its bytes
+    weights: tuple[tuple[str, ...], ...]  # per position: the layer's weight tensors
+    graph: Graph
+    chip: Chip
+
+    @classmethod
+    def of(cls, graph: Graph, chip: Chip) -> IntervalFloors:
+        order = [lay.name for lay in graph.layers]
+        spans = lifetimes(graph, group_io(graph, order))
+        names = [t for t in spans if t in graph.shapes]
+        return cls(np.array([spans[t][0] for t in names], np.int64),
+                   np.array([spans[t][1] for t in names], np.int64),
+                   np.array([graph.elems(t) for t in names], np.int64) * chip.dtype_bytes,
+                   tuple(tuple(lay.weights) for lay in graph.layers), graph, chip)
+
+    def floors(self, start: int, ends: Sequence[int]) -> list[int]:
+        """The floor of the group from position `start` through each end (inclusive)."""
+        if not ends:
+            return []
+        ordered = sorted(set(ends))
+        ends_at = np.array(ordered, np.int64)
+        made = (self.born >= start)[None, :] & (self.born[None, :] <= ends_at[:, None])
+        stored = (made & (self.last[None, :] > ends_at[:, None])) @ self.size
+        held, at = 0, start
+        seen: set[str] = set()
+        weights = []
+        for e in ordered:
+            for p in range(at, e + 1):
+                new = set(self.weights[p]) - seen
+                held += weight_bytes(self.graph, new, self.chip)
+                seen |= new
+            at = max(at, e + 1)
+            weights.append(held)
+        by_end = {e: int(s) + w for e, s, w in zip(ordered, stored, weights, strict=True)}
+        return [by_end[e] for e in ends]
