@@ -17,13 +17,13 @@ search every candidate (solver.shortest_path).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.core.errors import PlanningError
 from planner.geometry.regions import GroupIO
 from solver.long_groups import Start, start_groups
-from solver.parallel import Context, Found, Task, map_all, search_all
+from solver.parallel import Context, Found, Task, Workers, search
 from solver.structure import StructureKey, structure_key
 from solver.tiles import TileChoice
 
@@ -46,8 +46,7 @@ class Edge:
     # tries several ends at once, and the ends it keeps are the start's only groups
     whole: Start | None = None
     # False: only its cheap floor is known (planner.cost.bounds.IntervalFloors); whether it
-    # is a candidate at all (connected, no structural rule broken) and its full floor are
-    # looked at once a path reaches it
+    # breaks a structural rule and its full floor are looked at once a path reaches it
     refined: bool = True
 
     @property
@@ -77,9 +76,19 @@ def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
     its memo and raises for a layer that fits no tile), ``tried`` on each whole-map start
     with the groups it found. Past the context's time limit the unsearched groups of
     several layers are left out."""
+    with Workers(ctx, jobs) as workers:
+        return _run(ctx, edges, end, units, workers, searched, tried, refine)
+
+
+def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int],
+         workers: Workers, searched: Callable[[Edge], None],
+         tried: Callable[[Start, Groups], None], refine: Callable[[Edge], bool]) -> Outcome:
+    """bounded_path's rounds, evaluating on `workers`."""
+    jobs = workers.jobs
     live = [e for e in edges if not e.searched or e.choice is not None]
     shared: dict[StructureKey, Found | None] = {}
     left_out = 0
+    lied = False  # a searched cost came out under its floor: floors count for nothing
     while True:
         if ctx.until is not None and time.perf_counter() >= ctx.until:
             dropped = [e for e in live if not e.searched and not e.required]
@@ -96,44 +105,59 @@ def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
                 if not refine(e):
                     e.choice = None  # no candidate: never on a path, its memo tile neither
                     dropped_ids.add(id(e))
+                elif lied:
+                    e.floor = 0
             live = [e for e in live if id(e) not in dropped_ids]
             continue
         if not any(not e.searched for e in path):
             return Outcome(path, left_out)
-        starts = list(dict.fromkeys(e.whole for e in path if e.whole is not None))
-        if starts:
-            found_groups = map_all(ctx, start_groups, starts, jobs,
-                                   [len(s.layers) for s in starts], least=2)
-            by_start = dict(zip(starts, found_groups, strict=True))
-            for start, groups in by_start.items():
-                if groups is not None:
-                    tried(start, groups)
-            kept: list[Edge] = []
-            for e in live:
-                if e.whole is None or e.whole not in by_start:
-                    kept.append(e)
-                    continue
+        batch = [e for e in path if not e.searched]
+        work = _work(ctx, batch, shared)
+        if len(work) < jobs:  # idle cores: also the groups on the next cheapest paths
+            for e in _runners_up(live, end, units, batch):
+                if not e.refined:
+                    e.refined = True
+                    if not refine(e):
+                        e.choice = None
+                        continue
+                    if lied:
+                        e.floor = 0
+                batch.append(e)
+                work = _work(ctx, batch, shared)
+                if len(work) >= jobs:
+                    break
+        # a round's searches are few and long: a pool pays off from two of them
+        results = dict(zip(work, workers.map(_evaluate, list(work.values()),
+                                             [len(x.layers) for x in work.values()], least=2),
+                           strict=True))
+        by_start: dict[Start, Groups | None] = {}
+        for item, result in results.items():
+            if isinstance(item, Start):
+                assert result is None or isinstance(result, list)
+                by_start[item] = result
+                if result is not None:
+                    tried(item, result)
+            else:
+                assert result is None or isinstance(result, Found)
+                shared[item] = result
+        gone: set[int] = set()
+        for e in live:
+            if e.whole is not None and e.whole in by_start:
                 groups = by_start[e.whole]
-                choice = dict(groups).get(e.layers) if groups is not None else None
                 if groups is None:  # past the time limit: not searched
                     left_out += 1
-                elif choice is not None:
-                    e.choice, e.searched, e.whole = choice, True, None
-                    kept.append(e)
-                    _check_floor(e, units, live)
-            live = kept
-        pending = [e for e in path if not e.searched and e.whole is None]
-        keys = [_key(ctx, e) for e in pending]
-        tasks: dict[StructureKey, Task] = {}
-        for e, key in zip(pending, keys, strict=True):
-            if key not in shared:
-                tasks.setdefault(key, Task(e.layers, required=e.required))
-        # a round's searches are few and long: a pool pays off from two of them
-        shared.update(zip(tasks, search_all(ctx, list(tasks.values()), jobs, least=2),
-                          strict=True))
-        gone: set[int] = set()
-        for e, key in zip(pending, keys, strict=True):
-            found = shared[key]
+                    gone.add(id(e))
+                    continue
+                choice = dict(groups).get(e.layers)
+                if choice is None:  # not among the ends its start keeps
+                    gone.add(id(e))
+                    continue
+                e.choice, e.searched, e.whole = choice, True, None
+                lied |= _floor_lied(e, units)
+        for e in batch:
+            if e.whole is not None or e.searched or id(e) in gone:
+                continue
+            found = shared[_key(ctx, e)]
             if found is None:  # past the time limit: not searched
                 left_out += 1
                 gone.add(id(e))
@@ -143,17 +167,71 @@ def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
             if e.choice is None:
                 gone.add(id(e))
             else:
-                _check_floor(e, units, live)
+                lied |= _floor_lied(e, units)
         live = [e for e in live if id(e) not in gone]
+        if lied:
+            for e in live:
+                e.floor = 0
 
 
-def _check_floor(e: Edge, units: Callable[[TileChoice], int], live: Sequence[Edge]) -> None:
-    """A floor above a searched cost is a bug of the floor: then every edge is searched
-    before the path may use it, rather than trust the other floors."""
+def _work(ctx: Context, batch: Sequence[Edge], shared: Mapping[StructureKey, Found | None]
+          ) -> dict[StructureKey | Start, Task | Start]:
+    """What evaluating these edges takes: a search per structure not searched yet, a try
+    per whole-map start."""
+    out: dict[StructureKey | Start, Task | Start] = {}
+    for e in batch:
+        if e.whole is not None:
+            out.setdefault(e.whole, e.whole)
+        elif (key := _key(ctx, e)) not in shared:
+            out.setdefault(key, Task(e.layers, required=e.required))
+    return out
+
+
+def _evaluate(ctx: Context, item: Task | Start) -> Found | Groups | None:
+    """One work item in a worker: a tile search or a whole-map start's try."""
+    if isinstance(item, Start):
+        return start_groups(ctx, item)
+    return search(ctx, item)
+
+
+def _runners_up(live: Sequence[Edge], end: int, units: Callable[[TileChoice], int],
+                taken: Sequence[Edge]) -> list[Edge]:
+    """Unsearched edges not taken, cheapest path through each first (the cost from 0 to its
+    start, its weight, the cost from its end to `end`)."""
+    ahead = _distances(live, end, units, forward=True)
+    behind = _distances(live, end, units, forward=False)
+    chosen = {id(e) for e in taken}
+    through = [(ahead[e.start] + _weight(e, units) + behind[e.end], k, e)
+               for k, e in enumerate(live)
+               if not e.searched and id(e) not in chosen and e.start in ahead
+               and e.end in behind]
+    return [e for _, _, e in sorted(through, key=lambda x: x[:2])]
+
+
+def _weight(e: Edge, units: Callable[[TileChoice], int]) -> int:
+    """The edge's searched cost, or unsearched, its floor."""
+    return units(e.choice) if e.searched and e.choice is not None else e.floor
+
+
+def _distances(edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int],
+               forward: bool) -> dict[int, int]:
+    """The cheapest cost from position 0 to each position (forward), or from each to `end`."""
+    dist = {0: 0} if forward else {end: 0}
+    ordered = sorted(edges, key=lambda e: e.end if forward else -e.start)
+    for e in ordered:
+        a, b = (e.start, e.end) if forward else (e.end, e.start)
+        if a in dist:
+            d = dist[a] + _weight(e, units)
+            if b not in dist or d < dist[b]:
+                dist[b] = d
+    return dist
+
+
+def _floor_lied(e: Edge, units: Callable[[TileChoice], int]) -> bool:
+    """A floor above a searched cost is a bug of the floor: then no floor is trusted (every
+    edge is searched before the path may use it)."""
     assert e.choice is not None
-    if units(e.choice) < e.floor:
-        for other in live:
-            other.floor = 0
+    return units(e.choice) < e.floor
 
 
 def _key(ctx: Context, e: Edge) -> StructureKey:
@@ -177,7 +255,7 @@ def _cheapest(edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int
             if e.start not in best:
                 continue
             cost, unknown, _ = best[e.start]
-            weight = units(e.choice) if e.searched and e.choice is not None else e.floor
+            weight = _weight(e, units)
             cand = (cost + weight, unknown + (not e.searched), e)
             if here is None or cand[:2] < here[:2]:
                 here = cand

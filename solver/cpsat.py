@@ -50,7 +50,7 @@ from planner.plan.placement import Placement
 from rules.base import GroupFacts
 from rules.encoding import Candidate, Encoding
 from rules.ruleset import RuleSet
-from solver.groups import breaks_structure, is_connected, is_convex
+from solver.groups import breaks_structure, connected_intervals, is_connected, is_convex
 from solver.hidden import HiddenSearch
 from solver.long_groups import long_groups
 from solver.parallel import Context, Task, search_all
@@ -89,9 +89,9 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
         if len(key) == 1 or (is_connected(graph, key) and is_convex(graph, key)):
             out.append(tuple(sorted(key, key=graph.index)))
 
-    for i in range(len(order)):
-        for j in range(i + 1, min(len(order), i + limit) + 1):
-            add(order[i:j])
+    for i, j in sorted(connected_intervals(graph, limit)):  # convex: intervals of the order
+        out.append(tuple(order[i:j]))
+        seen.add(frozenset(order[i:j]))
     for block in graph.blocks:
         if len(block.layers) <= limit:
             add(block.layers)

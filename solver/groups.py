@@ -32,6 +32,38 @@ def is_convex(graph: Graph, layers: Collection[str]) -> bool:
     return first <= last
 
 
+def connected_intervals(graph: Graph, most: int) -> set[tuple[int, int]]:
+    """Every interval [i, j) of the layer order, at most `most` layers long, whose layers form
+    one weakly connected piece (is_connected for all of them at once: each start adds its
+    layers one by one to a union-find, so a deep network's thousands of intervals take
+    milliseconds). Intervals of a topological order are convex, so these are candidates."""
+    order = [lay.name for lay in graph.layers]
+    near = [[graph.index(m) for m in (*graph.dag.predecessors(n), *graph.dag.successors(n))]
+            for n in order]
+    out: set[tuple[int, int]] = set()
+    for i in range(len(order)):
+        parent: dict[int, int] = {}
+        pieces = 0
+        for j in range(i, min(len(order), i + most)):
+            parent[j] = j
+            pieces += 1
+            for k in near[j]:
+                if i <= k < j and (a := _root(parent, k)) != (b := _root(parent, j)):
+                    parent[a] = b
+                    pieces -= 1
+            if pieces == 1:
+                out.add((i, j + 1))
+    return out
+
+
+def _root(parent: dict[int, int], x: int) -> int:
+    """x's representative in a union-find, halving the path on the way."""
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
 def is_connected(graph: Graph, layers: Collection[str]) -> bool:
     """The group's layers form one weakly connected piece."""
     return nx.is_weakly_connected(graph.dag.subgraph(layers)) if layers else False

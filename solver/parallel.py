@@ -114,34 +114,59 @@ def map_all(ctx: Context, fn: Callable[[Context, T], R], items: Sequence[T], job
     """fn(ctx, item) for every item, in order, on up to `jobs` processes when there are at
     least `least` items (`fn` a module-level function; ``sizes``: the best guess of each
     item's cost)."""
-    if jobs <= 1 or len(items) < max(2, least) or "fork" not in \
-            multiprocessing.get_all_start_methods():
-        return [fn(ctx, x) for x in items]
-    # without a time limit the largest items go first, one at a time, so no worker is left
-    # with a long search at the end; under one, the caller's order (short groups first:
-    # what a cut should keep)
-    order = list(range(len(items)))
-    if ctx.until is None and sizes is not None:
-        order.sort(key=lambda i: -sizes[i])
-    found: list[R | None] = [None] * len(items)
-    # forked workers inherit the context; the pool's initializer hands it to each. Ctrl-C
-    # is held back while they start (they inherit that, then ignore it: the planner
-    # handles it), so none dies half-born with a traceback of its own
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    pool = None
-    try:
-        pool = multiprocessing.get_context("fork").Pool(min(jobs, len(items)), _adopt, (ctx,))
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        for i, result in pool.imap_unordered(_run_in_worker,
-                                             [(i, fn, items[i]) for i in order]):
+    with Workers(ctx, min(jobs, len(items))) as workers:
+        return workers.map(fn, items, sizes, least)
+
+
+class Workers:
+    """A pool of worker processes forked from the planner with one context, started at the
+    first map that is worth one and kept for the later ones (a bounded path maps a few
+    searches per round, dozens of rounds: one fork, not one per round). Leaving the
+    ``with`` block (Ctrl-C or a failed search included) stops the workers at once."""
+
+    def __init__(self, ctx: Context, jobs: int) -> None:
+        self.ctx, self.jobs = ctx, jobs
+        self.pool: Any = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+    def map(self, fn: Callable[[Context, T], R], items: Sequence[T],
+            sizes: Sequence[int] | None = None, least: int = MIN_PARALLEL) -> list[R | None]:
+        """fn(ctx, item) for every item, in order: in the workers when there are at least
+        `least` items (and more than one job), else in this process."""
+        if self.pool is None and (self.jobs <= 1 or len(items) < max(2, least)
+                                  or "fork" not in multiprocessing.get_all_start_methods()):
+            return [fn(self.ctx, x) for x in items]
+        if len(items) < 2:
+            return [fn(self.ctx, x) for x in items]
+        # without a time limit the largest items go first, one at a time, so no worker is
+        # left with a long search at the end; under one, the caller's order (short groups
+        # first: what a cut should keep)
+        order = list(range(len(items)))
+        if self.ctx.until is None and sizes is not None:
+            order.sort(key=lambda i: -sizes[i])
+        found: list[R | None] = [None] * len(items)
+        if self.pool is None:
+            # forked workers inherit the context; the pool's initializer hands it to each.
+            # Ctrl-C is held back while they start (they inherit that, then ignore it: the
+            # planner handles it), so none dies half-born with a traceback of its own
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                self.pool = multiprocessing.get_context("fork").Pool(self.jobs, _adopt,
+                                                                     (self.ctx,))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        for i, result in self.pool.imap_unordered(_run_in_worker,
+                                                  [(i, fn, items[i]) for i in order]):
             found[i] = result
-        pool.close()
         return found
-    finally:  # Ctrl-C (or a failed search) stops the workers at once, not after their tasks
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        if pool is not None:
-            pool.terminate()
-            pool.join()
 
 
 # The context of a worker process, set once by the pool's initializer (fork: inherited,

@@ -31,7 +31,7 @@ from planner.ir.graph import Graph
 from planner.plan.placement import Placement
 from rules.ruleset import RuleSet
 from solver.bounded_path import Edge, bounded_path
-from solver.groups import breaks_structure, is_connected
+from solver.groups import breaks_structure, connected_intervals, is_connected
 from solver.long_groups import (
     Start,
     block_group_searches,
@@ -195,8 +195,9 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     skipped = 0
     whole_maps = {} if whole_maps is None else whole_maps
     done = whole_maps.setdefault("starts", {})  # each whole-map start's groups, once tried
+    connected = connected_intervals(graph, limit)
     for i in range(len(order)):
-        ends = list(range(i + 1, min(len(order), i + limit) + 1))
+        ends = [j for j in range(i + 1, min(len(order), i + limit) + 1) if (i, j) in connected]
         for j, floor in zip(ends, floors.floors(i, [j - 1 for j in ends]), strict=True):
             layers = tuple(order[i:j])
             cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
@@ -206,7 +207,7 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
                     and not isinstance(cached, TileChoice):
                 skipped += 1
                 continue
-            # connectivity, structural rules and the full floor wait for a path to reach it
+            # structural rules and the full floor wait for a path to reach it
             edge = Edge(i, j, layers, None, floor, refined=False)
             if isinstance(cached, TileChoice):
                 edge.choice, edge.searched = cached, True
@@ -227,8 +228,6 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
         return objective_units(c.cost, objective, ruleset.objective, chip)
 
     def refine(e: Edge) -> bool:
-        if len(e.layers) > 1 and not is_connected(graph, e.layers):
-            return False
         search = GroupSearch.of(graph, e.layers, chip, ruleset)
         if breaks_structure(search, ruleset):
             if memo is not None:

@@ -17,7 +17,7 @@ from planner.cost.bounds import IntervalFloors, axis_union, group_floor_bytes
 from planner.cost.objective import Objective
 from planner.geometry.regions import AxisChain, group_chains
 from solver import shortest_path
-from solver.groups import breaks_structure, is_connected
+from solver.groups import breaks_structure, connected_intervals, is_connected
 from solver.long_groups import start_groups, whole_map_starts
 from solver.parallel import Context
 from solver.tiles import GroupSearch
@@ -50,6 +50,16 @@ def test_axis_union_is_the_union_of_one_index_boxes(s: int, p: int, e: int, u: i
         held.update(range(lo, hi))
     assert axis_union(chain, extent) == len(held)
     assert axis_union(None, extent) == 0
+
+
+@pytest.mark.parametrize("builder", ["residual_net", "inception_net", "se_net", "convnext_net"])
+def test_connected_intervals_are_the_connected_ones(tmp_path: Path, builder: str) -> None:
+    """The union-find over each start finds exactly the intervals networkx calls connected."""
+    g = _problem(tmp_path, BUILT[builder](), builder, []).graph
+    order = [lay.name for lay in g.layers]
+    expected = {(i, j) for i in range(len(order)) for j in range(i + 1, min(len(order), i + 9) + 1)
+                if is_connected(g, order[i:j])}
+    assert connected_intervals(g, 9) == expected
 
 
 def _floors_hold(problem: Problem, most: int = 8) -> int:

@@ -67,6 +67,13 @@ class Problem:
         """DRAM bytes of the layer-by-layer plan (every plan's reference), searched once."""
         return layer_by_layer_bytes(self.graph, self.chip)
 
+    def layer_by_layer_on(self, jobs: int) -> int:
+        """layer_by_layer_bytes, its searches (when not done yet) on up to `jobs` processes."""
+        if "layer_by_layer_bytes" not in self.__dict__:  # cached_property's own slot
+            self.__dict__["layer_by_layer_bytes"] = layer_by_layer_bytes(self.graph, self.chip,
+                                                                         jobs)
+        return self.layer_by_layer_bytes
+
 
 def prepare(model: str, rules: str | Path | None = None, hardware: str | None = None,
             shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -119,13 +126,13 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
         at_once: dict[str, Any] = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP",
                                    "gap": 0.0, "wall_s": round(time.perf_counter() - started, 3)}
         return assemble(g, chip, [whole], objective=goal, solver=at_once, **header,
-                        layer_by_layer=problem.layer_by_layer_bytes)
+                        layer_by_layer=problem.layer_by_layer_on(jobs))
     info: dict[str, Any]
     if solver == "layer":  # no fusion: whole layers, tiled only where they do not fit
         info = {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
                 "wall_s": round(time.perf_counter() - started, 3)}
         return assemble(g, chip, layer_placements(g, chip), objective=goal, solver=info,
-                        **header, layer_by_layer=problem.layer_by_layer_bytes)
+                        **header, layer_by_layer=problem.layer_by_layer_on(jobs))
     groups: list[Placement]
     if solver == "greedy":
         groups = greedy_groups(g, chip, rs)
@@ -144,7 +151,7 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
         info.pop("solved_by", None)
     info["wall_s"] = round(time.perf_counter() - started, 3)
     plan = assemble(g, chip, groups, objective=goal, solver=info, **header,
-                    layer_by_layer=problem.layer_by_layer_bytes)
+                    layer_by_layer=problem.layer_by_layer_on(jobs))
     if "solved_by" in info:  # proven by the path: its objective is the plan's, and the bound
         units = objective_units(plan.totals, goal, rs.objective, chip)
         plan = dc_replace(plan, solver={**plan.solver, "objective": float(units),

@@ -37,9 +37,10 @@ from planner.plan.data import Group, Json, Plan
 from planner.plan.placement import Placement
 from rules.base import GroupFacts
 from rules.ruleset import RuleSet
+from solver.parallel import Context, Task, search_all
 from solver.shortest_path import infeasible_layer_error
 from solver.structure import StructureKey, structure_key
-from solver.tiles import GroupSearch, TileChoice, prefetch_room
+from solver.tiles import GroupSearch, prefetch_room
 
 
 def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Group:
@@ -157,34 +158,42 @@ def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
                 layer_by_layer_bytes(graph, chip) if layer_by_layer is None else layer_by_layer)
 
 
-def layer_placements(graph: Graph, chip: Chip) -> list[Placement]:
-    """No fusion: every layer alone, whole where it fits the chip, else at its best tile.
-    Raises PlanningError naming a layer that fits at no tile."""
-
-    out: list[Placement] = []
-    searched: dict[StructureKey, TileChoice | None] = {}  # repeated layers: one search
+def layer_placements(graph: Graph, chip: Chip, jobs: int = 1) -> list[Placement]:
+    """No fusion: every layer alone, whole where it fits the chip, else at its best tile
+    (repeated layers share one search; the searches run on up to `jobs` processes).
+    Raises PlanningError naming the first layer that fits at no tile."""
+    alone = RuleSet(())
+    whole_fits: dict[str, Placement] = {}
+    keys: dict[str, StructureKey] = {}
+    tasks: dict[StructureKey, Task] = {}
     for lay in graph.layers:
-        alone = (lay.name,)
-        search = GroupSearch.of(graph, alone, chip, RuleSet(()))
-        whole = whole_tile(graph, alone)
+        layers = (lay.name,)
+        search = GroupSearch.of(graph, layers, chip, alone)
+        whole = whole_tile(graph, layers)
         fits = [r for r in (True, False) if not search.violations(whole, r)]
         if fits:
-            out.append(Placement.of(alone, whole, fits[0]))
+            whole_fits[lay.name] = Placement.of(layers, whole, fits[0])
             continue
-        key = structure_key(graph, search.io)
-        if key not in searched:
-            searched[key] = search.best(Objective.TRAFFIC)
-        best = searched[key]
-        if best is None:
-            raise infeasible_layer_error(graph, chip, RuleSet(()), lay.name)
-        out.append(best.placement(alone))
+        keys[lay.name] = structure_key(graph, search.io)
+        tasks.setdefault(keys[lay.name], Task(layers))
+    ctx = Context(graph, chip, alone, Objective.TRAFFIC, False, None)
+    found = dict(zip(tasks, search_all(ctx, list(tasks.values()), jobs), strict=True))
+    out: list[Placement] = []
+    for lay in graph.layers:
+        if lay.name in whole_fits:
+            out.append(whole_fits[lay.name])
+            continue
+        result = found[keys[lay.name]]
+        if result is None or result.best is None:
+            raise infeasible_layer_error(graph, chip, alone, lay.name)
+        out.append(result.best.placement((lay.name,)))
     return out
 
 
-def layer_by_layer_bytes(graph: Graph, chip: Chip) -> int:
+def layer_by_layer_bytes(graph: Graph, chip: Chip, jobs: int = 1) -> int:
     """DRAM bytes with no fusion (the `layer` planner's plan); 0 when a layer fits nowhere."""
     try:
-        placements = layer_placements(graph, chip)
+        placements = layer_placements(graph, chip, jobs)
     except PlanningError:
         return 0
     return sum(placement_cost(graph, p, chip).dram_bytes for p in placements)
