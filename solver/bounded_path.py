@@ -8,7 +8,10 @@ runs again, until every group on it has been searched. That path is optimal: any
 costs at least the sum of its floors and searched costs, which is no less than this one's
 (a lazy shortest path, as in Dellin and Srinivasa's LazySP). Most candidates of a deep
 network never reach a path whose floors could beat a priced plan, so they are never
-searched; the plan is the one the full search finds, or one of the same cost.
+searched; the plan is the one the full search finds, or one of the same cost. A round
+with fewer searches than cores also searches the groups on the next cheapest paths (the
+cheapest path through each unsearched group first): they run on cores that would idle and
+often settle the next round.
 
 Floors are in DRAM bytes, so the traffic objective alone prunes this way; other objectives
 search every candidate (solver.shortest_path).
@@ -37,7 +40,7 @@ class Edge:
     start: int
     end: int
     layers: tuple[str, ...]
-    io: GroupIO | None  # None: a group searched already (its structure is not needed)
+    io: GroupIO | None  # None: not refined yet, or a whole-map group (never tile-searched)
     floor: int  # objective units no tile choice of the group goes below
     choice: TileChoice | None = None  # once searched: the best tile (None: none passes)
     searched: bool = False
@@ -113,12 +116,14 @@ def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileCho
             return Outcome(path, left_out)
         batch = [e for e in path if not e.searched]
         work = _work(ctx, batch, shared)
+        gone: set[int] = set()
         if len(work) < jobs:  # idle cores: also the groups on the next cheapest paths
             for e in _runners_up(live, end, units, batch):
                 if not e.refined:
                     e.refined = True
                     if not refine(e):
                         e.choice = None
+                        gone.add(id(e))
                         continue
                     if lied:
                         e.floor = 0
@@ -140,7 +145,6 @@ def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileCho
             else:
                 assert result is None or isinstance(result, Found)
                 shared[item] = result
-        gone: set[int] = set()
         for e in live:
             if e.whole is not None and e.whole in by_start:
                 groups = by_start[e.whole]

@@ -130,7 +130,8 @@ def test_bounded_path_costs_what_the_full_search_costs(tmp_path_factory: pytest.
                                                        seed: int, batch: int,
                                                        chip: list[str]) -> None:
     """On random CNNs and chips, the shortest path and CP-SAT with floors prune move exactly
-    the bytes they move when every candidate is searched, and every floor holds."""
+    the bytes they move when every candidate is searched (on one process and on two), and
+    every floor holds."""
     rng = np.random.default_rng(seed)
     tmp = tmp_path_factory.mktemp("bounds")
     problem = _problem(tmp, models.random_cnn(rng, batch), f"r{seed}", chip)
@@ -145,6 +146,9 @@ def test_bounded_path_costs_what_the_full_search_costs(tmp_path_factory: pytest.
         pruned = plan_problem(_pruned(problem, True), solver)
         assert pruned.totals.dram_bytes == full.totals.dram_bytes, (seed, solver)
         assert pruned.solver["status"] == full.solver["status"]
+        # on two processes idle cores also search the groups of the next cheapest paths
+        both = plan_problem(_pruned(problem, True), solver, jobs=2)
+        assert both.totals.dram_bytes == full.totals.dram_bytes, (seed, solver, "jobs 2")
 
 
 @pytest.mark.parametrize("builder", ["residual_net", "repeated_net", "inception_net"])
@@ -159,6 +163,8 @@ def test_floors_spare_searches_and_the_proof_holds(tmp_path: Path, builder: str)
     on = plan_problem(_pruned(problem, True), "cpsat", memo=memo_on)
     off = plan_problem(_pruned(problem, False), "cpsat", memo=memo_off)
     assert on.totals.dram_bytes == off.totals.dram_bytes
+    both = plan_problem(_pruned(problem, True), "cpsat", jobs=2)
+    assert both.totals.dram_bytes == off.totals.dram_bytes
     assert on.solver["status"] == "OPTIMAL" and "solved_by" in on.solver, on.solver
     assert len(memo_on) < len(memo_off), (len(memo_on), len(memo_off))
 
@@ -177,3 +183,16 @@ def test_a_floor_above_a_searched_cost_makes_the_path_search_everything(
     monkeypatch.setattr(IntervalFloors, "floors", lambda self, start, ends: [lie] * len(ends))
     lying = plan_problem(_pruned(problem, True), "shortest-path")
     assert lying.totals.dram_bytes == off.totals.dram_bytes
+
+
+@pytest.mark.parametrize("name", ["residual_net", "inception_net"])
+def test_examples_plan_alike_bounded_or_not_on_two_processes(name: str) -> None:
+    """The examples' rules and chips (blocks that candidates cut: structural rules drop
+    many groups only once a path reaches them, also among those idle cores take on)."""
+    root = Path(__file__).resolve().parents[1] / "examples" / name
+    problem = prepare(str(root / "model.onnx"), str(root / "rules.yaml"),
+                      str(root / "hardware.yaml"))
+    full = plan_problem(_pruned(problem, False), "cpsat")
+    both = plan_problem(_pruned(problem, True), "cpsat", jobs=2)
+    assert both.totals.dram_bytes == full.totals.dram_bytes
+    assert both.solver["status"] == "OPTIMAL"
