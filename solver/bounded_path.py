@@ -31,6 +31,9 @@ from solver.structure import StructureKey, structure_key
 from solver.tiles import TileChoice
 
 Groups = list[tuple[tuple[str, ...], TileChoice]]
+# unsearched groups looked at per idle core and round (most share a structure searched
+# already, or fall to a structural rule): beyond these the round starts without more
+RUNNERS_UP = 4
 
 
 @dataclass
@@ -118,7 +121,7 @@ def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileCho
         work = _work(ctx, batch, shared)
         gone: set[int] = set()
         if len(work) < jobs:  # idle cores: also the groups on the next cheapest paths
-            for e in _runners_up(live, end, units, batch):
+            for e in _runners_up(live, end, units, batch)[:RUNNERS_UP * jobs]:
                 if not e.refined:
                     e.refined = True
                     if not refine(e):

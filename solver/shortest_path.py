@@ -249,8 +249,8 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
                   budget.until if budget is not None else None)
     outcome = bounded_path(ctx, edges, len(order), units, jobs, searched,
                            lambda start, groups: done.__setitem__(start, groups), refine)
-    if bounded is not None:
-        bounded.update(e.layers for e in edges if not e.searched)
+    if bounded is not None:  # not a whole-map end its start did not keep: no floor ruled it out
+        bounded.update(e.layers for e in edges if not e.searched and e.whole is None)
     if budget is not None and (skipped or outcome.left_out):
         budget.cut(f"tile search: {skipped + outcome.left_out} candidate groups not searched")
     quick = sum(e.quick for e in edges if e.required)

@@ -10,7 +10,9 @@ strided layer skips indices (a 1x1 conv of stride 2 never reads the odd rows).
 
 The planners use the floor to skip tile searches (solver.bounded_path): a candidate group
 whose floor cannot beat a plan already priced is never searched. tests/test_bounds.py
-checks the floor against the searched cost of every candidate of real networks.
+checks the floor against the searched cost of every candidate of hand-built networks of
+each kind the planner handles (and a bounded path that finds a searched cost under its
+floor stops trusting floors).
 """
 
 from __future__ import annotations
