@@ -69,7 +69,8 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                          options_memo: dict[tuple[str, ...], list[Option]] | None = None,
                          budget: Budget | None = None, jobs: int = 1,
                          whole_maps: dict[str, Any] | None = None,
-                         bounded: set[tuple[str, ...]] | None = None) -> list[Placement]:
+                         bounded: set[tuple[str, ...]] | None = None,
+                         prune: bool = True) -> list[Placement]:
     """Best grouping into intervals of the topological order.
 
     ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
@@ -84,10 +85,11 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     was left out. The searches run on up to ``jobs`` processes (solver.parallel);
     ``whole_maps`` keeps the whole-map groups for CP-SAT (solver.long_groups).
 
-    Under the traffic objective (and search.prune_by_floor) a candidate is searched only
-    once a path over floors runs through it (solver.bounded_path); ``bounded`` collects
-    those never searched, whose floors could not beat the plan (CP-SAT's proof counts them
-    as weighed)."""
+    Under the traffic objective (with search.prune_by_floor and `prune`: off where CP-SAT
+    will weigh every candidate anyway) a candidate is searched only once a path over
+    floors runs through it (solver.bounded_path); ``bounded`` collects those never
+    searched, whose floors could not beat the plan (CP-SAT's proof counts them as
+    weighed)."""
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     dag = nx.DiGraph()
@@ -95,7 +97,7 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     coef = cycle_units(objective, ruleset.objective, chip)
     options: dict[tuple[int, int], list[Option]] = {}
     timed = bool(coef) or (options_memo is not None and objective.timed)
-    if objective is Objective.TRAFFIC and not timed and ruleset.search.prune_by_floor:
+    if objective is Objective.TRAFFIC and not timed and ruleset.search.prune_by_floor and prune:
         return _bounded_groups(graph, chip, ruleset, objective, memo, budget, jobs,
                                whole_maps, bounded)
     # shortest first: every plan needs the single layers, and a budget that runs out leaves
@@ -212,6 +214,23 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
             if isinstance(cached, TileChoice):
                 edge.choice, edge.searched = cached, True
             edges.append(edge)
+    # a block with its entry layer, one layer past the limit: CP-SAT weighs it too
+    # (solver.cpsat.candidate_sets), so the path does, for its proof to cover it
+    for block in graph.blocks:
+        if not block.entry or len(block.layers) != limit:
+            continue
+        at = sorted(graph.index(n) for n in (block.entry, *block.layers))
+        i, j = at[0], at[-1] + 1
+        layers = tuple(order[i:j])
+        if j - i != len(at) or (memo is not None and memo.get(layers, _UNSEEN) is None) \
+                or not is_connected(graph, layers) \
+                or (budget is not None and budget.passed):
+            continue
+        edge = Edge(i, j, layers, None, floors.floors(i, [j - 1])[0], refined=False)
+        cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
+        if isinstance(cached, TileChoice):
+            edge.choice, edge.searched = cached, True
+        edges.append(edge)
     if budget is not None and budget.passed:
         if searches_long_groups(ruleset):
             budget.cut("groups past search.max_group_layers not searched")

@@ -314,18 +314,24 @@ def test_exact_path_proves_what_cpsat_proves(store: ModelStore, model: str) -> N
 
 
 def test_exact_path_is_not_claimed_past_the_intervals_it_searched(tmp_path: Path) -> None:
-    """A 12-layer squeeze-excite block with its entry layer is a 13-layer interval: a
-    candidate CP-SAT weighs that the shortest path, over intervals of at most 12 layers,
-    never searched. The shortcut must not claim the path optimal there: CP-SAT runs, and
-    its plan is the one CP-SAT finds without the shortcut, better than the path's."""
+    """A 12-layer squeeze-excite block with its entry layer is a 13-layer interval that
+    CP-SAT weighs. The full interval search (at most 12 layers) never searches it: there
+    the shortcut must not claim the path optimal, CP-SAT runs and finds a better plan than
+    the path's. The bounded path weighs that interval too (search.prune_by_floor), so its
+    shortcut holds and its plan costs what CP-SAT's does, the 13-layer group included."""
     path = str(models.save(models.se_net(h=32, w=32, channels=16, expand=8), tmp_path, "se"))
     small = ("sram.bytes=64KiB", "nram.bytes=16KiB")
     problem = prepare(path, rules=models.fusing_rules(tmp_path), overrides=small)
     assert problem.ruleset.search.max_group_layers == 12
-    shortcut = with_rules(problem, search={"exact_path_first": True})
+    every = with_rules(problem, search={"exact_path_first": True, "prune_by_floor": False})
     full = with_rules(problem, search={"exact_path_first": False})
-    fast, slow = plan_problem(shortcut, "cpsat"), plan_problem(full, "cpsat")
-    sp = plan_problem(problem, "shortest-path")
+    fast, slow = plan_problem(every, "cpsat"), plan_problem(full, "cpsat")
+    sp = plan_problem(every, "shortest-path")
     assert "solved_by" not in fast.solver and fast.solver["status"] == "OPTIMAL"
     assert fast.totals.dram_bytes == slow.totals.dram_bytes < sp.totals.dram_bytes
     assert any(len(g.layers) == 13 for g in fast.groups)
+    bounded = with_rules(problem, search={"exact_path_first": True, "prune_by_floor": True})
+    proven = plan_problem(bounded, "cpsat")
+    assert "interval of the layer order" in proven.solver.get("solved_by", ""), proven.solver
+    assert proven.totals.dram_bytes == slow.totals.dram_bytes
+    assert any(len(g.layers) == 13 for g in proven.groups)

@@ -222,8 +222,11 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
         options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
         whole_maps: dict[str, Any] = {}  # whole-map groups, found once for both planners
         bounded: set[tuple[str, ...]] = set()  # weighed by their floors, never searched
+        # floors spare searches only where the path can prove its plan: where some
+        # candidate is no interval of the order CP-SAT weighs (searches) every one anyway
         path = shortest_path_groups(g, chip, rs, objective, memo, options, budget, jobs,
-                                    whole_maps, bounded)
+                                    whole_maps, bounded,
+                                    prune=rs.search.exact_path_first and intervals_only(g, rs))
         # + trade-off fronts (capped solves)
         cache[objective] = (memo, options, path, {}, whole_maps, bounded)
     memo, options, path, trade_offs, whole_maps, bounded = cache[objective]
