@@ -54,6 +54,7 @@ class Edge:
     # False: only its cheap floor is known (planner.cost.bounds.IntervalFloors); whether it
     # breaks a structural rule and its full floor are looked at once a path reaches it
     refined: bool = True
+    key: StructureKey | None = None  # the structure its search shares (_key), once asked
 
     @property
     def required(self) -> bool:
@@ -242,9 +243,11 @@ def _floor_lied(e: Edge, units: Callable[[TileChoice], int]) -> bool:
 
 
 def _key(ctx: Context, e: Edge) -> StructureKey:
-    """The structure an unsearched edge's search shares (it has its io)."""
-    assert e.io is not None
-    return structure_key(ctx.graph, e.io)
+    """The structure an unsearched edge's search shares (it has its io), worked out once."""
+    if e.key is None:
+        assert e.io is not None
+        e.key = structure_key(ctx.graph, e.io)
+    return e.key
 
 
 def _cheapest(edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int]

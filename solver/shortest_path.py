@@ -209,11 +209,7 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
                     and not isinstance(cached, TileChoice):
                 skipped += 1
                 continue
-            # structural rules and the full floor wait for a path to reach it
-            edge = Edge(i, j, layers, None, floor, refined=False)
-            if isinstance(cached, TileChoice):
-                edge.choice, edge.searched = cached, True
-            edges.append(edge)
+            edges.append(_unrefined(i, j, layers, floor, cached))
     # a block with its entry layer, one layer past the limit: CP-SAT weighs it too
     # (solver.cpsat.candidate_sets), so the path does, for its proof to cover it
     for block in graph.blocks:
@@ -222,15 +218,11 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
         at = sorted(graph.index(n) for n in (block.entry, *block.layers))
         i, j = at[0], at[-1] + 1
         layers = tuple(order[i:j])
-        if j - i != len(at) or (memo is not None and memo.get(layers, _UNSEEN) is None) \
-                or not is_connected(graph, layers) \
+        cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
+        if j - i != len(at) or cached is None or not is_connected(graph, layers) \
                 or (budget is not None and budget.passed):
             continue
-        edge = Edge(i, j, layers, None, floors.floors(i, [j - 1])[0], refined=False)
-        cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
-        if isinstance(cached, TileChoice):
-            edge.choice, edge.searched = cached, True
-        edges.append(edge)
+        edges.append(_unrefined(i, j, layers, floors.floors(i, [j - 1])[0], cached))
     if budget is not None and budget.passed:
         if searches_long_groups(ruleset):
             budget.cut("groups past search.max_group_layers not searched")
@@ -317,6 +309,16 @@ def _whole_map_edges(graph: Graph, floors: IntervalFloors, start: Start,
     return [Edge(i, i + e + 1, start.layers[:e + 1], None, floor, whole=start)
             for e, floor in zip(start.ends, floors.floors(i, [i + e for e in start.ends]),
                                 strict=True)]
+
+
+def _unrefined(i: int, j: int, layers: tuple[str, ...], floor: int,
+               cached: TileChoice | None | object) -> Edge:
+    """An interval's edge at its cheap floor (structural rules and the full floor wait for
+    a path to reach it), searched already where the memo has its tile."""
+    edge = Edge(i, j, layers, None, floor, refined=False)
+    if isinstance(cached, TileChoice):
+        edge.choice, edge.searched = cached, True
+    return edge
 
 
 def _edge(graph: Graph, chip: Chip, start: int, search: GroupSearch,
