@@ -22,6 +22,7 @@ import numpy as np
 from emulator.chunks import Overlay, _take
 from planner.geometry.heads import take_units
 from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, vector_axes
+from planner.geometry.in_place import in_place_hosts
 from planner.geometry.regions import Box, GroupIO, box_elems
 from planner.ir.graph import Graph
 from planner.plan.data import Group
@@ -59,7 +60,14 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
     each chunk filling its own channels of it. ``fills``: whole on-chip buffers of maps
     held for later passes: each chunk writes its channels of the tile into them, not
     counted again in the chunk's maps (``prefetch`` counts the buffers)."""
-    from emulator.run import EmulationError, KernelFailure, fill_box, held_for_all, run_layer
+    from emulator.run import (
+        EmulationError,
+        KernelFailure,
+        fill_box,
+        held_for_all,
+        in_place_elems,
+        run_layer,
+    )
 
     dt = tally.chip.dtype_bytes
     fills = fills or {}
@@ -76,6 +84,7 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
     # the cores' memory once and read that many times
     reads = Counter(u for n in s.layers for u in graph.layer(n).fmap_inputs)
     ranges = hidden_ranges(s, chunks)
+    hosts = in_place_hosts(graph, io)
     acc: np.ndarray | None = None
     for j, (lo, hi) in enumerate(ranges):
         part: dict[str, tuple[Box, np.ndarray]] = {}
@@ -144,6 +153,9 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
             live = sum(arr.size for t, (_, arr) in onchip.items() if t not in fills) \
                 + sum(arr.size for t, (_, arr) in part.items() if t not in fills) \
                 + (acc.size if acc is not None else 0)
+            if name != s.narrow and out not in fills:  # written over a chunk it read last
+                live -= in_place_elems(group.id, tile, lay, hosts.get(a + k),
+                                       {**onchip, **part}, y)
             stream = tally.stream
             now = stream.inner.get((name, j), 0) if stream is not None \
                 and not group.weights_resident else None

@@ -31,6 +31,7 @@ from planner.cost.counters import Counters
 from planner.geometry.attention import attention_heads, online_attention
 from planner.geometry.bands import band_columns, band_overflows, cluster_loads
 from planner.geometry.hidden import Stretch, makes_chunks, stretches
+from planner.geometry.in_place import in_place_hosts
 from planner.geometry.passes import pass_split, passes_make_chunks
 from planner.geometry.regions import (
     Box,
@@ -44,6 +45,7 @@ from planner.geometry.regions import (
     iter_tiles,
     tile_regions,
 )
+from planner.geometry.reload import reloaded_inputs
 from planner.geometry.rounds import leads_round, round_size
 from planner.ir.graph import Graph, Layer, MapKind
 from planner.ir.layout import Layout, layout_of
@@ -715,6 +717,13 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
     kept_for_all = held_for_all(held, fills, dt)
     last_use = _last_use(graph, io)
     uses = in_group_uses(graph, io)
+    hosts = in_place_hosts(graph, io)
+    # inputs dropped after a step and loaded again at a later one (planner.geometry.reload)
+    reloaded = reloaded_inputs(graph, io) if group.placement.inputs_reloaded else {}
+    drops = {end: [t for t, (e, _) in reloaded.items() if e == end]
+             for end, _ in reloaded.values()}
+    loads = {at: [t for t, (_, a) in reloaded.items() if a == at]
+             for _, at in reloaded.values()}
     folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
     starts = {s.widen: s for s in hidden}
     attention = online_attention(graph, io)
@@ -758,6 +767,12 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
                 keep_outputs(graph.layer(s.narrow), boxes[s.out], [acc], onchip, tally, uses)
                 _free(onchip, last_use, inside, io, held)
                 continue
+            for t in loads.get(i, ()):  # DRAM -> SRAM again, just before its late reader
+                layout = graph.layout(t)
+                arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)
+                onchip[t] = (boxes[t], arr)
+                loaded += arr.size * dt
+                tally.core += arr.size * dt
             if out0 in folds:  # fold this tile's part of the anchor into the accumulator
                 name_x = lay.fmap_inputs[0]
                 x_box, x = onchip[name_x]
@@ -775,13 +790,17 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
             for t, y in zip(lay.outputs, ys, strict=False):
                 if t in fills:
                     fill_box(graph, fills[t], t, boxes[t], y)
-            live = sum(a.size for t, (_, a) in onchip.items() if t not in fills)
+            live = sum(a.size for t, (_, a) in onchip.items() if t not in fills) \
+                - in_place_elems(group.id, ti, lay, None if out0 in fills else hosts.get(i),
+                                 onchip, ys[0])
             if attention is not None:  # the chunks streaming now and the softmax's scratch
                 live += sum(attention.onchip_elems(t, a.size) for t, (_, a) in streams.items()
                             if stream_steps[t][0] <= i <= stream_steps[t][-1])
                 live += attention.scratch_elems(i, {out0: ys[0].size})
             tally.step(ti, live * dt + prefetch + filled, i, held=kept_for_all)
             _free(onchip, last_use, i, io, held)
+            for t in drops.get(i, ()):  # off chip until it is loaded again
+                del onchip[t]
         written = 0
         for t in io.outputs:  # SRAM -> DRAM: the tile's own box, halo cropped
             have, arr = onchip[t]
@@ -818,6 +837,19 @@ def held_for_all(held: Mapping[str, tuple[Box, np.ndarray]],
     results, and the held maps this pass fills): in the cluster's SRAM, in no core's NRAM
     (Tally.step's `held`)."""
     return (sum(a.size for _, a in held.values()) + sum(b.size for b in fills.values())) * dt
+
+
+def in_place_elems(group: int, tile: int, lay: Layer, host: str | None,
+                   onchip: Mapping[str, tuple[Box, np.ndarray]], y: np.ndarray) -> int:
+    """Elements of `lay`'s output `y` that take no room of their own at its step: all of
+    them when it is written over `host` (planner.geometry.in_place), which must hold as many."""
+    if host is None:
+        return 0
+    have = onchip[host][1].size
+    if y.size > have:
+        raise EmulationError(group, tile, lay.name, f"its output ({y.size} elements) is "
+                             f"planned in place over '{host}', which holds {have}")
+    return int(y.size)
 
 
 def _free(onchip: dict[str, tuple[Box, np.ndarray]], last_use: Mapping[str, int], i: int,

@@ -82,6 +82,9 @@ class Pinned(Protocol):
     @property
     def hidden_chunks(self) -> int: ...
 
+    @property
+    def inputs_reloaded(self) -> bool: ...
+
 
 def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
     """Smallest tile size along an axis (0 batch, 1 rows) for which closed forms hold."""
@@ -125,8 +128,10 @@ class Candidate:
     passes: int = 1
     inputs_held: bool = False
     maps_held: bool = False
-    # a pinned tile run in hidden chunks (planner.geometry.hidden): how many
+    # a pinned tile run in hidden chunks (planner.geometry.hidden): how many, and whether
+    # its inputs are loaded again after a stretch (planner.geometry.reload)
     hidden_chunks: int = 1
+    inputs_reloaded: bool = False
     # the exact feature-map peak of a tile run in passes or hidden chunks (its weights on a
     # single-memory chip beside the maps: resident ones not included, streamed ones are)
     exact_peak: int | None = None
@@ -194,6 +199,7 @@ class Encoding:
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
                              fixed=fixed.cost, passes=fixed.passes, inputs_held=fixed.inputs_held,
                              hidden_chunks=fixed.hidden_chunks, maps_held=fixed.maps_held,
+                             inputs_reloaded=fixed.inputs_reloaded,
                              exact_peak=self._exact_peak(io, fixed))
             self.candidates.append(cand)
             return cand

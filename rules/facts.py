@@ -7,6 +7,7 @@ tile (cached properties of the frozen record).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import cast
@@ -88,6 +89,8 @@ class GroupFacts:
     # of a check)
     memo: dict[tuple[object, ...], object] | None = field(
         default=None, compare=False, repr=False)
+    # inputs loaded again after a stretch, off chip in between (planner.geometry.reload)
+    reloaded: Mapping[str, tuple[int, int]] | None = field(default=None, compare=False)
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -202,8 +205,9 @@ class GroupFacts:
         """Peak of live tensors when freed after their last use (input/output share space)."""
         if self.weights_outer:
             return self.in_bytes + self._outer_slice_bytes
+        steps = live_steps(self.graph, self.io, self.reloaded)
         return max(sum(self.tensor_bound_bytes(t) for t in live) + self.scratch_bytes(i)
-                   for i, live in enumerate(live_steps(self.graph, self.io))) + self.held_bytes
+                   for i, live in enumerate(steps)) + self.held_bytes
 
     @property
     def _outer_slice_bytes(self) -> int:
@@ -237,7 +241,7 @@ class GroupFacts:
             return self.live_peak_bytes + (self.stage_peak_bytes if self.chip.unified else 0)
         return max(sum(self.tensor_bound_bytes(t) for t in live) + self.staged_bytes[i]
                    + self.scratch_bytes(i)
-                   for i, live in enumerate(live_steps(self.graph, self.io))) \
+                   for i, live in enumerate(live_steps(self.graph, self.io, self.reloaded))) \
             + self.held_bytes
 
     @property

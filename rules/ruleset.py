@@ -70,6 +70,10 @@ class SearchSettings:
     # may run in chunks of their hidden channels, partial sums on chip
     # (planner.geometry.hidden)
     hidden_chunks: bool = True
+    # with hidden chunks, a group's input read before a stretch and after it may be loaded
+    # again after it instead of held across it (planner.geometry.reload): more DRAM reads,
+    # less SRAM (off: held)
+    reload_inputs: bool = True
 
 
 @dataclass(frozen=True)

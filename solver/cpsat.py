@@ -152,7 +152,8 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
         # a pinned tile run in hidden chunks: its exact peak over every step and chunk,
         # second buffer and (single-memory chips) streamed weights included; the most
         # weight bytes its stream holds at once
-        hidden = HiddenSearch.of(enc.graph, cand.layers, chip, (cand.io, cand.chains))
+        hidden = HiddenSearch.of(enc.graph, cand.layers, chip, (cand.io, cand.chains),
+                                 reload=cand.inputs_reloaded)
         assert cand.exact_peak is not None and hidden is not None
         stage = hidden.weights_on_chip(False, cand.hidden_chunks)
         steps, prefetch, staged = [cand.exact_peak], 0, ()
@@ -200,7 +201,8 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
     that rule's literal holds, as a structural rule's encoding does."""
     f = cand.facts_any_tile
     if cand.in_hidden_chunks:
-        hidden = HiddenSearch.of(enc.graph, cand.layers, enc.chip, (cand.io, cand.chains))
+        hidden = HiddenSearch.of(enc.graph, cand.layers, enc.chip, (cand.io, cand.chains),
+                                 reload=cand.inputs_reloaded)
         assert hidden is not None  # pinned in hidden chunks, so it has a stretch
         broken = [r for r in ruleset.enabled if hidden.rule_violations(
             f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks, (r,))]
@@ -457,7 +459,8 @@ def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
     prefetch_room; a tile run in passes from its exact peak, solver.passes.passes_room)."""
     f = cand.facts_any_tile
     if cand.in_hidden_chunks and attention_heads(graph, cand.io) is None:
-        hidden = HiddenSearch.of(graph, cand.layers, chip, (cand.io, cand.chains))
+        hidden = HiddenSearch.of(graph, cand.layers, chip, (cand.io, cand.chains),
+                                 reload=cand.inputs_reloaded)
         assert hidden is not None
         return hidden.room(f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks)
     if cand.exact_peak is None:
@@ -550,10 +553,11 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
                     or picked.passes > 1 or picked.hidden_chunks > 1)
     f = cand.facts_any_tile
     return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse, f.weights_outer,
-            cand.passes, cand.inputs_held, cand.hidden_chunks, cand.maps_held) == \
+            cand.passes, cand.inputs_held, cand.hidden_chunks, cand.maps_held,
+            cand.inputs_reloaded) == \
         (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse,
          picked.weights_outer, picked.passes, picked.inputs_held, picked.hidden_chunks,
-         picked.maps_held)
+         picked.maps_held, picked.inputs_reloaded)
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
@@ -730,7 +734,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         w = started_from.get(frozenset(layers))
         warm_choice = None if w is None else search.choice(
             w.tile, w.weights_resident, w.double_buffered, w.halo_reuse, w.weights_outer,
-            w.passes, w.inputs_held, w.hidden_chunks, w.maps_held)
+            w.passes, w.inputs_held, w.hidden_chunks, w.maps_held, w.inputs_reloaded)
         for choice in _alternatives(search, best, warm_choice, objective, ruleset,
                                     cycles_cap, prefetch_options, trade_offs):
             candidates.append(layers)
@@ -787,7 +791,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
             outer = cand.fixed is not None and cand.facts_any_tile.weights_outer
             placement = Placement.of(cand.layers, tile, resident, db, reuse, outer,
                                      cand.passes, cand.inputs_held, cand.hidden_chunks,
-                                     cand.maps_held)
+                                     cand.maps_held, cand.inputs_reloaded)
             groups.append(placement if objective.timed
                           else faster_buffering(graph, chip, ruleset, placement))
     # CP-SAT reports its integer objective through a float scaling (13044 came back as

@@ -11,7 +11,7 @@ rules see each hidden map as its widest chunk (GroupFacts.hidden).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from math import ceil
 
@@ -28,6 +28,7 @@ from planner.cost.hidden import (
 from planner.cost.model import weight_bytes
 from planner.geometry.hidden import Stretch, chunk_options, stretches
 from planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
+from planner.geometry.reload import reloaded_inputs
 from planner.ir.graph import Graph
 from rules.base import GroupFacts, Rule, Violation
 from solver.bisect import first_passing
@@ -84,18 +85,30 @@ class HiddenSearch:
     # chunks (enumerated spans, halo re-reads), shared by every check of this search
     memo: dict[tuple[object, ...], object] = field(
         default_factory=dict, repr=False)
+    # inputs loaded again after a stretch instead of held across it (planner.geometry.reload)
+    reloaded: Mapping[str, tuple[int, int]] | None = None
 
     @classmethod
     def of(cls, graph: Graph, layers: Iterable[str], chip: Chip,
-           known: tuple[GroupIO, GroupChains] | None = None) -> HiddenSearch | None:
+           known: tuple[GroupIO, GroupChains] | None = None, reload: bool = False
+           ) -> HiddenSearch | None:
         """The search of a group holding at least one stretch, else None (``known``: the
-        group's GroupIO and chains, when the caller has them)."""
+        group's GroupIO and chains, when the caller has them; ``reload``: with its inputs
+        loaded again after a stretch, None when it has none to load again)."""
         io = known[0] if known is not None else group_io(graph, tuple(layers))
         found = stretches(graph, io)
         if not found:
             return None
+        reloaded = reloaded_inputs(graph, io) if reload else None
+        if reload and not reloaded:
+            return None
         return cls(graph, io, known[1] if known is not None else group_chains(graph, io),
-                   chip, found)
+                   chip, found, reloaded=reloaded)
+
+    @property
+    def inputs_reloaded(self) -> bool:
+        """Whether this search loads inputs again after a stretch."""
+        return bool(self.reloaded)
 
     def chunk_options(self) -> list[int]:
         return chunk_options(self.found)
@@ -106,7 +119,7 @@ class HiddenSearch:
         if key not in self.peaks:
             if tile not in self.profiles:
                 self.profiles[tile] = tile_profiles(self.graph, self.io, self.chains,
-                                                    self.found, tile)
+                                                    self.found, tile, self.reloaded)
             self.peaks[key] = hidden_peak_bytes(
                 self.graph, self.io, self.chains, self.found, chunks, tile, self.chip,
                 resident, double_buffered, self.profiles[tile],
@@ -138,7 +151,7 @@ class HiddenSearch:
         return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
                           double_buffered, hidden=self.found, hidden_chunks=chunks,
                           hidden_weights=None if resident else self.stream(chunks),
-                          memo=self.memo)
+                          memo=self.memo, reloaded=self.reloaded)
 
     def rule_violations(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int,
                         rules: Iterable[Rule]) -> list[Violation]:
@@ -164,7 +177,7 @@ class HiddenSearch:
              work: Counters | None = None) -> Counters:
         """Every counter (``work``: the tile's work counters run whole, when known)."""
         c = hidden_cost(self.graph, self.io, self.chains, self.found, chunks, tile, self.chip,
-                        resident, double_buffered, work)
+                        resident, double_buffered, work, self.reloaded)
         self.peaks[(tile, resident, double_buffered, chunks)] = c.sram_peak_bytes
         return c
 

@@ -69,12 +69,15 @@ class TileChoice:
     inputs_held: bool = False  # with passes: the inputs loaded once, held for every pass
     hidden_chunks: int = 1  # more: its stretches run in hidden chunks (solver.hidden)
     maps_held: bool = False  # with passes: each pooled map kept on chip for later passes
+    # with hidden chunks: inputs loaded again after a stretch (planner.geometry.reload)
+    inputs_reloaded: bool = False
 
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
         return Placement.of(layers, self.tile, self.resident, self.double_buffered,
                             self.halo_reuse, self.weights_outer, self.passes,
-                            self.inputs_held, self.hidden_chunks, self.maps_held)
+                            self.inputs_held, self.hidden_chunks, self.maps_held,
+                            self.inputs_reloaded)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class Option:
     inputs_held: bool = False
     hidden_chunks: int = 1
     maps_held: bool = False
+    inputs_reloaded: bool = False
 
 
 def prefetch_room(facts: GroupFacts) -> int:
@@ -384,7 +388,7 @@ class GroupSearch:
     def choice(self, tile: Tile, resident: bool, double_buffered: bool,
                halo_reuse: bool = False, weights_outer: bool = False,
                passes: int = 1, inputs_held: bool = False, hidden_chunks: int = 1,
-               maps_held: bool = False) -> TileChoice:
+               maps_held: bool = False, inputs_reloaded: bool = False) -> TileChoice:
         """A tile with its full predicted cost."""
         if passes > 1:
             search = PassSearch.of(self.graph, self.layers, self.chip, inputs_held, maps_held)
@@ -398,13 +402,16 @@ class GroupSearch:
                 self.graph, self.layers, tile, self.chip, double_buffered, hidden_chunks),
                 double_buffered, hidden_chunks=hidden_chunks)
         if hidden_chunks > 1:
-            hidden = HiddenSearch.of(self.graph, self.layers, self.chip)
+            hidden = HiddenSearch.of(self.graph, self.layers, self.chip,
+                                     reload=inputs_reloaded)
             if hidden is None:
                 raise ValueError(f"group of {self.layers[0]!r} has no stretch to run in "
-                                 "hidden chunks")
+                                 "hidden chunks" + (", or no input to load again after one"
+                                                    if inputs_reloaded else ""))
             return TileChoice(tile, resident, hidden.cost(tile, resident, double_buffered,
                                                           hidden_chunks),
-                              double_buffered, hidden_chunks=hidden_chunks)
+                              double_buffered, hidden_chunks=hidden_chunks,
+                              inputs_reloaded=inputs_reloaded)
         # the search's grid: its axes (and a peak its capacity checks computed) are reused
         grid = self.reuse_grid(tile) if halo_reuse and tile.bands == 1 else None
         return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
@@ -456,7 +463,7 @@ class GroupSearch:
                               maps_held=o.maps_held)
         if o.hidden_chunks > 1:  # so is a hidden-chunk option's (solver.hidden)
             return TileChoice(o.tile, o.resident, o.cost, o.double_buffered,
-                              hidden_chunks=o.hidden_chunks)
+                              hidden_chunks=o.hidden_chunks, inputs_reloaded=o.inputs_reloaded)
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse,
                              o.weights_outer, o.passes, o.inputs_held, o.hidden_chunks,
@@ -535,34 +542,51 @@ class GroupSearch:
         with and without a second input buffer."""
         if not self.ruleset.search.hidden_chunks or self.tw is not None or self.bands > 1:
             return []
-        hidden = HiddenSearch.of(self.graph, self.layers, self.chip, (self.io, self.chains))
-        if hidden is None or not hidden.chunk_options():
+        plain = HiddenSearch.of(self.graph, self.layers, self.chip, (self.io, self.chains))
+        if plain is None or not plain.chunk_options():
             return []
-        most = hidden.chunk_options()[-1]
+        # and with the inputs read before and after a stretch loaded again, not held across
+        # (planner.geometry.reload: one input buffer)
+        searches = [plain] + ([HiddenSearch.of(self.graph, self.layers, self.chip,
+                                               (self.io, self.chains), reload=True)]
+                              if self.ruleset.search.reload_inputs else [])
+        most = plain.chunk_options()[-1]
         chosen = tuple(self.ruleset.enabled if rules is None else rules)
         out = []
-        for tn in self.batch_options():
-            at = self.at_batch(tn)
-            for resident in (True, False):
-                done = max((o.tile.h for o in found if o.tile.n == tn
-                            and o.resident == resident), default=0)
-                heights = [th for th in at.heights() if th > done]
-                for th, k in chunked_heights(
-                        heights, partial(_fits_hidden, hidden, at, resident, most),
-                        partial(_fewest_hidden, hidden, at, resident, chosen), HIDDEN_TALLEST):
-                    tile = at.tile_of(th)
-                    work = at.work(tile, resident)
-                    for db in (False, True):
-                        if db and (hidden.physical(tile, resident, True, k)
-                                   or hidden.rule_violations(tile, resident, True, k, chosen)):
-                            continue
-                        cost = hidden.cost(tile, resident, db, k, work)
-                        choice = TileChoice(tile, resident, cost, db, hidden_chunks=k)
-                        rank = _rank(cost, objective, self.ruleset, self.chip, choice)
-                        idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-                        room = hidden.room(tile, resident, db, k) if with_room else 0
-                        out.append(Option(rank, tile, resident, db, False, cost, idle, room,
-                                          hidden_chunks=k))
+        for hidden in (h for h in searches if h is not None):
+            for tn in self.batch_options():
+                at = self.at_batch(tn)
+                for resident in (True, False):
+                    done = max((o.tile.h for o in found if o.tile.n == tn
+                                and o.resident == resident), default=0)
+                    heights = [th for th in at.heights() if th > done]
+                    for th, k in chunked_heights(
+                            heights, partial(_fits_hidden, hidden, at, resident, most),
+                            partial(_fewest_hidden, hidden, at, resident, chosen),
+                            HIDDEN_TALLEST):
+                        out += self._hidden_buffers(hidden, at.tile_of(th), resident, k,
+                                                    objective, chosen, with_room)
+        return out
+
+    def _hidden_buffers(self, hidden: HiddenSearch, tile: Tile, resident: bool, k: int,
+                        objective: Objective, chosen: tuple[Rule, ...], with_room: bool
+                        ) -> list[Option]:
+        """A hidden-chunk tile's options with one input buffer and, where a second fits
+        and the inputs are not loaded again, with two."""
+        work = self.at_batch(tile.n).work(tile, resident)
+        out = []
+        for db in (False, True) if not hidden.inputs_reloaded else (False,):
+            if db and (hidden.physical(tile, resident, True, k)
+                       or hidden.rule_violations(tile, resident, True, k, chosen)):
+                continue
+            cost = hidden.cost(tile, resident, db, k, work)
+            choice = TileChoice(tile, resident, cost, db, hidden_chunks=k,
+                                inputs_reloaded=hidden.inputs_reloaded)
+            rank = _rank(cost, objective, self.ruleset, self.chip, choice)
+            idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
+            room = hidden.room(tile, resident, db, k) if with_room else 0
+            out.append(Option(rank, tile, resident, db, False, cost, idle, room,
+                              hidden_chunks=k, inputs_reloaded=hidden.inputs_reloaded))
         return out
 
     def _pass_options(self, objective: Objective, rules: Iterable[Rule] | None,

@@ -20,7 +20,7 @@ from tests import models
 ROOT = Path(__file__).resolve().parents[1]
 FUSEPLAN = ROOT / ".venv" / "bin" / "fuseplan"
 DEMO = ROOT / "planner" / "data" / "demo.onnx"
-CHIP = ["--set", "sram.bytes=16KiB"]  # small enough for several groups and row tiles
+CHIP = ["--set", "sram.bytes=8KiB"]  # small enough for several groups and row tiles
 
 PREDICTED = {"dram_read_bytes", "dram_write_bytes", "weight_read_bytes", "redundant_read_bytes",
              "sram_peak_bytes", "cycles", "energy_pj"}

@@ -373,19 +373,19 @@ def _tiled_chain(overrides: list[str], preset: str = "cluster4x4",
 
 
 def test_sram_overflow_is_reported_with_group_tile_level_and_bytes() -> None:
-    m, chip, plan, report = _tiled_chain(["sram.bytes=4KiB"])
+    m, chip, plan, report = _tiled_chain(["sram.bytes=3KiB"])
     assert report.outputs_match and report.predicted_matches_emulated  # still runs correctly
     assert not report.ok
     sram = [v for v in report.capacity_violations if v.level == "sram"]
     peaks = {g.id: g.predicted.sram_peak_bytes for g in plan.groups}
-    over = sorted(g for g, p in peaks.items() if p > 4096)
+    over = sorted(g for g, p in peaks.items() if p > 3072)
     assert sorted(v.group for v in sram) == over, f"predicted peaks {peaks}"
-    assert over, f"a 4 KiB SRAM holds every group? peaks {peaks}"
+    assert over, f"a 3 KiB SRAM holds every group? peaks {peaks}"
     for v in sram:
         g = plan.groups[v.group]
-        assert v.capacity_bytes == 4096
+        assert v.capacity_bytes == 3072
         assert v.needed_bytes == g.predicted.sram_peak_bytes  # the worst tile is reported
-        assert v.over_bytes == v.needed_bytes - 4096 > 0
+        assert v.over_bytes == v.needed_bytes - 3072 > 0
         assert 0 <= v.tile < tile_count(m.graph, group_io(m.graph, g.layers), g.tile)
         text = v.describe()
         assert f"group {v.group}" in text and f"tile {v.tile}" in text and "SRAM" in text \
@@ -397,12 +397,12 @@ def test_sram_overflow_is_reported_with_group_tile_level_and_bytes() -> None:
 
 def test_nram_overflow_is_reported() -> None:
     """Each core of a cluster holds 1/cores_per_cluster of the tile's feature maps."""
-    _, chip, plan, report = _tiled_chain(["nram.bytes=1KiB"])
+    _, chip, plan, report = _tiled_chain(["nram.bytes=512"])
     nram = [v for v in report.capacity_violations if v.level == "nram"]
     assert nram, [v.describe() for v in report.capacity_violations]
     for v in nram:
         share = -(-plan.groups[v.group].predicted.sram_peak_bytes // chip.cores_per_cluster)
-        assert (v.needed_bytes, v.capacity_bytes) == (share, 1024), v.describe()
+        assert (v.needed_bytes, v.capacity_bytes) == (share, 512), v.describe()
     assert not [v for v in report.capacity_violations if v.level == "sram"]
 
 

@@ -228,7 +228,7 @@ def test_random_mlps_verify_in_hidden_chunks(tmp_path: Path, tokens: int, width:
 
 def test_planners_chunk_an_mlp_whose_weights_and_hidden_map_do_not_fit(tmp_path: Path) -> None:
     """The MLP's 6 KiB of weights do not fit 4 KiB of WRAM, nor its [1, 64, 96] hidden map
-    (12 KiB, and its GELU temporaries) 16 KiB of SRAM beside the tokens: without hidden
+    (12 KiB, and its GELU temporaries) 12 KiB of SRAM beside the tokens: without hidden
     chunks it runs in token tiles that stream every weight again per tile (one cluster: a
     round is one tile); with them it is one tile that reads each weight once: the plan is
     at the floor, less than half the bytes. CP-SAT and the shortest path agree, and the
@@ -236,7 +236,7 @@ def test_planners_chunk_an_mlp_whose_weights_and_hidden_map_do_not_fit(tmp_path:
     path = _save(mlp_model(tokens=64, width=16, hidden=96), tmp_path)
     rules = models.fusing_rules(tmp_path)
     off = models.fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
-    small = ["sram.bytes=16KiB", "nram.bytes=4KiB", "wram.bytes=1KiB", "clusters=1"]
+    small = ["sram.bytes=12KiB", "nram.bytes=4KiB", "wram.bytes=1KiB", "clusters=1"]
     problem = api.prepare(path, rules=rules, overrides=small)
     cpsat = api.plan_problem(problem, "cpsat")
     shortest = api.plan_problem(problem, "shortest-path")

@@ -123,7 +123,7 @@ def test_chunks_lower_the_peak_of_the_passes_and_add_core_traffic_only(tmp_path:
 
 
 def test_planners_chunk_squeeze_excite_passes_that_fit_no_other_way(tmp_path: Path) -> None:
-    """Blocks with 128 hidden channels on a chip of 64 KiB SRAM and 16 KiB NRAM per core:
+    """Blocks with 128 hidden channels on a chip of 48 KiB SRAM and 12 KiB NRAM per core:
     without hidden chunks their passes fit no tile and each block spills its wide maps;
     with them each block is one group in two passes, its input held on chip: many times
     fewer bytes. CP-SAT does no worse than the shortest path, `explain` finds nothing
@@ -132,7 +132,7 @@ def test_planners_chunk_squeeze_excite_passes_that_fit_no_other_way(tmp_path: Pa
     # CP-SAT solves (rather than certifying the shortest path): pinned choices encoded
     rules = models.fusing_rules(tmp_path, {"exact_path_first: true": "exact_path_first: false"})
     off = models.fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
-    small = ["sram.bytes=64KiB", "nram.bytes=16KiB"]
+    small = ["sram.bytes=48KiB", "nram.bytes=12KiB"]
     problem = api.prepare(path, rules=rules, overrides=small)
     cpsat = api.plan_problem(problem, "cpsat")
     shortest = api.plan_problem(problem, "shortest-path")

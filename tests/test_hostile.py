@@ -31,7 +31,7 @@ from tests import models
 
 ROOT = Path(__file__).resolve().parents[1]
 FUSEPLAN = ROOT / ".venv" / "bin" / "fuseplan"
-CHIP = ["--set", "sram.bytes=16KiB"]  # several groups, row tiles, prefetch
+CHIP = ["--set", "sram.bytes=8KiB"]  # several groups, row tiles, prefetch
 Doc = dict[str, Any]
 
 

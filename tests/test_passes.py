@@ -221,7 +221,7 @@ def _selective_kernel_net(h: int, leak: bool = False) -> onnx.ModelProto:
 def test_a_branch_that_feeds_only_the_pool_runs_in_the_pool_pass_only(tmp_path: Path) -> None:
     """The last pass computes what the outputs need: a branch read only by the pool is not
     in it (it used to be, and had no box there). Default rules plan and verify."""
-    path = models.save(_selective_kernel_net(128), tmp_path, "sk")
+    path = models.save(_selective_kernel_net(160), tmp_path, "sk")
     problem = api.prepare(str(path))
     g = problem.graph
     order = [lay.name for lay in g.layers]

@@ -662,10 +662,10 @@ def test_r10_split_cout(store: ModelStore) -> None:
 
 
 def test_r11_redundancy(store: ModelStore) -> None:
-    """residual_net on an 8 KiB SRAM runs its second bottleneck in one-row tiles; with relu17
+    """residual_net on a 7 KiB SRAM runs its second bottleneck in one-row tiles; with relu17
     in front, the tiles re-read the stride-2 halos. A zero threshold forbids that group.
     (Halos recomputed: reusing them re-reads nothing.)"""
-    p = with_rules(store.problem("residual_net", None, ["sram.bytes=8KiB", "nram.bytes=4KiB"]),
+    p = with_rules(store.problem("residual_net", None, ["sram.bytes=7KiB", "nram.bytes=4KiB"]),
                    search={"halo_reuse": False})
     tight, loose = binds(with_rules(p, redundancy={"threshold_pct": 0}), p, "redundancy")
     assert {"relu17", "conv_a20", "relu33"} <= set(group_with(loose, "relu17").layers)
@@ -698,9 +698,9 @@ def test_r12_sram_in_out_share_buffers(store: ModelStore) -> None:
 
 
 def test_r13_small_double_buffer(store: ModelStore) -> None:
-    """On an 8 KiB SRAM the head group (conv12..fc23, whole maps only) needs
+    """On a 7 KiB SRAM the head group (conv12..fc23, whole maps only) needs
     W_i + 2 x 4 KiB of input: rule 13 leaves those layers unfused."""
-    p = store.problem("chain_cnn", None, ["sram.bytes=8KiB", "nram.bytes=4KiB",
+    p = store.problem("chain_cnn", None, ["sram.bytes=7KiB", "nram.bytes=4KiB",
                                           "wram.bytes=2KiB"])
     tight, loose = binds(p, with_rules(p, small_double_buffer={"enabled": False}),
                          "small_double_buffer")

@@ -305,6 +305,21 @@ def test_torchvision_vit_b_16_plans_and_verifies_on_the_default_chip(tmp_path: P
     assert any(g.placement.hidden_chunks > 1 and len(g.layers) > 100 for g in plan.groups)
 
 
+@pytest.mark.slow
+def test_vit_b_16_at_batch_8_reads_every_weight_once_on_the_default_chip(
+        tmp_path: Path) -> None:
+    """Issue 18's batch check: tiles of two images (four tiles, one round of the four
+    clusters) share every streamed weight read. The attention half-blocks hold two images
+    only with their input loaded again after the head chunks (planner.geometry.reload)."""
+    batch = {"input": (8, 3, 224, 224)}
+    plan = _verify(tmp_path, str(EXPORTS / "vit_b_16.onnx"), batch, [])
+    graph = build_graph(load_model(str(EXPORTS / "vit_b_16.onnx"), batch))
+    weights = {w for lay in graph.layers for w in lay.weights}
+    once = sum(graph.constants[w].size for w in weights) * 2  # fp16
+    assert plan.totals.weight_read_bytes == once
+    assert any(g.placement.inputs_reloaded and g.tile.n == 2 for g in plan.groups)
+
+
 # CNN + transformer hybrids (any H and W) and Swin-T (224 x 224): real exports of
 # examples/exports/export_models.py
 HYBRIDS = {"mobilevit_like": (256, 256), "text_recognizer": (32, 320)}

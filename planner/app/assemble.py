@@ -24,6 +24,7 @@ from planner.geometry.attention import attention_heads
 from planner.geometry.hidden import makes_chunks, stretches
 from planner.geometry.passes import pass_split, passes_make_chunks
 from planner.geometry.regions import group_chains, group_io
+from planner.geometry.reload import reloaded_inputs
 from planner.ir.graph import Graph
 from planner.plan.checks import (
     check_bands,
@@ -61,6 +62,12 @@ def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Grou
 
 def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     """Predicted counters of a placement, without next-group prefetch."""
+    if p.inputs_reloaded and (p.hidden_chunks == 1 or p.passes > 1 or p.double_buffered
+                              or not reloaded_inputs(graph, group_io(graph, p.layers))):
+        raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot load "
+                            "its inputs again as placed (planner.geometry.reload: hidden "
+                            "chunks, no passes, one input buffer, an input read before a "
+                            "stretch and after it)")
     if p.passes > 1:
         split = pass_split(graph, p.layers, p.inputs_held, p.maps_held)
         if split is None or split.count != p.passes or not p.weights_resident \
@@ -91,7 +98,8 @@ def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
                                 "(planner.geometry.hidden: a stretch with that many chunks of "
                                 "channels, halos recomputed, tiles outer)")
         return hidden_cost(graph, io, group_chains(graph, io), found, p.hidden_chunks, p.tile,
-                           chip, p.weights_resident, p.double_buffered)
+                           chip, p.weights_resident, p.double_buffered,
+                           reloaded=reloaded_inputs(graph, io) if p.inputs_reloaded else None)
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
                       p.halo_reuse, p.weights_outer)
 

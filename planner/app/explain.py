@@ -95,7 +95,7 @@ def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tupl
             found += [(g.id, v) for v in search.head_violations(
                 g.tile, g.double_buffered, g.placement.hidden_chunks)]
             continue
-        hidden = HiddenSearch.of(graph, g.layers, chip) \
+        hidden = HiddenSearch.of(graph, g.layers, chip, reload=g.placement.inputs_reloaded) \
             if g.placement.hidden_chunks > 1 else None
         if hidden is not None:  # capacities from the exact peak, rules with chunk-wide maps
             k = g.placement.hidden_chunks

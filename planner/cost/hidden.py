@@ -41,7 +41,15 @@ from planner.geometry.hidden import (
     stream_holds,
     stretch_loads,
 )
-from planner.geometry.regions import Box, GroupChains, GroupIO, Tile, box_elems
+from planner.geometry.regions import (
+    Box,
+    GroupChains,
+    GroupIO,
+    Tile,
+    box_elems,
+    iter_tiles,
+    tile_regions,
+)
 from planner.ir.chunks import chunk_ranges
 from planner.ir.graph import Graph
 
@@ -186,9 +194,11 @@ def tile_profile(graph: Graph, io: GroupIO, found: Sequence[Stretch], boxes: Map
 
 
 def tile_profiles(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
-                  tile: Tile) -> list[TileProfile]:
-    """The profile of every representative tile (planner.cost.model.representative_boxes)."""
-    steps = live_steps(graph, io)
+                  tile: Tile, reloaded: Mapping[str, tuple[int, int]] | None = None
+                  ) -> list[TileProfile]:
+    """The profile of every representative tile (planner.cost.model.representative_boxes);
+    ``reloaded``: inputs off chip between two of their reads (planner.geometry.reload)."""
+    steps = live_steps(graph, io, reloaded)
     return [tile_profile(graph, io, found, boxes, steps)
             for boxes in representative_boxes(graph, io, chains, tile)]
 
@@ -196,13 +206,14 @@ def tile_profiles(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequenc
 def hidden_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
                       chunks: int, tile: Tile, chip: Chip, weights_resident: bool,
                       double_buffered: bool, profiles: Sequence[TileProfile] | None = None,
-                      stream: HiddenStream | None = None) -> int:
+                      stream: HiddenStream | None = None,
+                      reloaded: Mapping[str, tuple[int, int]] | None = None) -> int:
     """Exact SRAM peak over every tile: maps at every step and chunk, the next tile's
     inputs with a second buffer, and on single-memory chips the weights (all of them when
     resident, else the stream's at each step). ``profiles`` (tile_profiles) and ``stream``
-    (hidden_stream) when the caller keeps them."""
+    (hidden_stream) when the caller keeps them; ``reloaded``: see tile_profiles."""
     if profiles is None:
-        profiles = tile_profiles(graph, io, chains, found, tile)
+        profiles = tile_profiles(graph, io, chains, found, tile, reloaded)
     if chip.unified and not weights_resident and stream is None:
         stream = hidden_stream(graph, io, found, chunks, chip)
     dt = chip.dtype_bytes
@@ -230,13 +241,32 @@ def chunk_core_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequ
 
 def hidden_cost(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
                 chunks: int, tile: Tile, chip: Chip, weights_resident: bool,
-                double_buffered: bool, work: Counters | None = None) -> Counters:
+                double_buffered: bool, work: Counters | None = None,
+                reloaded: Mapping[str, tuple[int, int]] | None = None) -> Counters:
     """Predicted counters of the group run with its stretches in `chunks` hidden chunks
-    (``work``: its work_counters for this tile and residency, when the caller has them)."""
+    (``work``: its work_counters for this tile and residency, when the caller has them;
+    ``reloaded``: inputs loaded again after a stretch, reload_counters)."""
     base = work if work is not None else work_counters(graph, io, chains, tile, chip,
                                                        weights_resident)
     extra = chunk_core_bytes(graph, io, chains, found, chunks, tile, chip.dtype_bytes)
     peak = hidden_peak_bytes(graph, io, chains, found, chunks, tile, chip, weights_resident,
-                             double_buffered)
+                             double_buffered, reloaded=reloaded)
     c = replace(base, core_fmap_bytes=base.core_fmap_bytes + extra, sram_peak_bytes=peak)
+    if reloaded:
+        c = reload_counters(graph, io, chains, tile, chip, c, reloaded)
     return with_time(chip, c, double_buffered)
+
+
+def reload_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+                    c: Counters, reloaded: Mapping[str, tuple[int, int]]) -> Counters:
+    """`c` with the inputs loaded a second time (planner.geometry.reload): each tile reads
+    its box of them from DRAM again (counted with the tile's loads, the first tile's in its
+    fill) and writes it on chip once more; their reads by the layers are counted already."""
+    dt = chip.dtype_bytes
+    again = sum(region_sums(graph, io, chains, tile, sorted(reloaded)).values()) * dt
+    first = tile_regions(graph, io, next(iter_tiles(graph, io, tile)))
+    first_again = sum(box_elems(graph, t, first[t]) for t in reloaded) * dt
+    return replace(c, dram_read_bytes=c.dram_read_bytes + again,
+                   redundant_read_bytes=c.redundant_read_bytes + again,
+                   core_fmap_bytes=c.core_fmap_bytes + again,
+                   first_load_bytes=c.first_load_bytes + first_again)

@@ -56,6 +56,7 @@ from planner.cost.weight_stream import (
 from planner.geometry.attention import online_attention
 from planner.geometry.bands import band_columns, band_compute_cycles, cluster_loads
 from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
+from planner.geometry.in_place import in_place_hosts
 from planner.geometry.regions import (
     AxisChain,
     Box,
@@ -81,9 +82,13 @@ def weight_bytes(graph: Graph, weights: Iterable[str], chip: Chip) -> int:
     return sum(int(graph.constants[w].size) for w in set(weights)) * chip.dtype_bytes
 
 
-def live_steps(graph: Graph, io: GroupIO) -> list[tuple[str, ...]]:
+def live_steps(graph: Graph, io: GroupIO, reloaded: Mapping[str, tuple[int, int]] | None = None
+               ) -> list[tuple[str, ...]]:
     """Tensors live on chip while each layer of the group runs (its inputs and outputs;
-    not those written in place into a held buffer, GroupIO.in_place)."""
+    not those written in place into a held buffer, GroupIO.in_place, nor an output written
+    over the input it reads last, at that step: planner.geometry.in_place). ``reloaded``:
+    inputs dropped after a step and loaded again at a later one (planner.geometry.reload),
+    off chip in between."""
     last_use: dict[str, int] = {}
     for i, name in enumerate(io.layers):
         for t in graph.layer(name).fmap_inputs:
@@ -105,8 +110,12 @@ def live_steps(graph: Graph, io: GroupIO) -> list[tuple[str, ...]]:
     for t, b in born.items():  # in birth order, as the steps list them
         if t in io.in_place:  # in its held buffer, counted beside the group
             continue
+        gap = reloaded.get(t) if reloaded else None
         for i in range(max(b, 0), last_use.get(t, b) + 1):
-            steps[i].append(t)
+            if gap is None or not gap[0] < i < gap[1]:
+                steps[i].append(t)
+    for i in in_place_hosts(graph, io):  # the output is where its input was
+        steps[i].remove(graph.layer(io.layers[i]).outputs[0])
     return [tuple(s) for s in steps]
 
 

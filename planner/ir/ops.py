@@ -371,6 +371,11 @@ class OpSpec:
     accumulate: Accumulate = Accumulate.NONE
     # movement ops: how the input's axes reach the output (token layouts follow them)
     axis_move: AxisMove = AxisMove.NONE
+    # its output may be written over an input of its own dims that no later layer reads
+    # (planner.geometry.in_place): each output element comes from the input element in its
+    # place (per-element ops), from that element's row read before it is written
+    # (Softmax, LayerNormalization), or is that element in the same order (views)
+    in_place: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -433,7 +438,9 @@ _RELU, _KEEPS = Rectified.ALWAYS, Rectified.IF_INPUTS
 
 def _elementwise(op: str, cls: OpClass, **more: Any) -> OpSpec:
     """A per-element op (broadcast constants included): each output channel comes from the
-    same channel of its inputs, so a chunk of channels runs on its own."""
+    same channel of its inputs, so a chunk of channels runs on its own; its output may
+    overwrite an input of the same dims."""
+    more.setdefault("in_place", True)
     return _spec(op, cls, channel_local=True, **more)
 
 
@@ -471,20 +478,21 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _elementwise("HardSigmoid", _V),
     _elementwise("HardSwish", _V, rectified=_RELU),
     _elementwise("LeakyRelu", _V, rectified=_RELU),
-    _spec("PRelu", _V, roles=(None, InputRole.PRELU), rectified=_RELU),
+    _spec("PRelu", _V, roles=(None, InputRole.PRELU), rectified=_RELU, in_place=True),
     _elementwise("Elu", _V, rectified=_RELU),
     _elementwise("Selu", _V, rectified=_RELU),
     _elementwise("Tanh", _V),
-    _spec("Softmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
-    _spec("LogSoftmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis)),
+    _spec("Softmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis), in_place=True),
+    _spec("LogSoftmax", _V, MapRule.SOFTMAX, _const(2), _batch_axis(_softmax_axis),
+          in_place=True),
     _spec("BatchNormalization", _V, work=_const(2), roles=_BN_ROLES, in_channels=_per_channel,
-          branch_scale=BranchScale.INPUT1, per_channel_constants=True),
+          branch_scale=BranchScale.INPUT1, per_channel_constants=True, in_place=True),
     _spec("LRN", _V, work=_lrn_work),
     _spec("InstanceNormalization", _V, MapRule.WHOLE, _const(2), roles=_NORM_ROLES,
           in_channels=_per_channel, per_channel_constants=True),
     # over its last axes: per pixel in a channels-last stretch (ConvNeXt), per token
     _spec("LayerNormalization", _V, MapRule.NORM, _const(4), _batch_axis(lambda opset: -1),
-          native=False, roles=_NORM_ROLES),
+          native=False, roles=_NORM_ROLES, in_place=True),
     _elementwise("Sqrt", _V),
     _elementwise("Exp", _V),
     _elementwise("Abs", _V),
@@ -529,8 +537,9 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Or", _S, native=False, takes_weights=False),
     # movement: no arithmetic; constant inputs are shapes, pads, scales
     _spec("Concat", _MV, MapRule.CONCAT, batch=_batch_axis(lambda opset: 1)),
-    _spec("Reshape", _MV, shape_param=ShapeParam.TARGET_SHAPE, axis_move=AxisMove.REGROUP),
-    _spec("Flatten", _MV, axis_move=AxisMove.REGROUP),
+    _spec("Reshape", _MV, shape_param=ShapeParam.TARGET_SHAPE, axis_move=AxisMove.REGROUP,
+          in_place=True),
+    _spec("Flatten", _MV, axis_move=AxisMove.REGROUP, in_place=True),
     _spec("Transpose", _MV, MapRule.TRANSPOSE, batch=_batch_transpose,
           axis_move=AxisMove.PERMUTE),
     _spec("Split", _MV, batch=_batch_axis(lambda opset: 0), axis_move=AxisMove.SELECT),
@@ -543,12 +552,13 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Upsample", _MV, MapRule.UPSAMPLE,
           attr_defaults=(("coordinate_transformation_mode", "asymmetric"),
                          ("nearest_mode", "floor"))),
-    _spec("Identity", _MV),
-    _spec("Dropout", _MV),
+    _spec("Identity", _MV, in_place=True),
+    _spec("Dropout", _MV, in_place=True),
     # picks along one axis; its constants (indices, a lookup table) are parameters
     _spec("Gather", _MV, MapRule.SELECT, batch=_batch_never, axis_move=AxisMove.SELECT),
-    _spec("Squeeze", _MV, batch=_batch_never, axis_move=AxisMove.SQUEEZE),
-    _spec("Unsqueeze", _MV, batch=_batch_never, axis_move=AxisMove.UNSQUEEZE),
+    _spec("Squeeze", _MV, batch=_batch_never, axis_move=AxisMove.SQUEEZE, in_place=True),
+    _spec("Unsqueeze", _MV, batch=_batch_never, axis_move=AxisMove.UNSQUEEZE,
+          in_place=True),
     _spec("Expand", _MV, batch=_batch_never, native=False),
     # reduction: each output folds many inputs
     _spec("GlobalAveragePool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS,

@@ -17,6 +17,7 @@ from planner.geometry.attention import attention_heads
 from planner.geometry.hidden import makes_chunks, stretches
 from planner.geometry.passes import pass_split, pass_stretches
 from planner.geometry.regions import Tile, group_io
+from planner.geometry.reload import reloaded_inputs
 from planner.ir.chunks import chunk_axes
 from planner.ir.graph import Graph
 from planner.plan import schema
@@ -72,6 +73,7 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 **({"maps_held": True} if g.placement.maps_held else {}),
                 **({"hidden_chunks": g.placement.hidden_chunks}
                    if g.placement.hidden_chunks > 1 else {}),
+                **({"inputs_reloaded": True} if g.placement.inputs_reloaded else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -149,6 +151,24 @@ def _maps_held(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], passes:
         raise InputError(f"{where}.maps_held: a map this group pools is one of its inputs or "
                          "also leaves the group, so it cannot be held as it is made; remove "
                          "the key (\"inputs_held\": true holds inputs).")
+    return True
+
+
+def _inputs_reloaded(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], chunks: int,
+                     passes: int, where: str) -> bool:
+    """A group's "inputs_reloaded": only with hidden chunks, one pass and one input buffer,
+    and only where an input is read before a stretch and after it
+    (planner.geometry.reload)."""
+    if not bool(g.get("inputs_reloaded", False)):
+        return False
+    if chunks == 1 or passes > 1 or bool(g.get("double_buffered", False)):
+        raise InputError(f"{where}.inputs_reloaded loads inputs again after a stretch run in "
+                         "hidden chunks: it needs \"hidden_chunks\" above 1, no \"passes\" "
+                         "and \"double_buffered\": false; remove the key or change those.")
+    if not reloaded_inputs(graph, group_io(graph, layers)):
+        raise InputError(f"{where}.inputs_reloaded: no input of this group is read both "
+                         "before and after one of its stretches (and by none of their "
+                         "layers), so none can be loaded again; remove the key.")
     return True
 
 
@@ -288,8 +308,9 @@ def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where
                               _loop(graph, g, layers, gw),
                               (passes := _passes(graph, g, layers, tile, gw)),
                               _inputs_held(g, passes, gw),
-                              _hidden_chunks(graph, g, layers, tile, passes, gw),
-                              _maps_held(graph, g, layers, passes, gw))
+                              (chunks := _hidden_chunks(graph, g, layers, tile, passes, gw)),
+                              _maps_held(graph, g, layers, passes, gw),
+                              _inputs_reloaded(graph, g, layers, chunks, passes, gw))
         groups.append(Group(g["id"], placement, g.get("mode", "big"), predicted))
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()

@@ -76,19 +76,22 @@ class Placement:
     # with passes: each pooled map kept whole on chip by its pass; later passes read it
     # there instead of computing it again
     maps_held: bool = False
+    # with hidden chunks: the group's inputs read before a stretch and after it are loaded
+    # again after it rather than held across (planner.geometry.reload)
+    inputs_reloaded: bool = False
 
     @classmethod
     def of(cls, layers: Sequence[str], tile: Tile, resident: bool = True,
            double_buffered: bool = False, halo_reuse: bool = False,
            weights_outer: bool = False, passes: int = 1,
-           inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False
-           ) -> Placement:
+           inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False,
+           inputs_reloaded: bool = False) -> Placement:
         """A placement from the planners' flags."""
         return cls(tuple(layers), tile, WeightResidency.of(resident), double_buffered,
                    HaloMode.of(halo_reuse),
                    loop=LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
                    passes=passes, inputs_held=inputs_held, hidden_chunks=hidden_chunks,
-                   maps_held=maps_held)
+                   maps_held=maps_held, inputs_reloaded=inputs_reloaded)
 
     @property
     def weights_outer(self) -> bool:

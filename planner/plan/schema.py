@@ -270,6 +270,7 @@ GROUP = Obj((
     Key("inputs_held", Bool(), required=False),
     Key("maps_held", Bool(), required=False),
     Key("hidden_chunks", Int(1), required=False),
+    Key("inputs_reloaded", Bool(), required=False),
     Key("predicted", PREDICTED, required=False),
 ))
 

@@ -203,6 +203,8 @@ def _plan_table(plan: Plan) -> Table:
             mode += ", maps held"
         if g.placement.hidden_chunks > 1:
             mode += f", {g.placement.hidden_chunks} hidden chunks"
+        if g.placement.inputs_reloaded:
+            mode += ", inputs loaded again"
         t.add_row(str(g.id), names, mode, g.tile.label(),
                   "reuse" if g.halo_reuse else "recompute",
                   "resident" if g.weights_resident else "streamed", _mib(p.dram_bytes),

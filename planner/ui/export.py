@@ -48,6 +48,8 @@ def node_metadata(group: Group) -> dict[str, str]:
            if group.placement.passes > 1 else {}),
         **({f"{METADATA_PREFIX}hidden_chunks": str(group.placement.hidden_chunks)}
            if group.placement.hidden_chunks > 1 else {}),
+        **({f"{METADATA_PREFIX}inputs_reloaded": "true"}
+           if group.placement.inputs_reloaded else {}),
     }
 
 
