@@ -311,7 +311,7 @@ def test_vit_b_16_at_batch_8_reads_every_weight_once_on_the_default_chip(
     """Issue 18's batch check: tiles of two images (four tiles, one round of the four
     clusters) share every streamed weight read. The attention half-blocks hold two images
     only with their input loaded again after the head chunks (planner.geometry.reload)."""
-    batch = {"input": (8, 3, 224, 224)}
+    batch: dict[str, tuple[int, ...]] = {"input": (8, 3, 224, 224)}
     plan = _verify(tmp_path, str(EXPORTS / "vit_b_16.onnx"), batch, [])
     graph = build_graph(load_model(str(EXPORTS / "vit_b_16.onnx"), batch))
     weights = {w for lay in graph.layers for w in lay.weights}
