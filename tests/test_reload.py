@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from hand import assert_verifies, hand_plan
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_hidden import _save, mlp_model
 from typer.testing import CliRunner
 
@@ -57,6 +59,34 @@ def test_reloading_trades_sram_for_exactly_the_input_read_again(
         assert_verifies(problem, plan)
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tokens=st.integers(6, 30), width=st.sampled_from([4, 8, 12]),
+       hidden=st.sampled_from([16, 24, 40]), th=st.integers(1, 30),
+       chunks=st.sampled_from([2, 3, 4]), resident=st.booleans(),
+       hardware=st.sampled_from([None, "soma_buffer"]))
+def test_random_mlps_verify_held_and_reloaded(tmp_path_factory: pytest.TempPathFactory,
+                                              tokens: int, width: int, hidden: int, th: int,
+                                              chunks: int, resident: bool,
+                                              hardware: str | None) -> None:
+    """Any token tile, chunk count and residency, on a chip with WRAM and on a single-memory
+    chip: both plans verify (outputs, every counter, the peak) and the reloading one reads
+    exactly the input once more and never holds more."""
+    tmp = tmp_path_factory.mktemp("mlp")
+    problem = api.prepare(_save(mlp_model(tokens=tokens, width=width, hidden=hidden), tmp),
+                          hardware=hardware)
+    g = problem.graph
+    layers = _all(problem)
+    n, _, _, w = g.dims(group_io(g, layers).anchor)
+    plans = [hand_plan(problem, [Placement.of(layers, Tile(n, min(th, tokens), w), resident,
+                                              hidden_chunks=chunks, inputs_reloaded=r)])
+             for r in (False, True)]
+    held, again = (p.groups[0].predicted for p in plans)
+    assert again.dram_read_bytes - held.dram_read_bytes == g.elems("x") * problem.chip.dtype_bytes
+    assert again.sram_peak_bytes <= held.sram_peak_bytes
+    for plan in plans:
+        assert_verifies(problem, plan)
+
+
 def test_the_planner_reloads_where_holding_the_input_fits_no_tile(tmp_path: Path) -> None:
     """An MLP on a 24 KiB SRAM whose weights stream (1 KiB of WRAM): its hidden chunks fit
     beside all 64 tokens only when the block input is not held across them. With reloading
@@ -100,6 +130,8 @@ def test_plan_files_state_reloads_and_refuse_them_where_they_cannot_run(
     runner = CliRunner()
     ok = runner.invoke(app, ["verify", model, str(good)])
     assert ok.exit_code == 0, ok.stdout
+    explained = runner.invoke(app, ["explain", model, str(good)])  # rechecks the group
+    assert explained.exit_code == 0, explained.stdout
 
     def edited(name: str, **keys: object) -> Path:
         bad = json.loads(good.read_text())
