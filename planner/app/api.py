@@ -8,12 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
 from planner.app.assemble import assemble, layer_by_layer_bytes, layer_placements, layer_plan
 from planner.app.integrity import first_misstatement
-from planner.app.verify import VerifyReport, load_golden, verify_plan
 from planner.core.budget import Budget
 from planner.core.errors import InputError, Interrupted, PlanningError
 from planner.core.files import make_dir, write_with
@@ -33,6 +32,9 @@ from planner.plan.data import Plan
 from planner.plan.json_io import load_plan, save_plan
 from planner.plan.placement import Placement
 from rules.ruleset import RuleSet, load_rules
+
+if TYPE_CHECKING:  # the emulator loads only when a command verifies (a solve starts faster)
+    from planner.app.verify import VerifyReport
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
 MIN_SOLVE_S = 0.5  # CP-SAT is not started with less time than this left
@@ -456,6 +458,8 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
            hardware: str | None = None, overrides: Sequence[str] = (),
            shapes: Mapping[str, tuple[int, ...]] | None = None) -> VerifyReport:
     """Emulate a plan file and check it against onnxruntime (or golden outputs)."""
+    from planner.app.verify import load_golden, verify_plan
+
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
     loaded = load_for_plan(model, plan_path, doc, shapes)
@@ -658,6 +662,8 @@ def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[A
 
 def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
     """Verify a plan of a prepared problem without a plan file."""
+    from planner.app.verify import verify_plan
+
     loaded = problem.model
     weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
     graph = build_graph(weighted)
@@ -833,6 +839,7 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
     from dataclasses import replace as dc_replace
 
     from planner.app.dynamic import group_table, in_range, read_dynamic
+    from planner.app.verify import verify_plan
     from planner.geometry.regions import Tile
     from planner.plan.checks import check_cover, group_mode
     from planner.plan.data import Group
