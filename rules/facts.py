@@ -201,13 +201,18 @@ class GroupFacts:
         return weight_bytes(self.graph, self.io.weights, self.chip)
 
     @cached_property
+    def steps(self) -> list[tuple[str, ...]]:
+        """Tensors live while each layer runs (planner.cost.model.live_steps), worked out
+        once for both peaks below."""
+        return live_steps(self.graph, self.io, self.reloaded)
+
+    @cached_property
     def live_peak_bytes(self) -> int:
         """Peak of live tensors when freed after their last use (input/output share space)."""
         if self.weights_outer:
             return self.in_bytes + self._outer_slice_bytes
-        steps = live_steps(self.graph, self.io, self.reloaded)
         return max(sum(self.tensor_bound_bytes(t) for t in live) + self.scratch_bytes(i)
-                   for i, live in enumerate(steps)) + self.held_bytes
+                   for i, live in enumerate(self.steps)) + self.held_bytes
 
     @property
     def _outer_slice_bytes(self) -> int:
@@ -241,8 +246,7 @@ class GroupFacts:
             return self.live_peak_bytes + (self.stage_peak_bytes if self.chip.unified else 0)
         return max(sum(self.tensor_bound_bytes(t) for t in live) + self.staged_bytes[i]
                    + self.scratch_bytes(i)
-                   for i, live in enumerate(live_steps(self.graph, self.io, self.reloaded))) \
-            + self.held_bytes
+                   for i, live in enumerate(self.steps)) + self.held_bytes
 
     @property
     def onchip_weight_bytes(self) -> int:
