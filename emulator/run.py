@@ -190,7 +190,9 @@ def _layer_static(graph: Graph, lay: Layer) -> _LayerStatic:
         elif name:
             consts.append((pos, name))
     kind = lay.row_maps[0].kind if lay.row_maps else None
-    window = kind is MapKind.WINDOW and out_spatial
+    # a sliding window passes the tile its own pads; other WINDOW maps (a Reshape gathering
+    # rows, planner.front.windows) are computed on their input box and cut
+    window = kind is MapKind.WINDOW and out_spatial and op_spec(lay.op).maps is MapRule.WINDOW
     first = graph.shapes[lay.fmap_inputs[0]] if lay.fmap_inputs else ()
     first_layout = graph.layout(lay.fmap_inputs[0]) if lay.fmap_inputs else layout_of(())
     # A broadcast operand (an SE scale [N, C, 1, 1] as in `scale * x`) maps WHOLE and may come
@@ -332,6 +334,11 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         for axis, lo, hi in _box_axes(info.out_layout, out_box):
             if rows_too or axis == info.out_layout.batch_axis:
                 target[axis] = hi - lo
+        if info.out_spatial and lay.row_maps[0].kind in (MapKind.WINDOW, MapKind.UPSAMPLE) \
+                and info.out_layout.row_axis is not None:
+            # a window partition's step (planner.front.windows): the input box's rows give
+            # however many output rows they hold, cut to the tile's box below
+            target[info.out_layout.row_axis] = -1
         args[1] = np.array(target, dtype=np.int64)
     if info.shape_param is ShapeParam.RESIZE_SIZES and len(args) == 4 \
             and lay.row_maps[0].kind is not MapKind.WHOLE:

@@ -22,7 +22,6 @@ from planner.front.onnx_load import load_model
 from planner.geometry.regions import (
     GroupIO,
     Tile,
-    anchor_extent,
     box_elems,
     group_chains,
     group_io,
@@ -346,24 +345,3 @@ def test_swin_and_hybrid_exports_plan_and_verify_on_the_default_chip(tmp_path: P
     assert plan.totals.dram_bytes < plan.layer_by_layer_dram_bytes
     if name == "text_recognizer":  # maps and tokens fit on chip: every weight once
         assert plan.totals.dram_bytes <= 1.01 * plan.compulsory_dram_bytes
-
-
-def test_reusing_tiles_of_a_window_partition_keep_each_tensor_s_own_batch() -> None:
-    """Swin's window partition (Pad, Reshape, Transpose, Reshape) folds the map's rows into
-    64 windows: a halo-reusing tile of all 64 windows reads the padded map, whose batch is
-    the image's one, not the windows' 64. The plan runs and costs as predicted (every other
-    layer alone)."""
-    from hand import assert_verifies, hand_plan
-
-    from planner.plan.placement import Placement
-
-    problem = api.prepare(str(EXPORTS / "swin_t.onnx"), shapes=IMAGE)
-    g = problem.graph
-    names = [lay.name for lay in g.layers]
-    first = names.index("/features/features.1/features.1.0/attn/Pad")
-    layers = tuple(names[first:first + 4])
-    assert layers[-1].endswith("attn/Reshape_3")
-    n, h, w = anchor_extent(g, group_io(g, layers))
-    assert (n, g.dims(group_io(g, layers).inputs[0])[0]) == (64, 1)
-    assert_verifies(problem, hand_plan(problem, [
-        Placement.of(layers, Tile(n, h - 1, w), True, False, True)]))

@@ -18,6 +18,7 @@ from planner.front.attention_fusion import fuse_attention
 from planner.front.batch_unmerge import BatchRestatement
 from planner.front.blocks import find_blocks
 from planner.front.onnx_load import LoadedModel
+from planner.front.windows import regroup_rows, window_layout
 from planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
 from planner.ir.layout import (
     Layout,
@@ -29,7 +30,7 @@ from planner.ir.layout import (
     sequence,
     tokens,
 )
-from planner.ir.ops import Accumulate, AxisMove, MapRule, OpClass, OpSpec, op_spec
+from planner.ir.ops import Accumulate, AxisMove, MapRule, OpClass, OpSpec, ShapeParam, op_spec
 
 
 def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
@@ -212,7 +213,16 @@ def _product_maps(fmaps: Sequence[_Fmap]) -> tuple[list[AxisMap], list[AxisMap]]
                and lout.row_axis == lout.rank - 2
                and len(a.shape) == len(b.shape) == len(a.out_shape) >= 3
                and a.shape[:-1] == a.out_shape[:-1] and b.shape[:-2] == a.shape[:-2])
-    return ([IDENTITY, WHOLE], whole) if aligned else (whole, whole)
+    if aligned:
+        return [IDENTITY, WHOLE], whole
+    # tiled along a batch axis of the product (Swin's windows, planner.front.windows): each
+    # row of the output is its own product of that row of A and that row of B
+    lb, r = b.layout, lin.row_axis
+    batched = (r is not None and r < lin.rank - 2 and lout.row_axis == r
+               and lb.row_axis == r and lin.batch_axis is None and lout.batch_axis is None
+               and len(a.shape) == len(b.shape) == len(a.out_shape) >= 3
+               and a.shape[:-2] == b.shape[:-2] == a.out_shape[:-2])
+    return ([IDENTITY, IDENTITY], whole) if batched else (whole, whole)
 
 
 def _softmax_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
@@ -519,8 +529,11 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     elif spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
         carry = _kept_tokens([_Fmap(s_, out_shape, lay, lay)
                               for s_, lay in zip(in_shapes, in_layouts, strict=True)])
-    given = carry or layouts.get(outputs[0]) or _out_layout(spec, attrs, fmap, out_shape,
-                                                             layouts, shapes)
+    # a step of a window partition or its reverse: tiled along window rows or windows
+    window = window_layout(in_layouts[0], in_shapes[0], out_shape) \
+        if spec.shape_param is ShapeParam.TARGET_SHAPE and fmap else None
+    given = window or carry or layouts.get(outputs[0]) or _out_layout(
+        spec, attrs, fmap, out_shape, layouts, shapes)
     if given is not None:
         for t in outputs if carry is not None else outputs[:1]:
             if t:
@@ -531,6 +544,11 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     rows, cols = _maps(spec, attrs, fmaps, opset)
     if spec.maps is MapRule.LINEAR and len(fmap) != 1:
         rows, cols = _product_maps(fmaps)
+    if window is not None and in_layouts[0].row_axis is not None \
+            and window.row_axis is not None:
+        rows = [regroup_rows(in_shapes[0], in_layouts[0].row_axis, out_shape,
+                             window.row_axis) or WHOLE]
+        cols = [WHOLE]  # a window row spans the map's width
     if spec.maps is MapRule.ATTENTION:  # the queries as q @ k^T has them, k and v whole
         rows, cols = _product_maps(fmaps[:2])
         rows, cols = rows + [WHOLE] * (len(fmaps) - 2), cols + [WHOLE] * (len(fmaps) - 2)

@@ -57,7 +57,11 @@ class AxisMap:
         return 0, in_len
 
     def virtual_start(self, in_lo: int) -> int:
-        """Output row at which a kernel run on inputs starting at in_lo begins (not WINDOW)."""
+        """Output row at which a kernel run on inputs starting at in_lo begins (a sliding
+        window's tile passes its own pads instead; a WINDOW map of a movement op gathers
+        whole strides of rows, or shifts them)."""
+        if self.kind is MapKind.WINDOW:
+            return (in_lo + self.pad) // self.stride
         if self.kind is MapKind.UPSAMPLE:
             return in_lo * self.stride
         if self.kind is MapKind.TRANSPOSED:
