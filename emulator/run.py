@@ -340,6 +340,8 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
             # however many output rows they hold, cut to the tile's box below
             target[info.out_layout.row_axis] = -1
         args[1] = np.array(target, dtype=np.int64)
+    if info.shape_param is ShapeParam.SLICE_BOUNDS:
+        args = _slice_box_bounds(graph, lay, args)
     if info.shape_param is ShapeParam.RESIZE_SIZES and len(args) == 4 \
             and lay.row_maps[0].kind is not MapKind.WHOLE:
         # `sizes` names the whole map; a tile upsamples its own rows by the same scales
@@ -357,6 +359,27 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         attrs = {**attrs, "query_offset": out_box[2]}
     outs = run_op(lay.op, attrs, args, lay.opset, num_outputs=len(lay.outputs))
     return [_crop_output(np.asarray(y), lay, info, out_box, first_box) for y in outs]
+
+
+def _slice_box_bounds(graph: Graph, lay: Layer, args: list[np.ndarray | None]
+                      ) -> list[np.ndarray | None]:
+    """A Slice's starts and ends name the whole map; along rows or columns it cuts with an
+    offset (planner.front.graph_build._slice_maps) the input box is already the tile's
+    rows, so those axes are taken whole."""
+    layout = graph.layout(lay.fmap_inputs[0])
+    offset = [axis for axis, m in ((layout.row_axis, lay.row_maps[0]),
+                                   (layout.col_axis, lay.col_maps[0]))
+              if axis is not None and m.kind is MapKind.OFFSET]
+    if not offset or args[1] is None or args[2] is None:
+        return args
+    starts = np.array(args[1], np.int64).reshape(-1).copy()
+    ends = np.array(args[2], np.int64).reshape(-1).copy()
+    axes = np.arange(len(starts)) if len(args) < 4 or args[3] is None \
+        else np.array(args[3], np.int64).reshape(-1)
+    for k, axis in enumerate(axes):
+        if int(axis) % layout.rank in offset:
+            starts[k], ends[k] = 0, np.iinfo(np.int64).max
+    return [args[0], starts, ends, *args[3:]]
 
 
 def _box_axes(layout: Layout, box: Box) -> list[tuple[int, int, int]]:

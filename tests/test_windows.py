@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 from hand import assert_verifies, hand_plan
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
 from planner.app import api
+from planner.core.errors import InputError
 from planner.front.windows import regroup_rows, window_layout
 from planner.geometry.regions import Tile, group_io, tile_regions
 from planner.ir.graph import AxisMap, MapKind
@@ -96,4 +102,104 @@ def test_window_attention_in_row_tiles_verifies(swin: api.Problem, rows: int,
     the overlap: outputs match onnxruntime and every byte the prediction."""
     layers = _attention_half(swin)
     plan = hand_plan(swin, [Placement.of(layers, Tile(1, rows, 56), halo_reuse=reuse)])
+    assert_verifies(swin, plan)
+
+
+# --- the cyclic shift of shifted windows: Slice and Concat along rows -----------------
+
+
+def _roll_model(path: Path, h: int, w: int, c: int, shift: int) -> None:
+    """A channels-last stretch with a cyclic shift of the rows by `shift` and back, as
+    torch.roll exports: x -> Transpose to [1, H, W, C] -> LayerNormalization -> roll ->
+    MatMul -> roll back -> + the normalized map -> Transpose back."""
+    rng = np.random.default_rng(0)
+
+    def const(name: str, values: list[int]) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    inits = [numpy_helper.from_array(rng.standard_normal((c, c)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.ones(c, np.float32), "g"),
+             numpy_helper.from_array(np.zeros(c, np.float32), "b"),
+             const("one", [1]), const("s0", [shift]), const("sh", [h]), const("z", [0]),
+             const("e0", [h - shift])]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1], name="to_nhwc"),
+        helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], axis=-1, name="norm"),
+        # roll by -shift: rows [shift, H) then [0, shift)
+        helper.make_node("Slice", ["n", "s0", "sh", "one"], ["a1"], name="cut_1"),
+        helper.make_node("Slice", ["n", "z", "s0", "one"], ["a2"], name="cut_2"),
+        helper.make_node("Concat", ["a1", "a2"], ["r"], axis=1, name="roll"),
+        helper.make_node("MatMul", ["r", "w"], ["m"], name="linear"),
+        # roll back by +shift: rows [H - shift, H) then [0, H - shift)
+        helper.make_node("Slice", ["m", "e0", "sh", "one"], ["b1"], name="cut_3"),
+        helper.make_node("Slice", ["m", "z", "e0", "one"], ["b2"], name="cut_4"),
+        helper.make_node("Concat", ["b1", "b2"], ["u"], axis=1, name="roll_back"),
+        helper.make_node("Add", ["u", "n"], ["s"], name="residual"),
+        helper.make_node("Transpose", ["s"], ["y"], perm=[0, 3, 1, 2], name="to_nchw"),
+    ]
+    graph = helper.make_graph(
+        nodes, "roll", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, h, w])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(path))
+
+
+def test_a_cyclic_shift_maps_rows_by_offsets(tmp_path: Path) -> None:
+    _roll_model(tmp_path / "roll.onnx", 8, 5, 4, 3)
+    problem = api.prepare(str(tmp_path / "roll.onnx"))
+    g = problem.graph
+    assert g.layer("cut_1").row_maps == (AxisMap(MapKind.OFFSET, pad=-3),)
+    assert g.layer("cut_2").row_maps == (AxisMap(MapKind.OFFSET, pad=0),)
+    assert g.layer("roll").row_maps == (AxisMap(MapKind.OFFSET, pad=0),
+                                        AxisMap(MapKind.OFFSET, pad=5))
+    assert all(g.layout(t).kind is LayoutKind.NHWC for t in ("a1", "a2", "r", "u"))
+    io = group_io(g, [lay.name for lay in g.layers])
+    # rows 4..5 of the result are rows 1..2 of the product, of the rolled map, and rows
+    # 4..5 of the map again; the inputs of both Concats that no row of the tile comes
+    # from (rolled rows [5, 8), result rows [0, 3)) are empty and widen nothing
+    boxes = tile_regions(g, io, (0, 1, 4, 6, 0, 5))
+    assert boxes["m"][2:4] == boxes["r"][2:4] == (1, 3)
+    assert boxes["n"][2:4] == boxes["t"][2:4] == (4, 6)
+    assert boxes["a2"][2] == boxes["a2"][3] and boxes["b1"][2] == boxes["b1"][3]
+    # rows 2..3 straddle the shift: they are rows 7 and 0 of the product, whose hull is
+    # every row
+    assert tile_regions(g, io, (0, 1, 2, 4, 0, 5))["t"][2:4] == (0, 8)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=st.integers(4, 10), shift=st.integers(1, 9), rows=st.integers(1, 10),
+       data=st.data())
+def test_cyclic_shifts_in_row_tiles_verify(tmp_path_factory: pytest.TempPathFactory, h: int,
+                                           shift: int, rows: int, data: st.DataObject
+                                           ) -> None:
+    """A shift and its reverse inside one group, any height, shift and tile: the tiles
+    that wrap compute the rows they reach on both ends (their hull), the others only
+    their own, and outputs and bytes match."""
+    shift = 1 + shift % (h - 1)
+    path = tmp_path_factory.mktemp("roll") / "roll.onnx"
+    _roll_model(path, h, 3, 4, shift)
+    problem = api.prepare(str(path))
+    layers = tuple(lay.name for lay in problem.graph.layers)
+    tile = Tile(1, min(rows, h), 3)
+    assert_verifies(problem, hand_plan(problem, [Placement.of(layers, tile)]))
+
+
+def test_reusing_halos_across_a_cyclic_shift_is_refused(tmp_path: Path) -> None:
+    _roll_model(tmp_path / "roll.onnx", 8, 5, 4, 3)
+    problem = api.prepare(str(tmp_path / "roll.onnx"))
+    layers = tuple(lay.name for lay in problem.graph.layers)
+    with pytest.raises(InputError, match=r"cyclic shift.*\"halo\": \"recompute\""):
+        hand_plan(problem, [Placement.of(layers, Tile(1, 2, 5), halo_reuse=True)])
+
+
+def test_the_shifted_block_of_swin_t_maps_its_roll_and_verifies(swin: api.Problem) -> None:
+    g = swin.graph
+    shifted = "/features/features.1/features.1.1"
+    assert g.layer(f"{shifted}/attn/Slice_1").row_maps == (AxisMap(MapKind.OFFSET, pad=-3),)
+    assert g.layer(f"{shifted}/attn/Slice_3").col_maps == (AxisMap(MapKind.OFFSET, pad=-3),)
+    assert g.layout(f"{shifted}/attn/Reshape_20_output_0").kind is LayoutKind.NHWC
+    names = [lay.name for lay in g.layers]
+    first = names.index(f"{shifted}/attn/Slice_3")  # the columns' shift, then the windows
+    last = names.index(f"{shifted}/attn/Reshape_20")
+    plan = hand_plan(swin, [Placement.of(tuple(names[first:last + 1]), Tile(1, 7, 56))])
     assert_verifies(swin, plan)

@@ -253,6 +253,68 @@ def _whole_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
     return WHOLE, WHOLE
 
 
+def _slice_maps(inputs: Sequence[str], constants: Mapping[str, np.ndarray], f: _Fmap,
+                opset: int) -> tuple[AxisMap, AxisMap] | None:
+    """Slice with step 1 along the rows or columns of a map whose layout it keeps (Swin's
+    cyclic shift: rows [3, 56) and [0, 3)): output row r is input row r + start, an OFFSET
+    map; None for anything else (a cut of the batch, steps, bounds not known)."""
+    lin, lout = f.layout, f.out_layout
+    if opset < 10 or lin != lout or not lin.spatial or len(inputs) < 3:
+        return None
+    given = [constants.get(t) if t else None for t in inputs[1:5]]
+    if any(t and t not in constants for t in inputs[1:5]) or given[0] is None \
+            or given[1] is None:
+        return None
+    starts = given[0].reshape(-1).tolist()
+    axes = given[2].reshape(-1).tolist() if len(given) > 2 and given[2] is not None \
+        else list(range(len(starts)))
+    steps = given[3].reshape(-1).tolist() if len(given) > 3 and given[3] is not None \
+        else [1] * len(starts)
+    shifts: dict[int, int] = {}
+    for axis, start, step in zip(axes, starts, steps, strict=True):
+        axis = int(axis) % lin.rank
+        if axis not in (lin.row_axis, lin.col_axis):
+            if axis == lin.batch_axis:
+                return None
+            continue
+        if step != 1:
+            return None
+        extent = f.shape[axis]
+        shifts[axis] = min(max(int(start) + extent if start < 0 else int(start), 0), extent)
+    if lin.batch_axis is not None and f.shape[lin.batch_axis] != f.out_shape[lin.batch_axis]:
+        return None
+    maps = []
+    for axis in (lin.row_axis, lin.col_axis):
+        if axis is None or (not shifts.get(axis) and f.shape[axis] == f.out_shape[axis]):
+            maps.append(IDENTITY)
+        else:
+            maps.append(AxisMap(MapKind.OFFSET, pad=-shifts.get(axis, 0)))
+    return maps[0], maps[1]
+
+
+def _stacked_maps(attrs: dict[str, Any], inputs: Sequence[str], fmaps: Sequence[_Fmap]
+                  ) -> tuple[list[AxisMap], list[AxisMap]] | None:
+    """Concat of feature maps only along the rows or columns of maps of one layout (Swin's
+    cyclic shift joins rows [3, 56) and [0, 3)): input i holds the output's rows from the
+    extents of the inputs before it on, an OFFSET map each; None for any other Concat (a
+    constant joined along the tokens, ViT's class token, keeps the tokens whole)."""
+    lout = fmaps[0].out_layout
+    axis = int(attrs.get("axis", 1)) % lout.rank
+    if len(fmaps) != sum(1 for t in inputs if t) or not lout.spatial \
+            or axis not in (lout.row_axis, lout.col_axis) or any(
+            f.layout != lout or any(f.shape[a] != f.out_shape[a]
+                                    for a in range(lout.rank) if a != axis)
+            for f in fmaps):
+        return None
+    rows, cols, at = [], [], 0
+    for f in fmaps:
+        shift = AxisMap(MapKind.OFFSET, pad=at)
+        rows.append(shift if axis == lout.row_axis else IDENTITY)
+        cols.append(shift if axis == lout.col_axis else IDENTITY)
+        at += f.shape[axis]
+    return rows, cols
+
+
 # Per map rule, (spec, attrs, the input against the output, opset) -> (row map, column map)
 # of one fmap input. WINDOW and TRANSPOSED need the weights and pads: `_layer` builds them and
 # falls back to these (a conv without a 2-D kernel needs its inputs whole).
@@ -268,6 +330,7 @@ _MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
     MapRule.LINEAR: _linear_maps,
     MapRule.SOFTMAX: _softmax_maps,
     MapRule.SELECT: _select_maps,
+    MapRule.SLICE: _local_maps,  # `_layer` gives a cut along rows or columns its offset
     MapRule.WHOLE: _whole_maps,
     MapRule.ATTENTION: _whole_maps,  # `_layer` maps the queries as a product's first operand
 })
@@ -295,6 +358,13 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
     if len(out_shape) != 4 or not fmap:
         return None
     first = layouts.get(fmap[0]) or layout_of(shapes[fmap[0]])
+    if spec.maps in (MapRule.SLICE, MapRule.CONCAT):
+        # a cut or a join along the rows or columns of channels-last maps (a cyclic shift)
+        # keeps them channels last
+        kept = all((lay := layouts.get(t)) is not None and lay.kind is LayoutKind.NHWC
+                   and len(shapes[t]) == 4
+                   and all(shapes[t][a] == out_shape[a] for a in (0, 3)) for t in fmap)
+        return nhwc() if kept else None
     if spec.maps is MapRule.TRANSPOSE:
         perm = [int(p) for p in attrs.get("perm", [3, 2, 1, 0])]
         return nhwc() if first.kind is LayoutKind.NCHW and perm == [0, 2, 3, 1] else None
@@ -530,9 +600,9 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         carry = _kept_tokens([_Fmap(s_, out_shape, lay, lay)
                               for s_, lay in zip(in_shapes, in_layouts, strict=True)])
     # a step of a window partition or its reverse: tiled along window rows or windows
-    window = window_layout(in_layouts[0], in_shapes[0], out_shape) \
+    partition = window_layout(in_layouts[0], in_shapes[0], out_shape) \
         if spec.shape_param is ShapeParam.TARGET_SHAPE and fmap else None
-    given = window or carry or layouts.get(outputs[0]) or _out_layout(
+    given = partition or carry or layouts.get(outputs[0]) or _out_layout(
         spec, attrs, fmap, out_shape, layouts, shapes)
     if given is not None:
         for t in outputs if carry is not None else outputs[:1]:
@@ -544,10 +614,18 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     rows, cols = _maps(spec, attrs, fmaps, opset)
     if spec.maps is MapRule.LINEAR and len(fmap) != 1:
         rows, cols = _product_maps(fmaps)
-    if window is not None and in_layouts[0].row_axis is not None \
-            and window.row_axis is not None:
+    if spec.maps is MapRule.SLICE and fmaps:
+        cut = _slice_maps(inputs, constants, fmaps[0], opset)
+        if cut is not None:
+            rows, cols = [cut[0]], [cut[1]]
+    if spec.maps is MapRule.CONCAT and fmaps:
+        stacked = _stacked_maps(attrs, inputs, fmaps)
+        if stacked is not None:
+            rows, cols = stacked
+    if partition is not None and in_layouts[0].row_axis is not None \
+            and partition.row_axis is not None:
         rows = [regroup_rows(in_shapes[0], in_layouts[0].row_axis, out_shape,
-                             window.row_axis) or WHOLE]
+                             partition.row_axis) or WHOLE]
         cols = [WHOLE]  # a window row spans the map's width
     if spec.maps is MapRule.ATTENTION:  # the queries as q @ k^T has them, k and v whole
         rows, cols = _product_maps(fmaps[:2])

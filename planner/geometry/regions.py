@@ -181,10 +181,17 @@ def input_box(graph: Graph, lay: Layer, index: int, out_box: Box) -> Box:
     return n0, n1, r0, r1, c0, c1
 
 
+def empty(box: Box) -> bool:
+    """No element inside (a Concat's input no row of the tile comes from)."""
+    return box[0] >= box[1] or box[2] >= box[3] or box[4] >= box[5]
+
+
 def hull(a: Box | None, b: Box) -> Box:
-    """Smallest box holding both."""
-    if a is None:
+    """Smallest box holding both; an empty box holds nothing, wherever it starts."""
+    if a is None or (empty(a) and not empty(b)):
         return b
+    if empty(b):
+        return a
     return (min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3]),
             min(a[4], b[4]), max(a[5], b[5]))
 
@@ -209,8 +216,37 @@ def tile_regions(graph: Graph, io: GroupIO, anchor_box: Box) -> dict[str, Box]:
             if t:
                 need[t] = out_box
         for i, t in enumerate(lay.fmap_inputs):
-            need[t] = hull(need.get(t), input_box(graph, lay, i, out_box))
+            box = input_box(graph, lay, i, out_box)
+            if empty(out_box):  # nothing to compute: no input row either (not a window's k)
+                box = (box[0], box[1], box[2], box[2], box[4], box[5])
+            need[t] = hull(need.get(t), box)
     return need
+
+
+def backward_range(graph: Graph, io: GroupIO, tile: Tile) -> tuple[str, int, int] | None:
+    """(tensor, axis, tile index) of the first range that starts or ends before the same
+    tensor's range in the tile before, along rows (axis 1) or columns (axis 2), or None
+    when every range advances. A cyclic shift inside a group (Swin's, as Slice and Concat
+    along rows) makes the tile that holds the wrapped rows need a range reaching back to
+    the map's start: halo reuse, which keeps only what lies ahead, cannot run it."""
+    if not any(m.kind is MapKind.OFFSET for name in io.layers
+               for m in (*graph.layer(name).row_maps, *graph.layer(name).col_maps)):
+        return None  # only an offset (a Slice or Concat along rows) can reach back
+    full = list(full_box(graph, io.anchor))
+    for axis, size in ((1, tile.h), (2, tile.w)):
+        k = 2 * axis
+        last: dict[str, tuple[int, int]] = {}
+        for index, (lo, hi) in enumerate(axis_ranges(full[k + 1], size)):
+            strip = list(full)
+            strip[k], strip[k + 1] = lo, hi
+            for t, b in tile_regions(graph, io, tuple(strip)).items():  # type: ignore[arg-type]
+                if b[k] >= b[k + 1]:
+                    continue  # an empty range holds nothing to keep
+                before = last.get(t)
+                if before is not None and (b[k] < before[0] or b[k + 1] < before[1]):
+                    return t, axis, index
+                last[t] = (b[k], b[k + 1])
+    return None
 
 
 def axis_ranges(extent: int, size: int) -> list[tuple[int, int]]:

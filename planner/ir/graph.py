@@ -28,6 +28,7 @@ class MapKind(StrEnum):
     WINDOW = "window"  # conv / pool: [lo*s - p, (hi-1)*s - p + (k-1)*d + 1)
     UPSAMPLE = "upsample"  # nearest, integer factor f: row r needs row r // f
     TRANSPOSED = "transposed"  # ConvTranspose: rows whose scattered window reaches [lo, hi)
+    OFFSET = "offset"  # Slice, Concat along rows: row r needs row r - pad (clipped)
     WHOLE = "whole"  # needs the whole input axis (global pooling, Gemm, flatten...)
 
 
@@ -50,6 +51,8 @@ class AxisMap:
             return lo * s - p, (hi - 1) * s - p + (k - 1) * d + 1
         if self.kind is MapKind.UPSAMPLE:
             return lo // s, (hi - 1) // s + 1
+        if self.kind is MapKind.OFFSET:
+            return lo - p, hi - p
         if self.kind is MapKind.TRANSPOSED:
             # output row o receives input row i when o = i*s - p + j*d for some 0 <= j < k
             first = -((-(lo + p - (k - 1) * d)) // s)
@@ -62,6 +65,8 @@ class AxisMap:
         whole strides of rows, or shifts them)."""
         if self.kind is MapKind.WINDOW:
             return (in_lo + self.pad) // self.stride
+        if self.kind is MapKind.OFFSET:
+            return in_lo + self.pad
         if self.kind is MapKind.UPSAMPLE:
             return in_lo * self.stride
         if self.kind is MapKind.TRANSPOSED:

@@ -54,6 +54,7 @@ class MapRule(StrEnum):
     LINEAR = "linear"  # MatMul by a constant over the channels (channels last): identity
     SOFTMAX = "softmax"  # whole along the axes it normalizes over, identity along the others
     SELECT = "select"  # Gather: identity when it picks along a channel axis, else whole
+    SLICE = "slice"  # Slice: an offset along rows or columns it cuts (step 1), else LOCAL
     ATTENTION = "attention"  # fused attention: the queries row-local, keys and values whole
     WHOLE = "whole"  # every output element may need the whole input
 
@@ -124,6 +125,7 @@ class ShapeParam(StrEnum):
     NONE = "none"
     TARGET_SHAPE = "target_shape"  # Reshape's input 1: the output shape
     RESIZE_SIZES = "resize_sizes"  # Resize's input 3: the output sizes (scales are tile-safe)
+    SLICE_BOUNDS = "slice_bounds"  # Slice's starts and ends: a tile takes its box's rows whole
 
 
 # work per output element: (attrs, fmap input shapes, shape of input 1, output shape) -> ops
@@ -543,7 +545,8 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Transpose", _MV, MapRule.TRANSPOSE, batch=_batch_transpose,
           axis_move=AxisMove.PERMUTE),
     _spec("Split", _MV, batch=_batch_axis(lambda opset: 0), axis_move=AxisMove.SELECT),
-    _spec("Slice", _MV, batch=_batch_never),
+    _spec("Slice", _MV, MapRule.SLICE, batch=_batch_never,
+          shape_param=ShapeParam.SLICE_BOUNDS),
     _spec("Pad", _MV, batch=_batch_never),
     _spec("Resize", _MV, MapRule.UPSAMPLE, shape_param=ShapeParam.RESIZE_SIZES,
           attr_defaults=(("coordinate_transformation_mode", "half_pixel"),

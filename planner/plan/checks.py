@@ -11,7 +11,7 @@ from hardware.chip import Chip
 from planner.core.errors import InputError
 from planner.geometry.attention import online_attention
 from planner.geometry.bands import bands_problem
-from planner.geometry.regions import Tile, anchor_extent, group_io
+from planner.geometry.regions import Tile, anchor_extent, backward_range, group_io
 from planner.ir.graph import Graph
 from planner.plan.data import Mode
 
@@ -31,6 +31,16 @@ def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: st
         raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos, but it "
                          "holds a fused attention layer, whose tiles stream the keys and "
                          "values afresh (nothing carries to the next tile). Use \"halo\": "
+                         "\"recompute\".")
+    backward = backward_range(graph, io, tile)
+    if backward is not None:
+        t, axis, index = backward
+        along = "rows" if axis == 1 else "columns"
+        raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos with tile "
+                         f"{tile.n}x{tile.h}x{tile.w}, but tile {index} along {along} needs a "
+                         f"range of '{t}' that starts or ends before the tile before it "
+                         "(a cyclic shift wraps the map's last rows onto its first): "
+                         "reusing tiles keep only what lies ahead. Use \"halo\": "
                          "\"recompute\".")
     if tile.n < n and tile.bands > 1:
         raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos in "
