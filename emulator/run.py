@@ -47,7 +47,7 @@ from planner.geometry.regions import (
 )
 from planner.geometry.reload import reloaded_inputs
 from planner.geometry.rounds import leads_round, round_size
-from planner.ir.graph import Graph, Layer, MapKind
+from planner.ir.graph import AxisMap, Graph, Layer, MapKind
 from planner.ir.layout import Layout, layout_of
 from planner.ir.ops import Accumulate, MapRule, OpClass, ShapeParam, op_spec
 from planner.plan.checks import check_bands
@@ -342,6 +342,12 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         args[1] = np.array(target, dtype=np.int64)
     if info.shape_param is ShapeParam.SLICE_BOUNDS:
         args = _slice_box_bounds(graph, lay, args)
+    if info.shape_param is ShapeParam.PAD_WIDTHS and first_box is not None \
+            and _offset_axes(graph, lay):
+        # the tile's own pads: the rows of its box outside the map; nothing to cut after
+        args = _pad_box_widths(graph, lay, args, out_box, first_box)
+        y = run_op(lay.op, info.attrs, args, lay.opset, num_outputs=len(lay.outputs))[0]
+        return [_crop_output(np.asarray(y), lay, info, out_box, None)]
     if info.shape_param is ShapeParam.RESIZE_SIZES and len(args) == 4 \
             and lay.row_maps[0].kind is not MapKind.WHOLE:
         # `sizes` names the whole map; a tile upsamples its own rows by the same scales
@@ -361,15 +367,43 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
     return [_crop_output(np.asarray(y), lay, info, out_box, first_box) for y in outs]
 
 
+def _offset_axes(graph: Graph, lay: Layer) -> dict[int, tuple[int, AxisMap]]:
+    """{axis: (box part, map)} of the rows and columns a Slice or Pad maps by an offset."""
+    layout = graph.layout(lay.fmap_inputs[0])
+    return {axis: (part, m) for part, axis, m in ((1, layout.row_axis, lay.row_maps[0]),
+                                                  (2, layout.col_axis, lay.col_maps[0]))
+            if axis is not None and m.kind is MapKind.OFFSET}
+
+
+def _pad_box_widths(graph: Graph, lay: Layer, args: list[np.ndarray | None], out_box: Box,
+                    in_box: Box) -> list[np.ndarray | None]:
+    """A constant Pad's pads name the whole map; along rows or columns it pads with an
+    offset (planner.front.graph_build._pad_maps) a tile pads its input box to its own box:
+    the rows before the box's first input row and after its last."""
+    rank = graph.layout(lay.fmap_inputs[0]).rank
+    given = np.array(args[1], np.int64).reshape(-1)
+    axes = list(range(rank)) if len(args) < 4 or args[3] is None \
+        else [int(a) % rank for a in np.array(args[3]).reshape(-1)]
+    pads = np.zeros(2 * rank, np.int64)
+    for i, axis in enumerate(axes):
+        pads[axis], pads[rank + axis] = given[i], given[len(axes) + i]
+    for axis, (part, m) in _offset_axes(graph, lay).items():
+        lo, hi = out_box[2 * part], out_box[2 * part + 1]
+        a0, a1 = in_box[2 * part], in_box[2 * part + 1]
+        if a1 <= a0:  # the box lies in the padding only
+            pads[axis], pads[rank + axis] = hi - lo, 0
+        else:
+            pads[axis], pads[rank + axis] = a0 + m.pad - lo, hi - (a1 + m.pad)
+    return [args[0], pads, *(args[2:3] if len(args) > 2 else [])]
+
+
 def _slice_box_bounds(graph: Graph, lay: Layer, args: list[np.ndarray | None]
                       ) -> list[np.ndarray | None]:
     """A Slice's starts and ends name the whole map; along rows or columns it cuts with an
     offset (planner.front.graph_build._slice_maps) the input box is already the tile's
     rows, so those axes are taken whole."""
     layout = graph.layout(lay.fmap_inputs[0])
-    offset = [axis for axis, m in ((layout.row_axis, lay.row_maps[0]),
-                                   (layout.col_axis, lay.col_maps[0]))
-              if axis is not None and m.kind is MapKind.OFFSET]
+    offset = list(_offset_axes(graph, lay))
     if not offset or args[1] is None or args[2] is None:
         return args
     starts = np.array(args[1], np.int64).reshape(-1).copy()

@@ -203,3 +203,85 @@ def test_the_shifted_block_of_swin_t_maps_its_roll_and_verifies(swin: api.Proble
     last = names.index(f"{shifted}/attn/Reshape_20")
     plan = hand_plan(swin, [Placement.of(tuple(names[first:last + 1]), Tile(1, 7, 56))])
     assert_verifies(swin, plan)
+
+
+# --- a map padded to whole windows ----------------------------------------------------
+
+
+def _window_block(path: Path, h: int, w: int, c: int = 8, k: int = 7) -> None:
+    """Swin's window attention on a map whose sides are no multiple of the window, as
+    torchvision exports it: Transpose to channels last, LayerNormalization, Pad to whole
+    windows, partition (Reshape, Transpose, Reshape), self-attention per window (a Linear,
+    q @ k^T, Softmax, @ v), reverse, Slice back to the map, residual, Transpose back."""
+    rng = np.random.default_rng(1)
+    hp, wp = -(-h // k) * k, -(-w // k) * k
+    a, b = hp // k, wp // k
+
+    def ints(name: str, values: list[int]) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    inits = [numpy_helper.from_array(rng.standard_normal((c, c)).astype(np.float32) / 3, "w"),
+             numpy_helper.from_array(np.ones(c, np.float32), "g"),
+             numpy_helper.from_array(np.zeros(c, np.float32), "b"),
+             ints("pads", [0, 0, 0, 0, 0, hp - h, wp - w, 0]),
+             ints("rows", [1, a, k, b, k, c]), ints("wins", [a * b, k * k, c]),
+             ints("back", [1, a, b, k, k, c]), ints("map", [1, hp, wp, c]),
+             ints("zero", [0, 0]), ints("ends", [h, w]), ints("axes", [1, 2])]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], axis=-1),
+        helper.make_node("Pad", ["n", "pads"], ["p"]),
+        helper.make_node("Reshape", ["p", "rows"], ["r1"]),
+        helper.make_node("Transpose", ["r1"], ["r2"], perm=[0, 1, 3, 2, 4, 5]),
+        helper.make_node("Reshape", ["r2", "wins"], ["win"]),
+        helper.make_node("MatMul", ["win", "w"], ["q"]),
+        helper.make_node("Transpose", ["q"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["att"], axis=-1),
+        helper.make_node("MatMul", ["att", "q"], ["o"]),
+        helper.make_node("Reshape", ["o", "back"], ["u1"]),
+        helper.make_node("Transpose", ["u1"], ["u2"], perm=[0, 1, 3, 2, 4, 5]),
+        helper.make_node("Reshape", ["u2", "map"], ["u"]),
+        helper.make_node("Slice", ["u", "zero", "ends", "axes"], ["cut"]),
+        helper.make_node("Add", ["cut", "t"], ["res"]),
+        helper.make_node("Transpose", ["res"], ["y"], perm=[0, 3, 1, 2]),
+    ]
+    for i, node in enumerate(nodes):
+        node.name = f"n{i}_{node.op_type}"
+    graph = helper.make_graph(
+        nodes, "windows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, h, w])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(path))
+
+
+def test_a_pad_to_whole_windows_maps_rows_by_an_offset(tmp_path: Path) -> None:
+    _window_block(tmp_path / "w.onnx", 10, 12)
+    g = api.prepare(str(tmp_path / "w.onnx")).graph
+    pad = next(lay for lay in g.layers if lay.op == "Pad")
+    # nothing before the map: row r is row r, rows past the map are the pad value
+    assert (pad.row_maps, pad.col_maps) == ((AxisMap(MapKind.OFFSET),),) * 2
+    assert g.layout(pad.outputs[0]).kind is LayoutKind.NHWC
+    io = group_io(g, [lay.name for lay in g.layers])
+    # window row 1 (padded rows 7..13) reads map rows 7..9 only
+    boxes = tile_regions(g, io, (0, 1, 7, 10, 0, 12))
+    assert boxes[pad.outputs[0]][2:4] == (7, 14)
+    assert boxes["n"][2:4] == (7, 10)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=st.integers(5, 16), w=st.integers(5, 16), rows=st.integers(1, 16),
+       reuse=st.booleans())
+def test_windows_of_a_padded_map_in_row_tiles_verify(
+        tmp_path_factory: pytest.TempPathFactory, h: int, w: int, rows: int,
+        reuse: bool) -> None:
+    """Any map size, any tile height, recomputed or reused halos: the tiles pad only where
+    their box leaves the map, compute the windows they touch whole, and outputs and bytes
+    match."""
+    path = tmp_path_factory.mktemp("windows") / "w.onnx"
+    _window_block(path, h, w)
+    problem = api.prepare(str(path))
+    layers = tuple(lay.name for lay in problem.graph.layers)
+    plan = hand_plan(problem, [Placement.of(layers, Tile(1, min(rows, h), w),
+                                            halo_reuse=reuse)])
+    assert_verifies(problem, plan)

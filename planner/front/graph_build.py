@@ -292,6 +292,35 @@ def _slice_maps(inputs: Sequence[str], constants: Mapping[str, np.ndarray], f: _
     return maps[0], maps[1]
 
 
+def _pad_maps(attrs: dict[str, Any], inputs: Sequence[str],
+              constants: Mapping[str, np.ndarray], f: _Fmap, opset: int
+              ) -> tuple[AxisMap, AxisMap] | None:
+    """Constant Pad along the rows or columns of a map whose layout it keeps (Swin pads its
+    map to whole windows): output row r is input row r - (rows padded before), an OFFSET
+    map, rows past the input's are the pad value; None for anything else (a pad of the
+    batch, edge or reflect modes, pads not known)."""
+    lin = f.layout
+    if opset < 11 or lin != f.out_layout or not lin.spatial \
+            or attrs.get("mode", "constant") != "constant" or len(inputs) < 2 \
+            or inputs[1] not in constants \
+            or (len(inputs) > 3 and inputs[3] and inputs[3] not in constants):
+        return None
+    pads = constants[inputs[1]].reshape(-1).tolist()
+    axes = constants[inputs[3]].reshape(-1).tolist() if len(inputs) > 3 and inputs[3] \
+        else list(range(lin.rank))
+    before = {int(a) % lin.rank: int(pads[i]) for i, a in enumerate(axes) if pads[i]
+              or pads[len(axes) + i]}
+    if lin.batch_axis in before:
+        return None
+    maps = []
+    for axis in (lin.row_axis, lin.col_axis):
+        if axis is None or axis not in before:
+            maps.append(IDENTITY)
+        else:
+            maps.append(AxisMap(MapKind.OFFSET, pad=before[axis]))
+    return maps[0], maps[1]
+
+
 def _stacked_maps(attrs: dict[str, Any], inputs: Sequence[str], fmaps: Sequence[_Fmap]
                   ) -> tuple[list[AxisMap], list[AxisMap]] | None:
     """Concat of feature maps only along the rows or columns of maps of one layout (Swin's
@@ -331,6 +360,7 @@ _MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
     MapRule.SOFTMAX: _softmax_maps,
     MapRule.SELECT: _select_maps,
     MapRule.SLICE: _local_maps,  # `_layer` gives a cut along rows or columns its offset
+    MapRule.PAD: _local_maps,  # and a pad along them
     MapRule.WHOLE: _whole_maps,
     MapRule.ATTENTION: _whole_maps,  # `_layer` maps the queries as a product's first operand
 })
@@ -358,7 +388,7 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
     if len(out_shape) != 4 or not fmap:
         return None
     first = layouts.get(fmap[0]) or layout_of(shapes[fmap[0]])
-    if spec.maps in (MapRule.SLICE, MapRule.CONCAT):
+    if spec.maps in (MapRule.SLICE, MapRule.CONCAT, MapRule.PAD):
         # a cut or a join along the rows or columns of channels-last maps (a cyclic shift)
         # keeps them channels last
         kept = all((lay := layouts.get(t)) is not None and lay.kind is LayoutKind.NHWC
@@ -618,6 +648,10 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         cut = _slice_maps(inputs, constants, fmaps[0], opset)
         if cut is not None:
             rows, cols = [cut[0]], [cut[1]]
+    if spec.maps is MapRule.PAD and fmaps:
+        padded = _pad_maps(attrs, inputs, constants, fmaps[0], opset)
+        if padded is not None:
+            rows, cols = [padded[0]], [padded[1]]
     if spec.maps is MapRule.CONCAT and fmaps:
         stacked = _stacked_maps(attrs, inputs, fmaps)
         if stacked is not None:

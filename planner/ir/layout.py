@@ -15,7 +15,10 @@ nn.MultiheadAttention does), Split, Gather, Squeeze and Unsqueeze along other ax
 the batch and the tokens as whole axes, and the output tiles along the same tokens; so do
 the products of attention and the per-token ops after them. Where the batch axis merges
 into another (heads of a sequence-first batch) it is lost, and with it the carrying,
-unless the batch is one image. Ask `Graph.layout(t)`, not the shape, for a tensor's layout.
+unless the batch is one image. Swin's window partition (planner.front.windows) gives its
+6-D tensors their window rows as rows and its window tensors their windows as rows, one
+image, no columns; movement ops carry those on the same way. Ask `Graph.layout(t)`, not
+the shape, for a tensor's layout.
 """
 
 from __future__ import annotations

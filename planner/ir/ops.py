@@ -40,21 +40,24 @@ class OpClass(StrEnum):
 class MapRule(StrEnum):
     """How the graph builder derives a layer's row and column maps (planner.front.graph_build).
 
-    Every rule but WINDOW and TRANSPOSED maps an input whose batch, rows and columns differ
-    from the output's as WHOLE: only inputs of the output's own extent can stay row-local.
+    Every rule but WINDOW, TRANSPOSED, SLICE, PAD and CONCAT (offsets along the rows or
+    columns they cut, pad or join) maps an input whose batch, rows and columns differ from
+    the output's as WHOLE: only inputs of the output's own extent can stay row-local (and
+    the Reshapes of a window partition, planner.front.windows).
     """
 
     WINDOW = "window"  # conv / pool: a kernel window per output row (kernel, stride, pads)
     TRANSPOSED = "transposed"  # ConvTranspose: input rows scatter onto a window of outputs
     UPSAMPLE = "upsample"  # Resize / Upsample: nearest integer factor, else LOCAL
     LOCAL = "local"  # identity: elementwise, channel-wise, shape-only along other axes
-    CONCAT = "concat"  # identity unless concatenating along rows or columns
+    CONCAT = "concat"  # identity; along rows or columns of maps only: an offset per input
     TRANSPOSE = "transpose"  # identity when the permutation keeps rows and columns in place
     NORM = "norm"  # LayerNormalization: identity when it normalizes over channel axes only
     LINEAR = "linear"  # MatMul by a constant over the channels (channels last): identity
     SOFTMAX = "softmax"  # whole along the axes it normalizes over, identity along the others
     SELECT = "select"  # Gather: identity when it picks along a channel axis, else whole
     SLICE = "slice"  # Slice: an offset along rows or columns it cuts (step 1), else LOCAL
+    PAD = "pad"  # constant Pad: an offset along rows or columns it pads, else LOCAL
     ATTENTION = "attention"  # fused attention: the queries row-local, keys and values whole
     WHOLE = "whole"  # every output element may need the whole input
 
@@ -126,6 +129,7 @@ class ShapeParam(StrEnum):
     TARGET_SHAPE = "target_shape"  # Reshape's input 1: the output shape
     RESIZE_SIZES = "resize_sizes"  # Resize's input 3: the output sizes (scales are tile-safe)
     SLICE_BOUNDS = "slice_bounds"  # Slice's starts and ends: a tile takes its box's rows whole
+    PAD_WIDTHS = "pad_widths"  # Pad's pads: a tile pads only where its box leaves the map
 
 
 # work per output element: (attrs, fmap input shapes, shape of input 1, output shape) -> ops
@@ -547,7 +551,7 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Split", _MV, batch=_batch_axis(lambda opset: 0), axis_move=AxisMove.SELECT),
     _spec("Slice", _MV, MapRule.SLICE, batch=_batch_never,
           shape_param=ShapeParam.SLICE_BOUNDS),
-    _spec("Pad", _MV, batch=_batch_never),
+    _spec("Pad", _MV, MapRule.PAD, batch=_batch_never, shape_param=ShapeParam.PAD_WIDTHS),
     _spec("Resize", _MV, MapRule.UPSAMPLE, shape_param=ShapeParam.RESIZE_SIZES,
           attr_defaults=(("coordinate_transformation_mode", "half_pixel"),
                          ("nearest_mode", "round_prefer_floor"))),
