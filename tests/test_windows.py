@@ -285,3 +285,26 @@ def test_windows_of_a_padded_map_in_row_tiles_verify(
     plan = hand_plan(problem, [Placement.of(layers, Tile(1, min(rows, h), w),
                                             halo_reuse=reuse)])
     assert_verifies(problem, plan)
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=st.integers(1, 3), rows=st.integers(1, 12), k=st.integers(1, 6),
+       inner=st.integers(1, 5), split=st.booleans(), lo=st.integers(0, 71),
+       size=st.integers(1, 72))
+def test_regroup_rows_needs_exactly_the_rows_an_output_range_reads(
+        before: int, rows: int, k: int, inner: int, split: bool, lo: int, size: int) -> None:
+    """A Reshape between [B, R k, C] and [B, R, k C] (k fine rows to a coarse one, either
+    way): the range regroup_rows gives for an output row range is exactly the hull of the
+    input rows whose elements land there, as numpy's own reshape places them."""
+    fine, coarse = (before, rows * k, inner), (before, rows, k * inner)
+    in_shape, out_shape = (fine, coarse) if split else (coarse, fine)
+    m = regroup_rows(in_shape, 1, out_shape, 1)
+    assert m is not None
+    out_rows = out_shape[1]
+    lo = lo % out_rows
+    hi = min(out_rows, lo + size)
+    # which input row each element of the output came from
+    source = np.broadcast_to(np.arange(in_shape[1])[None, :, None], in_shape).reshape(out_shape)
+    reached = source[:, lo:hi]
+    a, b = m.needed(lo, hi, in_shape[1])
+    assert (a, b) == (int(reached.min()), int(reached.max()) + 1)
