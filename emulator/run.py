@@ -38,6 +38,7 @@ from planner.geometry.regions import (
     GroupIO,
     anchor_extent,
     box_elems,
+    empty,
     full_box,
     group_io,
     in_group_uses,
@@ -307,6 +308,9 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
                onchip: Mapping[str, tuple[Box, np.ndarray]], weights: Mapping[str, np.ndarray],
                layers: LayerCache | None) -> list[np.ndarray]:
     info = layers.of(lay) if layers is not None else _layer_static(graph, lay)
+    if info.out_spatial and empty(out_box):
+        # no row of the tile comes from here (a Concat's other input): nothing to run
+        return [np.zeros(_box_shape(graph, t, out_box), np.float32) for t in lay.outputs if t]
     args: list[np.ndarray | None] = [None] * info.n_args
     first_box: Box | None = None  # the box of the reference input (window layers: the data)
     ref = 0 if info.window or info.transposed else info.ref
@@ -414,6 +418,14 @@ def _slice_box_bounds(graph: Graph, lay: Layer, args: list[np.ndarray | None]
         if int(axis) % layout.rank in offset:
             starts[k], ends[k] = 0, np.iinfo(np.int64).max
     return [args[0], starts, ends, *args[3:]]
+
+
+def _box_shape(graph: Graph, tensor: str, box: Box) -> tuple[int, ...]:
+    """Shape of a tensor's box: its extents along batch, rows and columns, the rest whole."""
+    shape = list(graph.shapes[tensor])
+    for axis, lo, hi in _box_axes(graph.layout(tensor), box):
+        shape[axis] = max(0, hi - lo)
+    return tuple(shape)
 
 
 def _box_axes(layout: Layout, box: Box) -> list[tuple[int, int, int]]:
