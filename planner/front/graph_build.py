@@ -376,7 +376,7 @@ def _maps(spec: OpSpec, attrs: dict[str, Any], fmaps: list[_Fmap], opset: int
 # ops whose output keeps a channels-last input's layout when the batch, rows and columns
 # pass through (per-element functions, per-pixel normalization and linear layers)
 _KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX,
-                          MapRule.ATTENTION})
+                          MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD})
 
 
 def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
@@ -388,13 +388,13 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
     if len(out_shape) != 4 or not fmap:
         return None
     first = layouts.get(fmap[0]) or layout_of(shapes[fmap[0]])
-    if spec.maps in (MapRule.SLICE, MapRule.CONCAT, MapRule.PAD):
-        # a cut or a join along the rows or columns of channels-last maps (a cyclic shift)
-        # keeps them channels last
-        kept = all((lay := layouts.get(t)) is not None and lay.kind is LayoutKind.NHWC
-                   and len(shapes[t]) == 4
-                   and all(shapes[t][a] == out_shape[a] for a in (0, 3)) for t in fmap)
-        return nhwc() if kept else None
+    if spec.maps in (MapRule.SLICE, MapRule.CONCAT, MapRule.PAD) and all(
+            (lay := layouts.get(t)) is not None and lay.kind is LayoutKind.NHWC
+            and len(shapes[t]) == 4 and all(shapes[t][a] == out_shape[a] for a in (0, 3))
+            for t in fmap):
+        # a cut, a join or a pad along the rows or columns of channels-last maps (a cyclic
+        # shift, a pad to whole windows) keeps them channels last
+        return nhwc()
     if spec.maps is MapRule.TRANSPOSE:
         perm = [int(p) for p in attrs.get("perm", [3, 2, 1, 0])]
         return nhwc() if first.kind is LayoutKind.NCHW and perm == [0, 2, 3, 1] else None
@@ -631,7 +631,7 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
                               for s_, lay in zip(in_shapes, in_layouts, strict=True)])
     # a step of a window partition or its reverse: tiled along window rows or windows
     partition = window_layout(in_layouts[0], in_shapes[0], out_shape) \
-        if spec.shape_param is ShapeParam.TARGET_SHAPE and fmap else None
+        if spec.shape_param is ShapeParam.TARGET_SHAPE and len(fmap) == 1 else None
     given = partition or carry or layouts.get(outputs[0]) or _out_layout(
         spec, attrs, fmap, out_shape, layouts, shapes)
     if given is not None:
