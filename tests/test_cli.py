@@ -239,6 +239,10 @@ def test_inspect_zoo_squeezenet() -> None:
     assert doc["blocks"], "squeezenet's fire modules are blocks"
     assert doc["totals"]["macs"] == sum(lay["macs"] for lay in doc["layers"]) > 10**8
     assert len(doc["model"]["sha256"]) == 64
+    # how tiles cut each layer's output, and its inputs' row maps
+    conv = next(lay for lay in doc["layers"] if lay["op"] == "Conv")
+    assert conv["layout"] == {"kind": "NCHW", "batch_axis": 0, "row_axis": 2, "col_axis": 3}
+    assert conv["row_maps"] == ["window k3 s2 p0"] and conv["col_maps"] == ["window k3 s2 p0"]
 
 
 # --------------------------------------------------------------------------- exit 2

@@ -84,6 +84,18 @@ def test_the_partition_chain_of_swin_t_maps_window_rows(swin: api.Problem) -> No
     assert g.layout(f"{BLOCK}/attn/Reshape_7_output_0").kind is LayoutKind.NHWC
 
 
+def test_inspect_says_how_the_windows_are_tiled() -> None:
+    doc = api.inspect(str(EXPORTS / "swin_t.onnx"), IMAGE)
+    by_name = {lay["name"]: lay for lay in doc["layers"]}
+    windows = by_name[f"{BLOCK}/attn/Reshape_3"]
+    assert windows["layout"] == {"kind": "seq", "batch_axis": None, "row_axis": 0,
+                                 "col_axis": None}
+    assert windows["row_maps"] == ["upsample 8"]
+    assert by_name[f"{BLOCK}/attn/Reshape_2"]["row_maps"] == ["window k7 s7 p0"]
+    shift = by_name["/features/features.1/features.1.1/attn/Concat_3"]
+    assert shift["row_maps"] == ["offset +0", "offset +53"]
+
+
 def test_a_tile_of_one_window_row_needs_its_eight_windows(swin: api.Problem) -> None:
     g = swin.graph
     io = group_io(g, _attention_half(swin))

@@ -27,6 +27,7 @@ from planner.front.onnx_load import (
     weights_are_placeholders,
 )
 from planner.ir.graph import Graph
+from planner.ir.layout import Layout
 from planner.plan.checks import whole_tile
 from planner.plan.data import Plan
 from planner.plan.json_io import load_plan, save_plan
@@ -551,6 +552,11 @@ def explain(model: str, plan_path: str | Path, layer: str | None = None,
     return result
 
 
+def _layout_doc(layout: Layout) -> dict[str, Any]:
+    return {"kind": layout.kind.value, "batch_axis": layout.batch_axis,
+            "row_axis": layout.row_axis, "col_axis": layout.col_axis}
+
+
 def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     """The layer graph as a JSON document."""
     loaded = load_model(model, dict(shapes or {}))
@@ -562,7 +568,12 @@ def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> 
     layers = [{"name": lay.name, "op": lay.op, "class": lay.op_class.value,
                "out_shape": list(lay.out_shape), "weight_elems": lay.weight_elems,
                "macs": lay.macs, "block": block_of.get(lay.name),
-               "inputs": list(lay.fmap_inputs), "outputs": list(lay.outputs)}
+               "inputs": list(lay.fmap_inputs), "outputs": list(lay.outputs),
+               # how tiles cut the output, and each feature-map input's rows and columns
+               # for a range of the output's (planner.ir.layout, planner.ir.graph.AxisMap)
+               "layout": _layout_doc(g.layout(lay.outputs[0])),
+               "row_maps": [m.label() for m in lay.row_maps],
+               "col_maps": [m.label() for m in lay.col_maps]}
               for lay in g.layers]
     return {
         "model": {"path": loaded.path, "sha256": loaded.sha256, "opset": loaded.opset},

@@ -59,6 +59,17 @@ class AxisMap:
             return first, (hi - 1 + p) // s + 1
         return 0, in_len
 
+    def label(self) -> str:
+        """A short name for tables: 'identity', 'window k3 s2 p1', 'upsample 8', 'offset -3'."""
+        if self.kind is MapKind.UPSAMPLE:
+            return f"upsample {self.stride}"
+        if self.kind is MapKind.OFFSET:
+            return f"offset {self.pad:+d}"
+        if self.kind in (MapKind.WINDOW, MapKind.TRANSPOSED):
+            dilated = f" d{self.dilation}" if self.dilation != 1 else ""
+            return f"{self.kind.value} k{self.kernel} s{self.stride} p{self.pad}{dilated}"
+        return self.kind.value
+
     def virtual_start(self, in_lo: int) -> int:
         """Output row at which a kernel run on inputs starting at in_lo begins (a sliding
         window's tile passes its own pads instead; a WINDOW map of a movement op gathers

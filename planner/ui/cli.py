@@ -564,6 +564,13 @@ def explain(model: str, plan: Path, layer: LayerOpt = None,
         raise typer.Exit(1)
 
 
+def _tiled_label(layout: dict[str, Any]) -> str:
+    """'NHWC r1 c2': the layout and the axes tiles cut as rows and columns ('-': none)."""
+    axes = [f"{k}{layout[a]}" for k, a in (("n", "batch_axis"), ("r", "row_axis"),
+                                           ("c", "col_axis")) if layout[a] is not None]
+    return f"{layout['kind']} {' '.join(axes) or '-'}"
+
+
 @app.command()
 @guarded
 def inspect(model: str, shape: ShapeOpt = None, as_json: JsonOpt = False) -> None:
@@ -573,10 +580,12 @@ def inspect(model: str, shape: ShapeOpt = None, as_json: JsonOpt = False) -> Non
         _emit(doc)
         return
     t = Table(title=f"{model}: {len(doc['layers'])} layers, {len(doc['blocks'])} blocks")
-    for col in ("name", "op", "class", "out shape", "weight elems", "MACs", "block"):
+    for col in ("name", "op", "class", "out shape", "tiled", "row map", "weight elems", "MACs",
+                "block"):
         t.add_column(col, justify="right" if col in ("weight elems", "MACs") else "left")
     for lay in doc["layers"]:
         t.add_row(lay["name"], lay["op"], lay["class"], "×".join(map(str, lay["out_shape"])),
+                  _tiled_label(lay["layout"]), ", ".join(lay["row_maps"]),
                   f"{lay['weight_elems']:,}", f"{lay['macs']:,}",
                   "" if lay["block"] is None else str(lay["block"]))
     out.print(t)
