@@ -359,17 +359,71 @@ _MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
     MapRule.LINEAR: _linear_maps,
     MapRule.SOFTMAX: _softmax_maps,
     MapRule.SELECT: _select_maps,
-    MapRule.SLICE: _local_maps,  # `_layer` gives a cut along rows or columns its offset
+    MapRule.SLICE: _local_maps,  # a cut along rows or columns: its offset (_NODE_MAPS)
     MapRule.PAD: _local_maps,  # and a pad along them
     MapRule.WHOLE: _whole_maps,
-    MapRule.ATTENTION: _whole_maps,  # `_layer` maps the queries as a product's first operand
+    MapRule.ATTENTION: _whole_maps,  # never used: _NODE_MAPS maps the queries
 })
 
 
-def _maps(spec: OpSpec, attrs: dict[str, Any], fmaps: list[_Fmap], opset: int
-          ) -> tuple[list[AxisMap], list[AxisMap]]:
+@dataclass(frozen=True)
+class _NodeView:
+    """A node as the map rules that look at all its inputs at once see it."""
+
+    attrs: dict[str, Any]
+    inputs: Sequence[str]  # every input, constants included
+    constants: Mapping[str, np.ndarray]
+    fmaps: Sequence[_Fmap]
+    opset: int
+
+
+_Maps = tuple[list[AxisMap], list[AxisMap]]
+
+
+def _linear_node(v: _NodeView) -> _Maps | None:
+    return _product_maps(v.fmaps) if len(v.fmaps) != 1 else None
+
+
+def _attention_node(v: _NodeView) -> _Maps | None:
+    """The queries as q @ k^T has them, keys and values whole."""
+    rows, cols = _product_maps(v.fmaps[:2])
+    extra = [WHOLE] * (len(v.fmaps) - 2)
+    return rows + extra, cols + extra
+
+
+def _slice_node(v: _NodeView) -> _Maps | None:
+    cut = _slice_maps(v.inputs, v.constants, v.fmaps[0], v.opset) if v.fmaps else None
+    return None if cut is None else ([cut[0]], [cut[1]])
+
+
+def _pad_node(v: _NodeView) -> _Maps | None:
+    padded = _pad_maps(v.attrs, v.inputs, v.constants, v.fmaps[0], v.opset) \
+        if v.fmaps else None
+    return None if padded is None else ([padded[0]], [padded[1]])
+
+
+def _concat_node(v: _NodeView) -> _Maps | None:
+    return _stacked_maps(v.attrs, v.inputs, v.fmaps) if v.fmaps else None
+
+
+# Map rules that look at the whole node (every input, the constants): their maps where they
+# apply, else None and the per-input rule of _MAPS
+_NODE_MAPS: Mapping[MapRule, Callable[[_NodeView], _Maps | None]] = MappingProxyType({
+    MapRule.LINEAR: _linear_node,  # a product of two feature maps
+    MapRule.ATTENTION: _attention_node,
+    MapRule.SLICE: _slice_node,
+    MapRule.PAD: _pad_node,
+    MapRule.CONCAT: _concat_node,  # along rows or columns
+})
+
+
+def _maps(spec: OpSpec, node: _NodeView) -> _Maps:
     """Row and column maps per feature-map input, by the op's map rule."""
-    pairs = [_MAPS[spec.maps](spec, attrs, f, opset) for f in fmaps]
+    whole = _NODE_MAPS.get(spec.maps)
+    found = whole(node) if whole is not None else None
+    if found is not None:
+        return found
+    pairs = [_MAPS[spec.maps](spec, node.attrs, f, node.opset) for f in node.fmaps]
     return [r for r, _ in pairs], [c for _, c in pairs]
 
 
@@ -641,29 +695,12 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     out_layout = given or layout_of(out_shape)
     fmaps = [_Fmap(shape, out_shape, lay, out_layout)
              for shape, lay in zip(in_shapes, in_layouts, strict=True)]
-    rows, cols = _maps(spec, attrs, fmaps, opset)
-    if spec.maps is MapRule.LINEAR and len(fmap) != 1:
-        rows, cols = _product_maps(fmaps)
-    if spec.maps is MapRule.SLICE and fmaps:
-        cut = _slice_maps(inputs, constants, fmaps[0], opset)
-        if cut is not None:
-            rows, cols = [cut[0]], [cut[1]]
-    if spec.maps is MapRule.PAD and fmaps:
-        padded = _pad_maps(attrs, inputs, constants, fmaps[0], opset)
-        if padded is not None:
-            rows, cols = [padded[0]], [padded[1]]
-    if spec.maps is MapRule.CONCAT and fmaps:
-        stacked = _stacked_maps(attrs, inputs, fmaps)
-        if stacked is not None:
-            rows, cols = stacked
+    rows, cols = _maps(spec, _NodeView(attrs, inputs, constants, fmaps, opset))
     if partition is not None and in_layouts[0].row_axis is not None \
             and partition.row_axis is not None:
         rows = [regroup_rows(in_shapes[0], in_layouts[0].row_axis, out_shape,
                              partition.row_axis) or WHOLE]
         cols = [WHOLE]  # a window row spans the map's width
-    if spec.maps is MapRule.ATTENTION:  # the queries as q @ k^T has them, k and v whole
-        rows, cols = _product_maps(fmaps[:2])
-        rows, cols = rows + [WHOLE] * (len(fmaps) - 2), cols + [WHOLE] * (len(fmaps) - 2)
     window: tuple[AxisMap, AxisMap] | None = None
     if spec.maps is MapRule.WINDOW and in_shapes:
         row, col, attrs = _window_maps(spec, attrs, in_shapes[0], w_shape)
