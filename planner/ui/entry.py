@@ -27,9 +27,11 @@ def main() -> None:
         run()
     except KeyboardInterrupt:  # during the imports (typer handles the rest)
         _stopped(STARTING)
-    except ImportError as exc:
-        # a compiled extension initialising when the Ctrl-C came (ortools' solver helper)
-        # reports it as a failed import whose cause is the interrupt
+    except Exception as exc:
+        # an import that Python wraps around the interrupt: a compiled extension
+        # initialising when the Ctrl-C came (ortools' solver helper) reports a failed
+        # import, a class body defining its fields (networkx's dataclasses) an error calling
+        # __set_name__; the interrupt is among the causes either way
         if not _interrupted(exc):
             raise
         _stopped(STARTING)
