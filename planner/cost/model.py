@@ -65,6 +65,7 @@ from planner.geometry.regions import (
     Tile,
     anchor_extent,
     axis_ranges,
+    axis_strips,
     box_elems,
     full_box,
     group_chains,
@@ -194,12 +195,9 @@ def region_sums(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
 
 def _walk_axis(graph: Graph, io: GroupIO, axis: int, size: int) -> dict[str, int]:
     """Per tensor, its range length along one axis summed over the tiles along that axis."""
-    full = list(full_box(graph, io.anchor))
     totals: dict[str, int] = {}
-    for lo, hi in axis_ranges(full[2 * axis + 1], size):
-        strip = list(full)
-        strip[2 * axis], strip[2 * axis + 1] = lo, hi
-        for t, b in tile_regions(graph, io, tuple(strip)).items():  # type: ignore[arg-type]
+    for boxes in axis_strips(graph, io, axis, size):
+        for t, b in boxes.items():
             totals[t] = totals.get(t, 0) + max(0, b[2 * axis + 1] - b[2 * axis])
     return totals
 

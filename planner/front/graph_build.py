@@ -283,13 +283,17 @@ def _slice_maps(inputs: Sequence[str], constants: Mapping[str, np.ndarray], f: _
         shifts[axis] = min(max(int(start) + extent if start < 0 else int(start), 0), extent)
     if lin.batch_axis is not None and f.shape[lin.batch_axis] != f.out_shape[lin.batch_axis]:
         return None
-    maps = []
-    for axis in (lin.row_axis, lin.col_axis):
-        if axis is None or (not shifts.get(axis) and f.shape[axis] == f.out_shape[axis]):
-            maps.append(IDENTITY)
-        else:
-            maps.append(AxisMap(MapKind.OFFSET, pad=-shifts.get(axis, 0)))
-    return maps[0], maps[1]
+    return _offsets(f, {axis: -start for axis, start in shifts.items()})
+
+
+def _offsets(f: _Fmap, pads: Mapping[int, int]) -> tuple[AxisMap, AxisMap]:
+    """Row and column maps of a Slice or Pad: OFFSET by the rows before the input's first
+    (`pads` by axis; negative: cut) along an axis it cuts or pads, else IDENTITY."""
+    lay = f.layout
+    return tuple(  # type: ignore[return-value]
+        IDENTITY if axis is None or (not pads.get(axis) and f.shape[axis] == f.out_shape[axis])
+        else AxisMap(MapKind.OFFSET, pad=pads.get(axis, 0))
+        for axis in (lay.row_axis, lay.col_axis))
 
 
 def _pad_maps(attrs: dict[str, Any], inputs: Sequence[str],
@@ -312,13 +316,7 @@ def _pad_maps(attrs: dict[str, Any], inputs: Sequence[str],
               or pads[len(axes) + i]}
     if lin.batch_axis in before:
         return None
-    maps = []
-    for axis in (lin.row_axis, lin.col_axis):
-        if axis is None or axis not in before:
-            maps.append(IDENTITY)
-        else:
-            maps.append(AxisMap(MapKind.OFFSET, pad=before[axis]))
-    return maps[0], maps[1]
+    return _offsets(f, before)
 
 
 def _stacked_maps(attrs: dict[str, Any], inputs: Sequence[str], fmaps: Sequence[_Fmap]

@@ -232,14 +232,11 @@ def backward_range(graph: Graph, io: GroupIO, tile: Tile) -> tuple[str, int, int
     if not any(m.kind is MapKind.OFFSET for name in io.layers
                for m in (*graph.layer(name).row_maps, *graph.layer(name).col_maps)):
         return None  # only an offset (a Slice or Concat along rows) can reach back
-    full = list(full_box(graph, io.anchor))
     for axis, size in ((1, tile.h), (2, tile.w)):
         k = 2 * axis
         last: dict[str, tuple[int, int]] = {}
-        for index, (lo, hi) in enumerate(axis_ranges(full[k + 1], size)):
-            strip = list(full)
-            strip[k], strip[k + 1] = lo, hi
-            for t, b in tile_regions(graph, io, tuple(strip)).items():  # type: ignore[arg-type]
+        for index, boxes in enumerate(axis_strips(graph, io, axis, size)):
+            for t, b in boxes.items():
                 if b[k] >= b[k + 1]:
                     continue  # an empty range holds nothing to keep
                 before = last.get(t)
@@ -247,6 +244,17 @@ def backward_range(graph: Graph, io: GroupIO, tile: Tile) -> tuple[str, int, int
                     return t, axis, index
                 last[t] = (b[k], b[k + 1])
     return None
+
+
+def axis_strips(graph: Graph, io: GroupIO, axis: int, size: int) -> Iterator[dict[str, Box]]:
+    """tile_regions of each tile along one axis (0 batch, 1 rows, 2 columns), the other
+    axes whole: the strips whose ranges along that axis are those of every tile's."""
+    full = list(full_box(graph, io.anchor))
+    k = 2 * axis
+    for lo, hi in axis_ranges(full[k + 1], size):
+        strip = list(full)
+        strip[k], strip[k + 1] = lo, hi
+        yield tile_regions(graph, io, tuple(strip))  # type: ignore[arg-type]
 
 
 def axis_ranges(extent: int, size: int) -> list[tuple[int, int]]:
