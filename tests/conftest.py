@@ -14,8 +14,9 @@ from hypothesis import settings
 # CI draws the same examples on every run (a property test that fails there fails again on
 # a laptop, and no run spends minutes shrinking a new draw); FUSEPLAN_HYPOTHESIS=explore
 # draws fresh examples, to look for new counterexamples
-settings.register_profile("ci", derandomize=True, database=None)
-settings.register_profile("explore")
+# no deadline in either: a loaded machine slows an example down, which is not a failure
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", deadline=None)
 settings.load_profile("explore" if os.environ.get("FUSEPLAN_HYPOTHESIS") == "explore" else "ci")
 
 ROOT = Path(__file__).resolve().parent.parent

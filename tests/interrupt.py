@@ -1,0 +1,92 @@
+"""Ctrl-C a running fuseplan command once its work has begun, whatever the machine's speed.
+
+A fixed delay races the command: on an idle machine the planning finishes before the signal
+(exit 0), on a loaded one the signal lands in the imports. The command's own progress
+display says when the work has begun: it shows on a terminal, so the command runs with its
+stderr on a pseudo-terminal, and the signal goes to its process group (as a terminal's
+Ctrl-C does) as soon as the phrase of the step to interrupt appears there.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# CSI sequences (colour, cursor moves, erase) of the progress display
+_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """How a command ended after the Ctrl-C."""
+
+    code: int
+    lines: list[str]  # what stderr said after the progress display, one entry a line
+    stop_s: float  # seconds from the signal to the exit
+    raw: str  # stderr as written, for assertion messages
+
+
+def _lines_after_progress(text: str, marker: str) -> list[str]:
+    """The lines stderr holds once the spinner's redraws (each ended by a carriage return
+    or erased) are taken out."""
+    out: list[str] = []
+    for line in _CSI.sub("", text).replace("\r\n", "\n").split("\n"):
+        last = line.split("\r")[-1].strip()
+        if last and marker not in last:
+            out.append(last)
+    return out
+
+
+def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
+                   wait_s: float = 300.0, stop_timeout_s: float = 60.0) -> Interrupted:
+    """Run `binary args` with stderr on a pseudo-terminal, send its process group SIGINT
+    once `marker` shows there; the command's exit, its stderr and how long it took to stop.
+
+    Fails the calling test (AssertionError) when the command ends before the marker shows,
+    or the marker does not show within `wait_s`."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE, stderr=slave,
+                            stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
+                            env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "TERM": "xterm"})
+    os.close(slave)
+    seen = bytearray()
+    signalled: float | None = None
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            limit = deadline if signalled is None else signalled + stop_timeout_s
+            ready, _, _ = select.select([master], [], [], max(0.0, limit - time.monotonic()))
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: every writer closed the terminal (the command ended)
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if signalled is None and marker.encode() in seen:
+                assert proc.poll() is None, "the command ended before it could be interrupted"
+                os.killpg(proc.pid, signal.SIGINT)
+                signalled = time.monotonic()
+        if signalled is None:
+            raise AssertionError(f"{marker!r} never showed on stderr: "
+                                 f"{bytes(seen).decode(errors='replace')[-2000:]}")
+        proc.wait(timeout=max(1.0, signalled + stop_timeout_s - time.monotonic()))
+        took = time.monotonic() - signalled
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    raw = bytes(seen).decode(errors="replace")
+    return Interrupted(proc.returncode, _lines_after_progress(raw, marker), took, raw)
