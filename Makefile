@@ -28,15 +28,22 @@ test-all: $(STAMP)
 
 # ruff over the packages, tests and the bench scripts (extensionless, so named by the
 # glob; the plots beside them, *.svg, are not Python);
-# mypy over the packages, then over tests/ from inside it (its modules import `models` as
-# top-level, as pytest's rootdir insertion makes them).
+# mypy over the package by its import names: the folders install as fuseplan.planner,
+# fuseplan.rules, ... (pyproject.toml's package-dir), which mypy cannot follow through the
+# editable install's import hook, so .lint/fuseplan rebuilds that layout as links; then
+# over tests/ from inside it (its modules import `models` as top-level, as pytest's rootdir
+# insertion makes them).
+FOLDERS := planner rules hardware solver emulator
 lint: $(STAMP)
-	$(BIN)/ruff check planner rules hardware solver emulator fuseplan tests examples $(filter-out %.svg,$(wildcard bench/*))
-	$(BIN)/mypy
-	cd tests && ../$(BIN)/mypy --config-file ../pyproject.toml *.py
+	$(BIN)/ruff check $(FOLDERS) fuseplan tests examples $(filter-out %.svg,$(wildcard bench/*))
+	rm -rf .lint && mkdir -p .lint/fuseplan
+	ln -s ../../fuseplan/__init__.py .lint/fuseplan/__init__.py
+	for d in $(FOLDERS); do ln -s ../../$$d .lint/fuseplan/$$d; done
+	cd .lint && ../$(BIN)/mypy --config-file ../pyproject.toml -p fuseplan
+	cd tests && MYPYPATH=../.lint ../$(BIN)/mypy --config-file ../pyproject.toml *.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .lint

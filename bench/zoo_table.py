@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.app import api
-from planner.cost.model import weight_bytes
-from planner.plan.json_io import save_plan
+from fuseplan.planner.app import api
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.plan.json_io import save_plan
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
 

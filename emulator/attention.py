@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from planner.geometry.attention import online_attention as onchip_attention
-from planner.geometry.regions import Box, GroupIO, tile_regions
-from planner.ir.graph import Graph
-from planner.plan.data import Group
+from fuseplan.planner.geometry.attention import online_attention as onchip_attention
+from fuseplan.planner.geometry.regions import Box, GroupIO, tile_regions
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Group
 
 if TYPE_CHECKING:
-    from emulator.run import LayerCache, Tally
+    from fuseplan.emulator.run import LayerCache, Tally
 
 
 def online_attention(q: np.ndarray, kt: np.ndarray, v: np.ndarray, *, scale: float,
@@ -77,7 +77,7 @@ def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[B
     each tile of query rows runs the chunks one after the other, each loading its heads'
     query rows, streaming its heads' keys and values a chunk of keys at a time and storing
     its heads' output rows, so one chunk of heads is on chip at a time."""
-    from emulator.run import _full, _slice, compute_on_chip
+    from fuseplan.emulator.run import _full, _slice, compute_on_chip
 
     dt = tally.chip.dtype_bytes
     lay = graph.layer(io.layers[0])

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.geometry.heads import take_units
-from planner.geometry.hidden import (
+from fuseplan.planner.geometry.heads import take_units
+from fuseplan.planner.geometry.hidden import (
     Stretch,
     constant_axes,
     hidden_ranges,
@@ -25,11 +25,11 @@ from planner.geometry.hidden import (
     stretch_loads,
     stretches,
 )
-from planner.geometry.regions import GroupIO
-from planner.ir.chunks import chunk_axes, chunk_ranges
-from planner.ir.graph import Graph, Layer
-from planner.ir.ops import op_spec
-from planner.plan.data import Group
+from fuseplan.planner.geometry.regions import GroupIO
+from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.ops import op_spec
+from fuseplan.planner.plan.data import Group
 
 Compute = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, floor
 
-from hardware.chip import Chip
+from fuseplan.hardware.chip import Chip
 
 
 @dataclass(frozen=True)

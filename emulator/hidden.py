@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from emulator.chunks import Overlay, _take
-from planner.geometry.heads import take_units
-from planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, vector_axes
-from planner.geometry.in_place import in_place_hosts
-from planner.geometry.regions import Box, GroupIO, box_elems
-from planner.ir.graph import Graph
-from planner.plan.data import Group
+from fuseplan.emulator.chunks import Overlay, _take
+from fuseplan.planner.geometry.heads import take_units
+from fuseplan.planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, vector_axes
+from fuseplan.planner.geometry.in_place import in_place_hosts
+from fuseplan.planner.geometry.regions import Box, GroupIO, box_elems
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Group
 
 if TYPE_CHECKING:
-    from emulator.run import Fold, LayerCache, Tally
+    from fuseplan.emulator.run import Fold, LayerCache, Tally
 
 
 def chunk_constants(graph: Graph, s: Stretch, name: str, weights: Mapping[str, np.ndarray],
@@ -60,7 +60,7 @@ def run_stretch(graph: Graph, group: Group, io: GroupIO, s: Stretch, chunks: int
     each chunk filling its own channels of it. ``fills``: whole on-chip buffers of maps
     held for later passes: each chunk writes its channels of the tile into them, not
     counted again in the chunk's maps (``prefetch`` counts the buffers)."""
-    from emulator.run import (
+    from fuseplan.emulator.run import (
         EmulationError,
         KernelFailure,
         fill_box,

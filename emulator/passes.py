@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hardware.chip import Chip
-from planner.geometry.passes import Passes, held_map_reads, pass_stretches
-from planner.geometry.regions import Box, full_box, in_group_uses, iter_tiles, tile_regions
-from planner.ir.graph import Graph
-from planner.plan.data import Group
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.geometry.passes import Passes, held_map_reads, pass_stretches
+from fuseplan.planner.geometry.regions import Box, full_box, in_group_uses, iter_tiles, tile_regions
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Group
 
 if TYPE_CHECKING:
-    from emulator.run import LayerCache, Tally
+    from fuseplan.emulator.run import LayerCache, Tally
 
 
 def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.ndarray],
@@ -33,7 +33,7 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
                chip: Chip) -> None:
     """Run every pass and the tails between them, reading and writing `dram` and counting
     into `tally` (its weights are the whole group's, resident)."""
-    from emulator.run import (
+    from fuseplan.emulator.run import (
         _full,
         _slice,
         compute_on_chip,

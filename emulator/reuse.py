@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hardware.chip import Chip
-from planner.geometry.halo_reuse import lifetimes, stream_floors, streamed_step
-from planner.geometry.regions import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.geometry.halo_reuse import lifetimes, stream_floors, streamed_step
+from fuseplan.planner.geometry.regions import (
     Box,
     GroupIO,
     full_box,
@@ -29,12 +29,12 @@ from planner.geometry.regions import (
     iter_tiles,
     tile_regions,
 )
-from planner.ir.graph import Graph, Layer
-from planner.ir.layout import Layout
-from planner.plan.data import Group
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.layout import Layout
+from fuseplan.planner.plan.data import Group
 
 if TYPE_CHECKING:
-    from emulator.run import LayerCache, Tally
+    from fuseplan.emulator.run import LayerCache, Tally
 
 Rect = tuple[int, int, int, int]  # r0, r1, c0, c1
 
@@ -244,7 +244,7 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
                layers: LayerCache | None, first: int) -> None:
     """One batch part's tiles (`plan`: plan_tiles of the group's sweep), from an empty chip;
     `first` is its first tile's index."""
-    from emulator.run import run_layer  # run.py dispatches reusing groups here
+    from fuseplan.emulator.run import run_layer  # run.py dispatches reusing groups here
 
     io, steps, keeps, spans = plan
     streamed = {k: s for k in range(len(io.layers))

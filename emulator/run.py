@@ -18,22 +18,22 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from emulator.attention import run_head_chunks
-from emulator.chunks import Compute, WeightStream, _take
-from emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
-from emulator.hidden import run_stretch
-from emulator.kernels import run_op
-from emulator.passes import run_passes
-from emulator.reuse import run_reuse_tiles
-from emulator.weights_outer import run_weights_outer
-from hardware.chip import Chip
-from planner.cost.counters import Counters
-from planner.geometry.attention import attention_heads, online_attention
-from planner.geometry.bands import band_columns, band_overflows, cluster_loads
-from planner.geometry.hidden import Stretch, makes_chunks, stretches
-from planner.geometry.in_place import in_place_hosts
-from planner.geometry.passes import pass_split, passes_make_chunks
-from planner.geometry.regions import (
+from fuseplan.emulator.attention import run_head_chunks
+from fuseplan.emulator.chunks import Compute, WeightStream, _take
+from fuseplan.emulator.clock import GroupRun, GroupTime, TileEvents, simulate_plan
+from fuseplan.emulator.hidden import run_stretch
+from fuseplan.emulator.kernels import run_op
+from fuseplan.emulator.passes import run_passes
+from fuseplan.emulator.reuse import run_reuse_tiles
+from fuseplan.emulator.weights_outer import run_weights_outer
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.geometry.attention import attention_heads, online_attention
+from fuseplan.planner.geometry.bands import band_columns, band_overflows, cluster_loads
+from fuseplan.planner.geometry.hidden import Stretch, makes_chunks, stretches
+from fuseplan.planner.geometry.in_place import in_place_hosts
+from fuseplan.planner.geometry.passes import pass_split, passes_make_chunks
+from fuseplan.planner.geometry.regions import (
     Box,
     GroupIO,
     anchor_extent,
@@ -46,13 +46,13 @@ from planner.geometry.regions import (
     iter_tiles,
     tile_regions,
 )
-from planner.geometry.reload import reloaded_inputs
-from planner.geometry.rounds import leads_round, round_size
-from planner.ir.graph import AxisMap, Graph, Layer, MapKind
-from planner.ir.layout import Layout, layout_of
-from planner.ir.ops import Accumulate, MapRule, OpClass, ShapeParam, op_spec
-from planner.plan.checks import check_bands
-from planner.plan.data import Group, Plan
+from fuseplan.planner.geometry.reload import reloaded_inputs
+from fuseplan.planner.geometry.rounds import leads_round, round_size
+from fuseplan.planner.ir.graph import AxisMap, Graph, Layer, MapKind
+from fuseplan.planner.ir.layout import Layout, layout_of
+from fuseplan.planner.ir.ops import Accumulate, MapRule, OpClass, ShapeParam, op_spec
+from fuseplan.planner.plan.checks import check_bands
+from fuseplan.planner.plan.data import Group, Plan
 
 
 class KernelFailure(Exception):

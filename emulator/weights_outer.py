@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from emulator.chunks import Overlay
-from hardware.chip import Chip
-from planner.geometry.regions import group_io, in_group_uses, iter_tiles, tile_regions
-from planner.ir.graph import Graph
-from planner.ir.ops import op_spec
-from planner.plan.data import Group
+from fuseplan.emulator.chunks import Overlay
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.geometry.regions import group_io, in_group_uses, iter_tiles, tile_regions
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.ir.ops import op_spec
+from fuseplan.planner.plan.data import Group
 
 if TYPE_CHECKING:
-    from emulator.run import LayerCache, Tally
+    from fuseplan.emulator.run import LayerCache, Tally
 
 
 def _channels(arr: np.ndarray, axis: int, lo: int, hi: int) -> np.ndarray:
@@ -38,7 +38,7 @@ def run_weights_outer(graph: Graph, group: Group, chip: Chip, dram: dict[str, np
                       ) -> None:
     """Run a weights-outer group chunk by chunk, each chunk over every tile, reading and
     writing `dram` and counting into `tally`."""
-    from emulator.run import _full, _slice, run_layer  # run.py dispatches here
+    from fuseplan.emulator.run import _full, _slice, run_layer  # run.py dispatches here
 
     io = group_io(graph, group.layers)
     lay = graph.layer(io.layers[0])

@@ -34,27 +34,82 @@ when the answer is "no" (exit code 1).
 
 from __future__ import annotations
 
-from hardware.chip import Chip, load_chip
-from planner.app.api import (
-    Problem,
-    compare,
-    explain,
-    inspect,
-    plan_problem,
-    prepare,
-    solve,
-    verify,
-)
-from planner.core.errors import InputError, PlanningError
-from planner.cost.model import Counters
-from planner.cost.objective import Objective
-from planner.plan.data import Group, Plan
-from planner.plan.json_io import load_plan, plan_to_json, save_plan
-from planner.plan.placement import HaloMode, Placement, WeightResidency
-from planner.ui.diff import diff_plans
-from planner.ui.export import export_dot, export_onnx
-from planner.ui.report import load_problem_plan, render_report, write_report
-from rules.ruleset import RuleSet, load_rules
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The package's own modules (fuseplan.planner..., fuseplan.rules..., the console script)
+# import this package first: the facade's names load on first use, so that importing one
+# module does not import the whole planner (the command line starts on a light import).
+_WHERE = {
+    "Chip": "fuseplan.hardware.chip",
+    "load_chip": "fuseplan.hardware.chip",
+    "Problem": "fuseplan.planner.app.api",
+    "compare": "fuseplan.planner.app.api",
+    "explain": "fuseplan.planner.app.api",
+    "inspect": "fuseplan.planner.app.api",
+    "plan_problem": "fuseplan.planner.app.api",
+    "prepare": "fuseplan.planner.app.api",
+    "solve": "fuseplan.planner.app.api",
+    "verify": "fuseplan.planner.app.api",
+    "InputError": "fuseplan.planner.core.errors",
+    "PlanningError": "fuseplan.planner.core.errors",
+    "Counters": "fuseplan.planner.cost.model",
+    "Objective": "fuseplan.planner.cost.objective",
+    "Group": "fuseplan.planner.plan.data",
+    "Plan": "fuseplan.planner.plan.data",
+    "load_plan": "fuseplan.planner.plan.json_io",
+    "plan_to_json": "fuseplan.planner.plan.json_io",
+    "save_plan": "fuseplan.planner.plan.json_io",
+    "HaloMode": "fuseplan.planner.plan.placement",
+    "Placement": "fuseplan.planner.plan.placement",
+    "WeightResidency": "fuseplan.planner.plan.placement",
+    "diff_plans": "fuseplan.planner.ui.diff",
+    "export_dot": "fuseplan.planner.ui.export",
+    "export_onnx": "fuseplan.planner.ui.export",
+    "load_problem_plan": "fuseplan.planner.ui.report",
+    "render_report": "fuseplan.planner.ui.report",
+    "write_report": "fuseplan.planner.ui.report",
+    "RuleSet": "fuseplan.rules.ruleset",
+    "load_rules": "fuseplan.rules.ruleset",
+}
+
+if TYPE_CHECKING:
+    from fuseplan.hardware.chip import Chip, load_chip
+    from fuseplan.planner.app.api import (
+        Problem,
+        compare,
+        explain,
+        inspect,
+        plan_problem,
+        prepare,
+        solve,
+        verify,
+    )
+    from fuseplan.planner.core.errors import InputError, PlanningError
+    from fuseplan.planner.cost.model import Counters
+    from fuseplan.planner.cost.objective import Objective
+    from fuseplan.planner.plan.data import Group, Plan
+    from fuseplan.planner.plan.json_io import load_plan, plan_to_json, save_plan
+    from fuseplan.planner.plan.placement import HaloMode, Placement, WeightResidency
+    from fuseplan.planner.ui.diff import diff_plans
+    from fuseplan.planner.ui.export import export_dot, export_onnx
+    from fuseplan.planner.ui.report import load_problem_plan, render_report, write_report
+    from fuseplan.rules.ruleset import RuleSet, load_rules
+
+
+def __getattr__(name: str) -> Any:
+    """A facade name, imported from its module on first use (PEP 562)."""
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'fuseplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "Chip",

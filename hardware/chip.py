@@ -22,8 +22,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.core.errors import InputError
-from planner.core.yamlio import apply_overrides, build_dataclass, did_you_mean, load_yaml, where
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.yamlio import (
+    apply_overrides,
+    build_dataclass,
+    did_you_mean,
+    load_yaml,
+    where,
+)
 
 __all__ = [
     "CLOCK_GHZ_RANGE",

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
-from planner.ir.graph import Layer
-from rules.encoding import Candidate, Encoding
-from rules.facts import GroupFacts
+from fuseplan.planner.ir.graph import Layer
+from fuseplan.rules.encoding import Candidate, Encoding
+from fuseplan.rules.facts import GroupFacts
 
 __all__ = ["REGISTRY", "GroupFacts", "Rule", "StructuralRule", "Violation", "adjacent_pairs",
            "rule"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from planner.geometry.regions import accumulated_input
-from rules.base import GroupFacts, StructuralRule, Violation, rule
+from fuseplan.planner.geometry.regions import accumulated_input
+from fuseplan.rules.base import GroupFacts, StructuralRule, Violation, rule
 
 
 @rule("R03", "blocks_first", "Fuse whole blocks or stay inside one")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.ir.ops import op_spec
-from rules.base import GroupFacts, StructuralRule, Violation, rule
+from fuseplan.planner.ir.ops import op_spec
+from fuseplan.rules.base import GroupFacts, StructuralRule, Violation, rule
 
 
 @rule("R08", "conv_weights_not_computed", "Conv weights are not a layer's output")

@@ -30,11 +30,11 @@ if TYPE_CHECKING:  # ortools (and the pandas it loads) only once a model is buil
     from ortools.sat.python.cp_model import Constraint, IntVar, LinearExpr
     from ortools.sat.python.cp_model_helper import Literal
 
-from hardware.chip import Chip
-from planner.cost.model import Counters, live_steps, region_sum, weight_bytes
-from planner.cost.weight_stream import layer_chunks, staged_steps
-from planner.geometry.attention import online_attention
-from planner.geometry.regions import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.model import Counters, live_steps, region_sum, weight_bytes
+from fuseplan.planner.cost.weight_stream import layer_chunks, staged_steps
+from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.regions import (
     GroupChains,
     GroupIO,
     Tile,
@@ -42,8 +42,8 @@ from planner.geometry.regions import (
     group_chains,
     group_io,
 )
-from planner.ir.graph import Graph
-from rules.facts import GroupFacts, channels
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.rules.facts import GroupFacts, channels
 
 # a quantity: fixed by the tile, or linear in the model's variables
 Expr: TypeAlias = "LinearExpr | int"

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import cast
 
-from hardware.chip import Chip
-from planner.cost.hidden import HiddenStream, hidden_stream
-from planner.cost.model import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.hidden import HiddenStream, hidden_stream
+from fuseplan.planner.cost.model import (
     band_peak_bytes,
     live_steps,
     outer_chunks,
@@ -23,12 +23,12 @@ from planner.cost.model import (
     weight_bytes,
     work_counters,
 )
-from planner.cost.weight_stream import chunk_width, staged_steps
-from planner.geometry.attention import OnlineAttention, online_attention
-from planner.geometry.bands import cluster_loads
-from planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
-from planner.geometry.hidden import Stretch
-from planner.geometry.regions import (
+from fuseplan.planner.cost.weight_stream import chunk_width, staged_steps
+from fuseplan.planner.geometry.attention import OnlineAttention, online_attention
+from fuseplan.planner.geometry.bands import cluster_loads
+from fuseplan.planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
+from fuseplan.planner.geometry.hidden import Stretch
+from fuseplan.planner.geometry.regions import (
     AxisChain,
     Box,
     GroupChains,
@@ -38,7 +38,7 @@ from planner.geometry.regions import (
     box_elems,
     tile_regions,
 )
-from planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.graph import Graph, Layer
 
 
 def channels(graph: Graph, tensor: str) -> int:

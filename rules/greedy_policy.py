@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rules.base import GroupFacts, Rule, Violation, rule
-from rules.encoding import Candidate, Encoding
+from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
+from fuseplan.rules.encoding import Candidate, Encoding
 
 
 @rule("R01", "start_rule", "Start layer of a new group")

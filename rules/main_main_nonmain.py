@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rules.base import GroupFacts, StructuralRule, Violation, adjacent_pairs, rule
+from fuseplan.rules.base import GroupFacts, StructuralRule, Violation, adjacent_pairs, rule
 
 
 @rule("R06", "main_main_nonmain", "Contains main -> main -> non-main")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from planner.ir.ops import OpClass
-from rules.base import GroupFacts, StructuralRule, Violation, rule
+from fuseplan.planner.ir.ops import OpClass
+from fuseplan.rules.base import GroupFacts, StructuralRule, Violation, rule
 
 
 @rule("R05", "min_main_layers", "At least k main layers")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from rules.base import GroupFacts, Rule, Violation, rule
-from rules.encoding import Candidate, Encoding
+from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
+from fuseplan.rules.encoding import Candidate, Encoding
 
 
 @rule("R11", "redundancy", "Halo re-reads within a percentage")
@@ -45,6 +45,6 @@ class Redundancy(Rule):
 
 
 def _once(enc: Encoding, cand: Candidate, t: str) -> int:
-    from planner.geometry.regions import box_elems
+    from fuseplan.planner.geometry.regions import box_elems
 
     return box_elems(enc.graph, t, cand.chains.full[t]) * enc.chip.dtype_bytes

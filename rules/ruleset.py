@@ -7,10 +7,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from planner.core.errors import InputError
-from planner.core.yamlio import build_dataclass, did_you_mean, load_yaml, where
-from planner.cost.objective import ObjectiveSettings
-from rules.base import REGISTRY, GroupFacts, Rule, Violation
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.yamlio import build_dataclass, did_you_mean, load_yaml, where
+from fuseplan.planner.cost.objective import ObjectiveSettings
+from fuseplan.rules.base import REGISTRY, GroupFacts, Rule, Violation
 
 RULES_DIR = Path(__file__).resolve().parent
 DEFAULT_RULES = RULES_DIR / "default.yaml"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from planner.ir.graph import OpClass
-from rules.base import GroupFacts, StructuralRule, Violation, adjacent_pairs, rule
+from fuseplan.planner.ir.graph import OpClass
+from fuseplan.rules.base import GroupFacts, StructuralRule, Violation, adjacent_pairs, rule
 
 
 @rule("R07", "scalar_then_vector", "Contains scalar -> vector")

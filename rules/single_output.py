@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rules.base import GroupFacts, StructuralRule, Violation, rule
+from fuseplan.rules.base import GroupFacts, StructuralRule, Violation, rule
 
 
 @rule("R04", "single_output", "The group has exactly one output")

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ortools.sat.python.cp_model import IntVar
 
-from rules.base import GroupFacts, Rule, Violation, rule
-from rules.encoding import Candidate, Encoding, Expr
+from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
+from fuseplan.rules.encoding import Candidate, Encoding, Expr
 
 
 def _w_share(weight_bytes: int, cores: int) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from planner.ir.ops import op_spec
-from rules.base import GroupFacts, Rule, Violation, rule
-from rules.encoding import Candidate, Encoding
+from fuseplan.planner.ir.ops import op_spec
+from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
+from fuseplan.rules.encoding import Candidate, Encoding
 
 
 @rule("R19", "stride_redundancy", "Sum of (kernel - stride) within a threshold")

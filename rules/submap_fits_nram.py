@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import ceil
 
-from rules.base import GroupFacts, Rule, Violation, rule
-from rules.encoding import Candidate, Encoding
+from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
+from fuseplan.rules.encoding import Candidate, Encoding
 
 
 @rule("R17", "submap_fits_nram", "Sub-map fits NRAM")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from rules.base import GroupFacts, Rule, Violation, rule
-from rules.encoding import Candidate, Encoding
+from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
+from fuseplan.rules.encoding import Candidate, Encoding
 
 
 @rule("R10", "weights_fit_wram", "Weights fit WRAM (split along C_out)")

@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.core.errors import PlanningError
-from planner.geometry.regions import GroupIO
-from solver.long_groups import Start, start_groups
-from solver.parallel import Context, Found, Task, Workers, search
-from solver.structure import StructureKey, structure_key
-from solver.tiles import TileChoice
+from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.geometry.regions import GroupIO
+from fuseplan.solver.long_groups import Start, start_groups
+from fuseplan.solver.parallel import Context, Found, Task, Workers, search
+from fuseplan.solver.structure import StructureKey, structure_key
+from fuseplan.solver.tiles import TileChoice
 
 Groups = list[tuple[tuple[str, ...], TileChoice]]
 # unsearched groups looked at per idle core and round (most share a structure searched

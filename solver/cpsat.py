@@ -24,10 +24,10 @@ if TYPE_CHECKING:  # ortools (and the pandas it loads) only once CP-SAT runs
     from ortools.sat.python import cp_model
 
 
-from hardware.chip import Chip
-from planner.core.budget import Budget
-from planner.core.errors import PlanningError
-from planner.cost.model import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.budget import Budget
+from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.cost.model import (
     dram_bytes_per_cycle,
     group_tensors,
     idle_dram_cycles,
@@ -35,28 +35,28 @@ from planner.cost.model import (
     weight_prefetch_cycles,
     weights_beside_maps,
 )
-from planner.cost.objective import (
+from fuseplan.planner.cost.objective import (
     Charged,
     Objective,
     cycle_units,
     objective_terms,
     objective_units,
 )
-from planner.geometry.attention import attention_heads
-from planner.geometry.regions import Tile, in_group_uses
-from planner.geometry.rounds import round_size
-from planner.ir.graph import Graph
-from planner.plan.placement import Placement
-from rules.base import GroupFacts
-from rules.encoding import Candidate, Encoding
-from rules.ruleset import RuleSet
-from solver.groups import breaks_structure, connected_intervals, is_connected, is_convex
-from solver.hidden import HiddenSearch
-from solver.long_groups import long_groups
-from solver.parallel import Context, Task, search_all
-from solver.passes import PassSearch, passes_room
-from solver.shortest_path import infeasible_layer_error
-from solver.tiles import GroupSearch, Option, TileChoice, prefetch_room
+from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.regions import Tile, in_group_uses
+from fuseplan.planner.geometry.rounds import round_size
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.rules.base import GroupFacts
+from fuseplan.rules.encoding import Candidate, Encoding
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.groups import breaks_structure, connected_intervals, is_connected, is_convex
+from fuseplan.solver.hidden import HiddenSearch
+from fuseplan.solver.long_groups import long_groups
+from fuseplan.solver.parallel import Context, Task, search_all
+from fuseplan.solver.passes import PassSearch, passes_room
+from fuseplan.solver.shortest_path import infeasible_layer_error
+from fuseplan.solver.tiles import GroupSearch, Option, TileChoice, prefetch_room
 
 TRADE_OFFS = 4  # halo-reusing choices pinned per group under a cycles cap (Pareto sweeps)
 

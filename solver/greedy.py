@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hardware.chip import Chip
-from planner.ir.graph import Graph
-from planner.plan.placement import Placement
-from rules.ruleset import RuleSet
-from solver.groups import is_connected, is_convex
-from solver.shortest_path import infeasible_layer_error
-from solver.tiles import GroupSearch, TileChoice
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.groups import is_connected, is_convex
+from fuseplan.solver.shortest_path import infeasible_layer_error
+from fuseplan.solver.tiles import GroupSearch, TileChoice
 
 
 class _Grower:

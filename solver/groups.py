@@ -6,10 +6,10 @@ from collections.abc import Collection
 
 import networkx as nx
 
-from planner.geometry.regions import Tile
-from planner.ir.graph import Graph
-from rules.ruleset import RuleSet
-from solver.tiles import GroupSearch
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.tiles import GroupSearch
 
 
 def is_convex(graph: Graph, layers: Collection[str]) -> bool:

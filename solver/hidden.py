@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from math import ceil
 
-from hardware.chip import Chip
-from planner.cost.counters import Counters
-from planner.cost.hidden import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.hidden import (
     HiddenStream,
     TileProfile,
     hidden_cost,
@@ -25,13 +25,13 @@ from planner.cost.hidden import (
     hidden_stream,
     tile_profiles,
 )
-from planner.cost.model import weight_bytes
-from planner.geometry.hidden import Stretch, chunk_options, stretches
-from planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
-from planner.geometry.reload import reloaded_inputs
-from planner.ir.graph import Graph
-from rules.base import GroupFacts, Rule, Violation
-from solver.bisect import first_passing
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.geometry.hidden import Stretch, chunk_options, stretches
+from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
+from fuseplan.planner.geometry.reload import reloaded_inputs
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.rules.base import GroupFacts, Rule, Violation
+from fuseplan.solver.bisect import first_passing
 
 TALLEST = 4  # feasible heights costed per group and residency
 

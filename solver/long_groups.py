@@ -39,23 +39,23 @@ from functools import partial
 from math import ceil
 from typing import Any
 
-from hardware.chip import Chip
-from planner.core.budget import Budget
-from planner.cost.model import weight_bytes
-from planner.cost.objective import Objective, objective_units
-from planner.cost.weight_stream import stage_memory
-from planner.geometry.halo_reuse import lifetimes
-from planner.geometry.hidden import chunkable_maps
-from planner.geometry.regions import Tile, accumulated_input, group_io
-from planner.ir.graph import Graph
-from rules.ruleset import RuleSet
-from solver.bisect import first_passing
-from solver.groups import breaks_structure, is_connected, is_convex
-from solver.hidden import HiddenSearch
-from solver.parallel import Context, Task, looked_up, map_all, search_all
-from solver.passes import PassSearch
-from solver.structure import StructureKey, structure_key
-from solver.tiles import GroupSearch, TileChoice
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.budget import Budget
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.cost.objective import Objective, objective_units
+from fuseplan.planner.cost.weight_stream import stage_memory
+from fuseplan.planner.geometry.halo_reuse import lifetimes
+from fuseplan.planner.geometry.hidden import chunkable_maps
+from fuseplan.planner.geometry.regions import Tile, accumulated_input, group_io
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.bisect import first_passing
+from fuseplan.solver.groups import breaks_structure, is_connected, is_convex
+from fuseplan.solver.hidden import HiddenSearch
+from fuseplan.solver.parallel import Context, Task, looked_up, map_all, search_all
+from fuseplan.solver.passes import PassSearch
+from fuseplan.solver.structure import StructureKey, structure_key
+from fuseplan.solver.tiles import GroupSearch, TileChoice
 
 SMALL_CUTS = 3  # ends kept per start besides the longest: the cheapest cuts before it
 TRIES = 4  # longest ends tried per start before bisecting the shorter ones

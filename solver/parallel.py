@@ -26,11 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hardware.chip import Chip
-from planner.cost.objective import Objective
-from planner.ir.graph import Graph
-from rules.ruleset import RuleSet
-from solver.tiles import GroupSearch, Option, TileChoice
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.tiles import GroupSearch, Option, TileChoice
 
 T = TypeVar("T")
 R = TypeVar("R")

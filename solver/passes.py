@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from math import ceil
 
-from hardware.chip import Chip
-from planner.cost.counters import Counters
-from planner.cost.model import weight_bytes
-from planner.cost.passes import fmap_peaks, held_bytes, passes_cost
-from planner.geometry.hidden import Stretch
-from planner.geometry.passes import Passes, pass_chunk_options, pass_split, pass_stretches
-from planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
-from planner.ir.graph import Graph
-from rules.base import GroupFacts, Rule, Violation
-from solver.bisect import chunked_heights, first_passing
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.cost.passes import fmap_peaks, held_bytes, passes_cost
+from fuseplan.planner.geometry.hidden import Stretch
+from fuseplan.planner.geometry.passes import Passes, pass_chunk_options, pass_split, pass_stretches
+from fuseplan.planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.rules.base import GroupFacts, Rule, Violation
+from fuseplan.solver.bisect import chunked_heights, first_passing
 
 TALLEST = 4  # feasible heights costed per group
 

@@ -21,27 +21,27 @@ from typing import Any
 
 import networkx as nx
 
-from hardware.chip import Chip
-from planner.core.budget import Budget
-from planner.core.errors import PlanningError
-from planner.cost.bounds import IntervalFloors, group_floor_bytes
-from planner.cost.model import prefetch_cycles, weight_bytes
-from planner.cost.objective import Objective, cycle_units, objective_units
-from planner.ir.graph import Graph
-from planner.plan.placement import Placement
-from rules.ruleset import RuleSet
-from solver.bounded_path import Edge, bounded_path
-from solver.groups import breaks_structure, connected_intervals, is_connected
-from solver.long_groups import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.budget import Budget
+from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.cost.bounds import IntervalFloors, group_floor_bytes
+from fuseplan.planner.cost.model import prefetch_cycles, weight_bytes
+from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.bounded_path import Edge, bounded_path
+from fuseplan.solver.groups import breaks_structure, connected_intervals, is_connected
+from fuseplan.solver.long_groups import (
     Start,
     block_group_searches,
     long_groups,
     searches_long_groups,
     whole_map_starts,
 )
-from solver.parallel import Context, Found, Task, looked_up, search_all
-from solver.structure import StructureKey, structure_key
-from solver.tiles import GroupSearch, Option, TileChoice
+from fuseplan.solver.parallel import Context, Found, Task, looked_up, search_all
+from fuseplan.solver.structure import StructureKey, structure_key
+from fuseplan.solver.tiles import GroupSearch, Option, TileChoice
 
 _UNSEEN = object()  # not in the memo
 

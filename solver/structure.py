@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from planner.geometry.regions import GroupIO, accumulated_input
-from planner.ir.graph import Graph
+from fuseplan.planner.geometry.regions import GroupIO, accumulated_input
+from fuseplan.planner.ir.graph import Graph
 
 StructureKey = tuple[Hashable, ...]
 

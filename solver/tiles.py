@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from math import ceil
 
-from hardware.chip import Chip
-from planner.cost.model import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.model import (
     Counters,
     group_cost,
     group_tensors,
@@ -26,12 +26,21 @@ from planner.cost.model import (
     with_time,
     work_counters,
 )
-from planner.cost.objective import Objective, objective_units
-from planner.cost.weight_stream import layer_chunks
-from planner.geometry.attention import attention_heads, head_chunk_options, online_attention
-from planner.geometry.bands import band_counts, band_overflows, cluster_loads, cores_per_band
-from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, part_images
-from planner.geometry.regions import (
+from fuseplan.planner.cost.objective import Objective, objective_units
+from fuseplan.planner.cost.weight_stream import layer_chunks
+from fuseplan.planner.geometry.attention import (
+    attention_heads,
+    head_chunk_options,
+    online_attention,
+)
+from fuseplan.planner.geometry.bands import (
+    band_counts,
+    band_overflows,
+    cluster_loads,
+    cores_per_band,
+)
+from fuseplan.planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, part_images
+from fuseplan.planner.geometry.regions import (
     GroupChains,
     GroupIO,
     Tile,
@@ -40,15 +49,15 @@ from planner.geometry.regions import (
     group_io,
     tiled_like_anchor,
 )
-from planner.ir.graph import Graph
-from planner.plan.placement import Placement
-from rules.base import GroupFacts, Rule, Violation
-from rules.encoding import tile_floor
-from rules.ruleset import RuleSet
-from solver.bisect import chunked_heights, first_passing
-from solver.hidden import TALLEST as HIDDEN_TALLEST
-from solver.hidden import HiddenSearch, chunk_violations
-from solver.passes import PassSearch, passes_room
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.rules.base import GroupFacts, Rule, Violation
+from fuseplan.rules.encoding import tile_floor
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.bisect import chunked_heights, first_passing
+from fuseplan.solver.hidden import TALLEST as HIDDEN_TALLEST
+from fuseplan.solver.hidden import HiddenSearch, chunk_violations
+from fuseplan.solver.passes import PassSearch, passes_room
 
 # how a group in passes may hold what later passes read (inputs_held, maps_held): nothing,
 # its inputs, its pooled maps, or both

@@ -30,7 +30,7 @@ _ZOO_CACHE: dict[str, Any] = {}
 @pytest.fixture(scope="session")
 def zoo_model() -> Callable[[str], Any]:
     """`zoo_model("resnet50")` -> planner.front.onnx_load.LoadedModel, loaded once per session."""
-    from planner.front.onnx_load import load_model
+    from fuseplan.planner.front.onnx_load import load_model
 
     def get(name: str) -> Any:
         if name not in _ZOO_CACHE:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planner.app import api
-from planner.app.assemble import assemble, layer_placements
-from planner.cost.objective import Objective
-from planner.plan.data import Plan
-from planner.plan.placement import Placement
+from fuseplan.planner.app import api
+from fuseplan.planner.app.assemble import assemble, layer_placements
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.placement import Placement
 
 
 def hand_plan(problem: api.Problem, placements: Sequence[Placement]) -> Plan:

@@ -12,19 +12,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_halo import _cut, _graph, _verify_plan
 
-from hardware.chip import load_chip
-from planner.app.assemble import assemble
-from planner.core.errors import InputError
-from planner.cost.model import group_cost
-from planner.cost.objective import Objective
-from planner.geometry.bands import band_compute_cycles
-from planner.geometry.halo_reuse import ReuseGrid
-from planner.geometry.regions import Tile, anchor_extent, group_chains, group_io
-from planner.plan.json_io import load_plan, plan_to_json
-from planner.plan.placement import Placement
-from rules.base import GroupFacts
-from rules.ruleset import load_rules
-from solver.tiles import GroupSearch, physical_violations
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.app.assemble import assemble
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.cost.model import group_cost
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.geometry.bands import band_compute_cycles
+from fuseplan.planner.geometry.halo_reuse import ReuseGrid
+from fuseplan.planner.geometry.regions import Tile, anchor_extent, group_chains, group_io
+from fuseplan.planner.plan.json_io import load_plan, plan_to_json
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.rules.base import GroupFacts
+from fuseplan.rules.ruleset import load_rules
+from fuseplan.solver.tiles import GroupSearch, physical_violations
 
 import models
 

@@ -13,9 +13,9 @@ from hand import assert_verifies
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.app import api
-from planner.front.batch_unmerge import axis_groups, finer_shape
-from planner.ir.layout import LayoutKind
+from fuseplan.planner.app import api
+from fuseplan.planner.front.batch_unmerge import axis_groups, finer_shape
+from fuseplan.planner.ir.layout import LayoutKind
 
 import models
 

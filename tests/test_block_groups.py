@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from planner.app.api import Problem, plan_problem, prepare, verify
-from planner.core.budget import Budget
-from planner.cost.objective import Objective
-from planner.plan.json_io import save_plan
-from solver import long_groups
-from solver.long_groups import block_groups, cut_sets, single_cuts
-from solver.parallel import Context
+from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify
+from fuseplan.planner.core.budget import Budget
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.solver import long_groups
+from fuseplan.solver.long_groups import block_groups, cut_sets, single_cuts
+from fuseplan.solver.parallel import Context
 from tests import models
 from tests.test_rules import with_rules
 
@@ -143,9 +143,9 @@ def test_a_start_whose_longest_group_rereads_weights_also_keeps_the_longest_resi
     """Every end passes, but past the 12th the weights no longer fit resident and stream
     once per tile: the longest group is kept, and so is the longest that holds its weights
     (found by bisection), since a shorter group may then move fewer bytes."""
-    from planner.cost.counters import Counters
-    from planner.geometry.regions import Tile
-    from solver.tiles import TileChoice
+    from fuseplan.planner.cost.counters import Counters
+    from fuseplan.planner.geometry.regions import Tile
+    from fuseplan.solver.tiles import TileChoice
 
     resident_up_to = 12
 

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.app.api import Problem, plan_problem, prepare
-from planner.cost.bounds import IntervalFloors, axis_union, group_floor_bytes
-from planner.cost.objective import Objective
-from planner.geometry.regions import AxisChain, group_chains
-from solver import shortest_path
-from solver.groups import breaks_structure, connected_intervals, is_connected
-from solver.long_groups import start_groups, whole_map_starts
-from solver.parallel import Context
-from solver.tiles import GroupSearch
+from fuseplan.planner.app.api import Problem, plan_problem, prepare
+from fuseplan.planner.cost.bounds import IntervalFloors, axis_union, group_floor_bytes
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.geometry.regions import AxisChain, group_chains
+from fuseplan.solver import shortest_path
+from fuseplan.solver.groups import breaks_structure, connected_intervals, is_connected
+from fuseplan.solver.long_groups import start_groups, whole_map_starts
+from fuseplan.solver.parallel import Context
+from fuseplan.solver.tiles import GroupSearch
 from tests import models
 from tests.test_rules import with_rules
 
@@ -92,11 +92,11 @@ def _floors_hold(problem: Problem, most: int = 8) -> int:
         at = g.index(start.layers[0])
         floors = dict(zip(start.ends, IntervalFloors.of(g, chip).floors(
             at, [at + e for e in start.ends]), strict=True))
-        for layers, choice in start_groups(ctx, start) or []:
-            end = len(layers) - 1
-            assert floors[end] <= choice.cost.dram_bytes, (layers[0], layers[-1])
+        for grouped, choice in start_groups(ctx, start) or []:
+            end = len(grouped) - 1
+            assert floors[end] <= choice.cost.dram_bytes, (grouped[0], grouped[-1])
             # the long groups' floor counts no inputs: never above the walked one
-            io = GroupSearch.of(g, layers, chip, rs).io
+            io = GroupSearch.of(g, grouped, chip, rs).io
             assert floors[end] <= group_floor_bytes(g, io, group_chains(g, io), chip)
             compared += 1
     return compared

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hardware.chip import (
+from fuseplan.hardware.chip import (
     DEFAULT_PRESET,
     HARDWARE_DIR,
     PRESETS,
@@ -19,7 +19,7 @@ from hardware.chip import (
     Sram,
     load_chip,
 )
-from planner.core.errors import InputError
+from fuseplan.planner.core.errors import InputError
 
 CONTRACT_EXAMPLE = """\
 name: cluster4x4

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.clock import ClockChip, GroupRun, TileEvents, simulate_group, simulate_plan
-from hardware.chip import Chip, load_chip
-from planner.app import api
-from planner.geometry.regions import group_io, tile_count
+from fuseplan.emulator.clock import ClockChip, GroupRun, TileEvents, simulate_group, simulate_plan
+from fuseplan.hardware.chip import Chip, load_chip
+from fuseplan.planner.app import api
+from fuseplan.planner.geometry.regions import group_io, tile_count
 from tests import models
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,8 +173,8 @@ def test_the_clock_does_not_use_the_cost_model() -> None:
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                     and n.module} | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
                                      for a in n.names}
-        cost = {m for m in imported if m.startswith("planner.cost")}
-        assert cost <= {"planner.cost.counters"}, (path.name, cost)
+        cost = {m for m in imported if m.startswith("fuseplan.planner.cost")}
+        assert cost <= {"fuseplan.planner.cost.counters"}, (path.name, cost)
         if path.name == "clock.py":
             assert not {m for m in imported if m.startswith("planner")}, imported
     # nor through what it imports: loading the emulator leaves the cost model unloaded
@@ -182,7 +182,7 @@ def test_the_clock_does_not_use_the_cost_model() -> None:
              "print(sorted(m for m in sys.modules if m.startswith('planner.cost')))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, check=True).stdout
-    assert "planner.cost.model" not in out, out
+    assert "fuseplan.planner.cost.model" not in out, out
 
 
 @pytest.mark.parametrize("double_buffered", [False, True])

@@ -9,11 +9,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from planner.app import api
-from planner.plan.data import Plan
-from planner.plan.json_io import save_plan
-from planner.ui.cli_views import register
-from planner.ui.diff import diff_plans
+from fuseplan.planner.app import api
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.ui.cli_views import register
+from fuseplan.planner.ui.diff import diff_plans
 
 import models
 from models import fusing_rules
@@ -121,7 +121,7 @@ def test_diff_takes_the_model_from_the_plan(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from planner.plan.json_io import save_plan
+    from fuseplan.planner.plan.json_io import save_plan
 
     model = models.save(models.inception_net(), tmp_path, "inc")
     for name, solver in (("a", "cpsat"), ("b", "layer")):

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.app import api
-from planner.app.dynamic import cover_optimized, cover_simple
-from planner.core.errors import InputError
-from planner.cost.model import enumerated_cost, group_cost
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model
-from planner.geometry.regions import Tile, group_io, iter_tiles
+from fuseplan.planner.app import api
+from fuseplan.planner.app.dynamic import cover_optimized, cover_simple
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.cost.model import enumerated_cost, group_cost
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model
+from fuseplan.planner.geometry.regions import Tile, group_io, iter_tiles
 
 import models
 
@@ -95,7 +95,7 @@ def test_table_cache_and_range_checks(dynamic_plan: tuple[Path, Path], tmp_path:
 def test_enumerated_cost_equals_closed_form(tmp_path: Path) -> None:
     model = models.save(models.residual_net(h=48, w=40), tmp_path, "res")
     graph = build_graph(load_model(str(model)))
-    from hardware.chip import load_chip
+    from fuseplan.hardware.chip import load_chip
 
     chip, _ = load_chip(None)
     names = [lay.name for lay in graph.layers]

@@ -24,23 +24,28 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.run import _layer_static, emulate
-from hardware.chip import Chip, load_chip
-from planner.app.assemble import assemble, layer_plan
-from planner.app.verify import VerifyReport, verify_plan
-from planner.core.errors import InputError
-from planner.cost.model import weight_bytes
-from planner.cost.objective import Objective
-from planner.cost.weight_stream import staged_steps
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import LoadedModel, load_model, random_inputs, randomize_weights
-from planner.geometry.regions import Tile, dims, group_io, input_box, tile_count
-from planner.ir.chunks import chunk_axes
-from planner.ir.graph import Graph
-from planner.plan.checks import whole_tile
-from planner.plan.data import Plan
-from planner.plan.json_io import load_plan, save_plan
-from planner.plan.placement import Placement
+from fuseplan.emulator.run import _layer_static, emulate
+from fuseplan.hardware.chip import Chip, load_chip
+from fuseplan.planner.app.assemble import assemble, layer_plan
+from fuseplan.planner.app.verify import VerifyReport, verify_plan
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.cost.weight_stream import staged_steps
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import (
+    LoadedModel,
+    load_model,
+    random_inputs,
+    randomize_weights,
+)
+from fuseplan.planner.geometry.regions import Tile, dims, group_io, input_box, tile_count
+from fuseplan.planner.ir.chunks import chunk_axes
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.checks import whole_tile
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import load_plan, save_plan
+from fuseplan.planner.plan.placement import Placement
 from tests import models
 
 HYP = settings(max_examples=int(os.environ.get("FUSEPLAN_EXAMPLES", "25")), deadline=None,
@@ -143,31 +148,31 @@ def _needed_elems(graph: Graph, lay: Any) -> int:
 # =========================================================================== hand-written tiles
 
 
-def _chain_groups(m: Model) -> list[tuple[list[str], Tile]]:
+def _chain_groups(m: Model) -> list[tuple[list[str], Tile | None]]:
     n = m.names  # conv relu conv relu maxpool | conv bn relu | gap flatten gemm
     return [(n[0:5], Tile(1, 4, 6)),  # 16x16 pool output in 4x3 tiles; two 3x3 halos
             (n[5:8], Tile(1, 3, 8)),  # stride-2 conv after the pool: 3 row tiles
             (n[8:], None)]
 
 
-def _residual_groups(m: Model) -> list[tuple[list[str], Tile]]:
+def _residual_groups(m: Model) -> list[tuple[list[str], Tile | None]]:
     n = m.names  # stem relu | bottleneck (identity) + relu | bottleneck (stride 2, proj) + relu
     return [(n[0:2], Tile(1, 11, 32)),
             (n[2:9], Tile(1, 5, 12)),  # the 3x3 conv inside the block needs a halo
             (n[9:], Tile(1, 3, 5))]  # stride 2 and a projection shortcut
 
 
-def _residual_whole_net(m: Model) -> list[tuple[list[str], Tile]]:
+def _residual_whole_net(m: Model) -> list[tuple[list[str], Tile | None]]:
     return [(m.names, Tile(1, 4, 7))]  # the whole network in one group
 
 
-def _inception_groups(m: Model) -> list[tuple[list[str], Tile]]:
+def _inception_groups(m: Model) -> list[tuple[list[str], Tile | None]]:
     n = m.names  # stem relu | maxpool, four branches, concat, avgpool
     return [(n[0:2], Tile(1, 7, 32)),
             (n[2:], Tile(1, 3, 3))]  # 5x5 branch and pooled branch need different halos
 
 
-def _batch_groups(m: Model) -> list[tuple[list[str], Tile]]:
+def _batch_groups(m: Model) -> list[tuple[list[str], Tile | None]]:
     return [(m.names[:9], Tile(1, 6, 32)), (m.names[9:], Tile(1, 16, 16))]
 
 
@@ -196,12 +201,12 @@ def _upsampling() -> Any:
     return b.model((1, 3, 20, 20), x, 13, name="upsampling")
 
 
-def _one_group(tile: Tile) -> Callable[[Model], list[tuple[list[str], Tile]]]:
+def _one_group(tile: Tile) -> Callable[[Model], list[tuple[list[str], Tile | None]]]:
     return lambda m: [(m.names, tile)]
 
 
 # name: (model, grouping, whether fusion must beat layer-by-layer traffic with resident weights)
-CASES: dict[str, tuple[Callable[[], Any], Callable[[Model], list[tuple[list[str], Tile]]],
+CASES: dict[str, tuple[Callable[[], Any], Callable[[Model], list[tuple[list[str], Tile | None]]],
                        bool]] = {
     "chain": (lambda: models.chain_cnn(seed=1, h=32, w=32), _chain_groups, True),
     "residual": (lambda: models.residual_net(seed=2), _residual_groups, True),

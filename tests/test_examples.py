@@ -19,10 +19,10 @@ import numpy as np
 import onnx
 import pytest
 
-from hardware.chip import load_chip
-from planner.app.verify import load_golden
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model, run_onnxruntime
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.app.verify import load_golden
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model, run_onnxruntime
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -15,12 +15,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from planner.app import api
-from planner.app.api import Problem
-from planner.plan.data import Plan
-from planner.plan.json_io import save_plan
-from planner.ui.cli_views import register
-from planner.ui.export import export_dot, export_onnx, render_dot
+from fuseplan.planner.app import api
+from fuseplan.planner.app.api import Problem
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.ui.cli_views import register
+from fuseplan.planner.ui.export import export_dot, export_onnx, render_dot
 
 import models
 from models import fusing_rules
@@ -113,7 +113,7 @@ def test_dot_has_one_cluster_per_fused_group(solved: tuple[Path, Path, Problem, 
 
 
 def test_dot_quotes_names() -> None:
-    from planner.ui.export import dot_id
+    from fuseplan.planner.ui.export import dot_id
 
     assert dot_id('a"b\\c') == '"a\\"b\\\\c"'
 

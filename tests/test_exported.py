@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.app import api
-from planner.geometry.regions import group_io, tile_count
-from planner.plan.json_io import save_plan
+from fuseplan.planner.app import api
+from fuseplan.planner.geometry.regions import group_io, tile_count
+from fuseplan.planner.plan.json_io import save_plan
 
 import models
 

@@ -11,9 +11,15 @@ import numpy as np
 import onnx
 import pytest
 
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import ZOO, LoadedModel, load_model, random_inputs, run_onnxruntime
-from planner.ir.graph import Graph, OpClass
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import (
+    ZOO,
+    LoadedModel,
+    load_model,
+    random_inputs,
+    run_onnxruntime,
+)
+from fuseplan.planner.ir.graph import Graph, OpClass
 
 # Layers per op type, from the model files: every node except the constant-producing ones
 # that are folded into weights (ConstantOfShape; inception_v2's and densenet121's Unsqueeze of

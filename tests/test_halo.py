@@ -9,16 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.run import emulate
-from hardware.chip import load_chip
-from planner.app.assemble import assemble
-from planner.app.verify import COUNTERS
-from planner.cost.model import group_cost
-from planner.cost.objective import Objective
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model, random_inputs, run_onnxruntime
-from planner.geometry.regions import Tile, anchor_extent, group_io
-from planner.plan.placement import Placement
+from fuseplan.emulator.run import emulate
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.app.assemble import assemble
+from fuseplan.planner.app.verify import COUNTERS
+from fuseplan.planner.cost.model import group_cost
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model, random_inputs, run_onnxruntime
+from fuseplan.planner.geometry.regions import Tile, anchor_extent, group_io
+from fuseplan.planner.plan.placement import Placement
 
 import models
 
@@ -82,8 +82,8 @@ def test_reuse_plans_verify_on_random_cnns(tmp_path: Path, seed: int, size: int,
 
 @pytest.mark.parametrize("solver", ["shortest-path", "cpsat"])
 def test_solvers_choose_reuse_where_it_pays(tmp_path: Path, solver: str) -> None:
-    from planner.app import api
-    from planner.plan.json_io import save_plan
+    from fuseplan.planner.app import api
+    from fuseplan.planner.plan.json_io import save_plan
 
     path = models.save(models.chain_cnn(h=96, w=96), tmp_path, "chain")
     plan = api.solve(str(path), solver=solver, overrides=["sram.bytes=48KiB"])
@@ -162,7 +162,7 @@ def test_reuse_over_batch_parts_costs_each_part_alike(tmp_path: Path) -> None:
 def test_bands_of_a_batch_part_are_refused_naming_the_group(tmp_path: Path) -> None:
     """Bands split the columns of tiles over the whole batch; a plan asking for bands of
     one image of two is an input error that names the group."""
-    from planner.core.errors import InputError
+    from fuseplan.planner.core.errors import InputError
 
     _, graph = _graph(tmp_path, models.chain_cnn(n=2, h=64, w=48), "chain2")
     chip, _ = load_chip(None)
@@ -178,9 +178,9 @@ def test_bands_of_a_batch_part_are_refused_naming_the_group(tmp_path: Path) -> N
 def test_reuse_peaks_of_batch_parts_scale_from_one_image(tmp_path: Path) -> None:
     """The tile search takes a reusing tile's peak as its images times the one-image
     tile's: the same number the grid of that tile gives on its own."""
-    from planner.geometry.halo_reuse import reuse_peak_elems
-    from rules.ruleset import load_rules
-    from solver.tiles import GroupSearch
+    from fuseplan.planner.geometry.halo_reuse import reuse_peak_elems
+    from fuseplan.rules.ruleset import load_rules
+    from fuseplan.solver.tiles import GroupSearch
 
     _, graph = _graph(tmp_path, models.chain_cnn(n=4, h=40, w=36), "chain4")
     chip, _ = load_chip(None)
@@ -234,9 +234,9 @@ def test_2d_reuse_keeps_only_what_later_tiles_read(tmp_path: Path) -> None:
 def test_recompute_rules_forbid_reuse(tmp_path: Path) -> None:
     """rules/recompute.yaml (search.halo_reuse off) plans the same model with no reusing
     group, paying for it in re-read halos, and its plan verifies."""
-    from planner.app import api
-    from planner.plan.json_io import save_plan
-    from rules.ruleset import RULES_DIR
+    from fuseplan.planner.app import api
+    from fuseplan.planner.plan.json_io import save_plan
+    from fuseplan.rules.ruleset import RULES_DIR
 
     path = models.save(models.chain_cnn(h=96, w=96), tmp_path, "chain")
     reuse = api.solve(str(path), overrides=["sram.bytes=48KiB"])

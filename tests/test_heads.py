@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_transformers import _attention_model, _verify
 
-from planner.app import api
-from planner.core.errors import InputError
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model
-from planner.geometry.heads import Cut, _regrouped, head_walk, take_units
-from planner.geometry.hidden import chunk_options, stretches
-from planner.geometry.regions import group_io
-from planner.ir.graph import Graph
+from fuseplan.planner.app import api
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model
+from fuseplan.planner.geometry.heads import Cut, _regrouped, head_walk, take_units
+from fuseplan.planner.geometry.hidden import chunk_options, stretches
+from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.ir.graph import Graph
 
 from models import fusing_rules
 

@@ -18,17 +18,17 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
-from planner.app import api
-from planner.app.explain import recheck
-from planner.core.errors import InputError, PlanningError
-from planner.geometry.hidden import chunkable_maps, stretches
-from planner.geometry.passes import pass_split, pass_stretches
-from planner.geometry.regions import Tile, group_io
-from planner.ir.graph import Graph
-from planner.plan.data import Plan
-from planner.plan.json_io import save_plan
-from planner.plan.placement import Placement
-from planner.ui.cli import app
+from fuseplan.planner.app import api
+from fuseplan.planner.app.explain import recheck
+from fuseplan.planner.core.errors import InputError, PlanningError
+from fuseplan.planner.geometry.hidden import chunkable_maps, stretches
+from fuseplan.planner.geometry.passes import pass_split, pass_stretches
+from fuseplan.planner.geometry.regions import Tile, group_io
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.ui.cli import app
 
 import models
 

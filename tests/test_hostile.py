@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from planner.core.errors import InputError
-from planner.core.files import atomic_path, make_dir, write_atomic
-from planner.plan.schema import MAX_PLAN_BYTES
-from planner.ui.cli import app
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.files import atomic_path, make_dir, write_atomic
+from fuseplan.planner.plan.schema import MAX_PLAN_BYTES
+from fuseplan.planner.ui.cli import app
 from tests import models
 from tests.interrupt import interrupt_when
 

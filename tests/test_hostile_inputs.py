@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
-from planner.core.yamlio import MAX_YAML_BYTES
-from planner.front.onnx_load import ort_max_opset
-from planner.ui.cli import app
+from fuseplan.planner.core.yamlio import MAX_YAML_BYTES
+from fuseplan.planner.front.onnx_load import ort_max_opset
+from fuseplan.planner.ui.cli import app
 from tests import models
 from tests.test_hostile import _paths  # every JSON path of a document
 

@@ -292,8 +292,8 @@ def test_an_interrupt_wrapped_by_an_import_says_one_line(
     """A Ctrl-C that lands in an extension's initialisation (ImportError) or in a class body
     calling __set_name__ (RuntimeError: "Error calling __set_name__ on 'Field' instance",
     networkx's dataclasses, seen once in CI) comes wrapped: still one line and exit 130."""
-    import planner.ui.cli as cli
-    from planner.ui import entry
+    import fuseplan.planner.ui.cli as cli
+    from fuseplan.planner.ui import entry
 
     def imports_interrupted() -> None:
         raise wrapper("Error calling __set_name__") from KeyboardInterrupt()
@@ -307,8 +307,8 @@ def test_an_interrupt_wrapped_by_an_import_says_one_line(
 
 def test_an_error_without_an_interrupt_is_not_taken_for_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import planner.ui.cli as cli
-    from planner.ui import entry
+    import fuseplan.planner.ui.cli as cli
+    from fuseplan.planner.ui import entry
 
     def broken() -> None:
         raise RuntimeError("not an interrupt")
@@ -325,8 +325,8 @@ def test_a_silent_exit_130_gets_its_line_once(monkeypatch: pytest.MonkeyPatch,
     """typer ends a Ctrl-C that came while it parsed a command's options (before the
     command's own handling) in a silent exit 130: the console script prints the line then,
     and only then (a command that said what it left is not said twice)."""
-    import planner.ui.cli as cli
-    from planner.ui import Interruption, entry
+    import fuseplan.planner.ui.cli as cli
+    from fuseplan.planner.ui import Interruption, entry
 
     def typer_after_ctrl_c() -> None:
         raise SystemExit(130)
@@ -349,8 +349,8 @@ def test_an_import_failed_by_ctrl_c_is_an_interruption(monkeypatch: pytest.Monke
     came reports "ImportError: initialization failed", caused by the interrupt: one line
     and exit 130 (seen in CI, Ctrl-C 0.9 s into `pareto`); any other failed import is
     raised as it is."""
-    import planner.ui.cli as cli
-    from planner.ui import entry
+    import fuseplan.planner.ui.cli as cli
+    from fuseplan.planner.ui import entry
 
     def importing() -> None:
         try:

@@ -12,13 +12,13 @@ from hand import assert_verifies, hand_plan
 from onnx import TensorProto, helper, numpy_helper
 from test_hidden import _save, mlp_model
 
-from emulator.run import EmulationError, in_place_elems
-from planner.app import api
-from planner.cost.model import live_steps
-from planner.geometry.in_place import in_place_hosts
-from planner.geometry.regions import Tile, group_io
-from planner.ir.ops import op_spec
-from planner.plan.placement import Placement
+from fuseplan.emulator.run import EmulationError, in_place_elems
+from fuseplan.planner.app import api
+from fuseplan.planner.cost.model import live_steps
+from fuseplan.planner.geometry.in_place import in_place_hosts
+from fuseplan.planner.geometry.regions import Tile, group_io
+from fuseplan.planner.ir.ops import op_spec
+from fuseplan.planner.plan.placement import Placement
 
 
 def _all(problem: api.Problem) -> tuple[str, ...]:

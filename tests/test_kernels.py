@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
 
-from emulator import kernels
-from emulator.kernels import SUPPORTED, run_op, run_reference
+from fuseplan.emulator import kernels
+from fuseplan.emulator.kernels import SUPPORTED, run_op, run_reference
 
 RTOL, ATOL = 1e-4, 1e-5
 HYP = settings(max_examples=30, deadline=None)

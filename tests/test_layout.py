@@ -9,9 +9,9 @@ from math import prod
 import numpy as np
 import pytest
 
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import ZOO, LoadedModel
-from planner.ir.layout import (
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import ZOO, LoadedModel
+from fuseplan.planner.ir.layout import (
     Layout,
     LayoutKind,
     carried,
@@ -24,7 +24,7 @@ from planner.ir.layout import (
     sequence,
     tokens,
 )
-from planner.ir.ops import AxisMove
+from fuseplan.planner.ir.ops import AxisMove
 
 
 def _old_dims(shape: tuple[int, ...]) -> tuple[int, int, int, int]:

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from planner.app import api
-from planner.core.errors import PlanDefect
-from planner.geometry.regions import accumulated_input, group_io, tile_count
-from planner.plan.data import Plan
-from planner.plan.json_io import save_plan
-from planner.ui.cli import app
+from fuseplan.planner.app import api
+from fuseplan.planner.core.errors import PlanDefect
+from fuseplan.planner.geometry.regions import accumulated_input, group_io, tile_count
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.ui.cli import app
 
 import models
 
@@ -156,16 +156,16 @@ def test_a_plan_the_emulator_cannot_run_is_a_planner_bug(tmp_path: Path,
     plan = api.solve(str(path), overrides=["sram.bytes=64KiB"])
     plan_file = tmp_path / "plan.json"
     save_plan(plan, plan_file)
-    import emulator.run
+    import fuseplan.emulator.run
 
-    real = emulator.run.run_op
+    real = fuseplan.emulator.run.run_op
 
     def broken(op: str, *args: Any, **kwargs: Any) -> Any:
         if op == "Mul":
             raise ValueError("operands could not be broadcast together")
         return real(op, *args, **kwargs)
 
-    monkeypatch.setattr(emulator.run, "run_op", broken)
+    monkeypatch.setattr(fuseplan.emulator.run, "run_op", broken)
     with pytest.raises(PlanDefect, match=r"group \d+, tile \d+, layer 'se_scale\d+'"):
         api.verify(str(path), plan_file)
     result = CliRunner().invoke(app, ["verify", str(path), str(plan_file)])

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hardware.chip import load_chip
-from planner.app import api
-from planner.core.errors import InputError
-from planner.cost.counters import Counters
-from planner.cost.model import cycles_energy
-from planner.cost.objective import (
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.app import api
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.model import cycles_energy
+from fuseplan.planner.cost.objective import (
     ENERGY_SCALE,
     Charged,
     EnergyRates,
@@ -23,9 +23,9 @@ from planner.cost.objective import (
     energy_pj,
     objective_units,
 )
-from planner.plan.json_io import load_plan, plan_to_json, save_plan
-from planner.plan.placement import HaloMode, Placement, WeightResidency
-from rules.ruleset import load_rules
+from fuseplan.planner.plan.json_io import load_plan, plan_to_json, save_plan
+from fuseplan.planner.plan.placement import HaloMode, Placement, WeightResidency
+from fuseplan.rules.ruleset import load_rules
 
 import models
 
@@ -110,7 +110,7 @@ def test_placements_survive_the_plan_file(tmp_path: Path) -> None:
 
 
 def test_placement_flags() -> None:
-    from planner.geometry.regions import Tile
+    from fuseplan.planner.geometry.regions import Tile
 
     p = Placement.of(["a", "b"], Tile(1, 2, 3), resident=False, halo_reuse=True)
     assert p.layers == ("a", "b") and p.weights is WeightResidency.STREAMED_PER_TILE

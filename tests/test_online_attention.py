@@ -18,20 +18,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import numpy_helper
 
-from emulator.attention import online_attention
-from planner.app import api
-from planner.core.errors import InputError
-from planner.cost.model import group_cost
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model
-from planner.geometry.attention import attention_traffic
-from planner.geometry.attention import online_attention as onchip_attention
-from planner.geometry.hidden import stretches
-from planner.geometry.passes import pass_split
-from planner.geometry.regions import group_io
-from planner.ir.graph import MapKind
-from planner.plan.json_io import save_plan
-from planner.ui.export import annotated_model
+from fuseplan.emulator.attention import online_attention
+from fuseplan.planner.app import api
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.cost.model import group_cost
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model
+from fuseplan.planner.geometry.attention import attention_traffic
+from fuseplan.planner.geometry.attention import online_attention as onchip_attention
+from fuseplan.planner.geometry.hidden import stretches
+from fuseplan.planner.geometry.passes import pass_split
+from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.ir.graph import MapKind
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.ui.export import annotated_model
 from tests.models import causal_encoder, save
 
 

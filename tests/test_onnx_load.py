@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from planner.core.errors import InputError
-from planner.front import onnx_load
-from planner.front.onnx_load import (
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.front import onnx_load
+from fuseplan.planner.front.onnx_load import (
     ZOO,
     LoadedModel,
     load_model,

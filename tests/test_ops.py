@@ -10,12 +10,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from emulator.kernels import SUPPORTED, registered_kernels, run_op
-from hardware.chip import load_chip
-from planner.front.onnx_load import _weight_roles
-from planner.geometry.regions import Tile
-from planner.ir.graph import MapKind
-from planner.ir.ops import (
+from fuseplan.emulator.kernels import SUPPORTED, registered_kernels, run_op
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.front.onnx_load import _weight_roles
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.ir.graph import MapKind
+from fuseplan.planner.ir.ops import (
     MAIN_OPS,
     MOVEMENT_OPS,
     PARAMETER_INPUT_OPS,
@@ -31,7 +31,7 @@ from planner.ir.ops import (
     op_class,
     op_spec,
 )
-from planner.plan.placement import Placement
+from fuseplan.planner.plan.placement import Placement
 from tests import models
 from tests.test_emulator import load_proto, make_plan, run_verify
 

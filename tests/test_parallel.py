@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from planner.app import api
-from planner.core.budget import Budget
-from planner.cost.objective import Objective
-from planner.ui.cli import app
-from solver import parallel
-from solver.long_groups import whole_map_groups
-from solver.parallel import MIN_PARALLEL, Context, Task, search, search_all
+from fuseplan.planner.app import api
+from fuseplan.planner.core.budget import Budget
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.ui.cli import app
+from fuseplan.solver import parallel
+from fuseplan.solver.long_groups import whole_map_groups
+from fuseplan.solver.parallel import MIN_PARALLEL, Context, Task, search, search_all
 
 import models
 
@@ -119,9 +119,9 @@ def test_a_pinned_reusing_tile_reports_its_map_peak_in_its_cost(tmp_path: Path,
     peak less the weights beside the maps is the exact reuse peak, for resident and
     streamed weights, one buffer or two, with and without bands, on a chip with WRAM and
     on a single-memory one."""
-    from planner.cost.model import weights_beside_maps
-    from planner.geometry.regions import Tile
-    from solver.tiles import GroupSearch
+    from fuseplan.planner.cost.model import weights_beside_maps
+    from fuseplan.planner.geometry.regions import Tile
+    from fuseplan.solver.tiles import GroupSearch
 
     path = models.save(models.residual_net(h=32, w=32), tmp_path, "res")
     problem = api.prepare(str(path), hardware=hardware)

@@ -7,14 +7,15 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import pytest
 
-from planner.app import api
-from planner.app.explain import recheck
-from planner.app.partition import (
+from fuseplan.planner.app import api
+from fuseplan.planner.app.explain import recheck
+from fuseplan.planner.app.partition import (
     Compiler,
     best_cut,
     block_boundaries,
@@ -23,11 +24,11 @@ from planner.app.partition import (
     merge_threshold,
     target_nodes,
 )
-from planner.core.errors import PlanningError
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model
-from rules.ruleset import PartitionSettings
-from solver.tiles import GroupSearch
+from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model
+from fuseplan.rules.ruleset import PartitionSettings
+from fuseplan.solver.tiles import GroupSearch
 
 import models
 
@@ -84,7 +85,7 @@ def test_tiny_chip_splits_recursively_with_reasons(tmp_path: Path) -> None:
     problem = replace(problem, ruleset=replace(problem.ruleset, partition=settings))
     with pytest.raises(PlanningError, match="does not compile"):
         api.partition(problem)
-    from planner.app.partition import partition as run
+    from fuseplan.planner.app.partition import partition as run
 
     subs = run(problem.graph, problem.chip, problem.ruleset, settings,
                lambda g, layers: api.plan_problem(replace(problem, graph=g), "shortest-path"))
@@ -168,7 +169,7 @@ def _dense_net(layers: int = 4) -> onnx.ModelProto:
     return b.model((1, 3, 16, 16), x, 13, name="dense_net")
 
 
-def _with(problem: api.Problem, **partition: object) -> api.Problem:
+def _with(problem: api.Problem, **partition: Any) -> api.Problem:
     settings = replace(problem.ruleset.partition, **partition)
     return replace(problem, ruleset=replace(problem.ruleset, partition=settings))
 

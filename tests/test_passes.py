@@ -16,18 +16,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from planner.app import api
-from planner.app.assemble import assemble, layer_placements
-from planner.app.explain import recheck
-from planner.core.errors import PlanningError
-from planner.cost.objective import Objective
-from planner.geometry.passes import pass_split
-from planner.geometry.regions import Tile
-from planner.ir.graph import Graph
-from planner.plan.data import Plan
-from planner.plan.json_io import save_plan
-from planner.plan.placement import Placement
-from planner.ui.cli import app
+from fuseplan.planner.app import api
+from fuseplan.planner.app.assemble import assemble, layer_placements
+from fuseplan.planner.app.explain import recheck
+from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.geometry.passes import pass_split
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.ui.cli import app
 
 import models
 
@@ -376,7 +376,7 @@ def test_held_maps_stay_in_sram_and_take_no_nram(tmp_path: Path) -> None:
     as the planners' check (SplitSearch.physical, from the same peaks) does."""
     from math import ceil
 
-    from planner.cost.passes import fmap_peaks
+    from fuseplan.planner.cost.passes import fmap_peaks
 
     path = models.save(models.se_net(h=32, w=32, blocks=1), tmp_path, "se")
     base = api.prepare(str(path))

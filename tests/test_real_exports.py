@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.app import api
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model, weights_are_placeholders
-from planner.geometry.regions import group_io
-from planner.ir.layout import LayoutKind
-from planner.plan.json_io import save_plan
+from fuseplan.planner.app import api
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model, weights_are_placeholders
+from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.ir.layout import LayoutKind
+from fuseplan.planner.plan.json_io import save_plan
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
 # name -> the input size it is usually run at (bench/exports SIZES)

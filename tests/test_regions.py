@@ -32,11 +32,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from emulator.run import run_layer
-from planner.cost.model import region_sum
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model, run_onnxruntime
-from planner.geometry.regions import (
+from fuseplan.emulator.run import run_layer
+from fuseplan.planner.cost.model import region_sum
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model, run_onnxruntime
+from fuseplan.planner.geometry.regions import (
     Tile,
     axis_ranges,
     box_elems,
@@ -46,7 +46,7 @@ from planner.geometry.regions import (
     tile_count,
     tile_regions,
 )
-from planner.ir.graph import AxisMap, Graph, Layer, MapKind
+from fuseplan.planner.ir.graph import AxisMap, Graph, Layer, MapKind
 from tests import models
 
 # Deterministic in CI (same examples every run); FUSEPLAN_EXAMPLES=500 explores further.
@@ -154,7 +154,8 @@ def test_chain_exactness_example() -> None:
     # tiles [0,4) [4,8) [8,12) [12,16) need input rows [0,6) [2,10) [6,14) [10,16)
     assert rows.total(16, 4) == 6 + 8 + 8 + 6
     assert rows.bound(4) == 8
-    assert rows.min_tile(16) is not None and rows.min_tile(16) <= 2
+    smallest = rows.min_tile(16)
+    assert smallest is not None and smallest <= 2
 
 
 # =========================================================================== row maps

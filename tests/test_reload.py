@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from test_hidden import _save, mlp_model
 from typer.testing import CliRunner
 
-from planner.app import api
-from planner.geometry.regions import Tile, group_io
-from planner.geometry.reload import reloaded_inputs
-from planner.plan.json_io import save_plan
-from planner.plan.placement import Placement
-from planner.ui.cli import app
+from fuseplan.planner.app import api
+from fuseplan.planner.geometry.regions import Tile, group_io
+from fuseplan.planner.geometry.reload import reloaded_inputs
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.ui.cli import app
 
 
 def _all(problem: api.Problem) -> tuple[str, ...]:

@@ -19,12 +19,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from planner.app import api
-from planner.app.api import Problem
-from planner.plan.data import Plan
-from planner.plan.json_io import save_plan
-from planner.ui.cli_views import register
-from planner.ui.report import (
+from fuseplan.planner.app import api
+from fuseplan.planner.app.api import Problem
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.ui.cli_views import register
+from fuseplan.planner.ui.report import (
     explain_plan,
     layer_by_layer_group_bytes,
     layer_depths,

@@ -33,10 +33,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from planner.geometry.regions import Tile
-from rules.base import REGISTRY, GroupFacts
-from rules.encoding import Encoding, tile_floor
-from solver.tiles import GroupSearch
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.rules.base import REGISTRY, GroupFacts
+from fuseplan.rules.encoding import Encoding, tile_floor
+from fuseplan.solver.tiles import GroupSearch
 from tests.test_rules import BUILDERS, ModelStore, _solve_single
 
 CASES_DIR = Path(__file__).resolve().parent / "rule_cases"

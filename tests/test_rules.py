@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -33,16 +33,16 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from ortools.sat.python import cp_model
 
-from planner.app.api import Problem, plan_problem, prepare, verify_in_memory
-from planner.core.errors import InputError
-from planner.geometry.regions import Tile
-from planner.plan.data import Group, Plan
-from rules.base import REGISTRY, GroupFacts, Violation
-from rules.encoding import Encoding, tile_floor
-from rules.ruleset import DEFAULT_RULES, default_ruleset, load_rules
-from solver.groups import is_connected, is_convex
-from solver.hidden import HiddenSearch
-from solver.tiles import GroupSearch
+from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify_in_memory
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.plan.data import Group, Plan
+from fuseplan.rules.base import REGISTRY, GroupFacts, Violation
+from fuseplan.rules.encoding import Encoding, tile_floor
+from fuseplan.rules.ruleset import DEFAULT_RULES, default_ruleset, load_rules
+from fuseplan.solver.groups import is_connected, is_convex
+from fuseplan.solver.hidden import HiddenSearch
+from fuseplan.solver.tiles import GroupSearch
 from tests import models
 from tests.hand import hand_plan
 
@@ -209,7 +209,9 @@ def with_rules(problem: Problem, search: dict[str, Any] | None = None,
     rs = problem.ruleset
     unknown = set(rules) - {r.key for r in rs.rules}
     assert not unknown, f"no such rules: {unknown}"
-    new = tuple(replace(r, **rules[r.key]) if r.key in rules else r for r in rs.rules)
+    # every rule is a frozen dataclass (@rule makes it one; the base class is not)
+    new = tuple(replace(cast(Any, r), **rules[r.key]) if r.key in rules else r
+                for r in rs.rules)
     s = replace(rs.search, **search) if search else rs.search
     return replace(problem, ruleset=replace(rs, rules=new, search=s))
 
@@ -343,7 +345,7 @@ FACTORS = st.sampled_from([0.3, 0.6, 0.9, 1.0, 1.05, 1.3, 2.0, 3.0])
 def _sized_chip(preset: str, facts: GroupFacts, sram_f: float, sram_ref: int, nram_f: float,
                 wram_f: float) -> tuple[Any, list[str]]:
     """The preset with SRAM/NRAM/WRAM sized around this group's needs."""
-    from hardware.chip import load_chip
+    from fuseplan.hardware.chip import load_chip
 
     cores = facts.chip.cores_per_cluster
     sram_refs = [facts.live_peak_bytes, facts.all_fmap_bytes,
@@ -395,7 +397,8 @@ def test_check_and_encode_agree(store: ModelStore, seed: int, batch: int, preset
         pct = GroupFacts(graph, probe.io, probe.chains, Tile(tn, drawn, full_w),
                          chip).redundancy_pct()
         params = {**params, "redundancy": {"threshold_pct": max(0, int(pct) + near)}}
-    rules = [replace(r, enabled=True, **params.get(r.key, {})) for r in default_ruleset().rules]
+    rules = [replace(cast(Any, r), enabled=True, **params.get(r.key, {}))
+             for r in default_ruleset().rules]
     assert len(rules) == 19
     double_buffered = data.draw(st.booleans(), label="double buffered")
     # halo-reusing and 2-D tiles are chosen in Python and pinned in CP-SAT (solver.cpsat),

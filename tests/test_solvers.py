@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.app.api import Problem, plan_problem, prepare, verify
-from planner.core.errors import PlanningError
-from planner.plan.data import Plan
-from planner.plan.json_io import plan_to_json, save_plan
+from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify
+from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import plan_to_json, save_plan
 from tests import models
 from tests.test_rules import ModelStore, describe, with_rules
 
@@ -156,7 +156,8 @@ def test_cpsat_le_greedy_le_layer_on_zoo(zoo: str) -> None:
     (The CP-SAT planner runs the shortest path itself for its warm start.)"""
     plans = _ordered(prepare(zoo), ("layer", "greedy", "cpsat"))
     cp = plans["cpsat"]
-    assert cp.solver["status"] == "OPTIMAL" or cp.solver["gap"] <= 0.01, cp.solver
+    gap = cp.solver["gap"]
+    assert cp.solver["status"] == "OPTIMAL" or (isinstance(gap, float) and gap <= 0.01), cp.solver
     assert cp.totals.dram_bytes < plans["layer"].totals.dram_bytes / 2
 
 
@@ -304,7 +305,7 @@ def test_exact_path_proves_what_cpsat_proves(store: ModelStore, model: str) -> N
     shortcut = with_rules(problem, search={"exact_path_first": True})
     fast = plan_problem(shortcut, "cpsat")
     full = plan_problem(problem, "cpsat")
-    assert "interval of the layer order" in fast.solver.get("solved_by", ""), fast.solver
+    assert "interval of the layer order" in str(fast.solver.get("solved_by", "")), fast.solver
     assert "solved_by" not in full.solver and full.solver["status"] == "OPTIMAL"
     assert fast.solver["status"] == "OPTIMAL" and fast.solver["gap"] == 0.0
     assert fast.solver["objective"] == fast.solver["bound"] == full.solver["objective"]
@@ -332,6 +333,6 @@ def test_exact_path_is_not_claimed_past_the_intervals_it_searched(tmp_path: Path
     assert any(len(g.layers) == 13 for g in fast.groups)
     bounded = with_rules(problem, search={"exact_path_first": True, "prune_by_floor": True})
     proven = plan_problem(bounded, "cpsat")
-    assert "interval of the layer order" in proven.solver.get("solved_by", ""), proven.solver
+    assert "interval of the layer order" in str(proven.solver.get("solved_by", "")), proven.solver
     assert proven.totals.dram_bytes == slow.totals.dram_bytes
     assert any(len(g.layers) == 13 for g in proven.groups)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.app.api import plan_problem, prepare
-from planner.cost.objective import Objective
-from solver.groups import breaks_structure, is_connected
-from solver.structure import structure_key
-from solver.tiles import GroupSearch
+from fuseplan.planner.app.api import plan_problem, prepare
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.solver.groups import breaks_structure, is_connected
+from fuseplan.solver.structure import structure_key
+from fuseplan.solver.tiles import GroupSearch
 from tests import models
 
 
@@ -64,8 +64,8 @@ def test_repeated_blocks_share_keys_and_others_do_not(problem) -> None:  # type:
 def test_plan_with_shared_searches_verifies(problem, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The shortest-path plan (its searches shared by structure) runs in the emulator with
     the predicted bytes."""
-    from planner.app.api import verify
-    from planner.plan.json_io import save_plan
+    from fuseplan.planner.app.api import verify
+    from fuseplan.planner.plan.json_io import save_plan
 
     plan = plan_problem(problem, "shortest-path")
     path = tmp_path / "plan.json"

@@ -27,8 +27,8 @@ import pytest
 import ray
 from typer.testing import CliRunner
 
-from planner.app import sweep
-from planner.app.sweep import (
+from fuseplan.planner.app import sweep
+from fuseplan.planner.app.sweep import (
     Job,
     Outcome,
     RayRunner,
@@ -38,10 +38,14 @@ from planner.app.sweep import (
     run_sweep,
     solve_point,
 )
-from planner.app.sweep_table import read_table
-from planner.core.errors import InputError
-from planner.ui.cli import app
-from planner.ui.sweep_report import smallest_serving_bisected, sweep_html, write_sweep_report
+from fuseplan.planner.app.sweep_table import read_table
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.ui.cli import app
+from fuseplan.planner.ui.sweep_report import (
+    smallest_serving_bisected,
+    sweep_html,
+    write_sweep_report,
+)
 
 import models
 
@@ -314,8 +318,8 @@ def test_what_resume_takes_as_finished(model_dir: Path, tmp_path: Path) -> None:
 def test_a_larger_capacity_never_moves_more_bytes(model_dir: Path, tmp_path: Path) -> None:
     """A 16 KiB point made worse than 8 KiB's (its stored plan replaced by the layer-by-layer
     plan) is repaired on resume: 8 KiB's plan, re-costed on the 16 KiB chip, and verified."""
-    from planner.app import api
-    from planner.plan.json_io import plan_to_json
+    from fuseplan.planner.app import api
+    from fuseplan.planner.plan.json_io import plan_to_json
 
     spec = load_spec(capacity_spec(model_dir, SIZES[1:4]))
     first = run_sweep(spec, tmp_path, verify=True)
@@ -343,8 +347,8 @@ def test_a_larger_capacity_never_moves_more_bytes(model_dir: Path, tmp_path: Pat
 
 def test_a_repair_that_fails_is_marked_and_warned(model_dir: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from planner.app import api
-    from planner.plan.json_io import plan_to_json
+    from fuseplan.planner.app import api
+    from fuseplan.planner.plan.json_io import plan_to_json
 
     spec = load_spec(capacity_spec(model_dir, SIZES[1:3], name="fails.yaml"))
     run_sweep(spec, tmp_path)
@@ -688,7 +692,7 @@ def test_cli_exit_codes(model_dir: Path, tmp_path: Path, monkeypatch: pytest.Mon
         raise KeyboardInterrupt
         yield
 
-    from planner.app import sweep_table
+    from fuseplan.planner.app import sweep_table
 
     monkeypatch.setattr(sweep.SerialRunner, "run", stop)  # Ctrl-C while planning ...
     monkeypatch.setattr(sweep_table, "write_table", stop)  # ... and again while tabling

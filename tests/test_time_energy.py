@@ -15,21 +15,21 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from hardware.chip import load_chip
-from planner.app import api
-from planner.app.assemble import assemble
-from planner.cost.model import group_cost
-from planner.cost.objective import Objective, objective_units
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model
-from planner.geometry.regions import Tile
-from planner.plan.data import Plan
-from planner.plan.json_io import plan_to_json
-from planner.plan.placement import Placement
-from planner.ui.cli import front_png
-from solver.cpsat import solve_cpsat
-from solver.shortest_path import shortest_path_groups
-from solver.tiles import GroupSearch
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.app import api
+from fuseplan.planner.app.assemble import assemble
+from fuseplan.planner.cost.model import group_cost
+from fuseplan.planner.cost.objective import Objective, objective_units
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import plan_to_json
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.ui.cli import front_png
+from fuseplan.solver.cpsat import solve_cpsat
+from fuseplan.solver.shortest_path import shortest_path_groups
+from fuseplan.solver.tiles import GroupSearch
 
 CHIP = """
 name: unit
@@ -99,7 +99,7 @@ def test_emulator_reproduces_cycles_and_energy(unit) -> None:
     plan = api.solve(str(tmp / "one.onnx"), hardware=str(chip_file), solver="shortest-path",
                      objective="latency")
     path = tmp / "plan.json"
-    from planner.plan.json_io import save_plan
+    from fuseplan.planner.plan.json_io import save_plan
 
     save_plan(plan, path)
     report = api.verify(str(tmp / "one.onnx"), path)
@@ -398,7 +398,7 @@ def test_capped_solves_match_brute_force(two) -> None:
 def test_a_warm_start_choice_is_a_candidate_exactly(reusing_chain) -> None:
     """A warm start's reusing tile that no other pinned alternative describes is pinned as
     well, and the warm start selects that candidate, not another tile of the same group."""
-    from solver.cpsat import _alternatives, _describes, build_model
+    from fuseplan.solver.cpsat import _alternatives, _describes, build_model
 
     problem, search = reusing_chain
     g, chip, rs = problem.graph, problem.chip, problem.ruleset

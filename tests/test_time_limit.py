@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from planner.core.budget import Budget
+from fuseplan.planner.core.budget import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
 FUSEPLAN = ROOT / ".venv" / "bin" / "fuseplan"

@@ -14,12 +14,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from hardware.chip import load_chip
-from planner.app import api
-from planner.cost.model import group_tensors, region_sums
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model
-from planner.geometry.regions import (
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.app import api
+from fuseplan.planner.cost.model import group_tensors, region_sums
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model
+from fuseplan.planner.geometry.regions import (
     GroupIO,
     Tile,
     box_elems,
@@ -28,11 +28,11 @@ from planner.geometry.regions import (
     iter_tiles,
     tile_regions,
 )
-from planner.ir.graph import Graph, MapKind
-from planner.ir.layout import LayoutKind
-from planner.plan.json_io import save_plan
-from rules.ruleset import load_rules
-from solver.tiles import GroupSearch
+from fuseplan.planner.ir.graph import Graph, MapKind
+from fuseplan.planner.ir.layout import LayoutKind
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.rules.ruleset import load_rules
+from fuseplan.solver.tiles import GroupSearch
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
 DEIT = str(EXPORTS / "deit_tiny.onnx")
@@ -141,6 +141,7 @@ def test_heads_carry_the_batch_and_tokens_through_reshape_transpose_and_split() 
         assert lay.row_maps[0].kind is MapKind.IDENTITY, short
         assert lay.batch_preserving, short
         out = graph.layout(lay.outputs[0])
+        assert out.batch_axis is not None and out.row_axis is not None, short
         assert out.token_like and graph.shapes[lay.outputs[0]][out.batch_axis] == 8, short
         assert graph.shapes[lay.outputs[0]][out.row_axis] in (197, 64), short  # k^T: d x L
     split = graph.layer("/blocks/blocks.0/attn/Split")

@@ -14,11 +14,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from hardware.chip import load_chip
-from planner.cost.weight_stream import chunk_counts, staged_steps
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import load_model
-from planner.geometry.regions import group_io
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.cost.weight_stream import chunk_counts, staged_steps
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import load_model
+from fuseplan.planner.geometry.regions import group_io
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,6 +71,7 @@ def test_chunks_fit_a_quarter_of_the_weight_memory(tmp_path: Path) -> None:
     counts = chunk_counts(graph, ("fc",), chip)
     assert counts["fc"] == 33  # (4096 + 1) x 4096 x 2 B over chunks of at most 1 MiB
     held = staged_steps(graph, group_io(graph, ("fc",)), chip)
+    assert chip.wram is not None
     assert max(held) <= chip.wram.bytes * chip.cores_per_cluster // 2
 
 

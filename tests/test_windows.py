@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from planner.app import api
-from planner.core.errors import InputError
-from planner.front.windows import regroup_rows, window_layout
-from planner.geometry.regions import Tile, group_io, tile_regions
-from planner.ir.graph import AxisMap, MapKind
-from planner.ir.layout import LayoutKind, nhwc, sequence
-from planner.plan.placement import Placement
+from fuseplan.planner.app import api
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.front.windows import regroup_rows, window_layout
+from fuseplan.planner.geometry.regions import Tile, group_io, tile_regions
+from fuseplan.planner.ir.graph import AxisMap, MapKind
+from fuseplan.planner.ir.layout import LayoutKind, nhwc, sequence
+from fuseplan.planner.plan.placement import Placement
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
 IMAGE: dict[str, tuple[int, ...]] = {"input": (1, 3, 224, 224)}

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.core.errors import InputError
-from planner.core.yamlio import (
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.yamlio import (
     apply_overrides,
     build_dataclass,
     did_you_mean,

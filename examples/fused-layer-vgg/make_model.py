@@ -15,7 +15,7 @@ from onnx.utils import Extractor
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
-from planner.front.onnx_load import load_model  # noqa: E402
+from fuseplan.planner.front.onnx_load import load_model  # noqa: E402
 
 
 def main() -> None:

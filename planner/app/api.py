@@ -10,15 +10,20 @@ from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
-from planner.app.assemble import assemble, layer_by_layer_bytes, layer_placements, layer_plan
-from planner.app.integrity import first_misstatement
-from planner.core.budget import Budget
-from planner.core.errors import InputError, Interrupted, PlanningError
-from planner.core.files import make_dir, write_with
-from planner.cost.objective import Objective, cycle_units, objective_units
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import (
+from fuseplan.hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
+from fuseplan.planner.app.assemble import (
+    assemble,
+    layer_by_layer_bytes,
+    layer_placements,
+    layer_plan,
+)
+from fuseplan.planner.app.integrity import first_misstatement
+from fuseplan.planner.core.budget import Budget
+from fuseplan.planner.core.errors import InputError, Interrupted, PlanningError
+from fuseplan.planner.core.files import make_dir, write_with
+from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import (
     LoadedModel,
     load_model,
     random_inputs,
@@ -26,16 +31,16 @@ from planner.front.onnx_load import (
     resolve_model,
     weights_are_placeholders,
 )
-from planner.ir.graph import Graph
-from planner.ir.layout import Layout
-from planner.plan.checks import whole_tile
-from planner.plan.data import Plan
-from planner.plan.json_io import load_plan, save_plan
-from planner.plan.placement import Placement
-from rules.ruleset import RuleSet, load_rules
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.ir.layout import Layout
+from fuseplan.planner.plan.checks import whole_tile
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import load_plan, save_plan
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.rules.ruleset import RuleSet, load_rules
 
 if TYPE_CHECKING:  # the emulator loads only when a command verifies (a solve starts faster)
-    from planner.app.verify import VerifyReport
+    from fuseplan.planner.app.verify import VerifyReport
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
 MIN_SOLVE_S = 0.5  # CP-SAT is not started with less time than this left
@@ -108,9 +113,9 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     subgraphs of one model so no group's tile search runs twice. ``jobs``: processes the tile
     searches run on, 0 for every core (solver.parallel; the plan is the same for any
     count)."""
-    from solver.greedy import greedy_groups
-    from solver.parallel import available_jobs
-    from solver.shortest_path import shortest_path_groups
+    from fuseplan.solver.greedy import greedy_groups
+    from fuseplan.solver.parallel import available_jobs
+    from fuseplan.solver.shortest_path import shortest_path_groups
 
     if solver not in SOLVERS:
         raise InputError(f"unknown solver '{solver}'. Use one of: {', '.join(SOLVERS)}.")
@@ -175,7 +180,7 @@ def _gap_to_floor(plan: Plan) -> Plan:
 def whole_network(problem: Problem) -> Placement | None:
     """The one-group placement when every weight and the largest live set fit on chip and the
     enabled rules allow the network as one fused group."""
-    from solver.tiles import GroupSearch
+    from fuseplan.solver.tiles import GroupSearch
 
     g = problem.graph
     layers = tuple(lay.name for lay in g.layers)
@@ -214,8 +219,8 @@ def _cpsat(problem: Problem, objective: Objective, time_limit: float | None,
     ``memo`` seeds this objective's interval tiles (shared by a partition's pieces);
     ``budget`` bounds the searches and the solve together (``time_limit`` bounds the solve
     alone)."""
-    from solver.cpsat import faster_buffering, intervals_only, reserve_s, solve_cpsat
-    from solver.shortest_path import shortest_path_groups
+    from fuseplan.solver.cpsat import faster_buffering, intervals_only, reserve_s, solve_cpsat
+    from fuseplan.solver.shortest_path import shortest_path_groups
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     budget = Budget() if budget is None else budget
@@ -301,7 +306,7 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
     from the latency plan (which meets every cap). ``jobs``: processes the tile searches
     run on (0: every core).
     """
-    from solver.parallel import available_jobs
+    from fuseplan.solver.parallel import available_jobs
 
     jobs = jobs or available_jobs()
     if points < 2:
@@ -420,7 +425,7 @@ def chip_for_plan(plan_doc_hardware: Mapping[str, Any], hardware: str | None,
 def _plan_header_of(plan_path: Path) -> dict[str, Any]:
     """A plan file's JSON, validated against the plan schema (InputError naming the JSON
     path of a bad value)."""
-    from planner.plan.schema import read_plan_doc
+    from fuseplan.planner.plan.schema import read_plan_doc
 
     return read_plan_doc(plan_path)
 
@@ -459,7 +464,7 @@ def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path 
            hardware: str | None = None, overrides: Sequence[str] = (),
            shapes: Mapping[str, tuple[int, ...]] | None = None) -> VerifyReport:
     """Emulate a plan file and check it against onnxruntime (or golden outputs)."""
-    from planner.app.verify import load_golden, verify_plan
+    from fuseplan.planner.app.verify import load_golden, verify_plan
 
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
@@ -510,8 +515,8 @@ DEMO_MODEL = Path(__file__).resolve().parent.parent / "data" / "demo.onnx"
 def write_golden(model: str, plan_path: str | Path, seed: int, path: str | Path,
                  shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
     """Store seeded inputs and onnxruntime outputs (with seeded weights) for `verify --golden`."""
-    from planner.app.verify import save_golden
-    from planner.front.onnx_load import run_onnxruntime
+    from fuseplan.planner.app.verify import save_golden
+    from fuseplan.planner.front.onnx_load import run_onnxruntime
 
     loaded = load_model(model, dict(shapes or {}))
     if weights_are_placeholders(loaded):
@@ -525,7 +530,7 @@ def explain(model: str, plan_path: str | Path, layer: str | None = None,
             rules: str | Path | None = None, hardware: str | None = None,
             overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Boundaries, a layer's placement and a re-check of every group, as a JSON document."""
-    from planner.app.explain import boundaries, recheck
+    from fuseplan.planner.app.explain import boundaries, recheck
 
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
@@ -596,8 +601,8 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
     file."""
     from dataclasses import replace as dc_replace
 
-    from planner.app.partition import combined_plan, restrict
-    from planner.app.partition import partition as run_partition
+    from fuseplan.planner.app.partition import combined_plan, restrict
+    from fuseplan.planner.app.partition import partition as run_partition
 
     settings = problem.ruleset.partition
     if policy is not None:
@@ -673,7 +678,7 @@ def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[A
 
 def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
     """Verify a plan of a prepared problem without a plan file."""
-    from planner.app.verify import verify_plan
+    from fuseplan.planner.app.verify import verify_plan
 
     loaded = problem.model
     weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
@@ -682,7 +687,7 @@ def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0) -> VerifyRepor
 
 
 def _range_map(ranges: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
-    from planner.app.dynamic import parse_dynamic_option
+    from fuseplan.planner.app.dynamic import parse_dynamic_option
 
     out: dict[str, dict[int, tuple[int, int]]] = {}
     for text in ranges:
@@ -699,9 +704,9 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
     """A dynamic plan (seed 002): the grouping planned once, at the largest shape of the
     ranges, and per group a library of static units sized so that each fits the chip at the
     largest shape (units are fixed tiles, so a unit that fits there fits everywhere)."""
-    from planner.app.dynamic import TAIL_MODES, DynamicGroup, choose_units, dynamic_doc
-    from planner.front.onnx_load import declared_input_dims
-    from planner.plan.json_io import plan_to_json
+    from fuseplan.planner.app.dynamic import TAIL_MODES, DynamicGroup, choose_units, dynamic_doc
+    from fuseplan.planner.front.onnx_load import declared_input_dims
+    from fuseplan.planner.plan.json_io import plan_to_json
 
     if tail not in TAIL_MODES:
         raise InputError(f"unknown tail mode '{tail}'. Use one of: {', '.join(TAIL_MODES)}.")
@@ -748,7 +753,7 @@ def table(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: st
     """The parameter table of a dynamic plan at a concrete shape, from the cache if there."""
     import hashlib
 
-    from planner.app.dynamic import (
+    from fuseplan.planner.app.dynamic import (
         TableCache,
         buckets,
         group_table,
@@ -756,7 +761,7 @@ def table(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tail: st
         read_dynamic,
         table_summary,
     )
-    from planner.plan.checks import check_cover
+    from fuseplan.planner.plan.checks import check_cover
 
     plan_path = Path(plan_path)
     doc = _read_json(plan_path)
@@ -812,7 +817,7 @@ def _cache_has(plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]], tai
                cache_dir: str | Path | None) -> bool:
     import hashlib
 
-    from planner.app.dynamic import TableCache, read_dynamic
+    from fuseplan.planner.app.dynamic import TableCache, read_dynamic
 
     path = Path(plan_path)
     _, settings = read_dynamic(_read_json(path), str(path))
@@ -835,7 +840,7 @@ def _made_for(plan_path: Path, doc: Mapping[str, Any], model: str) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    from planner.plan.schema import read_json
+    from fuseplan.planner.plan.schema import read_json
 
     doc = read_json(path)
     if not isinstance(doc, dict):
@@ -849,12 +854,12 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
     """Execute a dynamic plan at a concrete shape through its parameter tables and check it."""
     from dataclasses import replace as dc_replace
 
-    from planner.app.dynamic import group_table, in_range, read_dynamic
-    from planner.app.verify import verify_plan
-    from planner.geometry.regions import Tile
-    from planner.plan.checks import check_cover, group_mode
-    from planner.plan.data import Group
-    from planner.plan.placement import WeightResidency
+    from fuseplan.planner.app.dynamic import group_table, in_range, read_dynamic
+    from fuseplan.planner.app.verify import verify_plan
+    from fuseplan.planner.geometry.regions import Tile
+    from fuseplan.planner.plan.checks import check_cover, group_mode
+    from fuseplan.planner.plan.data import Group
+    from fuseplan.planner.plan.placement import WeightResidency
 
     plan_path = Path(plan_path)
     doc = _read_json(plan_path)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hardware.chip import Chip
-from planner.core.errors import PlanningError
-from planner.cost.hidden import hidden_cost
-from planner.cost.model import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.cost.hidden import hidden_cost
+from fuseplan.planner.cost.model import (
     Counters,
     compulsory_bytes,
     group_cost,
@@ -17,16 +17,16 @@ from planner.cost.model import (
     weight_bytes,
     with_time,
 )
-from planner.cost.objective import Objective
-from planner.cost.passes import passes_cost
-from planner.cost.weight_stream import chunk_counts
-from planner.geometry.attention import attention_heads
-from planner.geometry.hidden import makes_chunks, stretches
-from planner.geometry.passes import pass_split, passes_make_chunks
-from planner.geometry.regions import group_chains, group_io
-from planner.geometry.reload import reloaded_inputs
-from planner.ir.graph import Graph
-from planner.plan.checks import (
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.cost.passes import passes_cost
+from fuseplan.planner.cost.weight_stream import chunk_counts
+from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.hidden import makes_chunks, stretches
+from fuseplan.planner.geometry.passes import pass_split, passes_make_chunks
+from fuseplan.planner.geometry.regions import group_chains, group_io
+from fuseplan.planner.geometry.reload import reloaded_inputs
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.checks import (
     check_bands,
     check_cover,
     check_reuse_tile,
@@ -34,14 +34,14 @@ from planner.plan.checks import (
     group_mode,
     whole_tile,
 )
-from planner.plan.data import Group, Json, Plan
-from planner.plan.placement import Placement
-from rules.base import GroupFacts
-from rules.ruleset import RuleSet
-from solver.parallel import Context, Task, search_all
-from solver.shortest_path import infeasible_layer_error
-from solver.structure import StructureKey, structure_key
-from solver.tiles import GroupSearch, prefetch_room
+from fuseplan.planner.plan.data import Group, Json, Plan
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.rules.base import GroupFacts
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.parallel import Context, Task, search_all
+from fuseplan.solver.shortest_path import infeasible_layer_error
+from fuseplan.solver.structure import StructureKey, structure_key
+from fuseplan.solver.tiles import GroupSearch, prefetch_room
 
 
 def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Group:

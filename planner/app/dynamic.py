@@ -30,10 +30,10 @@ from typing import Any, Literal
 
 from ortools.sat.python import cp_model
 
-from hardware.chip import Chip
-from planner.core.errors import InputError, PlanningError
-from planner.core.files import make_dir, write_atomic
-from planner.cost.model import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.errors import InputError, PlanningError
+from fuseplan.planner.core.files import make_dir, write_atomic
+from fuseplan.planner.cost.model import (
     Counters,
     enumerated_cost,
     footprint,
@@ -41,10 +41,10 @@ from planner.cost.model import (
     sram_staged,
     weight_bytes,
 )
-from planner.geometry.regions import Box, anchor_extent, group_io, tile_regions
-from planner.ir.graph import Graph
-from planner.plan.schema import TAIL_MODES as TAIL_MODES  # the plan schema owns the list
-from planner.plan.schema import is_table, validate_dynamic
+from fuseplan.planner.geometry.regions import Box, anchor_extent, group_io, tile_regions
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.schema import TAIL_MODES as TAIL_MODES  # the plan schema owns the list
+from fuseplan.planner.plan.schema import is_table, validate_dynamic
 
 TailMode = Literal["pad", "overlap", "variable", "tail-range"]
 _RANGE = re.compile(r"^([^:]+):(\d+)=(\d+)\.\.(\d+)$")

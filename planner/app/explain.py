@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hardware.chip import Chip
-from planner.cost.objective import Objective, objective_value
-from planner.geometry.attention import attention_heads
-from planner.geometry.regions import Tile
-from planner.ir.graph import Graph
-from planner.plan.data import Plan
-from rules.base import GroupFacts, Violation
-from rules.ruleset import RuleSet
-from solver.groups import is_connected, is_convex
-from solver.hidden import HiddenSearch
-from solver.passes import PassSearch
-from solver.tiles import GroupSearch
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.objective import Objective, objective_value
+from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Plan
+from fuseplan.rules.base import GroupFacts, Violation
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.groups import is_connected, is_convex
+from fuseplan.solver.hidden import HiddenSearch
+from fuseplan.solver.passes import PassSearch
+from fuseplan.solver.tiles import GroupSearch
 
 
 @dataclass

@@ -8,14 +8,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from hardware.chip import Chip
-from planner.app.assemble import layer_by_layer_bytes, placement_cost
-from planner.cost.counters import Counters
-from planner.cost.model import compulsory_bytes, prefetch_cycles, weight_bytes, with_time
-from planner.geometry.regions import group_io
-from planner.ir.graph import Graph
-from planner.plan.checks import group_mode
-from planner.plan.data import Plan
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.app.assemble import layer_by_layer_bytes, placement_cost
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.model import compulsory_bytes, prefetch_cycles, weight_bytes, with_time
+from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.checks import group_mode
+from fuseplan.planner.plan.data import Plan
 
 COUNTER_FIELDS = tuple(f.name for f in fields(Counters))
 

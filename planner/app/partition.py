@@ -27,15 +27,15 @@ from multiprocessing.process import BaseProcess
 from types import MappingProxyType
 from typing import Any, cast
 
-from hardware.chip import Chip
-from planner.app.assemble import assemble
-from planner.core.errors import PlanningError
-from planner.cost.model import weight_bytes
-from planner.cost.objective import Objective
-from planner.geometry.regions import group_io
-from planner.ir.graph import Graph
-from planner.plan.data import Plan
-from rules.ruleset import PartitionSettings, RuleSet
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.app.assemble import assemble
+from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Plan
+from fuseplan.rules.ruleset import PartitionSettings, RuleSet
 
 
 @dataclass(frozen=True)

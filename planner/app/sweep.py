@@ -46,14 +46,14 @@ from typing import Any, Literal, Protocol
 
 from ruamel.yaml.comments import CommentedSeq
 
-from hardware.chip import load_chip
-from planner.app import api
-from planner.core.errors import InputError, PlanningError
-from planner.core.yamlio import did_you_mean, load_yaml, where
-from planner.cost.objective import Objective
-from planner.front.onnx_load import declared_input_dims, resolve_model
-from planner.plan.json_io import plan_to_json
-from rules.ruleset import load_rules
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.app import api
+from fuseplan.planner.core.errors import InputError, PlanningError
+from fuseplan.planner.core.yamlio import did_you_mean, load_yaml, where
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.front.onnx_load import declared_input_dims, resolve_model
+from fuseplan.planner.plan.json_io import plan_to_json
+from fuseplan.rules.ruleset import load_rules
 
 __all__ = [
     "Job",
@@ -338,7 +338,7 @@ def _chip_entry(path: Path, parent: Any, idx: Any) -> ChipEntry:
 
 
 def _chip_label(hw: str | None) -> str:
-    from hardware.chip import DEFAULT_PRESET
+    from fuseplan.hardware.chip import DEFAULT_PRESET
 
     return DEFAULT_PRESET if hw is None else Path(hw).stem
 
@@ -528,7 +528,7 @@ def address(points: Sequence[Point]) -> list[Job]:
     """Resolve and content-address points. Every chip is built with the points' ``--set``
     overrides (as the CLI does), every model and rule file is read: a bad one raises
     InputError prefixed with the spec place it came from."""
-    from hardware.chip import chip_to_dict
+    from fuseplan.hardware.chip import chip_to_dict
 
     version = _version()
     model_sha: dict[str, str] = {}
@@ -699,9 +699,9 @@ def recost_point(job: Job, smaller: Mapping[str, Any], source: str,
                  verify: bool = False) -> Outcome:
     """A smaller capacity's plan re-costed on this point's chip (a larger capacity holds
     every tile the smaller one held), its row marked with where it came from."""
-    from planner.app.assemble import assemble
-    from planner.plan import schema
-    from planner.plan.json_io import plan_from_doc
+    from fuseplan.planner.app.assemble import assemble
+    from fuseplan.planner.plan import schema
+    from fuseplan.planner.plan.json_io import plan_from_doc
 
     where = f"the plan of {source}"
     try:
@@ -1284,7 +1284,7 @@ def _finish(spec: SweepSpec, store: _Store, jobs: Sequence[Job],
             rows: Mapping[str, PointResult], started: float, repaired: int,
             probes: tuple[Probe, ...], warnings: Sequence[str]) -> SweepResult:
     """Write the table of the finished rows (spec order)."""
-    from planner.app.sweep_table import write_table
+    from fuseplan.planner.app.sweep_table import write_table
 
     ordered = [rows[j.key] for j in jobs if j.key in rows]
     table, csv = write_table(ordered, spec.axis_keys, spec.batched, store.out / "sweep")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from planner.app.sweep import PointResult
+    from fuseplan.planner.app.sweep import PointResult
 
 __all__ = ["COLUMNS", "read_table", "to_arrow", "write_table"]
 
@@ -78,7 +78,7 @@ def write_table(rows: Sequence[PointResult], axis_keys: Sequence[str], batched: 
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    from planner.app.sweep import atomic_write
+    from fuseplan.planner.app.sweep import atomic_write
 
     table = to_arrow(rows, axis_keys, batched)
     parquet, csv = stem.with_suffix(".parquet"), stem.with_suffix(".csv")

@@ -11,17 +11,17 @@ from typing import Any
 import numpy as np
 import onnx
 
-from emulator.run import EmulationError, EmulationResult, Violation, emulate
-from hardware.chip import Chip
-from planner.core.errors import InputError, PlanDefect
-from planner.core.files import write_with
-from planner.cost.counters import TIMING_FIELDS, Counters
-from planner.cost.objective import energy_pj
-from planner.front.onnx_load import LoadedModel, run_onnxruntime
-from planner.geometry.attention import attention_traffic
-from planner.geometry.regions import group_io
-from planner.ir.graph import Graph
-from planner.plan.data import Plan
+from fuseplan.emulator.run import EmulationError, EmulationResult, Violation, emulate
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.errors import InputError, PlanDefect
+from fuseplan.planner.core.files import write_with
+from fuseplan.planner.cost.counters import TIMING_FIELDS, Counters
+from fuseplan.planner.cost.objective import energy_pj
+from fuseplan.planner.front.onnx_load import LoadedModel, run_onnxruntime
+from fuseplan.planner.geometry.attention import attention_traffic
+from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Plan
 
 # float32 through 50+ layers: relative to the tensor's largest magnitude
 REL_TOLERANCE = 1e-3
@@ -145,7 +145,7 @@ def priced(chip: Chip, emulated: Sequence[Counters]) -> list[Counters]:
 
 def dram_tensors(graph: Graph, plan: Plan) -> list[str]:
     """Tensors the plan writes to DRAM (every group output), graph outputs first."""
-    from planner.geometry.regions import group_io
+    from fuseplan.planner.geometry.regions import group_io
 
     written = [t for g in plan.groups for t in group_io(graph, g.layers).outputs]
     return list(graph.outputs) + [t for t in written if t not in graph.outputs]

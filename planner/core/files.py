@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from planner.core.errors import InputError
+from fuseplan.planner.core.errors import InputError
 
 
 def _refuse(path: Path, what: str, cause: str, fix: str) -> InputError:

@@ -36,7 +36,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from planner.core.errors import InputError
+from fuseplan.planner.core.errors import InputError
 
 __all__ = [
     "MAX_YAML_BYTES",

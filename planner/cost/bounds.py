@@ -22,11 +22,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware.chip import Chip
-from planner.cost.model import weight_bytes
-from planner.geometry.halo_reuse import lifetimes
-from planner.geometry.regions import AxisChain, GroupChains, GroupIO, anchor_extent, group_io
-from planner.ir.graph import Graph
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.geometry.halo_reuse import lifetimes
+from fuseplan.planner.geometry.regions import (
+    AxisChain,
+    GroupChains,
+    GroupIO,
+    anchor_extent,
+    group_io,
+)
+from fuseplan.planner.ir.graph import Graph
 
 
 def axis_union(chain: AxisChain | None, extent: int) -> int:

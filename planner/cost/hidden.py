@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from hardware.chip import Chip
-from planner.cost.counters import Counters
-from planner.cost.model import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.model import (
     live_steps,
     region_sums,
     representative_boxes,
@@ -33,15 +33,15 @@ from planner.cost.model import (
     with_time,
     work_counters,
 )
-from planner.cost.weight_stream import chunk_counts, chunk_sizes
-from planner.geometry.hidden import (
+from fuseplan.planner.cost.weight_stream import chunk_counts, chunk_sizes
+from fuseplan.planner.geometry.hidden import (
     Stretch,
     constant_axes,
     hidden_ranges,
     stream_holds,
     stretch_loads,
 )
-from planner.geometry.regions import (
+from fuseplan.planner.geometry.regions import (
     Box,
     GroupChains,
     GroupIO,
@@ -50,8 +50,8 @@ from planner.geometry.regions import (
     iter_tiles,
     tile_regions,
 )
-from planner.ir.chunks import chunk_ranges
-from planner.ir.graph import Graph
+from fuseplan.planner.ir.chunks import chunk_ranges
+from fuseplan.planner.ir.graph import Graph
 
 
 @dataclass(frozen=True)

@@ -43,21 +43,21 @@ from fractions import Fraction
 from functools import lru_cache
 from math import ceil
 
-from hardware.chip import Chip
-from planner.cost.counters import Counters
-from planner.cost.objective import energy_pj
-from planner.cost.weight_stream import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.objective import energy_pj
+from fuseplan.planner.cost.weight_stream import (
     chunk_sizes,
     chunk_width,
     layer_chunks,
     stage_peak,
     staged_steps,
 )
-from planner.geometry.attention import online_attention
-from planner.geometry.bands import band_columns, band_compute_cycles, cluster_loads
-from planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
-from planner.geometry.in_place import in_place_hosts
-from planner.geometry.regions import (
+from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.bands import band_columns, band_compute_cycles, cluster_loads
+from fuseplan.planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
+from fuseplan.planner.geometry.in_place import in_place_hosts
+from fuseplan.planner.geometry.regions import (
     AxisChain,
     Box,
     GroupChains,
@@ -74,8 +74,8 @@ from planner.geometry.regions import (
     tile_count,
     tile_regions,
 )
-from planner.geometry.rounds import round_size, rounds
-from planner.ir.graph import Graph
+from fuseplan.planner.geometry.rounds import round_size, rounds
+from fuseplan.planner.ir.graph import Graph
 
 
 def weight_bytes(graph: Graph, weights: Iterable[str], chip: Chip) -> int:

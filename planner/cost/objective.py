@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Generic, Protocol, Self, TypeVar, assert_never, overload
 
-from hardware.chip import Chip
-from planner.core.errors import InputError
-from planner.cost.counters import Counters
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.cost.counters import Counters
 
 
 class Objective(StrEnum):

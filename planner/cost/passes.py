@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hardware.chip import Chip
-from planner.cost.counters import Counters
-from planner.cost.hidden import chunk_core_bytes, hidden_peak_bytes
-from planner.cost.model import peak_bytes, resident_work, weight_bytes, with_time
-from planner.geometry.passes import Passes, PoolPass, held_map_reads, pass_stretches
-from planner.geometry.regions import (
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.hidden import chunk_core_bytes, hidden_peak_bytes
+from fuseplan.planner.cost.model import peak_bytes, resident_work, weight_bytes, with_time
+from fuseplan.planner.geometry.passes import Passes, PoolPass, held_map_reads, pass_stretches
+from fuseplan.planner.geometry.regions import (
     GroupChains,
     Tile,
     box_elems,
@@ -42,7 +42,7 @@ from planner.geometry.regions import (
     in_group_uses,
     tile_regions,
 )
-from planner.ir.graph import Graph
+from fuseplan.planner.ir.graph import Graph
 
 
 def tail_work(graph: Graph, split: Passes, pool: PoolPass, chip: Chip) -> tuple[int, int, int]:

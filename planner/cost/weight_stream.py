@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hardware.chip import Chip
-from planner.geometry.hidden import stream_holds
-from planner.geometry.regions import GroupIO
-from planner.ir.chunks import chunk_axes, chunk_ranges
-from planner.ir.graph import Graph, Layer
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.geometry.hidden import stream_holds
+from fuseplan.planner.geometry.regions import GroupIO
+from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
+from fuseplan.planner.ir.graph import Graph, Layer
 
 STAGE_SHARE = 4  # a chunk takes at most 1/STAGE_SHARE of the weight memory
 

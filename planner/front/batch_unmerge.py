@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from planner.ir.layout import Layout, carried, layout_of
-from planner.ir.ops import AxisMove, MapRule, OpClass, op_spec
+from fuseplan.planner.ir.layout import Layout, carried, layout_of
+from fuseplan.planner.ir.ops import AxisMove, MapRule, OpClass, op_spec
 
 Shape = tuple[int, ...]
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import networkx as nx
 
-from planner.ir.graph import Block, Layer
+from fuseplan.planner.ir.graph import Block, Layer
 
 _SOURCE = "\0source"
 _SINK = "\0sink"

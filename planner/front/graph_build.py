@@ -13,14 +13,14 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from planner.core.errors import InputError
-from planner.front.attention_fusion import fuse_attention
-from planner.front.batch_unmerge import BatchRestatement
-from planner.front.blocks import find_blocks
-from planner.front.onnx_load import LoadedModel
-from planner.front.windows import regroup_rows, window_layout
-from planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
-from planner.ir.layout import (
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.front.attention_fusion import fuse_attention
+from fuseplan.planner.front.batch_unmerge import BatchRestatement
+from fuseplan.planner.front.blocks import find_blocks
+from fuseplan.planner.front.onnx_load import LoadedModel
+from fuseplan.planner.front.windows import regroup_rows, window_layout
+from fuseplan.planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
+from fuseplan.planner.ir.layout import (
     Layout,
     LayoutKind,
     carried,
@@ -30,7 +30,15 @@ from planner.ir.layout import (
     sequence,
     tokens,
 )
-from planner.ir.ops import Accumulate, AxisMove, MapRule, OpClass, OpSpec, ShapeParam, op_spec
+from fuseplan.planner.ir.ops import (
+    Accumulate,
+    AxisMove,
+    MapRule,
+    OpClass,
+    OpSpec,
+    ShapeParam,
+    op_spec,
+)
 
 
 def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:

@@ -36,8 +36,8 @@ from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from planner.core.errors import InputError
-from planner.ir.ops import BranchScale, InputRole, Rectified, ShapeParam, op_spec
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.ir.ops import BranchScale, InputRole, Rectified, ShapeParam, op_spec
 
 ZOO: dict[str, str] = {
     name: f"light_{name}.onnx"

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import prod
 
-from planner.ir.graph import AxisMap, MapKind
-from planner.ir.layout import Layout, LayoutKind, nhwc, sequence
+from fuseplan.planner.ir.graph import AxisMap, MapKind
+from fuseplan.planner.ir.layout import Layout, LayoutKind, nhwc, sequence
 
 
 def regroup_rows(in_shape: Sequence[int], in_row: int, out_shape: Sequence[int],

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import ceil
 
-from planner.geometry.regions import GroupIO, Tile, anchor_extent
-from planner.ir.graph import Graph, Layer
-from planner.ir.ops import MapRule, op_spec
+from fuseplan.planner.geometry.regions import GroupIO, Tile, anchor_extent
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.ops import MapRule, op_spec
 
 
 def fused_attention(lay: Layer) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from hardware.chip import Chip
+from fuseplan.hardware.chip import Chip
 
 
 def band_columns(count: int, bands: int) -> list[tuple[int, int]]:

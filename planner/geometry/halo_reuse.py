@@ -28,8 +28,8 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.geometry.bands import band_columns
-from planner.geometry.regions import (
+from fuseplan.planner.geometry.bands import band_columns
+from fuseplan.planner.geometry.regions import (
     GroupChains,
     GroupIO,
     Tile,
@@ -38,7 +38,7 @@ from planner.geometry.regions import (
     needed_range,
     tile_regions,
 )
-from planner.ir.graph import Graph, Layer, MapKind
+from fuseplan.planner.ir.graph import Graph, Layer, MapKind
 
 Span = tuple[int, int]
 NEVER = 1 << 62  # a read bound no tile reaches: nothing is kept

@@ -29,10 +29,10 @@ from math import prod
 
 import numpy as np
 
-from planner.ir.chunks import chunk_axes
-from planner.ir.graph import Graph, Layer
-from planner.ir.layout import LayoutKind
-from planner.ir.ops import AxisMove, MapRule, op_spec
+from fuseplan.planner.ir.chunks import chunk_axes
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.layout import LayoutKind
+from fuseplan.planner.ir.ops import AxisMove, MapRule, op_spec
 
 Shape = tuple[int, ...]
 

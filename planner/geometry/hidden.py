@@ -24,12 +24,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.geometry.attention import online_attention
-from planner.geometry.heads import Cut, head_walk, narrow_axis
-from planner.geometry.regions import GroupIO, accumulated_input
-from planner.ir.chunks import chunk_axes, chunk_ranges
-from planner.ir.graph import Graph, Layer
-from planner.ir.ops import op_spec
+from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.heads import Cut, head_walk, narrow_axis
+from fuseplan.planner.geometry.regions import GroupIO, accumulated_input
+from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.ops import op_spec
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ attention are left as they are (its streamed keys and scratch have their own cou
 
 from __future__ import annotations
 
-from planner.geometry.attention import online_attention
-from planner.geometry.hidden import stretches
-from planner.geometry.regions import GroupIO
-from planner.ir.graph import Graph, MapKind
-from planner.ir.ops import op_spec
+from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.hidden import stretches
+from fuseplan.planner.geometry.regions import GroupIO
+from fuseplan.planner.ir.graph import Graph, MapKind
+from fuseplan.planner.ir.ops import op_spec
 
 
 def in_place_hosts(graph: Graph, io: GroupIO) -> dict[int, str]:

@@ -36,11 +36,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.geometry.attention import online_attention
-from planner.geometry.hidden import Stretch, chunk_options, makes_chunks
-from planner.geometry.hidden import stretches as group_stretches
-from planner.geometry.regions import GroupIO, accumulated_input, group_io, tiled_like_anchor
-from planner.ir.graph import Graph
+from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.hidden import Stretch, chunk_options, makes_chunks
+from fuseplan.planner.geometry.hidden import stretches as group_stretches
+from fuseplan.planner.geometry.regions import (
+    GroupIO,
+    accumulated_input,
+    group_io,
+    tiled_like_anchor,
+)
+from fuseplan.planner.ir.graph import Graph
 
 
 @dataclass(frozen=True)

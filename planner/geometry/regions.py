@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
 
-from planner.ir.graph import AxisMap, Graph, Layer, MapKind
-from planner.ir.layout import layout_of
-from planner.ir.ops import Accumulate, op_spec
+from fuseplan.planner.ir.graph import AxisMap, Graph, Layer, MapKind
+from fuseplan.planner.ir.layout import layout_of
+from fuseplan.planner.ir.ops import Accumulate, op_spec
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ emulator (emulator.run) both take the steps from `reloaded_inputs`.
 
 from __future__ import annotations
 
-from planner.geometry.hidden import stretches
-from planner.geometry.regions import GroupIO
-from planner.ir.graph import Graph
+from fuseplan.planner.geometry.hidden import stretches
+from fuseplan.planner.geometry.regions import GroupIO
+from fuseplan.planner.ir.graph import Graph
 
 
 def reloaded_inputs(graph: Graph, io: GroupIO) -> dict[str, tuple[int, int]]:

@@ -18,8 +18,8 @@ one on-chip accumulator. The cost model (planner.cost.model.weight_passes), CP-S
 
 from __future__ import annotations
 
-from hardware.chip import Chip
-from planner.geometry.regions import GroupIO
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.geometry.regions import GroupIO
 
 
 def round_size(chip: Chip, io: GroupIO, halo_reuse: bool) -> int:

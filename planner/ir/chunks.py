@@ -10,8 +10,8 @@ the emulator computes them.
 
 from __future__ import annotations
 
-from planner.ir.graph import Graph, Layer
-from planner.ir.ops import op_spec
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.ops import op_spec
 
 
 def chunk_axes(graph: Graph, lay: Layer) -> tuple[int, dict[str, int]] | None:

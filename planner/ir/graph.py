@@ -17,8 +17,8 @@ from typing import Any
 
 import networkx as nx
 
-from planner.ir.layout import Layout, layout_of
-from planner.ir.ops import OpClass as OpClass
+from fuseplan.planner.ir.layout import Layout, layout_of
+from fuseplan.planner.ir.ops import OpClass as OpClass
 
 
 class MapKind(StrEnum):

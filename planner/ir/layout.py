@@ -29,7 +29,7 @@ from enum import StrEnum
 from functools import cache
 from math import prod
 
-from planner.ir.ops import AxisMove
+from fuseplan.planner.ir.ops import AxisMove
 
 
 class LayoutKind(StrEnum):

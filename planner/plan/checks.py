@@ -7,13 +7,13 @@ from math import ceil
 
 import networkx as nx
 
-from hardware.chip import Chip
-from planner.core.errors import InputError
-from planner.geometry.attention import online_attention
-from planner.geometry.bands import bands_problem
-from planner.geometry.regions import Tile, anchor_extent, backward_range, group_io
-from planner.ir.graph import Graph
-from planner.plan.data import Mode
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.bands import bands_problem
+from fuseplan.planner.geometry.regions import Tile, anchor_extent, backward_range, group_io
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.data import Mode
 
 
 def group_mode(graph: Graph, layers: Sequence[str], tile: Tile) -> Mode:

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from planner.cost.counters import Counters
-from planner.cost.objective import Objective
-from planner.geometry.regions import Box, Tile
-from planner.plan.placement import Placement
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.geometry.regions import Box, Tile
+from fuseplan.planner.plan.placement import Placement
 
 PLAN_VERSION = 1
 Mode = Literal["big", "small"]

@@ -8,22 +8,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hardware.chip import Chip
-from planner.core.errors import InputError, PlanningError
-from planner.core.files import write_atomic
-from planner.cost.model import Counters
-from planner.cost.objective import Objective
-from planner.geometry.attention import attention_heads
-from planner.geometry.hidden import makes_chunks, stretches
-from planner.geometry.passes import pass_split, pass_stretches
-from planner.geometry.regions import Tile, group_io
-from planner.geometry.reload import reloaded_inputs
-from planner.ir.chunks import chunk_axes
-from planner.ir.graph import Graph
-from planner.plan import schema
-from planner.plan.checks import check_cover, check_order, check_reuse_tile, whole_tile
-from planner.plan.data import PLAN_VERSION, Group, Plan
-from planner.plan.placement import HaloMode, LoopOrder, Placement, WeightResidency
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.errors import InputError, PlanningError
+from fuseplan.planner.core.files import write_atomic
+from fuseplan.planner.cost.model import Counters
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.hidden import makes_chunks, stretches
+from fuseplan.planner.geometry.passes import pass_split, pass_stretches
+from fuseplan.planner.geometry.regions import Tile, group_io
+from fuseplan.planner.geometry.reload import reloaded_inputs
+from fuseplan.planner.ir.chunks import chunk_axes
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan import schema
+from fuseplan.planner.plan.checks import check_cover, check_order, check_reuse_tile, whole_tile
+from fuseplan.planner.plan.data import PLAN_VERSION, Group, Plan
+from fuseplan.planner.plan.placement import HaloMode, LoopOrder, Placement, WeightResidency
 
 
 def _counters_json(c: Counters) -> dict[str, Any]:

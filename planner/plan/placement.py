@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
-from planner.geometry.regions import Tile
+from fuseplan.planner.geometry.regions import Tile
 
 
 class WeightResidency(Enum):

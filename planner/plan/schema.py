@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hardware.chip import (
+from fuseplan.hardware.chip import (
     CLOCK_GHZ_RANGE,
     GBPS_RANGE,
     MAX_COUNT,
@@ -25,10 +25,10 @@ from hardware.chip import (
     MAX_STATIC_MW,
     MAX_UNITS,
 )
-from planner.core.errors import InputError
-from planner.cost.counters import Counters
-from planner.cost.objective import Objective
-from planner.plan.placement import HaloMode
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.plan.placement import HaloMode
 
 # plan files are a few MB even for the largest zoo models; past this, refuse before parsing
 MAX_PLAN_BYTES = 64 * 2**20

@@ -21,18 +21,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner.app import api
-from planner.core.errors import InputError, Interrupted, PlanningError
-from planner.core.files import check_writable, make_dir, write_atomic
-from planner.cost.objective import Objective
-from planner.front.onnx_load import parse_shape_option
-from planner.geometry.attention import attention_traffic
-from planner.geometry.regions import group_io
-from planner.plan.data import Plan
-from planner.plan.json_io import plan_to_json, save_plan
-from planner.ui import STARTED, Interruption
-from planner.ui.cli_sweep import register as register_sweep
-from planner.ui.cli_views import register as register_views
+from fuseplan.planner.app import api
+from fuseplan.planner.core.errors import InputError, Interrupted, PlanningError
+from fuseplan.planner.core.files import check_writable, make_dir, write_atomic
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.front.onnx_load import parse_shape_option
+from fuseplan.planner.geometry.attention import attention_traffic
+from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.json_io import plan_to_json, save_plan
+from fuseplan.planner.ui import STARTED, Interruption
+from fuseplan.planner.ui.cli_sweep import register as register_sweep
+from fuseplan.planner.ui.cli_views import register as register_views
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Layer-fusion planner for neural-network accelerators.")
@@ -284,7 +284,7 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
     if output is not None:
         save_plan(plan, output)
     if report is not None:
-        from planner.ui.report import write_report
+        from fuseplan.planner.ui.report import write_report
 
         write_report(problem, plan, report, verify=True)
     if as_json:
@@ -668,7 +668,7 @@ def table_cmd(plan: Path, shape: ShapeOpt = None,
 @guarded
 def rules_check(path: Path, as_json: JsonOpt = False) -> None:
     """Validate a rule file and print the effective rule set."""
-    from rules.ruleset import load_rules
+    from fuseplan.rules.ruleset import load_rules
 
     rs = load_rules(path)
     doc = rs.summary()
@@ -691,7 +691,7 @@ def rules_check(path: Path, as_json: JsonOpt = False) -> None:
 @guarded
 def rules_doc() -> None:
     """Print the rule catalogue (markdown) from the rule classes' docstrings."""
-    from rules.ruleset import default_ruleset
+    from fuseplan.rules.ruleset import default_ruleset
 
     for r in default_ruleset().rules:
         doc = " ".join((type(r).__doc__ or "").split())

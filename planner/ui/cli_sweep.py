@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from planner.app.sweep import (
+from fuseplan.planner.app.sweep import (
     Probe,
     RayRunner,
     SerialRunner,
@@ -30,9 +30,9 @@ from planner.app.sweep import (
     parse_target,
     run_sweep,
 )
-from planner.core.errors import InputError
-from planner.ui import Interruption
-from planner.ui.cli_views import guarded
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.ui import Interruption
+from fuseplan.planner.ui.cli_views import guarded
 
 show = Console()  # the human summary (stdout)
 err = Console(stderr=True)
@@ -81,7 +81,7 @@ def sweep(spec: Path,
         _interrupted(spec, out, f"finished points are kept in {out}")
     report_path = None
     if report is not None:
-        from planner.ui.sweep_report import write_sweep_report
+        from fuseplan.planner.ui.sweep_report import write_sweep_report
 
         write_sweep_report(result, report, goal, title=parsed.name)
         report_path = str(report)

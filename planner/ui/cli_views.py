@@ -19,9 +19,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner.core.errors import InputError
-from planner.core.files import check_writable
-from planner.plan.data import Plan
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.files import check_writable
+from fuseplan.planner.plan.data import Plan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,7 +42,7 @@ def guarded(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from planner.ui.cli import guarded as cli_guarded
+        from fuseplan.planner.ui.cli import guarded as cli_guarded
 
         return cli_guarded(fn)(*args, **kwargs)
 
@@ -67,7 +67,7 @@ def report(model: str, plan: Path,
            rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
            as_json: JsonOpt = False) -> None:
     """Write a self-contained HTML report of PLAN: layer graph, groups, bytes, boundaries."""
-    from planner.ui.report import load_problem_plan, write_report
+    from fuseplan.planner.ui.report import load_problem_plan, write_report
 
     check_writable(output, "HTML report")  # before the work, not after it
     problem, loaded = load_problem_plan(model, plan, rules, hw, set_ or ())
@@ -100,8 +100,8 @@ def export(model: str, plan: Path,
            ] = None,
            hw: HwOpt = None, set_: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Write MODEL annotated with PLAN (node metadata_props and doc strings, for Netron)."""
-    from planner.ui.export import export_dot, export_onnx
-    from planner.ui.report import load_problem_plan
+    from fuseplan.planner.ui.export import export_dot, export_onnx
+    from fuseplan.planner.ui.report import load_problem_plan
 
     for target, what in ((output, "ONNX file"), (dot, "dot file")):
         if target is not None:
@@ -126,7 +126,7 @@ def export(model: str, plan: Path,
 
 
 def _changes_table(doc: dict[str, Any], plan_a: Plan, plan_b: Plan) -> Table:
-    from planner.ui.diff import group_label
+    from fuseplan.planner.ui.diff import group_label
 
     t = Table(title="groups that changed (A → B)")
     for col in ("change", "in A", "in B"):
@@ -146,7 +146,7 @@ def _changes_table(doc: dict[str, Any], plan_a: Plan, plan_b: Plan) -> Table:
 
 
 def _totals_table(doc: dict[str, Any]) -> Table:
-    from planner.ui.report import fmt_bytes
+    from fuseplan.planner.ui.report import fmt_bytes
 
     t = Table(title="totals")
     for col in ("", "A", "B", "B − A", "B / A"):
@@ -170,8 +170,8 @@ def diff(paths: Annotated[list[str], typer.Argument(
         help="Two plan files, optionally after the model (else the model named in PLAN_A).")],
          as_json: JsonOpt = False) -> None:
     """What changed between two plans of a model: groups split, merged or re-tiled; totals."""
-    from planner.ui.diff import diff_plans
-    from planner.ui.report import load_problem_plan
+    from fuseplan.planner.ui.diff import diff_plans
+    from fuseplan.planner.ui.report import load_problem_plan
 
     if len(paths) not in (2, 3):
         raise InputError("diff takes two plan files, optionally after the model: "
@@ -200,7 +200,7 @@ def diff(paths: Annotated[list[str], typer.Argument(
 
 def _model_of(plan: Path) -> str:
     """The model a plan file was made for (its "model.path")."""
-    from planner.plan.schema import read_plan_doc
+    from fuseplan.planner.plan.schema import read_plan_doc
 
     path = read_plan_doc(plan)["model"].get("path")
     if not path:

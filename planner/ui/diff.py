@@ -15,8 +15,8 @@ from typing import Any
 
 import networkx as nx
 
-from planner.core.errors import InputError
-from planner.plan.data import Group, Plan
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.plan.data import Group, Plan
 
 TOTALS = ("dram_bytes", "dram_read_bytes", "dram_write_bytes", "weight_read_bytes",
           "redundant_read_bytes", "cycles", "energy_pj")

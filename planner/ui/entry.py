@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from planner.ui import Interruption
+from fuseplan.planner.ui import Interruption
 
 STARTING = "interrupted: stopped while fuseplan was starting; nothing was written."
 AROUND = ("interrupted: stopped before the command began its work or after it ended; no "
@@ -22,7 +22,7 @@ def main() -> None:
     """Run the command line (``planner.ui.cli``), imported here so that a Ctrl-C during
     its imports is handled too."""
     try:
-        from planner.ui.cli import main as run
+        from fuseplan.planner.ui.cli import main as run
 
         run()
     except KeyboardInterrupt:  # during the imports (typer handles the rest)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import onnx
 
-from planner.app.api import Problem
-from planner.core.errors import InputError
-from planner.core.files import write_atomic, write_with
-from planner.plan.data import Group, Plan
-from planner.ui.report import group_colours
+from fuseplan.planner.app.api import Problem
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.files import write_atomic, write_with
+from fuseplan.planner.plan.data import Group, Plan
+from fuseplan.planner.ui.report import group_colours
 
 METADATA_PREFIX = "fuseplan."
 

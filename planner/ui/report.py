@@ -20,17 +20,17 @@ from typing import Any
 
 import networkx as nx
 
-from planner.app.api import Problem, chip_for_plan, load_for_plan
-from planner.app.verify import VerifyReport, verify_plan
-from planner.core.files import write_atomic
-from planner.cost.model import Counters, group_cost
-from planner.front.graph_build import build_graph
-from planner.front.onnx_load import random_inputs, randomize_weights
-from planner.ir.graph import Graph
-from planner.plan.checks import whole_tile
-from planner.plan.data import Group, Plan
-from planner.plan.json_io import load_plan
-from rules.ruleset import load_rules
+from fuseplan.planner.app.api import Problem, chip_for_plan, load_for_plan
+from fuseplan.planner.app.verify import VerifyReport, verify_plan
+from fuseplan.planner.core.files import write_atomic
+from fuseplan.planner.cost.model import Counters, group_cost
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.onnx_load import random_inputs, randomize_weights
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.checks import whole_tile
+from fuseplan.planner.plan.data import Group, Plan
+from fuseplan.planner.plan.json_io import load_plan
+from fuseplan.rules.ruleset import load_rules
 
 # SVG layout of the layer graph (pixels)
 NODE_W = 124
@@ -48,7 +48,7 @@ OP_CHARS = 20
 
 
 def _read_plan_doc(plan_path: Path) -> dict[str, Any]:
-    from planner.plan.schema import read_plan_doc
+    from fuseplan.planner.plan.schema import read_plan_doc
 
     return read_plan_doc(plan_path)
 
@@ -82,7 +82,7 @@ def verify_problem(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
 
 def explain_plan(problem: Problem, plan: Plan) -> dict[str, Any]:
     """The ``explain`` document (boundaries with reasons, violations) of an in-memory plan."""
-    from planner.app.explain import boundaries, recheck
+    from fuseplan.planner.app.explain import boundaries, recheck
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
     return {

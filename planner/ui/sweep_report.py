@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from planner.app.sweep import PointResult, Probe, SweepResult, Target, capacity_axes, knee
+from fuseplan.planner.app.sweep import PointResult, Probe, SweepResult, Target, capacity_axes, knee
 
 __all__ = ["curve_groups", "smallest_serving", "smallest_serving_bisected", "sweep_html",
            "write_sweep_report"]
@@ -222,7 +222,7 @@ def _table(rows: Sequence[PointResult], axis_keys: Sequence[str]) -> str:
 
 def sweep_html(result: SweepResult, target: Target | None = None, title: str = "sweep") -> str:
     """The report page as one HTML string."""
-    from planner.app.sweep import parse_target
+    from fuseplan.planner.app.sweep import parse_target
 
     goal = target or parse_target("x_floor<=1.1")
     axis, is_capacity = _axis_of(result)
@@ -288,6 +288,6 @@ def sweep_html(result: SweepResult, target: Target | None = None, title: str = "
 def write_sweep_report(result: SweepResult, path: str | Path, target: Target | None = None,
                        title: str = "sweep") -> None:
     """Write the report page."""
-    from planner.app.sweep import atomic_write
+    from fuseplan.planner.app.sweep import atomic_write
 
     atomic_write(Path(path), sweep_html(result, target, title))
