@@ -90,3 +90,41 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
             proc.stdout.close()
     raw = bytes(seen).decode(errors="replace")
     return Interrupted(proc.returncode, _lines_after_progress(raw, marker), took, raw)
+
+
+def interrupt_when_loaded(binary: Path, args: list[str], library: str, cwd: Path,
+                          wait_s: float = 300.0, stop_timeout_s: float = 60.0) -> Interrupted:
+    """Run `binary args`, send its process group SIGINT as soon as a shared library whose
+    path holds `library` is mapped into it (its imports have reached that extension: a
+    moment inside fuseplan's own imports, whatever the machine's speed); how it ended.
+
+    Before any such marker the interpreter itself is starting, which no program can answer
+    with anything but Python's own traceback."""
+    proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            cwd=cwd, start_new_session=True,
+                            env={"PATH": "/usr/bin:/bin", "COLUMNS": "100"})
+    maps = Path(f"/proc/{proc.pid}/maps")
+    deadline = time.monotonic() + wait_s
+    try:
+        while library not in _read(maps):
+            assert proc.poll() is None, "the command ended before it could be interrupted"
+            assert time.monotonic() < deadline, f"{library!r} was never loaded"
+            time.sleep(0.002)
+        os.killpg(proc.pid, signal.SIGINT)
+        signalled = time.monotonic()
+        _, stderr = proc.communicate(timeout=stop_timeout_s)
+        took = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return Interrupted(proc.returncode, [s.strip() for s in stderr.splitlines() if s.strip()],
+                       took, stderr)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:  # the process is gone (its ending is asserted by the caller)
+        return ""

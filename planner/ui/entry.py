@@ -5,11 +5,21 @@ imports take about two seconds before any command runs, and typer turns a Ctrl-C
 moments around a command (parsing its options, or after it returned) into a silent exit
 130. This module imports nothing heavy, so it covers both: nothing was written yet in the
 first case, and in the second the command either had not begun or had finished writing.
+
+A Ctrl-C while the imports initialise a compiled extension must not unwind through it: a
+KeyboardInterrupt raised inside onnx's extension as it loads crashes the interpreter on its
+way out (exit -11, nothing said). While the imports run, the signal handler therefore says
+the one line and ends the process at once, without unwinding: nothing was written yet.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from fuseplan.planner.ui import Interruption
 
@@ -22,8 +32,8 @@ def main() -> None:
     """Run the command line (``planner.ui.cli``), imported here so that a Ctrl-C during
     its imports is handled too."""
     try:
-        from fuseplan.planner.ui.cli import main as run
-
+        with _ended_at_once_by_ctrl_c():
+            from fuseplan.planner.ui.cli import main as run
         run()
     except KeyboardInterrupt:  # during the imports (typer handles the rest)
         _stopped(STARTING)
@@ -57,3 +67,24 @@ def _stopped(line: str) -> None:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
     raise SystemExit(130)
+
+
+def _end_starting(signum: int, frame: object) -> None:
+    """SIGINT during the imports: the line, exit 130, no unwinding through half-loaded
+    extensions (os._exit: no buffered output is pending and no file is open for writing)."""
+    os.write(2, (STARTING + "\n").encode())
+    os._exit(130)
+
+
+@contextmanager
+def _ended_at_once_by_ctrl_c() -> Iterator[None]:
+    """Within the block a Ctrl-C ends the process at once (the main thread only: a signal
+    handler cannot be set from another)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _end_starting)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
