@@ -1,73 +1,25 @@
-"""The online-softmax attention kernel (FlashAttention's recurrence), key chunk by key chunk.
+"""A lone fused attention layer run in chunks of its heads (Placement.hidden_chunks > 1).
 
-A fused attention layer (planner.front.attention_fusion) computes
-softmax(mask(scale * q @ k^T)) @ v for a tile of query rows without ever holding a row of
-scores whole: it walks the keys in chunks of `kv_chunk`, keeps per query row the running
-maximum m and the running sum l of exp(score - m), and rescales the running output when the
-maximum grows. After the last chunk the output is divided by l. This is the execution the
-cost model prices (planner.geometry.attention: the chunk of k^T and v and the chunk of scores,
-m and l beside the tile's own maps), not a whole-matrix softmax sliced afterwards.
+Each tile of query rows runs the chunks one after the other: a chunk loads its heads' query
+rows, streams its heads' keys and values a chunk of keys at a time through the online-softmax
+kernel (emulator.attention_kernel) and stores its heads' output rows, so one chunk of heads
+is on chip at a time. Every byte is counted from the arrays moved, as for any group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fuseplan.emulator.boxes import array_box, slice_box
+from fuseplan.emulator.layer import LayerCache
+from fuseplan.emulator.onchip import compute_on_chip
+from fuseplan.emulator.tally import Tally
 from fuseplan.planner.geometry.attention import online_attention as onchip_attention
 from fuseplan.planner.geometry.regions import Box, GroupIO, tile_regions
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.data import Group
-
-if TYPE_CHECKING:
-    from fuseplan.emulator.run import LayerCache, Tally
-
-
-def online_attention(q: np.ndarray, kt: np.ndarray, v: np.ndarray, *, scale: float,
-                     causal: bool, mask_value: float, kv_chunk: int, query_offset: int,
-                     query_length: int) -> np.ndarray:
-    """Attention of the query rows `q` ([..., T, d]: rows `query_offset` on of a sequence
-    of `query_length`) against all keys `kt` ([..., d, Lk]) and values `v` ([..., Lk, dv]),
-    one chunk of `kv_chunk` keys at a time.
-
-    ``causal``: query i sees key j only when j <= i + (Lk - query_length); the others get
-    `mask_value`, as the model's Where (or additive mask) gave them, so a chunk wholly in
-    the future still runs and contributes exp(mask_value - max), zero in float32.
-    """
-    lk = kt.shape[-1]
-    work = np.float64 if q.dtype == np.float64 else np.float32
-    qs = q.astype(work, copy=False)
-    out = np.zeros((*q.shape[:-1], v.shape[-1]), work)
-    running_max = np.full(q.shape[:-1], -np.inf, work)
-    running_sum = np.zeros(q.shape[:-1], work)
-    # the last key each query row sees (causal)
-    last_key = np.arange(query_offset, query_offset + q.shape[-2])[:, None] + (lk - query_length)
-    for start in range(0, lk, kv_chunk):
-        stop = min(lk, start + kv_chunk)
-        scores = (qs @ kt[..., start:stop].astype(work, copy=False)) * work(scale)
-        if causal:
-            scores = np.where(np.arange(start, stop)[None, :] <= last_key, scores,
-                              work(mask_value))
-        new_max = np.maximum(running_max, scores.max(axis=-1))
-        correction = np.exp(running_max - new_max)
-        weights = np.exp(scores - new_max[..., None])
-        running_sum = running_sum * correction + weights.sum(axis=-1)
-        out = out * correction[..., None] + weights @ v[..., start:stop, :].astype(work,
-                                                                                 copy=False)
-        running_max = new_max
-    return (out / running_sum[..., None]).astype(q.dtype, copy=False)
-
-
-def attention_kernel(attrs: Any, q: np.ndarray, kt: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """The fused layer's kernel with its attributes (planner.front.attention_fusion)."""
-    return online_attention(q, kt, v, scale=float(attrs["scale"]),
-                            causal=bool(attrs["causal"]),
-                            mask_value=float(attrs["mask_value"]),
-                            kv_chunk=int(attrs["kv_chunk"]),
-                            query_offset=int(attrs.get("query_offset", 0)),
-                            query_length=int(attrs["query_length"]))
 
 
 def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
@@ -77,8 +29,6 @@ def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[B
     each tile of query rows runs the chunks one after the other, each loading its heads'
     query rows, streaming its heads' keys and values a chunk of keys at a time and storing
     its heads' output rows, so one chunk of heads is on chip at a time."""
-    from fuseplan.emulator.run import _full, _slice, compute_on_chip
-
     dt = tally.chip.dtype_bytes
     lay = graph.layer(io.layers[0])
     out = lay.outputs[0]
@@ -94,7 +44,7 @@ def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[B
             held = 0  # this chunk's inputs on chip (one chunk of keys where they stream)
             for t in io.inputs:  # this chunk's heads of the tile's box of every input
                 layout = graph.layout(t)
-                arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)[:, part]
+                arr = slice_box(dram[t], array_box(dram[t], layout), boxes[t], layout)[:, part]
                 onchip[t] = (boxes[t], arr)
                 loaded += arr.size * dt
                 tally.core += arr.size * dt * 2  # written on chip, read by the layer
@@ -108,6 +58,6 @@ def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[B
             layout = graph.layout(out)
             if out not in dram:
                 dram[out] = np.zeros(graph.shapes[out], dtype=y.dtype)
-            _slice(dram[out], _full(dram[out], layout), tile_box, layout)[:, part] = y
+            slice_box(dram[out], array_box(dram[out], layout), tile_box, layout)[:, part] = y
             written += y.size * dt
         tally.tile(ti, loaded, written)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fuseplan.emulator.boxes import take_range
 from fuseplan.planner.geometry.heads import take_units
 from fuseplan.planner.geometry.hidden import (
     Stretch,
@@ -32,12 +33,6 @@ from fuseplan.planner.ir.ops import op_spec
 from fuseplan.planner.plan.data import Group
 
 Compute = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
-
-
-def _take(arr: np.ndarray, axis: int, lo: int, hi: int) -> np.ndarray:
-    index = [slice(None)] * arr.ndim
-    index[axis] = slice(lo, hi)
-    return arr[tuple(index)]
 
 
 class Overlay(Mapping[str, np.ndarray]):
@@ -111,7 +106,7 @@ class WeightStream:
                 sizes.append([sum(a.size for a in arrays.values()) * dtype_bytes])
                 continue
             channels, axes = split
-            slices = tuple({w: _take(arr, axes[w], lo, hi) for w, arr in arrays.items()
+            slices = tuple({w: take_range(arr, axes[w], lo, hi) for w, arr in arrays.items()
                             if w in axes} for lo, hi in chunk_ranges(channels, chunks))
             parts[name] = slices
             sizes.append([sum(part[w].size if w in part else arrays[w].size for w in arrays)

@@ -164,30 +164,54 @@ def simulate_group(timing: ClockChip, run: GroupRun, start: Fraction = Fraction(
     steps = max(len(b) for b in bands)
     if steps == 0:  # a group that ran no tile (an empty table of boxes) takes no time
         return GroupTrace(start, (), 0)
-    cores = timing.cores // len(bands)
-    # the band whose tile carries each step's weights: the first band that has that step
-    carrier = [min(b for b in range(len(bands)) if s < len(bands[b])) for s in range(steps)]
-    weights = [Fraction(_step_weights(bands, s)) for s in range(steps)]
-    weights[0] = max(Fraction(0), weights[0] - preloaded_weight_bytes)
-    work = [[timing.compute(t, cores) for t in b] for b in bands]
-    load_end: list[list[Fraction]] = [[] for _ in bands]
-    comp_end: list[list[Fraction]] = [[] for _ in bands]
-    store_end: list[list[Fraction]] = [[] for _ in bands]
-    busy: list[tuple[Fraction, Fraction]] = []
-    link = start
+    play = _Playback(timing, run, bands, steps, start, preloaded_weight_bytes)
+    while play.pending():
+        play.serve_next()
+    return play.trace()
 
-    def load_ready(b: int) -> Fraction | None:
-        s = len(load_end[b])
+
+class _Playback:
+    """One group's tiles being played: when each band's loads, computes and stores end, and
+    when the DRAM link is busy."""
+
+    def __init__(self, timing: ClockChip, run: GroupRun,
+                 bands: Sequence[Sequence[TileEvents]], steps: int, start: Fraction,
+                 preloaded_weight_bytes: Fraction) -> None:
+        self.timing, self.bands, self.start = timing, bands, start
+        self.double_buffered = run.double_buffered
+        cores = timing.cores // len(bands)
+        # the band whose tile carries each step's weights: the first band that has that step
+        self.carrier = [min(b for b in range(len(bands)) if s < len(bands[b]))
+                        for s in range(steps)]
+        self.weights = [Fraction(_step_weights(bands, s)) for s in range(steps)]
+        self.weights[0] = max(Fraction(0), self.weights[0] - preloaded_weight_bytes)
+        self.work = [[timing.compute(t, cores) for t in b] for b in bands]
+        self.load_end: list[list[Fraction]] = [[] for _ in bands]
+        self.comp_end: list[list[Fraction]] = [[] for _ in bands]
+        self.store_end: list[list[Fraction]] = [[] for _ in bands]
+        self.busy: list[tuple[Fraction, Fraction]] = []
+        self.link = start
+
+    def pending(self) -> bool:
+        """Whether some band has a tile not stored yet."""
+        return any(len(e) < len(b) for e, b in zip(self.store_end, self.bands, strict=True))
+
+    def load_ready(self, b: int) -> Fraction | None:
+        """When band b's next load may start (None: not before something else ends)."""
+        load_end, comp_end, store_end = self.load_end[b], self.comp_end[b], self.store_end[b]
+        s = len(load_end)
         if s == 0:
-            return start
-        if not run.double_buffered:  # one buffer: the previous tile is stored first
-            return store_end[b][s - 1] if len(store_end[b]) >= s else None
-        if s >= 2 and len(comp_end[b]) < s - 1:  # tile s-2 still holds the other buffer
+            return self.start
+        if not self.double_buffered:  # one buffer: the previous tile is stored first
+            return store_end[s - 1] if len(store_end) >= s else None
+        if s >= 2 and len(comp_end) < s - 1:  # tile s-2 still holds the other buffer
             return None
-        return max(load_end[b][s - 1], comp_end[b][s - 2] if s >= 2 else start)
+        return max(load_end[s - 1], comp_end[s - 2] if s >= 2 else self.start)
 
-    def advance_compute() -> None:
-        for b, ends in enumerate(comp_end):
+    def advance_compute(self) -> None:
+        """Compute every loaded tile whose step's weights have arrived."""
+        load_end, carrier = self.load_end, self.carrier
+        for b, ends in enumerate(self.comp_end):
             while len(ends) < len(load_end[b]):
                 s = len(ends)
                 ready = load_end[b][s]
@@ -195,32 +219,42 @@ def simulate_group(timing: ClockChip, run: GroupRun, start: Fraction = Fraction(
                     if len(load_end[carrier[s]]) <= s:
                         break
                     ready = max(ready, load_end[carrier[s]][s])
-                ends.append(max(ready, ends[-1] if ends else start) + work[b][s])
+                ends.append(max(ready, ends[-1] if ends else self.start) + self.work[b][s])
 
-    while any(len(e) < len(b) for e, b in zip(store_end, bands, strict=True)):
-        # the transfer served next: the earliest ready (stores first on a tie), by band
+    def next_transfer(self) -> tuple[Fraction, int, int]:
+        """(ready, kind: 0 store / 1 load, band) of the transfer served next: the earliest
+        ready (stores first on a tie), by band."""
         best: tuple[Fraction, int, int] | None = None
-        for b, tiles in enumerate(bands):
-            if len(store_end[b]) < len(comp_end[b]):
-                cand = (comp_end[b][len(store_end[b])], 0, b)
+        for b, tiles in enumerate(self.bands):
+            if len(self.store_end[b]) < len(self.comp_end[b]):
+                cand = (self.comp_end[b][len(self.store_end[b])], 0, b)
                 best = cand if best is None or cand < best else best
-            if len(load_end[b]) < len(tiles) and (ready := load_ready(b)) is not None:
+            if len(self.load_end[b]) < len(tiles) and (ready := self.load_ready(b)) is not None:
                 cand = (ready, 1, b)
                 best = cand if best is None or cand < best else best
         if best is None:
             raise RuntimeError("clock deadlock: no transfer can start")  # a bug, not input
-        ready, kind, b = best
+        return best
+
+    def serve_next(self) -> None:
+        """Move the next transfer over the link, then compute what it made ready."""
+        ready, kind, b = self.next_transfer()
         if kind == 0:
-            s = len(store_end[b])
-            size = Fraction(bands[b][s].store_bytes)
+            s = len(self.store_end[b])
+            size = Fraction(self.bands[b][s].store_bytes)
         else:
-            s = len(load_end[b])
-            size = bands[b][s].load_bytes + (weights[s] if carrier[s] == b else Fraction(0))
-        begin = max(ready, link)
-        link = begin + size / timing.bytes_per_cycle
-        if link > begin:
-            busy.append((begin, link))
-        (store_end if kind == 0 else load_end)[b].append(link)
-        advance_compute()
-    end = max([start] + [e[-1] for e in store_end if e] + [e[-1] for e in comp_end if e])
-    return GroupTrace(end, tuple(busy), max(sum(w) for w in work))
+            s = len(self.load_end[b])
+            size = self.bands[b][s].load_bytes \
+                + (self.weights[s] if self.carrier[s] == b else Fraction(0))
+        begin = max(ready, self.link)
+        self.link = begin + size / self.timing.bytes_per_cycle
+        if self.link > begin:
+            self.busy.append((begin, self.link))
+        (self.store_end if kind == 0 else self.load_end)[b].append(self.link)
+        self.advance_compute()
+
+    def trace(self) -> GroupTrace:
+        """When the last event ends, the link's busy intervals, the busiest band's compute."""
+        end = max([self.start] + [e[-1] for e in self.store_end if e]
+                  + [e[-1] for e in self.comp_end if e])
+        return GroupTrace(end, tuple(self.busy), max(sum(w) for w in self.work))

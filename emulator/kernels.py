@@ -32,7 +32,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto
 from onnx.reference import ReferenceEvaluator
 
-from fuseplan.emulator.attention import attention_kernel
+from fuseplan.emulator.attention_kernel import attention_kernel
 from fuseplan.planner.ir.ops import known_ops, op_spec
 
 __all__ = ["SUPPORTED", "registered_kernels", "run_op", "run_reference"]

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fuseplan.emulator.boxes import array_box, slice_box
+from fuseplan.emulator.layer import LayerCache
+from fuseplan.emulator.onchip import compute_on_chip, held_for_all, keep_outputs
+from fuseplan.emulator.tally import Tally
+from fuseplan.emulator.tiles import run_tiles
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.geometry.passes import Passes, held_map_reads, pass_stretches
 from fuseplan.planner.geometry.regions import Box, full_box, in_group_uses, iter_tiles, tile_regions
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.data import Group
-
-if TYPE_CHECKING:
-    from fuseplan.emulator.run import LayerCache, Tally
 
 
 def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.ndarray],
@@ -33,15 +34,6 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
                chip: Chip) -> None:
     """Run every pass and the tails between them, reading and writing `dram` and counting
     into `tally` (its weights are the whole group's, resident)."""
-    from fuseplan.emulator.run import (
-        _full,
-        _slice,
-        compute_on_chip,
-        held_for_all,
-        keep_outputs,
-        run_tiles,
-    )
-
     dt = chip.dtype_bytes
 
     def wbytes(names: tuple[str, ...]) -> int:
@@ -56,7 +48,7 @@ def run_passes(graph: Graph, group: Group, split: Passes, dram: dict[str, np.nda
         need = tile_regions(graph, split.whole, full_box(graph, split.whole.anchor))
         for t in split.inputs:
             layout = graph.layout(t)
-            arr = _slice(dram[t], _full(dram[t], layout), need[t], layout)
+            arr = slice_box(dram[t], array_box(dram[t], layout), need[t], layout)
             held[t] = (need[t], arr)
             preloaded += arr.size * dt
             tally.core += arr.size * dt * (1 + uses.get(t, 0))

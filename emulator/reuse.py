@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fuseplan.emulator.layer import LayerCache, run_layer
+from fuseplan.emulator.tally import Tally
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.geometry.halo_reuse import lifetimes, stream_floors, streamed_step
 from fuseplan.planner.geometry.regions import (
@@ -32,9 +33,6 @@ from fuseplan.planner.geometry.regions import (
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.ir.layout import Layout
 from fuseplan.planner.plan.data import Group
-
-if TYPE_CHECKING:
-    from fuseplan.emulator.run import LayerCache, Tally
 
 Rect = tuple[int, int, int, int]  # r0, r1, c0, c1
 
@@ -244,8 +242,6 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
                layers: LayerCache | None, first: int) -> None:
     """One batch part's tiles (`plan`: plan_tiles of the group's sweep), from an empty chip;
     `first` is its first tile's index."""
-    from fuseplan.emulator.run import run_layer  # run.py dispatches reusing groups here
-
     io, steps, keeps, spans = plan
     streamed = {k: s for k in range(len(io.layers))
                 if (s := streamed_step(graph, io, k)) is not None}

@@ -12,25 +12,18 @@ it runs with (emulator.chunks) and counts every byte as it goes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fuseplan.emulator.boxes import array_box, slice_box, take_range
 from fuseplan.emulator.chunks import Overlay
+from fuseplan.emulator.layer import LayerCache, run_layer
+from fuseplan.emulator.tally import Tally
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.geometry.regions import group_io, in_group_uses, iter_tiles, tile_regions
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.ir.ops import op_spec
 from fuseplan.planner.plan.data import Group
-
-if TYPE_CHECKING:
-    from fuseplan.emulator.run import LayerCache, Tally
-
-
-def _channels(arr: np.ndarray, axis: int, lo: int, hi: int) -> np.ndarray:
-    index = [slice(None)] * arr.ndim
-    index[axis] = slice(lo, hi)
-    return arr[tuple(index)]
 
 
 def run_weights_outer(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
@@ -38,8 +31,6 @@ def run_weights_outer(graph: Graph, group: Group, chip: Chip, dram: dict[str, np
                       ) -> None:
     """Run a weights-outer group chunk by chunk, each chunk over every tile, reading and
     writing `dram` and counting into `tally`."""
-    from fuseplan.emulator.run import _full, _slice, run_layer  # run.py dispatches here
-
     io = group_io(graph, group.layers)
     lay = graph.layer(io.layers[0])
     out = lay.outputs[0]
@@ -62,7 +53,7 @@ def run_weights_outer(graph: Graph, group: Group, chip: Chip, dram: dict[str, np
             loaded = 0
             for t in io.inputs:  # DRAM -> SRAM again for every chunk
                 layout = graph.layout(t)
-                arr = _slice(dram[t], _full(dram[t], layout), boxes[t], layout)
+                arr = slice_box(dram[t], array_box(dram[t], layout), boxes[t], layout)
                 onchip[t] = (boxes[t], arr)
                 loaded += arr.size * dt
                 tally.core += arr.size * dt * (1 + uses.get(t, 0))
@@ -73,9 +64,9 @@ def run_weights_outer(graph: Graph, group: Group, chip: Chip, dram: dict[str, np
             tally.step(step, loaded + y.size * dt + prefetch, 0)
             if out not in dram:
                 dram[out] = np.zeros(graph.shapes[out], dtype=y.dtype)
-            whole = _slice(dram[out], _full(dram[out], out_layout), tile_box, out_layout)
+            whole = slice_box(dram[out], array_box(dram[out], out_layout), tile_box, out_layout)
             width = y.shape[axis]  # this chunk's output channels
-            _channels(whole, axis, lo, lo + width)[...] = y
+            take_range(whole, axis, lo, lo + width)[...] = y
             tally.tile(step, loaded, y.size * dt, sizes[j] if ti == 0 else 0, sizes[j])
             step += 1
         lo += width

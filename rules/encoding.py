@@ -43,6 +43,7 @@ from fuseplan.planner.geometry.regions import (
     group_io,
 )
 from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.facts import GroupFacts, channels
 
 # a quantity: fixed by the tile, or linear in the model's variables
@@ -50,40 +51,17 @@ Expr: TypeAlias = "LinearExpr | int"
 
 
 class Pinned(Protocol):
-    """A tile choice with its cost (solver.tiles.TileChoice), pinned in a candidate."""
+    """A tile choice with its mode and cost (solver.tiles.TileChoice), pinned in a
+    candidate."""
 
     @property
     def tile(self) -> Tile: ...
 
     @property
-    def resident(self) -> bool: ...
-
-    @property
-    def double_buffered(self) -> bool: ...
-
-    @property
-    def halo_reuse(self) -> bool: ...
+    def mode(self) -> Mode: ...
 
     @property
     def cost(self) -> Counters: ...
-
-    @property
-    def weights_outer(self) -> bool: ...
-
-    @property
-    def passes(self) -> int: ...
-
-    @property
-    def inputs_held(self) -> bool: ...
-
-    @property
-    def maps_held(self) -> bool: ...
-
-    @property
-    def hidden_chunks(self) -> int: ...
-
-    @property
-    def inputs_reloaded(self) -> bool: ...
 
 
 def tile_floor(chains: GroupChains, io: GroupIO, graph: Graph, axis: int) -> int | None:
@@ -124,17 +102,33 @@ class Candidate:
     facts_any_tile: GroupFacts
     rows: dict[str, Expr] = field(default_factory=dict)  # tensor -> bound-rows var/int
     fixed: Counters | None = None  # the pinned tile's cost (no closed form for its rows)
-    # a pinned tile run in passes (planner.geometry.passes): how many, its exact peak
-    passes: int = 1
-    inputs_held: bool = False
-    maps_held: bool = False
-    # a pinned tile run in hidden chunks (planner.geometry.hidden): how many, and whether
-    # its inputs are loaded again after a stretch (planner.geometry.reload)
-    hidden_chunks: int = 1
-    inputs_reloaded: bool = False
+    # a pinned tile's mode (planner.plan.mode): its passes around reductions, hidden chunks,
+    # what it holds or loads again; a free candidate's residency, buffering and halo mode
+    # are the variables above, the rest of its mode the default
+    mode: Mode = Mode()
     # the exact feature-map peak of a tile run in passes or hidden chunks (its weights on a
     # single-memory chip beside the maps: resident ones not included, streamed ones are)
     exact_peak: int | None = None
+
+    @property
+    def passes(self) -> int:
+        return self.mode.passes
+
+    @property
+    def inputs_held(self) -> bool:
+        return self.mode.inputs_held
+
+    @property
+    def maps_held(self) -> bool:
+        return self.mode.maps_held
+
+    @property
+    def hidden_chunks(self) -> int:
+        return self.mode.hidden_chunks
+
+    @property
+    def inputs_reloaded(self) -> bool:
+        return self.mode.inputs_reloaded
 
     @property
     def in_passes(self) -> bool:
@@ -187,19 +181,19 @@ class Encoding:
         sel = m.new_bool_var(f"select_{i}")
         if fixed is not None:
             t = fixed.tile
-            pinned = GroupFacts(graph, io, chains, t, self.chip, fixed.resident,
-                                fixed.double_buffered, fixed.halo_reuse,
-                                weights_outer=fixed.weights_outer)
+            mode = fixed.mode
+            # the rules see the tile's residency, buffers, halos and loop order (its passes
+            # and hidden chunks are checked by solver.passes and solver.hidden)
+            pinned = GroupFacts(graph, io, chains, t, self.chip, Mode(
+                mode.weights, mode.double_buffered, mode.halo, mode.loop))
             cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, t.h, t.n,
                              ceil(h / t.h), ceil(n / t.n),
                              ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w),
-                             m.new_constant(int(fixed.resident)),
-                             m.new_constant(int(fixed.double_buffered)),
-                             m.new_constant(int(fixed.halo_reuse)),
+                             m.new_constant(int(mode.weights_resident)),
+                             m.new_constant(int(mode.double_buffered)),
+                             m.new_constant(int(mode.halo_reuse)),
                              m.new_constant(int(t.h >= h and t.w >= w)), t.h, pinned,
-                             fixed=fixed.cost, passes=fixed.passes, inputs_held=fixed.inputs_held,
-                             hidden_chunks=fixed.hidden_chunks, maps_held=fixed.maps_held,
-                             inputs_reloaded=fixed.inputs_reloaded,
+                             fixed=fixed.cost, mode=mode,
                              exact_peak=self._exact_peak(io, fixed))
             self.candidates.append(cand)
             return cand
@@ -247,9 +241,9 @@ class Encoding:
         """The exact feature-map peak of a pinned tile run in passes or hidden chunks, None
         for others: its cost's SRAM peak, less the resident weights a single-memory chip
         holds beside the maps (planner.cost.passes.passes_cost, planner.cost.hidden)."""
-        if fixed.passes == 1 and fixed.hidden_chunks == 1:
+        if fixed.mode.passes == 1 and fixed.mode.hidden_chunks == 1:
             return None
-        if not fixed.resident:
+        if not fixed.mode.weights_resident:
             return fixed.cost.sram_peak_bytes
         held = weight_bytes(self.graph, io.weights, self.chip) if self.chip.unified else 0
         return fixed.cost.sram_peak_bytes - held

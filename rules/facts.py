@@ -39,6 +39,7 @@ from fuseplan.planner.geometry.regions import (
     tile_regions,
 )
 from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.plan.mode import Mode
 
 
 def channels(graph: Graph, tensor: str) -> int:
@@ -61,14 +62,12 @@ class GroupFacts:
     chains: GroupChains
     tile: Tile
     chip: Chip
-    weights_resident: bool = True
-    double_buffered: bool = False
-    halo_reuse: bool = False
+    # how the group runs (planner.plan.mode): its residency, buffers, halos; weights outer
+    # (one layer whose weight chunks each sweep every tile: a tile holds only the widest
+    # chunk's slice of the output channels); its hidden chunks (with `hidden` below)
+    mode: Mode = Mode()
     # the reusing tile grid, when the caller keeps one across tiles (its axes are memoized)
     grid: ReuseGrid | None = field(default=None, compare=False, repr=False)
-    # one layer whose weight chunks each sweep every tile (Placement.weights_outer): a tile
-    # holds only the widest chunk's slice of the output channels
-    weights_outer: bool = False
     # tensor_bound_bytes by tensor, filled as asked (the peaks ask for each tensor per step)
     _bounds: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     # one pass of a group run in pooling passes (solver.passes): the maps the group holds on
@@ -77,9 +76,8 @@ class GroupFacts:
     held_bytes: int = 0
     group_weight_bytes: int | None = None
     # a group run in hidden chunks (planner.geometry.hidden): each hidden map is held a
-    # chunk at a time, the widest chunk's slice of its channels
+    # chunk at a time (mode.hidden_chunks of them), the widest chunk's slice of its channels
     hidden: tuple[Stretch, ...] = ()
-    hidden_chunks: int = 1
     # its streamed weights on chip at each step (planner.cost.hidden.hidden_stream), when
     # the caller keeps them
     hidden_weights: HiddenStream | None = field(default=None, compare=False, repr=False)
@@ -91,6 +89,26 @@ class GroupFacts:
         default=None, compare=False, repr=False)
     # inputs loaded again after a stretch, off chip in between (planner.geometry.reload)
     reloaded: Mapping[str, tuple[int, int]] | None = field(default=None, compare=False)
+
+    @property
+    def weights_resident(self) -> bool:
+        return self.mode.weights_resident
+
+    @property
+    def double_buffered(self) -> bool:
+        return self.mode.double_buffered
+
+    @property
+    def halo_reuse(self) -> bool:
+        return self.mode.halo_reuse
+
+    @property
+    def weights_outer(self) -> bool:
+        return self.mode.weights_outer
+
+    @property
+    def hidden_chunks(self) -> int:
+        return self.mode.hidden_chunks
 
     @cached_property
     def layers(self) -> list[Layer]:

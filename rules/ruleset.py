@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fuseplan.planner.core.errors import InputError
-from fuseplan.planner.core.yamlio import build_dataclass, did_you_mean, load_yaml, where
+from fuseplan.planner.core.files import read_input
+from fuseplan.planner.core.yamlio import (
+    MAX_YAML_BYTES,
+    build_dataclass,
+    did_you_mean,
+    load_yaml,
+    where,
+)
 from fuseplan.planner.cost.objective import ObjectiveSettings
 from fuseplan.rules.base import REGISTRY, GroupFacts, Rule, Violation
 
@@ -178,5 +185,7 @@ def load_rules(path: str | Path | None = None) -> RuleSet:
                                 "objective settings")
     partition = build_dataclass(PartitionSettings, doc.get("partition") or {}, file,
                                 "partition settings")
-    sha = hashlib.sha256(file.read_bytes()).hexdigest()
+    # read as load_yaml read it: a regular file within the cap (stat before open)
+    sha = hashlib.sha256(read_input(file, "rule file", MAX_YAML_BYTES,
+                                    "Pass the path of a rule file (YAML).")).hexdigest()
     return RuleSet(rules, search, objective, partition, str(file), sha)

@@ -91,53 +91,99 @@ def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileCho
          workers: Workers, searched: Callable[[Edge], None],
          tried: Callable[[Start, Groups], None], refine: Callable[[Edge], bool]) -> Outcome:
     """bounded_path's rounds, evaluating on `workers`."""
-    jobs = workers.jobs
-    live = [e for e in edges if not e.searched or e.choice is not None]
-    shared: dict[StructureKey, Found | None] = {}
-    left_out = 0
-    lied = False  # a searched cost came out under its floor: floors count for nothing
-    while True:
-        if ctx.until is not None and time.perf_counter() >= ctx.until:
-            dropped = [e for e in live if not e.searched and not e.required]
-            left_out += len(dropped)
-            live = [e for e in live if e.searched or e.required]
-        path = _cheapest(live, end, units)
-        if path is None:
-            raise PlanningError("no grouping of the layers passes the rules and fits the chip")
-        raw = [e for e in path if not e.refined]
-        if raw:  # the path again once these are known better: no search yet
-            dropped_ids = set()
-            for e in raw:
-                e.refined = True
-                if not refine(e):
-                    e.choice = None  # no candidate: never on a path, its memo tile neither
-                    dropped_ids.add(id(e))
-                elif lied:
-                    e.floor = 0
-            live = [e for e in live if id(e) not in dropped_ids]
-            continue
-        if not any(not e.searched for e in path):
-            return Outcome(path, left_out)
-        batch = [e for e in path if not e.searched]
-        work = _work(ctx, batch, shared)
+    return _Rounds(ctx, end, units, workers, searched, tried, refine, edges).run()
+
+
+class _Rounds:
+    """bounded_path's rounds and what they keep between them: the edges still live, the
+    searches shared by structure, the candidates the time limit left out, and whether a
+    floor lied."""
+
+    def __init__(self, ctx: Context, end: int, units: Callable[[TileChoice], int],
+                 workers: Workers, searched: Callable[[Edge], None],
+                 tried: Callable[[Start, Groups], None], refine: Callable[[Edge], bool],
+                 edges: Sequence[Edge]) -> None:
+        self.ctx, self.end, self.units, self.workers = ctx, end, units, workers
+        self.searched, self.tried, self.refine = searched, tried, refine
+        self.live = [e for e in edges if not e.searched or e.choice is not None]
+        self.shared: dict[StructureKey, Found | None] = {}
+        self.left_out = 0
+        self.lied = False  # a searched cost came out under its floor: floors count for nothing
+
+    def run(self) -> Outcome:
+        """Path, refine or search, path again, until the path's edges are all searched."""
+        while True:
+            if self.ctx.until is not None and time.perf_counter() >= self.ctx.until:
+                self._drop_unsearched()
+            path = _cheapest(self.live, self.end, self.units)
+            if path is None:
+                raise PlanningError("no grouping of the layers passes the rules and fits the "
+                                    "chip")
+            raw = [e for e in path if not e.refined]
+            if raw:  # the path again once these are known better: no search yet
+                dropped_ids = {id(e) for e in raw if not self._refined(e)}
+                self.live = [e for e in self.live if id(e) not in dropped_ids]
+                continue
+            batch = [e for e in path if not e.searched]
+            if not batch:
+                return Outcome(path, self.left_out)
+            self._search(batch)
+
+    def _drop_unsearched(self) -> None:
+        """Past the time limit: leave out the unsearched groups of several layers."""
+        dropped = [e for e in self.live if not e.searched and not e.required]
+        self.left_out += len(dropped)
+        self.live = [e for e in self.live if e.searched or e.required]
+
+    def _refined(self, e: Edge) -> bool:
+        """Refine an edge the rounds reached: False where it is no candidate after all (then
+        never on a path, its memo tile neither)."""
+        e.refined = True
+        if not self.refine(e):
+            e.choice = None  # no candidate: never on a path, its memo tile neither
+            return False
+        if self.lied:
+            e.floor = 0
+        return True
+
+    def _search(self, batch: list[Edge]) -> None:
+        """One round of searches: the path's unsearched edges (and runners-up on idle
+        cores), their results settled on the edges."""
+        work = _work(self.ctx, batch, self.shared)
         gone: set[int] = set()
-        if len(work) < jobs:  # idle cores: also the groups on the next cheapest paths
-            for e in _runners_up(live, end, units, batch)[:RUNNERS_UP * jobs]:
-                if not e.refined:
-                    e.refined = True
-                    if not refine(e):
-                        e.choice = None
-                        gone.add(id(e))
-                        continue
-                    if lied:
-                        e.floor = 0
-                batch.append(e)
-                work = _work(ctx, batch, shared)
-                if len(work) >= jobs:
-                    break
+        if len(work) < self.workers.jobs:  # idle cores: also the groups on the next cheapest paths
+            work = self._add_runners_up(batch, work, gone)
+        by_start = self._evaluate(work)
+        self._settle_whole(by_start, gone)
+        self._settle_batch(batch, gone)
+        self.live = [e for e in self.live if id(e) not in gone]
+        if self.lied:
+            for e in self.live:
+                e.floor = 0
+
+    def _add_runners_up(self, batch: list[Edge], work: dict[StructureKey | Start, Task | Start],
+                        gone: set[int]) -> dict[StructureKey | Start, Task | Start]:
+        """The work with the edges of the next cheapest paths added to the batch, until it
+        keeps every core busy (those no candidate after all go to `gone`)."""
+        jobs = self.workers.jobs
+        for e in _runners_up(self.live, self.end, self.units, batch)[:RUNNERS_UP * jobs]:
+            if not e.refined and not self._refined(e):
+                gone.add(id(e))
+                continue
+            batch.append(e)
+            work = _work(self.ctx, batch, self.shared)
+            if len(work) >= jobs:
+                break
+        return work
+
+    def _evaluate(self, work: dict[StructureKey | Start, Task | Start]
+                  ) -> dict[Start, Groups | None]:
+        """Run the work on the workers: searches go to the shared results, whole-map starts'
+        groups are returned by start (and told to ``tried``)."""
         # a round's searches are few and long: a pool pays off from two of them
-        results = dict(zip(work, workers.map(_evaluate, list(work.values()),
-                                             [len(x.layers) for x in work.values()], least=2),
+        results = dict(zip(work, self.workers.map(_evaluate, list(work.values()),
+                                                  [len(x.layers) for x in work.values()],
+                                                  least=2),
                            strict=True))
         by_start: dict[Start, Groups | None] = {}
         for item, result in results.items():
@@ -145,15 +191,20 @@ def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileCho
                 assert result is None or isinstance(result, list)
                 by_start[item] = result
                 if result is not None:
-                    tried(item, result)
+                    self.tried(item, result)
             else:
                 assert result is None or isinstance(result, Found)
-                shared[item] = result
-        for e in live:
+                self.shared[item] = result
+        return by_start
+
+    def _settle_whole(self, by_start: Mapping[Start, Groups | None], gone: set[int]) -> None:
+        """Give each live whole-map edge whose start was tried its tile, or send it to
+        `gone`."""
+        for e in self.live:
             if e.whole is not None and e.whole in by_start:
                 groups = by_start[e.whole]
                 if groups is None:  # past the time limit: not searched
-                    left_out += 1
+                    self.left_out += 1
                     gone.add(id(e))
                     continue
                 choice = dict(groups).get(e.layers)
@@ -161,25 +212,25 @@ def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileCho
                     gone.add(id(e))
                     continue
                 e.choice, e.searched, e.whole = choice, True, None
-                lied |= _floor_lied(e, units)
+                self.lied |= _floor_lied(e, self.units)
+
+    def _settle_batch(self, batch: Sequence[Edge], gone: set[int]) -> None:
+        """Give each searched edge of the batch its structure's best tile, or send it to
+        `gone` (past the time limit, or no tile passes)."""
         for e in batch:
             if e.whole is not None or e.searched or id(e) in gone:
                 continue
-            found = shared[_key(ctx, e)]
+            found = self.shared[_key(self.ctx, e)]
             if found is None:  # past the time limit: not searched
-                left_out += 1
+                self.left_out += 1
                 gone.add(id(e))
                 continue
             e.choice, e.searched, e.quick = found.best, True, found.quick
-            searched(e)
+            self.searched(e)
             if e.choice is None:
                 gone.add(id(e))
             else:
-                lied |= _floor_lied(e, units)
-        live = [e for e in live if id(e) not in gone]
-        if lied:
-            for e in live:
-                e.floor = 0
+                self.lied |= _floor_lied(e, self.units)
 
 
 def _work(ctx: Context, batch: Sequence[Edge], shared: Mapping[StructureKey, Found | None]

@@ -6,7 +6,8 @@ feasible warm start. One literal per candidate says it is selected; every layer
 is covered exactly once. Each candidate has its tile variables (rules.encoding)
 and the chip's capacities as linear constraints; every enabled rule encodes
 itself, gated by the candidate's literal and the rule's own literal, which is
-passed as an assumption so an infeasible model names the rules in conflict.
+passed as an assumption so an infeasible model names the rules in conflict. Each
+candidate's cost under the objective is stated by solver.cpsat_costs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Container, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # ortools (and the pandas it loads) only once CP-SAT runs
@@ -28,28 +29,24 @@ from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.cost.model import (
-    dram_bytes_per_cycle,
-    group_tensors,
     idle_dram_cycles,
     weight_bytes,
     weight_prefetch_cycles,
     weights_beside_maps,
 )
 from fuseplan.planner.cost.objective import (
-    Charged,
     Objective,
     cycle_units,
-    objective_terms,
     objective_units,
 )
 from fuseplan.planner.geometry.attention import attention_heads
-from fuseplan.planner.geometry.regions import Tile, in_group_uses
-from fuseplan.planner.geometry.rounds import round_size
+from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.ir.graph import Graph
-from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.plan.placement import HaloMode, Placement, WeightResidency
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.encoding import Candidate, Encoding
 from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.cpsat_costs import Timing, objective_expr, upper_bound
 from fuseplan.solver.groups import breaks_structure, connected_intervals, is_connected, is_convex
 from fuseplan.solver.hidden import HiddenSearch
 from fuseplan.solver.long_groups import long_groups
@@ -112,7 +109,7 @@ def faster_buffering(graph: Graph, chip: Chip, ruleset: RuleSet, p: Placement) -
                                                            p.halo_reuse, p.weights_outer)
     db = min(options, key=lambda o: search.quick_cost(p.tile, p.weights_resident, o,
                                                       p.halo_reuse, p.weights_outer).cycles)
-    return replace(p, double_buffered=db)
+    return replace(p, mode=replace(p.mode, double_buffered=db))
 
 
 def intervals_only(graph: Graph, ruleset: RuleSet, extra: Sequence[Sequence[str]] = (),
@@ -218,132 +215,6 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
         enc.model.add_bool_or([cand.selected.Not(), enc.rule_lits[r.key].Not()])
 
 
-@dataclass(frozen=True)
-class Terms:
-    """A candidate's cost quantities as CP-SAT expressions (planner.cost.model.work_counters)."""
-
-    dram: Any
-    macs: Any
-    vector_ops: Any
-    core_fmap: Any
-    core_weight: Any
-    first_load: Any
-    last_store: Any
-
-
-def _terms(enc: Encoding, cand: Candidate) -> Terms:
-    if cand.fixed is not None:
-        c = cand.fixed
-        return Terms(c.dram_bytes, c.macs, c.vector_ops, c.core_fmap_bytes, c.core_weight_bytes,
-                     c.first_load_bytes, c.last_store_bytes)
-    m, g, dt = enc.model, enc.graph, enc.chip.dtype_bytes
-    reads = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
-    writes = sum(g.elems(t) for t in cand.io.outputs) * dt
-    w = enc.weight_bytes(cand)
-    wread: Any = w
-    if w and not isinstance(cand.tiles, int):
-        upper = w * cand.extent[1] * cand.extent[0]
-        wread = m.new_int_var(0, upper, f"weight_read_{cand.index}")
-        m.add(wread >= w).only_enforce_if(cand.resident)
-        # streamed: once per round of tiles (planner.geometry.rounds; variable tiles
-        # recompute their halos, so only an accumulator keeps them one at a time)
-        size = round_size(enc.chip, cand.io, False)
-        passes = cand.tiles if size == 1 else _ceil_div(m, cand.tiles, size, 1,
-                                                        f"rounds_{cand.index}")
-        m.add(wread >= w * passes).only_enforce_if(cand.resident.Not())
-    macs, vector_ops = _ops(enc, cand, enc.region_elems_total)
-    uses = in_group_uses(g, cand.io)
-    tensors = group_tensors(g, cand.io)
-    core_fmap = sum(enc.region_elems_total(cand, t) * ((1 + uses.get(t, 0)) * dt)
-                    for t in tensors)
-    return Terms(reads + writes + wread, macs, vector_ops, core_fmap, w * cand.tiles,
-                 enc.first_load_bytes(cand), enc.last_store_bytes(cand))
-
-
-def _ops(enc: Encoding, cand: Candidate, elems: Any) -> tuple[Any, Any]:
-    """(MACs of main layers, vector ops of the others) with each output's element count
-    given by `elems(cand, tensor)`."""
-    macs: Any = 0
-    vector_ops: Any = 0
-    for name in cand.io.layers:
-        lay = enc.graph.layer(name)
-        if lay.macs_per_output:
-            ops = lay.macs_per_output * elems(cand, lay.outputs[0])
-            if lay.is_main:
-                macs += ops
-            else:
-                vector_ops += ops
-    return macs, vector_ops
-
-
-def _upper(expr: Any) -> int:
-    """The largest value a linear expression of the model's variables can take (from their
-    domains), so the variables built over it are bounded by what the model allows and CP-SAT
-    never sees a sum that could overflow 64 bits (MODEL_INVALID)."""
-    if isinstance(expr, int):
-        return expr
-    from ortools.sat.python import cp_model_helper
-
-    flat = cp_model_helper.FlatIntExpr(expr)
-    total = int(flat.offset)
-    for v, c in zip(flat.vars, flat.coeffs, strict=True):
-        domain = list(v.proto.domain)  # (the proto's list takes no negative index)
-        total += int(c) * int(domain[-1] if c > 0 else domain[0])
-    return total
-
-
-def _ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
-    """An integer >= expr * den / num; tight wherever the objective pushes it down."""
-    var = m.new_int_var(0, max(0, -(-_upper(expr) * den // num)), name)
-    m.add(var * num >= expr * den)
-    return var
-
-
-@dataclass(frozen=True)
-class Timing:
-    """A candidate's cycles and its DRAM-busy cycles in either buffering mode: the cycles
-    minus the busy ones are the link's idle time (planner.cost.model.idle_dram_cycles)."""
-
-    cycles: Any
-    busy_double_buffered: Any  # fill + remaining transfers + drain
-    busy_serial: Any  # all transfers
-
-
-def _objective_terms(enc: Encoding, cand: Candidate, objective: Objective, ruleset: RuleSet
-                     ) -> tuple[Any, Timing | None]:
-    """(integer cost under the objective, timing or None): planner.cost.objective's
-    objective_terms over the candidate's expressions."""
-    m, chip = enc.model, enc.chip
-    t = _terms(enc, cand)
-    if not objective.timed:
-        return t.dram, None
-    i = cand.index
-    bpc = dram_bytes_per_cycle(chip)
-    num, den = bpc.numerator, bpc.denominator
-    if cand.fixed is not None and cand.fixed.band_compute_cycles:  # its slowest band's
-        compute: Any = cand.fixed.band_compute_cycles
-    else:
-        compute = (_ceil_div(m, t.macs, chip.cores * chip.core.macs_per_cycle, 1,
-                             f"mac_cyc_{i}")
-                   + _ceil_div(m, t.vector_ops, chip.cores * chip.core.vector_lanes, 1,
-                               f"vec_cyc_{i}"))
-    # the most any of the lower bounds below can ask for (the model's own domains)
-    most = -(-max(_upper(t.dram), _upper(t.first_load) + _upper(t.last_store)) * den // num) + 2
-    cycles = m.new_int_var(0, max(0, most + _upper(compute)), f"cycles_{i}")
-    # without a second buffer, transfers and compute add up
-    serial = _ceil_div(m, t.dram, num, den, f"dram_cyc_{i}")
-    m.add(cycles >= serial + compute).only_enforce_if(cand.double_buffered.Not())
-    # with one: fill + max(remaining transfers, compute) + drain
-    fill = _ceil_div(m, t.first_load, num, den, f"fill_{i}")
-    drain = _ceil_div(m, t.last_store, num, den, f"drain_{i}")
-    rest = _ceil_div(m, t.dram - t.first_load - t.last_store, num, den, f"rest_{i}")
-    m.add(cycles >= fill + rest + drain).only_enforce_if(cand.double_buffered)
-    m.add(cycles >= fill + compute + drain).only_enforce_if(cand.double_buffered)
-    timing = Timing(cycles, fill + rest + drain, serial)
-    charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles)
-    return objective_terms(objective, ruleset.objective, chip, charged), timing
-
-
 def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                 candidates: Sequence[Sequence[str]],
                 floors: Sequence[int] | None = None, cycles_cap: int | None = None,
@@ -377,41 +248,20 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     for k, cand in enumerate(cands):
         for name in cand.layers:
             cover[name].append(cand.selected)
-        _physical(enc, cand, rooms.get(k, 0))
-        if cand.fused and (cand.in_passes or cand.in_hidden_chunks):
-            _forbid_broken(enc, cand, ruleset)
-        elif cand.fused:
-            for r in ruleset.enabled:
-                r.encode(enc, cand)
-        cost, timing = _objective_terms(enc, cand, objective, ruleset)
+        cost, timing = _encode_candidate(enc, cand, ruleset, objective, rooms.get(k, 0))
         if timing is not None:
             timings[k] = timing
         if cycles_cap is not None:
-            if timing is None:
-                raise ValueError("a cycles cap needs the latency, energy or weighted objective")
-            spent = m.new_int_var(0, _upper(timing.cycles), f"cycles_paid_{cand.index}")
-            m.add(spent >= timing.cycles).only_enforce_if(cand.selected)
-            capped.append(spent)
-        # a selected candidate pays its floor (a lower bound of its cost) plus the excess of
-        # its actual cost over it; with the floor outside the enforced constraint, the LP
-        # relaxation is the set-partitioning bound
+            capped.append(_cycles_paid(enc, cand, timing))
         floor = floors[k] if floors is not None else 0
-        excess = m.new_int_var(0, max(0, _upper(cost) - floor), f"excess_{cand.index}")
-        m.add(excess >= cost - floor).only_enforce_if(cand.selected)
-        m.add(excess == 0).only_enforce_if(cand.selected.Not())
+        excess = _excess(enc, cand, cost, floor)
         costs.append(excess + floor * cand.selected)
         excesses.append(excess)
     hidden_after = _encode_prefetch(enc, cands, pairs, rooms, timings)
     hidden = [h for hs in hidden_after.values() for h in hs]
     if coef and floors is not None:
-        # what a group hides cannot take its cost below its cheapest option's net of the
-        # most that option can hide: a valid cut that keeps the LP relaxation from pairing
-        # a group's floor (its best option) with the idle time of a slow one
-        for a, hs in hidden_after.items():
-            net = _net_floor(enc, cands[a], objective, ruleset, options or {},
-                             max(most for _, most in pairs[a]), coef)
-            if net is not None:
-                m.add(coef * sum(hs) <= (floors[a] - net) * cands[a].selected + excesses[a])
+        _net_floor_cuts(enc, cands, objective, ruleset, options or {}, pairs, hidden_after,
+                        floors, excesses, coef)
     # every layer in exactly one selected group
     for lits in cover.values():
         m.add_exactly_one(lits)
@@ -419,6 +269,56 @@ def build_model(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         m.add(sum(capped) - sum(hidden) <= cycles_cap)
     m.minimize(sum(costs) - coef * sum(hidden))
     return enc, rule_lits
+
+
+def _encode_candidate(enc: Encoding, cand: Candidate, ruleset: RuleSet, objective: Objective,
+                      room: Any) -> tuple[Any, Timing | None]:
+    """A candidate's capacities and rules in the model; returns its cost under the objective
+    and its timing (None: the objective is not timed)."""
+    _physical(enc, cand, room)
+    if cand.fused and (cand.in_passes or cand.in_hidden_chunks):
+        _forbid_broken(enc, cand, ruleset)
+    elif cand.fused:
+        for r in ruleset.enabled:
+            r.encode(enc, cand)
+    return objective_expr(enc, cand, objective, ruleset)
+
+
+def _cycles_paid(enc: Encoding, cand: Candidate, timing: Timing | None) -> Any:
+    """The cycles a candidate adds to a capped plan's total: its own once selected."""
+    if timing is None:
+        raise ValueError("a cycles cap needs the latency, energy or weighted objective")
+    spent = enc.model.new_int_var(0, upper_bound(timing.cycles), f"cycles_paid_{cand.index}")
+    enc.model.add(spent >= timing.cycles).only_enforce_if(cand.selected)
+    return spent
+
+
+def _excess(enc: Encoding, cand: Candidate, cost: Any, floor: int) -> Any:
+    """The excess of a selected candidate's cost over its floor (0 unselected)."""
+    m = enc.model
+    # a selected candidate pays its floor (a lower bound of its cost) plus the excess of
+    # its actual cost over it; with the floor outside the enforced constraint, the LP
+    # relaxation is the set-partitioning bound
+    excess = m.new_int_var(0, max(0, upper_bound(cost) - floor), f"excess_{cand.index}")
+    m.add(excess >= cost - floor).only_enforce_if(cand.selected)
+    m.add(excess == 0).only_enforce_if(cand.selected.Not())
+    return excess
+
+
+def _net_floor_cuts(enc: Encoding, cands: Sequence[Candidate], objective: Objective,
+                    ruleset: RuleSet, options: Mapping[tuple[str, ...], Sequence[Option]],
+                    pairs: dict[int, list[tuple[int, int]]],
+                    hidden_after: dict[int, list[Any]], floors: Sequence[int],
+                    excesses: Sequence[Any], coef: int) -> None:
+    """Bound what each group hides by its floor net of what its options can hide."""
+    # what a group hides cannot take its cost below its cheapest option's net of the
+    # most that option can hide: a valid cut that keeps the LP relaxation from pairing
+    # a group's floor (its best option) with the idle time of a slow one
+    for a, hs in hidden_after.items():
+        net = _net_floor(enc, cands[a], objective, ruleset, options,
+                         max(most for _, most in pairs[a]), coef)
+        if net is not None:
+            enc.model.add(coef * sum(hs) <= (floors[a] - net) * cands[a].selected + excesses[a])
 
 
 def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
@@ -551,13 +451,7 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
     if cand.fixed is None:
         return not (picked.halo_reuse or picked.tile.w < cand.extent[2] or picked.weights_outer
                     or picked.passes > 1 or picked.hidden_chunks > 1)
-    f = cand.facts_any_tile
-    return (f.tile, f.weights_resident, f.double_buffered, f.halo_reuse, f.weights_outer,
-            cand.passes, cand.inputs_held, cand.hidden_chunks, cand.maps_held,
-            cand.inputs_reloaded) == \
-        (picked.tile, picked.weights_resident, picked.double_buffered, picked.halo_reuse,
-         picked.weights_outer, picked.passes, picked.inputs_held, picked.hidden_chunks,
-         picked.maps_held, picked.inputs_reloaded)
+    return (cand.facts_any_tile.tile, cand.mode) == (picked.tile, picked.mode)
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
@@ -693,19 +587,77 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
 
     started = time.perf_counter()
     budget = Budget() if budget is None else budget
-    unsearched = 0
     memo = {} if memo is None else memo
     trade_offs = {} if trade_offs is None else trade_offs
+    _check_layers_fit(graph, chip, ruleset, objective, memo)
+    kept = _kept_searches(graph, chip, ruleset, warm, memo)
+    unsearched = _search_new(Context(graph, chip, ruleset, objective, False, budget.until),
+                             kept, memo, jobs)
+    weighed = _Weighed()
+    started_from = {frozenset(p.layers): p for p in warm}
+    for layers, search in kept:
+        best = memo.get(layers)
+        if best is None:  # not searched (past the budget), or no tile passes
+            continue
+        floor = objective_units(best.cost, objective, ruleset.objective, chip)
+        w = started_from.get(frozenset(layers))
+        warm_choice = None if w is None else search.choice(w.tile, w.mode)
+        for choice in _alternatives(search, best, warm_choice, objective, ruleset,
+                                    cycles_cap, prefetch_options, trade_offs):
+            weighed.add(layers, floor, choice)  # a bound for every alternative
+    if unsearched:
+        budget.cut(f"CP-SAT: {unsearched} block candidates not searched")
+    # the shortest path noted the cut once the budget has passed
+    longer = {} if budget.passed else long_groups(graph, chip, ruleset, objective, budget,
+                                                  memo, jobs, whole_maps)
+    for layers, choice in longer.items():
+        # block and whole-map groups past the size limit, pinned
+        weighed.add(layers, objective_units(choice.cost, objective, ruleset.objective, chip),
+                    choice)
+    enc, rule_lits = build_model(graph, chip, ruleset, objective, weighed.layers,
+                                 weighed.floors, cycles_cap, weighed.pinned, prefetch_options)
+    solver, status = _solve(enc, rule_lits, ruleset, warm, time_limit_s, budget)
+    groups = _read_groups(enc, solver, graph, chip, ruleset, objective)
+    # CP-SAT reports its integer objective through a float scaling (13044 came back as
+    # 13043.999999999998): snap values within rounding error to the integer they are
+    obj, bound = (_snap(v) for v in (solver.objective_value, solver.best_objective_bound))
+    gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
+    return CpsatResult(groups, solver.status_name(status), obj, bound, gap,
+                       time.perf_counter() - started)
+
+
+@dataclass
+class _Weighed:
+    """The candidates CP-SAT weighs: each one's layers, cost floor and pinned choice (None:
+    its tile variables)."""
+
+    layers: list[tuple[str, ...]] = field(default_factory=list)
+    floors: list[int] = field(default_factory=list)
+    pinned: list[TileChoice | None] = field(default_factory=list)
+
+    def add(self, layers: tuple[str, ...], floor: int, choice: TileChoice | None) -> None:
+        """One more candidate."""
+        self.layers.append(layers)
+        self.floors.append(floor)
+        self.pinned.append(choice)
+
+
+def _check_layers_fit(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+                      memo: dict[tuple[str, ...], Any]) -> None:
+    """Raise for the first layer that fits at no tile (every plan would be infeasible);
+    the memo keeps each layer's best tile."""
     for lay in graph.layers:  # a layer that fits at no tile makes every plan infeasible
         alone = (lay.name,)
         if alone not in memo:
             memo[alone] = GroupSearch.of(graph, alone, chip, ruleset).best(objective)
         if memo[alone] is None:
             raise infeasible_layer_error(graph, chip, ruleset, lay.name)
-    started_from = {frozenset(p.layers): p for p in warm}
-    candidates: list[tuple[str, ...]] = []
-    floors: list[int] = []
-    pinned: list[TileChoice | None] = []
+
+
+def _kept_searches(graph: Graph, chip: Chip, ruleset: RuleSet, warm: Sequence[Placement],
+                   memo: dict[tuple[str, ...], Any]) -> list[tuple[tuple[str, ...], GroupSearch]]:
+    """The candidate groups worth weighing, each with its search: neither known to have no
+    tile nor breaking a structural rule."""
     kept: list[tuple[tuple[str, ...], GroupSearch]] = []
     for layers in candidate_sets(graph, ruleset, [p.layers for p in warm]):
         if layers in memo and memo[layers] is None:  # no tile passes, or it cuts a block
@@ -715,42 +667,32 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         # chosen: leave them out rather than let presolve find that out for each
         if not breaks_structure(search, ruleset):
             kept.append((layers, search))
+    return kept
+
+
+def _search_new(ctx: Context, kept: Sequence[tuple[tuple[str, ...], GroupSearch]],
+                memo: dict[tuple[str, ...], Any], jobs: int) -> int:
+    """Search the kept groups the memo lacks, into the memo; returns how many the budget
+    left unsearched."""
     # blocks and warm-start groups that are not intervals: searched here, on up to `jobs`
     # processes (past the budget, left out)
     new = [layers for layers, _ in kept if layers not in memo]
-    ctx = Context(graph, chip, ruleset, objective, False, budget.until)
+    unsearched = 0
     for layers, found in zip(new, search_all(ctx, [Task(g) for g in new], jobs), strict=True):
         if found is None:
             unsearched += 1
         else:
             memo[layers] = found.best
-    for layers, search in kept:
-        if layers not in memo:
-            continue
-        best = memo[layers]
-        if best is None:
-            continue
-        floor = objective_units(best.cost, objective, ruleset.objective, chip)
-        w = started_from.get(frozenset(layers))
-        warm_choice = None if w is None else search.choice(
-            w.tile, w.weights_resident, w.double_buffered, w.halo_reuse, w.weights_outer,
-            w.passes, w.inputs_held, w.hidden_chunks, w.maps_held, w.inputs_reloaded)
-        for choice in _alternatives(search, best, warm_choice, objective, ruleset,
-                                    cycles_cap, prefetch_options, trade_offs):
-            candidates.append(layers)
-            floors.append(floor)  # a bound for every alternative
-            pinned.append(choice)
-    if unsearched:
-        budget.cut(f"CP-SAT: {unsearched} block candidates not searched")
-    # the shortest path noted the cut once the budget has passed
-    longer = {} if budget.passed else long_groups(graph, chip, ruleset, objective, budget,
-                                                  memo, jobs, whole_maps)
-    for layers, choice in longer.items():
-        candidates.append(layers)  # block and whole-map groups past the size limit, pinned
-        floors.append(objective_units(choice.cost, objective, ruleset.objective, chip))
-        pinned.append(choice)
-    enc, rule_lits = build_model(graph, chip, ruleset, objective, candidates, floors,
-                                 cycles_cap, pinned, prefetch_options)
+    return unsearched
+
+
+def _solve(enc: Encoding, rule_lits: dict[str, Any], ruleset: RuleSet,
+           warm: Sequence[Placement], time_limit_s: float | None, budget: Budget
+           ) -> tuple[cp_model.CpSolver, Any]:
+    """Solve the model from the warm start within the time limit (and what the budget
+    leaves); returns the solver and a status with a plan, else raises."""
+    from ortools.sat.python import cp_model
+
     _hint(enc, warm)
     limit = time_limit_s or ruleset.search.time_limit_s
     left = budget.left()
@@ -778,27 +720,34 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         raise PlanningError(f"CP-SAT found no plan within {p.max_time_in_seconds:g} s "
                             f"(status {name}). Raise --time-limit or lower "
                             "search.max_group_layers.")
+    return solver, status
+
+
+def _read_groups(enc: Encoding, solver: cp_model.CpSolver, graph: Graph, chip: Chip,
+                 ruleset: RuleSet, objective: Objective) -> list[Placement]:
+    """The selected candidates as placements, with the tiles and modes the solver chose."""
     groups = []
     for cand in enc.candidates:
         if solver.boolean_value(cand.selected):
-            th = cand.th if isinstance(cand.th, int) else solver.value(cand.th)
-            tn = cand.tn if isinstance(cand.tn, int) else solver.value(cand.tn)
-            tile = cand.facts_any_tile.tile if cand.fixed is not None \
-                else Tile(tn, th, cand.extent[2])
-            resident = bool(solver.boolean_value(cand.resident))
-            db = bool(solver.boolean_value(cand.double_buffered))
-            reuse = bool(solver.boolean_value(cand.halo_reuse))
-            outer = cand.fixed is not None and cand.facts_any_tile.weights_outer
-            placement = Placement.of(cand.layers, tile, resident, db, reuse, outer,
-                                     cand.passes, cand.inputs_held, cand.hidden_chunks,
-                                     cand.maps_held, cand.inputs_reloaded)
+            placement = _placement(solver, cand)
             groups.append(placement if objective.timed
                           else faster_buffering(graph, chip, ruleset, placement))
-    # CP-SAT reports its integer objective through a float scaling (13044 came back as
-    # 13043.999999999998): snap values within rounding error to the integer they are
-    obj, bound = (_snap(v) for v in (solver.objective_value, solver.best_objective_bound))
-    gap = 0.0 if status == cp_model.OPTIMAL else abs(obj - bound) / max(abs(obj), 1.0)
-    return CpsatResult(groups, name, obj, bound, gap, time.perf_counter() - started)
+    return groups
+
+
+def _placement(solver: cp_model.CpSolver, cand: Candidate) -> Placement:
+    """A selected candidate's placement in the solution."""
+    th = cand.th if isinstance(cand.th, int) else solver.value(cand.th)
+    tn = cand.tn if isinstance(cand.tn, int) else solver.value(cand.tn)
+    tile = cand.facts_any_tile.tile if cand.fixed is not None \
+        else Tile(tn, th, cand.extent[2])
+    # a pinned candidate's mode is its own; a free one's residency, buffering and
+    # halo mode are what the solver chose
+    mode = replace(cand.mode,
+                   weights=WeightResidency.of(solver.boolean_value(cand.resident)),
+                   double_buffered=bool(solver.boolean_value(cand.double_buffered)),
+                   halo=HaloMode.of(solver.boolean_value(cand.halo_reuse)))
+    return Placement(cand.layers, tile, mode)
 
 
 def reserve_s(budget: Budget) -> float:

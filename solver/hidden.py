@@ -30,6 +30,7 @@ from fuseplan.planner.geometry.hidden import Stretch, chunk_options, stretches
 from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
 from fuseplan.planner.geometry.reload import reloaded_inputs
 from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import GroupFacts, Rule, Violation
 from fuseplan.solver.bisect import first_passing
 
@@ -148,8 +149,9 @@ class HiddenSearch:
     def facts(self, tile: Tile, resident: bool, double_buffered: bool, chunks: int
               ) -> GroupFacts:
         """The group's facts with each hidden map held as its widest chunk."""
-        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
-                          double_buffered, hidden=self.found, hidden_chunks=chunks,
+        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip,
+                          Mode.of(resident=resident, double_buffered=double_buffered,
+                                  hidden_chunks=chunks), hidden=self.found,
                           hidden_weights=None if resident else self.stream(chunks),
                           memo=self.memo, reloaded=self.reloaded)
 

@@ -48,6 +48,7 @@ from fuseplan.planner.geometry.halo_reuse import lifetimes
 from fuseplan.planner.geometry.hidden import chunkable_maps
 from fuseplan.planner.geometry.regions import Tile, accumulated_input, group_io
 from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.bisect import first_passing
 from fuseplan.solver.groups import breaks_structure, is_connected, is_convex
@@ -126,7 +127,8 @@ def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice |
         found = []
         for resident in (True, False):
             if not at.violations(tile, resident):
-                found.append(at.choice(tile, resident, at.fits_double_buffer(tile, resident)))
+                found.append(at.choice(tile, Mode.of(
+                    resident=resident, double_buffered=at.fits_double_buffer(tile, resident))))
         if not found and ruleset.search.hidden_chunks:
             found = _chunked_choices(at, tile)
         if found:
@@ -148,8 +150,8 @@ def _chunked_choices(at: GroupSearch, tile: Tile) -> list[TileChoice]:
     for resident in (True, False):
         k = hidden.fewest_chunks(tile, resident, False, rules)
         if k is not None:
-            out.append(TileChoice(tile, resident, hidden.cost(tile, resident, False, k),
-                                  False, hidden_chunks=k))
+            out.append(TileChoice(tile, Mode.of(resident=resident, hidden_chunks=k),
+                                  hidden.cost(tile, resident, False, k)))
     return out
 
 
@@ -171,9 +173,9 @@ def _pass_choices(search: GroupSearch) -> list[TileChoice]:
         k = first_passing(options, partial(passes.allowed, th, False, rules=rules,
                                            whole=whole))
         if k is not None:
-            return [TileChoice(passes.tile_of(th), True, passes.cost(th, False, k), False,
-                               passes=passes.split.count, inputs_held=held, hidden_chunks=k,
-                               maps_held=maps)]
+            mode = Mode.of(passes=passes.split.count, inputs_held=held, hidden_chunks=k,
+                           maps_held=maps)
+            return [TileChoice(passes.tile_of(th), mode, passes.cost(th, False, k))]
     return []
 
 

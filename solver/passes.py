@@ -29,6 +29,7 @@ from fuseplan.planner.geometry.hidden import Stretch
 from fuseplan.planner.geometry.passes import Passes, pass_chunk_options, pass_split, pass_stretches
 from fuseplan.planner.geometry.regions import GroupChains, Tile, anchor_extent, group_chains
 from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import GroupFacts, Rule, Violation
 from fuseplan.solver.bisect import chunked_heights, first_passing
 
@@ -133,15 +134,15 @@ class PassSearch:
         by each pass as a group of its own (each hidden map as its widest chunk)."""
         found = []
         tile = self.tile_of(th)
-        passes = [GroupFacts(self.graph, io, chains, tile, self.chip, True, double_buffered,
+        passes = [GroupFacts(self.graph, io, chains, tile, self.chip,
+                             Mode.of(double_buffered=double_buffered, hidden_chunks=chunks),
                              held_bytes=held_bytes(self.graph, self.split, k, self.chip),
                              group_weight_bytes=self.weight_bytes,
-                             hidden=self.stretches[k] if chunks > 1 else (),
-                             hidden_chunks=chunks, memo=self.memo)
+                             hidden=self.stretches[k] if chunks > 1 else (), memo=self.memo)
                   for k, (io, chains) in enumerate(zip(self.split.ios, self.chains,
                                                        strict=True))]
-        tiled = GroupFacts(self.graph, whole.io, whole.chains, tile, self.chip, True,
-                           double_buffered, memo=self.memo)
+        tiled = GroupFacts(self.graph, whole.io, whole.chains, tile, self.chip,
+                           Mode.of(double_buffered=double_buffered), memo=self.memo)
         for r in rules:
             facts = [whole] if r.is_structural else [tiled] if r.in_passes == "whole" \
                 else passes

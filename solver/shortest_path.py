@@ -16,7 +16,7 @@ but its own cost and its successor's saving.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import networkx as nx
@@ -91,53 +91,18 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     searched, whose floors could not beat the plan (CP-SAT's proof counts them as
     weighed)."""
     order = [lay.name for lay in graph.layers]
-    limit = ruleset.search.max_group_layers
-    dag = nx.DiGraph()
-    choice: dict[tuple[int, int], TileChoice] = {}
     coef = cycle_units(objective, ruleset.objective, chip)
-    options: dict[tuple[int, int], list[Option]] = {}
     timed = bool(coef) or (options_memo is not None and objective.timed)
     if objective is Objective.TRAFFIC and not timed and ruleset.search.prune_by_floor and prune:
         return _bounded_groups(graph, chip, ruleset, objective, memo, budget, jobs,
                                whole_maps, bounded)
-    # shortest first: every plan needs the single layers, and a budget that runs out leaves
-    # short groups all along the network rather than long ones at its start
-    spans = [(i, i + n) for n in range(1, limit + 1) for i in range(len(order) - n + 1)]
-    # each interval: no tile (None), the memo's tile, or the structure its search shares
-    rows: list[tuple[int, int, tuple[str, ...], TileChoice | StructureKey | None]] = []
-    tasks: dict[StructureKey, Task] = {}
-    skipped = quick_layers = 0  # groups left out, layers searched quickly, past the budget
-    for i, j in spans:
-        layers = tuple(order[i:j])
-        if j - i > 1 and not is_connected(graph, layers):
-            continue
-        cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
-        if cached is None and j - i > 1:
-            continue
-        if j - i > 1 and budget is not None and budget.passed \
-                and (timed or not isinstance(cached, TileChoice)):
-            skipped += 1
-            continue
-        search = GroupSearch.of(graph, layers, chip, ruleset)
-        if breaks_structure(search, ruleset):
-            rows.append((i, j, layers, None))
-        elif isinstance(cached, TileChoice) and not timed:
-            rows.append((i, j, layers, cached))
-        else:
-            key = structure_key(graph, search.io)
-            tasks.setdefault(key, Task(layers, required=j - i == 1))
-            rows.append((i, j, layers, key))
-    # single layers first: a layer that fits no tile ends the planning before the rest
+    rows, tasks, skipped = _interval_rows(graph, chip, ruleset, order, memo, budget, timed)
     ctx = Context(graph, chip, ruleset, objective, timed,
                   budget.until if budget is not None else None)
-    found: dict[StructureKey, Found | None] = {}
-    for part in ([k for k, t in tasks.items() if t.required],
-                 [k for k, t in tasks.items() if not t.required]):
-        found.update(zip(part, search_all(ctx, [tasks[k] for k in part], jobs), strict=True))
-        for i, j, layers, what in rows:
-            if j - i == 1 and isinstance(what, tuple) and what in found \
-                    and (f := found[what]) is not None and f.best is None:
-                raise infeasible_layer_error(graph, chip, ruleset, layers[0])
+    found = _search_rows(ctx, rows, tasks, jobs)
+    choice: dict[tuple[int, int], TileChoice] = {}
+    options: dict[tuple[int, int], list[Option]] = {}
+    quick_layers = 0  # layers searched quickly, past the budget
     for i, j, layers, what in rows:
         result = looked_up(what, found)
         if result is None:  # past the budget: not searched
@@ -156,31 +121,110 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                 raise infeasible_layer_error(graph, chip, ruleset, layers[0])
             continue
         choice[i, j] = best
+    _note_left_out(budget, ruleset, skipped, quick_layers)
+    if not coef:
+        return _path_with_long_groups(graph, chip, ruleset, objective, memo, budget, jobs,
+                                      whole_maps, choice)
+    return _with_prefetch(graph, chip, ruleset, objective, order, options)
+
+
+# an interval's row: its span, its layers, and no tile (None), the memo's tile, or the
+# structure its search shares
+_Row = tuple[int, int, tuple[str, ...], TileChoice | StructureKey | None]
+
+
+def _memo_get(memo: dict[tuple[str, ...], TileChoice | None] | None, layers: tuple[str, ...]
+              ) -> TileChoice | None | object:
+    """The memo's entry for these layers, _UNSEEN where there is none."""
+    return memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
+
+
+def _interval_rows(graph: Graph, chip: Chip, ruleset: RuleSet, order: Sequence[str],
+                   memo: dict[tuple[str, ...], TileChoice | None] | None,
+                   budget: Budget | None, timed: bool
+                   ) -> tuple[list[_Row], dict[StructureKey, Task], int]:
+    """(each candidate interval's row, a search task per structure, intervals left out past
+    the budget)."""
+    limit = ruleset.search.max_group_layers
+    # shortest first: every plan needs the single layers, and a budget that runs out leaves
+    # short groups all along the network rather than long ones at its start
+    spans = [(i, i + n) for n in range(1, limit + 1) for i in range(len(order) - n + 1)]
+    # each interval: no tile (None), the memo's tile, or the structure its search shares
+    rows: list[_Row] = []
+    tasks: dict[StructureKey, Task] = {}
+    skipped = 0  # groups left out past the budget
+    for i, j in spans:
+        layers = tuple(order[i:j])
+        if j - i > 1 and not is_connected(graph, layers):
+            continue
+        cached = _memo_get(memo, layers)
+        if cached is None and j - i > 1:
+            continue
+        if j - i > 1 and budget is not None and budget.passed \
+                and (timed or not isinstance(cached, TileChoice)):
+            skipped += 1
+            continue
+        search = GroupSearch.of(graph, layers, chip, ruleset)
+        if breaks_structure(search, ruleset):
+            rows.append((i, j, layers, None))
+        elif isinstance(cached, TileChoice) and not timed:
+            rows.append((i, j, layers, cached))
+        else:
+            key = structure_key(graph, search.io)
+            tasks.setdefault(key, Task(layers, required=j - i == 1))
+            rows.append((i, j, layers, key))
+    return rows, tasks, skipped
+
+
+def _search_rows(ctx: Context, rows: Sequence[_Row], tasks: dict[StructureKey, Task],
+                 jobs: int) -> dict[StructureKey, Found | None]:
+    """Each structure's search, the single layers' first: a layer that fits no tile ends the
+    planning before the rest."""
+    found: dict[StructureKey, Found | None] = {}
+    for part in ([k for k, t in tasks.items() if t.required],
+                 [k for k, t in tasks.items() if not t.required]):
+        found.update(zip(part, search_all(ctx, [tasks[k] for k in part], jobs), strict=True))
+        for i, j, layers, what in rows:
+            if j - i == 1 and isinstance(what, tuple) and what in found \
+                    and (f := found[what]) is not None and f.best is None:
+                raise infeasible_layer_error(ctx.graph, ctx.chip, ctx.ruleset, layers[0])
+    return found
+
+
+def _note_left_out(budget: Budget | None, ruleset: RuleSet, skipped: int, quick: int) -> None:
+    """Tell the budget what it left out: groups not searched, layers tiled quickly."""
+    if skipped and budget is not None:
+        budget.cut(f"tile search: {skipped} candidate groups not searched")
+    if quick and budget is not None:
+        budget.cut(f"tile search: {quick} single layers tiled by the quick "
+                   f"{ruleset.search.tile_search} search")
+
+
+def _path_with_long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
+                           memo: dict[tuple[str, ...], TileChoice | None] | None,
+                           budget: Budget | None, jobs: int, whole_maps: dict[str, Any] | None,
+                           choice: dict[tuple[int, int], TileChoice]) -> list[Placement]:
+    """The shortest path over the intervals' best tiles and the groups past the size limit
+    (block and whole-map groups), as placements."""
+    order = [lay.name for lay in graph.layers]
+    dag = nx.DiGraph()
     for i, j in sorted(choice):  # in the order of the layers (ties: the first path)
         dag.add_edge(i, j, weight=objective_units(choice[i, j].cost, objective,
                                                   ruleset.objective, chip))
-    if skipped and budget is not None:
-        budget.cut(f"tile search: {skipped} candidate groups not searched")
-    if quick_layers and budget is not None:
-        budget.cut(f"tile search: {quick_layers} single layers tiled by the quick "
-                   f"{ruleset.search.tile_search} search")
-    if not coef:
-        if budget is not None and budget.passed:
-            if searches_long_groups(ruleset):
-                budget.cut("groups past search.max_group_layers not searched")
-            longer = {}
-        else:
-            longer = long_groups(graph, chip, ruleset, objective, budget, memo, jobs,
-                                 whole_maps)
-        for layers, best in longer.items():
-            i = graph.index(layers[0])  # an interval of the order, longer than the limit
-            choice[i, i + len(layers)] = best
-            dag.add_edge(i, i + len(layers),
-                         weight=objective_units(best.cost, objective, ruleset.objective, chip))
-        path = nx.shortest_path(dag, 0, len(order), weight="weight")
-        return _tiled_long_groups(graph, chip, ruleset, objective, memo, budget, [
-            (tuple(order[a:b]), choice[a, b]) for a, b in zip(path, path[1:], strict=False)])
-    return _with_prefetch(graph, chip, ruleset, objective, order, options)
+    if budget is not None and budget.passed:
+        if searches_long_groups(ruleset):
+            budget.cut("groups past search.max_group_layers not searched")
+        longer = {}
+    else:
+        longer = long_groups(graph, chip, ruleset, objective, budget, memo, jobs, whole_maps)
+    for layers, best in longer.items():
+        i = graph.index(layers[0])  # an interval of the order, longer than the limit
+        choice[i, i + len(layers)] = best
+        dag.add_edge(i, i + len(layers),
+                     weight=objective_units(best.cost, objective, ruleset.objective, chip))
+    path = nx.shortest_path(dag, 0, len(order), weight="weight")
+    return _tiled_long_groups(graph, chip, ruleset, objective, memo, budget, [
+        (tuple(order[a:b]), choice[a, b]) for a, b in zip(path, path[1:], strict=False)])
 
 
 def _tiled_long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
@@ -218,75 +262,26 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     up to search.max_group_layers, block groups, whole-map groups), each searched only once
     the path reaches it."""
     order = [lay.name for lay in graph.layers]
-    limit = ruleset.search.max_group_layers
     floors = IntervalFloors.of(graph, chip)
-    edges: list[Edge] = []
-    skipped = 0
     whole_maps = {} if whole_maps is None else whole_maps
     done = whole_maps.setdefault("starts", {})  # each whole-map start's groups, once tried
-    connected = connected_intervals(graph, limit)
-    for i in range(len(order)):
-        ends = [j for j in range(i + 1, min(len(order), i + limit) + 1) if (i, j) in connected]
-        for j, floor in zip(ends, floors.floors(i, [j - 1 for j in ends]), strict=True):
-            layers = tuple(order[i:j])
-            cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
-            if cached is None and j - i > 1:
-                continue
-            if j - i > 1 and budget is not None and budget.passed \
-                    and not isinstance(cached, TileChoice):
-                skipped += 1
-                continue
-            edges.append(_unrefined(i, j, layers, floor, cached))
-    # a block with its entry layer, one layer past the limit: CP-SAT weighs it too
-    # (solver.cpsat.candidate_sets), so the path does, for its proof to cover it
-    for block in graph.blocks:
-        if not block.entry or len(block.layers) != limit:
-            continue
-        at = sorted(graph.index(n) for n in (block.entry, *block.layers))
-        i, j = at[0], at[-1] + 1
-        layers = tuple(order[i:j])
-        cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
-        if j - i != len(at) or cached is None or not is_connected(graph, layers) \
-                or (budget is not None and budget.passed):
-            continue
-        edges.append(_unrefined(i, j, layers, floors.floors(i, [j - 1])[0], cached))
+    edges, skipped = _interval_edges(graph, ruleset, floors, memo, budget)
+    edges += _block_entry_edges(graph, ruleset, floors, memo, budget)
     if budget is not None and budget.passed:
         if searches_long_groups(ruleset):
             budget.cut("groups past search.max_group_layers not searched")
     else:
-        for layers, search in block_group_searches(graph, chip, ruleset, budget):
-            cached = memo.get(layers, _UNSEEN) if memo is not None else _UNSEEN
-            if cached is not None:
-                edges.append(_edge(graph, chip, graph.index(layers[0]), search, cached))
-        for start in whole_map_starts(graph, chip, ruleset):
-            edges += _whole_map_edges(graph, floors, start,
-                                      whole_maps.get("groups", done.get(start)))
+        edges += _long_edges(graph, chip, ruleset, floors, memo, budget, whole_maps, done)
 
     def units(c: TileChoice) -> int:
         return objective_units(c.cost, objective, ruleset.objective, chip)
 
-    def refine(e: Edge) -> bool:
-        search = GroupSearch.of(graph, e.layers, chip, ruleset)
-        if breaks_structure(search, ruleset):
-            if memo is not None:
-                memo[e.layers] = None
-            return False
-        e.io = search.io
-        e.floor = max(e.floor, group_floor_bytes(graph, search.io, search.chains, chip))
-        return True
-
-    def searched(e: Edge) -> None:
-        if e.choice is None and e.required:  # no plan: name the first layer that fits nowhere
-            raise infeasible_layer_error(graph, chip, ruleset,
-                                         _first_misfit(graph, chip, ruleset, objective,
-                                                       order[:e.start + 1]))
-        if memo is not None:
-            memo[e.layers] = e.choice
-
     ctx = Context(graph, chip, ruleset, objective, False,
                   budget.until if budget is not None else None)
-    outcome = bounded_path(ctx, edges, len(order), units, jobs, searched,
-                           lambda start, groups: done.__setitem__(start, groups), refine)
+    outcome = bounded_path(ctx, edges, len(order), units, jobs,
+                           lambda e: _searched(ctx, memo, e),
+                           lambda start, groups: done.__setitem__(start, groups),
+                           lambda e: _refine(graph, chip, ruleset, memo, e))
     if bounded is not None:  # not a whole-map end its start did not keep: no floor ruled it out
         bounded.update(e.layers for e in edges if not e.searched and e.whole is None)
     if budget is not None and (skipped or outcome.left_out):
@@ -295,6 +290,103 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     if quick and budget is not None:
         budget.cut(f"tile search: {quick} single layers tiled by the quick "
                    f"{ruleset.search.tile_search} search")
+    path = _searched_path(edges, units, len(order))
+    return _tiled_long_groups(graph, chip, ruleset, objective, memo, budget, [
+        (tuple(order[a:b]), choice) for a, b, choice in path])
+
+
+def _interval_edges(graph: Graph, ruleset: RuleSet, floors: IntervalFloors,
+                    memo: dict[tuple[str, ...], TileChoice | None] | None, budget: Budget | None
+                    ) -> tuple[list[Edge], int]:
+    """(the edges of the connected intervals up to search.max_group_layers, each at its
+    cheap floor, intervals left out past the budget)."""
+    order = [lay.name for lay in graph.layers]
+    limit = ruleset.search.max_group_layers
+    connected = connected_intervals(graph, limit)
+    edges: list[Edge] = []
+    skipped = 0
+    for i in range(len(order)):
+        ends = [j for j in range(i + 1, min(len(order), i + limit) + 1) if (i, j) in connected]
+        for j, floor in zip(ends, floors.floors(i, [j - 1 for j in ends]), strict=True):
+            layers = tuple(order[i:j])
+            cached = _memo_get(memo, layers)
+            if cached is None and j - i > 1:
+                continue
+            if j - i > 1 and budget is not None and budget.passed \
+                    and not isinstance(cached, TileChoice):
+                skipped += 1
+                continue
+            edges.append(_unrefined(i, j, layers, floor, cached))
+    return edges, skipped
+
+
+def _block_entry_edges(graph: Graph, ruleset: RuleSet, floors: IntervalFloors,
+                       memo: dict[tuple[str, ...], TileChoice | None] | None,
+                       budget: Budget | None) -> list[Edge]:
+    """The edges of blocks with their entry layer, one layer past the limit, where they are
+    connected intervals of the order."""
+    # a block with its entry layer, one layer past the limit: CP-SAT weighs it too
+    # (solver.cpsat.candidate_sets), so the path does, for its proof to cover it
+    order = [lay.name for lay in graph.layers]
+    edges: list[Edge] = []
+    for block in graph.blocks:
+        if not block.entry or len(block.layers) != ruleset.search.max_group_layers:
+            continue
+        at = sorted(graph.index(n) for n in (block.entry, *block.layers))
+        i, j = at[0], at[-1] + 1
+        layers = tuple(order[i:j])
+        cached = _memo_get(memo, layers)
+        if j - i != len(at) or cached is None or not is_connected(graph, layers) \
+                or (budget is not None and budget.passed):
+            continue
+        edges.append(_unrefined(i, j, layers, floors.floors(i, [j - 1])[0], cached))
+    return edges
+
+
+def _long_edges(graph: Graph, chip: Chip, ruleset: RuleSet, floors: IntervalFloors,
+                memo: dict[tuple[str, ...], TileChoice | None] | None, budget: Budget | None,
+                whole_maps: dict[str, Any], done: dict[Start, Any]) -> list[Edge]:
+    """The edges of the block groups and whole-map groups past search.max_group_layers."""
+    edges: list[Edge] = []
+    for layers, search in block_group_searches(graph, chip, ruleset, budget):
+        cached = _memo_get(memo, layers)
+        if cached is not None:
+            edges.append(_edge(graph, chip, graph.index(layers[0]), search, cached))
+    for start in whole_map_starts(graph, chip, ruleset):
+        edges += _whole_map_edges(graph, floors, start,
+                                  whole_maps.get("groups", done.get(start)))
+    return edges
+
+
+def _refine(graph: Graph, chip: Chip, ruleset: RuleSet,
+            memo: dict[tuple[str, ...], TileChoice | None] | None, e: Edge) -> bool:
+    """Refine an edge the path reached (bounded_path's ``refine``): False where it breaks a
+    structural rule (the memo notes it has no tile), else its io and full floor set."""
+    search = GroupSearch.of(graph, e.layers, chip, ruleset)
+    if breaks_structure(search, ruleset):
+        if memo is not None:
+            memo[e.layers] = None
+        return False
+    e.io = search.io
+    e.floor = max(e.floor, group_floor_bytes(graph, search.io, search.chains, chip))
+    return True
+
+
+def _searched(ctx: Context, memo: dict[tuple[str, ...], TileChoice | None] | None,
+              e: Edge) -> None:
+    """Keep a searched edge's tile in the memo (bounded_path's ``searched``)."""
+    if e.choice is None and e.required:  # no plan: name the first layer that fits nowhere
+        order = [lay.name for lay in ctx.graph.layers]
+        raise infeasible_layer_error(ctx.graph, ctx.chip, ctx.ruleset,
+                                     _first_misfit(ctx.graph, ctx.chip, ctx.ruleset,
+                                                   ctx.objective, order[:e.start + 1]))
+    if memo is not None:
+        memo[e.layers] = e.choice
+
+
+def _searched_path(edges: Sequence[Edge], units: Callable[[TileChoice], int], end: int
+                   ) -> list[tuple[int, int, TileChoice]]:
+    """The shortest path over the searched groups alone, as (start, end, tile) steps."""
     # the path over the searched groups alone costs what the bounded path does (every other
     # path costs at least its floors); as the full search, ties go to the first path
     best: dict[tuple[int, int], TileChoice] = {}
@@ -306,9 +398,8 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     dag = nx.DiGraph()
     for i, j in sorted(best):
         dag.add_edge(i, j, weight=units(best[i, j]))
-    path = nx.shortest_path(dag, 0, len(order), weight="weight")
-    return _tiled_long_groups(graph, chip, ruleset, objective, memo, budget, [
-        (tuple(order[a:b]), best[a, b]) for a, b in zip(path, path[1:], strict=False)])
+    path = nx.shortest_path(dag, 0, end, weight="weight")
+    return [(a, b, best[a, b]) for a, b in zip(path, path[1:], strict=False)]
 
 
 def _first_misfit(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,

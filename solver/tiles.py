@@ -50,7 +50,7 @@ from fuseplan.planner.geometry.regions import (
     tiled_like_anchor,
 )
 from fuseplan.planner.ir.graph import Graph
-from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.plan.placement import Mode, Placement
 from fuseplan.rules.base import GroupFacts, Rule, Violation
 from fuseplan.rules.encoding import tile_floor
 from fuseplan.rules.ruleset import RuleSet
@@ -66,27 +66,39 @@ HOLDS = ((False, False), (True, False), (False, True), (True, True))
 
 @dataclass(frozen=True)
 class TileChoice:
-    """A feasible tile for a group with its predicted cost."""
+    """A feasible tile for a group, the mode it runs in, and its predicted cost."""
 
     tile: Tile
-    resident: bool
+    mode: Mode
     cost: Counters
-    double_buffered: bool = False
-    halo_reuse: bool = False
-    weights_outer: bool = False
-    passes: int = 1  # more: passes around the group's reductions (solver.passes)
-    inputs_held: bool = False  # with passes: the inputs loaded once, held for every pass
-    hidden_chunks: int = 1  # more: its stretches run in hidden chunks (solver.hidden)
-    maps_held: bool = False  # with passes: each pooled map kept on chip for later passes
-    # with hidden chunks: inputs loaded again after a stretch (planner.geometry.reload)
-    inputs_reloaded: bool = False
+
+    @property
+    def resident(self) -> bool:
+        return self.mode.weights_resident
+
+    @property
+    def double_buffered(self) -> bool:
+        return self.mode.double_buffered
+
+    @property
+    def halo_reuse(self) -> bool:
+        return self.mode.halo_reuse
+
+    @property
+    def weights_outer(self) -> bool:
+        return self.mode.weights_outer
+
+    @property
+    def passes(self) -> int:
+        return self.mode.passes
+
+    @property
+    def hidden_chunks(self) -> int:
+        return self.mode.hidden_chunks
 
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
-        return Placement.of(layers, self.tile, self.resident, self.double_buffered,
-                            self.halo_reuse, self.weights_outer, self.passes,
-                            self.inputs_held, self.hidden_chunks, self.maps_held,
-                            self.inputs_reloaded)
+        return Placement(tuple(layers), self.tile, self.mode)
 
 
 @dataclass(frozen=True)
@@ -95,18 +107,22 @@ class Option:
 
     rank: tuple[float, ...]  # objective first (_rank)
     tile: Tile
-    resident: bool
-    double_buffered: bool
-    halo_reuse: bool
+    mode: Mode
     cost: Counters  # every counter but the SRAM peak (pass and hidden options: every one)
     idle: int  # DRAM idle cycles the next group's weights can load in
     room: int  # bytes left on chip for them (prefetch_room)
-    weights_outer: bool = False
-    passes: int = 1
-    inputs_held: bool = False
-    hidden_chunks: int = 1
-    maps_held: bool = False
-    inputs_reloaded: bool = False
+
+    @property
+    def resident(self) -> bool:
+        return self.mode.weights_resident
+
+    @property
+    def double_buffered(self) -> bool:
+        return self.mode.double_buffered
+
+    @property
+    def halo_reuse(self) -> bool:
+        return self.mode.halo_reuse
 
 
 def prefetch_room(facts: GroupFacts) -> int:
@@ -214,10 +230,10 @@ class GroupSearch:
 
     def facts(self, tile: Tile, resident: bool, double_buffered: bool = False,
               halo_reuse: bool = False, weights_outer: bool = False) -> GroupFacts:
-        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, resident,
-                          double_buffered, halo_reuse,
-                          self.reuse_grid(tile) if halo_reuse else None,
-                          weights_outer=weights_outer, memo=self.memo)
+        mode = Mode.of(resident=resident, double_buffered=double_buffered,
+                       halo_reuse=halo_reuse, weights_outer=weights_outer)
+        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, mode,
+                          self.reuse_grid(tile) if halo_reuse else None, memo=self.memo)
 
     def can_sweep_weights(self) -> bool:
         """A weights-outer loop is possible: one layer whose streamed weights arrive in more
@@ -323,9 +339,9 @@ class GroupSearch:
 
     def violations(self, tile: Tile, resident: bool, rules: Iterable[Rule] | None = None,
                    halo_reuse: bool = False, double_buffered: bool = False,
-                   physical: bool = True) -> list[Violation]:
+                   physical: bool = True, weights_outer: bool = False) -> list[Violation]:
         """Rule violations of one tile, and (unless told not to) the chip's capacities."""
-        f = self.facts(tile, resident, double_buffered, halo_reuse)
+        f = self.facts(tile, resident, double_buffered, halo_reuse, weights_outer)
         found = physical_violations(f) if physical else []
         if len(self.layers) > 1:
             chosen = self.ruleset.enabled if rules is None else tuple(rules)
@@ -394,39 +410,34 @@ class GroupSearch:
         return not physical_violations(self.facts(tile, resident, True, halo_reuse,
                                                   weights_outer))
 
-    def choice(self, tile: Tile, resident: bool, double_buffered: bool,
-               halo_reuse: bool = False, weights_outer: bool = False,
-               passes: int = 1, inputs_held: bool = False, hidden_chunks: int = 1,
-               maps_held: bool = False, inputs_reloaded: bool = False) -> TileChoice:
-        """A tile with its full predicted cost."""
-        if passes > 1:
-            search = PassSearch.of(self.graph, self.layers, self.chip, inputs_held, maps_held)
-            if search is None or search.split.count != passes:
-                raise ValueError(f"group of {self.layers[0]!r} cannot run in {passes} passes")
-            return TileChoice(tile, True, search.cost(tile.h, double_buffered, hidden_chunks),
-                              double_buffered, passes=passes, inputs_held=inputs_held,
-                              hidden_chunks=hidden_chunks, maps_held=maps_held)
-        if hidden_chunks > 1 and attention_heads(self.graph, self.io) is not None:
-            return TileChoice(tile, True, head_chunked_cost(
-                self.graph, self.layers, tile, self.chip, double_buffered, hidden_chunks),
-                double_buffered, hidden_chunks=hidden_chunks)
-        if hidden_chunks > 1:
+    def choice(self, tile: Tile, mode: Mode) -> TileChoice:
+        """A tile run in `mode` with its full predicted cost."""
+        if mode.passes > 1:
+            search = PassSearch.of(self.graph, self.layers, self.chip, mode.inputs_held,
+                                   mode.maps_held)
+            if search is None or search.split.count != mode.passes:
+                raise ValueError(f"group of {self.layers[0]!r} cannot run in {mode.passes} "
+                                 "passes")
+            return TileChoice(tile, mode, search.cost(tile.h, mode.double_buffered,
+                                                      mode.hidden_chunks))
+        if mode.hidden_chunks > 1 and attention_heads(self.graph, self.io) is not None:
+            return TileChoice(tile, mode, head_chunked_cost(
+                self.graph, self.layers, tile, self.chip, mode.double_buffered,
+                mode.hidden_chunks))
+        if mode.hidden_chunks > 1:
             hidden = HiddenSearch.of(self.graph, self.layers, self.chip,
-                                     reload=inputs_reloaded)
+                                     reload=mode.inputs_reloaded)
             if hidden is None:
                 raise ValueError(f"group of {self.layers[0]!r} has no stretch to run in "
                                  "hidden chunks" + (", or no input to load again after one"
-                                                    if inputs_reloaded else ""))
-            return TileChoice(tile, resident, hidden.cost(tile, resident, double_buffered,
-                                                          hidden_chunks),
-                              double_buffered, hidden_chunks=hidden_chunks,
-                              inputs_reloaded=inputs_reloaded)
+                                                    if mode.inputs_reloaded else ""))
+            return TileChoice(tile, mode, hidden.cost(tile, mode.weights_resident,
+                                                      mode.double_buffered, mode.hidden_chunks))
         # the search's grid: its axes (and a peak its capacity checks computed) are reused
-        grid = self.reuse_grid(tile) if halo_reuse and tile.bands == 1 else None
-        return TileChoice(tile, resident, group_cost(self.graph, self.layers, tile, self.chip,
-                                                     resident, double_buffered, halo_reuse,
-                                                     weights_outer, grid),
-                          double_buffered, halo_reuse, weights_outer)
+        grid = self.reuse_grid(tile) if mode.halo_reuse and tile.bands == 1 else None
+        return TileChoice(tile, mode, group_cost(self.graph, self.layers, tile, self.chip,
+                                                 mode.weights_resident, mode.double_buffered,
+                                                 mode.halo_reuse, mode.weights_outer, grid))
 
     def best(self, objective: Objective = Objective.TRAFFIC, rules: Iterable[Rule] | None = None
              ) -> TileChoice | None:
@@ -466,17 +477,12 @@ class GroupSearch:
 
     def option_choice(self, o: Option) -> TileChoice:
         """The option's tile with its full predicted cost."""
-        if o.passes > 1:  # a pass option's cost is complete already (solver.passes)
-            return TileChoice(o.tile, True, o.cost, o.double_buffered, passes=o.passes,
-                              inputs_held=o.inputs_held, hidden_chunks=o.hidden_chunks,
-                              maps_held=o.maps_held)
-        if o.hidden_chunks > 1:  # so is a hidden-chunk option's (solver.hidden)
-            return TileChoice(o.tile, o.resident, o.cost, o.double_buffered,
-                              hidden_chunks=o.hidden_chunks, inputs_reloaded=o.inputs_reloaded)
+        if o.mode.passes > 1 or o.mode.hidden_chunks > 1:
+            # a pass or hidden-chunk option's cost is complete already (solver.passes,
+            # solver.hidden)
+            return TileChoice(o.tile, o.mode, o.cost)
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
-        return search.choice(o.tile, o.resident, o.double_buffered, o.halo_reuse,
-                             o.weights_outer, o.passes, o.inputs_held, o.hidden_chunks,
-                             o.maps_held)
+        return search.choice(o.tile, o.mode)
 
     def _all_options(self, objective: Objective, rules: Iterable[Rule] | None,
                      with_room: bool = True) -> list[Option]:
@@ -518,13 +524,13 @@ class GroupSearch:
                         continue
                     tile = at.tile_of(th)
                     cost = head_chunked_cost(self.graph, self.layers, tile, self.chip, db, k)
-                    choice = TileChoice(tile, True, cost, db, hidden_chunks=k)
-                    rank = _rank(cost, objective, self.ruleset, self.chip, choice)
+                    mode = Mode.of(double_buffered=db, hidden_chunks=k)
+                    rank = _rank(cost, objective, self.ruleset, self.chip,
+                                 TileChoice(tile, mode, cost))
                     idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
                     # as CP-SAT prices it (solver.cpsat._pinned_room): no weights
                     room = passes_room(self.chip, cost.sram_peak_bytes, 0) if with_room else 0
-                    out.append(Option(rank, tile, True, db, False, cost, idle, room,
-                                      hidden_chunks=k))
+                    out.append(Option(rank, tile, mode, cost, idle, room))
         return out
 
     def _head_fits_at(self, at: GroupSearch, double_buffered: bool, chunks: int, th: int
@@ -589,13 +595,12 @@ class GroupSearch:
                        or hidden.rule_violations(tile, resident, True, k, chosen)):
                 continue
             cost = hidden.cost(tile, resident, db, k, work)
-            choice = TileChoice(tile, resident, cost, db, hidden_chunks=k,
-                                inputs_reloaded=hidden.inputs_reloaded)
-            rank = _rank(cost, objective, self.ruleset, self.chip, choice)
+            mode = Mode.of(resident=resident, double_buffered=db, hidden_chunks=k,
+                           inputs_reloaded=hidden.inputs_reloaded)
+            rank = _rank(cost, objective, self.ruleset, self.chip, TileChoice(tile, mode, cost))
             idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
             room = hidden.room(tile, resident, db, k) if with_room else 0
-            out.append(Option(rank, tile, resident, db, False, cost, idle, room,
-                              hidden_chunks=k, inputs_reloaded=hidden.inputs_reloaded))
+            out.append(Option(rank, tile, mode, cost, idle, room))
         return out
 
     def _pass_options(self, objective: Objective, rules: Iterable[Rule] | None,
@@ -617,13 +622,13 @@ class GroupSearch:
             for th, db, k in passes.feasible(chosen, whole, self.ruleset.search.hidden_chunks):
                 tile = passes.tile_of(th)
                 cost = passes.cost(th, db, k)
+                mode = Mode.of(double_buffered=db, passes=count, inputs_held=held,
+                               hidden_chunks=k, maps_held=maps)
                 rank = _rank(cost, objective, self.ruleset, self.chip,
-                             TileChoice(tile, True, cost, db, passes=count, inputs_held=held,
-                                        hidden_chunks=k, maps_held=maps))
+                             TileChoice(tile, mode, cost))
                 idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
                 room = passes.room(th, db, k) if with_room else 0
-                out.append(Option(rank, tile, True, db, False, cost, idle, room, passes=count,
-                                  inputs_held=held, hidden_chunks=k, maps_held=maps))
+                out.append(Option(rank, tile, mode, cost, idle, room))
         return out
 
     def _height_options(self, objective: Objective, rules: Iterable[Rule] | None,
@@ -666,12 +671,13 @@ class GroupSearch:
                     if db and (db_top is None or th > db_top):
                         continue
                     cost = with_time(self.chip, work, db)
+                    mode = Mode.of(resident=resident, double_buffered=db, halo_reuse=reuse)
                     rank = _rank(cost, objective, self.ruleset, self.chip,
-                                 TileChoice(tile, resident, cost, db, reuse))
+                                 TileChoice(tile, mode, cost))
                     idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
                     room = prefetch_room(self.facts(tile, resident, db, reuse)) \
                         if with_room else 0
-                    out.append(Option(rank, tile, resident, db, reuse, cost, idle, room))
+                    out.append(Option(rank, tile, mode, cost, idle, room))
         if self.bands == 1 and self.can_sweep_weights():
             out += self._sweep_options(objective, heights, with_room)
         return out
@@ -688,11 +694,12 @@ class GroupSearch:
                 if physical_violations(facts):
                     continue
                 cost = self.quick_cost(tile, False, db, weights_outer=True)
+                mode = Mode.of(resident=False, double_buffered=db, weights_outer=True)
                 rank = _rank(cost, objective, self.ruleset, self.chip,
-                             TileChoice(tile, False, cost, db))
+                             TileChoice(tile, mode, cost))
                 idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
                 room = prefetch_room(facts) if with_room else 0
-                out.append(Option(rank, tile, False, db, False, cost, idle, room, True))
+                out.append(Option(rank, tile, mode, cost, idle, room))
         return out
 
     def search(self, how: str, rules: Iterable[Rule] | None = None) -> TileChoice | None:
@@ -713,7 +720,9 @@ class GroupSearch:
                 else _small_to_large(self, low, high, resident, chosen)
             if th is not None:
                 tile = self.tile_of(th)
-                return self.choice(tile, resident, self.fits_double_buffer(tile, resident))
+                return self.choice(tile, Mode.of(
+                    resident=resident,
+                    double_buffered=self.fits_double_buffer(tile, resident)))
         return None
 
 

@@ -11,7 +11,11 @@ import ast
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,6 +102,105 @@ def test_the_check_sees_a_violation(tmp_path: Path) -> None:
     assert _package("fuseplan.planner.app.api") == "fuseplan.planner.app"
     assert LAYERS[_package("fuseplan.planner.app.api") or ""] > LAYERS["fuseplan.planner.ir"]
     assert _module(ROOT / "planner" / "app" / "api.py") == "fuseplan.planner.app.api"
+
+
+def _imported_modules(path: Path, known: Mapping[str, Path]) -> Iterator[tuple[int, str]]:
+    """(line, module) for every module of `known` an import of the file runs, at module or
+    function level: ``from a.b import c`` runs ``a.b.c`` when that is a module of its own,
+    else ``a.b``; ``import a.b`` runs ``a.b``."""
+    for node in ast.walk(ast.parse(path.read_text())):  # function-level imports too
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                target = sub if sub in known else node.module
+                if target in known:
+                    yield node.lineno, target
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if a.name in known)
+
+
+def _import_graph(modules: Mapping[str, Path]) -> nx.DiGraph:
+    """Module -> module it imports, among `modules` (import name -> file); each edge keeps
+    where its first import is (``where``: file:line)."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        for line, target in _imported_modules(path, modules):
+            if target != name and not graph.has_edge(name, target):
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+                graph.add_edge(name, target, where=f"{where}:{line}")
+    return graph
+
+
+def _cycles(graph: nx.DiGraph) -> list[str]:
+    """Each import cycle of the graph (a strongly connected component of more than one
+    module) as a chain of modules, with where each import of the chain is; a component
+    larger than its chain names all its modules after it."""
+    found = []
+    for component in sorted(map(sorted, nx.strongly_connected_components(graph))):
+        if len(component) < 2:
+            continue
+        chain = nx.find_cycle(graph.subgraph(component), source=component[0])
+        text = " -> ".join([u for u, _ in chain] + [chain[0][0]])
+        text += " (" + ", ".join(graph.edges[u, v]["where"] for u, v in chain) + ")"
+        if len(chain) < len(component):
+            text += f"; its component: {', '.join(component)}"
+        found.append(text)
+    return found
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_no_import_cycles_inside_a_package(folder: str) -> None:
+    """No module of a package imports, directly or through others, a module that imports it
+    back, counting function-level imports: a circle a function-level import hides still ties
+    the modules into one (issue 41)."""
+    modules = {_module(p): p for p in sorted((ROOT / folder).rglob("*.py"))}
+    cycles = _cycles(_import_graph(modules))
+    assert not cycles, f"import cycles in {folder}/:\n" + "\n".join(cycles)
+
+
+def _late_imports(path: Path, prefix: str) -> list[str]:
+    """Imports of modules under `prefix` inside a function or class of the file."""
+    found = []
+    for scope in ast.walk(ast.parse(path.read_text())):
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for node in ast.walk(scope):
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                else:
+                    continue
+                found += [f"{path.name}:{node.lineno}: {scope.name} imports {n}"
+                          for n in names if n == prefix or n.startswith(prefix + ".")]
+    return found
+
+
+def test_emulator_modules_import_one_another_at_module_level() -> None:
+    """The mode runners once reached back into emulator.run from inside their functions
+    (issue 41); an emulator module names what it needs of another at its top."""
+    late = [v for p in sorted((ROOT / "emulator").glob("*.py"))
+            for v in _late_imports(p, "fuseplan.emulator")]
+    assert not late, "function-level imports inside the emulator:\n" + "\n".join(late)
+
+
+def test_the_late_import_check_sees_one(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("from fuseplan.emulator.tally import Tally\n\n\n"
+                 "def f():\n    from fuseplan.emulator.run import emulate\n    return emulate\n")
+    assert _late_imports(f, "fuseplan.emulator") == ["m.py:5: f imports fuseplan.emulator.run"]
+
+
+def test_the_cycle_check_sees_a_planted_cycle(tmp_path: Path) -> None:
+    """A cycle closed by a function-level import of a submodule (``from pkg import a``) is
+    found and spelled as a chain; a module that only imports into it is not part of it."""
+    files = {name: tmp_path / f"{name}.py" for name in ("a", "b", "c")}
+    files["a"].write_text("def f():\n    from fuseplan.pkg import b\n    return b\n")
+    files["b"].write_text("import json\nfrom fuseplan.pkg.a import f\n")
+    files["c"].write_text("from fuseplan.pkg import a\n")
+    graph = _import_graph({f"fuseplan.pkg.{name}": path for name, path in files.items()})
+    assert _cycles(graph) == ["fuseplan.pkg.a -> fuseplan.pkg.b -> fuseplan.pkg.a "
+                              "(a.py:2, b.py:2)"]
 
 
 def _top_level_imports(path: Path) -> list[str]:

@@ -21,6 +21,7 @@ from fuseplan.planner.geometry.bands import band_compute_cycles
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid
 from fuseplan.planner.geometry.regions import Tile, anchor_extent, group_chains, group_io
 from fuseplan.planner.plan.json_io import load_plan, plan_to_json
+from fuseplan.planner.plan.mode import Mode
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.ruleset import load_rules
@@ -66,8 +67,8 @@ def test_bands_split_the_kept_rows_and_pay_with_their_overlap(wide) -> None:
     assert one.redundant_read_bytes == 0 < banded.redundant_read_bytes
     assert banded.macs > one.macs  # each band's first column recomputes its left border
     io = group_io(graph, layers)
-    facts = GroupFacts(graph, io, group_chains(graph, io), Tile(1, 1, 1, 16), chip, True,
-                       False, True)
+    facts = GroupFacts(graph, io, group_chains(graph, io), Tile(1, 1, 1, 16), chip,
+                       Mode.of(halo_reuse=True))
     once = graph.elems(io.inputs[0]) * chip.dtype_bytes
     assert facts.redundancy_pct() == pytest.approx(100 * banded.redundant_read_bytes / once)
     grids = ReuseGrid.bands_of(graph, io, group_chains(graph, io), Tile(1, 1, 1, 16))

@@ -11,6 +11,7 @@ from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.plan.mode import Mode
 from fuseplan.solver import long_groups
 from fuseplan.solver.long_groups import block_groups, cut_sets, single_cuts
 from fuseplan.solver.parallel import Context
@@ -151,7 +152,7 @@ def test_a_start_whose_longest_group_rereads_weights_also_keeps_the_longest_resi
 
     def fake_choice(graph, chip, ruleset, objective, layers):  # type: ignore[no-untyped-def]
         resident = len(layers) - 1 <= resident_up_to
-        return tuple(layers), TileChoice(Tile(2, 4, 4), resident, Counters())
+        return tuple(layers), TileChoice(Tile(2, 4, 4), Mode.of(resident=resident), Counters())
 
     monkeypatch.setattr(long_groups, "_choice", fake_choice)
     monkeypatch.setattr(long_groups, "_rereads_weights",

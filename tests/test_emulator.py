@@ -24,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuseplan.emulator.run import _layer_static, emulate
+from fuseplan.emulator.layer import layer_facts
+from fuseplan.emulator.run import emulate
 from fuseplan.hardware.chip import Chip, load_chip
 from fuseplan.planner.app.assemble import assemble, layer_plan
 from fuseplan.planner.app.verify import VerifyReport, verify_plan
@@ -267,7 +268,7 @@ def test_run_layer_same_box_shortcut_is_the_region_function(
     rng = np.random.default_rng(0)
     marked = 0
     for lay in graph.layers:
-        for _, i, name_, _, same in _layer_static(graph, lay).fmaps:
+        for _, i, name_, _, same in layer_facts(graph, lay).fmaps:
             if not same:
                 continue
             marked += 1

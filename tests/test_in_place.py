@@ -12,7 +12,8 @@ from hand import assert_verifies, hand_plan
 from onnx import TensorProto, helper, numpy_helper
 from test_hidden import _save, mlp_model
 
-from fuseplan.emulator.run import EmulationError, in_place_elems
+from fuseplan.emulator.errors import EmulationError
+from fuseplan.emulator.onchip import in_place_elems
 from fuseplan.planner.app import api
 from fuseplan.planner.cost.model import live_steps
 from fuseplan.planner.geometry.in_place import in_place_hosts

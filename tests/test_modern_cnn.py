@@ -156,16 +156,16 @@ def test_a_plan_the_emulator_cannot_run_is_a_planner_bug(tmp_path: Path,
     plan = api.solve(str(path), overrides=["sram.bytes=64KiB"])
     plan_file = tmp_path / "plan.json"
     save_plan(plan, plan_file)
-    import fuseplan.emulator.run
+    import fuseplan.emulator.layer
 
-    real = fuseplan.emulator.run.run_op
+    real = fuseplan.emulator.layer.run_op
 
     def broken(op: str, *args: Any, **kwargs: Any) -> Any:
         if op == "Mul":
             raise ValueError("operands could not be broadcast together")
         return real(op, *args, **kwargs)
 
-    monkeypatch.setattr(fuseplan.emulator.run, "run_op", broken)
+    monkeypatch.setattr(fuseplan.emulator.layer, "run_op", broken)
     with pytest.raises(PlanDefect, match=r"group \d+, tile \d+, layer 'se_scale\d+'"):
         api.verify(str(path), plan_file)
     result = CliRunner().invoke(app, ["verify", str(path), str(plan_file)])

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import numpy_helper
 
-from fuseplan.emulator.attention import online_attention
+from fuseplan.emulator.attention_kernel import online_attention
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.cost.model import group_cost

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from fuseplan.planner.app import api
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.plan.mode import Mode
 from fuseplan.planner.ui.cli import app
 from fuseplan.solver import parallel
 from fuseplan.solver.long_groups import whole_map_groups
@@ -142,7 +143,8 @@ def test_a_pinned_reusing_tile_reports_its_map_peak_in_its_cost(tmp_path: Path,
                 if bands > 1 and bands not in search.band_options(tile.w):
                     continue  # the chip's cores do not make that many bands
                 at = search.at_width(tile.w).at_bands(bands)
-                choice = at.choice(tile, resident, db, halo_reuse=True)
+                choice = at.choice(tile, Mode.of(resident=resident, double_buffered=db,
+                                                  halo_reuse=True))
                 facts = at.facts(tile, resident, db, True)
                 maps = choice.cost.sram_peak_bytes - weights_beside_maps(g, search.io, chip,
                                                                          resident)

@@ -12,7 +12,7 @@ Two families of properties:
   ``AxisMap.needed`` is sufficient (onnxruntime's output box does not change when
   everything outside it is replaced), tight for windows (its first and last rows
   matter), reproduces the output box when onnxruntime runs on the clipped slice
-  with the tile's effective pads, and ``emulator.run.run_layer`` computes the box
+  with the tile's effective pads, and ``emulator.layer.run_layer`` computes the box
   exactly from the tile's input region.
 """
 
@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from fuseplan.emulator.run import run_layer
+from fuseplan.emulator.layer import run_layer
 from fuseplan.planner.cost.model import region_sum
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import load_model, run_onnxruntime
@@ -323,7 +323,7 @@ def _check_sufficient(layer: OneLayer, data: st.DataObject) -> None:
 
 def _tile_vs_onnxruntime(layer: OneLayer, x: np.ndarray,
                          box: tuple[int, int, int, int, int, int]) -> None:
-    """emulator.run.run_layer, given only the tile's input region on chip, reproduces the
+    """emulator.layer.run_layer, given only the tile's input region on chip, reproduces the
     output box of onnxruntime's full result."""
     graph = graph_of(layer.proto)
     lay = graph.layers[0]

@@ -37,6 +37,7 @@ from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify_in_m
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.data import Group, Plan
+from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import REGISTRY, GroupFacts, Violation
 from fuseplan.rules.encoding import Encoding, tile_floor
 from fuseplan.rules.ruleset import DEFAULT_RULES, default_ruleset, load_rules
@@ -406,8 +407,8 @@ def test_check_and_encode_agree(store: ModelStore, seed: int, batch: int, preset
     # have tile variables to check here
     disagree = []
     for th in heights:
-        facts = GroupFacts(graph, probe.io, probe.chains, Tile(tn, th, full_w), chip, True,
-                           double_buffered=double_buffered)
+        facts = GroupFacts(graph, probe.io, probe.chains, Tile(tn, th, full_w), chip,
+                           Mode.of(double_buffered=double_buffered))
         for rule in rules:
             feasible, _ = _solve_single(graph, chip, layers, rule, th, tn, double_buffered)
             violation = rule.check(facts)

@@ -33,13 +33,19 @@ from fuseplan.planner.app.sweep import (
     Outcome,
     RayRunner,
     SweepInterrupted,
+    driver,
     load_spec,
     parse_target,
     run_sweep,
+    search,
     solve_point,
 )
-from fuseplan.planner.app.sweep_table import read_table
+from fuseplan.planner.app.sweep.keys import code_version
+from fuseplan.planner.app.sweep.rows import SOLVED, blank_row, plan_row
+from fuseplan.planner.app.sweep.store import Store
+from fuseplan.planner.app.sweep.table import read_table
 from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.files import write_atomic
 from fuseplan.planner.ui.cli import app
 from fuseplan.planner.ui.sweep_report import (
     smallest_serving_bisected,
@@ -208,7 +214,7 @@ def test_content_address_is_what_decides_the_plan(model_dir: Path, tmp_path: Pat
     assert key("4KiB", folder=tmp_path) == base  # wherever the spec lives
     assert key("8KiB") != base and key("4KiB", solver="layer") != base
     rules = tmp_path / "rules.yaml"
-    shutil.copy(Path(sweep.__file__).parents[2] / "rules" / "default.yaml", rules)
+    shutil.copy(REPO / "rules" / "default.yaml", rules)
     assert key("4KiB", str(rules)) == base  # the default rules' content, another path
     rules.write_text(rules.read_text() + "\n# edited\n")
     assert key("4KiB", str(rules)) != base
@@ -230,7 +236,7 @@ def test_the_address_changes_with_the_planning_code(tmp_path: Path) -> None:
     code.write_text("BYTES = 2\n")
     assert before is not None and sweep.source_digest(tmp_path) != before
     assert sweep.source_digest(REPO) is not None  # this checkout is a source tree
-    assert "+src." in sweep._version()
+    assert "+src." in code_version()
 
 
 # --------------------------------------------------------------------------- resume
@@ -295,7 +301,7 @@ def test_what_resume_takes_as_finished(model_dir: Path, tmp_path: Path) -> None:
     spec = load_spec(capacity_spec(model_dir, SIZES[:4], name="finished.yaml"))
     first = run_sweep(spec, tmp_path)
     jobs = sweep.address(spec.points)
-    store = sweep._Store(tmp_path)
+    store = Store(tmp_path)
     old_plan = tmp_path / first.rows[0].plan
     infeasible = replace(first.rows[0], status="infeasible", dram_bytes=None, plan="",
                          error="no grouping fits")
@@ -307,7 +313,7 @@ def test_what_resume_takes_as_finished(model_dir: Path, tmp_path: Path) -> None:
     result = run_sweep(spec, tmp_path, runner, resume=True)
     assert [j.value("sram.bytes") for j in runner.planned] == [4096, 8192]
     assert result.rows[0].status == "infeasible" and result.skipped == 2
-    assert {r.status for r in result.rows[1:]} <= set(sweep._SOLVED)
+    assert {r.status for r in result.rows[1:]} <= set(SOLVED)
     plans = sorted(p.name for p in (tmp_path / "plans").iterdir())
     assert plans == sorted(Path(r.plan).name for r in result.rows[1:])  # no stale file left
 
@@ -327,10 +333,10 @@ def test_a_larger_capacity_never_moves_more_bytes(model_dir: Path, tmp_path: Pat
     problem = api.prepare(str(model_dir / "chain.onnx"), None, "frustum_npu", {},
                           ["sram.bytes=16KiB"])
     layer = api.plan_problem(problem, "layer")
-    worse = sweep._row(worse_job, layer, True)  # the layer-by-layer plan is a valid plan
+    worse = plan_row(worse_job, layer, True)  # the layer-by-layer plan is a valid plan
     assert worse.dram_bytes is not None and first.rows[1].dram_bytes is not None
     assert worse.dram_bytes > first.rows[1].dram_bytes
-    sweep._Store(tmp_path).put(worse_job, Outcome(worse, plan_to_json(layer)))
+    Store(tmp_path).put(worse_job, Outcome(worse, plan_to_json(layer)))
 
     result = run_sweep(spec, tmp_path, resume=True, verify=True)
     rows = result.rows
@@ -356,13 +362,13 @@ def test_a_repair_that_fails_is_marked_and_warned(model_dir: Path, tmp_path: Pat
     problem = api.prepare(str(model_dir / "chain.onnx"), None, "frustum_npu", {},
                           ["sram.bytes=8KiB"])
     layer = api.plan_problem(problem, "layer")
-    sweep._Store(tmp_path).put(jobs[1], Outcome(sweep._row(jobs[1], layer, None),
+    Store(tmp_path).put(jobs[1], Outcome(plan_row(jobs[1], layer, None),
                                                 plan_to_json(layer)))
 
     def broken(job: Job, smaller: Any, source: str, verify: bool = False) -> Outcome:
-        return Outcome(sweep._blank_row(job, "error", f"re-costing the plan of {source}: boom"))
+        return Outcome(blank_row(job, "error", f"re-costing the plan of {source}: boom"))
 
-    monkeypatch.setattr(sweep, "recost_point", broken)
+    monkeypatch.setattr(search, "recost_point", broken)  # where the repair finds it
     result = run_sweep(spec, tmp_path, resume=True)
     assert result.repaired == 0
     assert result.rows[1].monotone.startswith("not monotone: re-costing the plan of "
@@ -375,7 +381,7 @@ def test_a_curve_is_in_order_only_if_no_worse_in_bytes_and_objective(model_dir: 
     """For latency (and energy) a larger capacity whose plan is faster but moves more DRAM
     bytes is out of order: the DRAM curve is what every objective promises."""
     job = sweep.address(load_spec(capacity_spec(model_dir, ["4KiB"], name="order.yaml")).points)[0]
-    small = replace(sweep._blank_row(job, "OPTIMAL"), objective="latency", dram_bytes=1000,
+    small = replace(blank_row(job, "OPTIMAL"), objective="latency", dram_bytes=1000,
                     cycles=500, energy_pj=9.0)
     assert sweep.in_order(replace(small, dram_bytes=900, cycles=400), small)
     assert not sweep.in_order(replace(small, dram_bytes=1100, cycles=400), small)
@@ -626,7 +632,7 @@ def test_the_chip_serving_every_model_after_a_bisection(model_dir: Path) -> None
     job = sweep.address(load_spec(capacity_spec(model_dir, ["4KiB"], name="serve.yaml")).points)[0]
 
     def row(model: str, size: int, x: float) -> sweep.PointResult:
-        return replace(sweep._blank_row(job, "OPTIMAL"), model=model,
+        return replace(blank_row(job, "OPTIMAL"), model=model,
                        axes=(("sram.bytes", size),), dram_bytes=int(100 * x),
                        compulsory_dram_bytes=100)
 
@@ -692,10 +698,8 @@ def test_cli_exit_codes(model_dir: Path, tmp_path: Path, monkeypatch: pytest.Mon
         raise KeyboardInterrupt
         yield
 
-    from fuseplan.planner.app import sweep_table
-
     monkeypatch.setattr(sweep.SerialRunner, "run", stop)  # Ctrl-C while planning ...
-    monkeypatch.setattr(sweep_table, "write_table", stop)  # ... and again while tabling
+    monkeypatch.setattr(driver, "write_table", stop)  # ... and again while tabling
     run = CliRunner().invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "s"), "--serial"])
     assert run.exit_code == 130 and run.stderr.startswith("interrupted:"), run.output
     assert "Traceback" not in run.output
@@ -730,10 +734,12 @@ def test_ctrl_c_keeps_finished_rows_and_exits_130(model_dir: Path, tmp_path: Pat
     assert len(again.planned) == 12 - len(rows)
 
 
-def test_atomic_write_honours_the_umask(tmp_path: Path) -> None:
+def test_write_atomic_honours_the_umask(tmp_path: Path) -> None:
+    """Row, plan and table files are written with core.files.write_atomic: their mode
+    follows the umask, as a file written with ``open`` would."""
     old = os.umask(0o027)
     try:
-        sweep.atomic_write(tmp_path / "a.json", "{}")
+        write_atomic(tmp_path / "a.json", "{}")
     finally:
         os.umask(old)
     assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o640

@@ -26,7 +26,7 @@ from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.json_io import plan_to_json
 from fuseplan.planner.plan.placement import Placement
-from fuseplan.planner.ui.cli import front_png
+from fuseplan.planner.ui.plots import front_png
 from fuseplan.solver.cpsat import solve_cpsat
 from fuseplan.solver.shortest_path import shortest_path_groups
 from fuseplan.solver.tiles import GroupSearch
@@ -256,9 +256,7 @@ def _every_plan(problem: api.Problem, objective: Objective) -> list[Plan]:
         choices = [GroupSearch.of(g, ls, chip, rs)._all_options(objective, None)
                    for ls in grouping]
         for combo in itertools.product(*choices):
-            placed = [Placement.of(ls, o.tile, o.resident, o.double_buffered, o.halo_reuse,
-                                   o.weights_outer, o.passes, o.inputs_held, o.hidden_chunks)
-                      for ls, o in zip(grouping, combo, strict=True)]
+            placed = [Placement(ls, o.tile, o.mode) for ls, o in zip(grouping, combo, strict=True)]
             every.append(assemble(g, chip, placed, objective=objective, solver={},
                                   **problem.plan_header()))
     return every

@@ -222,6 +222,11 @@ def test_weights_outer_reads_the_weights_once_per_batch(tmp_path: Path, solver: 
     report = json.loads(checked.stdout)
     assert report["outputs_match"] and report["predicted_matches_emulated"]
     assert not report["capacity_violations"]
+    # explain rechecks the group as it runs (two weight chunks on chip, not the whole
+    # weights): it agrees with verify
+    explained = _fuseplan("explain", str(model), str(plan), *chip, "--json")
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    assert json.loads(explained.stdout)["violations"] == []
 
 
 @pytest.mark.parametrize("batch", [4, 8])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from fuseplan.hardware.chip import Chip
@@ -20,9 +20,8 @@ from fuseplan.planner.cost.model import (
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.cost.passes import passes_cost
 from fuseplan.planner.cost.weight_stream import chunk_counts
-from fuseplan.planner.geometry.attention import attention_heads
-from fuseplan.planner.geometry.hidden import makes_chunks, stretches
-from fuseplan.planner.geometry.passes import pass_split, passes_make_chunks
+from fuseplan.planner.geometry.hidden import stretches
+from fuseplan.planner.geometry.passes import pass_split
 from fuseplan.planner.geometry.regions import group_chains, group_io
 from fuseplan.planner.geometry.reload import reloaded_inputs
 from fuseplan.planner.ir.graph import Graph
@@ -35,6 +34,7 @@ from fuseplan.planner.plan.checks import (
     whole_tile,
 )
 from fuseplan.planner.plan.data import Group, Json, Plan
+from fuseplan.planner.plan.mode import Mode, ModeKind, mode_kind, mode_problem
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.ruleset import RuleSet
@@ -61,47 +61,47 @@ def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Grou
 
 
 def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
-    """Predicted counters of a placement, without next-group prefetch."""
-    if p.inputs_reloaded and (p.hidden_chunks == 1 or p.passes > 1 or p.double_buffered
-                              or not reloaded_inputs(graph, group_io(graph, p.layers))):
-        raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot load "
-                            "its inputs again as placed (planner.geometry.reload: hidden "
-                            "chunks, no passes, one input buffer, an input read before a "
-                            "stretch and after it)")
-    if p.passes > 1:
-        split = pass_split(graph, p.layers, p.inputs_held, p.maps_held)
-        if split is None or split.count != p.passes or not p.weights_resident \
-                or p.halo_reuse or p.weights_outer or (p.inputs_held and p.double_buffered) \
-                or not passes_make_chunks(graph, split, p.hidden_chunks):
-            raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run "
-                                f"in {p.passes} passes as placed (planner.geometry.passes: "
-                                "resident weights, halos recomputed, tiles outer, held inputs "
-                                "single-buffered, hidden chunks only of stretches that make "
-                                "them)")
-        return passes_cost(graph, split, p.tile, chip, p.double_buffered,
-                           hidden_chunks=p.hidden_chunks)
-    if p.hidden_chunks > 1:
-        io = group_io(graph, p.layers)
-        heads = attention_heads(graph, io)
-        if heads is not None:  # a lone fused attention, a chunk of heads at a time
-            if heads % p.hidden_chunks or p.halo_reuse or p.weights_outer:
-                raise PlanningError(f"the fused attention {p.layers[0]!r} cannot run in "
-                                    f"{p.hidden_chunks} head chunks as placed (its {heads} "
-                                    "heads evenly, halos recomputed, tiles outer)")
-            return head_chunked_cost(graph, p.layers, p.tile, chip, p.double_buffered,
-                                     p.hidden_chunks)
-        found = stretches(graph, io)
-        if not found or p.halo_reuse or p.weights_outer or any(
-                not makes_chunks(s, p.hidden_chunks) for s in found):
-            raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run "
-                                f"in {p.hidden_chunks} hidden chunks as placed "
-                                "(planner.geometry.hidden: a stretch with that many chunks of "
-                                "channels, halos recomputed, tiles outer)")
-        return hidden_cost(graph, io, group_chains(graph, io), found, p.hidden_chunks, p.tile,
-                           chip, p.weights_resident, p.double_buffered,
-                           reloaded=reloaded_inputs(graph, io) if p.inputs_reloaded else None)
+    """Predicted counters of a placement, without next-group prefetch: the mode checked by
+    the one validator (planner.plan.mode.mode_problem), then priced by its kind's cost
+    function."""
+    problem = mode_problem(graph, p.layers, p.tile, p.mode, whole_tile(graph, p.layers))
+    if problem is not None:
+        raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run as "
+                            f"placed: {problem}")
+    return _COST[mode_kind(graph, p.layers, p.mode)](graph, p, chip)
+
+
+def _passes_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
+    split = pass_split(graph, p.layers, p.inputs_held, p.maps_held)
+    assert split is not None  # mode_problem checked it
+    return passes_cost(graph, split, p.tile, chip, p.double_buffered,
+                       hidden_chunks=p.hidden_chunks)
+
+
+def _head_chunks_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
+    return head_chunked_cost(graph, p.layers, p.tile, chip, p.double_buffered, p.hidden_chunks)
+
+
+def _hidden_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
+    io = group_io(graph, p.layers)
+    return hidden_cost(graph, io, group_chains(graph, io), stretches(graph, io),
+                       p.hidden_chunks, p.tile, chip, p.weights_resident, p.double_buffered,
+                       reloaded=reloaded_inputs(graph, io) if p.inputs_reloaded else None)
+
+
+def _tiles_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
                       p.halo_reuse, p.weights_outer)
+
+
+# one cost function per kind of mode (the emulator has one runner per kind)
+_COST: dict[ModeKind, Callable[[Graph, Placement, Chip], Counters]] = {
+    ModeKind.TILES: _tiles_cost,
+    ModeKind.WEIGHTS_OUTER: _tiles_cost,  # group_cost prices the chunk sweep itself
+    ModeKind.PASSES: _passes_cost,
+    ModeKind.HEAD_CHUNKS: _head_chunks_cost,
+    ModeKind.HIDDEN: _hidden_cost,
+}
 
 
 def prefetch_eligible(graph: Graph, groups: Sequence[Sequence[str]]) -> list[bool]:
@@ -124,7 +124,9 @@ def prefetch_fits(graph: Graph, chip: Chip, prev: Group, nxt: Group) -> bool:
 
     io = group_io(graph, prev.layers)
     facts = GroupFacts(graph, io, group_chains(graph, io), prev.tile, chip,
-                       prev.weights_resident, prev.double_buffered, prev.halo_reuse)
+                       Mode.of(resident=prev.weights_resident,
+                               double_buffered=prev.double_buffered,
+                               halo_reuse=prev.halo_reuse))
     return weight_bytes(graph, group_io(graph, nxt.layers).weights, chip) <= prefetch_room(facts)
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.cost.objective import Objective, objective_value
-from fuseplan.planner.geometry.attention import attention_heads
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.ir.graph import Graph
-from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.data import Group, Plan
+from fuseplan.planner.plan.mode import ModeKind, mode_kind
 from fuseplan.rules.base import GroupFacts, Violation
 from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.groups import is_connected, is_convex
@@ -76,38 +78,62 @@ def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[B
 
 
 def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tuple[int, Violation]]:
-    """Every group of the plan against every enabled rule and the chip's capacities."""
+    """Every group of the plan against every enabled rule and the chip's capacities, each
+    checked the way its mode runs (one check per kind of mode, as the cost model prices it
+    and the emulator runs it)."""
     found = []
     for g in plan.groups:
-        search = GroupSearch.of(graph, g.layers, chip, ruleset)
-        passes = PassSearch.of(graph, g.layers, chip, g.placement.inputs_held,
-                               g.placement.maps_held) \
-            if g.placement.passes > 1 else None
-        if passes is not None:  # each pass against the tile rules, the whole group structurally
-            whole = search.facts(Tile(1, 1, 1), True)
-            k = g.placement.hidden_chunks  # each pass's stretches in that many chunks
-            found += [(g.id, v) for v in passes.physical(g.tile.h, g.double_buffered, k)
-                      + passes.rule_violations(g.tile.h, g.double_buffered, ruleset.enabled,
-                                               whole, k)]
-            continue
-        if g.placement.hidden_chunks > 1 and attention_heads(graph, search.io) is not None:
-            # a lone fused attention in head chunks: capacities from its exact peak
-            found += [(g.id, v) for v in search.head_violations(
-                g.tile, g.double_buffered, g.placement.hidden_chunks)]
-            continue
-        hidden = HiddenSearch.of(graph, g.layers, chip, reload=g.placement.inputs_reloaded) \
-            if g.placement.hidden_chunks > 1 else None
-        if hidden is not None:  # capacities from the exact peak, rules with chunk-wide maps
-            k = g.placement.hidden_chunks
-            found += [(g.id, v) for v in hidden.physical(g.tile, g.weights_resident,
-                                                         g.double_buffered, k)
-                      + hidden.rule_violations(g.tile, g.weights_resident, g.double_buffered,
-                                               k, ruleset.enabled)]
-            continue
-        for v in search.violations(g.tile, g.weights_resident, None, g.halo_reuse,
-                                   g.double_buffered):
-            found.append((g.id, v))
+        check = _RECHECK[mode_kind(graph, g.layers, g.placement.mode)]
+        found += [(g.id, v) for v in check(graph, g, chip, ruleset)]
     return found
+
+
+def _passes_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> list[Violation]:
+    """Each pass against the tile rules, the whole group structurally; each pass's
+    stretches in the placement's hidden chunks."""
+    p = g.placement
+    passes = PassSearch.of(graph, g.layers, chip, p.inputs_held, p.maps_held)
+    if passes is None:  # the plan reader and the assembler refuse such a mode
+        raise PlanningError(f"group {g.id} cannot run in {p.passes} passes")
+    whole = GroupSearch.of(graph, g.layers, chip, ruleset).facts(Tile(1, 1, 1), True)
+    k = p.hidden_chunks
+    return passes.physical(g.tile.h, g.double_buffered, k) \
+        + passes.rule_violations(g.tile.h, g.double_buffered, ruleset.enabled, whole, k)
+
+
+def _head_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> list[Violation]:
+    """A lone fused attention in head chunks: capacities from its exact peak."""
+    search = GroupSearch.of(graph, g.layers, chip, ruleset)
+    return search.head_violations(g.tile, g.double_buffered, g.placement.hidden_chunks)
+
+
+def _hidden_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> list[Violation]:
+    """Capacities from the exact peak, rules with chunk-wide maps."""
+    p = g.placement
+    hidden = HiddenSearch.of(graph, g.layers, chip, reload=p.inputs_reloaded)
+    if hidden is None:  # the plan reader and the assembler refuse such a mode
+        raise PlanningError(f"group {g.id} has no stretch to run in hidden chunks")
+    k = p.hidden_chunks
+    return hidden.physical(g.tile, g.weights_resident, g.double_buffered, k) \
+        + hidden.rule_violations(g.tile, g.weights_resident, g.double_buffered, k,
+                                 ruleset.enabled)
+
+
+def _tile_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> list[Violation]:
+    """Tiles outer or weights outer: the group's facts in its mode (a weights-outer layer
+    holds two of its weight chunks, not its whole weights)."""
+    search = GroupSearch.of(graph, g.layers, chip, ruleset)
+    return search.violations(g.tile, g.weights_resident, None, g.halo_reuse,
+                             g.double_buffered, weights_outer=g.placement.weights_outer)
+
+
+_RECHECK: dict[ModeKind, Callable[[Graph, Group, Chip, RuleSet], list[Violation]]] = {
+    ModeKind.TILES: _tile_violations,
+    ModeKind.WEIGHTS_OUTER: _tile_violations,
+    ModeKind.PASSES: _passes_violations,
+    ModeKind.HEAD_CHUNKS: _head_violations,
+    ModeKind.HIDDEN: _hidden_violations,
+}
 
 
 def group_facts(graph: Graph, plan: Plan, chip: Chip, gid: int) -> GroupFacts:

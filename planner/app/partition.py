@@ -18,6 +18,7 @@ by every piece and every merge trial, so no group's tile search runs twice.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -143,6 +144,9 @@ class Compiler:
 def _compile_in_child(compiler: Compiler, sub: Subgraph, conn: Connection) -> None:
     """Compile one piece in a forked child; send back it and the memo entries its planning
     added (or the exception that stopped it)."""
+    # Ctrl-C is the parent's to handle: it terminates the children it started
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
         known = set(compiler.memo)
         done = compiler.compile(sub)
@@ -178,7 +182,14 @@ class Workers:
                     receive, send = context.Pipe(duplex=False)
                     forked = context.Process(target=_compile_in_child,
                                              args=(self.compiler, subs[i], send))
-                    forked.start()
+                    # Ctrl-C is held back while the child is forked (it inherits that, then
+                    # ignores it: the planner handles it), so none dies half-born with a
+                    # traceback of its own (as solver.parallel's pool)
+                    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                    try:
+                        forked.start()
+                    finally:
+                        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                     send.close()  # the child holds its end; EOF here once it exits
                     running[receive] = (i, forked)
                 for ready in wait(list(running)):

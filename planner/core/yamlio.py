@@ -24,7 +24,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
+import stat
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
@@ -35,11 +37,16 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 
 from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.files import kind_of, read_input
 
 __all__ = [
+    "MAX_YAML_ALIASES",
     "MAX_YAML_BYTES",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
     "apply_overrides",
     "build_dataclass",
     "did_you_mean",
@@ -74,6 +81,12 @@ _SIZE_FORMS = (
 _OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # chip and rule files are a few kB; past this a file is refused before it is parsed
 MAX_YAML_BYTES = 10 * 2**20
+# real files nest a handful of levels and rarely use an alias; these bounds refuse a hostile
+# document (20,000 levels would overflow the composer's recursion; aliases can multiply a
+# small file into billions of values) before it is composed
+MAX_YAML_DEPTH = 64
+MAX_YAML_ALIASES = 1000
+MAX_YAML_NODES = 1_000_000
 # no integer setting may exceed this in magnitude: CP-SAT and the cost model count in int64
 MAX_INT = 2**62
 
@@ -86,6 +99,59 @@ def _one_paragraph(text: str) -> str:
     return " ".join(text.split())
 
 
+def _too_large(path: Path) -> str:
+    return (f"{path}: the file is larger than {MAX_YAML_BYTES:,} bytes, too large for a "
+            "fuseplan YAML file (chip, rules and sweep files are a few kB); it is refused "
+            "before parsing. Check that you passed the right file, and remove the bulk from it.")
+
+
+def _check_shape(text: str, path: Path) -> None:
+    """Refuse, from the parser's events (read iteratively, without recursion), a document
+    nested deeper than MAX_YAML_DEPTH or whose aliases exceed MAX_YAML_ALIASES or expand it
+    past MAX_YAML_NODES nodes ("billion laughs"); the InputError names FILE:LINE:COL."""
+    depth = aliases = total = 0
+    sizes: dict[str, int] = {}  # anchor -> nodes of the anchored value, aliases expanded
+    stack: list[list[Any]] = []  # per open collection: [anchor, nodes so far]
+
+    def place(event: Any) -> str:
+        mark = event.start_mark
+        return f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+
+    for event in YAML(typ="rt").parse(text):
+        if isinstance(event, CollectionStartEvent):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise InputError(
+                    f"{place(event)}: the YAML is nested more than {MAX_YAML_DEPTH} levels "
+                    "deep, far past any fuseplan file; it is refused. Flatten the structure "
+                    "at that place."
+                )
+            stack.append([event.anchor, 1])
+            total += 1
+        elif isinstance(event, CollectionEndEvent):
+            depth -= 1
+            anchor, size = stack.pop()
+            if anchor is not None:
+                sizes[anchor] = size
+            if stack:
+                stack[-1][1] += size
+        elif isinstance(event, AliasEvent | ScalarEvent):
+            size = sizes.get(event.anchor, 1) if isinstance(event, AliasEvent) else 1
+            if isinstance(event, AliasEvent):
+                aliases += 1
+            elif event.anchor is not None:
+                sizes[event.anchor] = 1
+            total += size
+            if stack:
+                stack[-1][1] += size
+            if aliases > MAX_YAML_ALIASES or total > MAX_YAML_NODES:
+                raise InputError(
+                    f"{place(event)}: the YAML uses more than {MAX_YAML_ALIASES:,} aliases or "
+                    f"expands through them to more than {MAX_YAML_NODES:,} values; it is "
+                    "refused. Write the values out instead of repeating anchors (*name)."
+                )
+
+
 def load_yaml(path: Path | str) -> CommentedMap:
     """Load a YAML file whose top level is a mapping, keeping line/column information.
 
@@ -94,15 +160,18 @@ def load_yaml(path: Path | str) -> CommentedMap:
     """
     path = Path(path)
     try:
-        with open(path, "rb") as f:  # at most one byte past the limit, whatever the file is
-            data = f.read(MAX_YAML_BYTES + 1)
-        if len(data) > MAX_YAML_BYTES:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):  # decided before open(): a FIFO would block it
             raise InputError(
-                f"{path}: the file is larger than {MAX_YAML_BYTES:,} bytes, too large for a "
-                "fuseplan YAML file (chip, rules and sweep files are a few kB); it is refused "
-                "before parsing. Check that you passed the right file, and remove the bulk "
-                "from it."
+                f"{path}: is {kind_of(st.st_mode)}, not a regular file, so it is refused "
+                "before it is opened (reading it would never end or would block). Pass the "
+                "path of a YAML file (a chip, rule or sweep file)."
             )
+        if st.st_size > MAX_YAML_BYTES:
+            raise InputError(_too_large(path))
+        data = read_input(path, "YAML file", MAX_YAML_BYTES, "Pass the path of a YAML file.")
         text = data.decode("utf-8")
     except FileNotFoundError:
         raise InputError(
@@ -125,7 +194,13 @@ def load_yaml(path: Path | str) -> CommentedMap:
 
     yaml = YAML(typ="rt")
     try:
+        _check_shape(text, path)  # before composing: ruamel's composer recurses per level
         data = yaml.load(text)
+    except RecursionError:  # a safety net: _check_shape refuses such depths first
+        raise InputError(
+            f"{path}: the YAML is nested too deeply to read. Flatten the file (at most "
+            f"{MAX_YAML_DEPTH} levels)."
+        ) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         place = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)

@@ -1,7 +1,7 @@
 """The cost model: predicted counters of a group executed with a given tile.
 
 One model serves every planner (CP-SAT encodes the same closed forms, see
-solver/cpsat.py) and is checked by the emulator, which counts the bytes it
+solver/cpsat_costs.py) and is checked by the emulator, which counts the bytes it
 actually moves. Execution model, per group:
 
 * tiles of the anchor are processed in order (batch, rows, columns); each tile

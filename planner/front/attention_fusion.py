@@ -6,7 +6,7 @@ of a matrix that is 0 on and below the diagonal and one negative value above), S
 the keys and MatMul(p, v). Every layer of that chain needs a row of scores whole, [.., Lq,
 Lk] per head: at 4096 tokens and 12 heads the scores of one query row, and k and v whole,
 outgrow any on-chip memory. Fused, the chain is one layer whose tile of query rows streams
-the keys and values in chunks (emulator.attention: FlashAttention's running maximum and sum)
+the keys and values in chunks (emulator.attention_kernel: FlashAttention's running maximum and sum)
 and never holds more than one chunk of scores (planner.geometry.attention prices it).
 
 Only long sequences are fused (LONG_SEQUENCE keys and up): short ones (ViT's 197 tokens,
@@ -105,10 +105,7 @@ def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
     """The attention chain through this Softmax, None when it is not one fuseplan fuses."""
     p = softmax.output[0]
     rank = len(shapes.get(p, ()))
-    # before opset 13 the default axis is 1 (and the softmax runs over every axis from it)
-    axis = next((helper.get_attribute_value(a) for a in softmax.attribute if a.name == "axis"),
-                1 if opset < 13 else -1)
-    if rank < 3 or int(axis) % rank != rank - 1 or not _only_reader(p, readers):
+    if not _over_last_axis(softmax, rank, opset) or not _only_reader(p, readers):
         return None
     mix = next((n for n in nodes if n.op_type == "MatMul" and len(n.input) == 2
                 and n.input[0] == p), None)
@@ -127,15 +124,11 @@ def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
         chain.insert(0, node)
         node = producer.get(t)
     if node is not None and node.op_type in ("Mul", "Div") and _only_reader(t, readers):
-        a, b = node.input
-        value = _scalar(constants, b)
-        if value is None and node.op_type == "Mul":
-            a, value = b, _scalar(constants, a)
-        if value is None or value == 0:
+        scaled = _scaling(node, constants)
+        if scaled is None:
             return None
-        scale = value if node.op_type == "Mul" else 1.0 / value
+        t, scale = scaled
         chain.insert(0, node)
-        t = a
         node = producer.get(t)
     if node is None or node.op_type != "MatMul" or not _only_reader(t, readers) \
             or any(i in constants for i in node.input):
@@ -143,12 +136,41 @@ def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
     chain.insert(0, node)
     q, kt = node.input
     v = mix.input[1]
-    sq, sk, sv = shapes.get(q), shapes.get(kt), shapes.get(v)
-    if sq is None or sk is None or sv is None or not len(sq) == len(sk) == len(sv) == rank \
-            or sq[:-2] != sk[:-2] or sq[:-2] != sv[:-2] or sq[-1] != sk[-2] \
-            or sk[-1] != sv[-2] or sk[-1] < LONG_SEQUENCE:
+    if not _long_attention_shapes(shapes.get(q), shapes.get(kt), shapes.get(v), rank):
         return None
     return _Chain(tuple(chain), q, kt, v, mix.output[0], scale, causal, mask_value)
+
+
+def _over_last_axis(softmax: onnx.NodeProto, rank: int, opset: int) -> bool:
+    """Whether a Softmax of rank-`rank` scores (3 or more) runs over their last axis."""
+    # before opset 13 the default axis is 1 (and the softmax runs over every axis from it)
+    axis = next((helper.get_attribute_value(a) for a in softmax.attribute if a.name == "axis"),
+                1 if opset < 13 else -1)
+    return rank >= 3 and int(axis) % rank == rank - 1
+
+
+def _scaling(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]
+             ) -> tuple[str, float] | None:
+    """(the scores a Mul or Div by a scalar constant scales, the factor they are multiplied
+    by); None when no operand is a nonzero scalar constant."""
+    a, b = node.input
+    value = _scalar(constants, b)
+    if value is None and node.op_type == "Mul":
+        a, value = b, _scalar(constants, a)
+    if value is None or value == 0:
+        return None
+    return a, (value if node.op_type == "Mul" else 1.0 / value)
+
+
+def _long_attention_shapes(sq: tuple[int, ...] | None, sk: tuple[int, ...] | None,
+                           sv: tuple[int, ...] | None, rank: int) -> bool:
+    """Whether q [.., Lq, d], k^T [.., d, Lk] and v [.., Lk, dv] have the scores' rank, the
+    same leading axes and matching inner dims, with at least LONG_SEQUENCE keys."""
+    if sq is None or sk is None or sv is None:
+        return False
+    return len(sq) == len(sk) == len(sv) == rank and sq[:-2] == sk[:-2] \
+        and sq[:-2] == sv[:-2] and sq[-1] == sk[-2] and sk[-1] == sv[-2] \
+        and sk[-1] >= LONG_SEQUENCE
 
 
 def _causal_mask(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],

@@ -28,7 +28,7 @@ import onnx
 from onnx import helper
 
 from fuseplan.planner.ir.layout import Layout, carried, layout_of
-from fuseplan.planner.ir.ops import AxisMove, MapRule, OpClass, op_spec
+from fuseplan.planner.ir.ops import AxisMove, MapRule, OpClass, OpSpec, op_spec
 
 Shape = tuple[int, ...]
 
@@ -154,26 +154,44 @@ class BatchRestatement:
         if spec.axis_move is AxisMove.REGROUP and node.input[0] == tensor:
             return _Step(None)  # it reads the finer shape as it read the coarse one
         if node.op_type == "Transpose":
-            groups = axis_groups(coarse, fine)
-            if groups is None:
-                return None
-            perm = [int(p) for p in next((helper.get_attribute_value(a) for a in node.attribute
-                                          if a.name == "perm"), range(len(coarse))[::-1])]
-            fine_perm = tuple(a for p in perm for a in groups[p])
-            return _Step(tuple(fine[a] for a in fine_perm), fine_perm)
+            return _transposed(node, coarse, fine)
         # the layers below keep the last axis where it was: it must be the model's own
-        constants_only = all(t in self.constants for t in others) and fine[-1] == coarse[-1]
-        if spec.maps is MapRule.LINEAR and node.input[0] == tensor and others \
-                and constants_only and self.constants[others[0]].ndim == 2 \
-                and not any(a.name == "transA" and helper.get_attribute_value(a)
-                            for a in node.attribute):
+        if not all(t in self.constants for t in others) or fine[-1] != coarse[-1]:
+            return None
+        if self._linear(node, spec, tensor, others):
             return _Step((*fine[:-1], self.shapes[node.output[0]][-1]))
-        if spec.channel_local and spec.axis_move is AxisMove.NONE \
-                and spec.op_class is OpClass.VECTOR and constants_only \
-                and all(self.constants[t].ndim <= 1 and self.constants[t].size in (1, fine[-1])
-                        for t in others):
+        if self._per_element(spec, others, fine[-1]):
             return _Step(fine)  # per element, its constants scalars or per channel
         return None
+
+    def _linear(self, node: onnx.NodeProto, spec: OpSpec, tensor: str,
+                others: Sequence[str]) -> bool:
+        """Whether the node multiplies `tensor` by a constant matrix over its last axis (a
+        Linear layer, Gemm or MatMul, with `tensor` untransposed on the left)."""
+        return spec.maps is MapRule.LINEAR and node.input[0] == tensor and bool(others) \
+            and self.constants[others[0]].ndim == 2 \
+            and not any(a.name == "transA" and helper.get_attribute_value(a)
+                        for a in node.attribute)
+
+    def _per_element(self, spec: OpSpec, others: Sequence[str], channels: int) -> bool:
+        """Whether the node works per element, each constant it reads a scalar or one value
+        per channel (of the last axis)."""
+        return spec.channel_local and spec.axis_move is AxisMove.NONE \
+            and spec.op_class is OpClass.VECTOR \
+            and all(self.constants[t].ndim <= 1 and self.constants[t].size in (1, channels)
+                    for t in others)
+
+
+def _transposed(node: onnx.NodeProto, coarse: Shape, fine: Shape) -> _Step | None:
+    """What a Transpose of a tensor restated from `coarse` as `fine` makes of it: the same
+    permutation of the groups of finer axes that make up each coarse axis."""
+    groups = axis_groups(coarse, fine)
+    if groups is None:
+        return None
+    perm = [int(p) for p in next((helper.get_attribute_value(a) for a in node.attribute
+                                  if a.name == "perm"), range(len(coarse))[::-1])]
+    fine_perm = tuple(a for p in perm for a in groups[p])
+    return _Step(tuple(fine[a] for a in fine_perm), fine_perm)
 
 
 @dataclass(frozen=True)

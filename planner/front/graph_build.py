@@ -540,6 +540,18 @@ def _channels_last_ranks(node: onnx.NodeProto, spec: OpSpec) -> bool:
     return spec.maps is MapRule.CONCAT and int(node_attrs(node).get("axis", 1)) % 4 == 1
 
 
+def _seeds_stretch(node: onnx.NodeProto, spec: OpSpec, fmap: Sequence[str],
+                   constants: Mapping[str, np.ndarray], rank: int) -> bool:
+    """Whether a per-token op marks its stretch as tokens: a LayerNormalization over the last
+    axis, or a MatMul of one feature map by a constant matrix."""
+    attrs = node_attrs(node) if spec.maps is MapRule.NORM else {}
+    over_channels = spec.maps is MapRule.NORM \
+        and int(attrs.get("axis", -1)) % rank == rank - 1
+    linear = spec.maps is MapRule.LINEAR and len(fmap) == 1 and any(
+        t in constants and constants[t].ndim == 2 for t in node.input[1:2])
+    return over_channels or linear
+
+
 def _token_tensors(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
                    constants: Mapping[str, np.ndarray], rank: int = 3) -> frozenset[str]:
     """Rank-3 tensors of a transformer's token stretch, [B, L, C]: those joined by per-token
@@ -569,12 +581,7 @@ def _token_tensors(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[i
         joined = [t for t in fmap if shapes.get(t, ())[:rank - 1] == out_shape[:rank - 1]
                   and len(shapes[t]) == rank]
         links.add_edges_from((t, out) for t in joined)
-        attrs = node_attrs(node) if spec.maps is MapRule.NORM else {}
-        over_channels = spec.maps is MapRule.NORM \
-            and int(attrs.get("axis", -1)) % rank == rank - 1
-        linear = spec.maps is MapRule.LINEAR and len(fmap) == 1 and any(
-            t in constants and constants[t].ndim == 2 for t in node.input[1:2])
-        if over_channels or linear:
+        if _seeds_stretch(node, spec, fmap, constants, rank):
             seeds.update([out, *joined])
     found: set[str] = set()
     for part in nx.connected_components(links):
@@ -644,60 +651,23 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     attrs = node_attrs(node)
     inputs = tuple(node.input)
     outputs = tuple(o for o in node.output)
-    missing = [t for t in list(inputs) + [outputs[0]] if t and t not in shapes]
-    if missing:
-        raise InputError(
-            f"{path}: node '{node.name}' ({op}): tensor '{missing[0]}' has no static shape after "
-            "shape inference. Pass --shape for every dynamic input dimension, or export the "
-            "model with static shapes."
-        )
+    _require_shapes(node, inputs, outputs, shapes, path)
     spec = op_spec(op)
     fmap = tuple(t for t in inputs if t and t not in constants)
-    weights: tuple[str, ...] = ()
-    if spec.takes_weights:
-        weights = tuple(
-            t for t in inputs
-            if t in constants and np.issubdtype(constants[t].dtype, np.floating)
-        )
+    weights = _weights(spec, inputs, constants)
     weight_elems = sum(int(constants[t].size) for t in weights)
     out_shape = shapes[outputs[0]]
     in_shapes = [shapes[t] for t in fmap]
     w_shape = shapes.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
     in_layouts = [layouts.get(t) or layout_of(shapes[t]) for t in fmap]
-    # a token layout carried through a movement op or kept by a per-token op comes first: it
-    # knows where the batch went, which a token stretch seeded by shape does not
-    # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
-    carry = None
-    axes: tuple[int, ...] | None = None
-    batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset)
-    if spec.axis_move is not AxisMove.NONE and fmap and in_layouts[0].token_like:
-        axes = _move_axes(spec, attrs, node, constants, in_shapes[0], out_shape, opset)
-        if axes is not None:
-            carry = carried(spec.axis_move, in_layouts[0], in_shapes[0], out_shape, axes)
-        if carry is not None:  # the batch moves whole to the output's batch axis
-            b_in, b_out = in_layouts[0].batch_axis, carry.batch_axis
-            # a batch of one has nothing to cut; a larger one must land whole
-            batch_kept = b_in is None or in_shapes[0][b_in] == 1 or (
-                b_out is not None and in_shapes[0][b_in] == out_shape[b_out])
-        elif axes is not None and in_layouts[0].batch_axis is not None:
-            # the tokens go (ViT's class token taken), the batch lands whole on axis 0: a
-            # flat [B, C] keeps each image apart
-            b_in = in_layouts[0].batch_axis
-            batch_kept = batch_kept or (
-                moved_axis(spec.axis_move, b_in, in_shapes[0], out_shape, axes) == 0
-                and out_shape[:1] == in_shapes[0][b_in:b_in + 1])
-    elif spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
-        carry = _kept_tokens([_Fmap(s_, out_shape, lay, lay)
-                              for s_, lay in zip(in_shapes, in_layouts, strict=True)])
+    carry, batch_kept = _carried_layout(node, spec, attrs, constants, in_shapes, in_layouts,
+                                        out_shape, opset)
     # a step of a window partition or its reverse: tiled along window rows or windows
     partition = window_layout(in_layouts[0], in_shapes[0], out_shape) \
         if spec.shape_param is ShapeParam.TARGET_SHAPE and len(fmap) == 1 else None
     given = partition or carry or layouts.get(outputs[0]) or _out_layout(
         spec, attrs, fmap, out_shape, layouts, shapes)
-    if given is not None:
-        for t in outputs if carry is not None else outputs[:1]:
-            if t:
-                layouts[t] = given
+    _record_layout(layouts, outputs, given, carried_all=carry is not None)
     out_layout = given or layout_of(out_shape)
     fmaps = [_Fmap(shape, out_shape, lay, out_layout)
              for shape, lay in zip(in_shapes, in_layouts, strict=True)]
@@ -707,18 +677,7 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         rows = [regroup_rows(in_shapes[0], in_layouts[0].row_axis, out_shape,
                              partition.row_axis) or WHOLE]
         cols = [WHOLE]  # a window row spans the map's width
-    window: tuple[AxisMap, AxisMap] | None = None
-    if spec.maps is MapRule.WINDOW and in_shapes:
-        row, col, attrs = _window_maps(spec, attrs, in_shapes[0], w_shape)
-        window = row, col
-    elif spec.maps is MapRule.TRANSPOSED and in_shapes and w_shape is not None \
-            and len(w_shape) == 4 and attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
-        k = list(attrs.get("kernel_shape", w_shape[2:]))
-        s = list(attrs.get("strides", [1, 1]))
-        d = list(attrs.get("dilations", [1, 1]))
-        p = list(attrs.get("pads", [0, 0, 0, 0]))
-        window = (AxisMap(MapKind.TRANSPOSED, k[0], s[0], p[0], d[0]),
-                  AxisMap(MapKind.TRANSPOSED, k[1], s[1], p[1], d[1]))
+    window, attrs = _sliding_window(spec, attrs, in_shapes, w_shape)
     if window is not None:
         # the window slides over the data input; conv weights a layer computes are needed whole
         rows = [window[0] if t == inputs[0] else WHOLE for t in fmap]
@@ -740,3 +699,99 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         batch_preserving=batch_kept,
         opset=opset,
     )
+
+
+def _record_layout(layouts: dict[str, Layout], outputs: Sequence[str], given: Layout | None,
+                   carried_all: bool) -> None:
+    """Record the layout a layer gives its first output, or all its outputs when the layout
+    is carried from an input."""
+    if given is None:
+        return
+    for t in outputs if carried_all else outputs[:1]:
+        if t:
+            layouts[t] = given
+
+
+def _require_shapes(node: onnx.NodeProto, inputs: Sequence[str], outputs: Sequence[str],
+                    shapes: Mapping[str, tuple[int, ...]], path: str) -> None:
+    """Refuse a node whose inputs or first output have no static shape."""
+    missing = [t for t in list(inputs) + [outputs[0]] if t and t not in shapes]
+    if missing:
+        raise InputError(
+            f"{path}: node '{node.name}' ({node.op_type}): tensor '{missing[0]}' has no static "
+            "shape after shape inference. Pass --shape for every dynamic input dimension, or "
+            "export the model with static shapes."
+        )
+
+
+def _weights(spec: OpSpec, inputs: Sequence[str],
+             constants: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+    """The float constant inputs a layer computes with as weights (none for ops that take
+    no weights)."""
+    if not spec.takes_weights:
+        return ()
+    return tuple(t for t in inputs
+                 if t in constants and np.issubdtype(constants[t].dtype, np.floating))
+
+
+def _carried_layout(node: onnx.NodeProto, spec: OpSpec, attrs: dict[str, Any],
+                    constants: Mapping[str, np.ndarray], in_shapes: Sequence[tuple[int, ...]],
+                    in_layouts: Sequence[Layout], out_shape: tuple[int, ...],
+                    opset: int) -> tuple[Layout | None, bool]:
+    """The token layout the output takes from the inputs (None when none), and whether the
+    layer keeps every batch item apart."""
+    # a token layout carried through a movement op or kept by a per-token op comes first: it
+    # knows where the batch went, which a token stretch seeded by shape does not
+    # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
+    batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset)
+    if spec.axis_move is not AxisMove.NONE and in_layouts and in_layouts[0].token_like:
+        axes = _move_axes(spec, attrs, node, constants, in_shapes[0], out_shape, opset)
+        if axes is None:
+            return None, batch_kept
+        return _moved_tokens(spec.axis_move, in_layouts[0], in_shapes[0], out_shape, axes,
+                             batch_kept)
+    if spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
+        return _kept_tokens([_Fmap(s_, out_shape, lay, lay)
+                             for s_, lay in zip(in_shapes, in_layouts, strict=True)]), batch_kept
+    return None, batch_kept
+
+
+def _moved_tokens(move: AxisMove, layout: Layout, in_shape: tuple[int, ...],
+                  out_shape: tuple[int, ...], axes: tuple[int, ...],
+                  batch_kept: bool) -> tuple[Layout | None, bool]:
+    """The token layout a movement op carries to its output, and whether the batch lands
+    whole (`batch_kept`: what the op table says without the layout)."""
+    carry = carried(move, layout, in_shape, out_shape, axes)
+    b_in = layout.batch_axis
+    if carry is not None:  # the batch moves whole to the output's batch axis
+        b_out = carry.batch_axis
+        # a batch of one has nothing to cut; a larger one must land whole
+        return carry, b_in is None or in_shape[b_in] == 1 or (
+            b_out is not None and in_shape[b_in] == out_shape[b_out])
+    if b_in is not None:
+        # the tokens go (ViT's class token taken), the batch lands whole on axis 0: a
+        # flat [B, C] keeps each image apart
+        batch_kept = batch_kept or (
+            moved_axis(move, b_in, in_shape, out_shape, axes) == 0
+            and out_shape[:1] == in_shape[b_in:b_in + 1])
+    return None, batch_kept
+
+
+def _sliding_window(spec: OpSpec, attrs: dict[str, Any], in_shapes: Sequence[tuple[int, ...]],
+                    w_shape: tuple[int, ...] | None
+                    ) -> tuple[tuple[AxisMap, AxisMap] | None, dict[str, Any]]:
+    """The row and column maps of a window sliding over the data input (a conv or pool, or a
+    transposed conv with explicit pads), None for other ops; and the attributes, with a
+    window's pads resolved."""
+    if spec.maps is MapRule.WINDOW and in_shapes:
+        row, col, attrs = _window_maps(spec, attrs, in_shapes[0], w_shape)
+        return (row, col), attrs
+    if spec.maps is MapRule.TRANSPOSED and in_shapes and w_shape is not None \
+            and len(w_shape) == 4 and attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
+        k = list(attrs.get("kernel_shape", w_shape[2:]))
+        s = list(attrs.get("strides", [1, 1]))
+        d = list(attrs.get("dilations", [1, 1]))
+        p = list(attrs.get("pads", [0, 0, 0, 0]))
+        return (AxisMap(MapKind.TRANSPOSED, k[0], s[0], p[0], d[0]),
+                AxisMap(MapKind.TRANSPOSED, k[1], s[1], p[1], d[1])), attrs
+    return None, attrs

@@ -1,7 +1,7 @@
 """What a fused attention layer holds on chip while it runs (the online softmax).
 
 A FlashAttention layer (planner.front.attention_fusion) computes a tile of query rows
-against every key, walking the keys in chunks of `kv_chunk` (emulator.attention). Beside
+against every key, walking the keys in chunks of `kv_chunk` (emulator.attention_kernel). Beside
 the tile's maps it holds, at its step:
 
 * the scratch of one chunk: its scores, [.., T, kv_chunk] for the tile's T query rows, and

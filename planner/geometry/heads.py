@@ -32,7 +32,7 @@ import numpy as np
 from fuseplan.planner.ir.chunks import chunk_axes
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.ir.layout import LayoutKind
-from fuseplan.planner.ir.ops import AxisMove, MapRule, op_spec
+from fuseplan.planner.ir.ops import AxisMove, MapRule, OpSpec, op_spec
 
 Shape = tuple[int, ...]
 
@@ -194,62 +194,106 @@ def _followed(graph: Graph, lay: Layer, cuts: dict[str, Cut]) -> dict[str, Cut] 
     cut, xshape = cuts[x], graph.shapes[x]
     if any(t not in cuts for t in lay.fmap_inputs):
         return None  # a map from outside the stretch
-    new: Cut | None = None
     consts: dict[str, Cut] = {}
+    new: Cut | None
     if spec.channel_local:
-        if any(graph.shapes[t] != oshape or cuts[t] != cut for t in lay.fmap_inputs) \
-                or xshape != oshape:
+        local = _channel_local(graph, lay, cuts, cut, xshape, oshape)
+        if local is None:
             return None
-        for c in (t for t in lay.inputs if t and t not in lay.fmap_inputs):
-            cshape = tuple(graph.constants[c].shape) if c in graph.constants else ()
-            at = cut.axis - (len(oshape) - len(cshape))
-            if at < 0 or cshape[at] == 1:
-                continue  # broadcast: every chunk uses it whole
-            if cshape[at] != oshape[cut.axis]:
-                return None
-            consts[c] = Cut(at, cut.outer, cut.inner)
-        new = cut
-    elif spec.axis_move in (AxisMove.REGROUP, AxisMove.SQUEEZE, AxisMove.UNSQUEEZE):
-        new = _regrouped(xshape, cut, oshape)
-    elif spec.axis_move is AxisMove.PERMUTE:
-        perm = [int(p) for p in lay.attrs.get("perm", range(len(xshape) - 1, -1, -1))]
-        new = Cut(perm.index(cut.axis), cut.outer, cut.inner)
-    elif spec.axis_move is AxisMove.SELECT and lay.op == "Gather":
-        g = int(lay.attrs.get("axis", 0)) % len(xshape)
-        index = lay.inputs[1] if len(lay.inputs) > 1 else ""
-        if g == cut.axis or index not in graph.constants:
-            return None
-        ndim = np.asarray(graph.constants[index]).ndim
-        new = Cut(cut.axis if cut.axis < g else cut.axis - 1 + ndim, cut.outer, cut.inner)
-    elif spec.axis_move is AxisMove.SELECT and lay.op == "Split":
-        g = int(lay.attrs.get("axis", 0)) % len(xshape)
-        if g == cut.axis or any(graph.shapes[t][cut.axis] != xshape[cut.axis]
-                                for t in lay.outputs):
-            return None  # parts along another axis: each keeps every unit where it was
-        new = cut
-    elif spec.maps in (MapRule.SOFTMAX, MapRule.NORM):
-        default = -1 if spec.maps is MapRule.NORM else (1 if lay.opset < 13 else -1)
-        at = int(lay.attrs.get("axis", default)) % len(xshape)
-        # softmax over one axis (opset >= 13; before: the axes from `axis` on), layer norm
-        # over the axes from `axis` on: the units' axis must be none of them
-        over = range(at, at + 1) if spec.maps is MapRule.SOFTMAX and lay.opset >= 13 \
-            else range(at, len(xshape))
-        if cut.axis in over or xshape != oshape:
-            return None
-        new = cut
-    elif spec.maps is MapRule.LINEAR and not lay.weights and len(lay.fmap_inputs) == 2:
-        a, b = lay.fmap_inputs
-        rank = len(oshape)
-        if a == b or len(graph.shapes[a]) != rank or len(graph.shapes[b]) != rank \
-                or cuts[a] != cuts[b] or cut.axis >= rank - 2 \
-                or graph.shapes[a][cut.axis] != graph.shapes[b][cut.axis]:
-            return None  # q @ k^T and p @ v: batched over the heads
-        new = cut
+        new, consts = local
+    else:
+        new = _moved(graph, lay, spec, cuts, cut, xshape, oshape)
     if new is None or not 0 <= new.axis < len(oshape) \
             or oshape[new.axis] != xshape[cut.axis] // (cut.outer * cut.inner) \
             * new.outer * new.inner:
         return None
     return {**cuts, **consts, **{t: new for t in lay.outputs}}
+
+
+def _channel_local(graph: Graph, lay: Layer, cuts: dict[str, Cut], cut: Cut, xshape: Shape,
+                   oshape: Shape) -> tuple[Cut, dict[str, Cut]] | None:
+    """A channel-local layer's output cut (its input's) and its constants' cuts, or None
+    when its maps differ in shape or cut, or a constant neither splits nor broadcasts."""
+    if any(graph.shapes[t] != oshape or cuts[t] != cut for t in lay.fmap_inputs) \
+            or xshape != oshape:
+        return None
+    consts: dict[str, Cut] = {}
+    for c in (t for t in lay.inputs if t and t not in lay.fmap_inputs):
+        cshape = tuple(graph.constants[c].shape) if c in graph.constants else ()
+        at = cut.axis - (len(oshape) - len(cshape))
+        if at < 0 or cshape[at] == 1:
+            continue  # broadcast: every chunk uses it whole
+        if cshape[at] != oshape[cut.axis]:
+            return None
+        consts[c] = Cut(at, cut.outer, cut.inner)
+    return cut, consts
+
+
+def _moved(graph: Graph, lay: Layer, spec: OpSpec, cuts: dict[str, Cut], cut: Cut,
+           xshape: Shape, oshape: Shape) -> Cut | None:
+    """The output cut of a layer that moves, selects or mixes along axes (None: it mixes
+    the units, or no case below knows the op)."""
+    if spec.axis_move in (AxisMove.REGROUP, AxisMove.SQUEEZE, AxisMove.UNSQUEEZE):
+        return _regrouped(xshape, cut, oshape)
+    if spec.axis_move is AxisMove.PERMUTE:
+        perm = [int(p) for p in lay.attrs.get("perm", range(len(xshape) - 1, -1, -1))]
+        return Cut(perm.index(cut.axis), cut.outer, cut.inner)
+    if spec.axis_move is AxisMove.SELECT and lay.op == "Gather":
+        return _gathered(graph, lay, cut, xshape)
+    if spec.axis_move is AxisMove.SELECT and lay.op == "Split":
+        return _split_parts(graph, lay, cut, xshape)
+    if spec.maps in (MapRule.SOFTMAX, MapRule.NORM):
+        return _normalized(lay, spec, cut, xshape, oshape)
+    if spec.maps is MapRule.LINEAR and not lay.weights and len(lay.fmap_inputs) == 2:
+        return _batched_matmul(graph, lay, cuts, cut, oshape)
+    return None
+
+
+def _gathered(graph: Graph, lay: Layer, cut: Cut, xshape: Shape) -> Cut | None:
+    """A Gather's output cut: its index's axes replace the gathered one."""
+    g = int(lay.attrs.get("axis", 0)) % len(xshape)
+    index = lay.inputs[1] if len(lay.inputs) > 1 else ""
+    if g == cut.axis or index not in graph.constants:
+        return None
+    ndim = np.asarray(graph.constants[index]).ndim
+    return Cut(cut.axis if cut.axis < g else cut.axis - 1 + ndim, cut.outer, cut.inner)
+
+
+def _split_parts(graph: Graph, lay: Layer, cut: Cut, xshape: Shape) -> Cut | None:
+    """A Split's output cut: its input's, when the parts lie along another axis."""
+    g = int(lay.attrs.get("axis", 0)) % len(xshape)
+    if g == cut.axis or any(graph.shapes[t][cut.axis] != xshape[cut.axis]
+                            for t in lay.outputs):
+        return None  # parts along another axis: each keeps every unit where it was
+    return cut
+
+
+def _normalized(lay: Layer, spec: OpSpec, cut: Cut, xshape: Shape, oshape: Shape
+                ) -> Cut | None:
+    """A softmax's or layer norm's output cut: its input's, when it normalizes along other
+    axes."""
+    default = -1 if spec.maps is MapRule.NORM else (1 if lay.opset < 13 else -1)
+    at = int(lay.attrs.get("axis", default)) % len(xshape)
+    # softmax over one axis (opset >= 13; before: the axes from `axis` on), layer norm
+    # over the axes from `axis` on: the units' axis must be none of them
+    over = range(at, at + 1) if spec.maps is MapRule.SOFTMAX and lay.opset >= 13 \
+        else range(at, len(xshape))
+    if cut.axis in over or xshape != oshape:
+        return None
+    return cut
+
+
+def _batched_matmul(graph: Graph, lay: Layer, cuts: dict[str, Cut], cut: Cut, oshape: Shape
+                    ) -> Cut | None:
+    """A MatMul of two maps' output cut: its inputs', when both are cut alike along a batch
+    axis."""
+    a, b = lay.fmap_inputs
+    rank = len(oshape)
+    if a == b or len(graph.shapes[a]) != rank or len(graph.shapes[b]) != rank \
+            or cuts[a] != cuts[b] or cut.axis >= rank - 2 \
+            or graph.shapes[a][cut.axis] != graph.shapes[b][cut.axis]:
+        return None  # q @ k^T and p @ v: batched over the heads
+    return cut
 
 
 def _regrouped(shape: Shape, cut: Cut, out: Shape) -> Cut | None:

@@ -163,36 +163,12 @@ def chunkable_maps(graph: Graph) -> dict[str, tuple[str, int]]:
     order = [lay.name for lay in graph.layers]
     found: dict[str, tuple[str, int]] = {}
     for k, name in enumerate(order):
-        widen = graph.layer(name)
-        split = chunk_axes(graph, widen)
-        outs = [t for t in widen.outputs if t]
-        if split is None or len(outs) != 1:
+        widening = _widening(graph, graph.layer(name))
+        if widening is None:
             continue
-        channels, out = split[0], outs[0]
-        axis = _channel_axis(graph, out)
-        if axis is None or axis != op_spec(widen.op).chunk_out_axis % len(graph.shapes[out]) \
-                or graph.shapes[out][axis] != channels or channels < 2:
-            continue
-        hidden, walked = [out], {name}
-        vectors: set[str] = set()
-        ended = False
-        for later in order[k + 1:]:
-            lay = graph.layer(later)
-            if not any(t in hidden for t in lay.fmap_inputs):
-                if lay.fmap_inputs and all(t in vectors for t in lay.fmap_inputs):
-                    vectors.update(t for t in lay.outputs if t)  # the tail on a pooled vector
-                    continue
-                break
-            walked.add(later)
-            if _narrows(graph, lay, hidden, channels, axis):
-                ended = True
-                break
-            if accumulated_input(graph, lay) in hidden:
-                vectors.update(t for t in lay.outputs if t)
-                continue
-            if not _per_element(graph, lay, hidden, out):
-                break
-            hidden.append(lay.outputs[0])
+        channels, out, axis = widening
+        hidden, walked, vectors, ended = _walk_chunkable(graph, order[k + 1:], name, out,
+                                                         channels, axis)
         pooled_only = bool(vectors) and all(c in walked for t in hidden
                                             for c in graph.consumers.get(t, ()))
         if ended or pooled_only:
@@ -202,6 +178,47 @@ def chunkable_maps(graph: Graph) -> dict[str, tuple[str, int]]:
         if heads is not None:
             found.update((t, (name, heads.units)) for t in heads.hidden)
     return found
+
+
+def _widening(graph: Graph, widen: Layer) -> tuple[int, str, int] | None:
+    """(channels, output, channel axis) of a layer that could start a stretch: one output,
+    its channels along the axis its op chunks, at least two of them."""
+    split = chunk_axes(graph, widen)
+    outs = [t for t in widen.outputs if t]
+    if split is None or len(outs) != 1:
+        return None
+    channels, out = split[0], outs[0]
+    axis = _channel_axis(graph, out)
+    if axis is None or axis != op_spec(widen.op).chunk_out_axis % len(graph.shapes[out]) \
+            or graph.shapes[out][axis] != channels or channels < 2:
+        return None
+    return channels, out, axis
+
+
+def _walk_chunkable(graph: Graph, later_layers: Sequence[str], name: str, out: str,
+                    channels: int, axis: int) -> tuple[list[str], set[str], set[str], bool]:
+    """(hidden maps, layers walked, pooled vectors, whether a narrowing layer ended it): the
+    stretch from `name` on, through per-element layers, pools and the tails on their
+    vectors, as far as the hidden maps go."""
+    hidden, walked = [out], {name}
+    vectors: set[str] = set()
+    for later in later_layers:
+        lay = graph.layer(later)
+        if not any(t in hidden for t in lay.fmap_inputs):
+            if lay.fmap_inputs and all(t in vectors for t in lay.fmap_inputs):
+                vectors.update(t for t in lay.outputs if t)  # the tail on a pooled vector
+                continue
+            break
+        walked.add(later)
+        if _narrows(graph, lay, hidden, channels, axis):
+            return hidden, walked, vectors, True
+        if accumulated_input(graph, lay) in hidden:
+            vectors.update(t for t in lay.outputs if t)
+            continue
+        if not _per_element(graph, lay, hidden, out):
+            break
+        hidden.append(lay.outputs[0])
+    return hidden, walked, vectors, False
 
 
 def _most_chunks(channels: int) -> int:

@@ -33,7 +33,7 @@ pass); planner.cost.passes prices them, emulator.passes runs them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fuseplan.planner.geometry.attention import online_attention
@@ -148,17 +148,68 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False,
     inputs are held on chip whole (no pass loads them). ``maps_held``: each pooled map is
     made by the group (not one of its inputs) and kept whole on chip by its pass; later
     passes read it there instead of computing it again."""
+    split = _reductions(graph, layers)
+    if split is None:
+        return None
+    whole, reductions = split
+    inside = set(whole.layers)
+    found = _tails(graph, whole, reductions)
+    if found is None or not _vectors_stay_inside(graph, found[0], inside):
+        return None
+    vectors, tails = found
+    in_tails = {n for ns in tails.values() for n in ns}
+    if any(not tails[r] for r in reductions) or not whole.outputs:
+        return None
+    # each pass computes what its anchor needs, through anything but the vectors: a pool
+    # pass what its reduction folds, the last pass what the group's outputs are made from
+    pooled_maps = _pooled_maps(graph, reductions)
+    if maps_held and not _made_and_kept(graph, pooled_maps.values(), inside, whole):
+        return None  # inputs_held holds inputs; a map the group stores comes from the last pass
+    prefixes, held_maps = _prefixes(graph, pooled_maps, inside, vectors, maps_held)
+    needed: set[str] = set()
+    for t in whole.outputs:
+        needed |= _prefix(graph, t, inside, {*vectors, *held_maps})
+    last_layers = tuple(n for n in whole.layers if n in needed)
+    computed = needed.union(*prefixes.values())
+    if not last_layers or not _each_layer_once(whole.layers, computed, tails, in_tails):
+        return None
+    read_later = _read_later(graph, (*computed, *in_tails), vectors, tails)
+    held = frozenset(vectors) | (frozenset(whole.inputs) if inputs_held else frozenset()) \
+        | frozenset(held_maps)
+    pools = [_pool_pass(graph, red, prefixes[red], tails[red], pooled_maps[red], held,
+                        read_later, maps_held) for red in reductions]
+    last = _pass_io(graph, last_layers, whole.outputs, held=held)
+    # an output besides the anchor is needed whole by every tile: one tile, no passes
+    if any(t != last.anchor and not tiled_like_anchor(graph, last, t) for t in last.outputs):
+        return None
+    return Passes(whole, tuple(pools), last, inputs_held, maps_held)
+
+
+def _reductions(graph: Graph, layers: Sequence[str]) -> tuple[GroupIO, list[str]] | None:
+    """The group's GroupIO and its reductions, or None where no passes can run around them
+    (too few layers, no reduction, one last, or a fused attention)."""
     if len(layers) < 3 or not any(accumulated_input(graph, graph.layer(n)) is not None
                                   for n in layers):
         return None
     whole = group_io(graph, layers)
     if online_attention(graph, whole) is not None:  # tiles run whole around fused attention
         return None
-    inside = set(whole.layers)
     reductions = [n for n in whole.layers
                   if accumulated_input(graph, graph.layer(n)) is not None]
     if whole.layers[-1] in reductions:
         return None
+    return whole, reductions
+
+
+def _made_and_kept(graph: Graph, maps: Iterable[str], inside: set[str], whole: GroupIO) -> bool:
+    """Whether the group makes every one of these maps and stores none of them."""
+    return not any(graph.producer.get(m) not in inside or m in whole.outputs for m in maps)
+
+
+def _tails(graph: Graph, whole: GroupIO, reductions: Sequence[str]
+           ) -> tuple[dict[str, str], dict[str, list[str]]] | None:
+    """(vector tensor -> the reduction it comes from, each reduction's tail), or None where
+    a layer reads the vectors of two reductions (it is in no tail)."""
     # each reduction's tail: layers reading only its pooled result and each other
     vectors: dict[str, str] = {}  # vector tensor -> the reduction it comes from
     tails: dict[str, list[str]] = {r: [] for r in reductions}
@@ -176,63 +227,74 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False,
         assert source is not None
         tails[source].append(name)
         vectors.update({t: source for t in lay.outputs if t})
+    return vectors, tails
+
+
+def _vectors_stay_inside(graph: Graph, vectors: Mapping[str, str], inside: set[str]) -> bool:
+    """Whether every vector is one row and one column and is read inside the group only."""
     for t in vectors:
         _, _, h, w = graph.dims(t)
         leaves = t in graph.outputs or any(c not in inside for c in graph.consumers.get(t, ()))
         if (h, w) != (1, 1) or leaves:
-            return None
-    in_tails = {n for ns in tails.values() for n in ns}
-    if any(not tails[r] for r in reductions) or not whole.outputs:
-        return None
-    # each pass computes what its anchor needs, through anything but the vectors: a pool
-    # pass what its reduction folds, the last pass what the group's outputs are made from
+            return False
+    return True
+
+
+def _pooled_maps(graph: Graph, reductions: Sequence[str]) -> dict[str, str]:
+    """The map each reduction folds, by reduction."""
     pooled_maps: dict[str, str] = {}
     for red in reductions:
         pooled_from = accumulated_input(graph, graph.layer(red))
         assert pooled_from is not None  # a reduction, by the list's making
         pooled_maps[red] = pooled_from
+    return pooled_maps
+
+
+def _prefixes(graph: Graph, pooled_maps: Mapping[str, str], inside: set[str],
+              vectors: Mapping[str, str], maps_held: bool
+              ) -> tuple[dict[str, set[str]], list[str]]:
+    """(each pool pass's prefix by reduction, the maps held on chip: maps_held's, else none);
+    a pass computes nothing before a map an earlier pass holds."""
     held_maps: list[str] = []  # of the pools before the one at hand (maps_held)
-    if maps_held and any(graph.producer.get(m) not in inside or m in whole.outputs
-                         for m in pooled_maps.values()):
-        return None  # inputs_held holds inputs; a map the group stores comes from the last pass
     prefixes = {}
-    for red in reductions:
-        pooled_from = pooled_maps[red]
+    for red, pooled_from in pooled_maps.items():
         prefixes[red] = _prefix(graph, pooled_from, inside, {*vectors, *held_maps})
         if maps_held:
             held_maps.append(pooled_from)
-    needed: set[str] = set()
-    for t in whole.outputs:
-        needed |= _prefix(graph, t, inside, {*vectors, *held_maps})
-    last_layers = tuple(n for n in whole.layers if n in needed)
-    computed = needed.union(*prefixes.values())
-    if not last_layers or any(n in tails or n in in_tails for n in computed) \
-            or any(n not in computed and n not in tails and n not in in_tails
-                   for n in whole.layers):
-        return None
+    return prefixes, held_maps
+
+
+def _each_layer_once(layers: Sequence[str], computed: set[str],
+                     tails: Mapping[str, list[str]], in_tails: set[str]) -> bool:
+    """Whether no pass computes a reduction or a tail layer and every layer of the group is
+    a reduction, in a tail, or computed by some pass."""
+    return not (any(n in tails or n in in_tails for n in computed)
+                or any(n not in computed and n not in tails and n not in in_tails
+                       for n in layers))
+
+
+def _read_later(graph: Graph, readers: Sequence[str], vectors: Mapping[str, str],
+                tails: Mapping[str, list[str]]) -> set[str]:
+    """The vectors read outside their own tail (by these layers)."""
     read_later: set[str] = set()  # vectors read outside their own tail
-    for name in (*computed, *in_tails):
+    for name in readers:
         for t in graph.layer(name).fmap_inputs:
             if t in vectors and name not in tails[vectors[t]]:
                 read_later.add(t)
-    held = frozenset(vectors) | (frozenset(whole.inputs) if inputs_held else frozenset()) \
-        | frozenset(held_maps)
-    pools = []
-    for red in reductions:
-        pooled = graph.layer(red).outputs[0]
-        io = _pass_io(graph, (*sorted(prefixes[red], key=graph.index), red), (pooled,),
-                      held=held, anchor=pooled_maps[red],
-                      accumulated=(pooled,), in_place=(pooled_maps[red],) if maps_held else ())
-        tail = tuple(tails[red])
-        kept = tuple(t for n in tail for t in graph.layer(n).outputs if t in read_later)
-        if pooled in read_later:
-            kept = (pooled, *kept)
-        pools.append(PoolPass(io, red, tail, kept, pooled_maps[red] if maps_held else None))
-    last = _pass_io(graph, last_layers, whole.outputs, held=held)
-    # an output besides the anchor is needed whole by every tile: one tile, no passes
-    if any(t != last.anchor and not tiled_like_anchor(graph, last, t) for t in last.outputs):
-        return None
-    return Passes(whole, tuple(pools), last, inputs_held, maps_held)
+    return read_later
+
+
+def _pool_pass(graph: Graph, red: str, prefix: set[str], tail: Sequence[str], pooled_map: str,
+               held: frozenset[str], read_later: set[str], maps_held: bool) -> PoolPass:
+    """The pooling pass of one reduction, keeping on chip what later passes read."""
+    pooled = graph.layer(red).outputs[0]
+    io = _pass_io(graph, (*sorted(prefix, key=graph.index), red), (pooled,),
+                  held=held, anchor=pooled_map,
+                  accumulated=(pooled,), in_place=(pooled_map,) if maps_held else ())
+    kept = tuple(t for n in tail for t in graph.layer(n).outputs if t in read_later)
+    if pooled in read_later:
+        kept = (pooled, *kept)
+    return PoolPass(io, red, tuple(tail), kept, pooled_map if maps_held else None)
 
 
 def _prefix(graph: Graph, tensor: str, inside: set[str], vectors: set[str]) -> set[str]:

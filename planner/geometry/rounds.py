@@ -13,7 +13,7 @@ images reads each weight once).
 Tiles that depend on each other run one at a time (rounds of one tile): halo-reusing tiles
 keep on chip what the next tile reads, and an accumulating reduction adds every tile into
 one on-chip accumulator. The cost model (planner.cost.model.weight_passes), CP-SAT
-(solver.cpsat) and the emulator (emulator.run.Tally) read the round size from here.
+(solver.cpsat) and the emulator (emulator.tally.Tally) read the round size from here.
 """
 
 from __future__ import annotations

@@ -475,7 +475,7 @@ _ENTRIES: tuple[OpSpec, ...] = (
           chunk_axis=_matmul_chunk_axis, chunk_out_axis=-1,
           in_chunk_axis=_matmul_in_chunk_axis),
     # fuseplan's own: attention fused by the front end (planner.front.attention_fusion),
-    # run with the online softmax key chunk by key chunk (emulator.attention)
+    # run with the online softmax key chunk by key chunk (emulator.attention_kernel)
     _spec("FlashAttention", _M, MapRule.ATTENTION, _attention_work, takes_weights=False),
     # vector: per-element functions and per-position normalizations
     _elementwise("Relu", _V, rectified=_RELU),

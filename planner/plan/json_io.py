@@ -10,20 +10,17 @@ from typing import Any
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.errors import InputError, PlanningError
-from fuseplan.planner.core.files import write_atomic
+from fuseplan.planner.core.files import Input, check_input, write_atomic
 from fuseplan.planner.cost.model import Counters
 from fuseplan.planner.cost.objective import Objective
-from fuseplan.planner.geometry.attention import attention_heads
-from fuseplan.planner.geometry.hidden import makes_chunks, stretches
-from fuseplan.planner.geometry.passes import pass_split, pass_stretches
-from fuseplan.planner.geometry.regions import Tile, group_io
-from fuseplan.planner.geometry.reload import reloaded_inputs
+from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.ir.chunks import chunk_axes
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan import schema
 from fuseplan.planner.plan.checks import check_cover, check_order, check_reuse_tile, whole_tile
 from fuseplan.planner.plan.data import PLAN_VERSION, Group, Plan
-from fuseplan.planner.plan.placement import HaloMode, LoopOrder, Placement, WeightResidency
+from fuseplan.planner.plan.mode import HaloMode, LoopOrder, Mode, WeightResidency, mode_problem
+from fuseplan.planner.plan.placement import Placement
 
 
 def _counters_json(c: Counters) -> dict[str, Any]:
@@ -108,142 +105,25 @@ def _chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str
     return tuple((name, int(stated[name])) for name in layers if name in stated)
 
 
-def _loop(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str) -> LoopOrder:
-    """A group's "loop_order", checked against what the group can run."""
+def _loop(g: dict[str, Any], where: str) -> LoopOrder:
+    """A group's "loop_order" as a value (what the group can run: planner.plan.mode)."""
     stated = g.get("loop_order", LoopOrder.TILES_OUTER.value)
     if stated not in {o.value for o in LoopOrder}:
         raise InputError(f"{where}.loop_order is {stated!r}; use one of "
                          f"{', '.join(o.value for o in LoopOrder)}.")
-    loop = LoopOrder(stated)
-    if loop is LoopOrder.WEIGHTS_OUTER and (
-            len(layers) != 1 or g.get("weights_resident", True)
-            or g.get("halo", HaloMode.RECOMPUTE.value) != HaloMode.RECOMPUTE.value
-            or chunk_axes(graph, graph.layer(layers[0])) is None):
-        raise InputError(f"{where}.loop_order \"weights_outer\" needs one layer whose "
-                         "weights can be split into output-channel chunks, streamed "
-                         "(\"weights_resident\": false), with halos recomputed; remove the "
-                         "key.")
-    return loop
+    return LoopOrder(stated)
 
 
-def _inputs_held(g: dict[str, Any], passes: int, where: str) -> bool:
-    """A group's "inputs_held": only with passes, and single-buffered."""
-    held = bool(g.get("inputs_held", False))
-    if held and (passes == 1 or g.get("double_buffered", False)):
-        raise InputError(f"{where}.inputs_held holds a group's inputs across its pooling "
-                         "passes, single-buffered: it needs \"passes\" above 1 and "
-                         "\"double_buffered\": false; remove the key or set those.")
-    return held
+def _mode(g: dict[str, Any], halo: str, where: str) -> Mode:
+    """A group's mode as the plan file states it (checked by mode_problem after)."""
+    return Mode(WeightResidency.of(g.get("weights_resident", True)),
+                bool(g.get("double_buffered", False)), HaloMode(halo), _loop(g, where),
+                int(g.get("passes", 1)), bool(g.get("inputs_held", False)),
+                int(g.get("hidden_chunks", 1)), bool(g.get("maps_held", False)),
+                bool(g.get("inputs_reloaded", False)))
 
 
-def _maps_held(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], passes: int,
-               where: str) -> bool:
-    """A group's "maps_held": only with passes, and only where every map the group pools
-    is made inside it and stays there."""
-    held = bool(g.get("maps_held", False))
-    if not held:
-        return False
-    if passes == 1:
-        raise InputError(f"{where}.maps_held keeps each pooled map on chip for the later "
-                         "pooling passes: it needs \"passes\" above 1; remove the key or set "
-                         "it.")
-    if pass_split(graph, layers, bool(g.get("inputs_held", False)), True) is None:
-        raise InputError(f"{where}.maps_held: a map this group pools is one of its inputs or "
-                         "also leaves the group, so it cannot be held as it is made; remove "
-                         "the key (\"inputs_held\": true holds inputs).")
-    return True
-
-
-def _inputs_reloaded(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], chunks: int,
-                     passes: int, where: str) -> bool:
-    """A group's "inputs_reloaded": only with hidden chunks, one pass and one input buffer,
-    and only where an input is read before a stretch and after it
-    (planner.geometry.reload)."""
-    if not bool(g.get("inputs_reloaded", False)):
-        return False
-    if chunks == 1 or passes > 1 or bool(g.get("double_buffered", False)):
-        raise InputError(f"{where}.inputs_reloaded loads inputs again after a stretch run in "
-                         "hidden chunks: it needs \"hidden_chunks\" above 1, no \"passes\" "
-                         "and \"double_buffered\": false; remove the key or change those.")
-    if not reloaded_inputs(graph, group_io(graph, layers)):
-        raise InputError(f"{where}.inputs_reloaded: no input of this group is read both "
-                         "before and after one of its stretches (and by none of their "
-                         "layers), so none can be loaded again; remove the key.")
-    return True
-
-
-def _passes(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], tile: Tile,
-            where: str) -> int:
-    """A group's "passes" (1, or one per global reduction and one more), checked against
-    what it can run."""
-    passes = int(g.get("passes", 1))
-    if passes == 1:
-        return 1
-    split = pass_split(graph, layers)
-    if split is None:
-        raise InputError(f"{where}.passes is {passes}, but the group holds no global reduction "
-                         "whose result feeds back into it on per-image vectors (a "
-                         "squeeze-excite pool and scale); remove the key.")
-    whole = whole_tile(graph, layers)
-    if split.count != passes:
-        raise InputError(f"{where}.passes is {passes}, but the group's {split.count - 1} "
-                         f"reductions make {split.count} passes; write {split.count}.")
-    if not g.get("weights_resident", True) or g.get("halo", "recompute") != "recompute" \
-            or g.get("loop_order", LoopOrder.TILES_OUTER.value) != LoopOrder.TILES_OUTER.value \
-            or tile.bands > 1 or (tile.n, tile.w) != (whole.n, whole.w):
-        raise InputError(f"{where}.passes {passes} runs with resident weights, halos recomputed, "
-                         "tiles outer, no bands, and tiles of every image at full width; set "
-                         "those or remove the key.")
-    return passes
-
-
-def _hidden_chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], tile: Tile,
-                   passes: int, where: str) -> int:
-    """A group's "hidden_chunks" (1, or the chunks every stretch of the group runs in),
-    checked against what it can run."""
-    chunks = int(g.get("hidden_chunks", 1))
-    if chunks == 1:
-        return 1
-    if passes > 1:  # each pass's stretches (planner.geometry.passes.pass_stretches)
-        split = pass_split(graph, layers, bool(g.get("inputs_held", False)),
-                           bool(g.get("maps_held", False)))
-        found = tuple(s for ss in pass_stretches(graph, split) for s in ss) \
-            if split is not None else ()
-    else:
-        io = group_io(graph, layers)
-        heads = attention_heads(graph, io)
-        if heads is not None:  # a lone fused attention: chunks of its heads
-            if heads % chunks or g.get("halo", "recompute") != "recompute" or tile.bands > 1 \
-                    or g.get("loop_order", LoopOrder.TILES_OUTER.value) \
-                    != LoopOrder.TILES_OUTER.value:
-                raise InputError(f"{where}.hidden_chunks is {chunks}, but the fused attention "
-                                 f"{layers[0]!r} runs its {heads} heads in chunks that divide "
-                                 "them, halos recomputed, tiles outer; use a divisor of "
-                                 f"{heads} or remove the key.")
-            return chunks
-        found = stretches(graph, io)
-    if not found:
-        raise InputError(f"{where}.hidden_chunks is {chunks}, but the group holds no stretch "
-                         "to chunk (a layer widening the channels, per-element layers, a "
-                         "layer summing them back: an MLP, an expand / project pair); remove "
-                         "the key.")
-    for s in found:
-        if not makes_chunks(s, chunks):
-            units = "heads" if s.cuts else "hidden channels"  # attention: chunks of heads
-            raise InputError(f"{where}.hidden_chunks is {chunks}, but the stretch from "
-                             f"{s.widen!r} has {s.channels} {units}, which do not make "
-                             f"{chunks} chunks of ceil({s.channels} / {chunks}); use a count "
-                             f"that does (e.g. {max(1, s.channels // 2)} or a power of two "
-                             f"below {s.channels}).")
-    if g.get("halo", "recompute") != "recompute" or tile.bands > 1 \
-            or g.get("loop_order", LoopOrder.TILES_OUTER.value) != LoopOrder.TILES_OUTER.value:
-        raise InputError(f"{where}.hidden_chunks {chunks} runs with halos recomputed, tiles "
-                         "outer and no bands; set those or remove the key.")
-    cut = [n for n in g.get("weight_chunks", {}) if any(n in s.layers for s in found)]
-    if cut:
-        raise InputError(f"{where}.weight_chunks names {cut[0]!r}, whose weights the hidden "
-                         "chunks cut; remove it from weight_chunks.")
-    return chunks
+PLAN_FIX = "Pass a plan file written by `fuseplan solve MODEL -o PLAN.json`."
 
 
 def save_plan(plan: Plan, path: Path) -> None:
@@ -258,6 +138,8 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str,
     them); stated totals that the plan's own groups contradict are a PlanningError naming
     the field, unless `check_stated_totals` is off (verify reports them in its report:
     planner.app.integrity)."""
+    # a device, a FIFO or an oversized file is refused by stat, before it is opened
+    check_input(Input("", path, "plan file", schema.MAX_PLAN_BYTES, PLAN_FIX))
     doc = schema.read_plan_doc(path)
     return plan_from_doc(doc, graph, model_sha256, str(path), check_stated_totals)
 
@@ -301,16 +183,13 @@ def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where
         elif tile.bands > 1:
             raise InputError(f"{gw}: {tile.bands} bands need \"halo\": \"reuse\" (bands are "
                              "strips of halo-reusing tiles); set \"bands\": 1.")
-        placement = Placement(layers, tile,
-                              WeightResidency.of(g.get("weights_resident", True)),
-                              g.get("double_buffered", False), HaloMode(halo),
-                              g.get("prefetch", False), _chunks(graph, g, layers, gw),
-                              _loop(graph, g, layers, gw),
-                              (passes := _passes(graph, g, layers, tile, gw)),
-                              _inputs_held(g, passes, gw),
-                              (chunks := _hidden_chunks(graph, g, layers, tile, passes, gw)),
-                              _maps_held(graph, g, layers, passes, gw),
-                              _inputs_reloaded(graph, g, layers, chunks, passes, gw))
+        chunks = _chunks(graph, g, layers, gw)
+        mode = _mode(g, halo, gw)
+        problem = mode_problem(graph, layers, tile, mode, whole,
+                               tuple(g.get("weight_chunks", {})))
+        if problem is not None:
+            raise InputError(f"{gw}.{problem}")
+        placement = Placement(layers, tile, mode, g.get("prefetch", False), chunks)
         groups.append(Group(g["id"], placement, g.get("mode", "big"), predicted))
     check_order(graph, [g.layers for g in groups], where)
     totals = Counters()

@@ -7,50 +7,59 @@ holds exactly one JSON document; progress and logs go to stderr.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from fuseplan.planner.app import api
-from fuseplan.planner.core.errors import InputError, Interrupted, PlanningError
-from fuseplan.planner.core.files import check_writable, make_dir, write_atomic
+from fuseplan.planner.core.errors import InputError, Interrupted
+from fuseplan.planner.core.files import make_dir, write_atomic
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.front.onnx_load import parse_shape_option
 from fuseplan.planner.geometry.attention import attention_traffic
 from fuseplan.planner.geometry.regions import group_io
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.json_io import plan_to_json, save_plan
-from fuseplan.planner.ui import STARTED, Interruption
+from fuseplan.planner.ui import STARTED
+from fuseplan.planner.ui.cli_common import (
+    JsonOpt,
+    Output,
+    SetOpt,
+    check_files,
+    emit,
+    err,
+    golden_in,
+    guarded,
+    hw_in,
+    model_in,
+    out,
+    plan_in,
+    rules_in,
+    settings,
+    working,
+    yaml_in,
+)
 from fuseplan.planner.ui.cli_sweep import register as register_sweep
 from fuseplan.planner.ui.cli_views import register as register_views
+from fuseplan.planner.ui.plots import front_png, front_svg
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Layer-fusion planner for neural-network accelerators.")
 rules_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rule files.")
 app.add_typer(rules_app, name="rules")
-out = Console()
-err = Console(stderr=True)
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 RulesOpt = Annotated[str | None, typer.Option("--rules",
     help="Rule YAML (default rules/default.yaml).")]
 HwOpt = Annotated[str | None, typer.Option("--hw", help="Chip YAML file or preset name.")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set",
-    help="Chip override KEY=VALUE, e.g. sram.bytes=256KiB.")]
 ShapeOpt = Annotated[list[str] | None, typer.Option("--shape",
     help="Bind input dims: NAME=D0,D1,...")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ObjOpt = Annotated[str | None, typer.Option("--objective",
     help=" | ".join(o.value for o in Objective))]
 def _seconds(value: float | None) -> float | None:
@@ -119,69 +128,19 @@ TableTailOpt = Annotated[str | None, typer.Option("--tail-mode",
 TableCombinationOpt = Annotated[str | None, typer.Option("--combination",
     help="simple | optimized")]
 CacheOpt = Annotated[Path | None, typer.Option("--cache",
-    help="Table cache directory.")]
-
-
-class _Settings:
-    """Options every command shares (set by the app callback)."""
-
-    quiet = False
-
-
-_settings = _Settings()
+    help="Table cache directory (default: $XDG_CACHE_HOME/fuseplan/tables, else "
+         "~/.cache/fuseplan/tables).")]
 
 
 @app.callback()
 def _options(quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress display on stderr.")] = False) -> None:
     """Layer-fusion planner for neural-network accelerators."""
-    _settings.quiet = quiet
-
-
-def working(what: str) -> AbstractContextManager[Any]:
-    """A progress spinner on stderr for a long step (stdout stays clean for --json)."""
-    if _settings.quiet or not err.is_terminal:
-        return nullcontext()
-    return err.status(what)
-
-
-def guarded(fn: F) -> F:
-    """Turn fuseplan's errors into exit codes and one-paragraph messages."""
-
-    def say(text: str) -> None:
-        # one unbroken paragraph: the terminal wraps it, and a long path in it is never cut
-        # in two (a log or a test reading stderr finds the file name whole)
-        err.print(text, markup=False, highlight=False, soft_wrap=True)
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except InputError as exc:
-            say(f"error: {exc}")
-            raise typer.Exit(2) from None
-        except PlanningError as exc:
-            say(f"{exc.label}: {exc}")
-            raise typer.Exit(1) from None
-        except Interrupted as exc:
-            say(f"interrupted: {exc}")
-            Interruption.reported = True
-            raise typer.Exit(130) from None
-        except KeyboardInterrupt:
-            say("interrupted: stopped before any output file was complete; no partial file "
-                "was left.")
-            Interruption.reported = True
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
+    settings.quiet = quiet
 
 
 def _shapes(values: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
     return dict(parse_shape_option(v) for v in values or ())
-
-
-def _emit(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 def _mib(n: float) -> str:
@@ -258,13 +217,16 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
           tail_range: TailRangeOpt = 0,
           as_json: JsonOpt = False) -> None:
     """Plan MODEL: fusion groups and tiles under the rules, on the chip."""
+    check_files([model_in(model), rules_in(rules), hw_in(hw)],  # before the solve, not after
+                [Output("-o/--output", output, "plan file"),
+                 Output("--report", report, "HTML report")])
     if dynamic:
         doc = api.solve_dynamic(model, dynamic, rules, hw, _shapes(shape), set_ or (), solver,
                                 objective, tail_mode, combination, tail_range)
         if output is not None:
             write_atomic(output, json.dumps(doc, indent=2) + "\n", "plan file")
         if as_json:
-            _emit(doc)
+            emit(doc)
             return
         for g in doc["groups"]:
             units = ", ".join(f"{u['h']}×{u['w']}" for u in g["units"])
@@ -272,9 +234,6 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
         out.print(f"dynamic plan over {doc['dynamic']['ranges']}"
                   + (f" written to {output}" if output is not None else ""))
         return
-    for target, what in ((output, "plan file"), (report, "HTML report")):
-        if target is not None:
-            check_writable(target, what)  # before the solve, not after it
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
     with working(f"planning {model} with {solver}"):
@@ -288,7 +247,7 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
 
         write_report(problem, plan, report, verify=True)
     if as_json:
-        _emit(plan_to_json(plan))
+        emit(plan_to_json(plan))
         return
     out.print(_plan_table(plan))
     for line in _totals_lines(plan) + _attention_lines(problem, plan):
@@ -311,10 +270,10 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
     """Non-dominated (cycles, energy) plans, each written as a plan file that verifies."""
     if plot is not None and plot.suffix.lower() not in (".svg", ".png"):
         raise InputError(f"{plot}: --plot writes SVG or PNG; name the file *.svg or *.png.")
-    if plot is not None and plot.parent.resolve() != out_dir.resolve():  # out_dir is made
-        check_writable(plot, "chart")
-    if out_dir.exists() and not out_dir.is_dir():
-        make_dir(out_dir)  # refuses a file before the solves, not after them
+    check_files([model_in(model), rules_in(rules), hw_in(hw)],  # before the solves
+                [Output("--out-dir", out_dir, "folder of plan files", folder=True,
+                        writes=("pareto_*.json",)),
+                 Output("--plot", plot, "chart")])
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working(f"sweeping {points} points of the cycles/energy front"):
         plans = api.pareto(problem, points, time_limit, jobs)
@@ -337,7 +296,7 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
         raise Interrupted(f"kept {len(rows)} of {len(plans)} complete plan files ({kept}); no "
                           "partial file was left.") from None
     if as_json:
-        _emit({"points": rows})
+        emit({"points": rows})
         return
     table = Table(title=f"{len(rows)} non-dominated plans of {model}")
     for col in ("cycles", "energy µJ", "DRAM", "groups", "plan"):
@@ -346,57 +305,6 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
         table.add_row(f"{r['cycles']:,}", f"{r['energy_pj'] / 1e6:,.2f}", _mib(r["dram_bytes"]),
                   str(r["groups"]), r["plan"])
     out.print(table)
-
-
-def front_svg(rows: Sequence[dict[str, Any]]) -> str:
-    """A self-contained SVG scatter of the front: cycles across, energy up."""
-    w, h, pad = 480, 320, 50
-    xs = [r["cycles"] for r in rows]
-    ys = [r["energy_pj"] for r in rows]
-    x0, x1 = min(xs), max(xs) or 1
-    y0, y1 = min(ys), max(ys) or 1
-
-    def px(x: float, lo: float, hi: float, size: int) -> float:
-        return pad + (size - 2 * pad) * ((x - lo) / (hi - lo) if hi > lo else 0.5)
-
-    dots = "".join(
-        f'<circle cx="{px(x, x0, x1, w):.1f}" cy="{h - px(y, y0, y1, h):.1f}" r="5" '
-        f'fill="#1f77b4"><title>{x:,} cycles, {y / 1e6:,.2f} µJ</title></circle>'
-        for x, y in zip(xs, ys, strict=True))
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}">'
-            f'<rect width="{w}" height="{h}" fill="white"/>'
-            f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>'
-            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>'
-            f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">cycles</text>'
-            f'<text x="14" y="{h / 2}" transform="rotate(-90 14 {h / 2})" '
-            f'text-anchor="middle">energy (pJ)</text>{dots}</svg>\n')
-
-
-def front_png(rows: Sequence[dict[str, Any]], title: str) -> bytes:
-    """A PNG chart of the front (matplotlib, headless Agg backend): cycles across, energy up,
-    the points joined in order of cycles."""
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.4, 4.0), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    xs = [r["cycles"] for r in rows]
-    ys = [r["energy_pj"] / 1e6 for r in rows]
-    ax.plot(xs, ys, "o-", color="#1f77b4")
-    for x, y, r in zip(xs, ys, rows, strict=True):
-        ax.annotate(f"{r['dram_bytes'] / 2**20:.1f} MiB", (x, y), textcoords="offset points",
-                    xytext=(5, 5), fontsize=8)
-    ax.set_xlabel("cycles")
-    ax.set_ylabel("energy (µJ)")
-    ax.set_title(f"cycles / energy front of {title}")
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
 
 
 @app.command()
@@ -409,8 +317,9 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
               verify_chain: VerifyChainOpt = False,
               as_json: JsonOpt = False) -> None:
     """Seed 003: serial subgraphs, split until each compiles, then merged to balance."""
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        make_dir(out_dir)  # refuses a file before the planning, not after it
+    check_files([model_in(model), rules_in(rules), hw_in(hw)],  # before the planning
+                [Output("--out-dir", out_dir, "folder of subgraphs", folder=True,
+                        writes=("subgraph_*.onnx", "subgraph_*.plan.json"))])
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working("cutting, compiling and merging serial subgraphs"):
         subs, whole = api.partition(problem, policy, out_dir, objective, jobs)
@@ -427,7 +336,7 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
     if report is not None:
         doc["verify"] = report.to_json()
     if as_json:
-        _emit(doc)
+        emit(doc)
     else:
         t = Table(title=f"{len(rows)} serial subgraphs of {model}")
         for col in ("id", "layers", "nodes", "MACs", "weights", "DRAM", "status", "why"):
@@ -452,8 +361,8 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
            hw: HwOpt = None, set_: SetOpt = None, shape: ShapeOpt = None,
            as_json: JsonOpt = False) -> None:
     """Execute PLAN in the emulator and check outputs and bytes against onnxruntime."""
-    if save_golden is not None:
-        check_writable(save_golden, "golden file")
+    check_files([model_in(model), plan_in(plan), golden_in(golden), hw_in(hw)],
+                [Output("--save-golden", save_golden, "golden file")])
     if api.is_dynamic(plan):
         report = api.verify_dynamic(model, plan, _shapes(shape), seed, hardware=hw,
                                     overrides=set_ or ())
@@ -464,7 +373,7 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
     if save_golden is not None:
         api.write_golden(model, plan, seed, save_golden, _shapes(shape) or None)
     if as_json:
-        _emit(report.to_json())
+        emit(report.to_json())
     else:
         e = report.emulated
         out.print(f"outputs match {report.reference}: {report.outputs_match} "
@@ -502,6 +411,7 @@ def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt =
             shape: ShapeOpt = None, objective: ObjOpt = None, time_limit: TimeOpt = None,
             jobs: SearchJobsOpt = 0, as_json: JsonOpt = False) -> None:
     """All four planners under the same rules and chip."""
+    check_files([model_in(model), rules_in(rules), hw_in(hw)])
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working("planning with layer, greedy, shortest-path and cpsat"):
         rows = api.compare(problem, objective, time_limit, jobs)
@@ -510,7 +420,7 @@ def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt =
         err.print(f"no plan: no planner found a plan for {model} on this chip "
                   f"({rows[-1][0]}: {rows[-1][2]})", markup=False, highlight=False)
     if as_json:
-        _emit({"rows": [
+        emit({"rows": [
             {"solver": name, "dram_bytes": p.totals.dram_bytes if p else None,
              "cycles": p.totals.cycles if p else None,
              "energy_pj": round(p.totals.energy_pj, 3) if p else None,
@@ -545,9 +455,10 @@ def explain(model: str, plan: Path, layer: LayerOpt = None,
             rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
             as_json: JsonOpt = False) -> None:
     """Why each group ends where it does; re-check every group against the rules."""
+    check_files([model_in(model), plan_in(plan), rules_in(rules), hw_in(hw)])
     doc = api.explain(model, plan, layer, rules, hw, set_ or ())
     if as_json:
-        _emit(doc)
+        emit(doc)
     else:
         if layer is not None:
             out.print(f"layer {layer} is in group {doc['layer']['group']} "
@@ -575,9 +486,10 @@ def _tiled_label(layout: dict[str, Any]) -> str:
 @guarded
 def inspect(model: str, shape: ShapeOpt = None, as_json: JsonOpt = False) -> None:
     """The layer graph: op, class, output shape, weights, MACs, block of every layer."""
+    check_files([model_in(model)])
     doc = api.inspect(model, _shapes(shape))
     if as_json:
-        _emit(doc)
+        emit(doc)
         return
     t = Table(title=f"{model}: {len(doc['layers'])} layers, {len(doc['blocks'])} blocks")
     for col in ("name", "op", "class", "out shape", "tiled", "row map", "weight elems", "MACs",
@@ -611,7 +523,7 @@ def demo(as_json: JsonOpt = False) -> None:
         save_plan(plan, path)
         report = api.verify(model, path)
     if as_json:
-        _emit({"plan": plan_to_json(plan), "verify": report.to_json()})
+        emit({"plan": plan_to_json(plan), "verify": report.to_json()})
         if not report.ok:
             raise typer.Exit(1)
         return
@@ -634,14 +546,18 @@ def table_cmd(plan: Path, shape: ShapeOpt = None,
               combination: TableCombinationOpt = None,
               cache: CacheOpt = None,
               as_json: JsonOpt = False) -> None:
-    """The parameter table of a dynamic PLAN at a concrete --shape (seed 002)."""
+    """The parameter table of a dynamic PLAN at a concrete --shape (seed 002).
+
+    Tables are cached in --cache, by default the per-user cache folder
+    $XDG_CACHE_HOME/fuseplan/tables (else ~/.cache/fuseplan/tables)."""
+    check_files([plan_in(plan)], [Output("--cache", cache, "table cache folder", folder=True)])
     pending = None
     if combination is None:  # simple at once, optimized into the cache behind it
         doc, pending = api.table_first(plan, _shapes(shape), tail_mode, cache)
     else:
         doc = api.table(plan, _shapes(shape), tail_mode, combination, cache)
     if as_json:
-        _emit(doc)
+        emit(doc)
         if pending is not None:
             pending.join()
         return
@@ -668,12 +584,13 @@ def table_cmd(plan: Path, shape: ShapeOpt = None,
 @guarded
 def rules_check(path: Path, as_json: JsonOpt = False) -> None:
     """Validate a rule file and print the effective rule set."""
+    check_files([yaml_in(path, "PATH", "rule file")])
     from fuseplan.rules.ruleset import load_rules
 
     rs = load_rules(path)
     doc = rs.summary()
     if as_json:
-        _emit(doc)
+        emit(doc)
         return
     t = Table(title=f"{path}: {len(rs.enabled)} of {len(rs.rules)} rules enabled")
     for col in ("code", "rule", "on", "settings"):

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from fuseplan.planner.app.sweep import (
@@ -32,12 +31,16 @@ from fuseplan.planner.app.sweep import (
 )
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.ui import Interruption
-from fuseplan.planner.ui.cli_views import guarded
-
-show = Console()  # the human summary (stdout)
-err = Console(stderr=True)
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+from fuseplan.planner.ui.cli_common import (
+    JsonOpt,
+    Output,
+    check_files,
+    err,
+    guarded,
+    say,
+    yaml_in,
+)
+from fuseplan.planner.ui.cli_common import out as show  # the human summary (stdout)
 
 
 @guarded
@@ -62,6 +65,10 @@ def sweep(spec: Path,
               "--cpus", min=1, help="CPUs of the local Ray (default: all).")] = None,
           as_json: JsonOpt = False) -> None:
     """Plan every point of SPEC (models x chips x axes x rules x solvers x objectives)."""
+    check_files([yaml_in(spec, "SPEC", "sweep spec")],  # before anything is read or made
+                [Output("--out", out, "sweep folder", folder=True,
+                        writes=("sweep.csv", "sweep.parquet", "rows/", "plans/")),
+                 Output("--report", report, "HTML report")])
     parsed = load_spec(spec)
     goal = parse_target(target) if target is not None else None
     _writable(out, "--out", create=True)
@@ -92,7 +99,7 @@ def sweep(spec: Path,
     else:
         _print_summary(result, goal, report_path)
     for warning in result.warnings:
-        _say(f"warning: {warning}")
+        say(f"warning: {warning}")
     problems = []
     if mismatched:
         problems.append(f"{mismatched} plans failed verification (column `verified`).")
@@ -104,13 +111,9 @@ def sweep(spec: Path,
                         + "; ".join(_curve(p) for p in unmet[:3])
                         + ("; ..." if len(unmet) > 3 else "") + ".")
     for problem in problems:
-        _say(problem)
+        say(problem)
     if problems:
         raise typer.Exit(1)
-
-
-def _say(text: str) -> None:
-    err.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _curve(p: Probe) -> str:
@@ -119,7 +122,7 @@ def _curve(p: Probe) -> str:
 
 
 def _interrupted(spec: Path, out: Path, kept: str) -> NoReturn:
-    _say(f"interrupted: {kept}; `fuseplan sweep {spec} --out {out} --resume` plans the rest.")
+    say(f"interrupted: {kept}; `fuseplan sweep {spec} --out {out} --resume` plans the rest.")
     Interruption.reported = True
     raise typer.Exit(130) from None
 

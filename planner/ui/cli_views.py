@@ -1,56 +1,41 @@
 """CLI commands that show a plan: ``report`` (HTML), ``export`` (annotated ONNX, dot), ``diff``.
 
 ``planner.ui.cli`` adds them to its app with ``register(app)``. They follow its conventions:
-errors become exit codes through ``planner.ui.cli.guarded`` (InputError -> 2, PlanningError -> 1),
-``--json`` prints exactly one JSON document on stdout, and the answer "no" (a failed
-verification in ``report``) exits with 1.
+errors become exit codes through ``planner.ui.cli_common.guarded`` (InputError -> 2,
+PlanningError -> 1), ``--json`` prints exactly one JSON document on stdout, and the answer
+"no" (a failed verification in ``report``) exits with 1.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from fuseplan.planner.core.errors import InputError
-from fuseplan.planner.core.files import check_writable
 from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.ui.cli_common import (
+    JsonOpt,
+    Output,
+    SetOpt,
+    check_files,
+    emit,
+    err,
+    guarded,
+    hw_in,
+    model_in,
+    out,
+    plan_in,
+    rules_in,
+)
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-out = Console()
-err = Console(stderr=True)
-
+# --rules and --hw of a command that reads a plan default to what the plan records
 RulesOpt = Annotated[str | None, typer.Option(
     "--rules", help="Rule YAML (default: the file the plan records).")]
 HwOpt = Annotated[str | None, typer.Option(
     "--hw", help="Chip YAML file or preset name (default: the plan's chip).")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="Chip override KEY=VALUE, e.g. sram.bytes=256KiB.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-
-
-def guarded(fn: F) -> F:
-    """``planner.ui.cli.guarded``, looked up when the command runs (cli imports this module)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from fuseplan.planner.ui.cli import guarded as cli_guarded
-
-        return cli_guarded(fn)(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _emit(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 # --------------------------------------------------------------------------- report
@@ -69,13 +54,14 @@ def report(model: str, plan: Path,
     """Write a self-contained HTML report of PLAN: layer graph, groups, bytes, boundaries."""
     from fuseplan.planner.ui.report import load_problem_plan, write_report
 
-    check_writable(output, "HTML report")  # before the work, not after it
+    check_files([model_in(model), plan_in(plan), rules_in(rules), hw_in(hw)],
+                [Output("-o/--output", output, "HTML report")])  # before the work
     problem, loaded = load_problem_plan(model, plan, rules, hw, set_ or ())
     if verify and not as_json:
         err.print(f"emulating {len(loaded.groups)} groups ...", highlight=False)
     result = write_report(problem, loaded, output, verify, seed)
     if as_json:
-        _emit({"report": str(output), "groups": len(loaded.groups),
+        emit({"report": str(output), "groups": len(loaded.groups),
                "fused_groups": sum(g.fused for g in loaded.groups),
                "verified": result is not None, "ok": None if result is None else result.ok,
                "verify": None if result is None else result.to_json()})
@@ -103,15 +89,14 @@ def export(model: str, plan: Path,
     from fuseplan.planner.ui.export import export_dot, export_onnx
     from fuseplan.planner.ui.report import load_problem_plan
 
-    for target, what in ((output, "ONNX file"), (dot, "dot file")):
-        if target is not None:
-            check_writable(target, what)
+    check_files([model_in(model), plan_in(plan), hw_in(hw)],  # before the work
+                [Output("-o/--output", output, "ONNX file"), Output("--dot", dot, "dot file")])
     problem, loaded = load_problem_plan(model, plan, None, hw, set_ or ())
     export_onnx(problem, loaded, output)
     if dot is not None:
         export_dot(problem, loaded, dot)
     if as_json:
-        _emit({"onnx": str(output), "dot": None if dot is None else str(dot),
+        emit({"onnx": str(output), "dot": None if dot is None else str(dot),
                "nodes": len(problem.model.proto.graph.node), "groups": len(loaded.groups),
                "fused_groups": sum(g.fused for g in loaded.groups)})
         return
@@ -177,13 +162,15 @@ def diff(paths: Annotated[list[str], typer.Argument(
         raise InputError("diff takes two plan files, optionally after the model: "
                          "`fuseplan diff [MODEL] PLAN_A PLAN_B`.")
     plan_a, plan_b = Path(paths[-2]), Path(paths[-1])
+    check_files([plan_in(plan_a, "PLAN_A"), plan_in(plan_b, "PLAN_B")]
+                + ([model_in(paths[0])] if len(paths) == 3 else []))
     model = paths[0] if len(paths) == 3 else _model_of(plan_a)
 
     _, a = load_problem_plan(model, plan_a)
     _, b = load_problem_plan(model, plan_b)
     doc = diff_plans(a, b)
     if as_json:
-        _emit(doc)
+        emit(doc)
         return
     out.print(f"A: {plan_a} ({len(a.groups)} groups, rules {a.rules.get('file')})",
               highlight=False)

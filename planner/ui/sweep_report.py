@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fuseplan.planner.app.sweep import PointResult, Probe, SweepResult, Target, capacity_axes, knee
+from fuseplan.planner.app.sweep import (
+    PointResult,
+    Probe,
+    SweepResult,
+    Target,
+    capacity_axes,
+    knee,
+    parse_target,
+)
+from fuseplan.planner.core.files import write_atomic
 
 __all__ = ["curve_groups", "smallest_serving", "smallest_serving_bisected", "sweep_html",
            "write_sweep_report"]
@@ -222,8 +231,6 @@ def _table(rows: Sequence[PointResult], axis_keys: Sequence[str]) -> str:
 
 def sweep_html(result: SweepResult, target: Target | None = None, title: str = "sweep") -> str:
     """The report page as one HTML string."""
-    from fuseplan.planner.app.sweep import parse_target
-
     goal = target or parse_target("x_floor<=1.1")
     axis, is_capacity = _axis_of(result)
     body = [f"<h1>Sweep {html.escape(title)}</h1>",
@@ -233,51 +240,9 @@ def sweep_html(result: SweepResult, target: Target | None = None, title: str = "
     if axis is not None:
         xfmt = _size if is_capacity else _num
         xlabel = f"{axis} (log scale)" if is_capacity else axis
-        serving = smallest_serving_bisected(result.bisection) \
-            if result.bisection and target is not None \
-            else smallest_serving(result.rows, axis, goal)
-        body.append(f"<h2>Smallest {html.escape(axis)} serving every model within "
-                    f"{html.escape(str(goal))}</h2><table><tr><th class='l'>chip family</th>"
-                    "<th class='l'>models</th><th>smallest</th></tr>")
-        body.extend(f"<tr><td class='l'>{html.escape(t)}</td><td class='l'>"
-                    f"{html.escape(', '.join(ms))}</td><td>"
-                    f"{html.escape(xfmt(best)) if best is not None else 'none'}</td></tr>"
-                    for t, best, ms in serving)
-        body.append("</table>")
+        body.extend(_serving_table(result, axis, goal, target, xfmt))
         for name, rows in curve_groups(result.rows, axis):
-            ok = [r for r in rows if r.ok]
-            at = [(float(r.value(axis)), r) for r in ok]
-            k = knee(rows, axis)
-            mib = 2.0**20
-            traffic = _chart(
-                [("plan", _COLORS["plan"], [(x, (r.dram_bytes or 0) / mib) for x, r in at],
-                  False),
-                 ("floor", _COLORS["floor"],
-                  [(x, (r.compulsory_dram_bytes or 0) / mib) for x, r in at], True),
-                 ("layer-by-layer", _COLORS["layer"],
-                  [(x, (r.layer_by_layer_dram_bytes or 0) / mib) for x, r in at], True)],
-                xlabel, "DRAM MiB (log scale)", is_capacity, xfmt, lambda v: f"{v:.3g}",
-                None if k is None else (float(k.value(axis)), (k.dram_bytes or 0) / mib),
-                name, logy=True)
-            cycles = _chart([("cycles", _COLORS["plan"], [(x, float(r.cycles or 0))
-                                                           for x, r in at], False)],
-                            xlabel, "cycles", is_capacity, xfmt, _num, None, name + " cycles")
-            energy = _chart([("energy", _COLORS["plan"],
-                              [(x, (r.energy_pj or 0) / 1e6) for x, r in at], False)],
-                            xlabel, "energy µJ", is_capacity, xfmt, lambda v: f"{v:.3g}",
-                            None, name + " energy")
-            failed = [r for r in rows if not r.ok]
-            knee_text = ("no plan at any capacity" if k is None else
-                         f"knee: {xfmt(float(k.value(axis)))} ({k.x_floor:.3f}× floor)"
-                         if k.x_floor is not None else f"knee: {xfmt(float(k.value(axis)))}")
-            body.append(f'<section class="model" data-name="{html.escape(name)}">'
-                        f"<h2>{html.escape(name)}</h2><p>{html.escape(knee_text)}"
-                        + (f"; no plan at {', '.join(xfmt(float(r.value(axis))) for r in failed)}"
-                           if failed else "") + "</p>"
-                        f'<div class="charts"><figure>{traffic}<figcaption>DRAM traffic '
-                        "against capacity; dashed: compulsory floor and layer-by-layer; "
-                        f"circled: the knee</figcaption></figure><figure>{cycles}</figure>"
-                        f"<figure>{energy}</figure></div></section>")
+            body.append(_curve_section(name, rows, axis, xlabel, is_capacity, xfmt))
     body.append("<h2>All points</h2>" + _table(result.rows, result.axis_keys))
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<link rel='icon' href='data:,'>"
@@ -285,9 +250,64 @@ def sweep_html(result: SweepResult, target: Target | None = None, title: str = "
             f"<body>{''.join(body)}</body></html>\n")
 
 
+def _serving_table(result: SweepResult, axis: str, goal: Target, target: Target | None,
+                   xfmt: Callable[[float], str]) -> list[str]:
+    """The table of the smallest `axis` value serving every model, per chip family: from
+    the bisection where the sweep bisected toward an explicit target, else from the rows."""
+    serving = smallest_serving_bisected(result.bisection) \
+        if result.bisection and target is not None \
+        else smallest_serving(result.rows, axis, goal)
+    parts = [f"<h2>Smallest {html.escape(axis)} serving every model within "
+             f"{html.escape(str(goal))}</h2><table><tr><th class='l'>chip family</th>"
+             "<th class='l'>models</th><th>smallest</th></tr>"]
+    parts.extend(f"<tr><td class='l'>{html.escape(t)}</td><td class='l'>"
+                 f"{html.escape(', '.join(ms))}</td><td>"
+                 f"{html.escape(xfmt(best)) if best is not None else 'none'}</td></tr>"
+                 for t, best, ms in serving)
+    parts.append("</table>")
+    return parts
+
+
+def _curve_section(name: str, rows: Sequence[PointResult], axis: str, xlabel: str,
+                   is_capacity: bool, xfmt: Callable[[float], str]) -> str:
+    """One curve's section: its knee, the points without a plan, and its traffic, cycles
+    and energy charts."""
+    ok = [r for r in rows if r.ok]
+    at = [(float(r.value(axis)), r) for r in ok]
+    k = knee(rows, axis)
+    mib = 2.0**20
+    traffic = _chart(
+        [("plan", _COLORS["plan"], [(x, (r.dram_bytes or 0) / mib) for x, r in at],
+          False),
+         ("floor", _COLORS["floor"],
+          [(x, (r.compulsory_dram_bytes or 0) / mib) for x, r in at], True),
+         ("layer-by-layer", _COLORS["layer"],
+          [(x, (r.layer_by_layer_dram_bytes or 0) / mib) for x, r in at], True)],
+        xlabel, "DRAM MiB (log scale)", is_capacity, xfmt, lambda v: f"{v:.3g}",
+        None if k is None else (float(k.value(axis)), (k.dram_bytes or 0) / mib),
+        name, logy=True)
+    cycles = _chart([("cycles", _COLORS["plan"], [(x, float(r.cycles or 0))
+                                                   for x, r in at], False)],
+                    xlabel, "cycles", is_capacity, xfmt, _num, None, name + " cycles")
+    energy = _chart([("energy", _COLORS["plan"],
+                      [(x, (r.energy_pj or 0) / 1e6) for x, r in at], False)],
+                    xlabel, "energy µJ", is_capacity, xfmt, lambda v: f"{v:.3g}",
+                    None, name + " energy")
+    failed = [r for r in rows if not r.ok]
+    knee_text = ("no plan at any capacity" if k is None else
+                 f"knee: {xfmt(float(k.value(axis)))} ({k.x_floor:.3f}× floor)"
+                 if k.x_floor is not None else f"knee: {xfmt(float(k.value(axis)))}")
+    return (f'<section class="model" data-name="{html.escape(name)}">'
+            f"<h2>{html.escape(name)}</h2><p>{html.escape(knee_text)}"
+            + (f"; no plan at {', '.join(xfmt(float(r.value(axis))) for r in failed)}"
+               if failed else "") + "</p>"
+            f'<div class="charts"><figure>{traffic}<figcaption>DRAM traffic '
+            "against capacity; dashed: compulsory floor and layer-by-layer; "
+            f"circled: the knee</figcaption></figure><figure>{cycles}</figure>"
+            f"<figure>{energy}</figure></div></section>")
+
+
 def write_sweep_report(result: SweepResult, path: str | Path, target: Target | None = None,
                        title: str = "sweep") -> None:
-    """Write the report page."""
-    from fuseplan.planner.app.sweep import atomic_write
-
-    atomic_write(Path(path), sweep_html(result, target, title))
+    """Write the report page (whole or not at all)."""
+    write_atomic(Path(path), sweep_html(result, target, title), "HTML report")

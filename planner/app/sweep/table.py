@@ -10,14 +10,16 @@ value in the built chip), then ``rules``, ``solver``, ``objective``, ``status``,
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+from fuseplan.planner.app.sweep.rows import PointResult
+from fuseplan.planner.core.files import write_atomic
 
-    from fuseplan.planner.app.sweep import PointResult
+if TYPE_CHECKING:  # pyarrow loads when a table is written or read, not with the package
+    import pyarrow as pa
 
 __all__ = ["COLUMNS", "read_table", "to_arrow", "write_table"]
 
@@ -73,21 +75,17 @@ def to_arrow(rows: Sequence[PointResult], axis_keys: Sequence[str], batched: boo
 def write_table(rows: Sequence[PointResult], axis_keys: Sequence[str], batched: bool,
                 stem: Path) -> tuple[Path, Path]:
     """Write ``STEM.parquet`` and ``STEM.csv`` atomically; return their paths."""
-    import io
-
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
-
-    from fuseplan.planner.app.sweep import atomic_write
 
     table = to_arrow(rows, axis_keys, batched)
     parquet, csv = stem.with_suffix(".parquet"), stem.with_suffix(".csv")
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
-    atomic_write(parquet, buffer.getvalue())
+    write_atomic(parquet, buffer.getvalue(), "results table")
     buffer = io.BytesIO()
     pcsv.write_csv(table, buffer)
-    atomic_write(csv, buffer.getvalue())
+    write_atomic(csv, buffer.getvalue(), "results table")
     return parquet, csv
 
 

@@ -1,0 +1,177 @@
+"""A group's accounting as its tiles run: bytes moved to and from DRAM, work, bytes on chip
+at every step and the overflows they make, and each tile's events for the clock.
+
+The mode runners count into a Tally from the arrays they actually move; the dispatch
+(emulator.run) turns it into the group's Counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from math import ceil
+
+import numpy as np
+
+from fuseplan.emulator.chunks import Compute, WeightStream
+from fuseplan.emulator.clock import TileEvents
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.geometry.regions import GroupIO, box_elems, full_box, tile_regions
+from fuseplan.planner.geometry.rounds import leads_round
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.plan.data import Group
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An on-chip buffer that overflowed while a tile ran."""
+
+    group: int
+    tile: int
+    level: str  # sram, nram, wram
+    needed_bytes: int
+    capacity_bytes: int
+
+    @property
+    def over_bytes(self) -> int:
+        """How far past the capacity the need went."""
+        return self.needed_bytes - self.capacity_bytes
+
+    def describe(self) -> str:
+        """One line for reports."""
+        return (f"group {self.group} tile {self.tile}: {self.level.upper()} needs "
+                f"{self.needed_bytes} B, has {self.capacity_bytes} B ({self.over_bytes} B over)")
+
+
+def capacity_overflows(chip: Chip, group: int, tile: int, live: int, sram_only: int,
+                       resident_weights: int) -> list[Violation]:
+    """Overflows of one step: SRAM holds everything live; each core holds 1/n of what is
+    not `sram_only` (weights on a single-memory chip, a group's held maps) and of the
+    weights."""
+    found = []
+    if live > chip.sram.bytes:
+        found.append(Violation(group, tile, "sram", live, chip.sram.bytes))
+    if chip.nram is not None:
+        share = ceil((live - sram_only) / chip.cores_per_cluster)
+        if share > chip.nram.bytes:
+            found.append(Violation(group, tile, "nram", share, chip.nram.bytes))
+    if chip.wram is not None:
+        share = ceil(resident_weights / chip.cores_per_cluster)
+        if share > chip.wram.bytes:
+            found.append(Violation(group, tile, "wram", share, chip.wram.bytes))
+    return found
+
+
+def inputs_once_bytes(graph: Graph, io: GroupIO, dt: int) -> int:
+    """Bytes of the group's inputs read with no halo re-reads (one whole-anchor tile)."""
+    full = tile_regions(graph, io, full_box(graph, io.anchor))
+    return sum(box_elems(graph, t, full[t]) for t in io.inputs) * dt
+
+
+@dataclass
+class Tally:
+    """Counters of one group as its tiles run, with the worst overflow per level."""
+
+    chip: Chip
+    group: Group
+    weight_bytes: int
+    read: int = 0
+    write: int = 0
+    weight_read: int = 0
+    macs: int = 0
+    vector_ops: int = 0
+    core: int = 0
+    peak: int = 0
+    tiles: int = 0
+    first: int = 0
+    last: int = 0
+    worst: dict[str, Violation] = field(default_factory=dict)
+    checks: bool = True  # capacity per step (a band's tally leaves it to the whole group)
+    events: list[TileEvents] = field(default_factory=list)  # per tile, for the clock
+    ops_before: tuple[int, int] = (0, 0)  # (MACs, vector ops) counted before this tile
+    stream: WeightStream | None = None  # a streaming group's chunks (emulator.chunks)
+    core_weight: int = 0  # weight bytes the cores read, over all tiles
+    round_tiles: int = 1  # tiles per round sharing each streamed read (planner.geometry.rounds)
+
+    @property
+    def onchip_weights(self) -> int:
+        """Weights held in SRAM at every step on single-memory chips: all of them when
+        resident, the reserved pair of a streaming halo-reusing group (bands use this)."""
+        if not self.chip.unified:
+            return 0
+        if self.group.weights_resident:
+            return self.weight_bytes
+        return self.stream.reserved if self.stream is not None else 0
+
+    def weights_now(self, layer: int | None) -> int:
+        """Weight bytes in the weight memory while layer `layer` of the group runs (None: a
+        halo-reusing group's step, which keeps room for the largest streamed pair)."""
+        if self.group.weights_resident:
+            return self.weight_bytes
+        if self.stream is None:
+            return 0
+        return self.stream.reserved if layer is None else self.stream.held[layer]
+
+    def ops(self, lay: Layer, outputs: int) -> None:
+        """Count the work of computing `outputs` elements of a layer."""
+        if lay.is_main:
+            self.macs += outputs * lay.macs_per_output
+        else:
+            self.vector_ops += outputs * lay.macs_per_output
+
+    def step(self, tile: int, fmap_bytes: int, layer: int | None = None,
+             weights: int | None = None, held: int = 0) -> None:
+        """Feature-map bytes on chip after a layer ran (its index in the group; None for a
+        halo-reusing group's step): peak and capacity, with the weights on chip then (as
+        the stream holds them at that layer, unless `weights` says). ``held``: the part of
+        `fmap_bytes` the group holds for all its tiles (a group in passes: held inputs,
+        held maps, tail results), which stays in SRAM and takes no core's NRAM."""
+        weights = self.weights_now(layer) if weights is None else weights
+        in_sram = weights if self.chip.unified else 0
+        live = fmap_bytes + in_sram
+        self.peak = max(self.peak, live)
+        if not self.checks:
+            return
+        for v in capacity_overflows(self.chip, self.group.id, tile, live, in_sram + held, weights):
+            if v.level not in self.worst or v.needed_bytes > self.worst[v.level].needed_bytes:
+                self.worst[v.level] = v
+
+    def compute(self, run: Compute, lay: Layer, weights: Mapping[str, np.ndarray]
+                ) -> list[np.ndarray]:
+        """A layer's outputs from `run` (given the weights to use): chunk by chunk when the
+        group streams the layer's weights in chunks."""
+        return self.stream.run(lay, weights, run) if self.stream is not None else run(weights)
+
+    def tile(self, index: int, loaded: int, written: int, weights: int | None = None,
+             used: int | None = None) -> None:
+        """A tile's DRAM traffic: its loads, its stores, and the weights it streams (or
+        `weights` loaded at this step), with `used` weight bytes the cores read for it."""
+        if weights is None:
+            first = index == 0 if self.group.weights_resident \
+                else leads_round(index, self.round_tiles)
+            weights = self.weight_bytes if first else 0
+        self.core_weight += self.weight_bytes if used is None else used
+        self.tiles += 1
+        self.read += loaded + weights
+        self.weight_read += weights
+        self.write += written
+        if index == 0:
+            self.first = loaded + weights
+        self.last = written
+        macs, vector_ops = self.ops_before
+        self.events.append(TileEvents(loaded, weights, self.macs - macs,
+                                      self.vector_ops - vector_ops, written))
+        self.ops_before = (self.macs, self.vector_ops)
+
+    def counters(self, graph: Graph, io: GroupIO) -> Counters:
+        """The group's byte and work counters (its time comes from the clock: see
+        emulator.run.emulate)."""
+        dt = self.chip.dtype_bytes
+        return Counters(
+            dram_read_bytes=self.read, dram_write_bytes=self.write,
+            weight_read_bytes=self.weight_read,
+            redundant_read_bytes=self.read - self.weight_read - inputs_once_bytes(graph, io, dt),
+            sram_peak_bytes=self.peak, macs=self.macs, vector_ops=self.vector_ops,
+            core_fmap_bytes=self.core, core_weight_bytes=self.core_weight,
+            first_load_bytes=self.first, last_store_bytes=self.last)

@@ -1,0 +1,206 @@
+"""Planning a prepared problem: the four planners behind plan_problem, the whole network as
+one group when it fits, and CP-SAT warm-started from the shortest-path plan (which the
+Pareto fronts of planner.app.pareto run with cycle caps)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace as dc_replace
+from typing import Any
+
+from fuseplan.planner.app.assemble import assemble, layer_placements
+from fuseplan.planner.app.problem import Problem, objective_of
+from fuseplan.planner.core.budget import Budget
+from fuseplan.planner.core.errors import InputError, PlanningError
+from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
+from fuseplan.planner.plan.checks import whole_tile
+from fuseplan.planner.plan.data import Plan
+from fuseplan.planner.plan.placement import Placement
+
+SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
+MIN_SOLVE_S = 0.5  # CP-SAT is not started with less time than this left
+ASSEMBLY_S, ASSEMBLY_S_PER_LAYER = 0.8, 0.008  # what a time-limited plan keeps to assemble
+# and print (measured on ResNet-152, 2 cores: 5 ms a layer to assemble, 0.5 s to print)
+
+
+def plan_problem(problem: Problem, solver: str = "cpsat",
+                 objective: Objective | str | None = None, time_limit: float | None = None,
+                 memo: dict[tuple[str, ...], Any] | None = None,
+                 started: float | None = None, jobs: int = 1) -> Plan:
+    """Plan a prepared problem with one of the four planners.
+
+    ``time_limit`` bounds the whole planning, from ``started`` (a ``time.perf_counter()``
+    reading: when the command began; now when None): tile searches and CP-SAT share it, and
+    a plan cut short by it says so (status FEASIBLE, ``stopped``, and its gap to the floor
+    under the traffic objective). ``memo`` (shortest-path and CP-SAT) holds each candidate
+    group's best tile under this objective; pass the same dict to plans of overlapping
+    subgraphs of one model so no group's tile search runs twice. ``jobs``: processes the tile
+    searches run on, 0 for every core (solver.parallel; the plan is the same for any
+    count)."""
+    from fuseplan.solver.greedy import greedy_groups
+    from fuseplan.solver.parallel import available_jobs
+    from fuseplan.solver.shortest_path import shortest_path_groups
+
+    if solver not in SOLVERS:
+        raise InputError(f"unknown solver '{solver}'. Use one of: {', '.join(SOLVERS)}.")
+    goal = objective_of(problem, objective)
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    header = problem.plan_header()
+    jobs = jobs or available_jobs()
+    budget = Budget.of(time_limit, started)
+    started = time.perf_counter()
+    # the searches leave time to assemble the plan (its groups' costs, the layer-by-layer
+    # reference) and to write it
+    searches = budget.less(ASSEMBLY_S + ASSEMBLY_S_PER_LAYER * len(g.layers))
+    whole = whole_network(problem) if rs.search.whole_network_first and solver != "layer" \
+        else None
+    if whole is not None:
+        at_once: dict[str, Any] = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP",
+                                   "gap": 0.0, "wall_s": round(time.perf_counter() - started, 3)}
+        return assemble(g, chip, [whole], objective=goal, solver=at_once, **header,
+                        layer_by_layer=problem.layer_by_layer_on(jobs))
+    info: dict[str, Any]
+    if solver == "layer":  # no fusion: whole layers, tiled only where they do not fit
+        info = {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
+                "wall_s": round(time.perf_counter() - started, 3)}
+        return assemble(g, chip, layer_placements(g, chip), objective=goal, solver=info,
+                        **header, layer_by_layer=problem.layer_by_layer_on(jobs))
+    groups: list[Placement]
+    if solver == "greedy":
+        groups = greedy_groups(g, chip, rs)
+        info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
+    elif solver == "shortest-path":
+        groups = shortest_path_groups(g, chip, rs, goal, memo, budget=searches, jobs=jobs)
+        # exact over intervals of the topological order, which are all groups only on a chain
+        chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)
+        info = {"name": "shortest-path", "status": "OPTIMAL" if chain else "FEASIBLE",
+                "gap": 0.0 if chain else None}
+    else:
+        groups, info = cpsat_groups(problem, goal, None, memo=memo, budget=searches, jobs=jobs)
+    if budget.cuts:  # optimal only over what was searched: no proof of anything
+        info.update(status="FEASIBLE", gap=None, stopped="; ".join(budget.cuts))
+        info.pop("bound", None)
+        info.pop("solved_by", None)
+    info["wall_s"] = round(time.perf_counter() - started, 3)
+    plan = assemble(g, chip, groups, objective=goal, solver=info, **header,
+                    layer_by_layer=problem.layer_by_layer_on(jobs))
+    if "solved_by" in info:  # proven by the path: its objective is the plan's, and the bound
+        units = objective_units(plan.totals, goal, rs.objective, chip)
+        plan = dc_replace(plan, solver={**plan.solver, "objective": float(units),
+                                        "bound": float(units)})
+    return _gap_to_floor(plan) if budget.cuts else plan
+
+
+def _gap_to_floor(plan: Plan) -> Plan:
+    """A plan cut short by its time limit, with its gap to the compulsory floor (a bound on
+    every plan's traffic) under the traffic objective; other objectives have no such bound."""
+    if plan.objective is not Objective.TRAFFIC:
+        return plan
+    moved, floor = plan.totals.dram_bytes, plan.compulsory_dram_bytes
+    info = {**plan.solver, "bound": floor, "gap": round((moved - floor) / max(moved, 1), 6)}
+    return dc_replace(plan, solver=info)
+
+
+def whole_network(problem: Problem) -> Placement | None:
+    """The one-group placement when every weight and the largest live set fit on chip and the
+    enabled rules allow the network as one fused group."""
+    from fuseplan.solver.tiles import GroupSearch
+
+    g = problem.graph
+    layers = tuple(lay.name for lay in g.layers)
+    if len(layers) > problem.ruleset.search.max_group_layers:  # seed 004: "not too deep"
+        return None
+    search = GroupSearch.of(g, layers, problem.chip, problem.ruleset)
+    tile = search.tile_of(search.heights()[0])
+    if tile != whole_tile(g, layers) or search.violations(tile, True):
+        return None
+    return Placement.of(layers, tile, True)
+
+
+def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | None,
+                 cycles_cap: int | None = None, cache: dict[Objective, Any] | None = None,
+                 warm: Sequence[Placement] | None = None,
+                 memo: dict[tuple[str, ...], Any] | None = None, budget: Budget | None = None,
+                 jobs: int = 1) -> tuple[list[Placement], dict[str, Any]]:
+    """CP-SAT groups warm-started from the shortest-path plan (or `warm`), and the solver
+    info. ``cache`` keeps each objective's interval tiles across calls (a Pareto sweep);
+    ``memo`` seeds this objective's interval tiles (shared by a partition's pieces);
+    ``budget`` bounds the searches and the solve together (``time_limit`` bounds the solve
+    alone)."""
+    from fuseplan.solver.cpsat import faster_buffering, intervals_only, reserve_s, solve_cpsat
+    from fuseplan.solver.shortest_path import shortest_path_groups
+
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    budget = Budget() if budget is None else budget
+    cache = {} if cache is None else cache
+    if objective not in cache:
+        memo = {} if memo is None else memo  # each interval's best tile, computed once
+        options: dict[tuple[str, ...], Any] = {}  # and its prefetch options
+        whole_maps: dict[str, Any] = {}  # whole-map groups, found once for both planners
+        bounded: set[tuple[str, ...]] = set()  # weighed by their floors, never searched
+        # floors spare searches only where the path can prove its plan: where some
+        # candidate is no interval of the order CP-SAT weighs (searches) every one anyway
+        path = shortest_path_groups(g, chip, rs, objective, memo, options, budget, jobs,
+                                    whole_maps, bounded,
+                                    prune=rs.search.exact_path_first and intervals_only(g, rs))
+        # + trade-off fronts (capped solves)
+        cache[objective] = (memo, options, path, {}, whole_maps, bounded)
+    memo, options, path, trade_offs, whole_maps, bounded = cache[objective]
+    hint = path if warm is None else warm
+    if rs.search.exact_path_first and warm is None and cycles_cap is None and path \
+            and not cycle_units(objective, rs.objective, chip) \
+            and intervals_only(g, rs, [p.layers for p in path], searched=memo.keys() | bounded):
+        proof = ("shortest-path: costs add up and every candidate group is an interval of "
+                 "the layer order")
+        # buffering as CP-SAT picks it (the bytes do not depend on it)
+        return [faster_buffering(g, chip, rs, p) for p in path], {
+            "name": "cpsat", "status": "OPTIMAL", "gap": 0.0, "solved_by": proof}
+    left = budget.left()
+    if hint and left is not None and left < reserve_s(budget) + MIN_SOLVE_S:
+        budget.cut("CP-SAT not run: the time limit passed in the tile search")
+        return list(hint), {"name": "cpsat", "status": "FEASIBLE", "gap": None}
+    try:
+        result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo,
+                             options, trade_offs, budget, jobs, whole_maps)
+    except PlanningError as exc:
+        if hint and budget.left() is not None and "status UNKNOWN" in str(exc):
+            budget.cut("CP-SAT found no plan in the time left; the shortest-path plan is "
+                       "returned")
+            return list(hint), {"name": "cpsat", "status": "FEASIBLE", "gap": None}
+        if "MODEL_INVALID" not in str(exc):
+            raise
+        # the costs outgrow CP-SAT's 64-bit integers: the chip's numbers, not the time limit
+        raise InputError(
+            f"{_chip_place(problem)}: this model's {objective.value} costs on "
+            f"this chip are too large for the solver (static_power_mw "
+            f"{chip.static_power_mw:g}, clock_ghz {chip.clock_ghz:g}, dram.bandwidth_gbps "
+            f"{chip.dram.bandwidth_gbps:g}, core.macs_per_cycle {chip.core.macs_per_cycle}). "
+            "Give the chip realistic values (a faster clock or DRAM, less static power), or "
+            "plan with --objective traffic or --solver shortest-path.") from None
+    info = {"name": "cpsat", "status": result.status, "gap": round(result.gap, 6),
+            "objective": result.objective, "bound": result.bound}
+    if cycles_cap is not None:
+        info["cycles_cap"] = cycles_cap
+    groups = list(result.groups)
+    if result.status != "OPTIMAL" and hint:
+        # stopped by the time limit: never return worse than the plan it started from
+        def units(placements: Sequence[Placement]) -> tuple[bool, int]:
+            t = assemble(g, chip, placements, objective=objective, solver={}, model={},
+                         hardware={}, rules={}, layer_by_layer=0).totals
+            over = cycles_cap is not None and t.cycles > cycles_cap
+            return over, objective_units(t, objective, rs.objective, chip)
+
+        start = list(hint)
+        if units(start) < units(groups):
+            groups = start
+            info["kept_warm_start"] = True
+    return groups, info
+
+
+def _chip_place(problem: Problem) -> str:
+    """The chip file and its --set overrides, as a message names them."""
+    where = problem.chip_file or problem.chip.name
+    if problem.chip_overrides:
+        where += " (" + ", ".join(f"--set {o}" for o in problem.chip_overrides) + ")"
+    return where

@@ -1,0 +1,258 @@
+"""How a group runs: one execution-mode record, what each mode needs, and which mode it is.
+
+A group's mode is everything about how it runs but its layers and its tile: where its
+weights live, its input buffers, how tiles get their halos, which loop is outermost, the
+passes around its reductions and the chunks of its hidden channels. The planners' tile
+choices, the placements, the plan file and the emulator all carry this one record; what the
+modes need of each other and of the group is written once, in `mode_problem`, which the plan
+reader, the assembler (and so `explain` and `verify`) and the emulator ask; `mode_kind`
+names the one cost function and emulator runner a mode uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+
+from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.hidden import makes_chunks, stretches
+from fuseplan.planner.geometry.passes import pass_split, pass_stretches
+from fuseplan.planner.geometry.regions import Tile, group_io
+from fuseplan.planner.geometry.reload import reloaded_inputs
+from fuseplan.planner.ir.chunks import chunk_axes
+from fuseplan.planner.ir.graph import Graph
+
+
+class WeightResidency(Enum):
+    """Where a layer's weights live while its group runs."""
+
+    RESIDENT = "resident"  # loaded once, held on chip (WRAM, or SRAM on unified chips)
+    # loaded layer by layer, in output-channel chunks, again for every tile
+    # (planner.cost.weight_stream): once in all for a group of one tile
+    STREAMED_PER_TILE = "streamed_per_tile"
+
+    @classmethod
+    def of(cls, resident: bool) -> WeightResidency:
+        return cls.RESIDENT if resident else cls.STREAMED_PER_TILE
+
+
+class LoopOrder(StrEnum):
+    """Which loop of a group is outermost (plan files' "loop_order" key)."""
+
+    TILES_OUTER = "tiles_outer"  # each tile runs every layer; streamed weights per round
+    # one layer whose streamed weights arrive in output-channel chunks: each chunk is loaded
+    # once and applied to every tile of every image (the tiles' inputs are read per chunk)
+    WEIGHTS_OUTER = "weights_outer"
+
+
+class HaloMode(StrEnum):
+    """How overlapping tiles get their halos (plan files' "halo" key)."""
+
+    RECOMPUTE = "recompute"  # each tile reloads and recomputes its border
+    REUSE = "reuse"  # row tiles run in order and keep the border rows of every tensor
+
+    @classmethod
+    def of(cls, reuse: bool) -> HaloMode:
+        return cls.REUSE if reuse else cls.RECOMPUTE
+
+
+class ModeKind(StrEnum):
+    """Which cost function and emulator runner a mode uses (one each)."""
+
+    TILES = "tiles"  # tiles outer, halos recomputed or reused, weights resident or streamed
+    WEIGHTS_OUTER = "weights_outer"  # one layer, each weight chunk over every tile
+    PASSES = "passes"  # passes around the group's global reductions
+    HEAD_CHUNKS = "head_chunks"  # a lone fused attention, a chunk of its heads at a time
+    HIDDEN = "hidden"  # stretches run in chunks of their hidden channels
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How a group runs, but for its layers and tile (see the module's docstring)."""
+
+    weights: WeightResidency = WeightResidency.RESIDENT
+    double_buffered: bool = False  # a second input buffer loads the next tile's inputs
+    halo: HaloMode = HaloMode.RECOMPUTE
+    loop: LoopOrder = LoopOrder.TILES_OUTER
+    # more than 1: the group runs in passes around its global reductions
+    # (planner.geometry.passes: a squeeze-excite scale waits for its pool, and a later pass
+    # recomputes the pooled map, or reads it held)
+    passes: int = 1
+    # with passes: the group's inputs loaded whole once and held on chip for every pass
+    inputs_held: bool = False
+    # more than 1: the group's stretches (a widening layer, per-element layers, a narrowing
+    # layer: an MLP, an expand / project pair) run in this many chunks of their hidden
+    # channels, so that the hidden maps are never on chip whole (planner.geometry.hidden);
+    # a lone fused attention runs in that many chunks of its heads
+    hidden_chunks: int = 1
+    # with passes: each pooled map kept whole on chip by its pass; later passes read it
+    # there instead of computing it again
+    maps_held: bool = False
+    # with hidden chunks: the group's inputs read before a stretch and after it are loaded
+    # again after it rather than held across (planner.geometry.reload)
+    inputs_reloaded: bool = False
+
+    @classmethod
+    def of(cls, *, resident: bool = True, double_buffered: bool = False,
+           halo_reuse: bool = False, weights_outer: bool = False, passes: int = 1,
+           inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False,
+           inputs_reloaded: bool = False) -> Mode:
+        """A mode from the planners' flags (by name: no flag is ever passed by position)."""
+        return cls(WeightResidency.of(resident), double_buffered, HaloMode.of(halo_reuse),
+                   LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
+                   passes, inputs_held, hidden_chunks, maps_held, inputs_reloaded)
+
+    @property
+    def weights_resident(self) -> bool:
+        """Whether the group's weights are held on chip for all its tiles."""
+        return self.weights is WeightResidency.RESIDENT
+
+    @property
+    def halo_reuse(self) -> bool:
+        """Whether tiles keep what later tiles read instead of recomputing halos."""
+        return self.halo is HaloMode.REUSE
+
+    @property
+    def weights_outer(self) -> bool:
+        """Whether each weight chunk sweeps every tile before the next chunk loads."""
+        return self.loop is LoopOrder.WEIGHTS_OUTER
+
+
+def mode_kind(graph: Graph, layers: tuple[str, ...], mode: Mode) -> ModeKind:
+    """The kind of run `mode` makes of these layers (which cost function and runner)."""
+    if mode.passes > 1:
+        return ModeKind.PASSES
+    if mode.hidden_chunks > 1:
+        if attention_heads(graph, group_io(graph, layers)) is not None:
+            return ModeKind.HEAD_CHUNKS
+        return ModeKind.HIDDEN
+    if mode.weights_outer:
+        return ModeKind.WEIGHTS_OUTER
+    return ModeKind.TILES
+
+
+def mode_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                 whole: Tile, chunked: tuple[str, ...] = ()) -> str | None:
+    """What is wrong with running `layers` in `mode` with `tile`, or None. `whole` is the
+    group's whole-output tile (planner.plan.checks.whole_tile); `chunked` names layers
+    whose streamed weights are stated in more than one output-channel chunk.
+
+    Every reader of a mode asks this one function: the plan file's reader (its message
+    then names the key), the assembler, and through it explain and verify."""
+    # in the order the plan file's keys were always checked (its messages name the first)
+    for check in (_loop_problem, _passes_problem, _inputs_held_problem, _hidden_problem,
+                  _maps_held_problem, _reloaded_problem):
+        found = check(graph, layers, tile, mode, whole, chunked)
+        if found is not None:
+            return found
+    return None
+
+
+def _loop_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                  whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    if mode.weights_outer and (
+            len(layers) != 1 or mode.weights_resident or mode.halo_reuse
+            or chunk_axes(graph, graph.layer(layers[0])) is None):
+        return ("loop_order \"weights_outer\" needs one layer whose weights can be split into "
+                "output-channel chunks, streamed (\"weights_resident\": false), with halos "
+                "recomputed; remove the key.")
+    return None
+
+
+def _inputs_held_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                         whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    if mode.inputs_held and (mode.passes == 1 or mode.double_buffered):
+        return ("inputs_held holds a group's inputs across its pooling passes, "
+                "single-buffered: it needs \"passes\" above 1 and \"double_buffered\": false; "
+                "remove the key or set those.")
+    return None
+
+
+def _maps_held_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                       whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    if not mode.maps_held:
+        return None
+    if mode.passes == 1:
+        return ("maps_held keeps each pooled map on chip for the later pooling passes: it "
+                "needs \"passes\" above 1; remove the key or set it.")
+    if pass_split(graph, layers, mode.inputs_held, True) is None:
+        return ("maps_held: a map this group pools is one of its inputs or also leaves the "
+                "group, so it cannot be held as it is made; remove the key (\"inputs_held\": "
+                "true holds inputs).")
+    return None
+
+
+def _passes_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                    whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    if mode.passes == 1:
+        return None
+    split = pass_split(graph, layers)
+    if split is None:
+        return (f"passes is {mode.passes}, but the group holds no global reduction whose "
+                "result feeds back into it on per-image vectors (a squeeze-excite pool and "
+                "scale); remove the key.")
+    if split.count != mode.passes:
+        return (f"passes is {mode.passes}, but the group's {split.count - 1} reductions make "
+                f"{split.count} passes; write {split.count}.")
+    if not mode.weights_resident or mode.halo_reuse or mode.weights_outer \
+            or tile.bands > 1 or (tile.n, tile.w) != (whole.n, whole.w):
+        return (f"passes {mode.passes} runs with resident weights, halos recomputed, tiles "
+                "outer, no bands, and tiles of every image at full width; set those or "
+                "remove the key.")
+    return None
+
+
+def _hidden_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                    whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    chunks = mode.hidden_chunks
+    if chunks == 1:
+        return None
+    if mode.passes > 1:  # each pass's stretches (planner.geometry.passes.pass_stretches)
+        split = pass_split(graph, layers, mode.inputs_held, mode.maps_held)
+        found = tuple(s for ss in pass_stretches(graph, split) for s in ss) \
+            if split is not None else ()
+    else:
+        io = group_io(graph, layers)
+        heads = attention_heads(graph, io)
+        if heads is not None:  # a lone fused attention: chunks of its heads
+            if heads % chunks or mode.halo_reuse or tile.bands > 1 or mode.weights_outer:
+                return (f"hidden_chunks is {chunks}, but the fused attention {layers[0]!r} "
+                        f"runs its {heads} heads in chunks that divide them, halos "
+                        f"recomputed, tiles outer; use a divisor of {heads} or remove the "
+                        "key.")
+            return None
+        found = stretches(graph, io)
+    if not found:
+        return (f"hidden_chunks is {chunks}, but the group holds no stretch to chunk (a layer "
+                "widening the channels, per-element layers, a layer summing them back: an "
+                "MLP, an expand / project pair); remove the key.")
+    for s in found:
+        if not makes_chunks(s, chunks):
+            units = "heads" if s.cuts else "hidden channels"  # attention: chunks of heads
+            return (f"hidden_chunks is {chunks}, but the stretch from {s.widen!r} has "
+                    f"{s.channels} {units}, which do not make {chunks} chunks of "
+                    f"ceil({s.channels} / {chunks}); use a count that does (e.g. "
+                    f"{max(1, s.channels // 2)} or a power of two below {s.channels}).")
+    if mode.halo_reuse or tile.bands > 1 or mode.weights_outer:
+        return (f"hidden_chunks {chunks} runs with halos recomputed, tiles outer and no bands; "
+                "set those or remove the key.")
+    cut = [n for n in chunked if any(n in s.layers for s in found)]
+    if cut:
+        return (f"weight_chunks names {cut[0]!r}, whose weights the hidden chunks cut; remove "
+                "it from weight_chunks.")
+    return None
+
+
+def _reloaded_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                      whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    if not mode.inputs_reloaded:
+        return None
+    if mode.hidden_chunks == 1 or mode.passes > 1 or mode.double_buffered:
+        return ("inputs_reloaded loads inputs again after a stretch run in hidden chunks: it "
+                "needs \"hidden_chunks\" above 1, no \"passes\" and \"double_buffered\": "
+                "false; remove the key or change those.")
+    if not reloaded_inputs(graph, group_io(graph, layers)):
+        return ("inputs_reloaded: no input of this group is read both before and after one "
+                "of its stretches (and by none of their layers), so none can be loaded "
+                "again; remove the key.")
+    return None

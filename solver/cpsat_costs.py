@@ -1,0 +1,143 @@
+"""A CP-SAT candidate's cost as model expressions: its work counters, its cycles in either
+buffering mode, and its integer cost under the objective (planner.cost.model and
+planner.cost.objective, stated over the tile variables of rules.encoding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fuseplan.planner.cost.model import dram_bytes_per_cycle, group_tensors
+from fuseplan.planner.cost.objective import Charged, Objective, objective_terms
+from fuseplan.planner.geometry.regions import in_group_uses
+from fuseplan.planner.geometry.rounds import round_size
+from fuseplan.rules.encoding import Candidate, Encoding
+from fuseplan.rules.ruleset import RuleSet
+
+
+@dataclass(frozen=True)
+class Terms:
+    """A candidate's cost quantities as CP-SAT expressions (planner.cost.model.work_counters)."""
+
+    dram: Any
+    macs: Any
+    vector_ops: Any
+    core_fmap: Any
+    core_weight: Any
+    first_load: Any
+    last_store: Any
+
+
+def candidate_terms(enc: Encoding, cand: Candidate) -> Terms:
+    """The candidate's cost quantities: a pinned choice's own, else over its tile variables."""
+    if cand.fixed is not None:
+        c = cand.fixed
+        return Terms(c.dram_bytes, c.macs, c.vector_ops, c.core_fmap_bytes, c.core_weight_bytes,
+                     c.first_load_bytes, c.last_store_bytes)
+    m, g, dt = enc.model, enc.graph, enc.chip.dtype_bytes
+    reads = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
+    writes = sum(g.elems(t) for t in cand.io.outputs) * dt
+    w = enc.weight_bytes(cand)
+    wread: Any = w
+    if w and not isinstance(cand.tiles, int):
+        upper = w * cand.extent[1] * cand.extent[0]
+        wread = m.new_int_var(0, upper, f"weight_read_{cand.index}")
+        m.add(wread >= w).only_enforce_if(cand.resident)
+        # streamed: once per round of tiles (planner.geometry.rounds; variable tiles
+        # recompute their halos, so only an accumulator keeps them one at a time)
+        size = round_size(enc.chip, cand.io, False)
+        passes = cand.tiles if size == 1 else ceil_div(m, cand.tiles, size, 1,
+                                                       f"rounds_{cand.index}")
+        m.add(wread >= w * passes).only_enforce_if(cand.resident.Not())
+    macs, vector_ops = candidate_ops(enc, cand, enc.region_elems_total)
+    uses = in_group_uses(g, cand.io)
+    tensors = group_tensors(g, cand.io)
+    core_fmap = sum(enc.region_elems_total(cand, t) * ((1 + uses.get(t, 0)) * dt)
+                    for t in tensors)
+    return Terms(reads + writes + wread, macs, vector_ops, core_fmap, w * cand.tiles,
+                 enc.first_load_bytes(cand), enc.last_store_bytes(cand))
+
+
+def candidate_ops(enc: Encoding, cand: Candidate, elems: Any) -> tuple[Any, Any]:
+    """(MACs of main layers, vector ops of the others) with each output's element count
+    given by `elems(cand, tensor)`."""
+    macs: Any = 0
+    vector_ops: Any = 0
+    for name in cand.io.layers:
+        lay = enc.graph.layer(name)
+        if lay.macs_per_output:
+            ops = lay.macs_per_output * elems(cand, lay.outputs[0])
+            if lay.is_main:
+                macs += ops
+            else:
+                vector_ops += ops
+    return macs, vector_ops
+
+
+def upper_bound(expr: Any) -> int:
+    """The largest value a linear expression of the model's variables can take (from their
+    domains), so the variables built over it are bounded by what the model allows and CP-SAT
+    never sees a sum that could overflow 64 bits (MODEL_INVALID)."""
+    if isinstance(expr, int):
+        return expr
+    from ortools.sat.python import cp_model_helper
+
+    flat = cp_model_helper.FlatIntExpr(expr)
+    total = int(flat.offset)
+    for v, c in zip(flat.vars, flat.coeffs, strict=True):
+        domain = list(v.proto.domain)  # (the proto's list takes no negative index)
+        total += int(c) * int(domain[-1] if c > 0 else domain[0])
+    return total
+
+
+def ceil_div(m: Any, expr: Any, num: int, den: int, name: str) -> Any:
+    """An integer >= expr * den / num; tight wherever the objective pushes it down."""
+    var = m.new_int_var(0, max(0, -(-upper_bound(expr) * den // num)), name)
+    m.add(var * num >= expr * den)
+    return var
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A candidate's cycles and its DRAM-busy cycles in either buffering mode: the cycles
+    minus the busy ones are the link's idle time (planner.cost.model.idle_dram_cycles)."""
+
+    cycles: Any
+    busy_double_buffered: Any  # fill + remaining transfers + drain
+    busy_serial: Any  # all transfers
+
+
+def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset: RuleSet
+                   ) -> tuple[Any, Timing | None]:
+    """(integer cost under the objective, timing or None): planner.cost.objective's
+    objective_terms over the candidate's expressions."""
+    m, chip = enc.model, enc.chip
+    t = candidate_terms(enc, cand)
+    if not objective.timed:
+        return t.dram, None
+    i = cand.index
+    bpc = dram_bytes_per_cycle(chip)
+    num, den = bpc.numerator, bpc.denominator
+    if cand.fixed is not None and cand.fixed.band_compute_cycles:  # its slowest band's
+        compute: Any = cand.fixed.band_compute_cycles
+    else:
+        compute = (ceil_div(m, t.macs, chip.cores * chip.core.macs_per_cycle, 1,
+                            f"mac_cyc_{i}")
+                   + ceil_div(m, t.vector_ops, chip.cores * chip.core.vector_lanes, 1,
+                              f"vec_cyc_{i}"))
+    # the most any of the lower bounds below can ask for (the model's own domains)
+    most = -(-max(upper_bound(t.dram), upper_bound(t.first_load) + upper_bound(t.last_store))
+             * den // num) + 2
+    cycles = m.new_int_var(0, max(0, most + upper_bound(compute)), f"cycles_{i}")
+    # without a second buffer, transfers and compute add up
+    serial = ceil_div(m, t.dram, num, den, f"dram_cyc_{i}")
+    m.add(cycles >= serial + compute).only_enforce_if(cand.double_buffered.Not())
+    # with one: fill + max(remaining transfers, compute) + drain
+    fill = ceil_div(m, t.first_load, num, den, f"fill_{i}")
+    drain = ceil_div(m, t.last_store, num, den, f"drain_{i}")
+    rest = ceil_div(m, t.dram - t.first_load - t.last_store, num, den, f"rest_{i}")
+    m.add(cycles >= fill + rest + drain).only_enforce_if(cand.double_buffered)
+    m.add(cycles >= fill + compute + drain).only_enforce_if(cand.double_buffered)
+    timing = Timing(cycles, fill + rest + drain, serial)
+    charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles)
+    return objective_terms(objective, ruleset.objective, chip, charged), timing
