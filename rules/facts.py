@@ -39,7 +39,7 @@ from fuseplan.planner.geometry.regions import (
     tile_regions,
 )
 from fuseplan.planner.ir.graph import Graph, Layer
-from fuseplan.planner.plan.mode import Mode
+from fuseplan.planner.plan.mode import Mode, ModeFlags
 
 
 def channels(graph: Graph, tensor: str) -> int:
@@ -54,7 +54,7 @@ def _axis_bound(chain: AxisChain | None, extent: int, size: int, full: int) -> i
 
 
 @dataclass(frozen=True)
-class GroupFacts:
+class GroupFacts(ModeFlags):
     """A concrete group and tile, with the quantities rules are stated in."""
 
     graph: Graph
@@ -89,26 +89,6 @@ class GroupFacts:
         default=None, compare=False, repr=False)
     # inputs loaded again after a stretch, off chip in between (planner.geometry.reload)
     reloaded: Mapping[str, tuple[int, int]] | None = field(default=None, compare=False)
-
-    @property
-    def weights_resident(self) -> bool:
-        return self.mode.weights_resident
-
-    @property
-    def double_buffered(self) -> bool:
-        return self.mode.double_buffered
-
-    @property
-    def halo_reuse(self) -> bool:
-        return self.mode.halo_reuse
-
-    @property
-    def weights_outer(self) -> bool:
-        return self.mode.weights_outer
-
-    @property
-    def hidden_chunks(self) -> int:
-        return self.mode.hidden_chunks
 
     @cached_property
     def layers(self) -> list[Layer]:

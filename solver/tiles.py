@@ -50,7 +50,8 @@ from fuseplan.planner.geometry.regions import (
     tiled_like_anchor,
 )
 from fuseplan.planner.ir.graph import Graph
-from fuseplan.planner.plan.placement import Mode, Placement
+from fuseplan.planner.plan.mode import Mode, ModeFlags
+from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.base import GroupFacts, Rule, Violation
 from fuseplan.rules.encoding import tile_floor
 from fuseplan.rules.ruleset import RuleSet
@@ -65,7 +66,7 @@ HOLDS = ((False, False), (True, False), (False, True), (True, True))
 
 
 @dataclass(frozen=True)
-class TileChoice:
+class TileChoice(ModeFlags):
     """A feasible tile for a group, the mode it runs in, and its predicted cost."""
 
     tile: Tile
@@ -76,33 +77,13 @@ class TileChoice:
     def resident(self) -> bool:
         return self.mode.weights_resident
 
-    @property
-    def double_buffered(self) -> bool:
-        return self.mode.double_buffered
-
-    @property
-    def halo_reuse(self) -> bool:
-        return self.mode.halo_reuse
-
-    @property
-    def weights_outer(self) -> bool:
-        return self.mode.weights_outer
-
-    @property
-    def passes(self) -> int:
-        return self.mode.passes
-
-    @property
-    def hidden_chunks(self) -> int:
-        return self.mode.hidden_chunks
-
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
         return Placement(tuple(layers), self.tile, self.mode)
 
 
 @dataclass(frozen=True)
-class Option:
+class Option(ModeFlags):
     """One feasible tile choice of a group, with what a next-group prefetch needs of it."""
 
     rank: tuple[float, ...]  # objective first (_rank)
@@ -115,14 +96,6 @@ class Option:
     @property
     def resident(self) -> bool:
         return self.mode.weights_resident
-
-    @property
-    def double_buffered(self) -> bool:
-        return self.mode.double_buffered
-
-    @property
-    def halo_reuse(self) -> bool:
-        return self.mode.halo_reuse
 
 
 def prefetch_room(facts: GroupFacts) -> int:

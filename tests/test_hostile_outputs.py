@@ -20,35 +20,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from fuseplan.planner.app.dynamic_api import cache_path, default_cache_dir
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.core.files import Input, Output, check_io
 from fuseplan.planner.core.yamlio import MAX_YAML_DEPTH, load_yaml
-from fuseplan.planner.ui.cli import app
 from tests import models
+from tests.test_hostile import run  # the CLI in process, its output as written
+from tests.test_hostile_inputs import says  # a message's words, wrapping ignored
 
 ROOT = Path(__file__).resolve().parents[1]
 FUSEPLAN = ROOT / ".venv" / "bin" / "fuseplan"
 DEMO = ROOT / "planner" / "data" / "demo.onnx"
 RULES = ROOT / "rules" / "default.yaml"
 CHIP = ROOT / "hardware" / "two_level.yaml"
-
-
-def run(*args: str) -> tuple[int, str]:
-    """Exit code and stdout + stderr of `fuseplan ARGS` run in process; an exception that
-    escapes the CLI (a traceback for the user) fails the test."""
-    result = CliRunner().invoke(app, list(args), catch_exceptions=True)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"traceback for {args}: {result.exception!r}") from result.exception
-    return result.exit_code, result.stdout + result.stderr
-
-
-def says(text: str, *words: str) -> bool:
-    """Whether the message holds every word, ignoring whitespace (the console may wrap)."""
-    flat = "".join(text.split())
-    return all("".join(w.split()) in flat for w in words)
 
 
 @pytest.fixture(scope="module")

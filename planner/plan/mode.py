@@ -118,6 +118,53 @@ class Mode:
         return self.loop is LoopOrder.WEIGHTS_OUTER
 
 
+class ModeFlags:
+    """The mode's fields read through a record that carries one (`mode`): the placements,
+    tile choices, search options, rules' facts and CP-SAT candidates all do, so that each
+    flag is declared once, in Mode."""
+
+    mode: Mode
+
+    @property
+    def weights_resident(self) -> bool:
+        """Whether the group's weights are held on chip for all its tiles."""
+        return self.mode.weights_resident
+
+    @property
+    def double_buffered(self) -> bool:
+        return self.mode.double_buffered
+
+    @property
+    def halo_reuse(self) -> bool:
+        """Whether tiles keep what later tiles read instead of recomputing halos."""
+        return self.mode.halo_reuse
+
+    @property
+    def weights_outer(self) -> bool:
+        """Whether each weight chunk sweeps every tile before the next chunk loads."""
+        return self.mode.weights_outer
+
+    @property
+    def passes(self) -> int:
+        return self.mode.passes
+
+    @property
+    def inputs_held(self) -> bool:
+        return self.mode.inputs_held
+
+    @property
+    def hidden_chunks(self) -> int:
+        return self.mode.hidden_chunks
+
+    @property
+    def maps_held(self) -> bool:
+        return self.mode.maps_held
+
+    @property
+    def inputs_reloaded(self) -> bool:
+        return self.mode.inputs_reloaded
+
+
 def mode_kind(graph: Graph, layers: tuple[str, ...], mode: Mode) -> ModeKind:
     """The kind of run `mode` makes of these layers (which cost function and runner)."""
     if mode.passes > 1:

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fuseplan.planner.geometry.regions import Tile
-from fuseplan.planner.plan.mode import HaloMode, LoopOrder, Mode, WeightResidency
+from fuseplan.planner.plan.mode import HaloMode, LoopOrder, Mode, ModeFlags, WeightResidency
 
 __all__ = ["HaloMode", "LoopOrder", "Mode", "Placement", "WeightResidency"]
 
 
 @dataclass(frozen=True)
-class Placement:
+class Placement(ModeFlags):
     """One group of a plan as a planner chose it (the cost model prices it): its layers,
     its tile and its mode (planner.plan.mode), and what assembling the plan adds."""
 
@@ -41,14 +41,9 @@ class Placement:
             weights_outer=weights_outer, passes=passes, inputs_held=inputs_held,
             hidden_chunks=hidden_chunks, maps_held=maps_held, inputs_reloaded=inputs_reloaded))
 
-    # the mode's fields, read through the placement (one record holds them: Mode)
     @property
     def weights(self) -> WeightResidency:
         return self.mode.weights
-
-    @property
-    def double_buffered(self) -> bool:
-        return self.mode.double_buffered
 
     @property
     def halo(self) -> HaloMode:
@@ -57,31 +52,6 @@ class Placement:
     @property
     def loop(self) -> LoopOrder:
         return self.mode.loop
-
-    @property
-    def passes(self) -> int:
-        return self.mode.passes
-
-    @property
-    def inputs_held(self) -> bool:
-        return self.mode.inputs_held
-
-    @property
-    def hidden_chunks(self) -> int:
-        return self.mode.hidden_chunks
-
-    @property
-    def maps_held(self) -> bool:
-        return self.mode.maps_held
-
-    @property
-    def inputs_reloaded(self) -> bool:
-        return self.mode.inputs_reloaded
-
-    @property
-    def weights_outer(self) -> bool:
-        """Whether each weight chunk sweeps every tile before the next chunk loads."""
-        return self.mode.weights_outer
 
     def residency(self, layer: str) -> WeightResidency:
         """Where this layer's weights live (the group's residency, for now)."""
@@ -92,13 +62,3 @@ class Placement:
     def chunk_count(self, layer: str) -> int:
         """Output-channel chunks the layer's streamed weights arrive in (1: whole)."""
         return dict(self.chunks).get(layer, 1)
-
-    @property
-    def weights_resident(self) -> bool:
-        """Whether the group's weights are held on chip for all its tiles."""
-        return self.mode.weights_resident
-
-    @property
-    def halo_reuse(self) -> bool:
-        """Whether tiles keep what later tiles read instead of recomputing halos."""
-        return self.mode.halo_reuse
