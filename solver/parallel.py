@@ -133,9 +133,16 @@ class Workers:
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
-            self.pool = None
+            # the workers ignore Ctrl-C (the planner handles it): only this stops them, so a
+            # Ctrl-C that lands here waits until they are gone (cut short, it left them
+            # running after the command had exited)
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                self.pool.terminate()
+                self.pool.join()
+            finally:
+                self.pool = None
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def map(self, fn: Callable[[Context, T], R], items: Sequence[T],
             sizes: Sequence[int] | None = None, least: int = MIN_PARALLEL) -> list[R | None]:

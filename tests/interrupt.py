@@ -31,6 +31,8 @@ class Interrupted:
     lines: list[str]  # what stderr said after the progress display, one entry a line
     stop_s: float  # seconds from the signal to the exit
     raw: str  # stderr as written, for assertion messages
+    # processes of the command's group (its workers) still running 10 s after it exited
+    left: bool = False
 
 
 def _lines_after_progress(text: str, marker: str) -> list[str]:
@@ -58,13 +60,21 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
     os.close(slave)
     seen = bytearray()
     signalled: float | None = None
+    exited: float | None = None
     deadline = time.monotonic() + wait_s
     try:
         while True:
             limit = deadline if signalled is None else signalled + stop_timeout_s
-            ready, _, _ = select.select([master], [], [], max(0.0, limit - time.monotonic()))
+            # the command's exit, not the terminal's end of file, ends the wait: a worker
+            # left running would hold the terminal open (and is reported as `left`)
+            if signalled is not None and proc.poll() is not None:
+                exited = exited or time.monotonic()
+            ready, _, _ = select.select([master], [], [],
+                                        max(0.0, min(limit - time.monotonic(), 0.1)))
             if not ready:
-                break
+                if exited is not None or time.monotonic() >= limit:
+                    break
+                continue
             try:
                 chunk = os.read(master, 4096)
             except OSError:  # EIO: every writer closed the terminal (the command ended)
@@ -80,16 +90,38 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
             raise AssertionError(f"{marker!r} never showed on stderr: "
                                  f"{bytes(seen).decode(errors='replace')[-2000:]}")
         proc.wait(timeout=max(1.0, signalled + stop_timeout_s - time.monotonic()))
-        took = time.monotonic() - signalled
+        took = (exited or time.monotonic()) - signalled
+        left = _group_left(proc.pid)
     finally:
         os.close(master)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        _kill_group(proc.pid)
         if proc.stdout is not None:
             proc.stdout.close()
     raw = bytes(seen).decode(errors="replace")
-    return Interrupted(proc.returncode, _lines_after_progress(raw, marker), took, raw)
+    return Interrupted(proc.returncode, _lines_after_progress(raw, marker), took, raw, left)
+
+
+def _group_left(group: int, wait_s: float = 10.0) -> bool:
+    """Whether any process of the group still runs `wait_s` after its leader exited."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _kill_group(group: int) -> None:
+    """Leave nothing of the command running after the test (whatever it asserted)."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def interrupt_when_loaded(binary: Path, args: list[str], library: str, cwd: Path,

@@ -221,6 +221,7 @@ def test_ctrl_c_during_a_long_command_exits_130_promptly(tmp_path: Path, args: l
     stop = interrupt_when(FUSEPLAN, filled, phrase, tmp_path)
     assert stop.code == 130, stop.raw
     assert stop.stop_s < 10
+    assert not stop.left, "a worker outlived the command"
     assert stop.lines and stop.lines[0].startswith("interrupted:"), stop.raw
     assert "Traceback" not in stop.raw, stop.raw
     _no_partial_files(tmp_path / filled[-1])
@@ -239,6 +240,7 @@ def test_ctrl_c_while_worker_processes_search_stops_them_all(tmp_path: Path) -> 
                           "planning zoo:resnet50", tmp_path)
     assert stop.code == 130, stop.raw
     assert stop.stop_s < 10
+    assert not stop.left, "a worker outlived the command"
     assert stop.lines and stop.lines[0].startswith("interrupted:"), stop.raw
     assert "Traceback" not in stop.raw, stop.raw
     assert not (tmp_path / "plan.json").exists()

@@ -209,10 +209,15 @@ class Workers:
         finally:
             # an error or Ctrl-C here must not leave the other children planning (or
             # blocked writing a large answer into a pipe nobody reads)
-            for conn, (_, child) in running.items():
-                child.terminate()
-                child.join()
-                conn.close()
+            # the children ignore Ctrl-C: a second one landing here must not cut this short
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                for conn, (_, child) in running.items():
+                    child.terminate()
+                    child.join()
+                    conn.close()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return [r for r in results if r is not None]
 
 
