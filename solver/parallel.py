@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -161,19 +162,37 @@ class Workers:
             order.sort(key=lambda i: -sizes[i])
         found: list[R | None] = [None] * len(items)
         if self.pool is None:
-            # forked workers inherit the context; the pool's initializer hands it to each.
-            # Ctrl-C is held back while they start (they inherit that, then ignore it: the
-            # planner handles it), so none dies half-born with a traceback of its own
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
-                self.pool = multiprocessing.get_context("fork").Pool(self.jobs, _adopt,
-                                                                     (self.ctx,))
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            self.pool = _start_pool(self.jobs, self.ctx)
         for i, result in self.pool.imap_unordered(_run_in_worker,
                                                   [(i, fn, items[i]) for i in order]):
             found[i] = result
         return found
+
+
+def _start_pool(jobs: int, ctx: Context) -> Any:
+    """A pool of `jobs` workers forked with `ctx`. Forked workers inherit the context; the
+    pool's initializer hands it to each. Ctrl-C is held back while they start (they inherit
+    that, then ignore it: the planner handles it), so none dies half-born with a traceback
+    of its own; and a Ctrl-C that comes meanwhile (another thread may take the signal and
+    Python raise it at any line of Pool()) is only noted, then raised once the pool is whole
+    and stopped: raised inside Pool(), it left the workers already forked running, orphaned,
+    after the command had exited."""
+    caught: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda signum, _: caught.append(signum)) \
+        if main else None
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pool = multiprocessing.get_context("fork").Pool(jobs, _adopt, (ctx,))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    if caught:
+        pool.terminate()
+        pool.join()
+        raise KeyboardInterrupt
+    return pool
 
 
 # The context of a worker process, set once by the pool's initializer (fork: inherited,

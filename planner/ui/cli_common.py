@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -64,6 +66,24 @@ def emit(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
+def _stop_workers() -> None:
+    """After a Ctrl-C, stop every worker process this command started that is still running
+    (they ignore the signal: the planner stops them as it unwinds, and this makes sure none
+    outlives the command, whichever moment the interrupt cut)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        children = multiprocessing.active_children()
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.join(5)
+            if child.is_alive():
+                child.kill()
+                child.join(1)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def guarded(fn: F) -> F:
     """Turn fuseplan's errors into exit codes and one-paragraph messages."""
 
@@ -78,10 +98,12 @@ def guarded(fn: F) -> F:
             say(f"{exc.label}: {exc}")
             raise typer.Exit(1) from None
         except Interrupted as exc:
+            _stop_workers()
             say(f"interrupted: {exc}")
             Interruption.reported = True
             raise typer.Exit(130) from None
         except KeyboardInterrupt:
+            _stop_workers()
             say("interrupted: stopped before any output file was complete; no partial file "
                 "was left.")
             Interruption.reported = True
