@@ -51,7 +51,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-import torchvision
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
@@ -326,15 +325,22 @@ class _Outputs(nn.Module):
 
 
 def _tv(name: str) -> Callable[[], nn.Module]:
-    return lambda: getattr(torchvision.models, name)(weights=None)
+    def build() -> nn.Module:
+        import torchvision  # lazily: export_zoo2026 imports this module without torchvision
+        return getattr(torchvision.models, name)(weights=None)
+    return build
 
 
 def _seg(name: str) -> Callable[[], nn.Module]:
-    return lambda: _Outputs(getattr(torchvision.models.segmentation, name)(
-        weights=None, weights_backbone=None, aux_loss=False), ("out",))
+    def build() -> nn.Module:
+        import torchvision
+        return _Outputs(getattr(torchvision.models.segmentation, name)(
+            weights=None, weights_backbone=None, aux_loss=False), ("out",))
+    return build
 
 
 def _ssdlite_backbone() -> nn.Module:
+    import torchvision
     det = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
         weights=None, weights_backbone=None)
     return _Outputs(det.backbone)
@@ -362,6 +368,7 @@ FIXED_SIZE = frozenset({"deit_tiny", "vit_b_16", "swin_t"})
 
 def export(name: str, out_dir: Path) -> Path:
     """Export one model with dynamic N, H, W and placeholder weights; return its path."""
+    import torchvision  # only for its version in the doc string (see _tv)
     build, (h, w) = MODELS[name]
     torch.manual_seed(0)
     model = build().eval()
