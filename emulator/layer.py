@@ -157,7 +157,10 @@ def _window_attrs(lay: Layer, info: LayerFacts, out_box: Box) -> dict[str, Any]:
     r0, r1 = rm.needed(out_box[2], out_box[3], h)
     c0, c1 = cm.needed(out_box[4], out_box[5], w)
     attrs = dict(info.attrs)
-    attrs["pads"] = [max(0, -r0), max(0, -c0), max(0, r1 - h), max(0, c1 - w)]
+    if info.out_layout.col_axis is None:  # a 1-D window along an NCL map's length
+        attrs["pads"] = [max(0, -r0), max(0, r1 - h)]
+    else:
+        attrs["pads"] = [max(0, -r0), max(0, -c0), max(0, r1 - h), max(0, c1 - w)]
     return attrs
 
 

@@ -69,8 +69,10 @@ def test_entry_is_consistent(op: str) -> None:
     s = TABLE[op]
     if s.sliding_window:  # a kernel window over rows and columns: main work
         assert s.op_class is OpClass.MAIN, f"{op}: window op of class {s.op_class}"
-    if s.op_class is OpClass.REDUCTION or s.op_class is OpClass.OPAQUE:
-        assert s.maps is MapRule.WHOLE, f"{op}: a {s.op_class} op keeps rows local"
+    if s.op_class is OpClass.OPAQUE:
+        assert s.maps is MapRule.WHOLE, f"{op}: an opaque op keeps rows local"
+    if s.op_class is OpClass.REDUCTION:  # rows local only where it folds channels alone
+        assert s.maps in (MapRule.WHOLE, MapRule.REDUCE), f"{op}: a reduction with {s.maps}"
     if s.op_class is OpClass.MOVEMENT:
         assert not s.takes_weights, f"{op}: movement constants are parameters"
         assert s.work_per_output({}, [(1, 4, 8, 8)], None, (1, 4, 8, 8)) == 0, op

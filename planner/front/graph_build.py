@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from math import ceil
 from types import MappingProxyType
 from typing import Any
 
@@ -18,6 +17,7 @@ from fuseplan.planner.front.attention_fusion import fuse_attention
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
 from fuseplan.planner.front.onnx_load import LoadedModel
+from fuseplan.planner.front.sliding import length_tensors, sliding_window
 from fuseplan.planner.front.windows import regroup_rows, window_layout
 from fuseplan.planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
 from fuseplan.planner.ir.layout import (
@@ -26,6 +26,7 @@ from fuseplan.planner.ir.layout import (
     carried,
     layout_of,
     moved_axis,
+    ncl,
     nhwc,
     sequence,
     tokens,
@@ -66,47 +67,6 @@ def _tensor_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     for init in g.initializer:
         shapes[init.name] = tuple(int(d) for d in init.dims)
     return shapes
-
-
-def _resolve_pads(attrs: dict[str, Any], in_hw: tuple[int, int], kernel: list[int],
-                  strides: list[int], dilations: list[int]) -> list[int]:
-    """Explicit [top, left, bottom, right] pads, resolving auto_pad."""
-    auto = attrs.get("auto_pad", "NOTSET")
-    if auto in ("NOTSET", ""):
-        return list(attrs.get("pads", [0] * (2 * len(kernel))))
-    if auto == "VALID":
-        return [0] * (2 * len(kernel))
-    begins, ends = [], []
-    for size, k, s, d in zip(in_hw, kernel, strides, dilations, strict=True):
-        total = max(0, (ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
-        small = total // 2
-        begin = small if auto == "SAME_UPPER" else total - small
-        begins.append(begin)
-        ends.append(total - begin)
-    return begins + ends
-
-
-def _window_maps(spec: OpSpec, attrs: dict[str, Any], in_shape: tuple[int, ...],
-                 w_shape: tuple[int, ...] | None) -> tuple[AxisMap, AxisMap, dict[str, Any]]:
-    """Window maps of a conv or pool over its (channel-first, ONNX) spatial axes 2..; with
-    the pads resolved into the attributes. Anything but a 2-D window needs the whole map."""
-    if spec.is_convolution and w_shape is not None:
-        kernel = list(attrs.get("kernel_shape", w_shape[2:]))
-    else:
-        kernel = list(attrs["kernel_shape"])
-    nd = len(kernel)
-    strides = list(attrs.get("strides", [1] * nd))
-    dilations = list(attrs.get("dilations", [1] * nd))
-    pads = _resolve_pads(attrs, tuple(in_shape[2:]), kernel, strides, dilations)  # type: ignore[arg-type]
-    attrs = {**attrs, "pads": pads, "kernel_shape": kernel, "strides": strides}
-    attrs.pop("auto_pad", None)
-    if spec.is_convolution:
-        attrs["dilations"] = dilations
-    if nd != 2:
-        return WHOLE, WHOLE, attrs
-    row = AxisMap(MapKind.WINDOW, kernel[0], strides[0], pads[0], dilations[0])
-    col = AxisMap(MapKind.WINDOW, kernel[1], strides[1], pads[1], dilations[1])
-    return row, col, attrs
 
 
 def _upsample_factor(spec: OpSpec, attrs: dict[str, Any], in_len: int,
@@ -367,6 +327,7 @@ _MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
     MapRule.SELECT: _select_maps,
     MapRule.SLICE: _local_maps,  # a cut along rows or columns: its offset (_NODE_MAPS)
     MapRule.PAD: _local_maps,  # and a pad along them
+    MapRule.REDUCE: _whole_maps,  # over the rows or columns (channel axes: _NODE_MAPS)
     MapRule.WHOLE: _whole_maps,
     MapRule.ATTENTION: _whole_maps,  # never used: _NODE_MAPS maps the queries
 })
@@ -408,6 +369,22 @@ def _pad_node(v: _NodeView) -> _Maps | None:
     return None if padded is None else ([padded[0]], [padded[1]])
 
 
+def _reduce_node(v: _NodeView) -> _Maps | None:
+    """A keepdims reduction over channel axes only (RMSNorm's mean over a token's channels,
+    a mean over the channels of a pixel) reads each position's own channels: identity."""
+    if len(v.fmaps) != 1 or not int(v.attrs.get("keepdims", 1)):
+        return None
+    f = v.fmaps[0]
+    axes = v.attrs.get("axes")
+    if axes is None and len(v.inputs) > 1 and v.inputs[1] in v.constants:
+        axes = v.constants[v.inputs[1]].reshape(-1).tolist()
+    if not axes or not f.same_extent():  # no axes: all of them (or none, a no-op)
+        return None
+    reduced = {int(a) % len(f.shape) for a in axes}
+    kept = reduced <= set(f.layout.channel_axes) and f.layout.rank == f.out_layout.rank
+    return ([IDENTITY], [IDENTITY]) if kept else None
+
+
 def _concat_node(v: _NodeView) -> _Maps | None:
     return _stacked_maps(v.attrs, v.inputs, v.fmaps) if v.fmaps else None
 
@@ -420,6 +397,7 @@ _NODE_MAPS: Mapping[MapRule, Callable[[_NodeView], _Maps | None]] = MappingProxy
     MapRule.SLICE: _slice_node,
     MapRule.PAD: _pad_node,
     MapRule.CONCAT: _concat_node,  # along rows or columns
+    MapRule.REDUCE: _reduce_node,  # over channel axes
 })
 
 
@@ -436,7 +414,7 @@ def _maps(spec: OpSpec, node: _NodeView) -> _Maps:
 # ops whose output keeps a channels-last input's layout when the batch, rows and columns
 # pass through (per-element functions, per-pixel normalization and linear layers)
 _KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX,
-                          MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD})
+                          MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD, MapRule.REDUCE})
 
 
 def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
@@ -599,8 +577,10 @@ def build_graph(model: LoadedModel) -> Graph:
     producer: dict[str, str] = {}
     consumers: dict[str, list[str]] = {}
     # only the layouts the shape alone does not imply: token stretches, channels-last ones
-    layouts: dict[str, Layout] = dict.fromkeys(
-        _token_tensors(proto.graph.node, shapes, constants), tokens())
+    token_maps = _token_tensors(proto.graph.node, shapes, constants)
+    layouts: dict[str, Layout] = dict.fromkeys(token_maps, tokens())
+    layouts.update(dict.fromkeys(
+        length_tensors(proto.graph.node, shapes, constants, token_maps), ncl()))
     layouts.update(dict.fromkeys(_token_tensors(proto.graph.node, shapes, constants, rank=4),
                                  nhwc()))
     nodes = fuse_attention(proto.graph.node, shapes, constants, model.outputs, model.opset)
@@ -677,7 +657,7 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         rows = [regroup_rows(in_shapes[0], in_layouts[0].row_axis, out_shape,
                              partition.row_axis) or WHOLE]
         cols = [WHOLE]  # a window row spans the map's width
-    window, attrs = _sliding_window(spec, attrs, in_shapes, w_shape)
+    window, attrs = sliding_window(spec, attrs, in_shapes, w_shape, in_layouts)
     if window is not None:
         # the window slides over the data input; conv weights a layer computes are needed whole
         rows = [window[0] if t == inputs[0] else WHOLE for t in fmap]
@@ -775,23 +755,3 @@ def _moved_tokens(move: AxisMove, layout: Layout, in_shape: tuple[int, ...],
             moved_axis(move, b_in, in_shape, out_shape, axes) == 0
             and out_shape[:1] == in_shape[b_in:b_in + 1])
     return None, batch_kept
-
-
-def _sliding_window(spec: OpSpec, attrs: dict[str, Any], in_shapes: Sequence[tuple[int, ...]],
-                    w_shape: tuple[int, ...] | None
-                    ) -> tuple[tuple[AxisMap, AxisMap] | None, dict[str, Any]]:
-    """The row and column maps of a window sliding over the data input (a conv or pool, or a
-    transposed conv with explicit pads), None for other ops; and the attributes, with a
-    window's pads resolved."""
-    if spec.maps is MapRule.WINDOW and in_shapes:
-        row, col, attrs = _window_maps(spec, attrs, in_shapes[0], w_shape)
-        return (row, col), attrs
-    if spec.maps is MapRule.TRANSPOSED and in_shapes and w_shape is not None \
-            and len(w_shape) == 4 and attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
-        k = list(attrs.get("kernel_shape", w_shape[2:]))
-        s = list(attrs.get("strides", [1, 1]))
-        d = list(attrs.get("dilations", [1, 1]))
-        p = list(attrs.get("pads", [0, 0, 0, 0]))
-        return (AxisMap(MapKind.TRANSPOSED, k[0], s[0], p[0], d[0]),
-                AxisMap(MapKind.TRANSPOSED, k[1], s[1], p[1], d[1])), attrs
-    return None, attrs

@@ -17,8 +17,10 @@ the products of attention and the per-token ops after them. Where the batch axis
 into another (heads of a sequence-first batch) it is lost, and with it the carrying,
 unless the batch is one image. Swin's window partition (planner.front.windows) gives its
 6-D tensors their window rows as rows and its window tensors their windows as rows, one
-image, no columns; movement ops carry those on the same way. Ask `Graph.layout(t)`, not
-the shape, for a tensor's layout.
+image, no columns; movement ops carry those on the same way. A rank-3 map a 1-D conv or
+pool slides along, and the per-element ops joining such maps, are [N, C, L], tiled along L
+as rows (planner.front.graph_build). Ask `Graph.layout(t)`, not the shape, for a tensor's
+layout.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class LayoutKind(StrEnum):
 
     NCHW = "NCHW"  # batch, channel axes, rows (H), columns (W)
     NHWC = "NHWC"  # batch, rows (H), columns (W), channels
+    NCL = "NCL"  # batch, channels, length (L, tiled as rows): 1-D convs and pools
     TOKENS = "BLC"  # batch, tokens (L, tiled as rows), channels
     HEADS = "BHLd"  # batch, heads, tokens (L, tiled as rows), head width d
     SEQUENCE = "seq"  # tokens and batch where movement ops put them, the rest channels
@@ -97,6 +100,12 @@ def nchw(rank: int = 4) -> Layout:
 def nhwc() -> Layout:
     """Channel-last feature map [N, H, W, C]."""
     return Layout(LayoutKind.NHWC, 4, 0, (3,), 1, 2)
+
+
+def ncl() -> Layout:
+    """Channel-first sequence [N, C, L] that a 1-D conv or pool slides along: the length is
+    the tiled rows, there are no columns."""
+    return Layout(LayoutKind.NCL, 3, 0, (1,), 2, None)
 
 
 def tokens() -> Layout:

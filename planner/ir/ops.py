@@ -55,6 +55,7 @@ class MapRule(StrEnum):
     NORM = "norm"  # LayerNormalization: identity when it normalizes over channel axes only
     LINEAR = "linear"  # MatMul by a constant over the channels (channels last): identity
     SOFTMAX = "softmax"  # whole along the axes it normalizes over, identity along the others
+    REDUCE = "reduce"  # Reduce*, keepdims: identity when it folds channel axes only, else whole
     SELECT = "select"  # Gather: identity when it picks along a channel axis, else whole
     SLICE = "slice"  # Slice: an offset along rows or columns it cuts (step 1), else LOCAL
     PAD = "pad"  # constant Pad: an offset along rows or columns it pads, else LOCAL
@@ -572,14 +573,21 @@ _ENTRIES: tuple[OpSpec, ...] = (
           accumulate=Accumulate.MEAN),
     _spec("GlobalMaxPool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS,
           accumulate=Accumulate.MAX),
-    _spec("ReduceMean", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
+    _spec("ReduceMean", _R, MapRule.REDUCE, _reduce_work, _batch_reduce,
           accumulate=Accumulate.MEAN),
-    _spec("ReduceSum", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
+    _spec("ReduceSum", _R, MapRule.REDUCE, _reduce_work, _batch_reduce,
           accumulate=Accumulate.SUM),
-    _spec("ReduceMax", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
+    _spec("ReduceMax", _R, MapRule.REDUCE, _reduce_work, _batch_reduce,
           accumulate=Accumulate.MAX),
-    _spec("ReduceMin", _R, MapRule.WHOLE, _reduce_work, _batch_reduce,
+    _spec("ReduceMin", _R, MapRule.REDUCE, _reduce_work, _batch_reduce,
           accumulate=Accumulate.MIN),
+    # reductions no tile can fold into an accumulator (a partial L2 norm or product is no
+    # part of the whole one): per position along the axes they keep, as any reduction
+    _spec("ReduceL2", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
+    _spec("ReduceL1", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
+    _spec("ReduceSumSquare", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
+    _spec("ReduceProd", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
+    _spec("ReduceLogSumExp", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
     # opaque but known: a native kernel, weight roles or the sign of the output
     _opaque("GroupNormalization", roles=_NORM_ROLES),
     _opaque("DepthToSpace", rectified=_KEEPS),
