@@ -36,6 +36,9 @@ from fuseplan.solver.tiles import GroupSearch, Option, TileChoice
 T = TypeVar("T")
 R = TypeVar("R")
 
+# the signals that stop a command (Ctrl-C, and SIGTERM: what CI sends on cancel), held back
+# while workers start or stop
+_STOPS = frozenset({signal.SIGINT, signal.SIGTERM})
 MIN_PARALLEL = 8  # searches below which a pool (tens of milliseconds to start) is not worth it
 
 
@@ -137,7 +140,7 @@ class Workers:
             # the workers ignore Ctrl-C (the planner handles it): only this stops them, so a
             # Ctrl-C that lands here waits until they are gone (cut short, it left them
             # running after the command had exited)
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
             try:
                 self.pool.terminate()
                 self.pool.join()
@@ -176,21 +179,24 @@ def _start_pool(jobs: int, ctx: Context) -> Any:
     of its own; and a Ctrl-C that comes meanwhile (another thread may take the signal and
     Python raise it at any line of Pool()) is only noted, then raised once the pool is whole
     and stopped: raised inside Pool(), it left the workers already forked running, orphaned,
-    after the command had exited."""
+    after the command had exited. SIGTERM likewise."""
     caught: list[int] = []
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, lambda signum, _: caught.append(signum)) \
-        if main else None
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = {s: signal.signal(s, lambda signum, _: caught.append(signum))
+                for s in _STOPS} if main else {}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     try:
         pool = multiprocessing.get_context("fork").Pool(jobs, _adopt, (ctx,))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        if main:
-            signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     if caught:
         pool.terminate()
         pool.join()
+        # the signal again, to its own handler now (the CLI's raises KeyboardInterrupt, or
+        # its SIGTERM subclass)
+        signal.raise_signal(caught[0])
         raise KeyboardInterrupt
     return pool
 
@@ -203,7 +209,8 @@ _WORKER: list[Context] = []
 def _adopt(ctx: Context) -> None:
     # Ctrl-C is the planner's to handle: it stops the pool (search_all)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it (not the CLI's handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     _WORKER.append(ctx)
 
 

@@ -33,6 +33,7 @@ class Interrupted:
     raw: str  # stderr as written, for assertion messages
     # processes of the command's group (its workers) still running 10 s after it exited
     left: bool = False
+    stdout: str = ""  # what the command printed on stdout (its --json document)
 
 
 def _lines_after_progress(text: str, marker: str) -> list[str]:
@@ -47,9 +48,11 @@ def _lines_after_progress(text: str, marker: str) -> list[str]:
 
 
 def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
-                   wait_s: float = 300.0, stop_timeout_s: float = 60.0) -> Interrupted:
+                   wait_s: float = 300.0, stop_timeout_s: float = 60.0,
+                   signum: int = signal.SIGINT) -> Interrupted:
     """Run `binary args` with stderr on a pseudo-terminal, send its process group SIGINT
-    once `marker` shows there; the command's exit, its stderr and how long it took to stop.
+    (or `signum`: SIGTERM is what CI sends on cancel) once `marker` shows there; the
+    command's exit, its stderr and how long it took to stop.
 
     Fails the calling test (AssertionError) when the command ends before the marker shows,
     or the marker does not show within `wait_s`."""
@@ -84,7 +87,7 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
             seen += chunk
             if signalled is None and marker.encode() in seen:
                 assert proc.poll() is None, "the command ended before it could be interrupted"
-                os.killpg(proc.pid, signal.SIGINT)
+                os.killpg(proc.pid, signum)
                 signalled = time.monotonic()
         if signalled is None:
             raise AssertionError(f"{marker!r} never showed on stderr: "
@@ -97,11 +100,13 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        _kill_group(proc.pid)
+        _kill_group(proc.pid)  # then nothing holds stdout open: reading it ends
+        printed = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
         if proc.stdout is not None:
             proc.stdout.close()
     raw = bytes(seen).decode(errors="replace")
-    return Interrupted(proc.returncode, _lines_after_progress(raw, marker), took, raw, left)
+    return Interrupted(proc.returncode, _lines_after_progress(raw, marker), took, raw, left,
+                       printed)
 
 
 def _group_left(group: int, wait_s: float = 10.0) -> bool:
@@ -125,10 +130,12 @@ def _kill_group(group: int) -> None:
 
 
 def interrupt_when_loaded(binary: Path, args: list[str], library: str, cwd: Path,
-                          wait_s: float = 300.0, stop_timeout_s: float = 60.0) -> Interrupted:
-    """Run `binary args`, send its process group SIGINT as soon as a shared library whose
-    path holds `library` is mapped into it (its imports have reached that extension: a
-    moment inside fuseplan's own imports, whatever the machine's speed); how it ended.
+                          wait_s: float = 300.0, stop_timeout_s: float = 60.0,
+                          signum: int = signal.SIGINT) -> Interrupted:
+    """Run `binary args`, send its process group SIGINT (or `signum`) as soon as a shared
+    library whose path holds `library` is mapped into it (its imports have reached that
+    extension: a moment inside fuseplan's own imports, whatever the machine's speed); how it
+    ended.
 
     Before any such marker the interpreter itself is starting, which no program can answer
     with anything but Python's own traceback."""
@@ -143,16 +150,16 @@ def interrupt_when_loaded(binary: Path, args: list[str], library: str, cwd: Path
             assert proc.poll() is None, "the command ended before it could be interrupted"
             assert time.monotonic() < deadline, f"{library!r} was never loaded"
             time.sleep(0.002)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signum)
         signalled = time.monotonic()
-        _, stderr = proc.communicate(timeout=stop_timeout_s)
+        printed, stderr = proc.communicate(timeout=stop_timeout_s)
         took = time.monotonic() - signalled
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return Interrupted(proc.returncode, [s.strip() for s in stderr.splitlines() if s.strip()],
-                       took, stderr)
+                       took, stderr, stdout=printed)
 
 
 def _read(path: Path) -> str:

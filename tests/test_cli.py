@@ -312,7 +312,9 @@ def test_bad_input_exits_2_with_one_paragraph(bad_inputs: Path, args: list[str],
     assert err, "an error message is required on stderr"
     assert "\n\n" not in err, f"not one paragraph:\n{err}"
     assert re.search(pattern, " ".join(err.split())), f"{pattern!r} not in:\n{err}"
-    assert res.stdout.strip() == "", "nothing but the error: no partial JSON on stdout"
+    doc = json.loads(res.stdout)  # the error document alone: no partial JSON on stdout
+    assert doc["exit"] == 2 and doc["error"]["kind"] == "bad_input", doc
+    assert doc["error"]["message"] == " ".join(err.removeprefix("error: ").split()), doc
 
 
 def _edit(doc: dict[str, Any], how: str) -> None:
@@ -370,7 +372,12 @@ def test_infeasible_chip_exits_1(work: Path) -> None:
     assert res.returncode == 1, res.stderr
     msg = " ".join(res.stderr.split())
     assert re.search(r"layer 'stem3' \(Conv\).*SRAM needs \d+ B but has 1024 B", msg), msg
-    assert "Traceback" not in res.stderr and res.stdout.strip() == ""
+    assert "Traceback" not in res.stderr
+    assert json.loads(res.stdout)["error"] == {
+        "kind": "no", "message": msg.removeprefix("no plan: "), "file": None,
+        "place": "layer 'stem3'", "where": "layer 'stem3'",
+        "fix": "Use a chip with more on-chip memory (e.g. --set sram.bytes=...) or a smaller "
+               "input shape."}
 
 
 @pytest.mark.parametrize("solver", ["greedy", "layer"])

@@ -187,7 +187,10 @@ def test_bad_spec_exits_2_naming_line_and_column(model_dir: Path, tmp_path: Path
     first = " ".join(result.stderr.split())
     assert f"bad.yaml{place}" in first, first
     assert re.search(message, first), first
-    assert "Traceback" not in result.output and result.stdout == ""
+    assert "Traceback" not in result.output
+    error = json.loads(result.stdout)["error"]  # the one document: the error
+    assert error["kind"] == "bad_input" and error["where"].endswith(f"bad.yaml{place[:-1]}"), \
+        error
 
 
 def test_bad_target_is_an_input_error() -> None:

@@ -141,12 +141,18 @@ class Compiler:
         return [d for d in done if d is not None]
 
 
+# the signals that stop a command (Ctrl-C, and SIGTERM: what CI sends on cancel), held back
+# while children are forked or stopped
+_STOPS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
 def _compile_in_child(compiler: Compiler, sub: Subgraph, conn: Connection) -> None:
     """Compile one piece in a forked child; send back it and the memo entries its planning
     added (or the exception that stopped it)."""
     # Ctrl-C is the parent's to handle: it terminates the children it started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it (not the CLI's handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     try:
         known = set(compiler.memo)
         done = compiler.compile(sub)
@@ -185,7 +191,7 @@ class Workers:
                     # Ctrl-C is held back while the child is forked (it inherits that, then
                     # ignores it: the planner handles it), so none dies half-born with a
                     # traceback of its own (as solver.parallel's pool)
-                    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
                     try:
                         forked.start()
                     finally:
@@ -210,7 +216,7 @@ class Workers:
             # an error or Ctrl-C here must not leave the other children planning (or
             # blocked writing a large answer into a pipe nobody reads)
             # the children ignore Ctrl-C: a second one landing here must not cut this short
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
             try:
                 for conn, (_, child) in running.items():
                     child.terminate()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -144,10 +147,40 @@ def load_plan(path: Path, graph: Graph, chip: Chip, model_sha256: str,
     return plan_from_doc(doc, graph, model_sha256, str(path), check_stated_totals)
 
 
+def changed_in_place(recorded: str | None, where: str, model_sha256: str) -> bool:
+    """Whether the model file a plan records (``model.path``, relative to the working
+    directory or to the plan's folder) now holds the model of sha256 `model_sha256`: the
+    model was edited in place, or replaced, since the plan was made (rather than another
+    model passed). Only a regular file is read."""
+    if not recorded:
+        return False
+    path = Path(recorded)
+    for candidate in (path,) if path.is_absolute() else (path, Path(where).parent / path):
+        try:
+            if not stat.S_ISREG(os.stat(candidate).st_mode):
+                continue
+            digest = hashlib.sha256()
+            with open(candidate, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError:
+            continue
+        return digest.hexdigest() == model_sha256
+    return False
+
+
 def plan_from_doc(doc: Mapping[str, Any], graph: Graph, model_sha256: str, where: str,
                   check_stated_totals: bool = True) -> Plan:
     """A Plan from a document that passed schema.validate."""
     model = doc["model"]
+    if model["sha256"] != model_sha256 and changed_in_place(model.get("path"), where,
+                                                             model_sha256):
+        raise InputError(
+            f"{where}: the model {model['path']} was changed since this plan was made (the "
+            f"plan records sha256 {model['sha256']:.12}, the file now holds "
+            f"{model_sha256:.12}). Solve it again to plan the model as it is now: "
+            f"`fuseplan solve {model['path']} -o PLAN.json`."
+        )
     if model["sha256"] != model_sha256:
         made_for = f"{model['path']}, " if model.get("path") else ""
         raise InputError(

@@ -29,6 +29,7 @@ from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.json_io import plan_to_json, save_plan
 from fuseplan.planner.ui import STARTED
 from fuseplan.planner.ui.cli_common import (
+    AnswerGroup,
     JsonOpt,
     Output,
     SetOpt,
@@ -50,7 +51,7 @@ from fuseplan.planner.ui.cli_sweep import register as register_sweep
 from fuseplan.planner.ui.cli_views import register as register_views
 from fuseplan.planner.ui.plots import front_png, front_svg
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(cls=AnswerGroup, add_completion=False, no_args_is_help=True,
                   help="Layer-fusion planner for neural-network accelerators.")
 rules_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rule files.")
 app.add_typer(rules_app, name="rules")

@@ -8,10 +8,12 @@ and nothing of each other but their ``register`` functions, so their imports run
 from __future__ import annotations
 
 import functools
-import json
 import multiprocessing
+import re
 import signal
 import sys
+import traceback
+import unicodedata
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -19,19 +21,50 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from fuseplan.planner.core.errors import InputError, Interrupted, PlanningError
 from fuseplan.planner.core.files import Input, Output, check_io
 from fuseplan.planner.ui import Interruption
+from fuseplan.planner.ui.ending import (
+    Answer,
+    exit_code,
+    interrupted_kind,
+    write_doc,
+    write_error,
+)
 
-__all__ = ["F", "Input", "JsonOpt", "Output", "SetOpt", "check_files", "emit", "err", "guarded",
-           "golden_in", "hw_in", "model_in", "out", "plan_in", "rules_in", "say", "settings",
-           "working", "yaml_in"]
+__all__ = ["AnswerGroup", "F", "Input", "JsonOpt", "Output", "SetOpt", "binding_memory_named",
+           "check_files", "emit", "err", "golden_in", "guarded", "hw_in", "model_in", "out",
+           "plan_in", "printable", "rules_in", "say", "settings", "working", "yaml_in"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-out = Console()  # results (stdout)
-err = Console(stderr=True)  # messages and progress (stderr): stdout stays clean for --json
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with its control and format characters (but those in `keep`) written as
+    Python escapes (``\\n``, ``\\x1b``, ``\\u202e``): a layer name may hold any of them
+    (ONNX allows it), and shown as it is one would move the cursor, clear the screen or
+    reverse the rest of the line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c in keep or unicodedata.category(c) not in ("Cc", "Cf")
+                   else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+class _Console(Console):
+    """A console that shows every string it renders (a table cell, a printed line) with its
+    control and format characters escaped; the line breaks of a multi-line cell stay."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        """Rich's render_str of the escaped text."""
+        return super().render_str(printable(text, keep="\n"), **kwargs)
+
+
+out = _Console()  # results (stdout)
+err = _Console(stderr=True)  # messages and progress (stderr): stdout stays clean for --json
 
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Chip override KEY=VALUE, e.g. sram.bytes=256KiB.")]
@@ -55,22 +88,31 @@ def working(what: str) -> AbstractContextManager[Any]:
 
 
 def say(text: str) -> None:
-    """Print a message on stderr as one unbroken paragraph."""
+    """Print a message on stderr as one unbroken paragraph (a line break or any other
+    control character it quotes, from a layer name, is shown escaped)."""
     # the terminal wraps it, and a long path in it is never cut in two (a log or a test
     # reading stderr finds the file name whole)
-    err.print(text, markup=False, highlight=False, soft_wrap=True)
+    err.print(printable(text), markup=False, highlight=False, soft_wrap=True)
 
 
 def emit(doc: Any) -> None:
-    """Print the ``--json`` document on stdout."""
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    """Print the ``--json`` document on stdout (once: an error after it adds no second)."""
+    write_doc(doc)
+
+
+def _ended(label: str, text: str, code: int) -> typer.Exit:
+    """Say "label: text" on stderr and, under --json, the error document of `text` on
+    stdout; the exit that ends the command."""
+    say(f"{label}: {text}")
+    write_error(text, code)
+    return typer.Exit(code)
 
 
 def _stop_workers() -> None:
     """After a Ctrl-C, stop every worker process this command started that is still running
     (they ignore the signal: the planner stops them as it unwinds, and this makes sure none
     outlives the command, whichever moment the interrupt cut)."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         children = multiprocessing.active_children()
         for child in children:
@@ -85,31 +127,146 @@ def _stop_workers() -> None:
 
 
 def guarded(fn: F) -> F:
-    """Turn fuseplan's errors into exit codes and one-paragraph messages."""
+    """Turn fuseplan's errors into exit codes and one-paragraph messages on stderr and, under
+    ``--json``, the error document on stdout (planner.ui.ending): 2 bad input (an OSError
+    of the machine too: a full disk, a folder that cannot be written), 1 the answer "no" or a
+    planner bug (an unexpected exception: said in one paragraph, never a traceback), 130 a
+    Ctrl-C and 143 a SIGTERM."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("as_json"):
+            Answer.wanted = True
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
-            say(f"error: {exc}")
-            raise typer.Exit(2) from None
+            raise _ended("error", str(exc), 2) from None
         except PlanningError as exc:
-            say(f"{exc.label}: {exc}")
-            raise typer.Exit(1) from None
+            raise _ended(exc.label, binding_memory_named(str(exc)), 1) from None
         except Interrupted as exc:
             _stop_workers()
-            say(f"interrupted: {exc}")
             Interruption.reported = True
-            raise typer.Exit(130) from None
-        except KeyboardInterrupt:
+            raise _ended("interrupted", str(exc), exit_code()) from None
+        except KeyboardInterrupt:  # SIGTERM too (planner.ui.ending.Terminated)
             _stop_workers()
-            say("interrupted: stopped before any output file was complete; no partial file "
-                "was left.")
             Interruption.reported = True
-            raise typer.Exit(130) from None
+            raise _ended("interrupted", "stopped before any output file was complete; no "
+                         "partial file was left.", exit_code()) from None
+        except typer.Exit as exc:
+            if exc.exit_code:  # a command that said "no" without a document of its own
+                write_error(f"the command ended with exit {exc.exit_code}; stderr says why.",
+                            exc.exit_code)
+            raise
+        except (TyperException, typer.Abort):
+            raise  # a usage error: AnswerGroup answers it
+        except OSError as exc:
+            raise _ended("error", _os_error(exc), 2) from None
+        except Exception as exc:
+            raise _ended("planner bug", _bug(exc), 1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# what the planners say of a layer that fits nowhere: "NRAM needs 1600 B but has 1024 B"
+# (a capacity), or "SUBMAP_FITS_NRAM needs ..." (a rule about one memory)
+_OVER = re.compile(r"\b(?P<what>[A-Z][A-Z0-9_]*) needs \d+ B but has \d+ B")
+_GENERIC_HINT = "--set sram.bytes=..."
+
+
+def binding_memory_named(text: str) -> str:
+    """A "no plan" message whose hint names the memory that binds: the planners suggest
+    ``--set sram.bytes=...`` whichever memory is over, and more SRAM does not help a layer
+    whose per-core NRAM or WRAM is too small."""
+    found = _OVER.search(text)
+    if found is None or _GENERIC_HINT not in text:
+        return text
+    words = found["what"].lower().split("_")
+    memory = next((m for m in ("nram", "wram", "sram") if m in words), None)
+    if memory is None or memory == "sram":
+        return text
+    return text.replace(_GENERIC_HINT, f"--set {memory}.bytes=...")
+
+
+def _os_error(exc: OSError) -> str:
+    """An error of the machine (disk full, permission, read-only file system) in one
+    paragraph naming the file."""
+    name = f"{exc.filename}: " if exc.filename else ""
+    return (f"{name}{exc.strerror or exc}. The machine refused the operation; free space, "
+            "fix the permissions or choose another path.")
+
+
+def _bug(exc: Exception) -> str:
+    """An unexpected exception in one paragraph: its type, message and place."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    place = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
+    text = " ".join(str(exc).split())[:500]
+    return (f"internal error ({type(exc).__name__}{place}: {text}). This is a fuseplan bug; "
+            "please report it with the command line and the files it read.")
+
+
+def _option_of(exc: TyperException) -> str | None:
+    """The option or argument a usage error is about (``--time-limit``, ``MODEL``)."""
+    param = getattr(exc, "param", None)
+    opts = getattr(param, "opts", None)
+    if opts:
+        return str(max(opts, key=len))
+    hint = getattr(exc, "param_hint", None)
+    return hint if isinstance(hint, str) else None
+
+
+def _help_of(exc: TyperException) -> str | None:
+    """Where the usage is explained: the command's --help."""
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None)
+    return f"Run `{path} --help` for the options and arguments." if path else None
+
+
+class AnswerGroup(TyperGroup):
+    """The app's command group: under ``--json``, an exit that no command answered (a
+    usage error, a bad option value, an interrupt around the command) still prints the
+    one JSON document on stdout; the paragraph goes to stderr as typer prints it."""
+
+    _usage: TyperException | None = None
+
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
+        """Run the command line (console script and tests alike)."""
+        argv = list(sys.argv[1:] if args is None else args)
+        Answer.reset(argv)
+        AnswerGroup._usage = None
+        try:
+            return super().main(argv, *rest, **kwargs)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+            if code == 130:  # typer's answer to an interrupt around the command
+                code = exit_code()
+            usage = AnswerGroup._usage
+            if code and usage is not None:
+                write_error(usage.format_message(), code, place=_option_of(usage),
+                            fix=_help_of(usage))
+            elif interrupted_kind(code):
+                write_error("stopped before the command began its work or after it ended; no "
+                            "partial file was left.", code)
+            elif code:
+                write_error(f"the command ended with exit {code}; stderr says why.", code)
+            if code != exc.code:
+                raise SystemExit(code) from None
+            raise
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        """Parse the group's options, keeping a usage error for the JSON answer."""
+        try:
+            return super().make_context(*args, **kwargs)
+        except TyperException as exc:
+            AnswerGroup._usage = exc
+            raise
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command, keeping a usage error (its options) for the JSON answer."""
+        try:
+            return super().invoke(ctx)
+        except TyperException as exc:
+            AnswerGroup._usage = exc
+            raise
 
 
 # ------------------------------------------------------------------ the files a command reads
@@ -159,5 +316,20 @@ def golden_in(golden: Path | None) -> Input:
 def check_files(inputs: Sequence[Input], outputs: Sequence[Output] = ()) -> None:
     """Check a command's inputs and outputs before any work (planner.core.files.check_io):
     no output may overwrite an input or another output, or be a device, FIFO or kernel file;
-    every input must be a regular file within its size cap."""
+    every input must be a regular file within its size cap; an empty path (`-o ''`, which
+    the option parser turns into `.`) is said to be empty."""
+    items: list[Input | Output] = [*inputs, *outputs]
+    for item in items:
+        if _given_empty(item.path):
+            fix = item.fix if isinstance(item, Input) else f"Name the {item.what} to write."
+            raise InputError(f"{item.option}: the path given is empty (''). {fix}")
     check_io(inputs, outputs)
+
+
+def _given_empty(path: Path | str | None) -> bool:
+    """Whether `path` is `.` only because the command line gave an empty string."""
+    if path is None or str(path) not in ("", "."):
+        return False
+    values = [w.split("=", 1)[1] if w.startswith("--") and "=" in w else w
+              for w in Answer.argv]
+    return "" in values and not any(v and Path(v) == Path(".") for v in values)

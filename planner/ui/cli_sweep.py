@@ -4,14 +4,16 @@
 bad input exits with 2 (a one-paragraph message naming FILE:LINE:COL), ``--json`` prints exactly
 one JSON document on stdout, a failed verification, a point that errored or a ``--target`` that
 some curve never meets exits with 1, and Ctrl-C (whenever it comes) keeps the finished points,
-prints one line and exits with 130.
+prints one line and exits with 130 (SIGTERM likewise, with 143). While Ray runs, whatever it
+or its workers print goes to stderr: stdout keeps the one answer.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -35,12 +37,14 @@ from fuseplan.planner.ui.cli_common import (
     JsonOpt,
     Output,
     check_files,
+    emit,
     err,
     guarded,
     say,
     yaml_in,
 )
 from fuseplan.planner.ui.cli_common import out as show  # the human summary (stdout)
+from fuseplan.planner.ui.ending import exit_code, write_error
 
 
 @guarded
@@ -65,6 +69,7 @@ def sweep(spec: Path,
               "--cpus", min=1, help="CPUs of the local Ray (default: all).")] = None,
           as_json: JsonOpt = False) -> None:
     """Plan every point of SPEC (models x chips x axes x rules x solvers x objectives)."""
+    _cpus_bounded(cpus)
     check_files([yaml_in(spec, "SPEC", "sweep spec")],  # before anything is read or made
                 [Output("--out", out, "sweep folder", folder=True,
                         writes=("sweep.csv", "sweep.parquet", "rows/", "plans/")),
@@ -80,8 +85,7 @@ def sweep(spec: Path,
         except SweepInterrupted as stop:
             r = stop.result
             if as_json:
-                sys.stdout.write(json.dumps({**_summary(r, None, goal), "interrupted": True},
-                                            indent=2) + "\n")
+                emit({**_summary(r, None, goal), "interrupted": True})
             _interrupted(spec, out, f"{r.points} points finished and kept in {out} "
                                     f"({r.failed} without a plan)")
     except KeyboardInterrupt:  # while Ray starts or stops, or a second Ctrl-C at the end
@@ -95,7 +99,7 @@ def sweep(spec: Path,
     mismatched = sum(r.verified is False for r in result.rows)
     unmet = [p for p in result.bisection if p.smallest is None]
     if as_json:
-        sys.stdout.write(json.dumps(_summary(result, report_path, goal), indent=2) + "\n")
+        emit(_summary(result, report_path, goal))
     else:
         _print_summary(result, goal, report_path)
     for warning in result.warnings:
@@ -122,9 +126,38 @@ def _curve(p: Probe) -> str:
 
 
 def _interrupted(spec: Path, out: Path, kept: str) -> NoReturn:
-    say(f"interrupted: {kept}; `fuseplan sweep {spec} --out {out} --resume` plans the rest.")
+    text = f"{kept}; `fuseplan sweep {spec} --out {out} --resume` plans the rest."
+    say(f"interrupted: {text}")
+    write_error(text, exit_code())  # under --json, unless the summary was printed
     Interruption.reported = True
-    raise typer.Exit(130) from None
+    raise typer.Exit(exit_code()) from None
+
+
+def _cpus_bounded(cpus: int | None) -> None:
+    """--cpus at most the machine's CPUs: more only multiplies Ray's workers and memory."""
+    machine = os.cpu_count() or 1
+    if cpus is not None and cpus > machine:
+        raise InputError(f"--cpus {cpus}: this machine has {machine} CPUs. Pass at most "
+                         f"--cpus {machine}, or leave it out to use them all.")
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Within the block, anything written to this process's stdout (Ray's messages, a dying
+    worker's warning, from Python or from Ray's C++ core) goes to stderr."""
+    sys.stdout.flush()
+    try:
+        kept = os.dup(1)
+    except OSError:  # no stdout at all: nothing to keep clean
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(kept, 1)
+        os.close(kept)
 
 
 def _writable(folder: Path, option: str, create: bool) -> None:
@@ -160,7 +193,7 @@ def _run(parsed: Any, out: Path, address: str | None, resume: bool, verify: bool
         if serial:
             return run_sweep(parsed, out, SerialRunner(), resume=resume, verify=verify,
                              target=goal, progress=progress)
-        with RayRunner(address, cpus) as runner:
+        with _stdout_to_stderr(), RayRunner(address, cpus) as runner:
             return run_sweep(parsed, out, runner, resume=resume, verify=verify, target=goal,
                              progress=progress)
 

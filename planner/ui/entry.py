@@ -10,10 +10,16 @@ A Ctrl-C while the imports initialise a compiled extension must not unwind throu
 KeyboardInterrupt raised inside onnx's extension as it loads crashes the interpreter on its
 way out (exit -11, nothing said). While the imports run, the signal handler therefore says
 the one line and ends the process at once, without unwinding: nothing was written yet.
+
+SIGTERM (what CI sends on cancel) is handled as a Ctrl-C is, with exit 143: during the
+imports the same one line at once; afterwards it raises ``planner.ui.ending.Terminated`` (a
+KeyboardInterrupt) wherever the command is, so it cleans up as after a Ctrl-C. Under
+``--json`` every one of these ends prints the one JSON document on stdout too.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -22,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fuseplan.planner.ui import Interruption
+from fuseplan.planner.ui.ending import Answer, exit_code, on_sigterm, write_error
 
 STARTING = "interrupted: stopped while fuseplan was starting; nothing was written."
 AROUND = ("interrupted: stopped before the command began its work or after it ended; no "
@@ -31,9 +38,14 @@ AROUND = ("interrupted: stopped before the command began its work or after it en
 def main() -> None:
     """Run the command line (``planner.ui.cli``), imported here so that a Ctrl-C during
     its imports is handled too."""
+    Answer.reset(sys.argv[1:])
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
     try:
         with _ended_at_once_by_ctrl_c():
             from fuseplan.planner.ui.cli import main as run
+        if main_thread:
+            signal.signal(signal.SIGTERM, on_sigterm)
         run()
     except KeyboardInterrupt:  # during the imports (typer handles the rest)
         _stopped(STARTING)
@@ -46,9 +58,12 @@ def main() -> None:
             raise
         _stopped(STARTING)
     except SystemExit as exc:
-        if exc.code == 130 and not Interruption.reported:
+        if exc.code in (130, 143) and not Interruption.reported:
             _stopped(AROUND)
         raise
+    finally:
+        if main_thread:  # called in process (tests): the caller's handler again
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -66,14 +81,22 @@ def _interrupted(exc: BaseException) -> bool:
 def _stopped(line: str) -> None:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    raise SystemExit(130)
+    write_error(line.split(": ", 1)[1], exit_code())
+    raise SystemExit(exit_code())
 
 
 def _end_starting(signum: int, frame: object) -> None:
-    """SIGINT during the imports: the line, exit 130, no unwinding through half-loaded
-    extensions (os._exit: no buffered output is pending and no file is open for writing)."""
+    """SIGINT or SIGTERM during the imports: the line, exit 130 or 143, no unwinding through
+    half-loaded extensions (os._exit: no buffered output is pending and no file is open for
+    writing)."""
+    Answer.signum = signal.Signals(signum)
     os.write(2, (STARTING + "\n").encode())
-    os._exit(130)
+    if Answer.wanted:
+        from fuseplan.planner.ui.ending import error_doc
+
+        os.write(1, (json.dumps(error_doc(STARTING.split(": ", 1)[1], exit_code()), indent=2)
+                     + "\n").encode())
+    os._exit(exit_code())
 
 
 @contextmanager
@@ -84,7 +107,9 @@ def _ended_at_once_by_ctrl_c() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, _end_starting)
+    previous_term = signal.signal(signal.SIGTERM, _end_starting)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)

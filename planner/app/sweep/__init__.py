@@ -54,6 +54,7 @@ from fuseplan.planner.app.sweep.runners import (
 )
 from fuseplan.planner.app.sweep.search import TARGET_METRICS, Probe, Target, parse_target
 from fuseplan.planner.app.sweep.spec import (
+    MAX_POINTS,
     Axis,
     AxisValue,
     ChipEntry,
@@ -68,6 +69,7 @@ from fuseplan.planner.app.sweep.table import read_table, write_table
 from fuseplan.planner.app.sweep.tasks import recost_point, solve_point
 
 __all__ = [
+    "MAX_POINTS",
     "TARGET_METRICS",
     "Axis",
     "AxisValue",

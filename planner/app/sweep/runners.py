@@ -11,9 +11,13 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,38 +85,45 @@ class RayRunner:
         import ray  # here, not at the top: a serial sweep never pays Ray's import
 
         if not ray.is_initialized():
-            if self.address is not None:
-                try:
-                    ray.init(address=self.address, logging_level=logging.WARNING,
-                             log_to_driver=False)
-                except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
-                    raise InputError(
-                        f"cannot reach Ray at {self.address} ({' '.join(str(exc).split())}); "
-                        "start one with `ray start --head` or drop --address to start Ray on "
-                        "this machine.") from None
-            else:
-                # A private session folder (not the shared /tmp/ray: two sweeps, or CI jobs,
-                # on one machine must not meet), short enough for Ray's socket paths, and the
-                # CPUs this process may use (a container or taskset may allow fewer than the
-                # machine has).
-                self._temp_dir = tempfile.mkdtemp(prefix="fuseplan-ray-")
-                try:
-                    ray.init(num_cpus=self.num_cpus or len(os.sched_getaffinity(0)),
-                             include_dashboard=False, logging_level=logging.WARNING,
-                             log_to_driver=False, _temp_dir=self._temp_dir)
-                except BaseException:  # Ctrl-C while Ray starts, too: __exit__ will not run
-                    self.__exit__()
-                    raise
-            self._started = True
+            try:
+                with _sigterm_held():
+                    self._init(ray)
+                    self._started = True
+            except BaseException:  # Ctrl-C or SIGTERM while Ray starts: __exit__ will not run
+                self.__exit__()  # (the processes of a Ray half started here are stopped too)
+                raise
         return self
+
+    def _init(self, ray: Any) -> None:
+        if self.address is not None:
+            try:
+                ray.init(address=self.address, logging_level=logging.WARNING,
+                         log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
+                raise InputError(
+                    f"cannot reach Ray at {self.address} ({' '.join(str(exc).split())}); "
+                    "start one with `ray start --head` or drop --address to start Ray on "
+                    "this machine.") from None
+            return
+        # A private session folder (not the shared /tmp/ray: two sweeps, or CI jobs, on one
+        # machine must not meet), short enough for Ray's socket paths, and the CPUs this
+        # process may use (a container or taskset may allow fewer than the machine has).
+        self._temp_dir = tempfile.mkdtemp(prefix="fuseplan-ray-")
+        ray.init(num_cpus=self.num_cpus or len(os.sched_getaffinity(0)),
+                 include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=False, _temp_dir=self._temp_dir)
 
     def __exit__(self, *exc: object) -> None:
         import ray
 
         if self._started:
-            ray.shutdown()
+            # a Ray started here: wait until its processes are gone (then its folder can go)
+            ray.shutdown(wait_for_processes=self._temp_dir is not None)
             self._started = False
         if self._temp_dir is not None:
+            # a worker the raylet was starting as it stopped (a SIGTERM to the whole process
+            # group stops both at once) can outlive the shutdown and keep writing its logs
+            _stop_leftovers(self._temp_dir)
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
 
@@ -139,11 +150,70 @@ class RayRunner:
                                          f"{str(exc).strip().splitlines()[-1][:400]}")
                     yield index[ref], result
         finally:
-            for ref in pending:  # interrupted: stop what is still running
-                ray.cancel(ref, force=True)
+            # interrupted: stop what is still running on a cluster (a Ray started here is
+            # shut down whole, which stops its tasks; cancelling them first raced a task
+            # finishing meanwhile, and Ray's core then aborted the driver: exit 1)
+            if self._temp_dir is None:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
 
 
 Progress = Callable[[int, int], None]
+
+
+def _stop_leftovers(temp_dir: str, wait_s: float = 10.0) -> None:
+    """Kill every process still running from the Ray session in ``temp_dir`` (each names the
+    folder on its command line) and wait until they are gone."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    mark = temp_dir.encode()
+    left = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+                left.append(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    deadline = time.monotonic() + wait_s
+    for pid in left:
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie has ended: its parent, not us, reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@contextmanager
+def _sigterm_held() -> Iterator[None]:
+    """Hold SIGTERM back while Ray starts, and keep this process's handler of it.
+
+    ``ray.init`` replaces the handler with one that exits at once (SystemExit(15): no
+    clean-up, Ray's folder left behind). And the processes it starts (GCS, raylet, their
+    agents and workers) share this process's group: a SIGTERM to the group (CI cancelling a
+    job) would kill them under the driver, which then crashes in Ray's core instead of
+    stopping. Started with SIGTERM blocked, they keep it blocked; ``ray.shutdown`` stops
+    them with SIGKILL. A SIGTERM that came meanwhile reaches the kept handler (the CLI's
+    raises, as Ctrl-C) once the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = signal.getsignal(signal.SIGTERM)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if kept is None else kept)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def run_calls(runner: Runner, jobs: Sequence[Job], calls: Sequence[Call],

@@ -4,11 +4,16 @@
 the cross product models x chips x axis values x rules x solvers x objectives, or the spec's
 explicit ``points:`` list. Models, chips and rule contents are resolved later, by
 :func:`fuseplan.planner.app.sweep.keys.address`.
+
+A spec may make at most :data:`MAX_POINTS` points: the count is the product of the list
+lengths, computed before any point is made, so a small file that multiplies out to millions
+of points is refused at once instead of filling the memory.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +29,10 @@ from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.front.onnx_load import declared_input_dims
 from fuseplan.rules.ruleset import load_rules
 
-__all__ = ["Axis", "AxisValue", "ChipEntry", "ModelEntry", "Point", "Shapes", "SweepSpec",
-           "expand", "load_spec"]
+__all__ = ["MAX_POINTS", "Axis", "AxisValue", "ChipEntry", "ModelEntry", "Point", "Shapes",
+           "SweepSpec", "expand", "load_spec"]
+
+MAX_POINTS = 100_000  # points one spec may make (a day of planning at a second a point)
 
 Shapes = tuple[tuple[str, tuple[int, ...]], ...]
 AxisValue = int | float | str | bool | None
@@ -361,6 +368,10 @@ def load_spec(path: str | Path) -> SweepSpec:
                              "with `points:` (an explicit list of points). Keep one of them.")
         points = [p for item, parent, idx in _as_list(path, node, "points")
                   for p in _explicit_point(path, parent, idx, time_limit)]
+        if len(points) > MAX_POINTS:  # each point is written out (and batches are few)
+            raise InputError(f"{path}: the spec lists {len(points):,} points, more than the "
+                             f"{MAX_POINTS:,} one sweep may plan. Split it into several "
+                             "sweeps.")
         axis_keys = tuple(dict.fromkeys(k for p in points for k, _ in p.axes))
         return SweepSpec(str(path), name, tuple(points), axis_keys,
                          any(p.model.batch is not None for p in points))
@@ -372,9 +383,10 @@ def load_spec(path: str | Path) -> SweepSpec:
     chips = [_chip_entry(path, parent, idx) for _, parent, idx in _as_list(path, node, "chips")] \
         if "chips" in node else [ChipEntry(None, _chip_label(None), origin=_loc(path, node))]
     _unique_chip_names(chips)
-    rules = _rules_list(path, node)
     objectives = _choices(path, node, "objectives", "objective", _OBJECTIVES, "traffic")
     solvers = _choices(path, node, "solvers", "solver", api.SOLVERS, "cpsat")
+    _bounded(path, len(models), chips, _count(node, "rules"), len(solvers), len(objectives))
+    rules = _rules_list(path, node)
     points = []
     for model, chip in itertools.product(models, chips):
         values = [[((a.key, v), w) for v, w in zip(a.values, a.value_origins, strict=True)]
@@ -388,6 +400,28 @@ def load_spec(path: str | Path) -> SweepSpec:
     axis_keys = tuple(dict.fromkeys(a.key for c in chips for a in c.axes))
     return SweepSpec(str(path), name, tuple(points), axis_keys,
                      any(m.batch is not None for m in models))
+
+
+def _count(node: Mapping[str, Any], key: str) -> int:
+    """How many values ``node[key]`` lists (1 for one value or none)."""
+    value = node.get(key)
+    return len(value) if isinstance(value, CommentedSeq) else 1
+
+
+def _bounded(path: Path, models: int, chips: Sequence[ChipEntry], rules: int, solvers: int,
+             objectives: int) -> None:
+    """Refuse a spec that makes more than MAX_POINTS points, counted from the list lengths
+    (no point is made): models x (sum over chips of the product of their axes' lengths) x
+    rules x solvers x objectives."""
+    per_chip = [math.prod(len(a.values) for a in c.axes) for c in chips]
+    total = models * sum(per_chip) * rules * solvers * objectives
+    if total <= MAX_POINTS:
+        return
+    axes = " + ".join(" x ".join(str(len(a.values)) for a in c.axes) or "1" for c in chips)
+    raise InputError(f"{path}: the spec makes {total:,} points ({models} models x ({axes}) chip "
+                     f"settings x {rules} rules x {solvers} solvers x {objectives} objectives), "
+                     f"more than the {MAX_POINTS:,} one sweep may plan. Sweep fewer values, or "
+                     "split the spec into several sweeps.")
 
 
 def _unique_chip_names(chips: Sequence[ChipEntry]) -> None:
