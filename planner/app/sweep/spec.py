@@ -418,10 +418,16 @@ def _bounded(path: Path, models: int, chips: Sequence[ChipEntry], rules: int, so
     if total <= MAX_POINTS:
         return
     axes = " + ".join(" x ".join(str(len(a.values)) for a in c.axes) or "1" for c in chips)
-    raise InputError(f"{path}: the spec makes {total:,} points ({models} models x ({axes}) chip "
-                     f"settings x {rules} rules x {solvers} solvers x {objectives} objectives), "
-                     f"more than the {MAX_POINTS:,} one sweep may plan. Sweep fewer values, or "
-                     "split the spec into several sweeps.")
+    factors = " x ".join((_counted(models, "model"), f"({axes}) chip settings",
+                          _counted(rules, "rule file"), _counted(solvers, "solver"),
+                          _counted(objectives, "objective")))
+    raise InputError(f"{path}: the spec makes {total:,} points ({factors}), more than the "
+                     f"{MAX_POINTS:,} one sweep may plan. Sweep fewer values, or split the spec "
+                     "into several sweeps.")
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _unique_chip_names(chips: Sequence[ChipEntry]) -> None:
