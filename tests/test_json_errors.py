@@ -493,3 +493,20 @@ def test_sigterm_during_the_imports_says_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in stop.raw
     doc = json.loads(stop.stdout)
     assert doc["exit"] == 143 and doc["error"]["kind"] == "interrupted", doc
+
+
+def test_what_ray_prints_while_it_runs_goes_to_stderr() -> None:
+    """A dying Ray worker's warning is written to the driver's stdout by Ray's core (C++)
+    or its Python threads: while Ray runs, file descriptor 1 is stderr, and the answer
+    printed after it is alone on stdout."""
+    code = ("import os, sys\n"
+            "from fuseplan.planner.ui.cli_sweep import _stdout_to_stderr\n"
+            "with _stdout_to_stderr():\n"
+            "    os.write(1, b'from the core\\n')\n"
+            "    print('from a thread', flush=True)\n"
+            "print('{\"answer\": 1}')\n")
+    done = subprocess.run([str(FUSEPLAN.parent / "python"), "-c", code], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"answer": 1}
+    assert "from the core" in done.stderr and "from a thread" in done.stderr
