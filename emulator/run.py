@@ -46,8 +46,47 @@ from fuseplan.planner.plan.data import Group, Plan
 from fuseplan.planner.plan.mode import ModeKind, mode_kind, mode_problem
 
 # the errors and the overflow record are the emulator's public names (planner.app.verify)
-__all__ = ["EmulationError", "EmulationResult", "KernelFailure", "Violation", "emulate",
-           "emulate_group"]
+__all__ = ["Corruption", "EmulationError", "EmulationResult", "KernelFailure", "Violation",
+           "emulate", "emulate_group"]
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """A test hook: after group `group` (its index in the plan) ran, one element of one of its
+    outputs as written to DRAM is made wrong, as a bug in that group's execution would, and
+    the groups after it read the wrong value. Verification must then fail naming that tensor
+    (tests/test_verify_power.py).
+
+    ``tensor``: which output (None: the group's first); ``element``: its flat index (taken
+    modulo the tensor's size); the element gets ``relative`` times the tensor's largest
+    magnitude added (``relative`` itself when the tensor is all zeros)."""
+
+    group: int
+    tensor: str | None = None
+    element: int = 0
+    relative: float = 0.01
+
+    def target(self, graph: Graph, plan: Plan) -> str:
+        """The tensor this corruption changes."""
+        if not 0 <= self.group < len(plan.groups):
+            raise ValueError(f"corruption of group {self.group}: the plan has "
+                             f"{len(plan.groups)} groups")
+        outputs = group_io(graph, plan.groups[self.group].layers).outputs
+        if self.tensor is not None and self.tensor not in outputs:
+            raise ValueError(f"corruption of group {self.group}: {self.tensor} is not one of "
+                             f"its outputs {list(outputs)}")
+        return self.tensor if self.tensor is not None else outputs[0]
+
+    def apply(self, graph: Graph, plan: Plan, dram: dict[str, np.ndarray]) -> None:
+        """Change the one element in `dram` (a fresh copy of the array: no caller's array
+        is touched)."""
+        name = self.target(graph, plan)
+        values = np.array(dram[name], dtype=np.float32, copy=True)
+        if values.size:
+            scale = float(np.max(np.abs(values)))
+            flat = values.reshape(-1)
+            flat[self.element % values.size] += self.relative * (scale if scale > 0 else 1.0)
+        dram[name] = values
 
 
 @dataclass
@@ -64,6 +103,7 @@ class EmulationResult:
     violations: list[Violation] = field(default_factory=list)
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # everything written to DRAM
     times: list[GroupTime] = field(default_factory=list)  # per group, from the clock
+    tiles: list[int] = field(default_factory=list)  # per group, the tiles the clock played
 
     def timeline(self) -> list[dict[str, int]]:
         """Per group, from the clock: start and end cycle (groups run back to back), the
@@ -247,9 +287,14 @@ def _prefetch_capacity(graph: Graph, chip: Chip, group: Group, counted: Counters
 
 
 def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarray],
-            weights: Mapping[str, np.ndarray] | None = None) -> EmulationResult:
+            weights: Mapping[str, np.ndarray] | None = None,
+            corrupt: Corruption | None = None) -> EmulationResult:
     """Run every group of the plan in order; returns the model outputs, the counters and,
-    from the clock (emulator.clock) fed with every tile's events, each group's cycles."""
+    from the clock (emulator.clock) fed with every tile's events, each group's cycles.
+    ``corrupt``: a test hook making one element of one group's output wrong (Corruption);
+    None in every real run."""
+    if corrupt is not None:
+        corrupt.target(graph, plan)  # a hook that names no output of the plan is refused now
     dram: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float32) for k, v in inputs.items()}
     counters: list[Counters] = []
     runs: list[GroupRun] = []
@@ -276,6 +321,8 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
                 violations.extend(_prefetch_capacity(graph, chip, plan.groups[k - 1],
                                                      counters[k - 1], k - 1, wbytes,
                                                      weights or graph.constants))
+            if corrupt is not None and corrupt.group == k:
+                corrupt.apply(graph, plan, dram)
             counters.append(c)
             runs.append(run)
             violations.extend(v)
@@ -283,4 +330,5 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
     timed = [replace(c, cycles=t.cycles, prefetch_cycles=floor(t.prefetch_cycles),
                      band_compute_cycles=t.compute_busy if len(run.bands) > 1 else 0)
              for c, t, run in zip(counters, times, runs, strict=True)]
-    return EmulationResult({t: dram[t] for t in graph.outputs}, timed, violations, dram, times)
+    return EmulationResult({t: dram[t] for t in graph.outputs}, timed, violations, dram, times,
+                           [sum(len(band) for band in run.bands) for run in runs])

@@ -242,7 +242,9 @@ def test_emulator_reports_a_prefetch_that_does_not_fit(two, tmp_path: Path) -> N
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(doc))
     report = api.verify(problem.model.path, path, hardware=problem.chip_file)
-    assert report.predicted_matches_emulated  # timing as written, but it overflows
+    # the counters as written, but it overflows (and its totals no longer add up: since
+    # issue 43 a wrong stated number makes predicted_matches_emulated false too)
+    assert report.first_counter_mismatch is None and not report.predicted_matches_emulated
     assert [(v.group, v.level, v.needed_bytes) for v in report.capacity_violations] \
         == [(0, "sram", 104)]
 

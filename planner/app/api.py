@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,6 @@ from fuseplan.planner.app.dynamic_api import solve_dynamic as solve_dynamic
 from fuseplan.planner.app.dynamic_api import table as table
 from fuseplan.planner.app.dynamic_api import table_first as table_first
 from fuseplan.planner.app.dynamic_api import verify_dynamic as verify_dynamic
-from fuseplan.planner.app.integrity import first_misstatement
 from fuseplan.planner.app.pareto import blend as blend
 from fuseplan.planner.app.pareto import non_dominated as non_dominated
 from fuseplan.planner.app.pareto import pareto as pareto
@@ -52,6 +50,7 @@ from fuseplan.planner.plan.json_io import load_plan, save_plan
 from fuseplan.rules.ruleset import RuleSet, load_rules
 
 if TYPE_CHECKING:  # the emulator loads only when a command verifies (a solve starts faster)
+    from fuseplan.emulator.run import Corruption
     from fuseplan.planner.app.verify import VerifyReport
 
 
@@ -122,36 +121,18 @@ def _plan_shapes(doc: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 
 def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path | None = None,
            hardware: str | None = None, overrides: Sequence[str] = (),
-           shapes: Mapping[str, tuple[int, ...]] | None = None) -> VerifyReport:
-    """Emulate a plan file and check it against onnxruntime (or golden outputs)."""
-    from fuseplan.planner.app.verify import load_golden, verify_plan
+           shapes: Mapping[str, tuple[int, ...]] | None = None, weights: str = "auto",
+           corrupt: Corruption | None = None) -> VerifyReport:
+    """Emulate a plan file and check every tensor it moves through DRAM, its counters, its
+    stated numbers and its cycles against onnxruntime (or golden outputs); ``weights``:
+    auto | model | random (planner.app.verify_file); ``corrupt``: the emulator's test hook."""
+    from fuseplan.planner.app.verify_file import verify_file
 
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
     loaded = load_for_plan(model, plan_path, doc, shapes)
-    chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
-    golden_path = Path(golden) if golden is not None else None
-    if golden_path is not None:
-        inputs, _, seed = load_golden(golden_path)
-    else:
-        inputs = random_inputs(loaded, seed)
-    weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
-    graph = build_graph(weighted)
-    plan = load_plan(plan_path, graph, chip, loaded.sha256, check_stated_totals=False)
-    report = verify_plan(weighted, graph, plan, chip, inputs, golden_path,
-                         [set(g.get("predicted", {})) for g in doc["groups"]])
-    # the stated numbers are re-derived on the chip the plan was made for, not on an
-    # override the emulator runs it on (--hw/--set)
-    # (a plan that does not say its chip is not checked under an override: nothing to
-    # re-derive its numbers on)
-    try:
-        own_chip = chip if hardware is None and not overrides else \
-            chip_for_plan(doc.get("hardware", {}), None, ())[0]
-    except InputError:
-        own_chip = None
-    misstated = None if own_chip is None else \
-        first_misstatement(graph, plan, own_chip, doc["groups"], doc.get("totals", {}))
-    return dc_replace(report, first_misstatement=misstated)
+    return verify_file(loaded, plan_path, doc, seed, None if golden is None else Path(golden),
+                       hardware, overrides, weights, corrupt)
 
 
 def compare(problem: Problem, objective: Objective | str | None = None,
@@ -173,17 +154,17 @@ DEMO_MODEL = Path(__file__).resolve().parent.parent / "data" / "demo.onnx"
 
 
 def write_golden(model: str, plan_path: str | Path, seed: int, path: str | Path,
-                 shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
-    """Store seeded inputs and onnxruntime outputs (with seeded weights) for `verify --golden`."""
-    from fuseplan.planner.app.verify import save_golden
-    from fuseplan.planner.front.onnx_load import run_onnxruntime
+                 shapes: Mapping[str, tuple[int, ...]] | None = None, weights: str = "auto",
+                 hardware: str | None = None, overrides: Sequence[str] = ()) -> None:
+    """Store seeded inputs and onnxruntime's values of the model's outputs and of every
+    tensor the plan moves through DRAM (under the weights `weights` picks) for
+    `verify --golden`."""
+    from fuseplan.planner.app.verify_file import write_golden_file
 
-    loaded = load_model(model, dict(shapes or {}))
-    if weights_are_placeholders(loaded):
-        loaded = randomize_weights(loaded, seed)
-    inputs = random_inputs(loaded, seed)
-    outputs, _ = run_onnxruntime(loaded.proto, inputs)
-    save_golden(Path(path), inputs, outputs, seed)
+    plan_path = Path(plan_path)
+    doc = _plan_header_of(plan_path)
+    loaded = load_for_plan(model, plan_path, doc, shapes)
+    write_golden_file(loaded, plan_path, doc, seed, Path(path), weights, hardware, overrides)
 
 
 def explain(model: str, plan_path: str | Path, layer: str | None = None,

@@ -1,48 +1,125 @@
-"""Verification: run a plan in the emulator and compare with onnxruntime (or golden outputs)."""
+"""Verification: run a plan in the emulator and compare every tensor it moves through DRAM
+with onnxruntime (or a golden file), tensor by tensor against its own scale
+(planner.app.verify_tensors), its counters with the plan's predictions, and its cycles with
+the closed form (CYCLE_RULE). A plan file end to end: planner.app.verify_file; the reference
+and the weights: planner.app.verify_reference."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from fractions import Fraction
+from math import ceil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 
-from fuseplan.emulator.run import EmulationError, EmulationResult, Violation, emulate
+from fuseplan.emulator.run import Corruption, EmulationError, EmulationResult, Violation, emulate
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.core.errors import InputError, PlanDefect
-from fuseplan.planner.core.files import write_with
+from fuseplan.planner.app.verify_reference import (
+    Reference,
+    WeightsChoice,
+    onnxruntime_reference,
+    read_golden,
+)
+from fuseplan.planner.app.verify_reference import save_golden as save_golden
+from fuseplan.planner.app.verify_tensors import (
+    ABS_FLOOR,
+    REL_TOLERANCE,
+    TOLERANCE_RULE,
+    TensorCheck,
+    check_tensors,
+    finite_or_none,
+)
+from fuseplan.planner.core.errors import PlanDefect
 from fuseplan.planner.cost.counters import TIMING_FIELDS, Counters
 from fuseplan.planner.cost.objective import energy_pj
-from fuseplan.planner.front.onnx_load import LoadedModel, run_onnxruntime
+from fuseplan.planner.front.onnx_load import LoadedModel
 from fuseplan.planner.geometry.attention import attention_traffic
 from fuseplan.planner.geometry.regions import group_io
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.data import Plan
 
-# float32 through 50+ layers: relative to the tensor's largest magnitude
-REL_TOLERANCE = 1e-3
 # what must equal the prediction exactly: bytes and work (time comes from the emulator's own
 # clock and is compared, see CycleComparison)
 COUNTERS = tuple(f.name for f in fields(Counters) if f.name not in TIMING_FIELDS)
+# the cost model's closed-form cycles against the emulator's event clock (README, "Emulated
+# against predicted cycles"). The closed form (fill + max(transfers, compute) + drain) is a
+# lower bound of a group's schedule up to rounding; where tiles are few or uneven the clock's
+# per-tile steps add up to more, by less than one tile's work done serially (measured: at
+# most 0.73 of it, a two-tile group of the small test models; under 0.03 on the exports)
+ROUNDING_CYCLES = 2  # per tile: each tile's compute is rounded up to whole cycles
+CYCLE_RULE = (f"each group whose cycles the plan states: predicted - {ROUNDING_CYCLES} <= "
+              f"emulated (unless its weights were prefetched or it runs in bands: those may "
+              f"hide more) and emulated <= predicted + its serial cycles / its tiles + "
+              f"{ROUNDING_CYCLES} per tile, never above its serial cycles (its transfers, "
+              f"MACs and vector ops one after another, + {ROUNDING_CYCLES} per tile); the plan: "
+              f"emulated >= predicted - {ROUNDING_CYCLES} per group")
 
 
 @dataclass(frozen=True)
 class CycleComparison:
     """Predicted cycles (the cost model's closed form) against emulated ones (the emulator's
-    event simulation), per group and in total."""
+    event simulation), per group and in total; part of the verdict under CYCLE_RULE.
+    ``checked``: per group, whether its prediction is stated (a plan file may leave a
+    group's cycles out: then it predicts nothing there); ``floors`` and ``ceilings``: per
+    group, the fewest and most cycles CYCLE_RULE allows (None: no bound)."""
 
     predicted: tuple[int, ...]
     emulated: tuple[int, ...]
+    checked: tuple[bool, ...] = ()
+    floors: tuple[int | None, ...] = ()
+    ceilings: tuple[int | None, ...] = ()
 
     @classmethod
-    def of(cls, plan: Plan, emulated: Sequence[Counters]) -> CycleComparison:
-        """The plan's predicted cycles against the emulated counters', group by group."""
+    def of(cls, plan: Plan, emulated: Sequence[Counters],
+           stated: Sequence[Collection[str]] | None = None, chip: Chip | None = None,
+           tiles: Sequence[int] = ()) -> CycleComparison:
+        """The plan's predicted cycles against the emulated counters', group by group, with
+        each group's bounds (its serial time needs the chip and the tiles it ran)."""
+        checked = tuple(stated is None or "cycles" in stated[k] for k in range(len(plan.groups)))
+        floors = tuple(None if g.prefetch or g.tile.bands > 1
+                       else g.predicted.cycles - ROUNDING_CYCLES for g in plan.groups)
+        ceilings: tuple[int | None, ...] = tuple(None for _ in plan.groups)
+        if chip is not None and len(tiles) == len(plan.groups):
+            # a group's link also carries the weights the next group prefetches
+            ahead = [c.weight_read_bytes if g.prefetch else 0
+                     for g, c in zip(plan.groups[1:], emulated[1:], strict=True)] + [0]
+            ceilings = tuple(cycle_ceiling(chip, g.predicted.cycles, c, n, extra)
+                             for g, c, n, extra in zip(plan.groups, emulated, tiles, ahead,
+                                                       strict=True))
         return cls(tuple(g.predicted.cycles for g in plan.groups),
-                   tuple(c.cycles for c in emulated))
+                   tuple(c.cycles for c in emulated), checked, floors, ceilings)
+
+    def _per_group(self) -> list[tuple[int, int, bool, int | None, int | None]]:
+        n = len(self.predicted)
+        return list(zip(self.predicted, self.emulated, self.checked or (True,) * n,
+                        self.floors or (None,) * n, self.ceilings or (None,) * n, strict=True))
+
+    @property
+    def first_off(self) -> str | None:
+        """The first difference past CYCLE_RULE, named (None: the cycles agree)."""
+        rows = self._per_group()
+        for k, (p, e, c, lo, hi) in enumerate(rows):
+            if c and lo is not None and e < lo:
+                return (f"group {k}: cycles emulated {e:,}, below the prediction {p:,} by more "
+                        "than rounding")
+            if c and hi is not None and e > hi:
+                return (f"group {k}: cycles emulated {e:,}, predicted {p:,}: more than the "
+                        f"{hi:,} the prediction allows (one tile's serial work above it)")
+        if rows and all(c for _, _, c, _, _ in rows):
+            p, e = sum(self.predicted), sum(self.emulated)
+            if e < p - ROUNDING_CYCLES * len(rows):
+                return (f"plan: cycles emulated {e:,}, below the prediction {p:,} by more than "
+                        "rounding")
+        return None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the cycles agree within CYCLE_RULE."""
+        return self.first_off is None
 
     @staticmethod
     def row(predicted: int, emulated: int) -> dict[str, float]:
@@ -52,14 +129,35 @@ class CycleComparison:
                 "relative": round(diff / predicted, 6) if predicted else 0.0}
 
     def to_json(self) -> dict[str, Any]:
-        """`verify --json`'s "cycles": the total's row, and one row per group."""
+        """`verify --json`'s "cycles": the total's row, the verdict and the rule it applies,
+        and one row per group."""
         total = self.row(sum(self.predicted), sum(self.emulated))
-        return {**total, "per_group": [{"group": i, **self.row(p, e)} for i, (p, e) in
-                                       enumerate(zip(self.predicted, self.emulated,
-                                                     strict=True))]}
+        return {**total, "ok": self.ok, "tolerance": CYCLE_RULE, "first_off": self.first_off,
+                "per_group": [{"group": i, **self.row(p, e), "checked": c, "floor": lo,
+                               "ceiling": hi}
+                              for i, (p, e, c, lo, hi) in enumerate(self._per_group())]}
 
 
-@dataclass
+def serial_cycles(chip: Chip, counted: Counters, tiles: int, prefetched: int = 0) -> int:
+    """The most cycles a group can take: its DRAM transfers (and `prefetched` bytes of the
+    next group's weights), its MACs on every core and its vector ops on every lane, one
+    after another, plus rounding per tile."""
+    per_cycle = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
+    return (ceil((counted.dram_bytes + prefetched) / per_cycle)
+            + ceil(counted.macs / (chip.cores * chip.core.macs_per_cycle))
+            + ceil(counted.vector_ops / (chip.cores * chip.core.vector_lanes))
+            + ROUNDING_CYCLES * tiles)
+
+
+def cycle_ceiling(chip: Chip, predicted: int, counted: Counters, tiles: int,
+                  prefetched: int = 0) -> int:
+    """The most emulated cycles CYCLE_RULE allows a group: its prediction plus one tile's
+    share of its serial cycles and the rounding, never more than the serial cycles."""
+    serial = serial_cycles(chip, counted, tiles, prefetched)
+    return min(serial, predicted + ceil(serial / max(tiles, 1)) + ROUNDING_CYCLES * tiles)
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     """What `fuseplan verify` reports."""
 
@@ -84,20 +182,41 @@ class VerifyReport:
     # per fused attention (planner.geometry.attention): its group, the bytes its group
     # moved in the emulator, and FlashAttention's analytic count for the plan's tiling
     attention: list[AttentionCheck] = field(default_factory=list)
+    # every tensor that crossed DRAM and has a reference, in execution order
+    tensors: tuple[TensorCheck, ...] = ()
+    # which weights the model ran with, and which references could not show an error
+    weights: WeightsChoice | None = None
+    # DRAM tensors the reference has no value of (a golden file of model outputs only)
+    uncompared: tuple[str, ...] = ()
+
+    @property
+    def first_mismatch_tensor(self) -> str | None:
+        """The name of the first tensor (in execution order) that disagrees."""
+        return next((t.tensor for t in self.tensors if not t.ok), None)
 
     @property
     def ok(self) -> bool:
+        """Outputs, counters, stated numbers, capacity and cycles all agree."""
         return self.outputs_match and self.predicted_matches_emulated \
-            and not self.capacity_violations and self.first_misstatement is None
+            and not self.capacity_violations and self.first_misstatement is None \
+            and self.cycles.ok
 
     def to_json(self) -> dict[str, Any]:
+        """`verify --json`'s document (CONTRACT.md's keys, and more)."""
         e = self.emulated
         return {
+            "ok": self.ok,
             "outputs_match": self.outputs_match,
-            "max_abs_err": self.max_abs_err,
-            "max_rel_err": self.max_rel_err,
+            "max_abs_err": finite_or_none(self.max_abs_err),
+            "max_rel_err": finite_or_none(self.max_rel_err),
             "reference": self.reference,
             "checked_tensors": self.checked_tensors,
+            "tolerance": {"rule": TOLERANCE_RULE, "relative": REL_TOLERANCE,
+                          "absolute_floor": ABS_FLOOR, "cycles": CYCLE_RULE},
+            "first_mismatch_tensor": self.first_mismatch_tensor,
+            "tensors": [t.to_json() for t in self.tensors],
+            "uncompared_tensors": list(self.uncompared),
+            "weights": None if self.weights is None else self.weights.to_json(),
             "emulated": {**{f.name: getattr(e, f.name) for f in fields(e)},
                          "dram_bytes": e.dram_bytes, "energy_pj": round(e.energy_pj, 3)},
             "predicted_matches_emulated": self.predicted_matches_emulated,
@@ -143,88 +262,74 @@ def priced(chip: Chip, emulated: Sequence[Counters]) -> list[Counters]:
     return [replace(c, energy_pj=energy_pj(chip, c, c.cycles)) for c in emulated]
 
 
+def dram_order(graph: Graph, plan: Plan) -> list[tuple[str, int | None]]:
+    """Every tensor the plan writes to DRAM with the index of the group that writes it, in
+    execution order (a group's outputs in its own order); then any model output no group
+    writes (a model input passed through), with None."""
+    order: list[tuple[str, int | None]] = []
+    seen: set[str] = set()
+    for k, g in enumerate(plan.groups):
+        for t in group_io(graph, g.layers).outputs:
+            if t not in seen:
+                seen.add(t)
+                order.append((t, k))
+    order += [(t, None) for t in graph.outputs if t not in seen]
+    return order
+
+
 def dram_tensors(graph: Graph, plan: Plan) -> list[str]:
-    """Tensors the plan writes to DRAM (every group output), graph outputs first."""
-    from fuseplan.planner.geometry.regions import group_io
-
-    written = [t for g in plan.groups for t in group_io(graph, g.layers).outputs]
-    return list(graph.outputs) + [t for t in written if t not in graph.outputs]
-
-
-def _with_outputs(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    extra = onnx.ModelProto()
-    extra.CopyFrom(proto)
-    have = {o.name for o in extra.graph.output}
-    info = {vi.name: vi for vi in extra.graph.value_info}
-    for n in names:
-        if n not in have and n in info:
-            extra.graph.output.append(info[n])
-    return extra
-
-
-def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], names: list[str]
-            ) -> tuple[float, float, str | None]:
-    """(max abs error, max relative error, first tensor over tolerance)."""
-    max_abs = max_rel = 0.0
-    first = None
-    for name in names:
-        if name not in want or name not in got:
-            continue
-        a = np.asarray(got[name], dtype=np.float64)
-        b = np.asarray(want[name], dtype=np.float64)
-        if a.shape != b.shape:
-            return float("inf"), float("inf"), f"{name}: shape {a.shape} vs {b.shape}"
-        err = float(np.max(np.abs(a - b))) if a.size else 0.0
-        scale = float(np.max(np.abs(b))) if b.size else 0.0
-        rel = err / max(scale, 1e-6)
-        max_abs, max_rel = max(max_abs, err), max(max_rel, rel)
-        if first is None and rel > REL_TOLERANCE:
-            first = f"{name}: max abs error {err:.3g} ({rel:.3g} of its largest value {scale:.3g})"
-    return max_abs, max_rel, first
+    """Tensors the plan writes to DRAM (every group output), in execution order."""
+    return [t for t, _ in dram_order(graph, plan)]
 
 
 def verify_plan(model: LoadedModel, graph: Graph, plan: Plan, chip: Chip,
                 inputs: Mapping[str, np.ndarray], golden: Path | None = None,
-                stated: Sequence[Collection[str]] | None = None) -> VerifyReport:
-    """Emulate the plan on `inputs` and check outputs and counters."""
+                stated: Sequence[Collection[str]] | None = None, *,
+                reference: Reference | None = None, corrupt: Corruption | None = None,
+                weights: WeightsChoice | None = None) -> VerifyReport:
+    """Emulate the plan on `inputs` and check every DRAM tensor, the counters and the cycles.
+
+    The reference: `reference` when given, else the `golden` file's tensors, else
+    onnxruntime on `model`. ``stated``: per group, the counters its plan file states (None:
+    all). ``corrupt``: the emulator's test hook (emulator.run.Corruption). ``weights``: how
+    the caller chose the model's weights, reported as is."""
     started = time.perf_counter()
     try:
-        result: EmulationResult = emulate(graph, plan, chip, inputs)
+        result: EmulationResult = emulate(graph, plan, chip, inputs, corrupt=corrupt)
     except EmulationError as exc:
         raise PlanDefect(
             f"{exc} The planner made a plan its emulator cannot execute; please report it "
             "with the model and the plan file.") from None
     emulator_s = time.perf_counter() - started
-    names = dram_tensors(graph, plan)
-    if golden is not None:
-        want = load_golden(golden)[1]
-        reference, reference_s = "golden", 0.0
-        names = [n for n in names if n in want]
-    else:
-        want_all, reference_s = run_onnxruntime(_with_outputs(model.proto, names), inputs)
-        want, reference = want_all, "onnxruntime"
-    got = dict(result.outputs)
-    got.update({t: a for t, a in result.tensors.items() if t in names})
-    max_abs, max_rel, first = compare(got, want, names)
+    order = dram_order(graph, plan)
+    if reference is None:
+        reference = Reference("golden", read_golden(golden).tensors, 0.0) if golden is not None \
+            else onnxruntime_reference(model, [t for t, _ in order], inputs)
+    got = {**result.tensors, **result.outputs}
+    checks = check_tensors(order, got, reference.tensors)
+    first = next((c for c in checks if not c.ok), None)
     mismatch = counter_mismatch(plan, result.groups, stated)
     groups = priced(chip, result.groups)
     return VerifyReport(
         outputs_match=first is None,
-        max_abs_err=max_abs,
-        max_rel_err=max_rel,
-        reference=reference,
+        max_abs_err=max((c.max_abs_err for c in checks), default=0.0),
+        max_rel_err=max((c.max_rel_err for c in checks), default=0.0),
+        reference=reference.source,
         emulated=sum(groups, Counters()),
         predicted_matches_emulated=mismatch is None,
-        first_output_mismatch=first,
+        first_output_mismatch=None if first is None else first.describe(),
         first_counter_mismatch=mismatch,
         capacity_violations=result.violations,
         emulator_s=emulator_s,
-        reference_s=reference_s,
-        checked_tensors=len([n for n in names if n in want]),
+        reference_s=reference.seconds,
+        checked_tensors=len(checks),
         per_group=groups,
         timeline=result.timeline(),
-        cycles=CycleComparison.of(plan, groups),
+        cycles=CycleComparison.of(plan, groups, stated, chip, result.tiles),
         attention=attention_checks(graph, plan, groups, chip.dtype_bytes),
+        tensors=tuple(checks),
+        weights=weights,
+        uncompared=tuple(t for t, _ in order if t not in reference.tensors),
     )
 
 
@@ -254,30 +359,8 @@ def attention_checks(graph: Graph, plan: Plan, emulated: Sequence[Counters],
     return out
 
 
-def save_golden(path: Path, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray],
-                seed: int) -> None:
-    """Store inputs and reference outputs for `verify --golden`."""
-    arrays = {f"input:{k}": v for k, v in inputs.items()}
-    arrays.update({f"output:{k}": v for k, v in outputs.items()})
-    arrays["seed"] = np.array(seed)
-    def write(tmp: Path) -> None:
-        # a file object, not a path: numpy would add ".npz" to the temporary name
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
-
-    write_with(path, write, "golden file")
-
-
 def load_golden(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
-    """(inputs, outputs, weight seed) of a golden file."""
-    try:
-        data = np.load(path)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable golden .npz file ({exc}). Write one with "
-                         "`fuseplan verify MODEL PLAN --save-golden G.npz`.") from None
-    inputs = {k[6:]: data[k] for k in data.files if k.startswith("input:")}
-    outputs = {k[7:]: data[k] for k in data.files if k.startswith("output:")}
-    if not inputs or not outputs:
-        raise InputError(f"{path}: golden file has no input:/output: arrays. Write one with "
-                         "`fuseplan verify MODEL PLAN --save-golden G.npz`.")
-    return inputs, outputs, int(data["seed"]) if "seed" in data.files else 0
+    """(inputs, model outputs, weight seed) of a golden file (verify_reference.read_golden
+    has the rest)."""
+    golden = read_golden(path)
+    return dict(golden.inputs), dict(golden.outputs), golden.seed

@@ -28,6 +28,7 @@ from fuseplan.planner.geometry.regions import group_io
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.json_io import plan_to_json, save_plan
 from fuseplan.planner.ui import STARTED
+from fuseplan.planner.ui.cli_check import register as register_check
 from fuseplan.planner.ui.cli_common import (
     AnswerGroup,
     JsonOpt,
@@ -354,54 +355,43 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
         raise typer.Exit(1)
 
 
+WeightsOpt = Annotated[str | None, typer.Option("--weights",
+    help="model | random | auto (default): the model's own weights unless they are placeholders "
+         "or leave a model output uninformative (constant, near zero, input-independent), "
+         "then seeded random ones.")]
+
+
 @app.command()
 @guarded
 def verify(model: str, plan: Path, seed: SeedOpt = 0,
            golden: GoldenOpt = None,
            save_golden: SaveGoldenOpt = None,
            hw: HwOpt = None, set_: SetOpt = None, shape: ShapeOpt = None,
-           as_json: JsonOpt = False) -> None:
-    """Execute PLAN in the emulator and check outputs and bytes against onnxruntime."""
+           weights: WeightsOpt = None, as_json: JsonOpt = False) -> None:
+    """Execute PLAN in the emulator and check every tensor it moves through DRAM, its bytes,
+    its stated numbers and its cycles against onnxruntime (or a golden file)."""
     check_files([model_in(model), plan_in(plan), golden_in(golden), hw_in(hw)],
                 [Output("--save-golden", save_golden, "golden file")])
     if api.is_dynamic(plan):
+        if weights is not None:
+            raise InputError("--weights applies to plans of one shape; a dynamic plan is "
+                             "verified with seeded random weights where the model's are "
+                             "placeholders. Leave --weights out.")
         report = api.verify_dynamic(model, plan, _shapes(shape), seed, hardware=hw,
                                     overrides=set_ or ())
     else:
         with working(f"emulating {plan} and running onnxruntime"):
             report = api.verify(model, plan, seed, golden, hw, set_ or (),
-                                _shapes(shape) or None)
+                                _shapes(shape) or None, weights or "auto")
     if save_golden is not None:
-        api.write_golden(model, plan, seed, save_golden, _shapes(shape) or None)
+        api.write_golden(model, plan, seed, save_golden, _shapes(shape) or None,
+                         weights or "auto", hw, set_ or ())
     if as_json:
         emit(report.to_json())
     else:
-        e = report.emulated
-        out.print(f"outputs match {report.reference}: {report.outputs_match} "
-                  f"({report.checked_tensors} tensors, max abs err {report.max_abs_err:.3g}, "
-                  f"max rel err {report.max_rel_err:.3g})")
-        out.print(f"predicted bytes == emulated bytes: {report.predicted_matches_emulated} "
-                  f"(DRAM {e.dram_bytes:,} B, weights {e.weight_read_bytes:,} B, SRAM peak "
-                  f"{e.sram_peak_bytes:,} B)")
-        cyc = report.cycles.to_json()
-        out.print(f"cycles: predicted {cyc['predicted']:,}, emulated {cyc['emulated']:,} "
-                  f"({cyc['difference']:+,}, {100 * cyc['relative']:+.2f}%)")
-        out.print(f"emulator {report.emulator_s:.3f} s, {report.reference} "
-                  f"{report.reference_s:.3f} s")
-        for a in report.attention:  # FlashAttention's count, as the emulator measured it
-            what = "=" if a.emulated_bytes == a.analytic_bytes else "!=" if a.alone else \
-                "(with its group's other layers) against"
-            out.print(f"attention {a.layer} (group {a.group}): emulated "
-                      f"{_mib(a.emulated_bytes)} {what} {_mib(a.analytic_bytes)} analytic (q "
-                      f"once, k and v {a.passes}×, o once)")
-        for line in (report.first_output_mismatch, report.first_counter_mismatch):
-            if line:
-                out.print(f"first mismatch: {line}")
-        if report.first_misstatement:
-            out.print(f"the plan file states a wrong number: {report.first_misstatement}",
-                      markup=False, highlight=False)
-        for v in report.capacity_violations:
-            out.print(f"capacity violation: {v.describe()}")
+        from fuseplan.planner.ui.verify_view import print_verify
+
+        print_verify(report)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -629,3 +619,4 @@ def main() -> None:
 
 register_views(app)  # report, export, diff
 register_sweep(app)  # sweep
+register_check(app)  # check
