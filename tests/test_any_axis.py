@@ -4,7 +4,9 @@ folding that blames a model only when onnxruntime refuses it too."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -23,7 +25,7 @@ from fuseplan.planner.plan.placement import Placement
 SMALL_SRAM = ("sram.bytes=262144",)
 
 
-def _save(tmp: Path, name: str, nodes: list[onnx.NodeProto], inits: dict[str, np.ndarray],
+def _save(tmp: Path, name: str, nodes: list[onnx.NodeProto], inits: Mapping[str, Any],
           inputs: dict[str, list[int]], outputs: dict[str, list[int]]) -> str:
     graph = helper.make_graph(
         nodes, name,
@@ -186,4 +188,111 @@ def test_a_fold_onnx_evaluator_gets_wrong_is_done_by_onnxruntime(tmp_path: Path)
     model = _save(tmp_path, "bert_embeddings", nodes, inits, {"x": [1, 128, 64]},
                   {"y": [1, 128, 64]})
     problem = api.prepare(model)
+    assert_verifies(problem, api.plan_problem(problem))
+
+
+def _image_tokens_image(tmp: Path, h: int = 32, w: int = 32, c: int = 16) -> str:
+    """SegFormer's Mix-FFN round trip: conv -> Reshape [1, C, H W] -> Transpose to tokens ->
+    LayerNormalization -> Linear -> Transpose back -> Reshape [1, C, H, W] -> 3x3 depthwise
+    conv; and a detector's flatten of two scales joined along their positions."""
+    rng = np.random.default_rng(4)
+    inits = {"w0": (rng.standard_normal((c, 3, 3, 3)) / 5).astype(np.float32),
+             "flat": np.array([1, c, h * w], np.int64),
+             "image": np.array([1, c, h, w], np.int64),
+             "g": np.ones(c, np.float32), "b": np.zeros(c, np.float32),
+             "wl": (rng.standard_normal((c, c)) / np.sqrt(c)).astype(np.float32),
+             "dw": (rng.standard_normal((c, 1, 3, 3)) / 3).astype(np.float32),
+             "pool_flat": np.array([1, c, h * w // 4], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["f"], name="embed", pads=[1] * 4),
+             helper.make_node("Reshape", ["f", "flat"], ["l"], name="flatten"),
+             helper.make_node("Transpose", ["l"], ["t"], name="to_tokens", perm=[0, 2, 1]),
+             helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], name="ln"),
+             helper.make_node("MatMul", ["n", "wl"], ["m"], name="linear"),
+             helper.make_node("Transpose", ["m"], ["u"], name="to_channels", perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["u", "image"], ["i"], name="unflatten"),
+             helper.make_node("Conv", ["i", "dw"], ["d"], name="dwconv", pads=[1] * 4,
+                              group=c),
+             helper.make_node("MaxPool", ["d"], ["p"], name="pool", kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("Reshape", ["d", "flat"], ["s1"], name="scale1"),
+             helper.make_node("Reshape", ["p", "pool_flat"], ["s2"], name="scale2"),
+             helper.make_node("Concat", ["s1", "s2"], ["cat"], name="join", axis=2),
+             helper.make_node("Sigmoid", ["cat"], ["y"], name="head")]
+    return _save(tmp, "regroup", nodes, inits, {"x": [1, 3, h, w]},
+                 {"y": [1, c, h * w + h * w // 4]})
+
+
+def test_a_flatten_of_rows_and_columns_is_a_sequence_of_rows(tmp_path: Path) -> None:
+    problem = api.prepare(_image_tokens_image(tmp_path))
+    g = problem.graph
+    assert (g.layout("l").row_axis, g.layout("t").row_axis, g.layout("u").row_axis) == (2, 1, 2)
+    assert g.layout("i").kind is LayoutKind.NCHW and g.layout("cat").row_axis == 2
+    assert g.layer("flatten").row_maps == (AxisMap(MapKind.UPSAMPLE, stride=32),)
+    assert g.layer("unflatten").row_maps == (AxisMap(MapKind.WINDOW, kernel=32, stride=32),)
+    assert g.layer("to_tokens").row_maps == g.layer("to_channels").row_maps == (IDENTITY,)
+    assert [m.kind for m in g.layer("join").row_maps] == [MapKind.OFFSET] * 2
+
+
+@pytest.mark.parametrize("stop, rows", [("dwconv", 4), ("dwconv", 5), ("head", 100),
+                                        ("head", 333)])
+def test_image_token_round_trips_verify_in_row_tiles(tmp_path: Path, stop: str,
+                                                     rows: int) -> None:
+    """One group from the embedding conv through the tokens back to the image (tiles of
+    image rows), or the whole model in tiles of the joined sequence's positions."""
+    problem = api.prepare(_image_tokens_image(tmp_path), overrides=("sram.bytes=65536",))
+    names = [lay.name for lay in problem.graph.layers]
+    start = 0 if stop == "dwconv" else names.index("scale1")
+    layers = tuple(names[start:names.index(stop) + 1])
+    if stop == "head":
+        layers = tuple(n for n in names if n in ("scale1", "scale2", "join", "head"))
+    plan = hand_plan(problem, [Placement.of(layers, Tile(1, rows, 32 if stop == "dwconv"
+                                                          else 1))])
+    assert_verifies(problem, plan)
+    assert_verifies(problem, api.plan_problem(problem))
+
+
+def test_a_1x1_conv_of_a_sequence_keeps_its_positions(tmp_path: Path) -> None:
+    """YOLOv8's DFL: [1, 64, L] -> Reshape [1, 4, 16, L] -> Transpose [1, 16, 4, L] ->
+    Softmax over the 16 bins -> 1x1 conv by the bin values -> Reshape [1, 4, L]: every op
+    per position, tiled along L (before: the conv read axes 2 and 3 as rows and columns)."""
+    length = 2100
+    inits = {"bins": np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1),
+             "flat": np.array([1, 64, length], np.int64),
+             "split": np.array([1, 4, 16, length], np.int64),
+             "back": np.array([1, 4, length], np.int64)}
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["f"], name="flatten"),
+             helper.make_node("Sigmoid", ["f"], ["s"], name="act"),
+             helper.make_node("Reshape", ["s", "split"], ["r"], name="bins_split"),
+             helper.make_node("Transpose", ["r"], ["t"], name="bins_first", perm=[0, 2, 1, 3]),
+             helper.make_node("Softmax", ["t"], ["p"], name="softmax", axis=1),
+             helper.make_node("Conv", ["p", "bins"], ["e"], name="expect", kernel_shape=[1, 1]),
+             helper.make_node("Reshape", ["e", "back"], ["y"], name="boxes")]
+    model = _save(tmp_path, "dfl", nodes, inits, {"x": [1, 64, 35, 60]},
+                  {"y": [1, 4, length]})
+    problem = api.prepare(model, overrides=("sram.bytes=65536",))
+    g = problem.graph
+    assert g.layout("e").row_axis == 3 and g.layer("expect").row_maps == (IDENTITY,)
+    names = tuple(lay.name for lay in g.layers)
+    plan = hand_plan(problem, [Placement.of(names, Tile(1, 128, 1))])
+    assert_verifies(problem, plan)
+
+
+def test_a_window_over_axes_that_are_not_rows_and_columns_needs_them_whole(
+        tmp_path: Path) -> None:
+    """A 3x3 conv reads axes 2 and 3; where the map is tiled along another axis (a
+    sequence's positions moved to axis 3) the window cannot follow: whole, right answers."""
+    rng = np.random.default_rng(5)
+    inits = {"w": (rng.standard_normal((4, 4, 3, 3)) / 6).astype(np.float32),
+             "flat": np.array([1, 32, 256], np.int64),
+             "split": np.array([1, 4, 8, 256], np.int64)}
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["f"], name="flatten"),
+             helper.make_node("Sigmoid", ["f"], ["s"], name="act"),
+             helper.make_node("Reshape", ["s", "split"], ["r"], name="split"),
+             helper.make_node("Conv", ["r", "w"], ["y"], name="conv", pads=[1] * 4)]
+    model = _save(tmp_path, "odd_window", nodes, inits, {"x": [1, 32, 16, 16]},
+                  {"y": [1, 4, 8, 256]})
+    problem = api.prepare(model)
+    g = problem.graph
+    assert g.layout("r").row_axis == 3
+    assert g.layer("conv").row_maps[0].kind is MapKind.WHOLE
     assert_verifies(problem, api.plan_problem(problem))

@@ -64,9 +64,10 @@ def test_token_stretch_is_tiled_along_tokens() -> None:
     assert len(linear) == 48  # qkv, proj, fc1, fc2 of 12 blocks
     for lay in linear:  # per token: row-local on [B, L, C]
         assert [m.kind for m in lay.row_maps] == [MapKind.IDENTITY], lay.name
-    # the patch embedding's [B, C, H*W] is no token sequence (its rows would be channels)
+    # the patch embedding's [B, C, H*W] is a sequence of the patches (rows: positions,
+    # not channels), the flatten of the patch rows and columns (planner.front.regroup)
     flat = graph.layer("/Reshape").outputs[0]
-    assert graph.layout(flat).kind is LayoutKind.FLAT
+    assert (graph.layout(flat).kind, graph.layout(flat).row_axis) == (LayoutKind.SEQUENCE, 2)
     # the position embedding is added per token
     pos = next(lay for lay in graph.layers if lay.op == "Add" and lay.weights
                and graph.shapes[lay.weights[0]] == (1, 197, 192))

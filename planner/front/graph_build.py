@@ -17,7 +17,8 @@ from fuseplan.planner.front.attention_fusion import fuse_attention
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
 from fuseplan.planner.front.onnx_load import LoadedModel
-from fuseplan.planner.front.sliding import length_tensors, sliding_window
+from fuseplan.planner.front.regroup import regroup_layout
+from fuseplan.planner.front.sliding import length_tensors, pointwise, sliding_window
 from fuseplan.planner.front.windows import regroup_rows, window_layout
 from fuseplan.planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
 from fuseplan.planner.ir.layout import (
@@ -417,15 +418,33 @@ _KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.S
                           MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD, MapRule.REDUCE})
 
 
+def _keeps_sequence(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
+                    out_shape: tuple[int, ...], layouts: Mapping[str, Layout],
+                    shapes: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether the output keeps the sequence layout of its first input: a 1x1 conv of it
+    (its positions where they were), or sequences of one layout joined along their tokens
+    or channels (a detector's scales flattened and joined along their positions)."""
+    first = layouts[fmap[0]]
+    if spec.maps is MapRule.WINDOW:
+        return len(out_shape) == first.rank \
+            and pointwise(attrs, attrs.get("kernel_shape") or [0], first)
+    return spec.maps is MapRule.CONCAT and all(
+        layouts.get(t) == first and len(shapes[t]) == len(out_shape) for t in fmap)
+
+
 def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
                 out_shape: tuple[int, ...], layouts: Mapping[str, Layout],
                 shapes: Mapping[str, tuple[int, ...]]) -> Layout | None:
     """A layout the output carries besides the one its shape implies: a Transpose that
     moves channels last starts a channels-last stretch, per-pixel ops keep it, and the
     Transpose back ends it. None: the layout inferred from the shape."""
-    if len(out_shape) != 4 or not fmap:
+    if not fmap:
         return None
     first = layouts.get(fmap[0]) or layout_of(shapes[fmap[0]])
+    if first.token_like and _keeps_sequence(spec, attrs, fmap, out_shape, layouts, shapes):
+        return first
+    if len(out_shape) != 4:
+        return None
     if spec.maps in (MapRule.SLICE, MapRule.CONCAT, MapRule.PAD) and all(
             (lay := layouts.get(t)) is not None and lay.kind is LayoutKind.NHWC
             and len(shapes[t]) == 4 and all(shapes[t][a] == out_shape[a] for a in (0, 3))
@@ -643,7 +662,9 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     carry, batch_kept = _carried_layout(node, spec, attrs, constants, in_shapes, in_layouts,
                                         out_shape, opset)
     # a step of a window partition or its reverse: tiled along window rows or windows
-    partition = window_layout(in_layouts[0], in_shapes[0], out_shape) \
+    # or a merge of rows and columns into a sequence, or its reverse (planner.front.regroup)
+    partition = (window_layout(in_layouts[0], in_shapes[0], out_shape)
+                 or regroup_layout(in_layouts[0], in_shapes[0], out_shape)) \
         if spec.shape_param is ShapeParam.TARGET_SHAPE and len(fmap) == 1 else None
     given = partition or carry or layouts.get(outputs[0]) or _out_layout(
         spec, attrs, fmap, out_shape, layouts, shapes)

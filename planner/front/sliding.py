@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from fuseplan.planner.ir.graph import IDENTITY, WHOLE, AxisMap, MapKind
-from fuseplan.planner.ir.layout import Layout, LayoutKind
+from fuseplan.planner.ir.layout import Layout
 from fuseplan.planner.ir.ops import MapRule, OpClass, OpSpec, op_spec
 
 
@@ -60,16 +60,28 @@ def _window_maps(spec: OpSpec, attrs: dict[str, Any], in_shape: tuple[int, ...],
     attrs.pop("auto_pad", None)
     if spec.is_convolution:
         attrs["dilations"] = dilations
-    if nd == 1 and layout.kind is LayoutKind.NCL \
-            and not int(attrs.get("count_include_pad", 0)):
+    if nd == 1 and (layout.rank, layout.batch_axis, layout.row_axis) == (3, 0, 2) \
+            and layout.col_axis is None and not int(attrs.get("count_include_pad", 0)):
         # the length is the map's rows; a tile of rows passes its own pads along it
         return AxisMap(MapKind.WINDOW, kernel[0], strides[0], pads[0], dilations[0]), \
             IDENTITY, attrs
-    if nd != 2:
-        return WHOLE, WHOLE, attrs
+    if nd != 2 or (layout.row_axis, layout.col_axis) != (layout.rank - 2, layout.rank - 1):
+        # a 2-D window slides over axes 2 and 3: only where those are the rows and columns;
+        # a 1x1 window contracts the channels alone, per position whatever the layout
+        return (IDENTITY, IDENTITY, attrs) if pointwise(attrs, kernel, layout) \
+            else (WHOLE, WHOLE, attrs)
     row = AxisMap(MapKind.WINDOW, kernel[0], strides[0], pads[0], dilations[0])
     col = AxisMap(MapKind.WINDOW, kernel[1], strides[1], pads[1], dilations[1])
     return row, col, attrs
+
+
+def pointwise(attrs: Mapping[str, Any], kernel: Sequence[int], layout: Layout) -> bool:
+    """A window of one element, unstrided, unpadded, over a map whose axis 1 is a channel
+    axis and whose batch (if any) is axis 0: a 1x1 conv mixes each position's channels."""
+    return all(k == 1 for k in kernel) \
+        and all(int(s) == 1 for s in attrs.get("strides", [1] * len(kernel))) \
+        and not any(attrs.get("pads", [])) and 1 in layout.channel_axes \
+        and layout.batch_axis in (0, None) and layout.spatial
 
 
 def sliding_window(spec: OpSpec, attrs: dict[str, Any], in_shapes: Sequence[tuple[int, ...]],
