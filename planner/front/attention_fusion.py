@@ -107,14 +107,19 @@ def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
     rank = len(shapes.get(p, ()))
     if not _over_last_axis(softmax, rank, opset) or not _only_reader(p, readers):
         return None
+    # Whisper's `softmax(qk.float()).to(q.dtype)`: casts of float to float change nothing
+    cast = next((n for n in nodes if _float_cast(n) and n.input[0] == p), None)
+    if cast is not None:
+        p = cast.output[0]
+        if not _only_reader(p, readers):
+            return None
     mix = next((n for n in nodes if n.op_type == "MatMul" and len(n.input) == 2
                 and n.input[0] == p), None)
     if mix is None or mix.input[1] in constants:
         return None
-    chain = [softmax, mix]
-    t = softmax.input[0]
+    chain = [softmax, *([cast] if cast is not None else []), mix]
+    t, node = _through_casts(softmax.input[0], producer, readers, chain)
     causal, mask_value, scale = False, 0.0, 1.0
-    node = producer.get(t)
     if node is not None and node.op_type in ("Where", "Add") and _only_reader(t, readers):
         found = _causal_mask(node, shapes, constants)
         if found is None:
@@ -122,14 +127,14 @@ def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
         t, mask_value = found
         causal = True
         chain.insert(0, node)
-        node = producer.get(t)
+        t, node = _through_casts(t, producer, readers, chain)
     if node is not None and node.op_type in ("Mul", "Div") and _only_reader(t, readers):
         scaled = _scaling(node, constants)
         if scaled is None:
             return None
         t, scale = scaled
         chain.insert(0, node)
-        node = producer.get(t)
+        t, node = _through_casts(t, producer, readers, chain)
     if node is None or node.op_type != "MatMul" or not _only_reader(t, readers) \
             or any(i in constants for i in node.input):
         return None
@@ -139,6 +144,25 @@ def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
     if not _long_attention_shapes(shapes.get(q), shapes.get(kt), shapes.get(v), rank):
         return None
     return _Chain(tuple(chain), q, kt, v, mix.output[0], scale, causal, mask_value)
+
+
+def _float_cast(node: onnx.NodeProto) -> bool:
+    """A Cast to float32 (of the float32 scores an fp32 export computes: no change)."""
+    return node.op_type == "Cast" and any(
+        a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in node.attribute)
+
+
+def _through_casts(t: str, producer: Mapping[str, onnx.NodeProto],
+                   readers: Mapping[str, int], chain: list[onnx.NodeProto]
+                   ) -> tuple[str, onnx.NodeProto | None]:
+    """The scores before any float casts that produce `t` (each read only by the chain,
+    put first in `chain`), and the node producing them."""
+    node = producer.get(t)
+    while node is not None and _float_cast(node) and _only_reader(t, readers):
+        chain.insert(0, node)
+        t = node.input[0]
+        node = producer.get(t)
+    return t, node
 
 
 def _over_last_axis(softmax: onnx.NodeProto, rank: int, opset: int) -> bool:

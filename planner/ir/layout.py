@@ -65,8 +65,10 @@ class Layout:
 
     @property
     def token_like(self) -> bool:
-        """A transformer's tensor tiled along its tokens (movement ops carry it on)."""
-        return self.kind in (LayoutKind.TOKENS, LayoutKind.HEADS, LayoutKind.SEQUENCE)
+        """A sequence tiled along its positions (a transformer's tokens, a 1-D conv's
+        length): movement ops carry it on."""
+        return self.kind in (LayoutKind.TOKENS, LayoutKind.HEADS, LayoutKind.SEQUENCE,
+                             LayoutKind.NCL)
 
     @property
     def tiled_axes(self) -> tuple[int, ...]:
