@@ -60,8 +60,16 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
         f"layer '{name}' ({graph.layer(name).op}) cannot fit the chip '{chip.name}' even alone at "
         f"the smallest tile {smallest.n}x{smallest.h}x{smallest.w}: {worst.name.upper()} needs "
         f"{int(worst.needed or 0)} B but has {int(worst.allowed or 0)} B ({over} B over). Use a "
-        "chip with more on-chip memory (e.g. --set sram.bytes=...) or a smaller input shape."
+        f"chip with more on-chip memory (e.g. --set {binding_memory(worst.name)}.bytes=...) or a "
+        "smaller input shape."
     )
+
+
+def binding_memory(violation: str) -> str:
+    """The chip memory a capacity violation is about ("NRAM", "WEIGHTS_FIT_WRAM": the
+    per-core NRAM or WRAM; more SRAM does not help those), SRAM for anything else."""
+    words = violation.lower().split("_")
+    return next((m for m in ("nram", "wram") if m in words), "sram")
 
 
 def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,

@@ -30,8 +30,9 @@ from fuseplan.planner.app.sweep import MAX_POINTS, load_spec
 from fuseplan.planner.app.sweep import store as sweep_store
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.ui.cli import app
-from fuseplan.planner.ui.cli_common import binding_memory_named, printable
+from fuseplan.planner.ui.cli_common import printable
 from fuseplan.planner.ui.ending import error_doc
+from fuseplan.solver.shortest_path import binding_memory
 from tests import models
 from tests.interrupt import interrupt_when, interrupt_when_loaded
 
@@ -225,11 +226,8 @@ def test_no_plan_names_the_binding_memory() -> None:
     error = one_error(result, 1, "no")
     assert "NRAM needs" in error["message"] and "--set nram.bytes=..." in error["message"]
     assert "sram.bytes" not in error["message"]
-    said = "... WEIGHTS_FIT_WRAM needs 9 B but has 8 B (1 B over). Use a chip with more " \
-           "on-chip memory (e.g. --set sram.bytes=...) or a smaller input shape."
-    assert "--set wram.bytes=..." in binding_memory_named(said)
-    sram = said.replace("WEIGHTS_FIT_WRAM", "SRAM")
-    assert binding_memory_named(sram) == sram
+    assert [binding_memory(v) for v in ("WEIGHTS_FIT_WRAM", "NRAM", "SRAM",
+                                        "SUBMAP_FITS_NRAM")] == ["wram", "nram", "sram", "nram"]
 
 
 def test_a_model_changed_since_the_plan_is_said_so(tmp_path: Path) -> None:

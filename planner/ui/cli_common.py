@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import re
 import signal
 import sys
 import traceback
@@ -35,9 +34,9 @@ from fuseplan.planner.ui.ending import (
     write_error,
 )
 
-__all__ = ["AnswerGroup", "F", "Input", "JsonOpt", "Output", "SetOpt", "binding_memory_named",
-           "check_files", "emit", "err", "golden_in", "guarded", "hw_in", "model_in", "out",
-           "plan_in", "printable", "rules_in", "say", "settings", "working", "yaml_in"]
+__all__ = ["AnswerGroup", "F", "Input", "JsonOpt", "Output", "SetOpt", "check_files", "emit",
+           "err", "golden_in", "guarded", "hw_in", "model_in", "out", "plan_in", "printable",
+           "rules_in", "say", "settings", "working", "yaml_in"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -142,7 +141,7 @@ def guarded(fn: F) -> F:
         except InputError as exc:
             raise _ended("error", str(exc), 2) from None
         except PlanningError as exc:
-            raise _ended(exc.label, binding_memory_named(str(exc)), 1) from None
+            raise _ended(exc.label, str(exc), 1) from None
         except Interrupted as exc:
             _stop_workers()
             Interruption.reported = True
@@ -165,26 +164,6 @@ def guarded(fn: F) -> F:
             raise _ended("planner bug", _bug(exc), 1) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-# what the planners say of a layer that fits nowhere: "NRAM needs 1600 B but has 1024 B"
-# (a capacity), or "SUBMAP_FITS_NRAM needs ..." (a rule about one memory)
-_OVER = re.compile(r"\b(?P<what>[A-Z][A-Z0-9_]*) needs \d+ B but has \d+ B")
-_GENERIC_HINT = "--set sram.bytes=..."
-
-
-def binding_memory_named(text: str) -> str:
-    """A "no plan" message whose hint names the memory that binds: the planners suggest
-    ``--set sram.bytes=...`` whichever memory is over, and more SRAM does not help a layer
-    whose per-core NRAM or WRAM is too small."""
-    found = _OVER.search(text)
-    if found is None or _GENERIC_HINT not in text:
-        return text
-    words = found["what"].lower().split("_")
-    memory = next((m for m in ("nram", "wram", "sram") if m in words), None)
-    if memory is None or memory == "sram":
-        return text
-    return text.replace(_GENERIC_HINT, f"--set {memory}.bytes=...")
 
 
 def _os_error(exc: OSError) -> str:
