@@ -322,6 +322,9 @@ def test_names_with_control_characters_round_trip(odd_names: Path, tmp_path: Pat
     # the names shown escaped: nothing in the table moves the cursor or reverses the line
     assert not any(c in odd["table"] for c in "\u202e\x1b\t") and "conv\\" in odd["table"]
     assert odd["explain"][1]["layer"]["name"] == odd["names"][2]
+    # and the HTML report shows them escaped too: no character that reverses its line
+    page = (tmp_path / "r.html").read_text()
+    assert not any(c in page for c in "\u202e\x1b") and "\\u202e" in page
 
     plain_model = onnx.load(str(odd_names))
     renamed = {}

@@ -12,7 +12,6 @@ import multiprocessing
 import signal
 import sys
 import traceback
-import unicodedata
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -33,6 +32,7 @@ from fuseplan.planner.ui.ending import (
     write_doc,
     write_error,
 )
+from fuseplan.planner.ui.ending import printable as printable
 
 __all__ = ["AnswerGroup", "F", "Input", "JsonOpt", "Output", "SetOpt", "check_files", "emit",
            "err", "golden_in", "guarded", "hw_in", "model_in", "out", "plan_in", "printable",
@@ -40,17 +40,6 @@ __all__ = ["AnswerGroup", "F", "Input", "JsonOpt", "Output", "SetOpt", "check_fi
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-
-
-def printable(text: str, keep: str = "") -> str:
-    """`text` with its control and format characters (but those in `keep`) written as
-    Python escapes (``\\n``, ``\\x1b``, ``\\u202e``): a layer name may hold any of them
-    (ONNX allows it), and shown as it is one would move the cursor, clear the screen or
-    reverse the rest of the line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c in keep or unicodedata.category(c) not in ("Cc", "Cf")
-                   else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class _Console(Console):

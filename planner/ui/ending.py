@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import sys
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -134,3 +135,14 @@ def on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM's handler once the command line is imported: stop as a Ctrl-C does."""
     Answer.signum = signal.SIGTERM
     raise Terminated
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with its control and format characters (but those in `keep`) written as
+    Python escapes (``\\n``, ``\\x1b``, ``\\u202e``): a layer name may hold any of them
+    (ONNX allows it), and shown as it is one would move the cursor, clear the screen or
+    reverse the rest of the line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c in keep or unicodedata.category(c) not in ("Cc", "Cf")
+                   else c.encode("unicode_escape").decode("ascii") for c in text)

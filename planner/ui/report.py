@@ -30,6 +30,7 @@ from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.data import Group, Plan
 from fuseplan.planner.plan.json_io import load_plan
+from fuseplan.planner.ui.ending import printable
 from fuseplan.rules.ruleset import load_rules
 
 # SVG layout of the layer graph (pixels)
@@ -132,7 +133,9 @@ def _ratio(a: float, b: float) -> str:
 
 
 def _esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Text for the page: HTML-escaped, and its control and format characters written as
+    escapes (a layer name holding U+202E would reverse the rest of its line)."""
+    return html.escape(printable(str(text)), quote=True)
 
 
 def _clip(text: str, n: int) -> str:
