@@ -39,9 +39,7 @@ from fuseplan.planner.front.onnx_load import (
     LoadedModel,
     load_model,
     random_inputs,
-    randomize_weights,
     resolve_model,
-    weights_are_placeholders,
 )
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.ir.layout import Layout
@@ -318,10 +316,16 @@ def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[A
 
 
 def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
-    """Verify a plan of a prepared problem without a plan file."""
-    from fuseplan.planner.app.verify import verify_plan
+    """Verify a plan of a prepared problem without a plan file, as `verify` does one with
+    `--weights auto`: the model's own weights unless they are placeholders or leave an
+    output uninformative, then seeded random ones (planner.app.verify_reference)."""
+    from fuseplan.planner.app.verify import dram_tensors, verify_plan
+    from fuseplan.planner.app.verify_reference import choose_weights
 
     loaded = problem.model
-    weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
+    inputs = random_inputs(loaded, seed)
+    weighted, choice, reference = choose_weights(
+        loaded, dram_tensors(problem.graph, plan), inputs, seed, "auto")
     graph = build_graph(weighted)
-    return verify_plan(weighted, graph, plan, problem.chip, random_inputs(loaded, seed))
+    return verify_plan(weighted, graph, plan, problem.chip, inputs, reference=reference,
+                       weights=choice)

@@ -20,12 +20,11 @@ from typing import Any
 
 import networkx as nx
 
-from fuseplan.planner.app.api import Problem, chip_for_plan, load_for_plan
-from fuseplan.planner.app.verify import VerifyReport, verify_plan
+from fuseplan.planner.app.api import Problem, chip_for_plan, load_for_plan, verify_in_memory
+from fuseplan.planner.app.verify import VerifyReport
 from fuseplan.planner.core.files import write_atomic
 from fuseplan.planner.cost.model import Counters, group_cost
 from fuseplan.planner.front.graph_build import build_graph
-from fuseplan.planner.front.onnx_load import random_inputs, randomize_weights
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.data import Group, Plan
@@ -75,10 +74,9 @@ def load_problem_plan(model: str, plan_path: str | Path, rules: str | Path | Non
 
 
 def verify_problem(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
-    """Emulate ``plan`` on seeded inputs and weights and check it against onnxruntime."""
-    inputs = random_inputs(problem.model, seed)
-    weighted = randomize_weights(problem.model, seed)
-    return verify_plan(weighted, build_graph(weighted), plan, problem.chip, inputs)
+    """Emulate ``plan`` on seeded inputs and check it against onnxruntime, every tensor
+    through DRAM, with the weights `verify` picks by default (api.verify_in_memory)."""
+    return verify_in_memory(problem, plan, seed)
 
 
 def explain_plan(problem: Problem, plan: Plan) -> dict[str, Any]:
