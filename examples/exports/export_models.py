@@ -45,7 +45,7 @@ The models (torchvision builds, random init; ``dbnet_se`` and ``unet`` are defin
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import numpy as np
@@ -417,18 +417,26 @@ def placeholder_weights(proto: onnx.ModelProto) -> None:
     proto.graph.node.extend(nodes + graph_nodes)
 
 
-def main(argv: list[str]) -> int:
-    names = argv or list(MODELS)
-    unknown = [n for n in names if n not in MODELS]
+def export_named(argv: list[str], models: Collection[str],
+                 export_one: Callable[[str, Path], Path], out_dir: Path) -> int:
+    """Export the models `argv` names (all of `models` when none) into `out_dir`, a line
+    each; 2 when a name is unknown (the command line of this script and export_zoo2026)."""
+    names = argv or list(models)
+    unknown = [n for n in names if n not in models]
     if unknown:
         sys.stderr.write(f"unknown model(s) {', '.join(unknown)}; choose from "
-                         f"{', '.join(MODELS)}\n")
+                         f"{', '.join(models)}\n")
         return 2
+    out_dir.mkdir(exist_ok=True)
     for name in names:
-        path = export(name, HERE)
+        path = export_one(name, out_dir)
         sys.stdout.write(f"{path.relative_to(HERE.parent.parent)}  "
                          f"{path.stat().st_size / 1024:.0f} KiB\n")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return export_named(argv, MODELS, export, HERE)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ from pathlib import Path
 
 import onnx
 import torch
-from export_models import OPSET, placeholder_weights
+from export_models import OPSET, export_named, placeholder_weights
 from torch import nn
 from zoo2026_text import AudioEncoder, BertEncoder, DiffusionUNet, LlamaLike
 from zoo2026_vision import (
@@ -160,18 +160,7 @@ def export(name: str, out_dir: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(MODELS)
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        sys.stderr.write(f"unknown model(s) {', '.join(unknown)}; choose from "
-                         f"{', '.join(MODELS)}\n")
-        return 2
-    OUT_DIR.mkdir(exist_ok=True)
-    for name in names:
-        path = export(name, OUT_DIR)
-        sys.stdout.write(f"{path.relative_to(HERE.parent.parent)}  "
-                         f"{path.stat().st_size / 1024:.0f} KiB\n")
-    return 0
+    return export_named(argv, MODELS, export, OUT_DIR)
 
 
 if __name__ == "__main__":
