@@ -122,3 +122,20 @@ def test_simple_table_first_then_optimized_from_cache(dynamic_plan: tuple[Path, 
     second, none = api.table_first(plan, shape, "pad", tmp_path)
     assert none is None and second["cached"] and second["combination"] == "optimized"
     assert second["waste"] <= first["waste"]
+
+
+def test_dynamic_verify_checks_every_dram_tensor(dynamic_plan: tuple[Path, Path]) -> None:
+    """A dynamic plan is verified as a static one is: every tensor that crosses DRAM against
+    its reference, under the weights `--weights` picks (issue 43)."""
+    model, plan = dynamic_plan
+    shape = {"x": (1, 3, 100, 68)}
+    auto = api.verify_dynamic(str(model), plan, shape)
+    assert auto.ok, auto.first_output_mismatch
+    assert auto.weights is not None and auto.weights.requested == "auto"
+    groups = json.loads(plan.read_text())["groups"]
+    # one checked tensor per group output at least (the model output is the last group's)
+    assert auto.checked_tensors >= len(groups) and len(auto.tensors) == auto.checked_tensors
+    forced = api.verify_dynamic(str(model), plan, shape, weights="random")
+    assert forced.ok and forced.weights is not None and forced.weights.used == "random"
+    with pytest.raises(InputError, match="unknown --weights"):
+        api.verify_dynamic(str(model), plan, shape, weights="golden")

@@ -21,9 +21,7 @@ from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import (
     load_model,
     random_inputs,
-    randomize_weights,
     resolve_model,
-    weights_are_placeholders,
 )
 from fuseplan.planner.plan.placement import Placement
 
@@ -210,12 +208,16 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple[int, ...]],
                    seed: int = 0, tail: str | None = None, combination: str | None = None,
-                   hardware: str | None = None, overrides: Sequence[str] = ()) -> VerifyReport:
-    """Execute a dynamic plan at a concrete shape through its parameter tables and check it."""
+                   hardware: str | None = None, overrides: Sequence[str] = (),
+                   weights: str = "auto") -> VerifyReport:
+    """Execute a dynamic plan at a concrete shape through its parameter tables and check
+    every DRAM tensor, as `verify` checks a static plan: `weights` picks the model's own or
+    seeded random weights (planner.app.verify_reference.choose_weights)."""
     from dataclasses import replace as dc_replace
 
     from fuseplan.planner.app.dynamic import group_table, in_range, read_dynamic
-    from fuseplan.planner.app.verify import verify_plan
+    from fuseplan.planner.app.verify import dram_tensors, verify_plan
+    from fuseplan.planner.app.verify_reference import choose_weights
     from fuseplan.planner.geometry.regions import Tile
     from fuseplan.planner.plan.checks import check_cover, group_mode
     from fuseplan.planner.plan.data import Group
@@ -227,8 +229,9 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
     loaded = load_model(model, dict(shapes))
     if doc.get("model", {}).get("sha256") != loaded.sha256:
         raise InputError(_made_for(plan_path, doc, model))
-    weighted = randomize_weights(loaded, seed) if weights_are_placeholders(loaded) else loaded
-    graph = build_graph(weighted)
+    # The grouping and tables depend on shapes only: the graph of the loaded model serves
+    # to build the plan, the weighted model's to run it.
+    graph = build_graph(loaded)
     check_cover(graph, [g.layers for g in groups], str(plan_path))
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     made = []
@@ -242,7 +245,11 @@ def verify_dynamic(model: str, plan_path: str | Path, shapes: Mapping[str, tuple
     header = {k: doc.get(k, {}) for k in ("hardware", "rules")}
     base = layer_plan(graph, chip, model=doc["model"], **header)
     plan = dc_replace(base, groups=tuple(made))
-    return verify_plan(weighted, graph, plan, chip, random_inputs(loaded, seed))
+    inputs = random_inputs(loaded, seed)
+    weighted, choice, reference = choose_weights(loaded, dram_tensors(graph, plan), inputs,
+                                                 seed, weights)
+    return verify_plan(weighted, build_graph(weighted), plan, chip, inputs,
+                       reference=reference, weights=choice)
 
 
 def is_dynamic(plan_path: str | Path) -> bool:
