@@ -470,6 +470,47 @@ def test_sigterm_stops_a_ray_sweep_like_ctrl_c(sweep_dir: Path, tmp_path: Path, 
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.xdist_group("ray")
+@pytest.mark.parametrize("to", ["driver", "group"])
+def test_a_killed_ray_sweep_leaves_nothing_running(sweep_dir: Path, tmp_path: Path, to: str
+                                                   ) -> None:
+    """SIGKILL (the OOM killer, `kill -9`) to a Ray sweep's driver alone or to its process
+    group, once a row is written: the driver runs no clean-up, so its watchdog (a process
+    of its own session) kills what is left of Ray's session and removes its folder."""
+    temp = Path(tempfile.mkdtemp(prefix="fp-", dir="/tmp"))  # short: Ray's socket paths
+    out = tmp_path / "out"
+    proc = subprocess.Popen([str(FUSEPLAN), "sweep", str(sweep_dir / "spec.yaml"), "--out",
+                             str(out), "--cpus", "1", "--json"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={"PATH": "/usr/bin:/bin", "TMPDIR": str(temp)})
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if list(out.glob("rows/*.json")):  # Ray runs and a task has finished
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        assert _ray_left(temp), "no Ray session to leave behind"
+        if to == "driver":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while (_ray_left(temp) or list(temp.glob("fuseplan-ray-*"))) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _ray_left(temp), _ray_left(temp)
+        assert not list(temp.glob("fuseplan-ray-*")), list(temp.iterdir())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in _ray_left(temp):  # never leave a test's Ray behind
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def test_sigterm_while_workers_search_stops_them_all(tmp_path: Path) -> None:
     """SIGTERM to `solve -j 2` once its planning shows: exit 143, one line, the
     interrupted document, no worker left and no plan file."""

@@ -14,7 +14,6 @@ import shutil
 import signal
 import tempfile
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 
 from fuseplan.planner.app.sweep.keys import Job
 from fuseplan.planner.app.sweep.rows import Outcome, blank_row
+from fuseplan.planner.app.sweep.watchdog import Watchdog, stop_leftovers
 from fuseplan.planner.core.errors import InputError
 
 __all__ = ["Call", "Failure", "Progress", "RayRunner", "Runner", "SerialRunner", "run_calls"]
@@ -80,6 +80,7 @@ class RayRunner:
     max_retries: int = 3
     _started: bool = field(default=False, init=False)
     _temp_dir: str | None = field(default=None, init=False)
+    _watchdog: Watchdog | None = field(default=None, init=False)
 
     def __enter__(self) -> RayRunner:
         import ray  # here, not at the top: a serial sweep never pays Ray's import
@@ -109,6 +110,9 @@ class RayRunner:
         # machine must not meet), short enough for Ray's socket paths, and the CPUs this
         # process may use (a container or taskset may allow fewer than the machine has).
         self._temp_dir = tempfile.mkdtemp(prefix="fuseplan-ray-")
+        # a driver killed outright runs no clean-up: its watchdog does it (module watchdog)
+        self._watchdog = Watchdog(self._temp_dir)
+        self._watchdog.start()
         ray.init(num_cpus=self.num_cpus or len(os.sched_getaffinity(0)),
                  include_dashboard=False, logging_level=logging.WARNING,
                  log_to_driver=False, _temp_dir=self._temp_dir)
@@ -123,9 +127,12 @@ class RayRunner:
         if self._temp_dir is not None:
             # a worker the raylet was starting as it stopped (a SIGTERM to the whole process
             # group stops both at once) can outlive the shutdown and keep writing its logs
-            _stop_leftovers(self._temp_dir)
+            stop_leftovers(self._temp_dir)
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
 
     def run(self, calls: Sequence[Call]) -> Iterator[tuple[int, Outcome | Failure]]:
         """Submit every call, then yield results in the order they finish."""
@@ -159,38 +166,6 @@ class RayRunner:
 
 
 Progress = Callable[[int, int], None]
-
-
-def _stop_leftovers(temp_dir: str, wait_s: float = 10.0) -> None:
-    """Kill every process still running from the Ray session in ``temp_dir`` (each names the
-    folder on its command line) and wait until they are gone."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return
-    mark = temp_dir.encode()
-    left = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if mark in (entry / "cmdline").read_bytes():
-                os.kill(int(entry.name), signal.SIGKILL)
-                left.append(int(entry.name))
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    deadline = time.monotonic() + wait_s
-    for pid in left:
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.02)
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` still runs (a zombie has ended: its parent, not us, reaps it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 @contextmanager
