@@ -1,10 +1,10 @@
-# The two commands the README gives: `make demo` and `make test`.
+# The two commands the README gives: `make demo` and `make test`; `make docs` builds the site.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint bench clean
+.PHONY: demo test test-all lint bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,15 +35,23 @@ test-all: $(STAMP)
 # insertion makes them).
 FOLDERS := planner rules hardware solver emulator
 lint: $(STAMP)
-	$(BIN)/ruff check $(FOLDERS) fuseplan tests examples $(filter-out %.svg,$(wildcard bench/*))
+	$(BIN)/ruff check $(FOLDERS) fuseplan tests examples docs $(filter-out %.svg,$(wildcard bench/*))
 	rm -rf .lint && mkdir -p .lint/fuseplan
 	ln -s ../../fuseplan/__init__.py .lint/fuseplan/__init__.py
 	for d in $(FOLDERS); do ln -s ../../$$d .lint/fuseplan/$$d; done
 	cd .lint && ../$(BIN)/mypy --config-file ../pyproject.toml -p fuseplan
 	cd tests && MYPYPATH=../.lint ../$(BIN)/mypy --config-file ../pyproject.toml *.py
+	$(BIN)/mypy --config-file pyproject.toml docs/*.py
+
+# The documentation site (mkdocs.yml, docs/): regenerate the pages generated from the code
+# and the bench JSON (docs/generate.py; tests/test_docs.py fails when they are stale), then
+# build the site into site/, every warning an error.
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
+	$(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python bench/run
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .lint
+	rm -rf $(VENV) build *.egg-info .pytest_cache .lint site

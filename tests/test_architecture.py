@@ -1,4 +1,5 @@
-"""Imports flow one way (README "Code map"): a package imports only the layers below it.
+"""Imports flow one way (docs/how/architecture.md, "Code map"): a package imports only the
+layers below it.
 
 core <- hardware <- ir <- front, geometry <- cost <- plan <- rules <- solver <- app <- ui; the
 emulator sits beside the solver and reads the IR, the geometry, the plan data, the chip and

@@ -210,7 +210,8 @@ SMALL = {"chain": lambda: models.chain_cnn(seed=1, h=64, w=64),
 @pytest.mark.parametrize("preset", ["frustum_npu", "cluster4x4"])
 @pytest.mark.parametrize("name", list(SMALL))
 def test_emulated_cycles_bound_the_closed_form(tmp_path: Path, name: str, preset: str) -> None:
-    """The documented bound (README, "Emulated against predicted cycles"), on small models:
+    """The documented bound (docs/how/emulator.md, "Emulated against predicted cycles"), on
+    small models:
     the closed form is a lower bound of every group's schedule up to rounding (2 cycles;
     groups whose weights were prefetched may hide more than it credits), a group never takes
     longer than its transfers and compute one after another (each tile's compute rounded up:

@@ -339,7 +339,8 @@ def test_squeezenet_front_conflicts_and_every_point_verifies() -> None:
         report = api.verify_in_memory(problem, plan)
         assert report.ok, (report.first_counter_mismatch, report.capacity_violations)
         # the emulator's clock against the closed form: not below it beyond rounding, and at
-        # most 5% above it on a zoo plan (README, "Emulated against predicted cycles")
+        # most 5% above it on a zoo plan (docs/how/emulator.md, "Emulated against predicted
+        # cycles")
         end, predicted = report.timeline[-1]["end_cycle"], plan.totals.cycles
         assert predicted - 2 * len(plan.groups) <= end <= 1.05 * predicted, (end, predicted)
 
