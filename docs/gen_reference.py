@@ -266,10 +266,30 @@ def _default(f: dataclasses.Field[Any]) -> str:
     return f"`{value}`" if value != "" else '`""`'
 
 
-def fields_table(cls: type, prefix: str = "", skip: Sequence[str] = ()) -> str:
-    """A Markdown table of dataclass `cls`'s fields: key, type, default, range, meaning."""
+def yaml_comments(path: Path, section: str) -> dict[str, str]:
+    """The comment after each `key: value` of the top-level `section:` of a YAML file."""
+    found: dict[str, str] = {}
+    inside = False
+    for line in path.read_text().splitlines():
+        if line and not line.startswith((" ", "#")):
+            inside = line.split(":", 1)[0] == section
+            continue
+        m = re.match(r"^  (\w+):[^#]*#\s*(.+)$", line)
+        if inside and m:
+            found[m.group(1)] = m.group(2).strip()
+    return found
+
+
+def fields_table(cls: type, prefix: str = "", skip: Sequence[str] = (),
+                 comments: dict[str, str] | None = None) -> str:
+    """A Markdown table of dataclass `cls`'s fields: key, type, default, range, meaning
+    (the source's comments on the field; short ones completed by `comments`, e.g. those of
+    the field's key in a YAML file)."""
     hints = typing.get_type_hints(cls)
     notes = field_notes(cls)
+    for key, extra in (comments or {}).items():
+        if len(notes.get(key, "")) < 40 and extra not in notes.get(key, ""):
+            notes[key] = "; ".join(n for n in (extra, notes.get(key, "")) if n)
     rows = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name in skip:
@@ -289,7 +309,12 @@ def rules_page() -> str:
 
     from fuseplan.planner.cost.objective import ObjectiveSettings
     from fuseplan.planner.ui.cli import app
-    from fuseplan.rules.ruleset import PartitionSettings, SearchSettings, default_ruleset
+    from fuseplan.rules.ruleset import (
+        DEFAULT_RULES,
+        PartitionSettings,
+        SearchSettings,
+        default_ruleset,
+    )
 
     done = CliRunner().invoke(app, ["rules", "doc"])
     if done.exit_code != 0:
@@ -303,8 +328,13 @@ def rules_page() -> str:
                     f"{'yes' if r.enabled else 'no'} |")
     variants = []
     for path in sorted((ROOT / "rules").glob("*.yaml")):
-        first = next((line.lstrip("# ").strip() for line in path.read_text().splitlines()
-                      if line.startswith("#")), "")
+        head = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("#"):
+                break
+            head.append(line.lstrip("# ").strip())
+        text = " ".join(head)
+        first = text[:text.find(". ") + 1] if ". " in text else text
         variants.append(f"| `rules/{path.name}` | {_cell(_html_safe(first))} |")
     return "\n".join([
         GENERATED.format(source="`fuseplan rules doc`, the rule classes in rules/ and "
@@ -333,16 +363,17 @@ def rules_page() -> str:
         _html_safe(done.output.strip()), "",
         "## Parameters and defaults\n", *rows, "",
         "## `search:` settings\n",
-        "How the planners search. " + fields_table(SearchSettings),
+        "How the planners search.\n",
+        fields_table(SearchSettings, comments=yaml_comments(DEFAULT_RULES, "search")),
         "## `objective:` settings\n",
         "What \"best\" means when no `--objective` is given, and the weights of "
         "`--objective weighted` (the sum of DRAM bytes, cycles and picojoules, each times "
         "its weight).\n",
-        fields_table(ObjectiveSettings),
+        fields_table(ObjectiveSettings, comments=yaml_comments(DEFAULT_RULES, "objective")),
         "## `partition:` settings\n",
         "Limits each subgraph of `fuseplan partition` must meet, and how neighbouring "
         "subgraphs are merged.\n",
-        fields_table(PartitionSettings),
+        fields_table(PartitionSettings, comments=yaml_comments(DEFAULT_RULES, "partition")),
     ]).rstrip() + "\n"
 
 
@@ -356,8 +387,9 @@ def chip_page() -> str:
     def size(n: int | None) -> str:
         if n is None:
             return "-"
-        for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
-            if n >= scale and n % (scale // 4) == 0:
+        for unit, scale, step in (("MiB", 2**20, 2**18), ("MB", 10**6, 10**6),
+                                  ("KiB", 2**10, 2**8), ("KB", 10**3, 10**3)):
+            if n >= scale and n % step == 0:
                 return f"{n / scale:g} {unit}"
         return f"{n:,} B"
 
@@ -451,7 +483,31 @@ PLAN_KEYS = {
     "totals.compulsory_dram_bytes": "The floor no plan can beat: every model input and "
                                     "weight read once, every output written once.",
     "totals.layer_by_layer_dram_bytes": "The same model with no fusion.",
+    "dynamic.ranges": "The dynamic axes: {input: {axis: [LO, HI]}}.",
+    "dynamic.tail_mode": "How a size that is not a whole number of units is run: padded, "
+                         "overlapping the previous unit, a smaller unit, or units accepting a "
+                         "range of sizes.",
+    "dynamic.combination": "How units are combined into a table: `simple` or `optimized` "
+                           "(less waste, computed once per size and cached).",
+    "dynamic.tail_range": "For `tail-range`: a unit of size s accepts sizes s - r to s.",
 }
+
+
+# Counters whose field in planner/cost/counters.py carries no comment.
+COUNTER_NOTES = {
+    "dram_write_bytes": "bytes written to DRAM",
+    "weight_read_bytes": "weight bytes read from DRAM (part of dram_read_bytes)",
+    "sram_peak_bytes": "the largest on-chip footprint of the group at any step",
+    "cycles": "time in core clock cycles (transfers and compute overlapped as the group's "
+              "buffering allows)",
+    "energy_pj": "energy in picojoules (DRAM, on-chip memories, compute, static power)",
+}
+
+
+def _counter_notes() -> dict[str, str]:
+    from fuseplan.planner.cost.counters import Counters
+
+    return {k: v or COUNTER_NOTES.get(k, "") for k, v in field_notes(Counters).items()}
 
 
 def _spec_text(spec: Any) -> str:
@@ -498,14 +554,15 @@ def _schema_rows(obj: Any, path: str, notes: dict[str, str], depth: int) -> Iter
 
 def plan_page() -> str:
     """The plan file's keys, walked from planner/plan/schema.py."""
-    from fuseplan.planner.cost.counters import Counters
     from fuseplan.planner.plan import schema
 
     notes = dict(PLAN_KEYS)
-    notes.update({f"counter.{k}": v for k, v in field_notes(Counters).items()})
+    notes.update({f"counter.{k}": v for k, v in _counter_notes().items()})
     head = ["| key | value | required | meaning |", "|---|---|---|---|"]
     rows = list(_schema_rows(schema.PLAN, "", notes, 0))
-    dynamic = [r for r in _schema_rows(schema.DYNAMIC, "dynamic", {}, 1)]
+    dynamic = [*_schema_rows(schema.DYNAMIC, "dynamic", notes, 1),
+               "| `groups[].units` | list of objects | yes | Each group's unit library: the "
+               "tile sizes (`h`, `w`) its table is built from. |"]
     example = json.loads((ROOT / "examples" / "residual_net" / "plan.json").read_text())
     example["groups"] = example["groups"][:1]
     example["hardware"]["spec"] = {"...": "the whole chip"}
@@ -532,7 +589,7 @@ def plan_page() -> str:
         "`verify` counts the same ones in the emulator and requires every byte and work "
         "counter to match exactly).\n",
         "| counter | meaning |", "|---|---|",
-        *[f"| `{k}` | {_cell(v)} |" for k, v in field_notes(Counters).items()],
+        *[f"| `{k}` | {_cell(v)} |" for k, v in _counter_notes().items()],
         "| `dram_bytes` | read + write bytes (totals only) |", "",
         "## Dynamic plans\n",
         "`fuseplan solve MODEL --dynamic NAME:AXIS=LO..HI -o PLAN.json` writes a plan over a "
@@ -542,7 +599,9 @@ def plan_page() -> str:
         *head, *dynamic, "",
         "## Example\n",
         "The first group of `examples/residual_net/plan.json` (the chip spec shortened):\n",
-        "```json", json.dumps(example, indent=2), "```",
+        "```json", re.sub(r"\[\s+([-\d,\s]+?)\s+\]",
+                          lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
+                          json.dumps(example, indent=2)), "```",
     ]).rstrip() + "\n"
 
 
@@ -556,7 +615,19 @@ def _signature(obj: Any, name: str) -> str:
         return name
     sig = re.sub(r"<([\w.]+)\.(\w+): [^>]*>", r"\1.\2", sig)  # enum members
     sig = re.sub(r" at 0x[0-9a-f]+", "", sig)
-    return f"{name}{sig}"
+    sig = re.sub(r"(: |-> )'([^']*)'", r"\1\2", sig)  # annotations as written, unquoted
+    if len(name) + len(sig) <= 88:
+        return f"{name}{sig}"
+    params, _, ret = sig[1:].rpartition(")")
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(params):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            parts.append(params[start:i].strip())
+            start = i + 1
+    parts.append(params[start:].strip())
+    return f"{name}(\n" + "".join(f"    {p},\n" for p in parts if p) + f"){ret}"
 
 
 def _kind(obj: Any) -> str:
@@ -575,7 +646,6 @@ def api_page() -> str:
 
     out = [GENERATED.format(source="the docstrings of the names in fuseplan/__init__.py"),
            "# Python API\n",
-           "The command line is a thin shell over these functions: `import fuseplan`.\n",
            rst_to_md(fuseplan.__doc__ or ""), "## Names\n",
            "| name | kind | summary |", "|---|---|---|"]
     sections = []
