@@ -33,6 +33,7 @@ from fuseplan.emulator.tally import Tally, Violation, inputs_once_bytes
 from fuseplan.emulator.tiles import run_tiles
 from fuseplan.emulator.weights_outer import run_weights_outer
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.progress import ProgressSink, ticker
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.attention import attention_heads
 from fuseplan.planner.geometry.bands import band_columns, band_overflows, cluster_loads
@@ -288,11 +289,13 @@ def _prefetch_capacity(graph: Graph, chip: Chip, group: Group, counted: Counters
 
 def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarray],
             weights: Mapping[str, np.ndarray] | None = None,
-            corrupt: Corruption | None = None) -> EmulationResult:
+            corrupt: Corruption | None = None,
+            progress: ProgressSink | None = None) -> EmulationResult:
     """Run every group of the plan in order; returns the model outputs, the counters and,
     from the clock (emulator.clock) fed with every tile's events, each group's cycles.
     ``corrupt``: a test hook making one element of one group's output wrong (Corruption);
-    None in every real run."""
+    None in every real run. ``progress``: told how many groups have run
+    (planner.core.progress)."""
     if corrupt is not None:
         corrupt.target(graph, plan)  # a hook that names no output of the plan is refused now
     dram: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float32) for k, v in inputs.items()}
@@ -300,6 +303,7 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
     runs: list[GroupRun] = []
     violations: list[Violation] = []
     layers = LayerCache(graph)
+    tick = ticker(progress, "emulating", len(plan.groups))
     # A tile's matrix products are small: BLAS threads cost more in hand-offs than they
     # gain, and on a busy machine their spin-waits slow the emulator down tenfold.
     with threadpool_limits(limits=1, user_api="blas"):
@@ -326,6 +330,8 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
             counters.append(c)
             runs.append(run)
             violations.extend(v)
+            if tick is not None:
+                tick(k + 1)
     times = simulate_plan(chip, runs)
     timed = [replace(c, cycles=t.cycles, prefetch_cycles=floor(t.prefetch_cycles),
                      band_compute_cycles=t.compute_busy if len(run.bands) > 1 else 0)

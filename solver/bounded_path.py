@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.geometry.regions import GroupIO
 from fuseplan.solver.long_groups import Start, start_groups
 from fuseplan.solver.parallel import Context, Found, Task, Workers, search
@@ -75,23 +76,27 @@ def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
                  units: Callable[[TileChoice], int], jobs: int = 1,
                  searched: Callable[[Edge], None] = lambda e: None,
                  tried: Callable[[Start, Groups], None] = lambda s, g: None,
-                 refine: Callable[[Edge], bool] = lambda e: True) -> Outcome:
+                 refine: Callable[[Edge], bool] = lambda e: True,
+                 progress: ProgressSink | None = None) -> Outcome:
     """The cheapest path from position 0 to `end`, searching unsearched edges only as they
     come onto it (see the module docstring). ``refine`` is called on each unrefined edge
     the path reaches (it sets the edge's io and full floor, False: no candidate after
     all), ``searched`` on each tile-searched edge once its search is done (the caller keeps
     its memo and raises for a layer that fits no tile), ``tried`` on each whole-map start
     with the groups it found. Past the context's time limit the unsearched groups of
-    several layers are left out."""
+    several layers are left out. ``progress`` is told of each round (_Rounds.tell)."""
     with Workers(ctx, jobs) as workers:
-        return _run(ctx, edges, end, units, workers, searched, tried, refine)
+        return _run(ctx, edges, end, units, workers, searched, tried, refine, progress)
 
 
 def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int],
          workers: Workers, searched: Callable[[Edge], None],
-         tried: Callable[[Start, Groups], None], refine: Callable[[Edge], bool]) -> Outcome:
+         tried: Callable[[Start, Groups], None], refine: Callable[[Edge], bool],
+         progress: ProgressSink | None = None) -> Outcome:
     """bounded_path's rounds, evaluating on `workers`."""
-    return _Rounds(ctx, end, units, workers, searched, tried, refine, edges).run()
+    rounds = _Rounds(ctx, end, units, workers, searched, tried, refine, edges)
+    rounds.progress = progress
+    return rounds.run()
 
 
 class _Rounds:
@@ -109,6 +114,9 @@ class _Rounds:
         self.shared: dict[StructureKey, Found | None] = {}
         self.left_out = 0
         self.lied = False  # a searched cost came out under its floor: floors count for nothing
+        self.progress: ProgressSink | None = None  # told of each round (tell)
+        self.rounds = 0
+        self.n_searched = sum(e.searched for e in edges)  # candidates searched so far
 
     def run(self) -> Outcome:
         """Path, refine or search, path again, until the path's edges are all searched."""
@@ -125,9 +133,31 @@ class _Rounds:
                 self.live = [e for e in self.live if id(e) not in dropped_ids]
                 continue
             batch = [e for e in path if not e.searched]
+            if self.progress is not None:
+                self.tell(path)
             if not batch:
                 return Outcome(path, self.left_out)
             self._search(batch)
+
+    def tell(self, path: Sequence[Edge]) -> None:
+        """Tell the progress sink where the rounds are: candidates searched, those whose
+        floor rules them out (the cheapest path through it costs no less than the best plan
+        of searched groups), that plan's cost (the best so far) and this path's (a bound on
+        every plan: searched costs and floors)."""
+        assert self.progress is not None
+        self.rounds += 1
+        bound = sum(_weight(e, self.units) for e in path)
+        plan = _cheapest([e for e in self.live if e.searched], self.end, self.units)
+        best = None if plan is None else sum(_weight(e, self.units) for e in plan)
+        cut = 0
+        if best is not None:
+            ahead = _distances(self.live, self.end, self.units, forward=True)
+            behind = _distances(self.live, self.end, self.units, forward=False)
+            cut = sum(1 for e in self.live if not e.searched and e.start in ahead
+                      and e.end in behind
+                      and ahead[e.start] + e.floor + behind[e.end] >= best)
+        self.progress(Progress("bounded path", self.rounds, None, self.n_searched, cut,
+                               best, bound))
 
     def _drop_unsearched(self) -> None:
         """Past the time limit: leave out the unsearched groups of several layers."""
@@ -212,6 +242,7 @@ class _Rounds:
                     gone.add(id(e))
                     continue
                 e.choice, e.searched, e.whole = choice, True, None
+                self.n_searched += 1
                 self.lied |= _floor_lied(e, self.units)
 
     def _settle_batch(self, batch: Sequence[Edge], gone: set[int]) -> None:
@@ -226,6 +257,7 @@ class _Rounds:
                 gone.add(id(e))
                 continue
             e.choice, e.searched, e.quick = found.best, True, found.quick
+            self.n_searched += 1
             self.searched(e)
             if e.choice is None:
                 gone.add(id(e))

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # ortools (and the pandas it loads) only once CP-SAT runs
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
 from fuseplan.planner.cost.model import (
     idle_dram_cycles,
     weight_bytes,
@@ -47,6 +48,7 @@ from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.encoding import Candidate, Encoding
 from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.cpsat_costs import Timing, objective_expr, upper_bound
+from fuseplan.solver.cpsat_watch import Watch
 from fuseplan.solver.groups import breaks_structure, connected_intervals, is_connected, is_convex
 from fuseplan.solver.hidden import HiddenSearch
 from fuseplan.solver.long_groups import long_groups
@@ -454,7 +456,8 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
     return (cand.facts_any_tile.tile, cand.mode) == (picked.tile, picked.mode)
 
 
-def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
+def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel,
+                        callback: cp_model.CpSolverSolutionCallback | None = None) -> Any:
     """`solver.solve(model)`, stopped promptly by Ctrl-C, which then raises
     KeyboardInterrupt: the cut-short result is never returned, so it cannot pass for a plan.
 
@@ -465,7 +468,7 @@ def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> A
     """
     solver.parameters.catch_sigint_signal = False
     if threading.current_thread() is not threading.main_thread():
-        return solver.solve(model)  # signals reach the main thread only
+        return solver.solve(model, callback)  # signals reach the main thread only
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -482,7 +485,7 @@ def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> A
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        status = solver.solve(model)
+        status = solver.solve(model, callback)
         if interrupted.is_set():
             raise KeyboardInterrupt
         return status
@@ -573,7 +576,8 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
                 prefetch_options: Mapping[tuple[str, ...], Sequence[Option]] | None = None,
                 trade_offs: dict[tuple[str, ...], list[TileChoice]] | None = None,
                 budget: Budget | None = None, jobs: int = 1,
-                whole_maps: dict[str, Any] | None = None) -> CpsatResult:
+                whole_maps: dict[str, Any] | None = None,
+                progress: ProgressSink | None = None) -> CpsatResult:
     """Optimal groups and tiles under the rules (or the best found within the time limit).
 
     ``warm``: another planner's placements, as hints;
@@ -582,7 +586,8 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     ``budget``: the command's time limit: once it has passed no new group is searched, and
     the solve stops in time for the plan to be assembled (reserve_s); ``jobs``: processes
     the tile searches run on (solver.parallel); ``whole_maps``: the whole-map groups the
-    shortest path found on this graph and objective (solver.long_groups)."""
+    shortest path found on this graph and objective (solver.long_groups); ``progress``:
+    told of the searches and of each better solution with CP-SAT's bound (Watch)."""
     from ortools.sat.python import cp_model
 
     started = time.perf_counter()
@@ -592,7 +597,7 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
     _check_layers_fit(graph, chip, ruleset, objective, memo)
     kept = _kept_searches(graph, chip, ruleset, warm, memo)
     unsearched = _search_new(Context(graph, chip, ruleset, objective, False, budget.until),
-                             kept, memo, jobs)
+                             kept, memo, jobs, progress)
     weighed = _Weighed()
     started_from = {frozenset(p.layers): p for p in warm}
     for layers, search in kept:
@@ -609,14 +614,18 @@ def solve_cpsat(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective
         budget.cut(f"CP-SAT: {unsearched} block candidates not searched")
     # the shortest path noted the cut once the budget has passed
     longer = {} if budget.passed else long_groups(graph, chip, ruleset, objective, budget,
-                                                  memo, jobs, whole_maps)
+                                                  memo, jobs, whole_maps, progress)
     for layers, choice in longer.items():
         # block and whole-map groups past the size limit, pinned
         weighed.add(layers, objective_units(choice.cost, objective, ruleset.objective, chip),
                     choice)
+    if progress is not None:
+        progress(Progress("CP-SAT model", searched=len(weighed.layers)))
     enc, rule_lits = build_model(graph, chip, ruleset, objective, weighed.layers,
                                  weighed.floors, cycles_cap, weighed.pinned, prefetch_options)
-    solver, status = _solve(enc, rule_lits, ruleset, warm, time_limit_s, budget)
+    watch = None if progress is None else Watch(
+        progress, "B" if objective is Objective.TRAFFIC else objective.value, len(weighed.layers))
+    solver, status = _solve(enc, rule_lits, ruleset, warm, time_limit_s, budget, watch)
     groups = _read_groups(enc, solver, graph, chip, ruleset, objective)
     # CP-SAT reports its integer objective through a float scaling (13044 came back as
     # 13043.999999999998): snap values within rounding error to the integer they are
@@ -671,14 +680,17 @@ def _kept_searches(graph: Graph, chip: Chip, ruleset: RuleSet, warm: Sequence[Pl
 
 
 def _search_new(ctx: Context, kept: Sequence[tuple[tuple[str, ...], GroupSearch]],
-                memo: dict[tuple[str, ...], Any], jobs: int) -> int:
+                memo: dict[tuple[str, ...], Any], jobs: int,
+                progress: ProgressSink | None = None) -> int:
     """Search the kept groups the memo lacks, into the memo; returns how many the budget
     left unsearched."""
     # blocks and warm-start groups that are not intervals: searched here, on up to `jobs`
     # processes (past the budget, left out)
     new = [layers for layers, _ in kept if layers not in memo]
     unsearched = 0
-    for layers, found in zip(new, search_all(ctx, [Task(g) for g in new], jobs), strict=True):
+    tick = ticker(progress, "CP-SAT candidates", len(new), searches=True) if new else None
+    for layers, found in zip(new, search_all(ctx, [Task(g) for g in new], jobs, tick=tick),
+                             strict=True):
         if found is None:
             unsearched += 1
         else:
@@ -687,16 +699,19 @@ def _search_new(ctx: Context, kept: Sequence[tuple[tuple[str, ...], GroupSearch]
 
 
 def _solve(enc: Encoding, rule_lits: dict[str, Any], ruleset: RuleSet,
-           warm: Sequence[Placement], time_limit_s: float | None, budget: Budget
-           ) -> tuple[cp_model.CpSolver, Any]:
+           warm: Sequence[Placement], time_limit_s: float | None, budget: Budget,
+           watch: Watch | None = None) -> tuple[cp_model.CpSolver, Any]:
     """Solve the model from the warm start within the time limit (and what the budget
-    leaves); returns the solver and a status with a plan, else raises."""
+    leaves); returns the solver and a status with a plan, else raises. ``watch``: told of
+    each better solution and bound (progress)."""
     from ortools.sat.python import cp_model
 
     _hint(enc, warm)
     limit = time_limit_s or ruleset.search.time_limit_s
     left = budget.left()
     if warm:
+        if watch is not None:
+            watch.sink(Progress("CP-SAT warm start", searched=watch.candidates))
         probe = max(limit / 10, 5.0)
         _complete_hint(enc, probe if left is None else min(probe, left / 10),
                        ruleset.search.seed)
@@ -709,7 +724,10 @@ def _solve(enc: Encoding, rule_lits: dict[str, Any], ruleset: RuleSet,
     p.random_seed = ruleset.search.seed
     p.relative_gap_limit = ruleset.search.relative_gap
     enc.model.add_assumptions(list(rule_lits.values()))
-    status = solve_interruptibly(solver, enc.model)
+    if watch is not None:
+        watch.sink(Progress("CP-SAT", searched=watch.candidates, unit=watch.unit))
+        solver.best_bound_callback = watch.on_bound
+    status = solve_interruptibly(solver, enc.model, None if watch is None else watch.callback())
     name = solver.status_name(status)
     if status == cp_model.INFEASIBLE:
         core = solver.sufficient_assumptions_for_infeasibility()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.progress import Progress, ProgressSink, due, stride
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.ruleset import RuleSet
@@ -25,16 +26,19 @@ class _Grower:
         self.graph, self.chip, self.ruleset = graph, chip, ruleset
         self.growing = tuple(r for r in ruleset.enabled if not r.final_only)
         self.how = ruleset.search.tile_search
+        self.searches = 0  # tile searches run (what a progress sink is told)
 
     def can_grow(self, layers: Sequence[str]) -> bool:
         if len(layers) > self.ruleset.search.max_group_layers:
             return False
         if not is_connected(self.graph, layers) or not is_convex(self.graph, layers):
             return False
+        self.searches += 1
         search = GroupSearch.of(self.graph, layers, self.chip, self.ruleset)
         return search.search(self.how, self.growing) is not None
 
     def finish(self, layers: Sequence[str]) -> TileChoice | None:
+        self.searches += 1
         return GroupSearch.of(self.graph, layers, self.chip, self.ruleset).search(self.how)
 
 
@@ -43,9 +47,15 @@ def _rule_setting(ruleset: RuleSet, key: str, field: str, default: str) -> str:
     return str(getattr(r, field)) if r.enabled else default
 
 
-def greedy_groups(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Placement]:
-    """Groups in the order the greedy planner forms them, each with its tile."""
+def greedy_groups(graph: Graph, chip: Chip, ruleset: RuleSet,
+                  progress: ProgressSink | None = None) -> list[Placement]:
+    """Groups in the order the greedy planner forms them, each with its tile; ``progress``:
+    told how many layers are placed (planner.core.progress)."""
     grower = _Grower(graph, chip, ruleset)
+    total = len(graph.layers)
+    every = stride(total)
+    if progress is not None:
+        progress(Progress("greedy", 0, total))
     start_mode = _rule_setting(ruleset, "start_rule", "start", "first_unfused")
     direction = _rule_setting(ruleset, "direction", "direction", "backward")
     blocks_first = ruleset.get("blocks_first").enabled
@@ -82,6 +92,9 @@ def greedy_groups(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Placement]
         members, chosen = valid
         result.append(chosen.placement(tuple(sorted(members, key=graph.index))))
         unfused = [n for n in unfused if n not in members]
+        placed = total - len(unfused)
+        if progress is not None and (due(placed, total, every) or placed % every < len(members)):
+            progress(Progress("greedy", placed, total, grower.searches))
     return result
 
 

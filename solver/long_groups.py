@@ -41,6 +41,7 @@ from typing import Any
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.budget import Budget
+from fuseplan.planner.core.progress import ProgressSink, ticker
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.objective import Objective, objective_units
 from fuseplan.planner.cost.weight_stream import stage_memory
@@ -182,19 +183,21 @@ def _pass_choices(search: GroupSearch) -> list[TileChoice]:
 def long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                 budget: Budget | None = None,
                 memo: dict[tuple[str, ...], TileChoice | None] | None = None, jobs: int = 1,
-                whole_maps: dict[str, Any] | None = None) -> dict[tuple[str, ...], TileChoice]:
+                whole_maps: dict[str, Any] | None = None, progress: ProgressSink | None = None
+                ) -> dict[tuple[str, ...], TileChoice]:
     """Groups longer than ``search.max_group_layers`` (block groups and whole-map groups),
     each with its best tile choice; where both kinds cover one interval, the cheaper. Block
     groups stop being searched once the ``budget`` has passed; ``memo`` (the planners'
     interval tiles) keeps their best tiles for a second planner on the same objective; their
     searches run on up to ``jobs`` processes (solver.parallel). ``whole_maps`` keeps the
     whole-map groups (under "groups") for a second planner on the same graph and
-    objective, and each start's (under "starts": a bounded path searches only some)."""
-    found = dict(block_groups(graph, chip, ruleset, objective, budget, memo, jobs))
+    objective, and each start's (under "starts": a bounded path searches only some).
+    ``progress``: told of both searches (planner.core.progress)."""
+    found = dict(block_groups(graph, chip, ruleset, objective, budget, memo, jobs, progress))
     whole_maps = {} if whole_maps is None else whole_maps
     if "groups" not in whole_maps:
         whole_maps["groups"] = whole_map_groups(graph, chip, ruleset, objective, jobs, budget,
-                                                whole_maps.setdefault("starts", {}))
+                                                whole_maps.setdefault("starts", {}), progress)
     for layers, choice in whole_maps["groups"]:
         if layers not in found or _units(choice, objective, ruleset, chip) \
                 < _units(found[layers], objective, ruleset, chip):
@@ -214,7 +217,8 @@ def _units(choice: TileChoice, objective: Objective, ruleset: RuleSet, chip: Chi
 
 def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                  budget: Budget | None = None,
-                 memo: dict[tuple[str, ...], TileChoice | None] | None = None, jobs: int = 1
+                 memo: dict[tuple[str, ...], TileChoice | None] | None = None, jobs: int = 1,
+                 progress: ProgressSink | None = None
                  ) -> Iterator[tuple[tuple[str, ...], TileChoice]]:
     """Tiled groups from one single-tensor cut to a later one, longer than
     ``search.max_group_layers`` and at most ``search.max_block_group_layers`` layers, with
@@ -235,7 +239,9 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
             rows.append((group, key))
     ctx = Context(graph, chip, ruleset, objective, False,
                   budget.until if budget is not None else None)
-    found = dict(zip(tasks, search_all(ctx, list(tasks.values()), jobs), strict=True))
+    tick = ticker(progress, "block groups", len(tasks), searches=True) if tasks else None
+    found = dict(zip(tasks, search_all(ctx, list(tasks.values()), jobs, tick=tick),
+                     strict=True))
     left_out = 0
     for group, what in rows:
         result = looked_up(what, found)
@@ -280,7 +286,8 @@ def block_group_searches(graph: Graph, chip: Chip, ruleset: RuleSet,
 
 def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                      jobs: int = 1, budget: Budget | None = None,
-                     done: dict[Start, list[tuple[tuple[str, ...], TileChoice]]] | None = None
+                     done: dict[Start, list[tuple[tuple[str, ...], TileChoice]]] | None = None,
+                     progress: ProgressSink | None = None
                      ) -> list[tuple[tuple[str, ...], TileChoice]]:
     """Whole-map groups longer than ``search.max_group_layers``, with their tile choice
     (each start's ends searched on up to ``jobs`` processes; a start not begun once the
@@ -290,7 +297,8 @@ def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Obje
     todo = [s for s in starts if s not in done]
     ctx = Context(graph, chip, ruleset, objective, False,
                   budget.until if budget is not None else None)
-    found = map_all(ctx, start_groups, todo, jobs, [len(s.layers) for s in todo])
+    tick = ticker(progress, "whole-map groups", len(todo), searches=True) if todo else None
+    found = map_all(ctx, start_groups, todo, jobs, [len(s.layers) for s in todo], tick=tick)
     if budget is not None and None in found:
         budget.cut(f"whole-map groups: {found.count(None)} starts not searched")
     done.update((s, groups) for s, groups in zip(todo, found, strict=True) if groups is not None)

@@ -39,6 +39,7 @@ R = TypeVar("R")
 # the signals that stop a command (Ctrl-C, and SIGTERM: what CI sends on cancel), held back
 # while workers start or stop
 _STOPS = frozenset({signal.SIGINT, signal.SIGTERM})
+Tick = Callable[[int], None]  # told how many items of a map are done, after each one
 MIN_PARALLEL = 8  # searches below which a pool (tens of milliseconds to start) is not worth it
 
 
@@ -107,19 +108,20 @@ def search(ctx: Context, task: Task) -> Found | None:
 
 
 def search_all(ctx: Context, tasks: Sequence[Task], jobs: int = 1,
-               least: int = MIN_PARALLEL) -> list[Found | None]:
+               least: int = MIN_PARALLEL, tick: Tick | None = None) -> list[Found | None]:
     """Every task's search, in order, on up to `jobs` processes (when there are at least
-    `least` tasks)."""
-    return map_all(ctx, search, tasks, jobs, [len(t.layers) for t in tasks], least)
+    `least` tasks); ``tick``: told how many are done after each one (Workers.map)."""
+    return map_all(ctx, search, tasks, jobs, [len(t.layers) for t in tasks], least, tick)
 
 
 def map_all(ctx: Context, fn: Callable[[Context, T], R], items: Sequence[T], jobs: int = 1,
-            sizes: Sequence[int] | None = None, least: int = MIN_PARALLEL) -> list[R | None]:
+            sizes: Sequence[int] | None = None, least: int = MIN_PARALLEL,
+            tick: Tick | None = None) -> list[R | None]:
     """fn(ctx, item) for every item, in order, on up to `jobs` processes when there are at
     least `least` items (`fn` a module-level function; ``sizes``: the best guess of each
-    item's cost)."""
+    item's cost; ``tick``: told how many are done after each one)."""
     with Workers(ctx, min(jobs, len(items))) as workers:
-        return workers.map(fn, items, sizes, least)
+        return workers.map(fn, items, sizes, least, tick)
 
 
 class Workers:
@@ -149,14 +151,15 @@ class Workers:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def map(self, fn: Callable[[Context, T], R], items: Sequence[T],
-            sizes: Sequence[int] | None = None, least: int = MIN_PARALLEL) -> list[R | None]:
+            sizes: Sequence[int] | None = None, least: int = MIN_PARALLEL,
+            tick: Tick | None = None) -> list[R | None]:
         """fn(ctx, item) for every item, in order: in the workers when there are at least
-        `least` items (and more than one job), else in this process."""
+        `least` items (and more than one job), else in this process. ``tick`` (in this
+        process) is told how many items are done after each one finishes."""
         if self.pool is None and (self.jobs <= 1 or len(items) < max(2, least)
-                                  or "fork" not in multiprocessing.get_all_start_methods()):
-            return [fn(self.ctx, x) for x in items]
-        if len(items) < 2:
-            return [fn(self.ctx, x) for x in items]
+                                  or "fork" not in multiprocessing.get_all_start_methods()) \
+                or len(items) < 2:
+            return _in_turn(self.ctx, fn, items, tick)
         # without a time limit the largest items go first, one at a time, so no worker is
         # left with a long search at the end; under one, the caller's order (short groups
         # first: what a cut should keep)
@@ -166,10 +169,24 @@ class Workers:
         found: list[R | None] = [None] * len(items)
         if self.pool is None:
             self.pool = _start_pool(self.jobs, self.ctx)
-        for i, result in self.pool.imap_unordered(_run_in_worker,
-                                                  [(i, fn, items[i]) for i in order]):
+        for done, (i, result) in enumerate(self.pool.imap_unordered(
+                _run_in_worker, [(i, fn, items[i]) for i in order]), 1):
             found[i] = result
+            if tick is not None:
+                tick(done)
         return found
+
+
+def _in_turn(ctx: Context, fn: Callable[[Context, T], R], items: Sequence[T],
+             tick: Tick | None) -> list[R | None]:
+    """fn(ctx, item) for every item in this process, in order, ticking after each."""
+    if tick is None:
+        return [fn(ctx, x) for x in items]
+    out: list[R | None] = []
+    for x in items:
+        out.append(fn(ctx, x))
+        tick(len(out))
+    return out
 
 
 def _start_pool(jobs: int, ctx: Context) -> Any:

@@ -24,6 +24,7 @@ import networkx as nx
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
 from fuseplan.planner.cost.bounds import IntervalFloors, group_floor_bytes
 from fuseplan.planner.cost.model import prefetch_cycles, weight_bytes
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
@@ -39,7 +40,7 @@ from fuseplan.solver.long_groups import (
     searches_long_groups,
     whole_map_starts,
 )
-from fuseplan.solver.parallel import Context, Found, Task, looked_up, search_all
+from fuseplan.solver.parallel import Context, Found, Task, Tick, looked_up, search_all
 from fuseplan.solver.structure import StructureKey, structure_key
 from fuseplan.solver.tiles import GroupSearch, Option, TileChoice
 
@@ -78,7 +79,8 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
                          budget: Budget | None = None, jobs: int = 1,
                          whole_maps: dict[str, Any] | None = None,
                          bounded: set[tuple[str, ...]] | None = None,
-                         prune: bool = True) -> list[Placement]:
+                         prune: bool = True, progress: ProgressSink | None = None
+                         ) -> list[Placement]:
     """Best grouping into intervals of the topological order.
 
     ``memo`` collects each interval's best tile, None where no tile passes (CP-SAT reuses
@@ -97,17 +99,17 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     will weigh every candidate anyway) a candidate is searched only once a path over
     floors runs through it (solver.bounded_path); ``bounded`` collects those never
     searched, whose floors could not beat the plan (CP-SAT's proof counts them as
-    weighed)."""
+    weighed). ``progress``: told of the searches and the path (planner.core.progress)."""
     order = [lay.name for lay in graph.layers]
     coef = cycle_units(objective, ruleset.objective, chip)
     timed = bool(coef) or (options_memo is not None and objective.timed)
     if objective is Objective.TRAFFIC and not timed and ruleset.search.prune_by_floor and prune:
         return _bounded_groups(graph, chip, ruleset, objective, memo, budget, jobs,
-                               whole_maps, bounded)
+                               whole_maps, bounded, progress)
     rows, tasks, skipped = _interval_rows(graph, chip, ruleset, order, memo, budget, timed)
     ctx = Context(graph, chip, ruleset, objective, timed,
                   budget.until if budget is not None else None)
-    found = _search_rows(ctx, rows, tasks, jobs)
+    found = _search_rows(ctx, rows, tasks, jobs, progress)
     choice: dict[tuple[int, int], TileChoice] = {}
     options: dict[tuple[int, int], list[Option]] = {}
     quick_layers = 0  # layers searched quickly, past the budget
@@ -132,7 +134,9 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     _note_left_out(budget, ruleset, skipped, quick_layers)
     if not coef:
         return _path_with_long_groups(graph, chip, ruleset, objective, memo, budget, jobs,
-                                      whole_maps, choice)
+                                      whole_maps, choice, progress)
+    if progress is not None:
+        progress(Progress("shortest path"))
     return _with_prefetch(graph, chip, ruleset, objective, order, options)
 
 
@@ -185,18 +189,29 @@ def _interval_rows(graph: Graph, chip: Chip, ruleset: RuleSet, order: Sequence[s
 
 
 def _search_rows(ctx: Context, rows: Sequence[_Row], tasks: dict[StructureKey, Task],
-                 jobs: int) -> dict[StructureKey, Found | None]:
+                 jobs: int, progress: ProgressSink | None = None
+                 ) -> dict[StructureKey, Found | None]:
     """Each structure's search, the single layers' first: a layer that fits no tile ends the
-    planning before the rest."""
+    planning before the rest (``progress``: told how many are done)."""
     found: dict[StructureKey, Found | None] = {}
+    tick = ticker(progress, "tile search", len(tasks), searches=True)
     for part in ([k for k, t in tasks.items() if t.required],
                  [k for k, t in tasks.items() if not t.required]):
-        found.update(zip(part, search_all(ctx, [tasks[k] for k in part], jobs), strict=True))
+        found.update(zip(part, search_all(ctx, [tasks[k] for k in part], jobs,
+                                          tick=_after(tick, len(found))), strict=True))
         for i, j, layers, what in rows:
             if j - i == 1 and isinstance(what, tuple) and what in found \
                     and (f := found[what]) is not None and f.best is None:
                 raise infeasible_layer_error(ctx.graph, ctx.chip, ctx.ruleset, layers[0])
     return found
+
+
+def _after(tick: Tick | None, before: int) -> Tick | None:
+    """`tick` for a part of a loop that starts after `before` items."""
+    if tick is None or not before:
+        return tick
+    whole = tick
+    return lambda done: whole(before + done)
 
 
 def _note_left_out(budget: Budget | None, ruleset: RuleSet, skipped: int, quick: int) -> None:
@@ -211,7 +226,8 @@ def _note_left_out(budget: Budget | None, ruleset: RuleSet, skipped: int, quick:
 def _path_with_long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                            memo: dict[tuple[str, ...], TileChoice | None] | None,
                            budget: Budget | None, jobs: int, whole_maps: dict[str, Any] | None,
-                           choice: dict[tuple[int, int], TileChoice]) -> list[Placement]:
+                           choice: dict[tuple[int, int], TileChoice],
+                           progress: ProgressSink | None = None) -> list[Placement]:
     """The shortest path over the intervals' best tiles and the groups past the size limit
     (block and whole-map groups), as placements."""
     order = [lay.name for lay in graph.layers]
@@ -224,15 +240,25 @@ def _path_with_long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective
             budget.cut("groups past search.max_group_layers not searched")
         longer = {}
     else:
-        longer = long_groups(graph, chip, ruleset, objective, budget, memo, jobs, whole_maps)
+        longer = long_groups(graph, chip, ruleset, objective, budget, memo, jobs, whole_maps,
+                             progress)
     for layers, best in longer.items():
         i = graph.index(layers[0])  # an interval of the order, longer than the limit
         choice[i, i + len(layers)] = best
         dag.add_edge(i, i + len(layers),
                      weight=objective_units(best.cost, objective, ruleset.objective, chip))
     path = nx.shortest_path(dag, 0, len(order), weight="weight")
+    if progress is not None:
+        progress(Progress("shortest path", searched=len(choice), best=sum(
+            dag[a][b]["weight"] for a, b in zip(path, path[1:], strict=False)),
+            unit=_unit(objective)))
     return _tiled_long_groups(graph, chip, ruleset, objective, memo, budget, [
         (tuple(order[a:b]), choice[a, b]) for a, b in zip(path, path[1:], strict=False)])
+
+
+def _unit(objective: Objective) -> str:
+    """The unit of an objective's units, as a Progress event states it."""
+    return "B" if objective is Objective.TRAFFIC else objective.value
 
 
 def _tiled_long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
@@ -265,7 +291,8 @@ def _tiled_long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Ob
 def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                     memo: dict[tuple[str, ...], TileChoice | None] | None,
                     budget: Budget | None, jobs: int, whole_maps: dict[str, Any] | None,
-                    bounded: set[tuple[str, ...]] | None) -> list[Placement]:
+                    bounded: set[tuple[str, ...]] | None,
+                    progress: ProgressSink | None = None) -> list[Placement]:
     """shortest_path_groups over floors (solver.bounded_path): the same candidates (intervals
     up to search.max_group_layers, block groups, whole-map groups), each searched only once
     the path reaches it."""
@@ -279,7 +306,8 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
         if searches_long_groups(ruleset):
             budget.cut("groups past search.max_group_layers not searched")
     else:
-        edges += _long_edges(graph, chip, ruleset, floors, memo, budget, whole_maps, done)
+        edges += _long_edges(graph, chip, ruleset, floors, memo, budget, whole_maps, done,
+                             progress)
 
     def units(c: TileChoice) -> int:
         return objective_units(c.cost, objective, ruleset.objective, chip)
@@ -289,7 +317,7 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     outcome = bounded_path(ctx, edges, len(order), units, jobs,
                            lambda e: _searched(ctx, memo, e),
                            lambda start, groups: done.__setitem__(start, groups),
-                           lambda e: _refine(graph, chip, ruleset, memo, e))
+                           lambda e: _refine(graph, chip, ruleset, memo, e), progress)
     if bounded is not None:  # not a whole-map end its start did not keep: no floor ruled it out
         bounded.update(e.layers for e in edges if not e.searched and e.whole is None)
     if budget is not None and (skipped or outcome.left_out):
@@ -353,9 +381,12 @@ def _block_entry_edges(graph: Graph, ruleset: RuleSet, floors: IntervalFloors,
 
 def _long_edges(graph: Graph, chip: Chip, ruleset: RuleSet, floors: IntervalFloors,
                 memo: dict[tuple[str, ...], TileChoice | None] | None, budget: Budget | None,
-                whole_maps: dict[str, Any], done: dict[Start, Any]) -> list[Edge]:
+                whole_maps: dict[str, Any], done: dict[Start, Any],
+                progress: ProgressSink | None = None) -> list[Edge]:
     """The edges of the block groups and whole-map groups past search.max_group_layers."""
     edges: list[Edge] = []
+    if progress is not None:
+        progress(Progress("block groups"))
     for layers, search in block_group_searches(graph, chip, ruleset, budget):
         cached = _memo_get(memo, layers)
         if cached is not None:

@@ -33,6 +33,9 @@ from fuseplan.planner.app.problem import objective_of as objective_of
 from fuseplan.planner.app.problem import prepare as prepare
 from fuseplan.planner.core.errors import InputError, Interrupted, PlanningError
 from fuseplan.planner.core.files import make_dir, write_with
+from fuseplan.planner.core.progress import Progress as Progress
+from fuseplan.planner.core.progress import ProgressSink as ProgressSink
+from fuseplan.planner.core.progress import within
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import (
@@ -72,11 +75,13 @@ def solve(model: str, rules: str | Path | None = None, hardware: str | None = No
           shapes: Mapping[str, tuple[int, ...]] | None = None,
           objective: Objective | str | None = None,
           solver: str = "cpsat", time_limit: float | None = None,
-          overrides: Sequence[str] = (), jobs: int = 1) -> Plan:
+          overrides: Sequence[str] = (), jobs: int = 1,
+          progress: ProgressSink | None = None) -> Plan:
     """Plan a model: ``fuseplan.solve("model.onnx", rules=..., hardware=...)``; ``jobs``:
-    processes the tile searches run on."""
-    return plan_problem(prepare(model, rules, hardware, shapes, overrides), solver, objective,
-                        time_limit, jobs=jobs)
+    processes the tile searches run on; ``progress``: told of every phase as it goes
+    (planner.core.progress; the plan is the same with it or without)."""
+    return plan_problem(prepare(model, rules, hardware, shapes, overrides, progress), solver,
+                        objective, time_limit, jobs=jobs, progress=progress)
 
 
 def _plan_header_of(plan_path: Path) -> dict[str, Any]:
@@ -120,28 +125,35 @@ def _plan_shapes(doc: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 def verify(model: str, plan_path: str | Path, seed: int = 0, golden: str | Path | None = None,
            hardware: str | None = None, overrides: Sequence[str] = (),
            shapes: Mapping[str, tuple[int, ...]] | None = None, weights: str = "auto",
-           corrupt: Corruption | None = None) -> VerifyReport:
+           corrupt: Corruption | None = None,
+           progress: ProgressSink | None = None) -> VerifyReport:
     """Emulate a plan file and check every tensor it moves through DRAM, its counters, its
     stated numbers and its cycles against onnxruntime (or golden outputs); ``weights``:
-    auto | model | random (planner.app.verify_file); ``corrupt``: the emulator's test hook."""
+    auto | model | random (planner.app.verify_file); ``corrupt``: the emulator's test hook;
+    ``progress``: told of the loading, the reference run and the groups emulated."""
     from fuseplan.planner.app.verify_file import verify_file
 
     plan_path = Path(plan_path)
+    if progress is not None:
+        progress(Progress("loading model"))
     doc = _plan_header_of(plan_path)
     loaded = load_for_plan(model, plan_path, doc, shapes)
     return verify_file(loaded, plan_path, doc, seed, None if golden is None else Path(golden),
-                       hardware, overrides, weights, corrupt)
+                       hardware, overrides, weights, corrupt, progress)
 
 
 def compare(problem: Problem, objective: Objective | str | None = None,
-            time_limit: float | None = None, jobs: int = 1
-            ) -> list[tuple[str, Plan | None, str]]:
+            time_limit: float | None = None, jobs: int = 1,
+            progress: ProgressSink | None = None) -> list[tuple[str, Plan | None, str]]:
     """All four planners on the same problem: (solver, plan or None, status or error);
-    ``jobs``: processes the tile searches run on (0: every core)."""
+    ``jobs``: processes the tile searches run on (0: every core); ``progress``: told of each
+    planner's phases, each tagged with the planner ("greedy, 2 of 4")."""
     rows: list[tuple[str, Plan | None, str]] = []
-    for name in ("layer", "greedy", "shortest-path", "cpsat"):
+    names = ("layer", "greedy", "shortest-path", "cpsat")
+    for k, name in enumerate(names, 1):
         try:
-            plan = plan_problem(problem, name, objective, time_limit, jobs=jobs)
+            plan = plan_problem(problem, name, objective, time_limit, jobs=jobs,
+                                progress=within(progress, f"{name}, {k} of {len(names)}"))
             rows.append((name, plan, str(plan.solver.get("status"))))
         except PlanningError as exc:
             rows.append((name, None, str(exc)))
@@ -232,12 +244,12 @@ def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> 
 
 
 def partition(problem: Problem, policy: str | None = None, out_dir: str | Path | None = None,
-              objective: Objective | str | None = None, jobs: int = 1
-              ) -> tuple[list[Any], Plan]:
+              objective: Objective | str | None = None, jobs: int = 1,
+              progress: ProgressSink | None = None) -> tuple[list[Any], Plan]:
     """Seed 003's serial subgraphs, each compiled (`jobs` at a time, in worker processes), and
     one plan of the whole model built from their plans (so the chain verifies in one
     emulation). With `out_dir`, each subgraph is written as an ONNX model with its plan
-    file."""
+    file. ``progress``: told of the pieces compiled and the merges tried."""
     from dataclasses import replace as dc_replace
 
     from fuseplan.planner.app.partition import combined_plan, restrict
@@ -259,7 +271,9 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
         return plan_problem(sub, settings.planner, goal, memo=memo)
 
     subs = run_partition(problem.graph, problem.chip, problem.ruleset, settings, plan_part,
-                         jobs, memo)
+                         jobs, memo, progress)
+    if progress is not None:
+        progress(Progress("assembling plan"))
     whole = combined_plan(problem.graph, problem.chip, subs, header, goal) \
         if all(s.status == "ok" for s in subs) else None
     if out_dir is not None:
@@ -315,17 +329,21 @@ def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[A
     return written
 
 
-def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0) -> VerifyReport:
+def verify_in_memory(problem: Problem, plan: Plan, seed: int = 0,
+                     progress: ProgressSink | None = None) -> VerifyReport:
     """Verify a plan of a prepared problem without a plan file, as `verify` does one with
     `--weights auto`: the model's own weights unless they are placeholders or leave an
-    output uninformative, then seeded random ones (planner.app.verify_reference)."""
-    from fuseplan.planner.app.verify import dram_tensors, verify_plan
+    output uninformative, then seeded random ones (planner.app.verify_reference);
+    ``progress``: told of the reference run and the groups emulated."""
+    from fuseplan.planner.app.verify import REFERENCE_PHASE, dram_tensors, verify_plan
     from fuseplan.planner.app.verify_reference import choose_weights
 
     loaded = problem.model
     inputs = random_inputs(loaded, seed)
+    if progress is not None:
+        progress(Progress(REFERENCE_PHASE))
     weighted, choice, reference = choose_weights(
         loaded, dram_tensors(problem.graph, plan), inputs, seed, "auto")
     graph = build_graph(weighted)
     return verify_plan(weighted, graph, plan, problem.chip, inputs, reference=reference,
-                       weights=choice)
+                       weights=choice, progress=progress)

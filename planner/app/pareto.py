@@ -11,19 +11,21 @@ from fuseplan.planner.app.assemble import assemble
 from fuseplan.planner.app.planning import cpsat_groups, plan_problem, whole_network
 from fuseplan.planner.app.problem import Problem
 from fuseplan.planner.core.errors import InputError, PlanningError
+from fuseplan.planner.core.progress import ProgressSink, within
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.placement import Placement
 
 
 def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
-           jobs: int = 1) -> list[Plan]:
+           jobs: int = 1, progress: ProgressSink | None = None) -> list[Plan]:
     """Non-dominated (cycles, energy) plans by epsilon constraints (seed 004 ¶49-54).
 
     The latency-optimal and energy-optimal plans bound the front; between them CP-SAT
     minimises energy with the plan's cycles capped at evenly spaced values, warm-started
     from the latency plan (which meets every cap). ``jobs``: processes the tile searches
-    run on (0: every core).
+    run on (0: every core). ``progress``: told of each point's phases, each tagged
+    "point k of N" (planner.core.progress).
     """
     from fuseplan.solver.parallel import available_jobs
 
@@ -32,21 +34,24 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
         raise InputError(f"--points must be at least 2 (got {points}): the two ends of the "
                          "front. Pass --points 2 or more.")
     if whole_network(problem) is not None:  # one group: nothing to trade
-        return [plan_problem(problem, "cpsat", Objective.LATENCY, time_limit, jobs=jobs)]
+        return [plan_problem(problem, "cpsat", Objective.LATENCY, time_limit, jobs=jobs,
+                             progress=within(progress, "point 1 of 1"))]
     header = problem.plan_header()
     cache: dict[Objective, Any] = {}
 
     def planned(objective: Objective, cap: int | None = None,
-                warm: Sequence[Placement] | None = None) -> tuple[Plan, list[Placement]]:
+                warm: Sequence[Placement] | None = None, point: int = 1
+                ) -> tuple[Plan, list[Placement]]:
         started = time.perf_counter()
-        groups, info = cpsat_groups(problem, objective, time_limit, cap, cache, warm, jobs=jobs)
+        groups, info = cpsat_groups(problem, objective, time_limit, cap, cache, warm, jobs=jobs,
+                                    progress=within(progress, f"point {point} of {points}"))
         info["wall_s"] = round(time.perf_counter() - started, 3)
         return assemble(problem.graph, problem.chip, groups, objective=objective, solver=info,
                         layer_by_layer=problem.layer_by_layer_bytes,
                         **header), groups
 
-    fastest, _ = planned(Objective.LATENCY)
-    cheapest, _ = planned(Objective.ENERGY)
+    fastest, _ = planned(Objective.LATENCY, point=1)
+    cheapest, _ = planned(Objective.ENERGY, point=2)
     low, high = fastest.totals.cycles, cheapest.totals.cycles
     plans = [fastest, cheapest]
     for k in range(1, points - 1):
@@ -55,7 +60,8 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
             continue
         start = blend(problem, fastest, cheapest, cap)
         try:
-            plans.append(planned(Objective.ENERGY, cap, [g.placement for g in start.groups])[0])
+            plans.append(planned(Objective.ENERGY, cap, [g.placement for g in start.groups],
+                                 k + 2)[0])
         except PlanningError:  # no plan under this cap within the time limit: skip the point
             continue
     return non_dominated(plans)

@@ -31,6 +31,7 @@ from typing import Any, cast
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.app.assemble import assemble
 from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.geometry.regions import group_io
@@ -86,10 +87,14 @@ class Compiler:
 
     def __init__(self, graph: Graph, chip: Chip, ruleset: RuleSet, settings: PartitionSettings,
                  plan_fn: Callable[[Graph, Sequence[str]], Plan],
-                 memo: Memo | None = None) -> None:
+                 memo: Memo | None = None, progress: ProgressSink | None = None) -> None:
         self.graph, self.chip, self.ruleset, self.settings = graph, chip, ruleset, settings
         self.plan_fn = plan_fn
         self.memo: Memo = {} if memo is None else memo
+        # told of the pieces compiled and the merges tried (in this process only: a child
+        # compiling a piece tells nobody)
+        self.progress = progress
+        self.merges: tuple[int, int] | None = None  # merges tried of at most, while merging
 
     def describe(self, layers: Sequence[str], reason: str) -> Subgraph:
         io = group_io(self.graph, layers)
@@ -112,6 +117,7 @@ class Compiler:
 
     def compile(self, sub: Subgraph) -> Subgraph:
         """The subgraph planned, or marked failed with the reason."""
+        self._merge_tried()
         why = self.over_limits(sub)
         if why is not None:
             return replace(sub, status="failed", reason=f"{sub.reason}; does not compile: {why}")
@@ -120,6 +126,15 @@ class Compiler:
         except PlanningError as exc:
             return replace(sub, status="failed", reason=f"{sub.reason}; does not compile: {exc}")
         return replace(sub, plan=plan)
+
+    def _merge_tried(self) -> None:
+        """Count a merge tried (while merging) and tell the progress sink."""
+        if self.merges is None:
+            return
+        tried, most = self.merges
+        self.merges = (tried + 1, most)
+        if self.progress is not None:
+            self.progress(Progress("merging pieces", tried + 1, most))
 
     def compile_many(self, subs: Sequence[Subgraph], pool: Workers | None) -> list[Subgraph]:
         """Compile every piece, in the pool's worker processes when there is one; pieces over
@@ -131,10 +146,14 @@ class Compiler:
                 done[i] = self.compile(sub)
             else:
                 todo.append(i)
+            if pool is None and self.progress is not None:
+                self.progress(Progress("compiling pieces", i + 1, len(subs)))
         # largest first, so the last piece to finish is a small one
         todo.sort(key=lambda i: -subs[i].nodes)
         if pool is not None:
-            for i, (compiled, fresh) in zip(todo, pool.compile([subs[i] for i in todo]),
+            tick = ticker(self.progress, "compiling pieces", len(subs))
+            ticks = None if tick is None else _after(tick, len(subs) - len(todo))
+            for i, (compiled, fresh) in zip(todo, pool.compile([subs[i] for i in todo], ticks),
                                             strict=True):
                 done[i] = compiled
                 self.memo.update(fresh)
@@ -153,6 +172,7 @@ def _compile_in_child(compiler: Compiler, sub: Subgraph, conn: Connection) -> No
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it (not the CLI's handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+    compiler.progress = None  # the parent tells of the pieces
     try:
         known = set(compiler.memo)
         done = compiler.compile(sub)
@@ -175,8 +195,10 @@ class Workers:
     compiler: Compiler
     jobs: int
 
-    def compile(self, subs: Sequence[Subgraph]) -> list[tuple[Subgraph, Memo]]:
-        """Every piece compiled, in order, with the memo entries its planning added."""
+    def compile(self, subs: Sequence[Subgraph], tick: Callable[[int], None] | None = None
+                ) -> list[tuple[Subgraph, Memo]]:
+        """Every piece compiled, in order, with the memo entries its planning added;
+        ``tick``: told how many are done after each one."""
         context = multiprocessing.get_context("fork")
         results: list[tuple[Subgraph, Memo] | None] = [None] * len(subs)
         waiting = list(range(len(subs)))
@@ -212,6 +234,8 @@ class Workers:
                     if isinstance(answer, BaseException):
                         raise answer
                     results[i] = answer
+                    if tick is not None:
+                        tick(sum(r is not None for r in results))
         finally:
             # an error or Ctrl-C here must not leave the other children planning (or
             # blocked writing a large answer into a pipe nobody reads)
@@ -394,10 +418,12 @@ MERGES = {"threshold": merge_threshold, "forward": merge_forward,
 
 def partition(graph: Graph, chip: Chip, ruleset: RuleSet, settings: PartitionSettings,
               plan_fn: Callable[[Graph, Sequence[str]], Plan], jobs: int = 1,
-              memo: Memo | None = None) -> list[Subgraph]:
+              memo: Memo | None = None, progress: ProgressSink | None = None
+              ) -> list[Subgraph]:
     """Serial subgraphs of the model, each compiled (`jobs` pieces at a time), merged by the
-    policy. ``memo``: the dict plan_fn fills with candidate groups' best tiles, if any."""
-    compiler = Compiler(graph, chip, ruleset, settings, plan_fn, memo)
+    policy. ``memo``: the dict plan_fn fills with candidate groups' best tiles, if any;
+    ``progress``: told of the pieces compiled and the merges tried (planner.core.progress)."""
+    compiler = Compiler(graph, chip, ruleset, settings, plan_fn, memo, progress)
     order = [lay.name for lay in graph.layers]
     cuts = [0]
     reasons = ["start of the model"]
@@ -413,7 +439,15 @@ def partition(graph: Graph, chip: Chip, ruleset: RuleSet, settings: PartitionSet
         compiled = split_until_compiled(compiler, pieces, pool)
     if any(s.status != "ok" for s in compiled) or len(compiled) < 2:
         return compiled
+    compiler.merges = (0, len(compiled) - 1)  # each policy tries at most one merge a seam
+    if progress is not None:
+        progress(Progress("merging pieces", 0, len(compiled) - 1))
     return MERGES[settings.policy](compiler, compiled)
+
+
+def _after(tick: Callable[[int], None], before: int) -> Callable[[int], None]:
+    """`tick` for a part of a loop that starts after `before` items."""
+    return lambda done: tick(before + done)
 
 
 def combined_plan(graph: Graph, chip: Chip, subs: Sequence[Subgraph], header: dict,

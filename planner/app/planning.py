@@ -13,6 +13,7 @@ from fuseplan.planner.app.assemble import assemble, layer_placements
 from fuseplan.planner.app.problem import Problem, objective_of
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import InputError, PlanningError
+from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.data import Plan
@@ -27,7 +28,8 @@ ASSEMBLY_S, ASSEMBLY_S_PER_LAYER = 0.8, 0.008  # what a time-limited plan keeps 
 def plan_problem(problem: Problem, solver: str = "cpsat",
                  objective: Objective | str | None = None, time_limit: float | None = None,
                  memo: dict[tuple[str, ...], Any] | None = None,
-                 started: float | None = None, jobs: int = 1) -> Plan:
+                 started: float | None = None, jobs: int = 1,
+                 progress: ProgressSink | None = None) -> Plan:
     """Plan a prepared problem with one of the four planners.
 
     ``time_limit`` bounds the whole planning, from ``started`` (a ``time.perf_counter()``
@@ -37,7 +39,8 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     group's best tile under this objective; pass the same dict to plans of overlapping
     subgraphs of one model so no group's tile search runs twice. ``jobs``: processes the tile
     searches run on, 0 for every core (solver.parallel; the plan is the same for any
-    count)."""
+    count). ``progress``: told of every phase (planner.core.progress; the plan is the same
+    with it or without)."""
     from fuseplan.solver.greedy import greedy_groups
     from fuseplan.solver.parallel import available_jobs
     from fuseplan.solver.shortest_path import shortest_path_groups
@@ -53,43 +56,57 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     # the searches leave time to assemble the plan (its groups' costs, the layer-by-layer
     # reference) and to write it
     searches = budget.less(ASSEMBLY_S + ASSEMBLY_S_PER_LAYER * len(g.layers))
-    whole = whole_network(problem) if rs.search.whole_network_first and solver != "layer" \
-        else None
+    first = rs.search.whole_network_first and solver != "layer"
+    if first and progress is not None:
+        progress(Progress("whole network"))
+    whole = whole_network(problem) if first else None
     if whole is not None:
         at_once: dict[str, Any] = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP",
                                    "gap": 0.0, "wall_s": round(time.perf_counter() - started, 3)}
         return assemble(g, chip, [whole], objective=goal, solver=at_once, **header,
-                        layer_by_layer=problem.layer_by_layer_on(jobs))
+                        layer_by_layer=_layer_by_layer(problem, jobs, progress))
     info: dict[str, Any]
     if solver == "layer":  # no fusion: whole layers, tiled only where they do not fit
         info = {"name": "layer", "status": "OPTIMAL", "gap": 0.0,
                 "wall_s": round(time.perf_counter() - started, 3)}
+        if progress is not None:
+            progress(Progress("layer by layer"))
         return assemble(g, chip, layer_placements(g, chip), objective=goal, solver=info,
-                        **header, layer_by_layer=problem.layer_by_layer_on(jobs))
+                        **header, layer_by_layer=_layer_by_layer(problem, jobs, progress))
     groups: list[Placement]
     if solver == "greedy":
-        groups = greedy_groups(g, chip, rs)
+        groups = greedy_groups(g, chip, rs, progress)
         info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
     elif solver == "shortest-path":
-        groups = shortest_path_groups(g, chip, rs, goal, memo, budget=searches, jobs=jobs)
+        groups = shortest_path_groups(g, chip, rs, goal, memo, budget=searches, jobs=jobs,
+                                      progress=progress)
         # exact over intervals of the topological order, which are all groups only on a chain
         chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)
         info = {"name": "shortest-path", "status": "OPTIMAL" if chain else "FEASIBLE",
                 "gap": 0.0 if chain else None}
     else:
-        groups, info = cpsat_groups(problem, goal, None, memo=memo, budget=searches, jobs=jobs)
+        groups, info = cpsat_groups(problem, goal, None, memo=memo, budget=searches, jobs=jobs,
+                                    progress=progress)
     if budget.cuts:  # optimal only over what was searched: no proof of anything
         info.update(status="FEASIBLE", gap=None, stopped="; ".join(budget.cuts))
         info.pop("bound", None)
         info.pop("solved_by", None)
     info["wall_s"] = round(time.perf_counter() - started, 3)
     plan = assemble(g, chip, groups, objective=goal, solver=info, **header,
-                    layer_by_layer=problem.layer_by_layer_on(jobs))
+                    layer_by_layer=_layer_by_layer(problem, jobs, progress))
     if "solved_by" in info:  # proven by the path: its objective is the plan's, and the bound
         units = objective_units(plan.totals, goal, rs.objective, chip)
         plan = dc_replace(plan, solver={**plan.solver, "objective": float(units),
                                         "bound": float(units)})
     return _gap_to_floor(plan) if budget.cuts else plan
+
+
+def _layer_by_layer(problem: Problem, jobs: int, progress: ProgressSink | None) -> int:
+    """The problem's layer-by-layer bytes (every plan's reference), the phase told first:
+    its searches, and the plan's assembly after it, take a while on a deep network."""
+    if progress is not None:
+        progress(Progress("assembling plan"))
+    return problem.layer_by_layer_on(jobs)
 
 
 def _gap_to_floor(plan: Plan) -> Plan:
@@ -122,12 +139,13 @@ def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | Non
                  cycles_cap: int | None = None, cache: dict[Objective, Any] | None = None,
                  warm: Sequence[Placement] | None = None,
                  memo: dict[tuple[str, ...], Any] | None = None, budget: Budget | None = None,
-                 jobs: int = 1) -> tuple[list[Placement], dict[str, Any]]:
+                 jobs: int = 1, progress: ProgressSink | None = None
+                 ) -> tuple[list[Placement], dict[str, Any]]:
     """CP-SAT groups warm-started from the shortest-path plan (or `warm`), and the solver
     info. ``cache`` keeps each objective's interval tiles across calls (a Pareto sweep);
     ``memo`` seeds this objective's interval tiles (shared by a partition's pieces);
     ``budget`` bounds the searches and the solve together (``time_limit`` bounds the solve
-    alone)."""
+    alone); ``progress``: told of the searches and the solve (planner.core.progress)."""
     from fuseplan.solver.cpsat import faster_buffering, intervals_only, reserve_s, solve_cpsat
     from fuseplan.solver.shortest_path import shortest_path_groups
 
@@ -143,7 +161,8 @@ def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | Non
         # candidate is no interval of the order CP-SAT weighs (searches) every one anyway
         path = shortest_path_groups(g, chip, rs, objective, memo, options, budget, jobs,
                                     whole_maps, bounded,
-                                    prune=rs.search.exact_path_first and intervals_only(g, rs))
+                                    prune=rs.search.exact_path_first and intervals_only(g, rs),
+                                    progress=progress)
         # + trade-off fronts (capped solves)
         cache[objective] = (memo, options, path, {}, whole_maps, bounded)
     memo, options, path, trade_offs, whole_maps, bounded = cache[objective]
@@ -162,7 +181,7 @@ def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | Non
         return list(hint), {"name": "cpsat", "status": "FEASIBLE", "gap": None}
     try:
         result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo,
-                             options, trade_offs, budget, jobs, whole_maps)
+                             options, trade_offs, budget, jobs, whole_maps, progress)
     except PlanningError as exc:
         if hint and budget.left() is not None and "status UNKNOWN" in str(exc):
             budget.cut("CP-SAT found no plan in the time left; the shortest-path plan is "

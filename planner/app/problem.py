@@ -12,6 +12,7 @@ from typing import Any
 from fuseplan.hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
 from fuseplan.planner.app.assemble import layer_by_layer_bytes
 from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import LoadedModel, load_model
@@ -56,12 +57,21 @@ class Problem:
 
 def prepare(model: str, rules: str | Path | None = None, hardware: str | None = None,
             shapes: Mapping[str, tuple[int, ...]] | None = None,
-            overrides: Sequence[str] = ()) -> Problem:
-    """Load and check a model (path or zoo:NAME), a rule file and a chip (file or preset)."""
+            overrides: Sequence[str] = (), progress: ProgressSink | None = None) -> Problem:
+    """Load and check a model (path or zoo:NAME), a rule file and a chip (file or preset);
+    ``progress``: told of each step (planner.core.progress)."""
+    if progress is not None:
+        progress(Progress("loading model"))
     loaded = load_model(model, dict(shapes or {}))
+    if progress is not None:
+        progress(Progress("loading chip"))
     chip, chip_file = load_chip(hardware, overrides)
-    return Problem(loaded, build_graph(loaded), chip, chip_file, tuple(overrides),
-                   load_rules(rules))
+    if progress is not None:
+        progress(Progress("building graph"))
+    graph = build_graph(loaded)
+    if progress is not None:
+        progress(Progress("loading rules"))
+    return Problem(loaded, graph, chip, chip_file, tuple(overrides), load_rules(rules))
 
 
 def objective_of(problem: Problem, objective: Objective | str | None) -> Objective:

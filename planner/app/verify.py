@@ -34,6 +34,7 @@ from fuseplan.planner.app.verify_tensors import (
     finite_or_none,
 )
 from fuseplan.planner.core.errors import PlanDefect
+from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.cost.counters import TIMING_FIELDS, Counters
 from fuseplan.planner.cost.objective import energy_pj
 from fuseplan.planner.front.onnx_load import LoadedModel
@@ -44,6 +45,7 @@ from fuseplan.planner.plan.data import Plan
 
 # what must equal the prediction exactly: bytes and work (time comes from the emulator's own
 # clock and is compared, see CycleComparison)
+REFERENCE_PHASE = "onnxruntime reference"  # the phase a progress sink hears while it runs
 COUNTERS = tuple(f.name for f in fields(Counters) if f.name not in TIMING_FIELDS)
 # the cost model's closed-form cycles against the emulator's event clock (README, "Emulated
 # against predicted cycles"). The closed form (fill + max(transfers, compute) + drain) is a
@@ -286,16 +288,19 @@ def verify_plan(model: LoadedModel, graph: Graph, plan: Plan, chip: Chip,
                 inputs: Mapping[str, np.ndarray], golden: Path | None = None,
                 stated: Sequence[Collection[str]] | None = None, *,
                 reference: Reference | None = None, corrupt: Corruption | None = None,
-                weights: WeightsChoice | None = None) -> VerifyReport:
+                weights: WeightsChoice | None = None,
+                progress: ProgressSink | None = None) -> VerifyReport:
     """Emulate the plan on `inputs` and check every DRAM tensor, the counters and the cycles.
 
     The reference: `reference` when given, else the `golden` file's tensors, else
     onnxruntime on `model`. ``stated``: per group, the counters its plan file states (None:
     all). ``corrupt``: the emulator's test hook (emulator.run.Corruption). ``weights``: how
-    the caller chose the model's weights, reported as is."""
+    the caller chose the model's weights, reported as is. ``progress``: told of the groups
+    emulated and of the reference run (planner.core.progress)."""
     started = time.perf_counter()
     try:
-        result: EmulationResult = emulate(graph, plan, chip, inputs, corrupt=corrupt)
+        result: EmulationResult = emulate(graph, plan, chip, inputs, corrupt=corrupt,
+                                          progress=progress)
     except EmulationError as exc:
         raise PlanDefect(
             f"{exc} The planner made a plan its emulator cannot execute; please report it "
@@ -303,6 +308,8 @@ def verify_plan(model: LoadedModel, graph: Graph, plan: Plan, chip: Chip,
     emulator_s = time.perf_counter() - started
     order = dram_order(graph, plan)
     if reference is None:
+        if progress is not None and golden is None:
+            progress(Progress(REFERENCE_PHASE))
         reference = Reference("golden", read_golden(golden).tensors, 0.0) if golden is not None \
             else onnxruntime_reference(model, [t for t, _ in order], inputs)
     got = {**result.tensors, **result.outputs}

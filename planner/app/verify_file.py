@@ -21,7 +21,7 @@ import numpy as np
 from fuseplan.emulator.run import Corruption
 from fuseplan.planner.app.integrity import first_misstatement
 from fuseplan.planner.app.problem import chip_for_plan
-from fuseplan.planner.app.verify import VerifyReport, dram_tensors, verify_plan
+from fuseplan.planner.app.verify import REFERENCE_PHASE, VerifyReport, dram_tensors, verify_plan
 from fuseplan.planner.app.verify_reference import (
     Reference,
     choose_weights,
@@ -30,6 +30,7 @@ from fuseplan.planner.app.verify_reference import (
     save_golden,
 )
 from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import LoadedModel, random_inputs
 from fuseplan.planner.plan.json_io import load_plan
@@ -48,10 +49,12 @@ def _dram_names(loaded: LoadedModel, plan_path: Path, doc: Mapping[str, Any],
 def verify_file(loaded: LoadedModel, plan_path: Path, doc: Mapping[str, Any], seed: int = 0,
                 golden: Path | None = None, hardware: str | None = None,
                 overrides: Sequence[str] = (), weights: str = "auto",
-                corrupt: Corruption | None = None) -> VerifyReport:
+                corrupt: Corruption | None = None,
+                progress: ProgressSink | None = None) -> VerifyReport:
     """Emulate a plan file (its JSON already read and validated: `doc`) on seeded inputs, or
     a golden file's, and check it (module docstring). ``weights``: auto, model or random
-    (planner.app.verify_reference); ``corrupt``: the emulator's test hook."""
+    (planner.app.verify_reference); ``corrupt``: the emulator's test hook; ``progress``:
+    told of the reference run and the groups emulated (planner.core.progress)."""
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     if golden is not None:
         stored = read_golden(golden)
@@ -61,12 +64,15 @@ def verify_file(loaded: LoadedModel, plan_path: Path, doc: Mapping[str, Any], se
     else:
         inputs = random_inputs(loaded, seed)
         names = _dram_names(loaded, plan_path, doc, hardware, overrides)
+        if progress is not None:
+            progress(Progress(REFERENCE_PHASE))
         weighted, choice, reference = choose_weights(loaded, names, inputs, seed, weights)
     graph = build_graph(weighted)
     plan = load_plan(plan_path, graph, chip, loaded.sha256, check_stated_totals=False)
     report = verify_plan(weighted, graph, plan, chip, inputs,
                          stated=[set(g.get("predicted", {})) for g in doc["groups"]],
-                         reference=reference, corrupt=corrupt, weights=choice)
+                         reference=reference, corrupt=corrupt, weights=choice,
+                         progress=progress)
     # the stated numbers are re-derived on the chip the plan was made for, not on an
     # override the emulator runs it on (--hw/--set)
     # (a plan that does not say its chip is not checked under an override: nothing to
