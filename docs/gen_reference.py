@@ -91,7 +91,7 @@ def _usage(path: str, cmd: Any) -> str:
         if p.param_type_name != "argument":
             continue
         name = (p.metavar or p.name).upper()
-        name += "..." if p.nargs == -1 else ""
+        name += "..." if p.nargs == -1 and not p.metavar else ""
         args.append(name if p.required else f"[{name}]")
     return " ".join([path, *args, "[OPTIONS]" if _options(cmd) else ""]).strip()
 
@@ -115,13 +115,24 @@ def _option_lines(cmd: Any, ctx: Any) -> list[str]:
     return lines
 
 
+# What an argument is, where the command gives it no help of its own (by its metavar)
+ARGUMENTS = {
+    "MODEL": "An `.onnx` file, or `zoo:NAME` for a network of the onnx package's zoo.",
+    "PLAN": "A plan file, as `fuseplan solve MODEL -o PLAN.json` writes it.",
+    "SPEC": "A sweep spec (YAML); see [Sweeps](how/sweeps.md).",
+    "MANIFEST": "A YAML list of checks; see [Verify and check](how/verify.md#check-in-ci).",
+    "PATH": "A rules file (YAML).",
+    "[MODEL] PLAN_A PLAN_B": "Two plan files of one model, optionally after the model.",
+}
+
+
 def _argument_lines(cmd: Any) -> list[str]:
     lines = []
     for p in cmd.params:
         if p.param_type_name != "argument":
             continue
         name = (p.metavar or p.name).upper()
-        helptext = " ".join((getattr(p, "help", None) or "").split())
+        helptext = " ".join((getattr(p, "help", None) or ARGUMENTS.get(name, "")).split())
         lines.append(f"- `{name}`" + (f": {_html_safe(helptext)}" if helptext else "")
                      + ("" if p.required else " (optional)"))
     return lines
