@@ -677,3 +677,43 @@ def api_page() -> str:
         sections.append("\n".join(body))
     out += ["", "## Reference\n", *sections]
     return "\n".join(out).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------- module index
+
+PACKAGES = ("planner/core", "hardware", "planner/ir", "planner/front", "planner/geometry",
+            "planner/cost", "planner/plan", "rules", "solver", "emulator", "planner/app",
+            "planner/app/sweep", "planner/ui")
+
+
+def _summary(doc: str) -> str:
+    """A docstring's first sentence, without the project's internal issue references."""
+    text = " ".join(doc.split("\n\n")[0].split())
+    text = re.sub(r"\s*\((?:issue|seed) \d+[^)]*\)", "", text)
+    text = re.sub(r";\s*(?:issue|seed) \d+\)", ")", text)
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.(\s|$)", text)
+    return text[:end.start() + 1] if end else text
+
+
+def modules_page() -> str:
+    """Every module of the packages, in import order, with its docstring's first sentence."""
+    out = [GENERATED.format(source="the module docstrings"),
+           "# Module index\n",
+           "Every module of fuseplan, package by package in the order imports flow (a "
+           "package imports only those above it; see the [code map](how/architecture.md"
+           "#code-map)). The repository's folders install under `fuseplan`: `planner/core/` "
+           "is `fuseplan.planner.core`, `rules/` is `fuseplan.rules`, and so on.\n"]
+    for package in PACKAGES:
+        out.append(f"## `{package}/`\n")
+        init = ROOT / package / "__init__.py"
+        intro = ast.get_docstring(ast.parse(init.read_text())) if init.exists() else None
+        if intro:
+            out.append(_html_safe(rst_to_md(_summary(intro)).strip()) + "\n")
+        out += ["| module | what it holds |", "|---|---|"]
+        for path in sorted((ROOT / package).glob("*.py")):
+            if path.stem == "__init__":
+                continue
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            out.append(f"| `{path.stem}` | {_cell(_html_safe(rst_to_md(_summary(doc)).strip()))} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -52,6 +52,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/chip-files.md": gen_reference.chip_page,
     "docs/plan-files.md": gen_reference.plan_page,
     "docs/api.md": gen_reference.api_page,
+    "docs/modules.md": gen_reference.modules_page,
     "docs/results/index.md": gen_results.results_index,
     "docs/results/zoo2026.md": gen_results.zoo2026_page,
     "docs/results/zoo2026.svg": lambda: gen_results.zoo2026_svg(gen_results.zoo2026_rows()),
