@@ -42,6 +42,13 @@ def _provenance(name: str) -> str:
             ).strip()
 
 
+def short_provenance(name: str) -> str:
+    """One line: which bench run a results table comes from."""
+    src = _sources()[name]
+    return (f"*{len(zoo2026_rows())} models, `bench/zoo2026` at commit `{src['commit']}` on "
+            f"{src['date']}.*")
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.2f}"
 

@@ -37,7 +37,8 @@ def readme(text: str) -> str:
         raise SystemExit(f"README.md lacks the markers {BEGIN!r} ... {END!r}")
     _, _, tail = rest.partition(END)
     table = gen_results.zoo2026_table(gen_results.zoo2026_rows())
-    return f"{head}{BEGIN}\n{table}{END}{tail}"
+    return (f"{head}{BEGIN}\n{table}\n{gen_results.short_provenance('zoo2026.json')}\n"
+            f"{END}{tail}")
 
 
 def changelog(text: str) -> str:
