@@ -45,8 +45,8 @@ def _provenance(name: str) -> str:
 def short_provenance(name: str) -> str:
     """One line: which bench run a results table comes from."""
     src = _sources()[name]
-    return (f"*{len(zoo2026_rows())} models, `bench/zoo2026` at commit `{src['commit']}` on "
-            f"{src['date']}.*")
+    return (f"*{len(zoo2026_rows())} of the {len(ZOO2026_MODELS)} models (the others take "
+            f"minutes each), `bench/zoo2026` at commit `{src['commit']}` on {src['date']}.*")
 
 
 def _mib(n: float) -> str:
