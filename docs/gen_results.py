@@ -112,7 +112,7 @@ def bars_svg(bars: Sequence[tuple[str, float, float]], title: str, unit: str) ->
                      f'<line x1="{x(ref):.1f}" y1="{y + 1}" x2="{x(ref):.1f}" y2="{y + 21}" '
                      f'stroke="#d62728" stroke-width="2"><title>layer by layer: {ref:.2f}{unit}'
                      f'</title></line>')
-    parts.append(f'<text x="{left}" y="{height - 6}" fill="#555">bars: fuseplan\'s plan; red '
+    parts.append(f'<text x="10" y="{height - 6}" fill="#555" font-size="11">bars: fuseplan\'s plan; red '
                  f'ticks: the same model layer by layer (no fusion); 1{html.escape(unit)} is the '
                  f'floor</text></svg>')
     return "".join(parts) + "\n"
