@@ -57,6 +57,8 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/results/index.md": gen_results.results_index,
     "docs/results/zoo2026.md": gen_results.zoo2026_page,
     "docs/results/zoo2026.svg": lambda: gen_results.zoo2026_svg(gen_results.zoo2026_rows()),
+    "docs/results/scale.md": gen_results.scale_page,
+    "docs/results/scale.svg": gen_results.scale_svg,
 }
 
 
