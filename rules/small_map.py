@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ortools.sat.python.cp_model import IntVar
 
+from fuseplan.planner.core.units import vs_bytes
 from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
 from fuseplan.rules.encoding import Candidate, Encoding, Expr
 
@@ -46,7 +47,8 @@ class SmallDoubleBuffer(Rule):
             + 2 * facts.in_bytes
         cap = facts.chip.sram.bytes
         if need > cap:
-            return self.violation(f"W_i + IN1 + IN2 = {need} B > SRAM {cap} B", need, cap)
+            need_s, has_s = vs_bytes(need, cap)
+            return self.violation(f"W_i + IN1 + IN2 = {need_s} > SRAM {has_s}", need, cap)
         return None
 
     def encode(self, enc: Encoding, cand: Candidate) -> None:
@@ -91,7 +93,8 @@ def _check_share(rule: Rule, facts: GroupFacts, part: int, label: str) -> Violat
     need = ceil(part / cores) + _w_share(facts.onchip_weight_bytes, cores) + facts.in_bytes
     cap = facts.chip.sram.bytes
     if need > cap:
-        return rule.violation(f"{label} = {need} B > SRAM {cap} B", need, cap)
+        need_s, has_s = vs_bytes(need, cap)
+        return rule.violation(f"{label} = {need_s} > SRAM {has_s}", need, cap)
     return None
 
 
@@ -127,7 +130,8 @@ class WramDoubleBuffer(Rule):
         need = 2 * _w_share(facts.weight_bytes, cores) if facts.weights_resident \
             else _w_share(facts.stage_peak_bytes, cores)
         if need > wram.bytes:
-            return self.violation(f"W_i + W_i+1 = {need} B > WRAM {wram.bytes} B", need,
+            need_s, has_s = vs_bytes(need, wram.bytes)
+            return self.violation(f"W_i + W_i+1 = {need_s} > WRAM {has_s}", need,
                                   wram.bytes)
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fuseplan.planner.core.units import vs_bytes
 from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
 from fuseplan.rules.encoding import Candidate, Encoding
 
@@ -31,7 +32,8 @@ class SramInOut(Rule):
             need += facts.weight_bytes
         cap = facts.chip.sram.bytes
         if need >= cap:
-            return self.violation(f"tile needs {need} B, not < SRAM {cap} B", needed=need,
+            need_s, has_s = vs_bytes(need, cap)
+            return self.violation(f"tile needs {need_s}, not < SRAM {has_s}", needed=need,
                                   allowed=cap - 1)
         return None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import ceil
 
+from fuseplan.planner.core.units import vs_bytes
 from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
 from fuseplan.rules.encoding import Candidate, Encoding
 
@@ -34,7 +35,8 @@ class SubmapFitsNram(Rule):
         cores = facts.chip.cores_per_cluster
         need = self.buffers * ceil((facts.live_peak_bytes - facts.held_bytes) / cores)
         if need > nram.bytes:
-            return self.violation(f"{self.buffers} x sub-map = {need} B > NRAM {nram.bytes} B",
+            need_s, has_s = vs_bytes(need, nram.bytes)
+            return self.violation(f"{self.buffers} x sub-map = {need_s} > NRAM {has_s}",
                                   need, nram.bytes)
         return None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from fuseplan.planner.core.units import vs_bytes
 from fuseplan.rules.base import GroupFacts, Rule, Violation, rule
 from fuseplan.rules.encoding import Candidate, Encoding
 
@@ -37,12 +38,14 @@ class WeightsFitWram(Rule):
                 return self.violation("weights are streamed, not resident in WRAM")
             pair = self._share(facts.stage_peak_bytes, facts.chip.cores_per_cluster)
             if pair > wram.bytes:
-                return self.violation(f"streamed chunks per core {pair} B > WRAM {wram.bytes} B",
+                need_s, has_s = vs_bytes(pair, wram.bytes)
+                return self.violation(f"streamed chunks per core {need_s} > WRAM {has_s}",
                                       needed=pair, allowed=wram.bytes)
             return None
         share = self._share(facts.weight_bytes, facts.chip.cores_per_cluster)
         if share > wram.bytes:
-            return self.violation(f"weights per core {share} B > WRAM {wram.bytes} B",
+            need_s, has_s = vs_bytes(share, wram.bytes)
+            return self.violation(f"weights per core {need_s} > WRAM {has_s}",
                                   needed=share, allowed=wram.bytes)
         return None
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.units import vs_bytes
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.hidden import (
     HiddenStream,
@@ -53,18 +54,21 @@ def chunk_violations(chip: Chip, what: str, sram: int, weights: int, resident: b
     share of the maps, each core's WRAM share of the weights."""
     out = []
     if sram > chip.sram.bytes:
-        out.append(Violation("HW", "sram", f"the {what} chunks need {sram} B of SRAM, has "
-                             f"{chip.sram.bytes} B", sram, chip.sram.bytes))
+        need_s, has_s = vs_bytes(sram, chip.sram.bytes)
+        out.append(Violation("HW", "sram", f"the {what} chunks need {need_s} of SRAM, has "
+                             f"{has_s}", sram, chip.sram.bytes))
     if chip.nram is not None:
         share = ceil((sram - (weights if chip.unified else 0)) / chip.cores_per_cluster)
         if share > chip.nram.bytes:
-            out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
-                                 f"{chip.nram.bytes} B", share, chip.nram.bytes))
+            need_s, has_s = vs_bytes(share, chip.nram.bytes)
+            out.append(Violation("HW", "nram", f"each core needs {need_s} of NRAM, has "
+                                 f"{has_s}", share, chip.nram.bytes))
     if chip.wram is not None and ceil(weights / chip.cores_per_cluster) > chip.wram.bytes:
         share = ceil(weights / chip.cores_per_cluster)
         held = "resident weights" if resident else "streamed weight slices"
-        out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for {held}, "
-                             f"has {chip.wram.bytes} B", share, chip.wram.bytes))
+        need_s, has_s = vs_bytes(share, chip.wram.bytes)
+        out.append(Violation("HW", "wram", f"each core needs {need_s} of WRAM for {held}, "
+                             f"has {has_s}", share, chip.wram.bytes))
     return out
 
 

@@ -22,6 +22,7 @@ from functools import cached_property, partial
 from math import ceil
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.units import vs_bytes
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.passes import fmap_peaks, held_bytes, passes_cost
@@ -114,16 +115,19 @@ class PassSearch:
         out = []
         sram = live + (weights if chip.unified else 0)
         if sram > chip.sram.bytes:
-            out.append(Violation("HW", "sram", f"the passes need {sram} B of SRAM, has "
-                                 f"{chip.sram.bytes} B", sram, chip.sram.bytes))
+            need_s, has_s = vs_bytes(sram, chip.sram.bytes)
+            out.append(Violation("HW", "sram", f"the passes need {need_s} of SRAM, has "
+                                 f"{has_s}", sram, chip.sram.bytes))
         if chip.nram is not None and ceil(cores / chip.cores_per_cluster) > chip.nram.bytes:
             share = ceil(cores / chip.cores_per_cluster)
-            out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
-                                 f"{chip.nram.bytes} B", share, chip.nram.bytes))
+            need_s, has_s = vs_bytes(share, chip.nram.bytes)
+            out.append(Violation("HW", "nram", f"each core needs {need_s} of NRAM, has "
+                                 f"{has_s}", share, chip.nram.bytes))
         if chip.wram is not None and ceil(weights / chip.cores_per_cluster) > chip.wram.bytes:
             share = ceil(weights / chip.cores_per_cluster)
-            out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for "
-                                 f"resident weights, has {chip.wram.bytes} B", share,
+            need_s, has_s = vs_bytes(share, chip.wram.bytes)
+            out.append(Violation("HW", "wram", f"each core needs {need_s} of WRAM for "
+                                 f"resident weights, has {has_s}", share,
                                  chip.wram.bytes))
         return out
 

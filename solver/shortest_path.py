@@ -25,6 +25,7 @@ from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
+from fuseplan.planner.core.units import fmt_bytes, size_setting, vs_bytes
 from fuseplan.planner.cost.bounds import IntervalFloors, group_floor_bytes
 from fuseplan.planner.cost.model import prefetch_cycles, weight_bytes
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
@@ -57,12 +58,13 @@ def infeasible_layer_error(graph: Graph, chip: Chip, ruleset: RuleSet, name: str
     worst = max(search.violations(smallest, False),
                 key=lambda v: (v.needed or 0) - (v.allowed or 0))
     over = int((worst.needed or 0) - (worst.allowed or 0))
+    need_s, has_s = vs_bytes(worst.needed or 0, worst.allowed or 0)
     return PlanningError(
         f"layer '{name}' ({graph.layer(name).op}) cannot fit the chip '{chip.name}' even alone at "
         f"the smallest tile {smallest.n}x{smallest.h}x{smallest.w}: {worst.name.upper()} needs "
-        f"{int(worst.needed or 0)} B but has {int(worst.allowed or 0)} B ({over} B over). Use a "
-        f"chip with more on-chip memory (e.g. --set {binding_memory(worst.name)}.bytes=...) or a "
-        "smaller input shape."
+        f"{need_s} but has {has_s} ({fmt_bytes(over)} over). Use a chip with more on-chip "
+        f"memory (e.g. --set {binding_memory(worst.name)}.bytes="
+        f"{size_setting(worst.needed or 0)}) or a smaller input shape."
     )
 
 

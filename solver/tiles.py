@@ -14,6 +14,7 @@ from functools import cached_property, partial
 from math import ceil
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.core.units import vs_bytes
 from fuseplan.planner.cost.model import (
     Counters,
     group_cost,
@@ -131,7 +132,8 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
     out = []
     if facts.tile.bands > 1:  # each band on its own cores and its cluster's SRAM
         return [Violation("HW", level, f"each {'cluster' if level == 'sram' else 'core'} "
-                          f"needs {need} B of {level.upper()} for its bands, has {cap} B",
+                          f"needs {vs_bytes(need, cap)[0]} of {level.upper()} for its bands, "
+                          f"has {vs_bytes(need, cap)[1]}",
                           need, cap)
                 for level, need, cap in band_overflows(chip, facts.band_peak_bytes,
                                                        facts.onchip_weight_bytes)]
@@ -146,20 +148,23 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
     resident = facts.weight_bytes if facts.weights_resident else 0
     sram_need = sram_live + (resident if chip.unified else 0)
     if sram_need > chip.sram.bytes:
-        out.append(Violation("HW", "sram", f"tile needs {sram_need} B of SRAM, has "
-                             f"{chip.sram.bytes} B", sram_need, chip.sram.bytes))
+        need_s, has_s = vs_bytes(sram_need, chip.sram.bytes)
+        out.append(Violation("HW", "sram", f"tile needs {need_s} of SRAM, has "
+                             f"{has_s}", sram_need, chip.sram.bytes))
     if chip.nram is not None:
         share = ceil(live / chip.cores_per_cluster)
         if share > chip.nram.bytes:
-            out.append(Violation("HW", "nram", f"each core needs {share} B of NRAM, has "
-                                 f"{chip.nram.bytes} B", share, chip.nram.bytes))
+            need_s, has_s = vs_bytes(share, chip.nram.bytes)
+            out.append(Violation("HW", "nram", f"each core needs {need_s} of NRAM, has "
+                                 f"{has_s}", share, chip.nram.bytes))
     weights = facts.onchip_weight_bytes
     if chip.wram is not None and weights:
         share = ceil(weights / chip.cores_per_cluster)
         what = "resident weights" if facts.weights_resident else "streamed weight chunks"
         if share > chip.wram.bytes:
-            out.append(Violation("HW", "wram", f"each core needs {share} B of WRAM for {what}, "
-                                 f"has {chip.wram.bytes} B", share, chip.wram.bytes))
+            need_s, has_s = vs_bytes(share, chip.wram.bytes)
+            out.append(Violation("HW", "wram", f"each core needs {need_s} of WRAM for {what}, "
+                                 f"has {has_s}", share, chip.wram.bytes))
     return out
 
 

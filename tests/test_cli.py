@@ -371,13 +371,19 @@ def test_infeasible_chip_exits_1(work: Path) -> None:
     res = run("solve", str(work / "residual_net.onnx"), "--set", "sram.bytes=1KiB", "--json")
     assert res.returncode == 1, res.stderr
     msg = " ".join(res.stderr.split())
-    assert re.search(r"layer 'stem3' \(Conv\).*SRAM needs \d+ B but has 1024 B", msg), msg
+    # human bytes; the value to set is one that holds what the layer needs
+    found = re.search(r"layer 'stem3' \(Conv\).*SRAM needs ([\d.,]+) (B|KiB|MiB) but has "
+                      r"1\.0 KiB \([\d.,]+ (?:B|KiB|MiB) over\)", msg)
+    assert found, msg
+    needed = float(found[1].replace(",", "")) * {"B": 1, "KiB": 2**10, "MiB": 2**20}[found[2]]
+    assert needed > 1024
     assert "Traceback" not in res.stderr
-    assert json.loads(res.stdout)["error"] == {
-        "kind": "no", "message": msg.removeprefix("no plan: "), "file": None,
-        "place": "layer 'stem3'", "where": "layer 'stem3'",
-        "fix": "Use a chip with more on-chip memory (e.g. --set sram.bytes=...) or a smaller "
-               "input shape."}
+    error = json.loads(res.stdout)["error"]
+    setting = re.fullmatch(r"Use a chip with more on-chip memory \(e\.g\. --set "
+                           r"sram\.bytes=(\d+)KiB\) or a smaller input shape\.", error.pop("fix"))
+    assert setting and int(setting[1]) * 1024 >= needed, error
+    assert error == {"kind": "no", "message": msg.removeprefix("no plan: "), "file": None,
+                     "place": "layer 'stem3'", "where": "layer 'stem3'"}
 
 
 @pytest.mark.parametrize("solver", ["greedy", "layer"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -224,7 +225,8 @@ def test_error_parts_are_read_from_the_paragraph() -> None:
 def test_no_plan_names_the_binding_memory() -> None:
     result = invoke("solve", DEMO, "--hw", "cluster4x4", "--set", "nram.bytes=1KiB", "--json")
     error = one_error(result, 1, "no")
-    assert "NRAM needs" in error["message"] and "--set nram.bytes=..." in error["message"]
+    assert "NRAM needs" in error["message"]
+    assert re.search(r"--set nram\.bytes=\d+KiB\b", error["message"]), error["message"]
     assert "sram.bytes" not in error["message"]
     assert [binding_memory(v) for v in ("WEIGHTS_FIT_WRAM", "NRAM", "SRAM",
                                         "SUBMAP_FITS_NRAM")] == ["wram", "nram", "sram", "nram"]

@@ -181,7 +181,7 @@ def explain(model: str, plan_path: str | Path, layer: str | None = None,
             rules: str | Path | None = None, hardware: str | None = None,
             overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Boundaries, a layer's placement and a re-check of every group, as a JSON document."""
-    from fuseplan.planner.app.explain import boundaries, recheck
+    from fuseplan.planner.app.explain import explain_doc
 
     plan_path = Path(plan_path)
     doc = _plan_header_of(plan_path)
@@ -190,22 +190,7 @@ def explain(model: str, plan_path: str | Path, layer: str | None = None,
     chip, _ = chip_for_plan(doc.get("hardware", {}), hardware, overrides)
     ruleset = load_rules(rules if rules is not None else doc.get("rules", {}).get("file") or None)
     plan = load_plan(plan_path, graph, chip, loaded.sha256)
-    result: dict[str, Any] = {
-        "boundaries": [{"group": b.group, "next_layer": b.next_layer, "reasons": b.reasons}
-                       for b in boundaries(graph, plan, chip, ruleset)],
-        "violations": [{"group": gid, "rule": v.rule, "name": v.name, "message": v.message,
-                        "needed": v.needed, "allowed": v.allowed}
-                       for gid, v in recheck(graph, plan, chip, ruleset)],
-    }
-    if layer is not None:
-        owner = next((g for g in plan.groups if layer in g.layers), None)
-        if owner is None:
-            raise InputError(f"{plan_path}: no layer named '{layer}' in the plan. "
-                             "`fuseplan inspect MODEL` lists the layer names.")
-        result["layer"] = {"name": layer, "group": owner.id, "group_layers": list(owner.layers)}
-        result["boundaries"] = [b for b in result["boundaries"]
-                                if b["group"] == owner.id or b["next_layer"] == layer]
-    return result
+    return explain_doc(graph, plan, chip, ruleset, layer, str(plan_path))
 
 
 def _layout_doc(layout: Layout) -> dict[str, Any]:

@@ -1,12 +1,16 @@
-"""Why a plan looks the way it does: boundaries, layers, and a re-check of every group."""
+"""Why a plan looks the way it does: boundaries and what binds them (the planner's own checks,
+with the numbers and what would lift them), layers, and a re-check of every group."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.core.errors import InputError, PlanningError
+from fuseplan.planner.core.units import size_setting, vs_bytes
 from fuseplan.planner.cost.objective import Objective, objective_value
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.ir.graph import Graph
@@ -22,21 +26,90 @@ from fuseplan.solver.tiles import GroupSearch
 
 @dataclass
 class Boundary:
-    """What stops group `group` from taking in the layer `next_layer`."""
+    """What stops group `group` from taking in the layer `next_layer`: the reasons in words
+    and, where a rule or a capacity binds, its violation (with the numbers)."""
 
     group: int
     next_layer: str
     reasons: list[str] = field(default_factory=list)
+    binds: list[Violation] = field(default_factory=list)
+
+
+_LEVELS = ("sram", "nram", "wram")
+_BYTES_SAID = re.compile(r"\d B\b|\d(?:\.\d+)? [KMG]iB\b")
+
+
+def in_bytes(v: Violation, chip: Chip) -> bool:
+    """Whether the violation's numbers (needed, allowed) are bytes: a capacity of the chip,
+    or a rule that speaks of bytes."""
+    return v.rule == "HW" or _level_of(v, chip) is not None or bool(_BYTES_SAID.search(v.message))
+
+
+def _level_of(v: Violation, chip: Chip) -> str | None:
+    """The chip memory whose capacity the violation's `allowed` is (``sram``, ``nram``,
+    ``wram``), or None."""
+    if v.rule == "HW" and v.name in _LEVELS:
+        return v.name
+    for level in _LEVELS:
+        mem = getattr(chip, level, None)
+        if mem is not None and v.allowed is not None and mem.bytes - 1 <= v.allowed <= mem.bytes \
+                and level.upper() in v.message.upper():
+            return level
+    return None
+
+
+def remedy(v: Violation, chip: Chip, ruleset: RuleSet) -> str:
+    """What would lift the violation, short: a chip capacity large enough for what is needed
+    (``--set sram.bytes=36KiB``), a rule's setting in the rules file (``redundancy:
+    threshold_pct: 188 (now 100)``), or the rule turned off (``small_map off``)."""
+    level = _level_of(v, chip)
+    if level is not None and v.needed is not None:
+        chip_fix = f"--set {level}.bytes={size_setting(v.needed)}"
+        return chip_fix if v.rule == "HW" else f"{chip_fix}, or {v.name} off"
+    rule = next((r for r in ruleset.rules if r.code == v.rule), None)
+    if rule is not None and v.needed is not None and v.allowed is not None:
+        for f in fields(rule):  # type: ignore[arg-type]
+            value = getattr(rule, f.name)
+            if f.name != "enabled" and isinstance(value, int | float) \
+                    and not isinstance(value, bool) and value == v.allowed:
+                need = v.needed if isinstance(value, float) else int(-(-v.needed // 1))
+                return f"{v.name}: {f.name}: {need:g} (now {value:g}), or {v.name} off"
+    if rule is not None:
+        return f"{v.name} off"
+    return "a larger chip (--set), or a tile the group's layers allow"
+
+
+def lift(binds: list[Violation], chip: Chip, ruleset: RuleSet) -> list[str]:
+    """The changes that lift every violation of a boundary at once: each chip memory raised
+    to the most any of them needs, and the rules that do not speak of a capacity relaxed."""
+    most: dict[str, float] = {}
+    rest = []
+    for v in binds:
+        level = _level_of(v, chip)
+        if level is not None and v.needed is not None:
+            most[level] = max(most.get(level, 0), v.needed)
+        else:
+            rest.append(remedy(v, chip, ruleset).split(", or ")[0])
+    return [f"--set {level}.bytes={size_setting(need)}" for level, need in most.items()] + rest
+
+
+def describe(v: Violation, chip: Chip) -> tuple[str, str]:
+    """(needed, available) of a violation as people read them: bytes with their unit."""
+    if v.needed is not None and v.allowed is not None and in_bytes(v, chip):
+        return vs_bytes(v.needed, v.allowed)
+    return tuple("-" if x is None else f"{x:,.4g}"  # type: ignore[return-value]
+                 for x in (v.needed, v.allowed))
 
 
 def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str, ...],
-                  rest: tuple[str, ...], objective: Objective, current_cost: float) -> list[str]:
-    """Why `layers` (a group plus the next layer) is not a group of the plan; `rest` is what
-    would remain of the next layer's group."""
+                  rest: tuple[str, ...], objective: Objective, current_cost: float
+                  ) -> tuple[list[str], list[Violation]]:
+    """Why `layers` (a group plus the next layer) is not a group of the plan, in words and
+    as the violations that bind; `rest` is what would remain of the next layer's group."""
     if not is_connected(graph, layers):
-        return ["not connected: the layer does not consume anything of the group"]
+        return ["not connected: the layer does not consume anything of the group"], []
     if not is_convex(graph, layers):
-        return ["not convex: a path would leave the group and come back"]
+        return ["not convex: a path would leave the group and come back"], []
     search = GroupSearch.of(graph, layers, chip, ruleset)
     best = search.best(objective)
     if best is not None:
@@ -45,17 +118,18 @@ def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str,
             if rest and is_connected(graph, rest) else None
         if rest and left is None:
             return [f"allowed, but what would remain of the next group ({len(rest)} layers) "
-                    "is not a valid group on its own"]
+                    "is not a valid group on its own"], []
         after = grown + (objective_value(left.cost, objective, ruleset.objective) if left else 0)
         verdict = "not better" if after >= current_cost else "better: the planner missed it"
         return [f"allowed, {verdict}: {objective} {after:.0f} with the layer moved vs "
-                f"{current_cost:.0f} as planned"]
+                f"{current_cost:.0f} as planned"], []
     heights = search.heights()
     found: dict[str, Violation] = {}
     for th in (heights[-1], heights[0]):  # capacities bind at the top, halos at the bottom
         for v in search.violations(search.tile_of(th), True):
             found.setdefault(v.name, v)
-    return [str(v) for v in found.values()] or ["no tile fits the chip"]
+    binds = list(found.values())
+    return [str(v) for v in binds] or ["no tile fits the chip"], binds
 
 
 def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[Boundary]:
@@ -72,8 +146,9 @@ def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[B
         rest = tuple(n for n in other.layers if n != nxt)
         current = (objective_value(g.predicted, plan.objective, ruleset.objective)
                    + objective_value(other.predicted, plan.objective, ruleset.objective))
-        out.append(Boundary(g.id, nxt, _grow_reasons(graph, chip, ruleset, layers, rest,
-                                                     plan.objective, current)))
+        reasons, binds = _grow_reasons(graph, chip, ruleset, layers, rest, plan.objective,
+                                       current)
+        out.append(Boundary(g.id, nxt, reasons, binds))
     return out
 
 
@@ -141,3 +216,47 @@ def group_facts(graph: Graph, plan: Plan, chip: Chip, gid: int) -> GroupFacts:
     g = plan.groups[gid]
     search = GroupSearch.of(graph, g.layers, chip, RuleSet(()))
     return search.facts(g.tile, g.weights_resident)
+
+
+def _violation_doc(v: Violation, chip: Chip, ruleset: RuleSet) -> dict[str, Any]:
+    """A violation in JSON: its rule, numbers (exact), words and what would lift it."""
+    needed, available = describe(v, chip)
+    return {"rule": v.rule, "name": v.name, "message": v.message, "needed": v.needed,
+            "allowed": v.allowed, "bytes": in_bytes(v, chip), "fix": remedy(v, chip, ruleset),
+            "shown": {"needed": needed, "allowed": available}}
+
+
+def _layer_doc(plan: Plan, chip: Chip, layer: str, where: str) -> dict[str, Any]:
+    """Where a layer is: its group, the group's mode and tile, and the on-chip memory the
+    group's tile needs against what the chip has (the planner's own counts)."""
+    owner = next((g for g in plan.groups if layer in g.layers), None)
+    if owner is None:
+        raise InputError(f"{where}: no layer named '{layer}' in the plan. "
+                         "`fuseplan inspect MODEL` lists the layer names.")
+    memories = [{"memory": "sram", "needed": owner.predicted.sram_peak_bytes,
+                 "available": chip.sram.bytes, "per": "cluster"}]
+    return {"name": layer, "group": owner.id, "group_layers": list(owner.layers),
+            "fused": owner.fused, "mode": owner.mode, "tile": owner.tile.label(),
+            "memories": memories}
+
+
+def explain_doc(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet, layer: str | None,
+                where: str) -> dict[str, Any]:
+    """``fuseplan explain``'s document: each boundary with its reasons and the violations that
+    bind it (numbers and a fix), a re-check of every group, and with `layer` where that
+    layer is and the boundaries around its group (`where` names the plan in errors)."""
+    result: dict[str, Any] = {
+        "boundaries": [{"group": b.group, "next_layer": b.next_layer, "reasons": b.reasons,
+                        "binds": [_violation_doc(v, chip, ruleset) for v in b.binds],
+                        "lift": lift(b.binds, chip, ruleset)}
+                       for b in boundaries(graph, plan, chip, ruleset)],
+        "violations": [{"group": gid, **_violation_doc(v, chip, ruleset)}
+                       for gid, v in recheck(graph, plan, chip, ruleset)],
+    }
+    if layer is not None:
+        result["layer"] = _layer_doc(plan, chip, layer, where)
+        mine = set(result["layer"]["group_layers"])
+        result["boundaries"] = [b for b in result["boundaries"]
+                                if b["group"] == result["layer"]["group"]
+                                or b["next_layer"] in mine]
+    return result

@@ -11,22 +11,14 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import InputError, Interrupted
 from fuseplan.planner.core.files import make_dir, write_atomic
-from fuseplan.planner.cost.objective import Objective
-from fuseplan.planner.front.onnx_load import parse_shape_option
-from fuseplan.planner.geometry.attention import attention_traffic
-from fuseplan.planner.geometry.regions import group_io
-from fuseplan.planner.plan.data import Plan
-from fuseplan.planner.plan.json_io import plan_to_json, save_plan
+from fuseplan.planner.core.units import fmt_bytes, rel_path
 from fuseplan.planner.ui import STARTED
 from fuseplan.planner.ui.cli_check import register as register_check
 from fuseplan.planner.ui.cli_common import (
@@ -34,9 +26,9 @@ from fuseplan.planner.ui.cli_common import (
     JsonOpt,
     Output,
     SetOpt,
+    WideOpt,
     check_files,
     emit,
-    err,
     golden_in,
     guarded,
     hw_in,
@@ -44,26 +36,38 @@ from fuseplan.planner.ui.cli_common import (
     out,
     plan_in,
     rules_in,
+    say,
     settings,
+    show,
     working,
     yaml_in,
 )
 from fuseplan.planner.ui.cli_sweep import register as register_sweep
 from fuseplan.planner.ui.cli_views import register as register_views
-from fuseplan.planner.ui.plots import front_png, front_svg
+
+if TYPE_CHECKING:
+    from fuseplan.planner.plan.data import Plan
+
+# The command line starts light: the planner (onnx, numpy, networkx, OR-Tools) is imported
+# inside the commands that use it, so that --help and --version answer at once
+# (tests/test_terminal.py checks it).
 
 app = typer.Typer(cls=AnswerGroup, add_completion=False, no_args_is_help=True,
                   help="Layer-fusion planner for neural-network accelerators.")
 rules_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rule files.")
 app.add_typer(rules_app, name="rules")
 
+# help texts are rich markup: a literal bracket is written \[
+OBJECTIVES = ("traffic", "latency", "energy", "weighted")  # planner.cost.objective.Objective
 RulesOpt = Annotated[str | None, typer.Option("--rules",
     help="Rule YAML (default rules/default.yaml).")]
 HwOpt = Annotated[str | None, typer.Option("--hw", help="Chip YAML file or preset name.")]
 ShapeOpt = Annotated[list[str] | None, typer.Option("--shape",
     help="Bind input dims: NAME=D0,D1,...")]
 ObjOpt = Annotated[str | None, typer.Option("--objective",
-    help=" | ".join(o.value for o in Objective))]
+    help="What the plan minimises: " + " | ".join(OBJECTIVES) + " (default: the rule file's).")]
+
+
 def _seconds(value: float | None) -> float | None:
     """--time-limit: a positive, finite number of seconds."""
     if value is not None and not (math.isfinite(value) and value > 0):
@@ -89,7 +93,7 @@ SearchJobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=0,
 SolverOpt = Annotated[str, typer.Option("--solver",
     help="cpsat | shortest-path | greedy | layer")]
 PreferOpt = Annotated[str | None, typer.Option("--prefer",
-    help="auto | latency | energy (seed 004)")]
+    help="auto | latency | energy: plan for speed or for energy; auto picks from --battery.")]
 BatteryOpt = Annotated[float | None, typer.Option("--battery", callback=_percent,
     help="Battery level in percent, for --prefer auto.")]
 OutputOpt = Annotated[Path | None, typer.Option("-o", "--output",
@@ -97,13 +101,15 @@ OutputOpt = Annotated[Path | None, typer.Option("-o", "--output",
 ReportOpt = Annotated[Path | None, typer.Option("--report",
     help="Write a self-contained HTML report (verifies the plan).")]
 DynamicOpt = Annotated[list[str] | None, typer.Option("--dynamic",
-    help="Dynamic axis NAME:AXIS=LO..HI (a dynamic plan, seed 002).")]
+    help="A dynamic input axis NAME:AXIS=LO..HI, e.g. data:2=224..640: one plan for every "
+         "size in the range (a dynamic plan; `fuseplan table` gives its parameters at a size).")]
 TailModeOpt = Annotated[str, typer.Option("--tail-mode",
-    help="pad | overlap | variable | tail-range")]
+    help="How the last, partial tile of a dynamic axis runs: pad | overlap | variable | "
+         "tail-range")]
 CombinationOpt = Annotated[str, typer.Option("--combination",
     help="simple | optimized")]
 TailRangeOpt = Annotated[int, typer.Option("--tail-range", min=0,
-    help="tail-range mode: units accept [size-r, size].")]
+    help="tail-range mode: units accept \\[size-r, size].")]
 PointsOpt = Annotated[int, typer.Option("--points",
     help="Points on the front (>= 2).")]
 OutDirOpt = Annotated[Path, typer.Option("--out-dir",
@@ -124,7 +130,9 @@ GoldenOpt = Annotated[Path | None, typer.Option("--golden",
     help="Compare with stored outputs.")]
 SaveGoldenOpt = Annotated[Path | None, typer.Option("--save-golden",
     help="Store inputs and onnxruntime outputs.")]
-LayerOpt = Annotated[str | None, typer.Option("--layer")]
+LayerOpt = Annotated[str | None, typer.Option("--layer",
+    help="A layer's name (`fuseplan inspect MODEL` lists them): what binds its group, with "
+         "the numbers and what to change.")]
 TableTailOpt = Annotated[str | None, typer.Option("--tail-mode",
     help="pad | overlap | variable | tail-range")]
 TableCombinationOpt = Annotated[str | None, typer.Option("--combination",
@@ -134,71 +142,42 @@ CacheOpt = Annotated[Path | None, typer.Option("--cache",
          "~/.cache/fuseplan/tables).")]
 
 
+def _version(value: bool) -> None:
+    """--version: the installed package's version, then exit."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("fuseplan")
+        except PackageNotFoundError:  # run from a checkout that is not installed
+            number = "unknown (not installed)"
+        sys.stdout.write(f"fuseplan {number}\n")
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", help="No progress display on stderr.")] = False) -> None:
+        "--quiet", "-q", help="No progress display on stderr.")] = False,
+        version: Annotated[bool, typer.Option(
+            "--version", callback=_version, is_eager=True,
+            help="Print fuseplan's version and exit.")] = False) -> None:
     """Layer-fusion planner for neural-network accelerators."""
     settings.quiet = quiet
 
 
 def _shapes(values: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    from fuseplan.planner.front.onnx_load import parse_shape_option
+
     return dict(parse_shape_option(v) for v in values or ())
 
 
-def _mib(n: float) -> str:
-    return f"{n / 2**20:,.2f} MiB"
+def _print_plan(plan: Plan, lines: Sequence[str] = ()) -> None:
+    """The plan's table and its totals in sentences."""
+    from fuseplan.planner.ui.cli_tables import plan_table, totals_lines
 
-
-def _plan_table(plan: Plan) -> Table:
-    t = Table(title=f"fuseplan: {len(plan.groups)} groups ({plan.solver.get('name')}, "
-                    f"{plan.solver.get('status')})")
-    for col in ("id", "layers", "mode", "tile n×h×w", "halo", "weights", "DRAM", "redundant",
-                "SRAM peak"):
-        t.add_column(col, justify="left" if col in ("layers", "mode", "halo") else "right")
-    for g in plan.groups:
-        names = g.layers[0] if len(g.layers) == 1 \
-            else f"{g.layers[0]} … {g.layers[-1]} ({len(g.layers)})"
-        p = g.predicted
-        mode = g.mode if g.placement.passes == 1 else f"{g.mode}, {g.placement.passes} passes"
-        if g.placement.maps_held:
-            mode += ", maps held"
-        if g.placement.hidden_chunks > 1:
-            mode += f", {g.placement.hidden_chunks} hidden chunks"
-        if g.placement.inputs_reloaded:
-            mode += ", inputs loaded again"
-        t.add_row(str(g.id), names, mode, g.tile.label(),
-                  "reuse" if g.halo_reuse else "recompute",
-                  "resident" if g.weights_resident else "streamed", _mib(p.dram_bytes),
-                  _mib(p.redundant_read_bytes), f"{p.sram_peak_bytes / 1024:,.0f} KiB")
-    return t
-
-
-def _totals_lines(plan: Plan) -> list[str]:
-    t = plan.totals
-    floor = plan.compulsory_dram_bytes
-    lbl = plan.layer_by_layer_dram_bytes
-    versus = (f"{t.dram_bytes / lbl:.2f}× layer-by-layer ({_mib(lbl)})" if lbl
-              else "layer by layer does not fit this chip")
-    return [
-        f"DRAM traffic {_mib(t.dram_bytes)} = {t.dram_bytes / max(floor, 1):.2f}× the compulsory "
-        f"floor ({_mib(floor)}), {versus}",
-        f"weights read {_mib(t.weight_read_bytes)}; cycles {t.cycles:,}; energy "
-        f"{t.energy_pj / 1e6:,.2f} µJ; solve {plan.solver.get('wall_s')} s",
-    ]
-
-
-def _attention_lines(problem: api.Problem, plan: Plan) -> list[str]:
-    """Each fused attention's share of its group's traffic, the analytic count of its
-    tiling (planner.geometry.attention)."""
-    lines = []
-    dt = problem.chip.dtype_bytes
-    for g in plan.groups:
-        for a in attention_traffic(problem.graph, group_io(problem.graph, g.layers), g.tile, dt):
-            lines.append(
-                f"attention {a.layer} (group {g.id}): q once {_mib(a.q_bytes)} + k and v "
-                f"{a.passes}× {_mib(a.kv_bytes)} + o once {_mib(a.o_bytes)} = "
-                f"{_mib(a.total)} analytic; the group moves {_mib(g.predicted.dram_bytes)}")
-    return lines
+    out.print(plan_table(plan, out))
+    for line in [*totals_lines(plan), *lines]:
+        show(line)
 
 
 @app.command()
@@ -217,8 +196,12 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
           tail_mode: TailModeOpt = "overlap",
           combination: CombinationOpt = "optimized",
           tail_range: TailRangeOpt = 0,
+          wide: WideOpt = False,
           as_json: JsonOpt = False) -> None:
     """Plan MODEL: fusion groups and tiles under the rules, on the chip."""
+    from fuseplan.planner.app import api
+    from fuseplan.planner.plan.json_io import plan_to_json, save_plan
+
     check_files([model_in(model), rules_in(rules), hw_in(hw)],  # before the solve, not after
                 [Output("-o/--output", output, "plan file"),
                  Output("--report", report, "HTML report")])
@@ -232,9 +215,9 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
             return
         for g in doc["groups"]:
             units = ", ".join(f"{u['h']}×{u['w']}" for u in g["units"])
-            out.print(f"group {g['id']} ({len(g['layers'])} layers): units {units}")
-        out.print(f"dynamic plan over {doc['dynamic']['ranges']}"
-                  + (f" written to {output}" if output is not None else ""))
+            show(f"group {g['id']} ({len(g['layers'])} layers): units {units}")
+        show(f"dynamic plan over {doc['dynamic']['ranges']}"
+             + (f" written to {rel_path(output)}" if output is not None else ""))
         return
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
@@ -251,13 +234,13 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
     if as_json:
         emit(plan_to_json(plan))
         return
-    out.print(_plan_table(plan))
-    for line in _totals_lines(plan) + _attention_lines(problem, plan):
-        out.print(line)
+    from fuseplan.planner.ui.cli_tables import attention_lines
+
+    _print_plan(plan, attention_lines(problem, plan))
     if output is not None:
-        out.print(f"plan written to {output}")
+        show(f"plan written to {rel_path(output)}")
     if report is not None:
-        out.print(f"report written to {report}")
+        show(f"report written to {rel_path(report)}")
 
 
 @app.command()
@@ -268,8 +251,13 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
            points: PointsOpt = 5,
            out_dir: OutDirOpt = Path("pareto"),
            plot: PlotOpt = None,
+           wide: WideOpt = False,
            as_json: JsonOpt = False) -> None:
     """Non-dominated (cycles, energy) plans, each written as a plan file that verifies."""
+    from fuseplan.planner.app import api
+    from fuseplan.planner.plan.json_io import save_plan
+    from fuseplan.planner.ui.plots import front_png, front_svg
+
     if plot is not None and plot.suffix.lower() not in (".svg", ".png"):
         raise InputError(f"{plot}: --plot writes SVG or PNG; name the file *.svg or *.png.")
     check_files([model_in(model), rules_in(rules), hw_in(hw)],  # before the solves
@@ -300,13 +288,9 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
     if as_json:
         emit({"points": rows})
         return
-    table = Table(title=f"{len(rows)} non-dominated plans of {model}")
-    for col in ("cycles", "energy µJ", "DRAM", "groups", "plan"):
-        table.add_column(col, justify="left" if col == "plan" else "right")
-    for r in rows:
-        table.add_row(f"{r['cycles']:,}", f"{r['energy_pj'] / 1e6:,.2f}", _mib(r["dram_bytes"]),
-                  str(r["groups"]), r["plan"])
-    out.print(table)
+    from fuseplan.planner.ui.cli_tables import pareto_table
+
+    out.print(pareto_table(model, rows, out))
 
 
 @app.command()
@@ -317,8 +301,12 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
               out_dir: PartsDirOpt = None,
               jobs: JobsOpt = 1,
               verify_chain: VerifyChainOpt = False,
+              wide: WideOpt = False,
               as_json: JsonOpt = False) -> None:
-    """Seed 003: serial subgraphs, split until each compiles, then merged to balance."""
+    """Cut MODEL into serial subgraphs, split until each compiles on the chip, then merged to
+    balance them."""
+    from fuseplan.planner.app import api
+
     check_files([model_in(model), rules_in(rules), hw_in(hw)],  # before the planning
                 [Output("--out-dir", out_dir, "folder of subgraphs", folder=True,
                         writes=("subgraph_*.onnx", "subgraph_*.plan.json"))])
@@ -340,17 +328,12 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
     if as_json:
         emit(doc)
     else:
-        t = Table(title=f"{len(rows)} serial subgraphs of {model}")
-        for col in ("id", "layers", "nodes", "MACs", "weights", "DRAM", "status", "why"):
-            t.add_column(col, justify="right" if col in ("nodes", "MACs") else "left")
-        for r in rows:
-            t.add_row(str(r["id"]), f"{r['layers'][0]} … {r['layers'][-1]}", str(r["nodes"]),
-                      f"{r['macs']:,}", _mib(r["weight_bytes"]),
-                      _mib(r["dram_bytes"] or 0), r["status"], r["reason"])
-        out.print(t)
-        out.print(f"whole chain: DRAM {_mib(whole.totals.dram_bytes)}")
+        from fuseplan.planner.ui.cli_tables import partition_table
+
+        out.print(partition_table(model, rows, out))
+        show(f"whole chain: DRAM {fmt_bytes(whole.totals.dram_bytes)}")
         if report is not None:
-            out.print(f"chain verifies against onnxruntime: {report.ok}")
+            show(f"chain verifies against onnxruntime: {report.ok}")
     if report is not None and not report.ok:
         raise typer.Exit(1)
 
@@ -370,6 +353,8 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
            weights: WeightsOpt = None, as_json: JsonOpt = False) -> None:
     """Execute PLAN in the emulator and check every tensor it moves through DRAM, its bytes,
     its stated numbers and its cycles against onnxruntime (or a golden file)."""
+    from fuseplan.planner.app import api
+
     check_files([model_in(model), plan_in(plan), golden_in(golden), hw_in(hw)],
                 [Output("--save-golden", save_golden, "golden file")])
     if api.is_dynamic(plan):
@@ -400,16 +385,18 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
 @guarded
 def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
             shape: ShapeOpt = None, objective: ObjOpt = None, time_limit: TimeOpt = None,
-            jobs: SearchJobsOpt = 0, as_json: JsonOpt = False) -> None:
+            jobs: SearchJobsOpt = 0, wide: WideOpt = False, as_json: JsonOpt = False) -> None:
     """All four planners under the same rules and chip."""
+    from fuseplan.planner.app import api
+
     check_files([model_in(model), rules_in(rules), hw_in(hw)])
     problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
     with working("planning with layer, greedy, shortest-path and cpsat"):
         rows = api.compare(problem, objective, time_limit, jobs)
     floor = next((p.compulsory_dram_bytes for _, p, _ in rows if p is not None), 0)
     if all(p is None for _, p, _ in rows):  # the answer is "no" from every planner
-        err.print(f"no plan: no planner found a plan for {model} on this chip "
-                  f"({rows[-1][0]}: {rows[-1][2]})", markup=False, highlight=False)
+        say(f"no planner found a plan for {model} on this chip ({rows[-1][0]}: "
+            f"{rows[-1][2]})", "no plan")
     if as_json:
         emit({"rows": [
             {"solver": name, "dram_bytes": p.totals.dram_bytes if p else None,
@@ -419,82 +406,51 @@ def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt =
              "wall_s": p.solver.get("wall_s") if p else None, "status": status}
             for name, p, status in rows], "compulsory_dram_bytes": floor})
     else:
-        _compare_table(model, floor, rows)
+        from fuseplan.planner.ui.cli_tables import compare_table
+
+        out.print(compare_table(model, floor, rows, out))
     if all(p is None for _, p, _ in rows):
         raise typer.Exit(1)
-
-
-def _compare_table(model: str, floor: int, rows: Sequence[tuple[str, Plan | None, str]]
-                   ) -> None:
-    t = Table(title=f"planners on {model} (floor {_mib(floor)})")
-    for col in ("solver", "DRAM", "× floor", "cycles", "energy µJ", "groups", "solve s", "status"):
-        t.add_column(col, justify="left" if col in ("solver", "status") else "right")
-    for name, p, status in rows:
-        if p is None:
-            t.add_row(name, "-", "-", "-", "-", "-", "-", status)
-            continue
-        tt = p.totals
-        t.add_row(name, _mib(tt.dram_bytes), f"{tt.dram_bytes / max(floor, 1):.2f}",
-                  f"{tt.cycles:,}", f"{tt.energy_pj / 1e6:,.2f}", str(len(p.groups)),
-                  str(p.solver.get("wall_s")), status)
-    out.print(t)
 
 
 @app.command()
 @guarded
 def explain(model: str, plan: Path, layer: LayerOpt = None,
             rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = None,
-            as_json: JsonOpt = False) -> None:
+            wide: WideOpt = False, as_json: JsonOpt = False) -> None:
     """Why each group ends where it does; re-check every group against the rules."""
+    from fuseplan.planner.app import api
+
     check_files([model_in(model), plan_in(plan), rules_in(rules), hw_in(hw)])
     doc = api.explain(model, plan, layer, rules, hw, set_ or ())
     if as_json:
         emit(doc)
     else:
-        if layer is not None:
-            out.print(f"layer {layer} is in group {doc['layer']['group']} "
-                      f"({len(doc['layer']['group_layers'])} layers)")
-        for b in doc["boundaries"]:
-            out.print(f"group {b['group']} stops before {b['next_layer']}: "
-                      + "; ".join(b["reasons"]))
-        if doc["violations"]:
-            for v in doc["violations"]:
-                out.print(f"VIOLATION group {v['group']}: {v['rule']} {v['name']}: {v['message']}")
-        else:
-            out.print("every group passes every enabled rule and fits the chip")
+        from fuseplan.planner.ui.explain_view import print_explain
+
+        print_explain(doc)
     if doc["violations"]:
         raise typer.Exit(1)
 
 
-def _tiled_label(layout: dict[str, Any]) -> str:
-    """'NHWC r1 c2': the layout and the axes tiles cut as rows and columns ('-': none)."""
-    axes = [f"{k}{layout[a]}" for k, a in (("n", "batch_axis"), ("r", "row_axis"),
-                                           ("c", "col_axis")) if layout[a] is not None]
-    return f"{layout['kind']} {' '.join(axes) or '-'}"
-
-
 @app.command()
 @guarded
-def inspect(model: str, shape: ShapeOpt = None, as_json: JsonOpt = False) -> None:
+def inspect(model: str, shape: ShapeOpt = None, wide: WideOpt = False,
+            as_json: JsonOpt = False) -> None:
     """The layer graph: op, class, output shape, weights, MACs, block of every layer."""
+    from fuseplan.planner.app import api
+
     check_files([model_in(model)])
     doc = api.inspect(model, _shapes(shape))
     if as_json:
         emit(doc)
         return
-    t = Table(title=f"{model}: {len(doc['layers'])} layers, {len(doc['blocks'])} blocks")
-    for col in ("name", "op", "class", "out shape", "tiled", "row map", "weight elems", "MACs",
-                "block"):
-        t.add_column(col, justify="right" if col in ("weight elems", "MACs") else "left")
-    for lay in doc["layers"]:
-        t.add_row(lay["name"], lay["op"], lay["class"], "×".join(map(str, lay["out_shape"])),
-                  _tiled_label(lay["layout"]), ", ".join(lay["row_maps"]),
-                  f"{lay['weight_elems']:,}", f"{lay['macs']:,}",
-                  "" if lay["block"] is None else str(lay["block"]))
-    out.print(t)
+    from fuseplan.planner.ui.cli_tables import inspect_table
+
+    out.print(inspect_table(model, doc, out))
     tot = doc["totals"]
-    out.print(f"inputs {doc['inputs']}; outputs {doc['outputs']}; weights "
-              f"{tot['weight_elems']:,} elements; {tot['macs']:,} MACs")
+    show(f"inputs {doc['inputs']}; outputs {doc['outputs']}; weights "
+         f"{tot['weight_elems']:,} elements; {tot['macs']:,} MACs")
 
 
 @app.command()
@@ -503,9 +459,13 @@ def demo(as_json: JsonOpt = False) -> None:
     """Solve and verify the bundled example with rules/default.yaml on the default chip."""
     import tempfile
 
+    from fuseplan.planner.app import api
+    from fuseplan.planner.plan.json_io import plan_to_json, save_plan
+
     model = str(api.DEMO_MODEL)
     if not as_json:
-        out.print(f"[bold]fuseplan demo[/]: {model}, rules/default.yaml, default chip")
+        out.print(f"[bold]fuseplan demo[/]: {rel_path(model)}, rules/default.yaml, default chip",
+                  highlight=False)
     plan = api.solve(model)
     # the plan file goes to a private temporary folder: the working directory may be
     # read-only, and nothing of the demo is left behind
@@ -518,16 +478,17 @@ def demo(as_json: JsonOpt = False) -> None:
         if not report.ok:
             raise typer.Exit(1)
         return
-    out.print(_plan_table(plan))
-    for line in _totals_lines(plan):
-        out.print(line)
-    out.print(f"verify: outputs match onnxruntime {report.outputs_match} (max rel err "
-              f"{report.max_rel_err:.2g}); predicted == emulated bytes "
-              f"{report.predicted_matches_emulated}; capacity violations "
-              f"{len(report.capacity_violations)}; emulator {report.emulator_s:.3f} s vs "
-              f"onnxruntime {report.reference_s:.3f} s")
+    _print_plan(plan, [
+        f"verify: outputs match onnxruntime {report.outputs_match} (max rel err "
+        f"{report.max_rel_err:.2g}); predicted == emulated bytes "
+        f"{report.predicted_matches_emulated}; capacity violations "
+        f"{len(report.capacity_violations)}; emulator {report.emulator_s:.3f} s vs "
+        f"onnxruntime {report.reference_s:.3f} s"])
     if not report.ok:
         raise typer.Exit(1)
+
+
+SHOWN_ENTRIES = 60  # rows of `table`'s answer (--json holds all)
 
 
 @app.command("table")
@@ -537,10 +498,12 @@ def table_cmd(plan: Path, shape: ShapeOpt = None,
               combination: TableCombinationOpt = None,
               cache: CacheOpt = None,
               as_json: JsonOpt = False) -> None:
-    """The parameter table of a dynamic PLAN at a concrete --shape (seed 002).
+    """The parameter table of a dynamic PLAN (from `solve --dynamic`) at a concrete --shape.
 
     Tables are cached in --cache, by default the per-user cache folder
     $XDG_CACHE_HOME/fuseplan/tables (else ~/.cache/fuseplan/tables)."""
+    from fuseplan.planner.app import api
+
     check_files([plan_in(plan)], [Output("--cache", cache, "table cache folder", folder=True)])
     pending = None
     if combination is None:  # simple at once, optimized into the cache behind it
@@ -552,22 +515,16 @@ def table_cmd(plan: Path, shape: ShapeOpt = None,
         if pending is not None:
             pending.join()
         return
-    t = Table(title=f"{doc['invocations']} unit invocations ({doc['combination']}, tail "
-                    f"{doc['tail_mode']}, waste {doc['waste']:.1%}"
-                    f"{', cached' if doc['cached'] else ''})")
-    for col in ("group", "unit", "rows (offset, len)", "cols (offset, len)", "waste"):
-        t.add_column(col)
-    for e in doc["entries"][:60]:
-        t.add_row(str(e["group"]), str(e["unit"]), str(tuple(e["h"])), str(tuple(e["w"])),
-                  str(e["waste"]))
-    out.print(t)
-    if len(doc["entries"]) > 60:
-        out.print(f"... {len(doc['entries']) - 60} more entries (--json for all)")
+    from fuseplan.planner.ui.cli_tables import dynamic_table
+
+    out.print(dynamic_table(doc, out, SHOWN_ENTRIES))
+    if len(doc["entries"]) > SHOWN_ENTRIES:
+        show(f"... {len(doc['entries']) - SHOWN_ENTRIES} more entries (--json for all)")
     c = doc["cost"]
-    out.print(f"cost: DRAM {_mib(c['dram_bytes'])}, {c['macs']:,} MACs, halo re-reads "
-              f"{_mib(c['redundant_read_bytes'])}; {doc['buckets']} tables cover the range")
+    show(f"cost: DRAM {fmt_bytes(c['dram_bytes'])}, {c['macs']:,} MACs, halo re-reads "
+         f"{fmt_bytes(c['redundant_read_bytes'])}; {doc['buckets']} tables cover the range")
     if pending is not None:
-        out.print("the optimized table is being computed into the cache")
+        show("the optimized table is being computed into the cache")
         pending.join()
 
 
@@ -576,6 +533,7 @@ def table_cmd(plan: Path, shape: ShapeOpt = None,
 def rules_check(path: Path, as_json: JsonOpt = False) -> None:
     """Validate a rule file and print the effective rule set."""
     check_files([yaml_in(path, "PATH", "rule file")])
+    from fuseplan.planner.ui.cli_tables import rules_table
     from fuseplan.rules.ruleset import load_rules
 
     rs = load_rules(path)
@@ -583,31 +541,30 @@ def rules_check(path: Path, as_json: JsonOpt = False) -> None:
     if as_json:
         emit(doc)
         return
-    t = Table(title=f"{path}: {len(rs.enabled)} of {len(rs.rules)} rules enabled")
-    for col in ("code", "rule", "on", "settings"):
-        t.add_column(col)
-    for r in doc["rules"]:
-        settings = ", ".join(f"{k}={v}" for k, v in r.items()
-                             if k not in ("code", "key", "title", "enabled"))
-        t.add_row(r["code"], r["key"], "yes" if r["enabled"] else "no", settings)
-    out.print(t)
-    out.print(f"search: {doc['search']}")
-    out.print(f"objective: {doc['objective']}")
+    out.print(rules_table(str(path), doc, len(rs.enabled), out))
+    for part in ("search", "objective"):
+        show(f"{part}: " + ", ".join(f"{k}={getattr(v, 'value', v)}"
+                                     for k, v in doc[part].items()))
 
 
 @rules_app.command("doc")
 @guarded
 def rules_doc() -> None:
     """Print the rule catalogue (markdown) from the rule classes' docstrings."""
+    import textwrap
+    from dataclasses import fields
+
     from fuseplan.rules.ruleset import default_ruleset
 
     for r in default_ruleset().rules:
         doc = " ".join((type(r).__doc__ or "").split())
         params = ", ".join(f"`{f.name}`" for f in fields(r)  # type: ignore[arg-type]
                            if f.name != "enabled")
-        sys.stdout.write(f"- **{r.code} `{r.key}`** — {doc}"
-                         + (f" Parameters: {params}." if params else "")
-                         + f" Default: {'on' if r.enabled else 'off'}.\n")
+        item = (f"- **{r.code} `{r.key}`** — {doc}" + (f" Parameters: {params}." if params else "")
+                + f" Default: {'on' if r.enabled else 'off'}.")
+        # a markdown list item, its lines indented under it: 80 columns, the same list
+        sys.stdout.write(textwrap.fill(item, width=80, subsequent_indent="  ",
+                                       break_long_words=False, break_on_hyphens=False) + "\n")
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
@@ -33,10 +34,11 @@ from fuseplan.planner.ui.ending import (
     write_error,
 )
 from fuseplan.planner.ui.ending import printable as printable
+from fuseplan.planner.ui.tables import Layout, paragraph
 
-__all__ = ["AnswerGroup", "F", "Input", "JsonOpt", "Output", "SetOpt", "check_files", "emit",
-           "err", "golden_in", "guarded", "hw_in", "model_in", "out", "plan_in", "printable",
-           "rules_in", "say", "settings", "working", "yaml_in"]
+__all__ = ["AnswerGroup", "F", "Input", "JsonOpt", "Output", "SetOpt", "WideOpt", "check_files",
+           "emit", "err", "golden_in", "guarded", "hw_in", "model_in", "out", "plan_in",
+           "printable", "rules_in", "say", "settings", "show", "warn", "working", "yaml_in"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,6 +61,18 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
+def _wide(value: bool) -> bool:
+    if value:
+        Layout.wide = True
+    return value
+
+
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", callback=_wide,
+    help="Every column, however wide the terminal (a terminal of 120 columns or more gets "
+         "them anyway).")]
+
+
 class Settings:
     """Options every command shares (set by the app's callback in ``planner.ui.cli``)."""
 
@@ -75,12 +89,47 @@ def working(what: str) -> AbstractContextManager[Any]:
     return err.status(what)
 
 
-def say(text: str) -> None:
-    """Print a message on stderr as one unbroken paragraph (a line break or any other
-    control character it quotes, from a layer name, is shown escaped)."""
-    # the terminal wraps it, and a long path in it is never cut in two (a log or a test
-    # reading stderr finds the file name whole)
-    err.print(printable(text), markup=False, highlight=False, soft_wrap=True)
+# how a message's first word is shown on a colour terminal (NO_COLOR and a stderr that is
+# no terminal show it plain: rich's console decides)
+_LABEL_STYLE = {"error": "bold red", "planner bug": "bold red", "no plan": "bold red",
+                "interrupted": "bold yellow", "warning": "yellow"}
+
+
+def _relative(text: str) -> str:
+    """`text` with the working directory's absolute paths written relative to it."""
+    try:
+        cwd = str(Path.cwd())
+    except OSError:
+        return text
+    return text.replace(cwd.rstrip("/") + "/", "") if cwd != "/" else text
+
+
+def say(text: str, label: str | None = None) -> None:
+    """Print a message on stderr as one paragraph (a line break or any other control
+    character it quotes, from a layer name, is shown escaped), `label` (``error``,
+    ``warning``) in colour before it; paths under the working directory are written
+    relative to it. On a terminal the paragraph is wrapped at its width between words;
+    elsewhere (a log, a test reading stderr) it stays one line, a file name whole."""
+    body = printable(_relative(text))
+    head = f"{label}: " if label else ""
+    if err.is_terminal:
+        lines = paragraph(head + body, err.width)
+        body = "\n".join(lines)[len(head):]
+    message = Text.assemble((head.rstrip(), _LABEL_STYLE.get(label or "", "")),
+                            " " if head else "", body)
+    err.print(message, highlight=False, soft_wrap=True)
+
+
+def warn(text: str) -> None:
+    """A warning on stderr (``warning:`` in colour)."""
+    say(text, "warning")
+
+
+def show(text: str) -> None:
+    """A line of a command's answer on stdout, wrapped at the console's width between words
+    (a number keeps its unit; paths under the working directory are written relative)."""
+    for line in paragraph(printable(_relative(text)), out.width):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def emit(doc: Any) -> None:
@@ -91,7 +140,8 @@ def emit(doc: Any) -> None:
 def _ended(label: str, text: str, code: int) -> typer.Exit:
     """Say "label: text" on stderr and, under --json, the error document of `text` on
     stdout; the exit that ends the command."""
-    say(f"{label}: {text}")
+    text = _relative(text)  # the same paragraph on stderr and in the JSON document
+    say(text, label)
     write_error(text, code)
     return typer.Exit(code)
 
@@ -201,6 +251,7 @@ class AnswerGroup(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         Answer.reset(argv)
         AnswerGroup._usage = None
+        Layout.wide = False
         try:
             return super().main(argv, *rest, **kwargs)
         except SystemExit as exc:

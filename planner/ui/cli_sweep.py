@@ -15,22 +15,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from fuseplan.planner.app.sweep import (
-    Probe,
-    RayRunner,
-    SerialRunner,
-    SweepInterrupted,
-    SweepResult,
-    Target,
-    load_spec,
-    parse_target,
-    run_sweep,
-)
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.ui import Interruption
 from fuseplan.planner.ui.cli_common import (
@@ -45,6 +33,9 @@ from fuseplan.planner.ui.cli_common import (
 )
 from fuseplan.planner.ui.cli_common import out as show  # the human summary (stdout)
 from fuseplan.planner.ui.ending import exit_code, write_error
+
+if TYPE_CHECKING:  # the sweep machinery (Ray, pandas) loads when a sweep runs
+    from fuseplan.planner.app.sweep import Probe, SweepResult, Target
 
 
 @guarded
@@ -69,6 +60,8 @@ def sweep(spec: Path,
               "--cpus", min=1, help="CPUs of the local Ray (default: all).")] = None,
           as_json: JsonOpt = False) -> None:
     """Plan every point of SPEC (models x chips x axes x rules x solvers x objectives)."""
+    from fuseplan.planner.app.sweep import SweepInterrupted, load_spec, parse_target
+
     _cpus_bounded(cpus)
     check_files([yaml_in(spec, "SPEC", "sweep spec")],  # before anything is read or made
                 [Output("--out", out, "sweep folder", folder=True,
@@ -103,7 +96,7 @@ def sweep(spec: Path,
     else:
         _print_summary(result, goal, report_path)
     for warning in result.warnings:
-        say(f"warning: {warning}")
+        say(warning, "warning")
     problems = []
     if mismatched:
         problems.append(f"{mismatched} plans failed verification (column `verified`).")
@@ -127,7 +120,7 @@ def _curve(p: Probe) -> str:
 
 def _interrupted(spec: Path, out: Path, kept: str) -> NoReturn:
     text = f"{kept}; `fuseplan sweep {spec} --out {out} --resume` plans the rest."
-    say(f"interrupted: {text}")
+    say(text, "interrupted")
     write_error(text, exit_code())  # under --json, unless the summary was printed
     Interruption.reported = True
     raise typer.Exit(exit_code()) from None
@@ -181,6 +174,10 @@ def _writable(folder: Path, option: str, create: bool) -> None:
 def _run(parsed: Any, out: Path, address: str | None, resume: bool, verify: bool,
          goal: Target | None, serial: bool, cpus: int | None) -> SweepResult:
     """Run the sweep with a progress bar on stderr (when it is a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from fuseplan.planner.app.sweep import RayRunner, SerialRunner, run_sweep
+
     bar = Progress("[progress.description]{task.description}", BarColumn(),
                    MofNCompleteColumn(), TimeRemainingColumn(), console=err, transient=True,
                    disable=not err.is_terminal)

@@ -9,13 +9,12 @@ PlanningError -> 1), ``--json`` prints exactly one JSON document on stdout, and 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.console import RenderableType
 
 from fuseplan.planner.core.errors import InputError
-from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.ui.cli_common import (
     JsonOpt,
     Output,
@@ -29,7 +28,12 @@ from fuseplan.planner.ui.cli_common import (
     out,
     plan_in,
     rules_in,
+    show,
 )
+from fuseplan.planner.ui.tables import Col, table
+
+if TYPE_CHECKING:
+    from fuseplan.planner.plan.data import Plan
 
 # --rules and --hw of a command that reads a plan default to what the plan records
 RulesOpt = Annotated[str | None, typer.Option(
@@ -110,43 +114,48 @@ def export(model: str, plan: Path,
 # --------------------------------------------------------------------------- diff
 
 
-def _changes_table(doc: dict[str, Any], plan_a: Plan, plan_b: Plan) -> Table:
+def _changes_table(doc: dict[str, Any], plan_a: Plan, plan_b: Plan) -> RenderableType:
     from fuseplan.planner.ui.diff import group_label
 
-    t = Table(title="groups that changed (A → B)")
-    for col in ("change", "in A", "in B"):
-        t.add_column(col)
+    def tile(t: dict[str, int]) -> str:
+        return f"{t['n']}×{t['h']}×{t['w']}"
+
+    rows = []
     for s in doc["split"]:
-        t.add_row("split", group_label(plan_a, s["a"]),
-                  "\n".join(group_label(plan_b, b) for b in s["into"]))
+        rows.append(("split", group_label(plan_a, s["a"]),
+                     "\n".join(group_label(plan_b, b) for b in s["into"])))
     for m in doc["merged"]:
-        t.add_row("merged", "\n".join(group_label(plan_a, a) for a in m["from"]),
-                  group_label(plan_b, m["b"]))
+        rows.append(("merged", "\n".join(group_label(plan_a, a) for a in m["from"]),
+                     group_label(plan_b, m["b"])))
     for s in doc["same"]:
         if s["retiled"]:
-            ta, tb = s["tile_a"], s["tile_b"]
-            t.add_row("re-tiled", f"{group_label(plan_a, s['a'])}: {ta['n']}×{ta['h']}×{ta['w']}",
-                      f"{group_label(plan_b, s['b'])}: {tb['n']}×{tb['h']}×{tb['w']}")
-    return t
+            rows.append(("re-tiled", f"{group_label(plan_a, s['a'])}: {tile(s['tile_a'])}",
+                         f"{group_label(plan_b, s['b'])}: {tile(s['tile_b'])}"))
+    return table(out, "groups that changed (A → B)",
+                 [Col("change"), Col("in A"), Col("in B")], rows)
 
 
-def _totals_table(doc: dict[str, Any]) -> Table:
-    from fuseplan.planner.ui.report import fmt_bytes
+def _totals_table(doc: dict[str, Any]) -> RenderableType:
+    from fuseplan.planner.core.units import fmt_bytes
 
-    t = Table(title="totals")
-    for col in ("", "A", "B", "B − A", "B / A"):
-        t.add_column(col, justify="left" if not col else "right")
+    def cell(v: Any, key: str) -> str:
+        if v is None:
+            return "-"
+        if key.endswith("bytes"):
+            return fmt_bytes(v)
+        if key == "energy_pj":
+            return f"{v / 1e6:,.2f}"
+        return f"{v:,.0f}"
+
+    rows = []
     for key, row in doc["totals"].items():
-        def cell(v: Any, key: str = key) -> str:
-            if v is None:
-                return "-"
-            if key.endswith("bytes"):
-                return fmt_bytes(v)
-            return f"{v:,.0f}"
         ratio = row.get("ratio")
-        t.add_row(key, cell(row["a"]), cell(row["b"]), cell(row["delta"]),
-                  "-" if ratio is None else f"{ratio:.3f}")
-    return t
+        label = "energy µJ" if key == "energy_pj" else key.removesuffix("_bytes").replace("_", " ")
+        rows.append((label, cell(row["a"], key),
+                     cell(row["b"], key), cell(row["delta"], key),
+                     "-" if ratio is None else f"{ratio:.3f}"))
+    return table(out, "totals", [Col(""), Col("A", num=True), Col("B", num=True),
+                                 Col("B − A", num=True), Col("B / A", num=True)], rows)
 
 
 @guarded
@@ -172,16 +181,15 @@ def diff(paths: Annotated[list[str], typer.Argument(
     if as_json:
         emit(doc)
         return
-    out.print(f"A: {plan_a} ({len(a.groups)} groups, rules {a.rules.get('file')})",
-              highlight=False)
-    out.print(f"B: {plan_b} ({len(b.groups)} groups, rules {b.rules.get('file')})",
-              highlight=False)
+    for name, path, p in (("A", plan_a, a), ("B", plan_b, b)):
+        show(f"{name}: {path} ({len(p.groups)} group{'s' * (len(p.groups) != 1)}, rules "
+             f"{p.rules.get('file')})")
     if doc["changed"]:
         out.print(_changes_table(doc, a, b))
     else:
-        out.print("same groups and tiles")
-    out.print(f"groups only in A: {len(doc['only_in_a'])}, only in B: {len(doc['only_in_b'])}, "
-              f"unchanged: {sum(not s['retiled'] for s in doc['same'])}", highlight=False)
+        show("same groups and tiles")
+    show(f"groups only in A: {len(doc['only_in_a'])}, only in B: {len(doc['only_in_b'])}, "
+         f"unchanged: {sum(not s['retiled'] for s in doc['same'])}")
     out.print(_totals_table(doc))
 
 

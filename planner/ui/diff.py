@@ -132,8 +132,8 @@ def diff_plans(plan_a: Plan, plan_b: Plan) -> dict[str, Any]:
 
 
 def group_label(plan: Plan, gid: int) -> str:
-    """``G3 conv1…pool1 (4)`` for a group of a plan, for tables."""
+    """``G3 conv1 → pool1 (4)`` for a group of a plan, for tables."""
     g = next(x for x in plan.groups if x.id == gid)
     if len(g.layers) == 1:
         return f"G{gid} {g.layers[0]}"
-    return f"G{gid} {g.layers[0]}…{g.layers[-1]} ({len(g.layers)})"
+    return f"G{gid} {g.layers[0]} → {g.layers[-1]} ({len(g.layers)})"

@@ -1,10 +1,12 @@
 """The ``fuseplan`` console script: a Ctrl-C at any moment ends in one line and exit 130.
 
-Each command says what a Ctrl-C left (``planner.ui.cli.guarded``), but the command line's
-imports take about two seconds before any command runs, and typer turns a Ctrl-C in the
-moments around a command (parsing its options, or after it returned) into a silent exit
-130. This module imports nothing heavy, so it covers both: nothing was written yet in the
-first case, and in the second the command either had not begun or had finished writing.
+Each command says what a Ctrl-C left (``planner.ui.cli.guarded``), but the planner's imports
+take about two seconds before any command runs (this module makes them, for a command; the
+command line alone imports nothing heavy, so its help answers at once), and typer turns a
+Ctrl-C in the moments around a command (parsing its options, or after it returned) into a
+silent exit 130. This module imports nothing heavy, so it covers both: nothing was written
+yet in the first case, and in the second the command either had not begun or had finished
+writing.
 
 A Ctrl-C while the imports initialise a compiled extension must not unwind through it: a
 KeyboardInterrupt raised inside onnx's extension as it loads crashes the interpreter on its
@@ -44,6 +46,9 @@ def main() -> None:
     try:
         with _ended_at_once_by_ctrl_c():
             from fuseplan.planner.ui.cli import main as run
+
+            if _works(sys.argv[1:]):  # the planner's imports, under the same handler
+                import fuseplan.planner.app.api  # noqa: F401
         if main_thread:
             signal.signal(signal.SIGTERM, on_sigterm)
         run()
@@ -64,6 +69,15 @@ def main() -> None:
     finally:
         if main_thread:  # called in process (tests): the caller's handler again
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _works(argv: list[str]) -> bool:
+    """Whether the command line runs a command (not only its help or the version): the
+    command line itself imports nothing heavy, so that --help and --version answer at once;
+    a command imports the planner (onnx, numpy, OR-Tools) here, where a Ctrl-C or SIGTERM
+    ends the process at once rather than unwinding through a half-loaded extension."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    return bool(words) and not {"--help", "--version"} & set(words)
 
 
 def _interrupted(exc: BaseException) -> bool:

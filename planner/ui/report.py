@@ -23,6 +23,7 @@ import networkx as nx
 from fuseplan.planner.app.api import Problem, chip_for_plan, load_for_plan, verify_in_memory
 from fuseplan.planner.app.verify import VerifyReport
 from fuseplan.planner.core.files import write_atomic
+from fuseplan.planner.core.units import fmt_bytes
 from fuseplan.planner.cost.model import Counters, group_cost
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.ir.graph import Graph
@@ -113,17 +114,6 @@ def layer_by_layer_group_bytes(problem: Problem, group: Group) -> int:
     g, chip = problem.graph, problem.chip
     return sum(group_cost(g, (name,), whole_tile(g, (name,)), chip).dram_bytes
                for name in group.layers)
-
-
-def fmt_bytes(n: float) -> str:
-    """Bytes with a binary unit: 812 B, 12.5 KiB, 3.20 MiB."""
-    if abs(n) < 1024:
-        return f"{n:,.0f} B"
-    if abs(n) < 2**20:
-        return f"{n / 1024:,.1f} KiB"
-    if abs(n) < 2**30:
-        return f"{n / 2**20:,.2f} MiB"
-    return f"{n / 2**30:,.2f} GiB"
 
 
 def _ratio(a: float, b: float) -> str:

@@ -1,0 +1,116 @@
+"""Terminal text that fits: tables whose numbers are never cut, and paragraphs wrapped at
+the console's width without splitting a number from its unit.
+
+Every table of the command line is built with :func:`table`: numeric columns never wrap
+(their cells keep their width), text columns fold; a column marked ``wide`` shows only in
+the wide layout (``--wide``, or a terminal at least :data:`WIDE` columns across). Byte
+columns carry their unit in the header (:func:`byte_unit`), chosen from the column's
+largest value. This module imports rich and planner.ui.ending only.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from fuseplan.planner.ui.ending import printable
+
+__all__ = ["WIDE", "Col", "Layout", "byte_unit", "fmt_count", "in_unit", "paragraph",
+           "table", "wide_layout"]
+
+WIDE = 120  # a terminal at least this wide gets the wide layout
+
+
+class Layout:
+    """The layout asked for on the command line (``--wide``)."""
+
+    wide = False
+
+
+def wide_layout(console: Console) -> bool:
+    """Whether tables take their wide layout on `console`."""
+    return Layout.wide or console.width >= WIDE
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column: its header, whether it holds numbers (right-aligned, never wrapped) and
+    whether it shows only in the wide layout."""
+
+    header: str
+    num: bool = False
+    wide: bool = False
+
+
+def table(console: Console, title: str | None, cols: Sequence[Col],
+          rows: Iterable[Sequence[str]]) -> RenderableType:
+    """A table of `rows` (one cell per column of `cols`, wide-only cells included: they are
+    dropped here in the narrow layout) under its title, the title wrapped between words at
+    the console's width (a number keeps its unit)."""
+    keep = [not c.wide or wide_layout(console) for c in cols]
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for c, k in zip(cols, keep, strict=True):
+        if k:
+            t.add_column(c.header, justify="right" if c.num else "left", no_wrap=c.num,
+                         overflow="fold")
+    for row in rows:
+        # plain text, its control characters escaped: a layer name is no markup
+        t.add_row(*(Text(printable(cell, keep="\n")) for cell, k in zip(row, keep, strict=True)
+                    if k))
+    if title is None:
+        return t
+    heading = [Text(line, style="bold") for line in paragraph(printable(title), console.width)]
+    return Group(*heading, t)
+
+
+_BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+
+
+def byte_unit(values: Iterable[float | None]) -> tuple[str, int]:
+    """The unit of a byte column: the largest unit its largest value reaches (KiB at least
+    when any value is 1 KiB or more)."""
+    top = max((abs(v) for v in values if v is not None), default=0)
+    return next(((u, s) for u, s in _BYTE_UNITS if top >= s), ("B", 1))
+
+
+def in_unit(n: float | None, unit: tuple[str, int]) -> str:
+    """`n` bytes in `unit` (from :func:`byte_unit`): 2 decimals for MiB and GiB, 1 for KiB,
+    none for bytes; ``0`` for zero and ``-`` for None."""
+    if n is None:
+        return "-"
+    if n == 0:
+        return "0"
+    name, size = unit
+    places = {"GiB": 2, "MiB": 2, "KiB": 1}.get(name, 0)
+    return f"{n / size:,.{places}f}"
+
+
+def fmt_count(n: float) -> str:
+    """A large count short: ``812``, ``45.3 k``, ``12.35 M``, ``3.40 G`` (the exact count is
+    in ``--json``)."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:,.2f} {suffix}" if abs(n) < 100 * div else f"{n / div:,.1f} {suffix}"
+    return f"{n:,.0f}"
+
+
+# a number and its unit stay on one line: the space between them is not a break
+_GLUED = re.compile(r"(?<=[\d.,%×)]) (?=(?:B|KiB|MiB|GiB|µJ|pJ|s|ms|%|×|MACs|cycles|"
+                    r"layers|groups|bytes)\b)")
+_NBSP = "\u00a0"
+
+
+def paragraph(text: str, width: int, indent: str = "  ") -> list[str]:
+    """`text` wrapped at `width` columns, its later lines indented by `indent`: broken at
+    spaces only (a path or a number stays whole, and a number keeps its unit)."""
+    glued = _GLUED.sub(_NBSP, text)
+    lines = textwrap.wrap(glued, width=max(width, 20), subsequent_indent=indent,
+                          break_long_words=False, break_on_hyphens=False) or [""]
+    return [line.replace(_NBSP, " ") for line in lines]
