@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,9 @@ def test_cli_diff(two_plans: tuple[Path, Path, Path, Plan, Plan], tmp_path: Path
     assert doc["split"] == diff_plans(a, b)["split"]
     table = CliRunner().invoke(app, ["diff", str(model), str(path_a), str(path_b)])
     assert table.exit_code == 0, table.output
-    assert "split" in table.stdout and "dram_bytes" in table.stdout
+    assert "split" in table.stdout  # the totals' DRAM row in human bytes
+    assert re.search(r"^dram +-?[\d.,]+ (B|KiB|MiB) +-?[\d.,]+ (B|KiB|MiB)", table.stdout, re.M), \
+        table.stdout
     other = models.save(models.chain_cnn(), tmp_path, "chain")
     wrong = CliRunner().invoke(app, ["diff", str(other), str(path_a), str(path_b)])
     assert wrong.exit_code == 2

@@ -33,6 +33,8 @@ class Boundary:
     next_layer: str
     reasons: list[str] = field(default_factory=list)
     binds: list[Violation] = field(default_factory=list)
+    # the objective with the layer moved into the group and as planned, where it could move
+    costs: tuple[float, float] | None = None
 
 
 _LEVELS = ("sram", "nram", "wram")
@@ -103,13 +105,14 @@ def describe(v: Violation, chip: Chip) -> tuple[str, str]:
 
 def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str, ...],
                   rest: tuple[str, ...], objective: Objective, current_cost: float
-                  ) -> tuple[list[str], list[Violation]]:
+                  ) -> tuple[list[str], list[Violation], tuple[float, float] | None]:
     """Why `layers` (a group plus the next layer) is not a group of the plan, in words and
-    as the violations that bind; `rest` is what would remain of the next layer's group."""
+    as the violations that bind, and when the layer could move, the objective with it moved
+    and as planned; `rest` is what would remain of the next layer's group."""
     if not is_connected(graph, layers):
-        return ["not connected: the layer does not consume anything of the group"], []
+        return ["not connected: the layer does not consume anything of the group"], [], None
     if not is_convex(graph, layers):
-        return ["not convex: a path would leave the group and come back"], []
+        return ["not convex: a path would leave the group and come back"], [], None
     search = GroupSearch.of(graph, layers, chip, ruleset)
     best = search.best(objective)
     if best is not None:
@@ -118,18 +121,20 @@ def _grow_reasons(graph: Graph, chip: Chip, ruleset: RuleSet, layers: tuple[str,
             if rest and is_connected(graph, rest) else None
         if rest and left is None:
             return [f"allowed, but what would remain of the next group ({len(rest)} layers) "
-                    "is not a valid group on its own"], []
+                    "is not a valid group on its own"], [], None
         after = grown + (objective_value(left.cost, objective, ruleset.objective) if left else 0)
         verdict = "not better" if after >= current_cost else "better: the planner missed it"
-        return [f"allowed, {verdict}: {objective} {after:.0f} with the layer moved vs "
-                f"{current_cost:.0f} as planned"], []
+        moved, planned = vs_bytes(after, current_cost) if objective == Objective.TRAFFIC \
+            else (f"{after:,.0f}", f"{current_cost:,.0f}")
+        return [f"allowed, {verdict}: {objective} {moved} with the layer moved vs {planned} "
+                "as planned"], [], (after, current_cost)
     heights = search.heights()
     found: dict[str, Violation] = {}
     for th in (heights[-1], heights[0]):  # capacities bind at the top, halos at the bottom
         for v in search.violations(search.tile_of(th), True):
             found.setdefault(v.name, v)
     binds = list(found.values())
-    return [str(v) for v in binds] or ["no tile fits the chip"], binds
+    return [str(v) for v in binds] or ["no tile fits the chip"], binds, None
 
 
 def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[Boundary]:
@@ -146,9 +151,9 @@ def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[B
         rest = tuple(n for n in other.layers if n != nxt)
         current = (objective_value(g.predicted, plan.objective, ruleset.objective)
                    + objective_value(other.predicted, plan.objective, ruleset.objective))
-        reasons, binds = _grow_reasons(graph, chip, ruleset, layers, rest, plan.objective,
-                                       current)
-        out.append(Boundary(g.id, nxt, reasons, binds))
+        reasons, binds, costs = _grow_reasons(graph, chip, ruleset, layers, rest,
+                                              plan.objective, current)
+        out.append(Boundary(g.id, nxt, reasons, binds, costs))
     return out
 
 
@@ -248,7 +253,9 @@ def explain_doc(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet, layer: s
     result: dict[str, Any] = {
         "boundaries": [{"group": b.group, "next_layer": b.next_layer, "reasons": b.reasons,
                         "binds": [_violation_doc(v, chip, ruleset) for v in b.binds],
-                        "lift": lift(b.binds, chip, ruleset)}
+                        "lift": lift(b.binds, chip, ruleset),
+                        "moved_cost": None if b.costs is None else b.costs[0],
+                        "planned_cost": None if b.costs is None else b.costs[1]}
                        for b in boundaries(graph, plan, chip, ruleset)],
         "violations": [{"group": gid, **_violation_doc(v, chip, ruleset)}
                        for gid, v in recheck(graph, plan, chip, ruleset)],

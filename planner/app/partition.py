@@ -32,6 +32,7 @@ from fuseplan.hardware.chip import Chip
 from fuseplan.planner.app.assemble import assemble
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
+from fuseplan.planner.core.units import vs_bytes
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.geometry.regions import group_io
@@ -109,10 +110,12 @@ class Compiler:
         if sub.macs > s.max_macs:
             return f"{sub.macs} MACs > max_macs {s.max_macs}"
         if sub.weight_bytes > s.max_weight_bytes:
-            return f"{sub.weight_bytes} B of weights > max_weight_bytes {s.max_weight_bytes}"
+            need_s, has_s = vs_bytes(sub.weight_bytes, s.max_weight_bytes)
+            return f"{need_s} of weights > max_weight_bytes {has_s}"
         cap = _chip_weight_capacity(self.chip)
         if s.weights_on_chip and sub.weight_bytes > cap:
-            return f"{sub.weight_bytes} B of weights do not stay on chip ({cap} B)"
+            need_s, has_s = vs_bytes(sub.weight_bytes, cap)
+            return f"{need_s} of weights do not stay on chip ({has_s})"
         return None
 
     def compile(self, sub: Subgraph) -> Subgraph:

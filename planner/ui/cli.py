@@ -303,8 +303,7 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
               verify_chain: VerifyChainOpt = False,
               wide: WideOpt = False,
               as_json: JsonOpt = False) -> None:
-    """Cut MODEL into serial subgraphs, split until each compiles on the chip, then merged to
-    balance them."""
+    """Cut MODEL into serial subgraphs that each compile on the chip, merged to balance."""
     from fuseplan.planner.app import api
 
     check_files([model_in(model), rules_in(rules), hw_in(hw)],  # before the planning

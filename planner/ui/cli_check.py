@@ -16,7 +16,8 @@ from fuseplan.planner.ui.cli_common import (
     emit,
     err,
     guarded,
-    out,
+    say,
+    show,
     yaml_in,
 )
 
@@ -59,16 +60,13 @@ def check(manifest: Path, junit: JunitOpt = None, as_json: JsonOpt = False) -> N
               **counts, "junit": None if junit is None else str(junit), "exit": code})
     else:
         for r in results:
-            out.print(f"{r.status.upper():6s} {r.name} ({r.seconds:.2f} s): {r.message}",
-                      markup=False, highlight=False)
-        out.print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['error']} "
-                  f"bad input" + ("" if junit is None else f"; JUnit XML written to {junit}"),
-                  markup=False, highlight=False)
+            show(f"{r.status.upper():6s} {r.name} ({r.seconds:.2f} s): {r.message}")
+        show(f"{counts['passed']} passed, {counts['failed']} failed, {counts['error']} "
+             f"bad input" + ("" if junit is None else f"; JUnit XML written to {junit}"))
     bad = [r for r in results if r.status == "error"]
     if bad:  # exit 2 says why in one paragraph on stderr, as every bad input does
-        err.print(f"error: {len(bad)} of the {len(results)} checks of {manifest} are bad "
-                  f"input; the first, {bad[0].name}: {bad[0].message}", markup=False,
-                  highlight=False)
+        say(f"{len(bad)} of the {len(results)} checks of {manifest} are bad input; the "
+            f"first, {bad[0].name}: {bad[0].message}", "error")
     if code:
         raise typer.Exit(code)
 

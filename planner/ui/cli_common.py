@@ -69,8 +69,7 @@ def _wide(value: bool) -> bool:
 
 WideOpt = Annotated[bool, typer.Option(
     "--wide", callback=_wide,
-    help="Every column, however wide the terminal (a terminal of 120 columns or more gets "
-         "them anyway).")]
+    help="Show every column (a terminal 120 or more columns wide shows them anyway).")]
 
 
 class Settings:

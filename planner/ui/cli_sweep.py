@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.core.units import fmt_bytes
 from fuseplan.planner.ui import Interruption
 from fuseplan.planner.ui.cli_common import (
     JsonOpt,
@@ -29,9 +30,9 @@ from fuseplan.planner.ui.cli_common import (
     err,
     guarded,
     say,
+    show,  # the human summary (stdout)
     yaml_in,
 )
-from fuseplan.planner.ui.cli_common import out as show  # the human summary (stdout)
 from fuseplan.planner.ui.ending import exit_code, write_error
 
 if TYPE_CHECKING:  # the sweep machinery (Ray, pandas) loads when a sweep runs
@@ -197,17 +198,15 @@ def _run(parsed: Any, out: Path, address: str | None, resume: bool, verify: bool
 
 def _print_summary(result: SweepResult, goal: Target | None, report_path: str | None) -> None:
     """The human summary on stdout."""
-    show.print(f"{result.points} points: {result.done} planned, {result.failed} without a "
-               f"plan, {result.skipped} already done, {result.repaired} re-costed for "
-               f"monotone curves, {result.wall_s:.1f} s", markup=False, highlight=False,
-               soft_wrap=True)
+    show(f"{result.points} points: {result.done} planned, {result.failed} without a plan, "
+         f"{result.skipped} already done, {result.repaired} re-costed for monotone curves, "
+         f"{result.wall_s:.1f} s")
     for p in result.bisection:
-        show.print(f"{_curve(p)}: smallest {p.axis} meeting {goal}: "
-                   f"{p.smallest if p.smallest is not None else 'none'} ({p.probes} probes)",
-                   markup=False, highlight=False, soft_wrap=True)
-    show.print(f"table: {result.table} and {result.csv}"
-               + (f"; report: {report_path}" if report_path else ""),
-               markup=False, highlight=False, soft_wrap=True)
+        smallest = "none" if p.smallest is None else fmt_bytes(p.smallest) \
+            if p.axis.endswith("bytes") and not isinstance(p.smallest, str) else p.smallest
+        show(f"{_curve(p)}: smallest {p.axis} meeting {goal}: {smallest} ({p.probes} probes)")
+    show(f"table: {result.table} and {result.csv}"
+         + (f"; report: {report_path}" if report_path else ""))
 
 
 def _summary(result: SweepResult, report: str | None, goal: Target | None) -> dict[str, Any]:

@@ -161,7 +161,7 @@ def partition_table(model: str, rows: Sequence[dict[str, Any]], console: Console
     dram = byte_unit(r["dram_bytes"] for r in rows)
     cols = [Col("#", num=True), Col("layers"), Col("nodes", num=True), Col("MACs", num=True),
             Col(f"weights\n{weights[0]}", num=True), Col(f"DRAM\n{dram[0]}", num=True),
-            Col("status"), Col("why", wide=True)]
+            Col("status"), Col("why", wide=True, prose=True)]
     cells = [(str(r["id"]), layers_label(r["layers"]), str(r["nodes"]), f"{r['macs']:,}",
               in_unit(r["weight_bytes"], weights), in_unit(r["dram_bytes"], dram),
               r["status"], r["reason"]) for r in rows]

@@ -70,10 +70,9 @@ def report(model: str, plan: Path,
                "verified": result is not None, "ok": None if result is None else result.ok,
                "verify": None if result is None else result.to_json()})
     else:
-        out.print(f"report written to {output} ({len(loaded.groups)} groups"
-                  + ("" if result is None else
-                     f"; verification {'passed' if result.ok else 'FAILED'}") + ")",
-                  highlight=False)
+        show(f"report written to {output} ({len(loaded.groups)} groups"
+             + ("" if result is None else
+                f"; verification {'passed' if result.ok else 'FAILED'}") + ")")
     if result is not None and not result.ok:
         raise typer.Exit(1)
 
@@ -104,11 +103,10 @@ def export(model: str, plan: Path,
                "nodes": len(problem.model.proto.graph.node), "groups": len(loaded.groups),
                "fused_groups": sum(g.fused for g in loaded.groups)})
         return
-    out.print(f"annotated model written to {output} (metadata keys fuseplan.group, "
-              "fuseplan.tile, fuseplan.predicted_dram_bytes on every node)", highlight=False)
+    show(f"annotated model written to {output} (metadata keys fuseplan.group, "
+         "fuseplan.tile, fuseplan.predicted_dram_bytes on every node)")
     if dot is not None:
-        out.print(f"Graphviz file written to {dot} (render: dot -Tsvg {dot} -o plan.svg)",
-                  highlight=False)
+        show(f"Graphviz file written to {dot} (render: dot -Tsvg {dot} -o plan.svg)")
 
 
 # --------------------------------------------------------------------------- diff

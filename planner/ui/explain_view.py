@@ -15,7 +15,8 @@ def _binds_rows(boundaries: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for b in boundaries:
         for v in b.get("binds", ()):
-            rows.append((str(b["group"]), b["next_layer"], f"{v['rule']} {v['name']}",
+            rows.append((str(b["group"]), b["next_layer"],
+                         f"{v['rule']} {v['name']}: {v['message']}",
                          v["shown"]["needed"], v["shown"]["allowed"],
                          v["fix"]))
     return rows
@@ -49,17 +50,20 @@ def print_explain(doc: dict[str, Any]) -> None:
            for b in doc["boundaries"]]
     if why:
         out.print(table(out, "why each group stops where it does",
-                        [Col("group", num=True), Col("before layer"), Col("why")], why))
+                        [Col("group", num=True), Col("before layer", max_width=24),
+                         Col("why", prose=True)], why))
     binds = _binds_rows(doc["boundaries"])
     if binds:
         out.print(table(out, "what binds, and what would lift it",
-                        [Col("group", num=True), Col("before layer", wide=True), Col("rule"),
-                         Col("needed", num=True), Col("has", num=True), Col("change")],
+                        [Col("group", num=True), Col("before layer", wide=True, max_width=24),
+                         Col("rule: what it says", prose=True), Col("needed", num=True),
+                         Col("has", num=True), Col("change", prose=True)],
                         binds))
     if doc["violations"]:
         out.print(table(out, "VIOLATIONS: groups the rules or the chip refuse",
                         [Col("group", num=True), Col("rule"), Col("needed", num=True),
-                         Col("has", num=True), Col("what", wide=True), Col("change")],
+                         Col("has", num=True), Col("what", wide=True, prose=True),
+                         Col("change", prose=True)],
                         [(str(v["group"]), f"{v['rule']} {v['name']}",
                           v["shown"]["needed"], v["shown"]["allowed"],
                           v["message"], v["fix"]) for v in doc["violations"]]))

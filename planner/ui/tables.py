@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -41,12 +42,23 @@ def wide_layout(console: Console) -> bool:
 
 @dataclass(frozen=True)
 class Col:
-    """A column: its header, whether it holds numbers (right-aligned, never wrapped) and
-    whether it shows only in the wide layout."""
+    """A column: its header, whether it holds numbers (right-aligned, never wrapped), whether
+    it shows only in the wide layout, the width a name column folds at, and whether it holds
+    prose: sentences wrapped here between words (a number keeps its unit) in the width the
+    other columns leave."""
 
     header: str
     num: bool = False
     wide: bool = False
+    max_width: int | None = None
+    prose: bool = False
+
+
+GAP = 2  # columns between two cells (padding and the box's blank divider)
+
+
+def _width(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
 
 
 def table(console: Console, title: str | None, cols: Sequence[Col],
@@ -55,15 +67,26 @@ def table(console: Console, title: str | None, cols: Sequence[Col],
     dropped here in the narrow layout) under its title, the title wrapped between words at
     the console's width (a number keeps its unit)."""
     keep = [not c.wide or wide_layout(console) for c in cols]
+    shown = [c for c, k in zip(cols, keep, strict=True) if k]
+    cells = [[printable(cell, keep="\n") for cell, k in zip(row, keep, strict=True) if k]
+             for row in rows]
+    widths = [min(max([_width(c.header)] + [_width(r[i]) for r in cells]), c.max_width or 10**6)
+              for i, c in enumerate(shown)]
+    prose = [i for i, c in enumerate(shown) if c.prose]
+    if prose:  # the width the other columns leave, shared by the prose columns
+        left = console.width - GAP * (len(shown) - 1) \
+            - sum(w for i, w in enumerate(widths) if i not in prose)
+        each = max(left // len(prose), 16)
+        for r in cells:
+            for i in prose:
+                r[i] = "\n".join(line for part in r[i].split("\n")
+                                 for line in paragraph(part, each, indent=""))
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    for c, k in zip(cols, keep, strict=True):
-        if k:
-            t.add_column(c.header, justify="right" if c.num else "left", no_wrap=c.num,
-                         overflow="fold")
-    for row in rows:
-        # plain text, its control characters escaped: a layer name is no markup
-        t.add_row(*(Text(printable(cell, keep="\n")) for cell, k in zip(row, keep, strict=True)
-                    if k))
+    for c in shown:
+        t.add_column(c.header, justify="right" if c.num else "left", no_wrap=c.num,
+                     overflow="fold", max_width=c.max_width)
+    for r in cells:  # plain text (a layer name is no markup), control characters escaped
+        t.add_row(*(Text(cell) for cell in r))
     if title is None:
         return t
     heading = [Text(line, style="bold") for line in paragraph(printable(title), console.width)]
@@ -111,6 +134,6 @@ def paragraph(text: str, width: int, indent: str = "  ") -> list[str]:
     """`text` wrapped at `width` columns, its later lines indented by `indent`: broken at
     spaces only (a path or a number stays whole, and a number keeps its unit)."""
     glued = _GLUED.sub(_NBSP, text)
-    lines = textwrap.wrap(glued, width=max(width, 20), subsequent_indent=indent,
+    lines = textwrap.wrap(glued, width=max(width, 12), subsequent_indent=indent,
                           break_long_words=False, break_on_hyphens=False) or [""]
     return [line.replace(_NBSP, " ") for line in lines]

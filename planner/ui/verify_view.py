@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from fuseplan.planner.app.verify import VerifyReport
-from fuseplan.planner.ui.cli_common import out
+from typing import TYPE_CHECKING
+
+from fuseplan.planner.core.units import fmt_bytes
+from fuseplan.planner.ui.cli_common import show
+
+if TYPE_CHECKING:
+    from fuseplan.planner.app.verify import VerifyReport
 
 # tensors listed in the text answer (the JSON holds all)
 SHOWN_TENSORS = 12
 
 
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.2f} MiB"
-
-
 def _say(line: str) -> None:
-    """A line as written: tensor names may hold brackets that are not markup."""
-    out.print(line, markup=False, highlight=False)
+    """A line as written (tensor names may hold brackets that are not markup), wrapped at
+    the console's width between words."""
+    show(line)
 
 
 def _tensor_lines(report: VerifyReport) -> list[str]:
@@ -51,8 +53,8 @@ def print_verify(report: VerifyReport) -> None:
     for line in _tensor_lines(report) + _weights_lines(report):
         _say(line)
     _say(f"predicted bytes == emulated bytes: {report.predicted_matches_emulated} "
-         f"(DRAM {e.dram_bytes:,} B, weights {e.weight_read_bytes:,} B, SRAM peak "
-         f"{e.sram_peak_bytes:,} B)")
+         f"(DRAM {fmt_bytes(e.dram_bytes)}, weights {fmt_bytes(e.weight_read_bytes)}, SRAM "
+         f"peak {fmt_bytes(e.sram_peak_bytes)})")
     cyc = report.cycles.to_json()
     _say(f"cycles: predicted {cyc['predicted']:,}, emulated {cyc['emulated']:,} "
          f"({cyc['difference']:+,}, {100 * cyc['relative']:+.2f}%): "
@@ -61,8 +63,8 @@ def print_verify(report: VerifyReport) -> None:
     for a in report.attention:  # FlashAttention's count, as the emulator measured it
         what = "=" if a.emulated_bytes == a.analytic_bytes else "!=" if a.alone else \
             "(with its group's other layers) against"
-        _say(f"attention {a.layer} (group {a.group}): emulated {_mib(a.emulated_bytes)} {what} "
-             f"{_mib(a.analytic_bytes)} analytic (q once, k and v {a.passes}×, o once)")
+        _say(f"attention {a.layer} (group {a.group}): emulated {fmt_bytes(a.emulated_bytes)} "
+             f"{what} {fmt_bytes(a.analytic_bytes)} analytic (q once, k and v {a.passes}×, o once)")
     if report.first_mismatch_tensor is not None:
         _say(f"first tensor that disagrees: {report.first_output_mismatch}")
     if report.first_counter_mismatch:
