@@ -29,7 +29,6 @@ from fuseplan.planner.ui.progress import (
     ProgressView,
     counts_line,
     elapsed,
-    human_bytes,
     progress_display,
 )
 from tests import models
@@ -335,11 +334,21 @@ def test_display_live_on_a_terminal_and_silent_otherwise() -> None:
 
 
 def test_numbers_as_people_read_them() -> None:
-    assert human_bytes(812) == "812 B"
-    assert human_bytes(12.5 * 2**10) == "12.5 KiB"
-    assert human_bytes(3.2 * 2**20) == "3.20 MiB"
-    assert human_bytes(1.25 * 2**30) == "1.25 GiB"
     assert elapsed(7.9) == "0:07" and elapsed(135) == "2:15" and elapsed(3723) == "1:02:03"
     assert counts_line(Progress("loading model")) == ""
     assert counts_line(Progress("CP-SAT", searched=5, best=2048, bound=1024)) == \
         "searched 5 · best 2.0 KiB · gap 50.0%"
+
+
+def test_display_draws_a_real_solve(store: ModelStore) -> None:
+    """The library's events through the display: the last phase is drawn when the block
+    ends, within 80 columns, and the plan is the one made without a display."""
+    problem = store.problem("chain_cnn", overrides=("sram.bytes=16KiB",))
+    console, buf = _console()
+    with progress_display("planning chain_cnn with greedy", enabled=True,
+                          console=console) as sink:
+        plan = api.plan_problem(problem, "greedy", progress=sink)
+    same_plan(plan, api.plan_problem(problem, "greedy"))
+    lines = _lines(buf.getvalue())
+    assert any("assembling plan" in line for line in lines), lines
+    assert max(len(line) for line in lines) <= 80

@@ -1,6 +1,7 @@
 """The progress display of a long command on stderr (issue 47): what it does, for how long,
 the phase it is in, how many candidate groups it searched and ruled out, the best plan so
-far and CP-SAT's gap, with a bar where the phase knows its total.
+far (in human bytes: planner.core.units) and CP-SAT's gap, with a bar where the phase
+knows its total.
 
 The library tells a ProgressSink (planner.core.progress) of every phase; the sink given
 here only keeps the latest event, and rich's Live redraws from it a few times a second on
@@ -23,22 +24,12 @@ from rich.table import Table
 from rich.text import Text
 
 from fuseplan.planner.core.progress import Progress, ProgressSink
+from fuseplan.planner.core.units import fmt_bytes
 from fuseplan.planner.ui.ending import printable
 
 REFRESH_PER_SECOND = 8
 BAR_WIDTH = 24
 SPINNER, SPINNER_FPS = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏", 12.5  # rich's "dots" spinner
-
-
-def human_bytes(n: float) -> str:
-    """Bytes with a binary unit: ``812 B``, ``12.5 KiB``, ``3.20 MiB``, ``1.25 GiB``."""
-    if abs(n) < 2**10:
-        return f"{n:,.0f} B"
-    if abs(n) < 2**20:
-        return f"{n / 2**10:,.1f} KiB"
-    if abs(n) < 2**30:
-        return f"{n / 2**20:,.2f} MiB"
-    return f"{n / 2**30:,.2f} GiB"
 
 
 def elapsed(seconds: float) -> str:
@@ -52,7 +43,7 @@ def elapsed(seconds: float) -> str:
 def _amount(value: float, unit: str) -> str:
     """An objective value as people read it: bytes with a binary unit, else the number and
     the objective's name."""
-    return human_bytes(value) if unit == "B" else f"{value:,.0f} ({unit})"
+    return fmt_bytes(value) if unit == "B" else f"{value:,.0f} ({unit})"
 
 
 def counts_line(p: Progress) -> str:
