@@ -234,7 +234,8 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
     """Seed 003's serial subgraphs, each compiled (`jobs` at a time, in worker processes), and
     one plan of the whole model built from their plans (so the chain verifies in one
     emulation). With `out_dir`, each subgraph is written as an ONNX model with its plan
-    file. ``progress``: told of the pieces compiled and the merges tried."""
+    file. ``progress``: told of the pieces compiled and the merges tried (and, with one
+    job, of each piece's planning)."""
     from dataclasses import replace as dc_replace
 
     from fuseplan.planner.app.partition import combined_plan, restrict
@@ -253,7 +254,9 @@ def partition(problem: Problem, policy: str | None = None, out_dir: str | Path |
 
     def plan_part(graph: Graph, layers: Sequence[str]) -> Plan:
         sub = dc_replace(problem, graph=restrict(graph, layers))
-        return plan_problem(sub, settings.planner, goal, memo=memo)
+        # a piece planned in this process tells its phases (one in a worker tells nobody)
+        inner = within(progress, f"a piece of {len(layers)} layers") if jobs <= 1 else None
+        return plan_problem(sub, settings.planner, goal, memo=memo, progress=inner)
 
     subs = run_partition(problem.graph, problem.chip, problem.ruleset, settings, plan_part,
                          jobs, memo, progress)

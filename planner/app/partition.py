@@ -144,6 +144,8 @@ class Compiler:
         the limits fail at once, without planning, in this process."""
         done: list[Subgraph | None] = [None] * len(subs)
         todo = []
+        if pool is None and self.progress is not None:
+            self.progress(Progress("compiling pieces", 0, len(subs)))
         for i, sub in enumerate(subs):
             if self.over_limits(sub) is not None or pool is None:
                 done[i] = self.compile(sub)
