@@ -98,7 +98,12 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """A facade name, imported from its module on first use (PEP 562)."""
+    """A facade name, imported from its module on first use (PEP 562); ``__version__``, the
+    installed package's version (``fuseplan --version`` prints it)."""
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("fuseplan")
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'fuseplan' has no attribute {name!r}")

@@ -108,8 +108,9 @@ def test_solve_wide_shows_every_column(plans: dict[str, Path]) -> None:
 
 
 def test_compare_fits() -> None:
-    text = answer("compare", "zoo:squeezenet", "--time-limit", "10")
-    doc = json.loads(answer("compare", "zoo:squeezenet", "--time-limit", "10", "--json"))
+    args = (str(RESIDUAL), "--hw", str(RESIDUAL_CHIP), "--time-limit", "10")
+    text = answer("compare", *args)
+    doc = json.loads(answer("compare", *args, "--json"))
     assert_fits(text, tuple(f"{r['cycles']:,}" for r in doc["rows"])
                 + tuple(r["status"] for r in doc["rows"]) + ("shortest-path",))
 
@@ -223,7 +224,10 @@ def test_objective_help_lists_every_objective() -> None:
 
 
 def test_version() -> None:
+    import fuseplan
+
     assert answer("--version").strip() == f"fuseplan {version('fuseplan')}"
+    assert fuseplan.__version__ == version("fuseplan")
 
 
 def test_the_command_line_starts_without_the_planner() -> None:

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from fuseplan.planner.ui.ending import printable
 
-__all__ = ["WIDE", "Col", "Layout", "byte_unit", "fmt_count", "in_unit", "paragraph",
+__all__ = ["GAP", "WIDE", "Col", "Layout", "byte_unit", "in_unit", "paragraph",
            "table", "wide_layout"]
 
 WIDE = 120  # a terminal at least this wide gets the wide layout
@@ -113,15 +113,6 @@ def in_unit(n: float | None, unit: tuple[str, int]) -> str:
     name, size = unit
     places = {"GiB": 2, "MiB": 2, "KiB": 1}.get(name, 0)
     return f"{n / size:,.{places}f}"
-
-
-def fmt_count(n: float) -> str:
-    """A large count short: ``812``, ``45.3 k``, ``12.35 M``, ``3.40 G`` (the exact count is
-    in ``--json``)."""
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= div:
-            return f"{n / div:,.2f} {suffix}" if abs(n) < 100 * div else f"{n / div:,.1f} {suffix}"
-    return f"{n:,.0f}"
 
 
 # a number and its unit stay on one line: the space between them is not a break
