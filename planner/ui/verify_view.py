@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fuseplan.planner.core.units import fmt_bytes
+from fuseplan.planner.core.units import fmt_bytes, vs_bytes
 from fuseplan.planner.ui.cli_common import show
 
 if TYPE_CHECKING:
@@ -74,4 +74,6 @@ def print_verify(report: VerifyReport) -> None:
     if report.first_misstatement:
         _say(f"the plan file states a wrong number: {report.first_misstatement}")
     for v in report.capacity_violations:
-        _say(f"capacity violation: {v.describe()}")
+        need, has = vs_bytes(v.needed_bytes, v.capacity_bytes)
+        _say(f"capacity violation: group {v.group} tile {v.tile}: {v.level.upper()} needs "
+             f"{need}, has {has} ({fmt_bytes(v.over_bytes)} over)")
