@@ -258,6 +258,10 @@ def test_bytes_and_paths_as_people_read_them() -> None:
     assert size_setting(5 * 2**20 + 1) == "6MiB"
     assert rel_path(Path.cwd() / "a" / "b.onnx") == "a/b.onnx"
     assert rel_path("/nowhere/else.onnx") == "/nowhere/else.onnx"
+    from fuseplan.planner.ui.cli_common import _relative
+
+    here = str(Path.cwd())
+    assert _relative(f"'{here}/m.onnx' and /x{here}/n.onnx") == f"'m.onnx' and /x{here}/n.onnx"
     # a number keeps its unit when a paragraph wraps
     lines = paragraph("x " * 30 + "DRAM 118.25 MiB and more words follow here", 64)
     assert not any(line.endswith("118.25") for line in lines), lines

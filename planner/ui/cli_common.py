@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import re
 import signal
 import sys
 import traceback
@@ -100,7 +101,10 @@ def _relative(text: str) -> str:
         cwd = str(Path.cwd())
     except OSError:
         return text
-    return text.replace(cwd.rstrip("/") + "/", "") if cwd != "/" else text
+    if cwd == "/":
+        return text
+    # a path that begins with the working directory (not one that merely contains it)
+    return re.sub(r"(?<![\w./~-])" + re.escape(cwd.rstrip("/") + "/"), "", text)
 
 
 def say(text: str, label: str | None = None) -> None:
