@@ -77,7 +77,7 @@ def _works(argv: list[str]) -> bool:
     a command imports the planner (onnx, numpy, OR-Tools) here, where a Ctrl-C or SIGTERM
     ends the process at once rather than unwinding through a half-loaded extension."""
     words = argv[:argv.index("--")] if "--" in argv else argv
-    return bool(words) and not {"--help", "--version"} & set(words)
+    return bool(words) and words != ["rules"] and not {"--help", "--version"} & set(words)
 
 
 def _interrupted(exc: BaseException) -> bool:
