@@ -29,6 +29,7 @@ import onnx
 
 from fuseplan.planner.front.assemble import _assemble
 from fuseplan.planner.front.fold import _fold_round, _has_unresolved_shape_nodes
+from fuseplan.planner.front.group_norm import MADE_CONSTANT, split_group_norms
 from fuseplan.planner.front.loaded import LoadedModel
 from fuseplan.planner.front.reference import ort_max_opset, run_onnxruntime
 from fuseplan.planner.front.resolve import ZOO, _parse_model, _read_bytes, resolve_model, zoo_dir
@@ -110,11 +111,17 @@ def load_model(
     types = _fold_constants(work, model)
     if _rebatch_reshapes(work, types, spec):
         types = _fold_constants(work, model)
+    made = split_group_norms(work, types, opset)
+    if made:  # the new tensors' shapes
+        types = _fold_constants(work, model)
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
     _trim_unused_outputs(work.nodes, (o.name for o in graph.output), opset)
     _check_runnable(work.nodes, opset, spec)
     _check_element_types(work, types)
     _assemble(work, model, types)
+    for tensor in model.graph.initializer:
+        if tensor.name in made:
+            tensor.doc_string = MADE_CONSTANT
     _check_sizes(model, spec)
     _fill_runtime_shapes(model, spec)
     _check_channels(model, spec)

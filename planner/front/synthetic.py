@@ -10,6 +10,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from fuseplan.planner.front.assemble import _raw_bytes
+from fuseplan.planner.front.group_norm import MADE_CONSTANT
 from fuseplan.planner.front.loaded import LoadedModel
 from fuseplan.planner.front.work import _DEFAULT_DOMAINS, _FLOAT_TYPES
 from fuseplan.planner.ir.ops import BranchScale, InputRole, Rectified, op_spec
@@ -34,7 +35,8 @@ def randomize_weights(model: LoadedModel, seed: int) -> LoadedModel:
     proto.CopyFrom(model.proto)
     for tensor in proto.graph.initializer:
         role = roles.get(tensor.name)
-        if role is None or tensor.data_type not in _FLOAT_TYPES:
+        if role is None or tensor.data_type not in _FLOAT_TYPES \
+                or tensor.doc_string == MADE_CONSTANT:
             continue
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
         shape = tuple(int(d) for d in tensor.dims)
@@ -188,7 +190,8 @@ def weights_are_placeholders(model: LoadedModel) -> bool:
     models build their conv and fc weights with ConstantOfShape): such weights hide layout
     bugs, so verification swaps in seeded random ones. Real weights are verified as they are."""
     weights = [numpy_helper.to_array(t) for t in model.proto.graph.initializer
-               if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)]
+               if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
+               and t.doc_string != MADE_CONSTANT]  # the loader's constants are not weights
     total = sum(w.size for w in weights if w.size > 1)
     constant = sum(w.size for w in weights if w.size > 1 and float(w.min()) == float(w.max()))
     return total > 0 and constant * 2 > total
