@@ -219,12 +219,12 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
         show(f"dynamic plan over {doc['dynamic']['ranges']}"
              + (f" written to {rel_path(output)}" if output is not None else ""))
         return
-    problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
-    objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
-    with working(f"planning {model} with {solver}"):
+    with working(f"planning {model} with {solver}", as_json) as sink:
+        problem = api.prepare(model, rules, hw, _shapes(shape), set_ or (), progress=sink)
+        objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
         started = ctx.obj if isinstance(ctx.obj, float) else None
         plan = api.plan_problem(problem, solver, objective, time_limit, started=started,
-                                jobs=jobs)
+                                jobs=jobs, progress=sink)
     if output is not None:
         save_plan(plan, output)
     if report is not None:
@@ -264,9 +264,9 @@ def pareto(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt = 
                 [Output("--out-dir", out_dir, "folder of plan files", folder=True,
                         writes=("pareto_*.json",)),
                  Output("--plot", plot, "chart")])
-    problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
-    with working(f"sweeping {points} points of the cycles/energy front"):
-        plans = api.pareto(problem, points, time_limit, jobs)
+    with working(f"sweeping {points} points of the cycles/energy front", as_json) as sink:
+        problem = api.prepare(model, rules, hw, _shapes(shape), set_ or (), progress=sink)
+        plans = api.pareto(problem, points, time_limit, jobs, progress=sink)
     make_dir(out_dir)
     rows: list[dict[str, Any]] = []
     try:
@@ -309,12 +309,12 @@ def partition(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt
     check_files([model_in(model), rules_in(rules), hw_in(hw)],  # before the planning
                 [Output("--out-dir", out_dir, "folder of subgraphs", folder=True,
                         writes=("subgraph_*.onnx", "subgraph_*.plan.json"))])
-    problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
-    with working("cutting, compiling and merging serial subgraphs"):
-        subs, whole = api.partition(problem, policy, out_dir, objective, jobs)
     report = None
-    if verify_chain:
-        report = api.verify_in_memory(problem, whole)
+    with working("cutting, compiling and merging serial subgraphs", as_json) as sink:
+        problem = api.prepare(model, rules, hw, _shapes(shape), set_ or (), progress=sink)
+        subs, whole = api.partition(problem, policy, out_dir, objective, jobs, progress=sink)
+        if verify_chain:
+            report = api.verify_in_memory(problem, whole, progress=sink)
     rows = [{"id": i, "layers": list(s.layers), "inputs": list(s.inputs),
              "outputs": list(s.outputs), "macs": s.macs, "weight_bytes": s.weight_bytes,
              "nodes": s.nodes, "status": s.status, "reason": s.reason,
@@ -356,17 +356,13 @@ def verify(model: str, plan: Path, seed: SeedOpt = 0,
 
     check_files([model_in(model), plan_in(plan), golden_in(golden), hw_in(hw)],
                 [Output("--save-golden", save_golden, "golden file")])
-    if api.is_dynamic(plan):
-        if weights is not None:
-            raise InputError("--weights applies to plans of one shape; a dynamic plan is "
-                             "verified with seeded random weights where the model's are "
-                             "placeholders. Leave --weights out.")
-        report = api.verify_dynamic(model, plan, _shapes(shape), seed, hardware=hw,
-                                    overrides=set_ or ())
-    else:
-        with working(f"emulating {plan} and running onnxruntime"):
+    with working(f"emulating {plan} and running onnxruntime", as_json) as sink:
+        if api.is_dynamic(plan):
+            report = api.verify_dynamic(model, plan, _shapes(shape), seed, hardware=hw,
+                                        overrides=set_ or (), weights=weights or "auto")
+        else:
             report = api.verify(model, plan, seed, golden, hw, set_ or (),
-                                _shapes(shape) or None, weights or "auto")
+                                _shapes(shape) or None, weights or "auto", progress=sink)
     if save_golden is not None:
         api.write_golden(model, plan, seed, save_golden, _shapes(shape) or None,
                          weights or "auto", hw, set_ or ())
@@ -389,9 +385,9 @@ def compare(model: str, rules: RulesOpt = None, hw: HwOpt = None, set_: SetOpt =
     from fuseplan.planner.app import api
 
     check_files([model_in(model), rules_in(rules), hw_in(hw)])
-    problem = api.prepare(model, rules, hw, _shapes(shape), set_ or ())
-    with working("planning with layer, greedy, shortest-path and cpsat"):
-        rows = api.compare(problem, objective, time_limit, jobs)
+    with working("planning with layer, greedy, shortest-path and cpsat", as_json) as sink:
+        problem = api.prepare(model, rules, hw, _shapes(shape), set_ or (), progress=sink)
+        rows = api.compare(problem, objective, time_limit, jobs, progress=sink)
     floor = next((p.compulsory_dram_bytes for _, p, _ in rows if p is not None), 0)
     if all(p is None for _, p, _ in rows):  # the answer is "no" from every planner
         say(f"no planner found a plan for {model} on this chip ({rows[-1][0]}: "

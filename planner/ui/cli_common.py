@@ -14,7 +14,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -82,11 +82,14 @@ class Settings:
 settings = Settings()
 
 
-def working(what: str) -> AbstractContextManager[Any]:
-    """A progress spinner on stderr for a long step (stdout stays clean for --json)."""
-    if settings.quiet or not err.is_terminal:
-        return nullcontext()
-    return err.status(what)
+def working(what: str, as_json: bool = False) -> AbstractContextManager[Any]:
+    """The progress display of a long step on stderr (planner.ui.progress: phase, elapsed
+    time, candidates searched and ruled out, best plan so far, CP-SAT's gap), yielding the
+    sink to pass the library's ``progress=``; None and nothing shown under --json or
+    --quiet, or when stderr is no terminal (stdout stays clean)."""
+    from fuseplan.planner.ui.progress import progress_display
+
+    return progress_display(what, enabled=not (as_json or settings.quiet), console=err)
 
 
 # how a message's first word is shown on a colour terminal (NO_COLOR and a stderr that is
