@@ -43,7 +43,9 @@ class Edge:
 
     start: int
     end: int
-    layers: tuple[str, ...]
+    # the group's layers, or a longer run they begin (a whole-map start's layers, shared by
+    # all its ends: copies of each prefix would take memory cubic in a long chain's length)
+    span: tuple[str, ...]
     io: GroupIO | None  # None: not refined yet, or a whole-map group (never tile-searched)
     floor: int  # objective units no tile choice of the group goes below
     choice: TileChoice | None = None  # once searched: the best tile (None: none passes)
@@ -58,9 +60,15 @@ class Edge:
     key: StructureKey | None = None  # the structure its search shares (_key), once asked
 
     @property
+    def layers(self) -> tuple[str, ...]:
+        """The group's layers."""
+        n = self.end - self.start
+        return self.span if len(self.span) == n else self.span[:n]
+
+    @property
     def required(self) -> bool:
         """A single layer: searched (quickly) even past the time limit."""
-        return len(self.layers) == 1
+        return self.end - self.start == 1
 
 
 @dataclass(frozen=True)

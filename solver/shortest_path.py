@@ -466,7 +466,7 @@ def _whole_map_edges(graph: Graph, floors: IntervalFloors, start: Start,
     if found is not None:
         return [Edge(i, i + len(layers), layers, None, 0, choice, True)
                 for layers, choice in found if layers[0] == start.layers[0]]
-    return [Edge(i, i + e + 1, start.layers[:e + 1], None, floor, whole=start)
+    return [Edge(i, i + e + 1, start.layers, None, floor, whole=start)
             for e, floor in zip(start.ends, floors.floors(i, [i + e for e in start.ends]),
                                 strict=True)]
 
