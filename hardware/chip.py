@@ -1,6 +1,6 @@
 """The chip model: frozen dataclasses whose fields are exactly the keys of hardware/*.yaml.
 
-Memory hierarchy (seed 000, ¶34-54)::
+Memory hierarchy of the clustered multi-core accelerator (the default chip, cluster4x4)::
 
     DRAM --global DMA--> SRAM (one per cluster, shared by its cores)
                           |--per-core DMA--> NRAM (feature maps) / WRAM (weights) of each core
@@ -8,7 +8,8 @@ Memory hierarchy (seed 000, ¶34-54)::
     SRAM of cluster i <--cluster DMA--> SRAM of cluster j
 
 A chip without ``nram``/``wram`` is *unified*: ``sram`` is its single on-chip memory
-holding feature maps and weights (seeds 001 and 004).
+holding feature maps and weights (the frustum-traversal engine frustum_npu and the
+two-level NPU two_level).
 
 Load chips with :func:`load_chip`, which accepts a preset name (``cluster4x4``) or a
 path and ``--set key.sub=VALUE`` overrides.
@@ -59,7 +60,7 @@ PRESETS: tuple[str, ...] = tuple(sorted(p.stem for p in HARDWARE_DIR.glob("*.yam
 """Names of the bundled presets (file stems in hardware/)."""
 
 DEFAULT_PRESET = "cluster4x4"
-"""Preset used when no chip is given (seed 000's clustered design)."""
+"""Preset used when no chip is given (the clustered multi-core accelerator)."""
 
 # The ranges chip values must lie in (chip files here, chips embedded in plan files in
 # planner.plan.schema). They lie far outside any real chip; past them values crash later
@@ -138,7 +139,7 @@ class Dma:
     cluster_link_gbps: float | None = field(default=None, metadata=_RATE)
     """Cluster DMA SRAM <-> SRAM of another cluster in GB/s; default: the SRAM bandwidth."""
     dram_to_core_gbps: float | None = field(default=None, metadata=_RATE)
-    """Direct DRAM <-> NRAM/WRAM in GB/s; default: half the DRAM bandwidth (seed 000: slower)."""
+    """Direct DRAM <-> NRAM/WRAM in GB/s, a slower path; default: half the DRAM bandwidth."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""Rule 3: blocks first (seed 000 ¶91-93)."""
+"""Rule 3: blocks first."""
 
 from __future__ import annotations
 

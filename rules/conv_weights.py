@@ -1,4 +1,4 @@
-"""Rules 8 and 9: conv weights must be constants owned by one conv (seed 000 ¶103-106)."""
+"""Rules 8 and 9: conv weights must be constants owned by one conv."""
 
 from __future__ import annotations
 

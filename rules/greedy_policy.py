@@ -1,6 +1,7 @@
 """Rules 1 and 2: where the greedy planner starts a group and which way it grows it.
 
-They steer search order (seed 000 Fig. 11), not which groups are valid, so they
+They steer the greedy planner's search order (build one group at a time, checking
+the rules after each layer added), not which groups are valid, so they
 never reject a group and add nothing to the CP-SAT model, which searches every
 grouping at once.
 """
@@ -38,8 +39,8 @@ class StartRule(Rule):
 class Direction(Rule):
     """Grow a group backward (toward the output), or first pull in unfused layers before it.
 
-    ``backward`` (¶88) adds the next layers after the start layer; ``forward_first`` (¶90)
-    first adds unfused layers preceding the start layer, then grows backward.
+    ``backward`` adds the next layers after the start layer; ``forward_first`` first adds
+    unfused layers preceding the start layer, then grows backward.
     """
 
     enabled: bool = True

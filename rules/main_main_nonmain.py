@@ -1,4 +1,4 @@
-"""Rule 6: a main -> main -> non-main sequence (seed 000 ¶99-100)."""
+"""Rule 6: a main -> main -> non-main sequence."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rule 5: at least k main layers (seed 000 ¶97-98)."""
+"""Rule 5: at least k main layers."""
 
 from __future__ import annotations
 

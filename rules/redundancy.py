@@ -1,4 +1,4 @@
-"""Rule 11: redundancy percentage of halo re-reads (seed 000 ¶112-116)."""
+"""Rule 11: redundancy percentage of halo re-reads."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from fuseplan.rules.encoding import Candidate, Encoding
 class Redundancy(Rule):
     """(bytes loaded incl. halo re-reads - bytes read once) / bytes read once <= threshold.
 
-    Not applied in small-map mode, where nothing is re-read. The seed offers 50, 75, 100,
-    125 or 150 %. The keys and values a fused attention streams are not halos: every tile
-    of query rows reads them whole by design (planner.geometry.attention).
+    Not applied in small-map mode, where nothing is re-read. Typical thresholds are 50, 75,
+    100 (the default), 125 or 150 %. The keys and values a fused attention streams are not
+    halos: every tile of query rows reads them whole by design (planner.geometry.attention).
     """
 
     tile_trend: ClassVar[str] = "grow"  # taller tiles re-read fewer halo rows

@@ -45,8 +45,8 @@ class SearchSettings:
     workers: int = field(default=1, metadata={"ge": 1, "le": 10_000})
     relative_gap: float = field(default=0.0, metadata={"ge": 0})
     tile_search: Literal["large_to_small", "small_to_large"] = "large_to_small"
-    # seed 004's first check: a network whose weights and largest live set fit on chip runs
-    # as one group, whatever the rules say about fused groups
+    # checked before any grouping: a network whose weights and largest live set fit on chip
+    # runs as one group, whatever the rules say about fused groups
     whole_network_first: bool = True
     # CP-SAT is not run where the shortest path is already exact: costs add up (no prefetch
     # pairs, no cycles cap) and every candidate group is an interval of the layer order;

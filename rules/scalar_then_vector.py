@@ -1,4 +1,4 @@
-"""Rule 7: a scalar layer followed by a vector layer (seed 000 ¶101-102)."""
+"""Rule 7: a scalar layer followed by a vector layer."""
 
 from __future__ import annotations
 

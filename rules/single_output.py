@@ -1,4 +1,4 @@
-"""Rule 4: single output (seed 000 ¶94-96)."""
+"""Rule 4: single output."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rules 13-16 and 18: buffer inequalities of small-map mode (seed 000 ¶122-137, ¶141-142).
+"""Rules 13-16 and 18: buffer inequalities of small-map mode.
 
 In small-map mode a tile holds whole feature maps (possibly several images), so the
 chip double-buffers: the next map is loaded while the current one is processed.
@@ -114,8 +114,8 @@ class WramDoubleBuffer(Rule):
     """Small mode with several images in the on-chip map: WRAM holds the weights of two
     consecutive sub-maps, for pipelining.
 
-    Seed 000 ¶135-137 states it for sub-maps that hold several feature maps, and its remedy
-    is fewer maps on chip: with one image (tile n = 1) nothing pipelines from one image's
+    The rule is meant for sub-maps that hold several feature maps, and its remedy is
+    fewer maps on chip: with one image (tile n = 1) nothing pipelines from one image's
     sub-map to the next, and rule 10 alone bounds the weights.
     """
 

@@ -1,4 +1,4 @@
-"""Rule 12: the tile's inputs and outputs fit SRAM (seed 000 ¶117-121)."""
+"""Rule 12: the tile's inputs and outputs fit SRAM."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rule 19: stride redundancy (seed 000 ¶143-146)."""
+"""Rule 19: stride redundancy."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class StrideRedundancy(Rule):
     recomputes; the sum bounds how far halos pile up. ``applies_to: recompute`` (the
     default) binds only groups that recompute halos: a group whose tile holds whole maps,
     or whose tiles reuse their halos, recomputes nothing and is exempt.
-    ``applies_to: all`` (seed 000's reading) binds every fused group. With
+    ``applies_to: all`` (the stricter reading) binds every fused group. With
     ``exempt_whole_blocks`` a group that fuses a whole multi-branch block is exempt. A group
     run in pooling passes is checked as a whole (its layers, the passes' tile): a
     squeeze-excite block it holds whole exempts it, though no one pass holds the block.

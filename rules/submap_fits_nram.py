@@ -1,4 +1,4 @@
-"""Rule 17: each core's sub-map fits NRAM (seed 000 ¶138-140)."""
+"""Rule 17: each core's sub-map fits NRAM."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from fuseplan.rules.encoding import Candidate, Encoding
 class SubmapFitsNram(Rule):
     """Each core's share of the tile, times ``buffers`` for pipelining, fits its NRAM.
 
-    The tile's live feature maps are shared out over the cores of a cluster. Seed 000
-    states the rule with one buffer (¶138-139: the sub-map fits NRAM; ¶140: where SRAM is
-    the cores' NRAM together, as on the default chip, it then holds whenever the tile fits
+    The tile's live feature maps are shared out over the cores of a cluster. With
+    ``buffers: 1`` (the default) the rule is that the sub-map fits NRAM (where SRAM is the
+    cores' NRAM together, as on the default chip, it then holds whenever the tile fits
     SRAM); ``buffers: 2`` reserves a second sub-map per core, so that a core receives its
     next sub-map while it computes the current one. Split the tile finer until it fits.
     What a group holds on chip for all its tiles (a group run in pooling passes: its held
     inputs, held maps and tail results) stays in the cluster's SRAM, which the cores read
-    it from, and takes no NRAM (seed 000 ¶139: NRAM holds a core's sub-map of the tile).
+    it from, and takes no NRAM (NRAM holds only a core's sub-map of the tile).
     """
 
     enabled: bool = True

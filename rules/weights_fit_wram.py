@@ -1,4 +1,4 @@
-"""Rule 10: the group's weights fit WRAM (seed 000 ¶107-111)."""
+"""Rule 10: the group's weights fit WRAM."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class WeightsFitWram(Rule):
 
     With ``split_cout`` the weights are split along C_out over the n cores of a cluster,
     so each WRAM holds its share. With ``streaming`` a fused group may instead stream its
-    weights layer by layer when the pair of chunks in flight fits (seed 000 rule 16:
+    weights layer by layer when the pair of chunks in flight fits (as in rule 16:
     W_i + W_i+1 <= WRAM; planner.cost.weight_stream); off, every fused group keeps its
     weights resident. On single-memory chips weights count against SRAM (rule 12) instead.
     """

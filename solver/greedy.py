@@ -1,10 +1,10 @@
-"""Seed 000 Fig. 11: build template fusion units one at a time by the rules.
+"""Greedy planner: build template fusion units one at a time by the rules.
 
 Pick a start layer by the start rule, grow the group in the configured
 direction (whole blocks first when that rule is on) while every rule that a
 larger group cannot repair still holds and a tile still fits, then keep the
-largest state in which every rule held. The tile comes from the seed's tile
-search (large -> small, or small -> large).
+largest state in which every rule held. The tile comes from the greedy tile search
+(``search.tile_search``: large -> small, or small -> large).
 """
 
 from __future__ import annotations

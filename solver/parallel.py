@@ -11,7 +11,7 @@ way (``map_all``: any module-level search over items the workers can rebuild fro
 
 A time limit binds the workers as it binds the planner: past it a task that is not
 required is left out (the caller notes what was cut), and a required one (a single layer:
-every plan needs it) is tiled by seed 000's quick search where that finds a tile.
+every plan needs it) is tiled by the greedy tile search where that finds a tile.
 Few searches are not worth a pool (starting one costs tens of milliseconds): below
 ``MIN_PARALLEL`` they run in the planner's process.
 """

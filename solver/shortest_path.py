@@ -1,4 +1,4 @@
-"""Seed 004: the best grouping of consecutive layers as a shortest path.
+"""The best grouping of consecutive layers as a shortest path.
 
 Nodes are the cut positions 0..N of the topological order; an edge i -> j means
 "layers i+1..j form one group", weighted by that group's best cost under the

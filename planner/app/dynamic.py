@@ -1,4 +1,4 @@
-"""Seed 002: dynamic shapes served by precompiled static units and parameter tables.
+"""Dynamic shapes served by precompiled static units and parameter tables.
 
 A dynamic plan fixes the grouping once, planned at the largest shape of the
 ranges, and gives every group a small library of *static units*: fixed output

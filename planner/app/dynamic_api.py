@@ -1,4 +1,5 @@
-"""Dynamic plans (seed 002) as the API runs them: solve_dynamic plans the grouping at the
+"""Dynamic plans (dynamic shapes served by precompiled static units and parameter tables)
+as the API runs them: solve_dynamic plans the grouping at the
 largest shape of the ranges and gives each group its static units; table and table_first
 give a plan's parameter tables at a concrete shape (from the cache when there);
 verify_dynamic executes a plan through its tables and checks it. The units, covers, tables

@@ -1,5 +1,5 @@
-"""Non-dominated (cycles, energy) plans: seed 004's Pareto front by epsilon constraints,
-the capped solves warm-started from a blend of the front's two ends."""
+"""Non-dominated (cycles, energy) plans: the Pareto front between time and energy by
+epsilon constraints, the capped solves warm-started from a blend of the front's two ends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 003: split a graph into serial subgraphs, split what does not compile, merge neighbours.
+"""Split a graph into serial subgraphs, split what does not compile, merge neighbours.
 
 A *target node* is a layer whose output is a graph output and also feeds further
 layers: cutting after it lets the finished partial output go off chip at once.

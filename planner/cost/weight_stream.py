@@ -9,7 +9,7 @@ schedule, or a batch split over the clusters) is every weight read exactly once.
 A layer whose weights are large arrives in **output-channel chunks** (the op table's
 ``chunk_axis``): each chunk of weights is applied to the layer's whole input on chip and
 yields its slice of the output channels, so only one chunk sits on chip at a time. Chunks
-are double-buffered (seed 000 rule 16: W_i + W_i+1 <= WRAM): while one computes, the next
+are double-buffered (as in rule 16: W_i + W_i+1 <= WRAM): while one computes, the next
 loads -- the next chunk of the same layer, or the first chunk of the next layer with weights.
 At step i of a tile the chip therefore holds ``chunk_i + next chunk`` bytes of weights:
 in WRAM on chips with one (split along C_out over the cluster's cores), else in SRAM beside

@@ -1,4 +1,5 @@
-"""Bands (seed 001): a halo-reusing group's tile columns split among the cores.
+"""Bands (strips of tile columns, each traversed by its own cores): a halo-reusing group's
+tile columns split among the cores.
 
 Without bands every core works on every tile (the cluster's cores split each tile). With
 B bands the tile columns are cut into B contiguous strips; each strip is traversed
