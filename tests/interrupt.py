@@ -167,3 +167,48 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:  # the process is gone (its ending is asserted by the caller)
         return ""
+
+
+def interrupt_when_workers(binary: Path, args: list[str], cwd: Path, workers: int = 2,
+                           wait_s: float = 300.0, stop_timeout_s: float = 60.0,
+                           signum: int = signal.SIGINT) -> Interrupted:
+    """Run `binary args` (with --json: no progress display to wait for), send its process
+    group `signum` as soon as `workers` worker processes of it run (its search has begun);
+    how it ended, and whether any of its group outlived it."""
+    proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            cwd=cwd, start_new_session=True,
+                            env={"PATH": "/usr/bin:/bin", "COLUMNS": "100"})
+    deadline = time.monotonic() + wait_s
+    try:
+        while len(_children(proc.pid)) < workers:
+            assert proc.poll() is None, "the command ended before its workers started"
+            assert time.monotonic() < deadline, f"{workers} workers never started"
+            time.sleep(0.01)
+        os.killpg(proc.pid, signum)
+        signalled = time.monotonic()
+        printed, stderr = proc.communicate(timeout=stop_timeout_s)
+        took = time.monotonic() - signalled
+        left = _group_left(proc.pid)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _kill_group(proc.pid)
+    return Interrupted(proc.returncode, [s.strip() for s in stderr.splitlines() if s.strip()],
+                       took, stderr, left, printed)
+
+
+def _children(pid: int) -> list[int]:
+    """The running processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = _read(entry / "stat").rsplit(")", 1)[1].split()[1]
+        except IndexError:
+            continue
+        if int(ppid) == pid:
+            found.append(int(entry.name))
+    return found

@@ -35,7 +35,7 @@ from fuseplan.planner.ui.cli_common import printable
 from fuseplan.planner.ui.ending import error_doc
 from fuseplan.solver.shortest_path import binding_memory
 from tests import models
-from tests.interrupt import interrupt_when, interrupt_when_loaded
+from tests.interrupt import interrupt_when_loaded, interrupt_when_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 FUSEPLAN = ROOT / ".venv" / "bin" / "fuseplan"
@@ -514,11 +514,12 @@ def test_a_killed_ray_sweep_leaves_nothing_running(sweep_dir: Path, tmp_path: Pa
 
 
 def test_sigterm_while_workers_search_stops_them_all(tmp_path: Path) -> None:
-    """SIGTERM to `solve -j 2` once its planning shows: exit 143, one line, the
-    interrupted document, no worker left and no plan file."""
-    stop = interrupt_when(FUSEPLAN, ["solve", "zoo:resnet50", "-j", "2", "--objective",
-                                     "latency", "-o", "plan.json", "--json"],
-                          "planning zoo:resnet50", tmp_path, signum=signal.SIGTERM)
+    """SIGTERM to `solve -j 2 --json` once its two workers run (--json shows no progress
+    to wait for): exit 143, one line, the interrupted document, no worker left and no plan
+    file."""
+    stop = interrupt_when_workers(FUSEPLAN, ["solve", "zoo:resnet50", "-j", "2",
+                                             "--objective", "latency", "-o", "plan.json",
+                                             "--json"], tmp_path, signum=signal.SIGTERM)
     assert stop.code == 143, stop.raw
     assert stop.stop_s < 10
     assert not stop.left, "a worker outlived the command"

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify
 from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.core.units import fmt_bytes, vs_bytes
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.json_io import plan_to_json, save_plan
 from tests import models
@@ -291,7 +292,9 @@ def test_infeasible_chip_names_layer_level_and_bytes(store: ModelStore, solver: 
         plan_problem(problem, solver)
     msg = str(info.value)
     assert "conv3" in msg and level in msg, msg
-    assert re.search(rf"{level} needs {needed} B but has {has} B", msg), msg
+    # human bytes, exact where the units would hide the difference, and the exact excess
+    need_s, has_s = vs_bytes(needed, has)
+    assert f"{level} needs {need_s} but has {has_s} ({fmt_bytes(needed - has)} over)" in msg, msg
 
 
 @pytest.mark.parametrize("model", ["residual_net", "inception_net"])
