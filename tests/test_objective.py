@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import astuple, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,8 @@ from fuseplan.planner.plan.placement import HaloMode, Placement, WeightResidency
 from fuseplan.rules.ruleset import load_rules
 
 import models
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 COUNTERS = Counters(dram_read_bytes=1000, dram_write_bytes=24, core_fmap_bytes=3000,
                     core_weight_bytes=640, macs=12_345, vector_ops=678, cycles=4321)
@@ -117,3 +120,39 @@ def test_placement_flags() -> None:
     assert not p.weights_resident and p.halo_reuse and p.residency("a") is p.weights
     with pytest.raises(KeyError):
         p.residency("c")
+
+
+@pytest.mark.parametrize("objective", [Objective.LATENCY, Objective.ENERGY])
+@pytest.mark.parametrize("name", ["chain_cnn", "residual_net", "inception_net"])
+def test_a_timed_plan_never_loses_to_the_traffic_plan(name: str, objective: Objective) -> None:
+    """Issue 44: the traffic plan is a candidate of every latency and energy plan, so the
+    latency plan's cycles (the energy plan's energy) never exceed the traffic plan's."""
+    model = str(EXAMPLES / name / "model.onnx")
+    problem = api.prepare(model)
+    traffic = api.plan_problem(problem, objective=Objective.TRAFFIC)
+    timed = api.plan_problem(problem, objective=objective)
+    chip, rs = problem.chip, problem.ruleset
+    assert objective_units(timed.totals, objective, rs.objective, chip) <= \
+        objective_units(traffic.totals, objective, rs.objective, chip)
+
+
+def test_the_traffic_plan_replaces_a_worse_timed_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the search returns a latency plan slower than the traffic plan (here: CP-SAT
+    made to answer layer by layer and call it optimal), the traffic plan is returned, no
+    longer claimed optimal, and says so."""
+    from fuseplan.planner.app import planning
+    from fuseplan.planner.app.assemble import layer_placements
+
+    problem = api.prepare(str(EXAMPLES / "residual_net" / "model.onnx"))
+    traffic = api.plan_problem(problem, objective=Objective.TRAFFIC)
+
+    def layer_by_layer(problem: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        return layer_placements(problem.graph, problem.chip), {
+            "name": "cpsat", "status": "OPTIMAL", "gap": 0.0, "objective": 1.0, "bound": 1.0}
+
+    monkeypatch.setattr(planning, "cpsat_groups", layer_by_layer)
+    plan = api.plan_problem(problem, objective=Objective.LATENCY)
+    assert plan.solver["kept_traffic_plan"] is True and plan.solver["status"] == "FEASIBLE"
+    assert "bound" not in plan.solver and plan.solver["gap"] is None
+    assert [g.layers for g in plan.groups] == [g.layers for g in traffic.groups]
+    assert plan.totals.cycles == traffic.totals.cycles

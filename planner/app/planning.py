@@ -87,6 +87,9 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     else:
         groups, info = cpsat_groups(problem, goal, None, memo=memo, budget=searches, jobs=jobs,
                                     progress=progress)
+    if goal is not Objective.TRAFFIC and solver != "greedy":  # the greedy stays greedy
+        groups, info = _never_worse_than_traffic(problem, goal, groups, info, searches, jobs,
+                                                 progress)
     if budget.cuts:  # optimal only over what was searched: no proof of anything
         info.update(status="FEASIBLE", gap=None, stopped="; ".join(budget.cuts))
         info.pop("bound", None)
@@ -99,6 +102,37 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
         plan = dc_replace(plan, solver={**plan.solver, "objective": float(units),
                                         "bound": float(units)})
     return _gap_to_floor(plan) if budget.cuts else plan
+
+
+def _never_worse_than_traffic(problem: Problem, goal: Objective, groups: list[Placement],
+                              info: dict[str, Any], budget: Budget, jobs: int,
+                              progress: ProgressSink | None
+                              ) -> tuple[list[Placement], dict[str, Any]]:
+    """A latency or energy plan, or the traffic plan where that one does better under the
+    same objective: the traffic plan is always a candidate, so a latency plan is never
+    slower than it (a search cut short, or candidates a timed objective prices one group at
+    a time, can miss it). Where it wins, the plan is no longer proven optimal."""
+    from fuseplan.solver.cpsat import faster_buffering
+    from fuseplan.solver.shortest_path import shortest_path_groups
+
+    if budget.passed:
+        return groups, info
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    if progress is not None:
+        progress(Progress("traffic plan, a candidate"))
+    # buffered as the traffic plan's CP-SAT picks it (the bytes do not depend on it)
+    traffic = [faster_buffering(g, chip, rs, p) for p in shortest_path_groups(
+        g, chip, rs, Objective.TRAFFIC, {}, budget=budget, jobs=jobs, progress=progress)]
+
+    def units(placements: Sequence[Placement]) -> int:
+        t = assemble(g, chip, placements, objective=goal, solver={}, model={}, hardware={},
+                     rules={}, layer_by_layer=0).totals
+        return objective_units(t, goal, rs.objective, chip)
+
+    if units(traffic) >= units(groups):
+        return groups, info
+    kept = {k: v for k, v in info.items() if k not in ("bound", "solved_by", "objective")}
+    return traffic, {**kept, "status": "FEASIBLE", "gap": None, "kept_traffic_plan": True}
 
 
 def _layer_by_layer(problem: Problem, jobs: int, progress: ProgressSink | None) -> int:
