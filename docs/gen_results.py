@@ -45,8 +45,11 @@ def _provenance(name: str) -> str:
 def short_provenance(name: str) -> str:
     """One line: which bench run a results table comes from."""
     src = _sources()[name]
-    return (f"*{len(zoo2026_rows())} of the {len(ZOO2026_MODELS)} models (the others take "
-            f"minutes each), `bench/zoo2026` at commit `{src['commit']}` on {src['date']}.*")
+    shown, every = len(zoo2026_rows()), len(ZOO2026_MODELS)
+    which = f"All {every} models" if shown == every else \
+        f"{shown} of the {every} models (the others take minutes each)"
+    return (f"*{which}, CP-SAT limit 60 s, `bench/zoo2026` at commit `{src['commit']}` on "
+            f"{src['date']}.*")
 
 
 def _mib(n: float) -> str:
