@@ -92,6 +92,30 @@ def test_the_two_pass_form_computes_the_fused_op(tmp_path: Path, data: st.DataOb
     _same_as_fused(_exported(channels, groups, spatial, opset, affine), tmp_path)
 
 
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_an_instance_norm_of_a_map_is_split_too(tmp_path: Path, data: st.DataObject) -> None:
+    """InstanceNormalization straight on [N, C, *S]: a group per channel."""
+    channels = data.draw(st.integers(1, 6), "channels")
+    spatial = tuple(data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=2), "spatial"))
+    affine = data.draw(st.booleans(), "affine")
+    rng = np.random.default_rng(channels)
+    scale = (1 + 0.3 * rng.standard_normal(channels)) if affine else np.ones(channels)
+    bias = 0.3 * rng.standard_normal(channels) if affine else np.zeros(channels)
+    shape = [2, channels, *spatial]
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], name="inorm",
+                            epsilon=1e-5)
+    graph = helper.make_graph([node], "in", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, shape)], [
+        numpy_helper.from_array(scale.astype(np.float32), "s"),
+        numpy_helper.from_array(bias.astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    _same_as_fused(model, tmp_path)
+
+
 @pytest.mark.skipif(ort_max_opset() < 21, reason="onnxruntime without GroupNormalization-21")
 def test_a_group_normalization_node_is_split_too(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)

@@ -1,9 +1,10 @@
-"""Group normalisations split into their statistics and their normalising step.
+"""Group and instance normalisations split into their statistics and their normalising step.
 
 PyTorch exports ``GroupNorm(G, C)`` as ``Reshape [N, C, *S] -> [N, G, K]``, an
 ``InstanceNormalization`` over ``K = (C/G) * prod(S)`` and a ``Reshape`` back (the affine
-``Mul``/``Add`` follow); opset 18 and later may carry a ``GroupNormalization`` node. Either
-way each group's statistics read its whole map, and the merged ``[N, G, K]`` view ties
+``Mul``/``Add`` follow); opset 18 and later may carry a ``GroupNormalization`` node, and an
+``InstanceNormalization`` of a map is the case of one group per channel. Each group's
+statistics read its whole map, and the merged ``[N, G, K]`` view ties
 channels to positions, so no tile of rows could ever be normalised alone: the layer needed
 its whole map on chip, and a latent-diffusion UNet at 64x64 had no plan.
 
@@ -95,7 +96,7 @@ def _norm_of(node: onnx.NodeProto, work: _Work, types: Mapping[str, onnx.TypePro
     after = readers.get(node.output[0], [])
     if first is None or first.op_type != "Reshape" or len(after) != 1 \
             or after[0].op_type != "Reshape" or len(readers.get(node.input[0], [])) != 1:
-        return None
+        return _instance_norm(node, attrs, work, types)
     last = after[0]
     x, y = first.input[0], last.output[0]
     shape = _static_shape(types.get(x))
@@ -111,6 +112,22 @@ def _norm_of(node: onnx.NodeProto, work: _Work, types: Mapping[str, onnx.TypePro
         return None
     scale, bias = (np.repeat(v, channels // groups) for v in per_group)
     return _Norm((first, node, last), x, y, shape, groups, float(attrs.get("epsilon", 1e-5)),
+                 None if np.all(scale == 1) else scale, None if np.all(bias == 0) else bias)
+
+
+def _instance_norm(node: onnx.NodeProto, attrs: Mapping[str, object], work: _Work,
+                   types: Mapping[str, onnx.TypeProto]) -> _Norm | None:
+    """An InstanceNormalization of a map [N, C, *S] of its own: a group per channel."""
+    given = work.inputs.get(node.input[0])
+    shape = _static_shape(types.get(node.input[0], given.type if given else None))
+    if shape is None or len(shape) < 3:
+        return None
+    values = _constants(work, node.input[1:3], shape[1])
+    if values is None:
+        return None
+    scale, bias = values
+    return _Norm((node,), node.input[0], node.output[0], shape, shape[1],
+                 float(attrs.get("epsilon", 1e-5)),  # type: ignore[arg-type]
                  None if np.all(scale == 1) else scale, None if np.all(bias == 0) else bias)
 
 
