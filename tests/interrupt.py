@@ -16,6 +16,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,27 +140,9 @@ def interrupt_when_loaded(binary: Path, args: list[str], library: str, cwd: Path
 
     Before any such marker the interpreter itself is starting, which no program can answer
     with anything but Python's own traceback."""
-    proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            cwd=cwd, start_new_session=True,
-                            env={"PATH": "/usr/bin:/bin", "COLUMNS": "100"})
-    maps = Path(f"/proc/{proc.pid}/maps")
-    deadline = time.monotonic() + wait_s
-    try:
-        while library not in _read(maps):
-            assert proc.poll() is None, "the command ended before it could be interrupted"
-            assert time.monotonic() < deadline, f"{library!r} was never loaded"
-            time.sleep(0.002)
-        os.killpg(proc.pid, signum)
-        signalled = time.monotonic()
-        printed, stderr = proc.communicate(timeout=stop_timeout_s)
-        took = time.monotonic() - signalled
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return Interrupted(proc.returncode, [s.strip() for s in stderr.splitlines() if s.strip()],
-                       took, stderr, stdout=printed)
+    return _interrupt_once(binary, args, cwd, lambda pid: library in _read(
+        Path(f"/proc/{pid}/maps")), f"{library!r} was never loaded", wait_s, stop_timeout_s,
+        signum)
 
 
 def _read(path: Path) -> str:
@@ -175,26 +158,39 @@ def interrupt_when_workers(binary: Path, args: list[str], cwd: Path, workers: in
     """Run `binary args` (with --json: no progress display to wait for), send its process
     group `signum` as soon as `workers` worker processes of it run (its search has begun);
     how it ended, and whether any of its group outlived it."""
+    return _interrupt_once(binary, args, cwd, lambda pid: len(_children(pid)) >= workers,
+                           f"{workers} workers never started", wait_s, stop_timeout_s, signum,
+                           look_for_left=True)
+
+
+def _interrupt_once(binary: Path, args: list[str], cwd: Path, ready: Callable[[int], bool],
+                    never: str, wait_s: float, stop_timeout_s: float, signum: int,
+                    look_for_left: bool = False) -> Interrupted:
+    """Run `binary args` with stdout and stderr piped, send its process group `signum` once
+    `ready(pid)`, and tell how it ended (and, with `look_for_left`, whether any process of
+    its group outlived it)."""
     proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                             cwd=cwd, start_new_session=True,
                             env={"PATH": "/usr/bin:/bin", "COLUMNS": "100"})
     deadline = time.monotonic() + wait_s
+    left = False
     try:
-        while len(_children(proc.pid)) < workers:
-            assert proc.poll() is None, "the command ended before its workers started"
-            assert time.monotonic() < deadline, f"{workers} workers never started"
-            time.sleep(0.01)
+        while not ready(proc.pid):
+            assert proc.poll() is None, "the command ended before it could be interrupted"
+            assert time.monotonic() < deadline, never
+            time.sleep(0.002)
         os.killpg(proc.pid, signum)
         signalled = time.monotonic()
         printed, stderr = proc.communicate(timeout=stop_timeout_s)
         took = time.monotonic() - signalled
-        left = _group_left(proc.pid)
+        left = look_for_left and _group_left(proc.pid)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        _kill_group(proc.pid)
+        if look_for_left:
+            _kill_group(proc.pid)
     return Interrupted(proc.returncode, [s.strip() for s in stderr.splitlines() if s.strip()],
                        took, stderr, left, printed)
 

@@ -427,6 +427,23 @@ def _ray_left(temp: Path) -> dict[int, str]:
     return found
 
 
+def _assert_ray_gone(temp: Path) -> None:
+    """Nothing of a Ray session under `temp` runs, and its folder is gone (a `.ses` file
+    that some library writes to TMPDIR in every run, finished or not, is not Ray's)."""
+    assert not _ray_left(temp), _ray_left(temp)
+    assert not list(temp.glob("fuseplan-ray-*")), list(temp.iterdir())
+
+
+def _leave_no_ray(proc: subprocess.Popen[Any], temp: Path) -> None:
+    """Whatever a test asserted: its sweep stopped, no Ray of it left, its TMPDIR gone."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for pid in _ray_left(temp):
+        os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
 @pytest.mark.xdist_group("ray")
 @pytest.mark.parametrize("to", ["driver", "group"])
 def test_sigterm_stops_a_ray_sweep_like_ctrl_c(sweep_dir: Path, tmp_path: Path, to: str
@@ -459,17 +476,9 @@ def test_sigterm_stops_a_ray_sweep_like_ctrl_c(sweep_dir: Path, tmp_path: Path, 
         lines = [s for s in stderr.splitlines() if s.strip() and "WARNING" not in s]
         assert len(lines) == 1 and lines[0].startswith("interrupted:"), stderr
         assert "Traceback" not in stderr
-        assert not _ray_left(temp), _ray_left(temp)
-        # Ray's session folder removed (a `.ses` file that some library writes to TMPDIR in
-        # every run, finished or not, is not Ray's)
-        assert not list(temp.glob("fuseplan-ray-*")), list(temp.iterdir())
+        _assert_ray_gone(temp)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for pid in _ray_left(temp):  # never leave a test's Ray behind
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(temp, ignore_errors=True)
+        _leave_no_ray(proc, temp)
 
 
 @pytest.mark.xdist_group("ray")
@@ -502,15 +511,9 @@ def test_a_killed_ray_sweep_leaves_nothing_running(sweep_dir: Path, tmp_path: Pa
         while (_ray_left(temp) or list(temp.glob("fuseplan-ray-*"))) \
                 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _ray_left(temp), _ray_left(temp)
-        assert not list(temp.glob("fuseplan-ray-*")), list(temp.iterdir())
+        _assert_ray_gone(temp)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for pid in _ray_left(temp):  # never leave a test's Ray behind
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(temp, ignore_errors=True)
+        _leave_no_ray(proc, temp)
 
 
 def test_sigterm_while_workers_search_stops_them_all(tmp_path: Path) -> None:
