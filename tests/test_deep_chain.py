@@ -6,13 +6,13 @@ now about 200 MiB; the 2,000-layer one 11.2 GiB, now 1.2 GiB, with the same plan
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.peak import peak_run
 
 FUSEPLAN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "fuseplan"
 
@@ -37,22 +37,13 @@ def _chain(convs: int) -> onnx.ModelProto:
     return model
 
 
-def _peak_mib(args: list[str]) -> tuple[int, int, str]:
-    """Exit code, peak resident MiB and stdout of a command (its own process only)."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdout is not None
-    out = proc.stdout.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss // 1024, out
-
-
 def test_a_600_layer_chain_plans_in_little_memory(tmp_path: Path) -> None:
     path = tmp_path / "chain.onnx"
     onnx.save(_chain(300), path)
-    code, peak, out = _peak_mib([str(FUSEPLAN), "solve", str(path), "--json"])
-    assert code == 0
-    plan = json.loads(out)
+    run = peak_run([str(FUSEPLAN), "solve", str(path), "--json"], tmp_path, tmp_path, 600)
+    assert run.code == 0, run.stderr
+    peak = run.peak_mib
+    plan = json.loads(run.stdout)
     assert sum(len(g["layers"]) for g in plan["groups"]) == 600
     # the imports alone take ~120 MiB; the cubic copies took 486 MiB in all
     assert peak <= 320, f"planning a 600-layer chain peaked at {peak} MiB"

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
+
+from tests.peak import peak_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FUSEPLAN = ROOT / ".venv" / "bin" / "fuseplan"
@@ -42,24 +43,6 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _bounded_run(args: list[str], cwd: Path) -> tuple[int, int, str]:
-    """Exit code, peak resident MiB and stderr of a command; killed (and failed) past the
-    time limit."""
-    proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    timer = threading.Timer(LIMIT_S, proc.kill)
-    timer.start()
-    try:
-        assert proc.stderr is not None
-        err = proc.stderr.read().decode(errors="replace")
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
-    assert code != -9, f"{args[1:]} still ran after {LIMIT_S} s"
-    return code, usage.ru_maxrss // 1024, err
-
-
 @pytest.mark.parametrize(("args", "word"), [
     (["verify", "{w}/m.onnx", "/dev/zero"], "not a regular file"),
     (["diff", "{w}/plan.json", "/dev/urandom"], "not a regular file"),
@@ -71,12 +54,14 @@ def _bounded_run(args: list[str], cwd: Path) -> tuple[int, int, str]:
     (["sweep", "{w}/huge.yaml", "--serial", "--out", "{w}/out"], "100,000,000 points"),
     (["sweep", "{w}/spec.yaml", "--cpus", "100000", "--out", "{w}/out"], "CPUs"),
 ], ids=lambda a: " ".join(a[:2]) + " " + Path(a[-1]).name if isinstance(a, list) else "")
-def test_a_hostile_input_is_refused_quickly_in_little_memory(work: Path, args: list[str],
-                                                              word: str) -> None:
+def test_a_hostile_input_is_refused_quickly_in_little_memory(work: Path, tmp_path: Path,
+                                                              args: list[str], word: str
+                                                              ) -> None:
     before = sorted(os.listdir(work))
-    code, peak, err = _bounded_run([str(FUSEPLAN), *(a.format(w=work) for a in args)], work)
-    assert code == 2, err
-    assert word in " ".join(err.split()), err
-    assert "Traceback" not in err, err
-    assert peak <= LIMIT_MIB, f"{args}: peak {peak} MiB"
+    run = peak_run([str(FUSEPLAN), *(a.format(w=work) for a in args)], work, tmp_path, LIMIT_S)
+    assert run.code != -9, f"{args} still ran after {LIMIT_S} s"
+    assert run.code == 2, run.stderr
+    assert word in " ".join(run.stderr.split()), run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.peak_mib <= LIMIT_MIB, f"{args}: peak {run.peak_mib} MiB"
     assert sorted(os.listdir(work)) == before  # nothing written (no --out folder either)
