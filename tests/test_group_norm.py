@@ -116,6 +116,25 @@ def test_an_instance_norm_of_a_map_is_split_too(tmp_path: Path, data: st.DataObj
     _same_as_fused(model, tmp_path)
 
 
+def test_a_half_precision_group_norm_keeps_its_type(tmp_path: Path) -> None:
+    """The constants the split makes take the map's element type (an fp16 export stays
+    valid: onnxruntime refuses a Conv of float16 data by float32 weights)."""
+    model = _exported(8, 4, (5, 5), 17, affine=True)
+    for tensor in model.graph.initializer:
+        if tensor.data_type == TensorProto.FLOAT:
+            tensor.CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(tensor).astype(np.float16), tensor.name))
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.elem_type = TensorProto.FLOAT16
+    path = tmp_path / "gn16.onnx"
+    onnx.save(model, path)
+    loaded = load_model(str(path))
+    x = np.random.default_rng(1).standard_normal((1, 8, 5, 5)).astype(np.float16)
+    want, got = _ort(model, x), _ort(loaded.proto, x)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=2e-2)
+
+
 @pytest.mark.skipif(ort_max_opset() < 21, reason="onnxruntime without GroupNormalization-21")
 def test_a_group_normalization_node_is_split_too(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)

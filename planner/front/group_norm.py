@@ -75,10 +75,18 @@ def split_group_norms(work: _Work, types: Mapping[str, onnx.TypeProto], opset: i
         at = min(work.nodes.index(n) for n in norm.nodes)
         for n in norm.nodes:
             work.nodes.remove(n)
-        new, fixed = _two_pass(norm, work, opset)
+        new, fixed = _two_pass(norm, work, opset, _dtype(norm.x, work, types))
         work.nodes[at:at] = new
         made |= fixed
     return made
+
+
+def _dtype(name: str, work: _Work, types: Mapping[str, onnx.TypeProto]) -> np.dtype:
+    """The element type of a float map (float32 where the types do not say)."""
+    given = work.inputs.get(name)
+    tp = types.get(name, given.type if given else None)
+    elem = tp.tensor_type.elem_type if tp is not None and tp.HasField("tensor_type") else 0
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32)
 
 
 def _norm_of(node: onnx.NodeProto, work: _Work, types: Mapping[str, onnx.TypeProto],
@@ -167,8 +175,8 @@ def _constants(work: _Work, names: Sequence[str], size: int | None
 class _Builder:
     """Nodes and constants of one replacement, named after the output they make."""
 
-    def __init__(self, norm: _Norm, work: _Work, opset: int) -> None:
-        self.norm, self.work, self.opset = norm, work, opset
+    def __init__(self, norm: _Norm, work: _Work, opset: int, dtype: np.dtype) -> None:
+        self.norm, self.work, self.opset, self.dtype = norm, work, opset, dtype
         self.nodes: list[onnx.NodeProto] = []
         self.fixed: set[str] = set()
         self.base = norm.y
@@ -201,12 +209,12 @@ class _Builder:
             if plus is None:
                 return per_channel
             return self.node("Add", [per_channel, self.made(
-                f"{tag}_plus", np.array(plus, np.float32))], f"{tag}_plus")
+                f"{tag}_plus", np.array(plus, self.dtype))], f"{tag}_plus")
         weight = self.made(f"{tag}_weight",
-                           np.full((c, c // g, *[1] * spatial), g / c, np.float32))
+                           np.full((c, c // g, *[1] * spatial), g / c, self.dtype))
         inputs = [per_channel, weight]
         if plus is not None:
-            inputs.append(self.made(f"{tag}_plus", np.full(c, plus, np.float32)))
+            inputs.append(self.made(f"{tag}_plus", np.full(c, plus, self.dtype)))
         return self.node("Conv", inputs, tag, group=g, kernel_shape=[1] * spatial)
 
     def made(self, tag: str, value: np.ndarray) -> str:
@@ -216,22 +224,25 @@ class _Builder:
         return name
 
 
-def _two_pass(norm: _Norm, work: _Work, opset: int) -> tuple[list[onnx.NodeProto], set[str]]:
-    """The replacement nodes of one normalisation, and the names of the constants it made
-    that are not weights."""
-    b = _Builder(norm, work, opset)
+def _two_pass(norm: _Norm, work: _Work, opset: int, dtype: np.dtype
+              ) -> tuple[list[onnx.NodeProto], set[str]]:
+    """The replacement nodes of one normalisation (its constants of the map's element type),
+    and the names of the constants it made that are not weights."""
+    b = _Builder(norm, work, opset, dtype)
     spatial = list(range(2, len(norm.shape)))
     mean = b.group_mean(b.mean(norm.x, spatial, "mean_c"), "mean")
     d = b.node("Sub", [norm.x, mean], "centred")
     var = b.group_mean(b.mean(b.node("Mul", [d, d], "square"), spatial, "var_c"), "var_eps",
                        plus=norm.epsilon)
     std = b.node("Sqrt", [var], "std")
-    steps = [("Mul", norm.scale, "scaled"), ("Add", norm.bias, "shifted")]
-    steps = [(op, v, tag) for op, v, tag in steps if v is not None]
+    steps: list[tuple[str, np.ndarray, str]] = []
+    if norm.scale is not None:
+        steps.append(("Mul", norm.scale, "scaled"))
+    if norm.bias is not None:
+        steps.append(("Add", norm.bias, "shifted"))
     y = b.node("Div", [d, std], "normalised", out=None if steps else norm.y)
     per_channel = [1, norm.shape[1], *[1] * len(spatial)]
     for k, (op, value, tag) in enumerate(steps):
-        assert value is not None
-        y = b.node(op, [y, b.const(f"{tag}_c", value.astype(np.float32).reshape(per_channel))],
+        y = b.node(op, [y, b.const(f"{tag}_c", value.astype(dtype).reshape(per_channel))],
                    tag, out=norm.y if k == len(steps) - 1 else None)
     return b.nodes, b.fixed
