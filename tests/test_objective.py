@@ -156,3 +156,25 @@ def test_the_traffic_plan_replaces_a_worse_timed_plan(monkeypatch: pytest.Monkey
     assert "bound" not in plan.solver and plan.solver["gap"] is None
     assert [g.layers for g in plan.groups] == [g.layers for g in traffic.groups]
     assert plan.totals.cycles == traffic.totals.cycles
+
+
+def test_a_plan_worse_than_no_fusion_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A traffic plan that moves more than no fusion at all (a search cut short by its time
+    limit tiles single layers quickly: the latent-diffusion UNet at 60 s moved 768 B more)
+    gives way to the layer-by-layer plan, no longer claimed optimal. Here CP-SAT is made
+    to answer with one-row tiles that reload their weights every tile."""
+    from fuseplan.planner.app import planning
+    from fuseplan.planner.app.assemble import layer_placements
+
+    problem = api.prepare(str(EXAMPLES / "chain_cnn" / "model.onnx"))
+
+    def one_row(problem: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        return [Placement.of(p.layers, replace(p.tile, h=1), False)
+                for p in layer_placements(problem.graph, problem.chip)], {
+            "name": "cpsat", "status": "OPTIMAL", "gap": 0.0, "bound": 1.0}
+
+    monkeypatch.setattr(planning, "cpsat_groups", one_row)
+    plan = api.plan_problem(problem)
+    assert plan.solver["kept_layer_by_layer"] is True and plan.solver["status"] == "FEASIBLE"
+    assert "bound" not in plan.solver
+    assert plan.totals.dram_bytes == plan.layer_by_layer_dram_bytes
