@@ -224,8 +224,15 @@ _WORKER: list[Context] = []
 
 
 def _adopt(ctx: Context) -> None:
-    # Ctrl-C is the planner's to handle: it stops the pool (search_all)
+    # Ctrl-C and SIGTERM are the planner's to handle: it stops the pool (Workers.__exit__).
+    # A worker leaves the command's process group, so a signal to the group (a terminal's
+    # Ctrl-C, CI cancelling a job) never reaches it: killed at a random point, it could die
+    # holding the task queue's lock, and Pool.terminate() then waits for that lock forever.
+    # A SIGTERM to the group that came while it was being forked is pending (the planner
+    # forks with it blocked): ignoring it discards it.
+    os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it (not the CLI's handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     _WORKER.append(ctx)

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-# CSI sequences (colour, cursor moves, erase) of the progress display
-_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# what the progress display writes: CSI sequences (colour, cursor moves, erase), carriage
+# returns, newlines and runs of text
+_TOKENS = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r|\n|[^\x1b\r\n]+")
 
 
 @dataclass(frozen=True)
@@ -32,20 +33,35 @@ class Interrupted:
     lines: list[str]  # what stderr said after the progress display, one entry a line
     stop_s: float  # seconds from the signal to the exit
     raw: str  # stderr as written, for assertion messages
-    # processes of the command's group (its workers) still running 10 s after it exited
+    # its workers (process groups of their own) or any process of its group, still running
+    # 10 s after it exited
     left: bool = False
     stdout: str = ""  # what the command printed on stdout (its --json document)
 
 
 def _lines_after_progress(text: str, marker: str) -> list[str]:
-    """The lines stderr holds once the spinner's redraws (each ended by a carriage return
-    or erased) are taken out."""
-    out: list[str] = []
-    for line in _CSI.sub("", text).replace("\r\n", "\n").split("\n"):
-        last = line.split("\r")[-1].strip()
-        if last and marker not in last:
-            out.append(last)
-    return out
+    """The lines stderr shows once the live progress display has erased itself: the text
+    replayed as a terminal would (carriage returns, cursor moves up, erased lines), the
+    non-empty lines left, but any that still hold `marker`."""
+    screen = [""]
+    row = col = 0
+    for token in _TOKENS.findall(text):
+        if token == "\n":
+            row, col = row + 1, 0
+            screen += [""] * (row + 1 - len(screen))
+        elif token == "\r":
+            col = 0
+        elif token.startswith("\x1b["):
+            count = int(token[2:-1] or 1) if token[2:-1].isdigit() else 1
+            if token.endswith("A"):
+                row = max(0, row - count)
+            elif token.endswith("K"):
+                screen[row] = "" if token[2:-1] == "2" else screen[row][:col]
+        else:
+            line = screen[row].ljust(col)
+            screen[row] = line[:col] + token + line[col + len(token):]
+            col += len(token)
+    return [line.strip() for line in screen if line.strip() and marker not in line]
 
 
 def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
@@ -65,6 +81,7 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
     seen = bytearray()
     signalled: float | None = None
     exited: float | None = None
+    kids: list[int] = []
     deadline = time.monotonic() + wait_s
     try:
         while True:
@@ -88,6 +105,7 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
             seen += chunk
             if signalled is None and marker.encode() in seen:
                 assert proc.poll() is None, "the command ended before it could be interrupted"
+                kids = _children(proc.pid)  # its workers: process groups of their own
                 os.killpg(proc.pid, signum)
                 signalled = time.monotonic()
         if signalled is None:
@@ -95,13 +113,15 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
                                  f"{bytes(seen).decode(errors='replace')[-2000:]}")
         proc.wait(timeout=max(1.0, signalled + stop_timeout_s - time.monotonic()))
         took = (exited or time.monotonic()) - signalled
-        left = _group_left(proc.pid)
+        left = _group_left(proc.pid) or _pids_left(kids)
     finally:
         os.close(master)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         _kill_group(proc.pid)  # then nothing holds stdout open: reading it ends
+        for pid in kids:
+            _kill_pid(pid)
         printed = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
         if proc.stdout is not None:
             proc.stdout.close()
@@ -180,17 +200,20 @@ def _interrupt_once(binary: Path, args: list[str], cwd: Path, ready: Callable[[i
             assert proc.poll() is None, "the command ended before it could be interrupted"
             assert time.monotonic() < deadline, never
             time.sleep(0.002)
+        kids = _children(proc.pid) if look_for_left else []  # workers: groups of their own
         os.killpg(proc.pid, signum)
         signalled = time.monotonic()
         printed, stderr = proc.communicate(timeout=stop_timeout_s)
         took = time.monotonic() - signalled
-        left = look_for_left and _group_left(proc.pid)
+        left = look_for_left and (_group_left(proc.pid) or _pids_left(kids))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         if look_for_left:
             _kill_group(proc.pid)
+            for pid in kids:
+                _kill_pid(pid)
     return Interrupted(proc.returncode, [s.strip() for s in stderr.splitlines() if s.strip()],
                        took, stderr, left, printed)
 
@@ -208,3 +231,27 @@ def _children(pid: int) -> list[int]:
         if int(ppid) == pid:
             found.append(int(entry.name))
     return found
+
+
+def _pids_left(pids: list[int], wait_s: float = 10.0) -> bool:
+    """Whether any of `pids` still runs (a zombie has ended) `wait_s` from now."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not any(_running(pid) for pid in pids):
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _running(pid: int) -> bool:
+    try:
+        return _read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except IndexError:  # gone
+        return False
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
