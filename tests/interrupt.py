@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fuseplan.planner.app.sweep.watchdog import alive
+
 # what the progress display writes: CSI sequences (colour, cursor moves, erase), carriage
 # returns, newlines and runs of text
 _TOKENS = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r|\n|[^\x1b\r\n]+")
@@ -237,17 +239,10 @@ def _pids_left(pids: list[int], wait_s: float = 10.0) -> bool:
     """Whether any of `pids` still runs (a zombie has ended) `wait_s` from now."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if not any(_running(pid) for pid in pids):
+        if not any(alive(pid) for pid in pids):
             return False
         time.sleep(0.05)
     return True
-
-
-def _running(pid: int) -> bool:
-    try:
-        return _read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except IndexError:  # gone
-        return False
 
 
 def _kill_pid(pid: int) -> None:

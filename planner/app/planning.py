@@ -14,6 +14,7 @@ from fuseplan.planner.app.problem import Problem, objective_of
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import InputError, PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink
+from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.data import Plan
@@ -132,14 +133,20 @@ def _never_worse_than_traffic(problem: Problem, goal: Objective, groups: list[Pl
         g, chip, rs, Objective.TRAFFIC, {}, budget=budget, jobs=jobs, progress=progress)]
 
     def units(placements: Sequence[Placement]) -> int:
-        t = assemble(g, chip, placements, objective=goal, solver={}, model={}, hardware={},
-                     rules={}, layer_by_layer=0).totals
-        return objective_units(t, goal, rs.objective, chip)
+        return objective_units(_totals(problem, placements, goal), goal, rs.objective, chip)
 
     if units(traffic) >= units(groups):
         return groups, info
     kept = {k: v for k, v in info.items() if k not in ("bound", "solved_by", "objective")}
     return traffic, {**kept, "status": "FEASIBLE", "gap": None, "kept_traffic_plan": True}
+
+
+def _totals(problem: Problem, placements: Sequence[Placement], objective: Objective
+            ) -> Counters:
+    """The counters of a candidate plan of these placements (assembled bare: no headers,
+    no layer-by-layer reference), to weigh it against another."""
+    return assemble(problem.graph, problem.chip, placements, objective=objective, solver={},
+                    model={}, hardware={}, rules={}, layer_by_layer=0).totals
 
 
 def _layer_by_layer(problem: Problem, jobs: int, progress: ProgressSink | None) -> int:
@@ -246,8 +253,7 @@ def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | Non
     if result.status != "OPTIMAL" and hint:
         # stopped by the time limit: never return worse than the plan it started from
         def units(placements: Sequence[Placement]) -> tuple[bool, int]:
-            t = assemble(g, chip, placements, objective=objective, solver={}, model={},
-                         hardware={}, rules={}, layer_by_layer=0).totals
+            t = _totals(problem, placements, objective)
             over = cycles_cap is not None and t.cycles > cycles_cap
             return over, objective_units(t, objective, rs.objective, chip)
 

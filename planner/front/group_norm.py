@@ -81,10 +81,16 @@ def split_group_norms(work: _Work, types: Mapping[str, onnx.TypeProto], opset: i
     return made
 
 
+def _type_of(name: str, work: _Work, types: Mapping[str, onnx.TypeProto]
+             ) -> onnx.TypeProto | None:
+    """A tensor's type: inferred, or as declared where it is a graph input."""
+    given = work.inputs.get(name)
+    return types.get(name, given.type if given else None)
+
+
 def _dtype(name: str, work: _Work, types: Mapping[str, onnx.TypeProto]) -> np.dtype:
     """The element type of a float map (float32 where the types do not say)."""
-    given = work.inputs.get(name)
-    tp = types.get(name, given.type if given else None)
+    tp = _type_of(name, work, types)
     elem = tp.tensor_type.elem_type if tp is not None and tp.HasField("tensor_type") else 0
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32)
 
@@ -126,8 +132,7 @@ def _norm_of(node: onnx.NodeProto, work: _Work, types: Mapping[str, onnx.TypePro
 def _instance_norm(node: onnx.NodeProto, attrs: Mapping[str, object], work: _Work,
                    types: Mapping[str, onnx.TypeProto]) -> _Norm | None:
     """An InstanceNormalization of a map [N, C, *S] of its own: a group per channel."""
-    given = work.inputs.get(node.input[0])
-    shape = _static_shape(types.get(node.input[0], given.type if given else None))
+    shape = _static_shape(_type_of(node.input[0], work, types))
     if shape is None or len(shape) < 3:
         return None
     values = _constants(work, node.input[1:3], shape[1])
@@ -142,8 +147,7 @@ def _instance_norm(node: onnx.NodeProto, attrs: Mapping[str, object], work: _Wor
 def _group_normalization(node: onnx.NodeProto, attrs: Mapping[str, object], work: _Work,
                          types: Mapping[str, onnx.TypeProto]) -> _Norm | None:
     """A GroupNormalization node (opset 18: scale and bias per group; 21: per channel)."""
-    given = work.inputs.get(node.input[0])
-    shape = _static_shape(types.get(node.input[0], given.type if given else None))
+    shape = _static_shape(_type_of(node.input[0], work, types))
     groups = attrs.get("num_groups")
     if shape is None or len(shape) < 3 or not isinstance(groups, int) or groups < 1 \
             or shape[1] % groups or len(node.input) < 3:
