@@ -18,7 +18,7 @@ from fuseplan.emulator.boxes import slice_box
 from fuseplan.emulator.errors import KernelFailure
 from fuseplan.emulator.kernels import run_op
 from fuseplan.planner.geometry.regions import Box, empty, input_box
-from fuseplan.planner.ir.graph import AxisMap, Graph, Layer, MapKind
+from fuseplan.planner.ir.graph import AxisMap, Graph, Layer, MapKind, gathers_rows
 from fuseplan.planner.ir.layout import Layout, layout_of
 from fuseplan.planner.ir.ops import MapRule, OpClass, ShapeParam, op_spec
 
@@ -46,6 +46,7 @@ class LayerFacts:
     out_layout: Layout
     shape_param: ShapeParam  # a parameter input spelling out the whole output map
     attention: bool = False  # fused attention: its kernel is told the tile's first query row
+    gathers_rows: bool = False  # fetches its box's rows of a constant table (gather_box)
 
 
 @dataclass
@@ -103,7 +104,7 @@ def layer_facts(graph: Graph, lay: Layer) -> LayerFacts:
         in_hw=first_layout.dims(first)[2:], attrs=attrs,
         crop_spatial=out_spatial and not window, in_spatial=in_spatial, ref=ref,
         out_layout=out_layout, shape_param=op_spec(lay.op).shape_param,
-        attention=op_spec(lay.op).maps is MapRule.ATTENTION)
+        attention=op_spec(lay.op).maps is MapRule.ATTENTION, gathers_rows=gathers_rows(lay))
 
 
 def _aligned_constants(graph: Graph, lay: Layer, consts: Sequence[tuple[int, str]],
@@ -203,6 +204,8 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         # no row of the tile comes from here (a Concat's other input): nothing to run
         return [np.zeros(_box_shape(graph, t, out_box), np.float32) for t in lay.outputs if t]
     args, first_box = _tile_args(graph, lay, info, out_box, onchip, weights)
+    if info.gathers_rows:
+        return [gather_box(lay, info, args, out_box, first_box)]
     if info.shape_param is ShapeParam.TARGET_SHAPE:
         args[1] = _tile_target_shape(lay, info, out_box)
     if info.shape_param is ShapeParam.SLICE_BOUNDS:
@@ -255,6 +258,26 @@ def _tile_args(graph: Graph, lay: Layer, info: LayerFacts, out_box: Box,
                 index[axis] = slice(out_box[2 * part], out_box[2 * part + 1])
         args[pos] = operand[tuple(index)]
     return args, first_box
+
+
+def gather_box(lay: Layer, info: LayerFacts, args: Sequence[np.ndarray | None], out_box: Box,
+               first_box: Box | None) -> np.ndarray:
+    """A gather of table rows (Graph.row_gathers) on a tile: the indices of the tile's box
+    first, then exactly those rows fetched from the table in DRAM (the constants), a
+    repeated index fetched again, as a DMA gather does. Gathering every index on chip and
+    cropping after would fetch rows the tile does not hold."""
+    table, indices = np.asarray(args[0]), np.asarray(args[1]).astype(np.int64)
+    # the indices as the output's leading axes, each row one element wide: the crop of the
+    # output box then leaves the box's indices
+    keys = _crop_output(indices.reshape(indices.shape + (1,) * (table.ndim - 1)), lay, info,
+                        out_box, first_box)
+    picked = keys.reshape(keys.shape[:indices.ndim])
+    rows = table.shape[0]
+    if picked.size and (picked.min() < -rows or picked.max() >= rows):
+        raise IndexError(f"an index of {lay.inputs[1]!r} is outside the {rows} rows of "
+                         f"{lay.inputs[0]!r}")
+    picked = np.where(picked < 0, picked + rows, picked)  # ONNX: negative counts from the end
+    return table[picked.reshape(-1)].reshape(picked.shape + table.shape[1:])
 
 
 def _tile_target_shape(lay: Layer, info: LayerFacts, out_box: Box) -> np.ndarray:

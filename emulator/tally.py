@@ -19,7 +19,7 @@ from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.regions import GroupIO, box_elems, full_box, tile_regions
 from fuseplan.planner.geometry.rounds import leads_round
-from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.graph import Graph, Layer, gathers_rows
 from fuseplan.planner.plan.data import Group
 
 
@@ -64,9 +64,11 @@ def capacity_overflows(chip: Chip, group: int, tile: int, live: int, sram_only: 
 
 
 def inputs_once_bytes(graph: Graph, io: GroupIO, dt: int) -> int:
-    """Bytes of the group's inputs read with no halo re-reads (one whole-anchor tile)."""
+    """Bytes of the group's inputs, and of the rows its gathers fetch (Graph.row_gathers),
+    read with no halo re-reads (one whole-anchor tile)."""
     full = tile_regions(graph, io, full_box(graph, io.anchor))
-    return sum(box_elems(graph, t, full[t]) for t in io.inputs) * dt
+    return sum(box_elems(graph, t, full[t])
+               for t in [*io.inputs, *graph.gathered(io.layers)]) * dt
 
 
 @dataclass
@@ -93,6 +95,9 @@ class Tally:
     stream: WeightStream | None = None  # a streaming group's chunks (emulator.chunks)
     core_weight: int = 0  # weight bytes the cores read, over all tiles
     round_tiles: int = 1  # tiles per round sharing each streamed read (planner.geometry.rounds)
+    # bytes of table rows gathered since the last tile was counted (Graph.row_gathers): the
+    # tile that computed them loaded them
+    gathered: int = 0
 
     @property
     def onchip_weights(self) -> int:
@@ -141,16 +146,21 @@ class Tally:
                 ) -> list[np.ndarray]:
         """A layer's outputs from `run` (given the weights to use): chunk by chunk when the
         group streams the layer's weights in chunks."""
-        return self.stream.run(lay, weights, run) if self.stream is not None else run(weights)
+        ys = self.stream.run(lay, weights, run) if self.stream is not None else run(weights)
+        if gathers_rows(lay):  # the rows came from DRAM, one fetch per index of the box
+            self.gathered += ys[0].size * self.chip.dtype_bytes
+        return ys
 
     def tile(self, index: int, loaded: int, written: int, weights: int | None = None,
              used: int | None = None) -> None:
-        """A tile's DRAM traffic: its loads, its stores, and the weights it streams (or
-        `weights` loaded at this step), with `used` weight bytes the cores read for it."""
+        """A tile's DRAM traffic: its loads (and the table rows its gathers fetched), its
+        stores, and the weights it streams (or `weights` loaded at this step), with `used`
+        weight bytes the cores read for it."""
         if weights is None:
             first = index == 0 if self.group.weights_resident \
                 else leads_round(index, self.round_tiles)
             weights = self.weight_bytes if first else 0
+        loaded, self.gathered = loaded + self.gathered, 0
         self.core_weight += self.weight_bytes if used is None else used
         self.tiles += 1
         self.read += loaded + weights
@@ -168,10 +178,11 @@ class Tally:
         """The group's byte and work counters (its time comes from the clock: see
         emulator.run.emulate)."""
         dt = self.chip.dtype_bytes
+        read = self.read + self.gathered  # rows gathered after the last tile (a pass's tail)
         return Counters(
-            dram_read_bytes=self.read, dram_write_bytes=self.write,
+            dram_read_bytes=read, dram_write_bytes=self.write,
             weight_read_bytes=self.weight_read,
-            redundant_read_bytes=self.read - self.weight_read - inputs_once_bytes(graph, io, dt),
+            redundant_read_bytes=read - self.weight_read - inputs_once_bytes(graph, io, dt),
             sram_peak_bytes=self.peak, macs=self.macs, vector_ops=self.vector_ops,
             core_fmap_bytes=self.core, core_weight_bytes=self.core_weight,
             first_load_bytes=self.first, last_store_bytes=self.last)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # ortools (and the pandas it loads) only once a model is buil
     from ortools.sat.python.cp_model_helper import Literal
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.model import Counters, live_steps, region_sum, weight_bytes
+from fuseplan.planner.cost.model import Counters, dram_loads, live_steps, region_sum, weight_bytes
 from fuseplan.planner.cost.weight_stream import layer_chunks, staged_steps
 from fuseplan.planner.geometry.attention import online_attention
 from fuseplan.planner.geometry.regions import (
@@ -395,11 +395,12 @@ class Encoding:
         return var
 
     def first_load_bytes(self, cand: Candidate) -> Expr:
-        """DRAM bytes of the first tile: its input boxes plus all the group's weights."""
+        """DRAM bytes of the first tile: its input boxes (and the table rows its gathers
+        fetch) plus all the group's weights."""
         if cand.fixed is not None:
             return cand.fixed.first_load_bytes
         total: Expr = self.weight_bytes(cand)
-        for k, t in enumerate(cand.io.inputs):
+        for k, t in enumerate(dram_loads(self.graph, cand.io)):
             chain = cand.chains.chains[t][1]
             fb = cand.chains.full[t]
             c = channels(self.graph, t)

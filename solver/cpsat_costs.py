@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fuseplan.planner.cost.model import dram_bytes_per_cycle, group_tensors
+from fuseplan.planner.cost.model import dram_bytes_per_cycle, dram_loads, group_tensors
 from fuseplan.planner.cost.objective import Charged, Objective, objective_terms
 from fuseplan.planner.geometry.regions import in_group_uses
 from fuseplan.planner.geometry.rounds import round_size
@@ -35,7 +35,8 @@ def candidate_terms(enc: Encoding, cand: Candidate) -> Terms:
         return Terms(c.dram_bytes, c.macs, c.vector_ops, c.core_fmap_bytes, c.core_weight_bytes,
                      c.first_load_bytes, c.last_store_bytes)
     m, g, dt = enc.model, enc.graph, enc.chip.dtype_bytes
-    reads = sum(enc.read_bytes(cand, t) for t in cand.io.inputs)
+    # its inputs' boxes and the table rows its gathers fetch (planner.ir.graph.row_gathers)
+    reads = sum(enc.read_bytes(cand, t) for t in dram_loads(g, cand.io))
     writes = sum(g.elems(t) for t in cand.io.outputs) * dt
     w = enc.weight_bytes(cand)
     wread: Any = w

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.cost.model import dram_loads, weight_bytes
 from fuseplan.planner.geometry.halo_reuse import lifetimes
 from fuseplan.planner.geometry.regions import (
     AxisChain,
@@ -52,11 +52,12 @@ def axis_union(chain: AxisChain | None, extent: int) -> int:
 
 def group_floor_bytes(graph: Graph, io: GroupIO, chains: GroupChains, chip: Chip) -> int:
     """DRAM bytes every tile choice of the group moves at least: its outputs stored once,
-    its weights read once, and each input's elements that the union of one-index boxes
-    holds (see the module docstring) loaded once."""
+    its weights read once, and each input's elements (and each row its gathers fetch:
+    Graph.row_gathers) that the union of one-index boxes holds (see the module docstring)
+    loaded once."""
     n, h, w = anchor_extent(graph, io)
     loaded = 0
-    for t in io.inputs:
+    for t in dram_loads(graph, io):  # its inputs and the rows its gathers fetch
         axes = chains.chains.get(t)
         if axes is None:
             continue

@@ -83,6 +83,13 @@ def weight_bytes(graph: Graph, weights: Iterable[str], chip: Chip) -> int:
     return sum(int(graph.constants[w].size) for w in set(weights)) * chip.dtype_bytes
 
 
+def dram_loads(graph: Graph, io: GroupIO) -> list[str]:
+    """What a tile reads from DRAM besides weights, by the box of each: the group's inputs,
+    and the outputs of its gathers of table rows (Graph.row_gathers: a gather fetches just
+    the rows of its box, so the box of its output is what crosses DRAM)."""
+    return [*io.inputs, *graph.gathered(io.layers)]
+
+
 def live_steps(graph: Graph, io: GroupIO, reloaded: Mapping[str, tuple[int, int]] | None = None
                ) -> list[tuple[str, ...]]:
     """Tensors live on chip while each layer of the group runs (its inputs and outputs;
@@ -481,7 +488,8 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     else:
         grid = None
     made = {t: grid.made_elems(t) for t in sums} if grid else sums
-    fmap_read = sum(made[t] for t in io.inputs) * dt
+    loads = dram_loads(graph, io)
+    fmap_read = sum(made[t] for t in loads) * dt
     wbytes = weight_bytes(graph, io.weights, chip)
     write = sum(graph.elems(t) for t in io.outputs) * dt
     macs, vector_ops = _layer_ops(graph, io, made)
@@ -493,10 +501,10 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     first, last = edge_tiles(graph, io, tile)
     first_boxes = tile_regions(graph, io, first)
     last_boxes = tile_regions(graph, io, last)
-    first_load = sum(box_elems(graph, t, first_boxes[t]) for t in io.inputs) * dt + wbytes
+    first_load = sum(box_elems(graph, t, first_boxes[t]) for t in loads) * dt + wbytes
     last_store = sum(box_elems(graph, t, last if t == io.anchor else last_boxes[t])
                      for t in io.outputs) * dt
-    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
+    once = sum(box_elems(graph, t, chains.full[t]) for t in loads) * dt
     return Counters(
         dram_read_bytes=fmap_read + wbytes,
         dram_write_bytes=write,
@@ -547,23 +555,24 @@ def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip
     tensors = [t for t in group_tensors(graph, io) if t in grids[0].rows.boxes(0)]
     read = write = macs = vector_ops = core = first = last = tiles = slowest = 0
     n = anchor_extent(graph, io)[0]
+    loads = dram_loads(graph, io)
     for grid in grids:
         made = {t: grid.made_elems(t) for t in tensors}
         b_macs, b_vector_ops = _layer_ops(graph, io, made)
         macs, vector_ops = macs + b_macs, vector_ops + b_vector_ops
         slowest = max(slowest, band_compute_cycles(chip, b_macs, b_vector_ops, tile.bands))
-        read += sum(made[t] for t in io.inputs)
+        read += sum(made[t] for t in loads)
         write += sum(made[t] for t in io.outputs)
         core += _reuse_core_elems(graph, io, grid, made)
         tiles += grid.rows.count * grid.cols.count
         (r0, r1), (c0, c1) = grid.rows.ranges[0], grid.cols.ranges[0]
         boxes = tile_regions(graph, io, (0, n, r0, r1, c0, c1))
-        first += sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
+        first += sum(box_elems(graph, t, boxes[t]) for t in loads)
         (r0, r1), (c0, c1) = grid.rows.ranges[-1], grid.cols.ranges[-1]
         end: Box = (0, n, r0, r1, c0, c1)
         boxes = tile_regions(graph, io, end)
         last += sum(box_elems(graph, t, end if t == io.anchor else boxes[t]) for t in io.outputs)
-    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
+    once = sum(box_elems(graph, t, chains.full[t]) for t in loads) * dt
     return Counters(dram_read_bytes=read * dt + wbytes, dram_write_bytes=write * dt,
                     weight_read_bytes=wbytes, redundant_read_bytes=read * dt - once,
                     macs=macs, vector_ops=vector_ops, core_fmap_bytes=core * dt,
@@ -629,13 +638,16 @@ def head_chunked_cost(graph: Graph, layers: Sequence[str], tile: Tile, chip: Chi
 
 
 def compulsory_bytes(graph: Graph, chip: Chip) -> int:
-    """The floor: every weight and the used part of every model input read once, every model
-    output written once (rows a strided layer never reads need not be loaded at all)."""
+    """The floor: every weight, the used part of every model input and every row a gather of
+    a constant table fetches (its index count x its row) read once, every model output
+    written once (rows a strided layer never reads need not be loaded at all)."""
     weights = {w for lay in graph.layers for w in lay.weights}
     # what the outputs need, walked back through every layer: the used part of each input
     whole = group_io(graph, [lay.name for lay in graph.layers])
     need = tile_regions(graph, whole, full_box(graph, whole.anchor))
-    used = sum(box_elems(graph, t, need[t]) for t in graph.inputs if t in need)
+    # and the rows a gather of a constant table fetches (Graph.row_gathers), each index's once
+    used = sum(box_elems(graph, t, need[t])
+               for t in [*graph.inputs, *graph.row_gathers] if t in need)
     fmaps = used + sum(graph.elems(t) for t in graph.outputs)
     return fmaps * chip.dtype_bytes + weight_bytes(graph, weights, chip)
 
@@ -652,10 +664,11 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
     uses = in_group_uses(graph, io)
     wbytes = weight_bytes(graph, io.weights, chip)
     staged = sram_staged(graph, io, chip, weights_resident)
+    loads = dram_loads(graph, io)
     reads = writes = macs = vector_ops = core = peak = first = last = 0
     for i, box in enumerate(boxes):
         regions = tile_regions(graph, io, box)
-        loaded = sum(box_elems(graph, t, regions[t]) for t in io.inputs) * dt
+        loaded = sum(box_elems(graph, t, regions[t]) for t in loads) * dt
         # an accumulator is stored once, after the last box
         stored = sum(box_elems(graph, t, box if t == io.anchor else regions[t])
                      for t in io.outputs
@@ -684,7 +697,7 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
                       else rounds(len(boxes), round_size(chip, io, halo_reuse=False)))
     if chip.unified and weights_resident:
         peak += wbytes
-    once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
+    once = sum(box_elems(graph, t, chains.full[t]) for t in loads) * dt
     c = Counters(dram_read_bytes=reads + wread, dram_write_bytes=writes,
                  weight_read_bytes=wread, redundant_read_bytes=reads - once,
                  sram_peak_bytes=peak, macs=macs, vector_ops=vector_ops, core_fmap_bytes=core,

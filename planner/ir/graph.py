@@ -8,7 +8,7 @@ cut it along; per-op facts live in the op table (planner.ir.ops).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -186,6 +186,25 @@ class Graph:
         return users
 
     @cached_property
+    def row_gathers(self) -> Mapping[str, str]:
+        """Per output of a layer that gathers rows of a constant table by run-time indices
+        (a word embedding: a Gather along axis 0 of a constant, its indices a feature map),
+        that table's name.
+
+        The one definition the cost model, the floors and the emulator share: such a layer
+        reads from DRAM, each time it runs on a box, exactly the rows its box's indices
+        select, so the elements of its output box (index count x row elements), never the
+        whole table. A repeated index fetches its row again, as a DMA gather does: the count
+        depends on the index count alone, not on the index values, so it is known at plan time.
+        """
+        return {lay.outputs[0]: lay.inputs[0] for lay in self.layers if gathers_rows(lay)}
+
+    def gathered(self, layers: Iterable[str]) -> list[str]:
+        """The outputs of `layers` that are gathered rows of a constant table (row_gathers)."""
+        rows = self.row_gathers
+        return [t for name in layers if (t := self.layer(name).outputs[0]) in rows]
+
+    @cached_property
     def layer_blocks(self) -> dict[str, tuple[int, ...]]:
         """Indices into ``blocks`` of the blocks holding each layer (a group's structural
         rules look only at the blocks its layers are in)."""
@@ -237,3 +256,11 @@ class Graph:
                 best = b
         return best
 
+
+def gathers_rows(lay: Layer) -> bool:
+    """Whether a layer gathers rows of a constant table by run-time indices (Graph.row_gathers):
+    a Gather along axis 0 whose data is a constant and whose indices are its one feature map.
+    Constant indices were folded away at load; a Gather of a run-time tensor moves a map."""
+    return (lay.op == "Gather" and int(lay.attrs.get("axis", 0)) == 0
+            and len(lay.inputs) >= 2 and bool(lay.inputs[0])
+            and lay.inputs[0] not in lay.fmap_inputs and lay.fmap_inputs == (lay.inputs[1],))
