@@ -48,14 +48,16 @@ class SearchSettings:
     # checked before any grouping: a network whose weights and largest live set fit on chip
     # runs as one group, whatever the rules say about fused groups
     whole_network_first: bool = True
-    # CP-SAT is not run where the shortest path is already exact: costs add up (no prefetch
-    # pairs, no cycles cap) and every candidate group is an interval of the layer order;
-    # the plan is then proven optimal by the path (off: CP-SAT always solves)
+    # CP-SAT is not run where the shortest path is already exact: every candidate group is
+    # an interval of the layer order, no cycles cap, and costs add up or (an objective that
+    # counts cycles, with prune_by_floor) each pair of consecutive groups is priced with its
+    # prefetch; the plan is then proven optimal by the path (off: CP-SAT always solves)
     exact_path_first: bool = True
-    # under the traffic objective, a candidate group is tile-searched only once a shortest
-    # path over the searched costs and the other groups' floors (DRAM bytes no tile goes
-    # below) runs through it; the plan costs what searching every candidate gives (off:
-    # every candidate is searched, e.g. to time the full search)
+    # a candidate group is tile-searched only once a shortest path over the searched costs
+    # and the other groups' floors (DRAM bytes no tile goes below; under latency, energy or
+    # a mix, units net of what a prefetch may hide) runs through it; the plan costs what
+    # searching every candidate gives (off: every candidate is searched, e.g. to time the
+    # full search)
     prune_by_floor: bool = True
     # 2-D tiles (narrower than the map) are searched for a group that fits no full-width
     # tile at all, or whose best full-width tile is shorter than this many rows (0: only

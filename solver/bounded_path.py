@@ -29,9 +29,11 @@ from fuseplan.planner.geometry.regions import GroupIO
 from fuseplan.solver.long_groups import Start, start_groups
 from fuseplan.solver.parallel import Context, Found, Task, Workers, search
 from fuseplan.solver.structure import StructureKey, structure_key
-from fuseplan.solver.tiles import TileChoice
+from fuseplan.solver.tiles import Option, TileChoice
 
 Groups = list[tuple[tuple[str, ...], TileChoice]]
+# what an edge adds to a plan followed by another edge (None: it ends the plan)
+Pair = Callable[["Edge", "Edge | None"], int]
 # unsearched groups looked at per idle core and round (most share a structure searched
 # already, or fall to a structural rule): beyond these the round starts without more
 RUNNERS_UP = 4
@@ -58,6 +60,8 @@ class Edge:
     # breaks a structural rule and its full floor are looked at once a path reaches it
     refined: bool = True
     key: StructureKey | None = None  # the structure its search shares (_key), once asked
+    # once searched under a timed objective: the choices a next-group prefetch may prefer
+    options: tuple[Option, ...] = ()
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -81,30 +85,29 @@ class Outcome:
 
 
 def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
-                 units: Callable[[TileChoice], int], jobs: int = 1,
+                 units: Callable[[Edge], int], jobs: int = 1,
                  searched: Callable[[Edge], None] = lambda e: None,
                  tried: Callable[[Start, Groups], None] = lambda s, g: None,
                  refine: Callable[[Edge], bool] = lambda e: True,
-                 progress: ProgressSink | None = None) -> Outcome:
+                 progress: ProgressSink | None = None,
+                 pair: Pair | None = None) -> Outcome:
     """The cheapest path from position 0 to `end`, searching unsearched edges only as they
     come onto it (see the module docstring). ``refine`` is called on each unrefined edge
     the path reaches (it sets the edge's io and full floor, False: no candidate after
     all), ``searched`` on each tile-searched edge once its search is done (the caller keeps
     its memo and raises for a layer that fits no tile), ``tried`` on each whole-map start
     with the groups it found. Past the context's time limit the unsearched groups of
-    several layers are left out. ``progress`` is told of each round (_Rounds.tell)."""
+    several layers are left out. ``progress`` is told of each round (_Rounds.tell).
+
+    ``pair`` (where what an edge adds to a plan depends on the edge after it: a timed
+    objective, whose prefetch savings couple neighbours) prices an edge followed by another
+    (None: it ends the plan), exactly once the first is searched, else a floor; the path is
+    then the cheapest over pairs of consecutive edges, and `units` only ranks the runners-up
+    and the progress reports."""
     with Workers(ctx, jobs) as workers:
-        return _run(ctx, edges, end, units, workers, searched, tried, refine, progress)
-
-
-def _run(ctx: Context, edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int],
-         workers: Workers, searched: Callable[[Edge], None],
-         tried: Callable[[Start, Groups], None], refine: Callable[[Edge], bool],
-         progress: ProgressSink | None = None) -> Outcome:
-    """bounded_path's rounds, evaluating on `workers`."""
-    rounds = _Rounds(ctx, end, units, workers, searched, tried, refine, edges)
-    rounds.progress = progress
-    return rounds.run()
+        rounds = _Rounds(ctx, end, units, workers, searched, tried, refine, edges)
+        rounds.progress, rounds.pair = progress, pair
+        return rounds.run()
 
 
 class _Rounds:
@@ -112,7 +115,7 @@ class _Rounds:
     searches shared by structure, the candidates the time limit left out, and whether a
     floor lied."""
 
-    def __init__(self, ctx: Context, end: int, units: Callable[[TileChoice], int],
+    def __init__(self, ctx: Context, end: int, units: Callable[[Edge], int],
                  workers: Workers, searched: Callable[[Edge], None],
                  tried: Callable[[Start, Groups], None], refine: Callable[[Edge], bool],
                  edges: Sequence[Edge]) -> None:
@@ -123,6 +126,7 @@ class _Rounds:
         self.left_out = 0
         self.lied = False  # a searched cost came out under its floor: floors count for nothing
         self.progress: ProgressSink | None = None  # told of each round (tell)
+        self.pair: Pair | None = None  # see bounded_path
         self.rounds = 0
         self.n_searched = sum(e.searched for e in edges)  # candidates searched so far
 
@@ -131,7 +135,8 @@ class _Rounds:
         while True:
             if self.ctx.until is not None and time.perf_counter() >= self.ctx.until:
                 self._drop_unsearched()
-            path = _cheapest(self.live, self.end, self.units)
+            path = _cheapest(self.live, self.end, self.units) if self.pair is None \
+                else cheapest_pairs(self.live, self.end, self.pair)
             if path is None:
                 raise PlanningError("no grouping of the layers passes the rules and fits the "
                                     "chip")
@@ -265,6 +270,7 @@ class _Rounds:
                 gone.add(id(e))
                 continue
             e.choice, e.searched, e.quick = found.best, True, found.quick
+            e.options = found.options
             self.n_searched += 1
             self.searched(e)
             if e.choice is None:
@@ -293,7 +299,7 @@ def _evaluate(ctx: Context, item: Task | Start) -> Found | Groups | None:
     return search(ctx, item)
 
 
-def _runners_up(live: Sequence[Edge], end: int, units: Callable[[TileChoice], int],
+def _runners_up(live: Sequence[Edge], end: int, units: Callable[[Edge], int],
                 taken: Sequence[Edge]) -> list[Edge]:
     """Unsearched edges not taken, cheapest path through each first (the cost from 0 to its
     start, its weight, the cost from its end to `end`)."""
@@ -307,12 +313,12 @@ def _runners_up(live: Sequence[Edge], end: int, units: Callable[[TileChoice], in
     return [e for _, _, e in sorted(through, key=lambda x: x[:2])]
 
 
-def _weight(e: Edge, units: Callable[[TileChoice], int]) -> int:
+def _weight(e: Edge, units: Callable[[Edge], int]) -> int:
     """The edge's searched cost, or unsearched, its floor."""
-    return units(e.choice) if e.searched and e.choice is not None else e.floor
+    return units(e) if e.searched and e.choice is not None else e.floor
 
 
-def _distances(edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int],
+def _distances(edges: Sequence[Edge], end: int, units: Callable[[Edge], int],
                forward: bool) -> dict[int, int]:
     """The cheapest cost from position 0 to each position (forward), or from each to `end`."""
     dist = {0: 0} if forward else {end: 0}
@@ -326,11 +332,11 @@ def _distances(edges: Sequence[Edge], end: int, units: Callable[[TileChoice], in
     return dist
 
 
-def _floor_lied(e: Edge, units: Callable[[TileChoice], int]) -> bool:
+def _floor_lied(e: Edge, units: Callable[[Edge], int]) -> bool:
     """A floor above a searched cost is a bug of the floor: then no floor is trusted (every
     edge is searched before the path may use it)."""
     assert e.choice is not None
-    return units(e.choice) < e.floor
+    return units(e) < e.floor
 
 
 def _key(ctx: Context, e: Edge) -> StructureKey:
@@ -341,7 +347,7 @@ def _key(ctx: Context, e: Edge) -> StructureKey:
     return e.key
 
 
-def _cheapest(edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int]
+def _cheapest(edges: Sequence[Edge], end: int, units: Callable[[Edge], int]
               ) -> list[Edge] | None:
     """The cheapest path 0 -> end over the edges (positions only increase along an edge),
     each weighing its searched cost or, unsearched, its floor; ties: the fewest unsearched
@@ -371,4 +377,37 @@ def _cheapest(edges: Sequence[Edge], end: int, units: Callable[[TileChoice], int
         assert last is not None
         path.append(last)
         at = last.start
+    return path[::-1]
+
+
+def cheapest_pairs(edges: Sequence[Edge], end: int, pair: Pair) -> list[Edge] | None:
+    """The cheapest path 0 -> end where each edge weighs what `pair` says it adds given the
+    edge after it (a shortest path over the line graph); ties as _cheapest."""
+    by_start: dict[int, list[Edge]] = {}
+    for e in edges:
+        by_start.setdefault(e.start, []).append(e)
+    # per edge: the cheapest (cost, unsearched edges, edge before) of a path from 0 up to
+    # its start, every edge before it priced given its successor
+    reach: dict[int, tuple[int, int, Edge | None]] = {id(e): (0, 0, None)
+                                                      for e in by_start.get(0, ())}
+    last: tuple[int, int, Edge] | None = None
+    for start in sorted(by_start):
+        for a in by_start[start]:
+            if id(a) not in reach:
+                continue
+            cost, unknown, _ = reach[id(a)]
+            unknown += not a.searched
+            if a.end == end:
+                cand = (cost + pair(a, None), unknown, a)
+                if last is None or cand[:2] < last[:2]:
+                    last = cand
+            for b in by_start.get(a.end, ()):
+                here = (cost + pair(a, b), unknown, a)
+                if id(b) not in reach or here[:2] < reach[id(b)][:2]:
+                    reach[id(b)] = here
+    if last is None:
+        return None
+    path = [last[2]]
+    while (before := reach[id(path[-1])][2]) is not None:
+        path.append(before)
     return path[::-1]

@@ -26,13 +26,13 @@ from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
 from fuseplan.planner.core.units import fmt_bytes, size_setting, vs_bytes
-from fuseplan.planner.cost.bounds import IntervalFloors, group_floor_bytes
+from fuseplan.planner.cost.bounds import IntervalFloors, group_floor_bytes, stored_macs
 from fuseplan.planner.cost.model import prefetch_cycles, weight_bytes
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.ruleset import RuleSet
-from fuseplan.solver.bounded_path import Edge, bounded_path
+from fuseplan.solver.bounded_path import Edge, bounded_path, cheapest_pairs
 from fuseplan.solver.groups import breaks_structure, connected_intervals, is_connected
 from fuseplan.solver.long_groups import (
     Start,
@@ -42,6 +42,7 @@ from fuseplan.solver.long_groups import (
     whole_map_starts,
 )
 from fuseplan.solver.parallel import Context, Found, Task, Tick, looked_up, search_all
+from fuseplan.solver.prefetch_path import TimedPricing
 from fuseplan.solver.structure import StructureKey, structure_key
 from fuseplan.solver.tiles import GroupSearch, Option, TileChoice
 
@@ -108,6 +109,9 @@ def shortest_path_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: 
     if objective is Objective.TRAFFIC and not timed and ruleset.search.prune_by_floor and prune:
         return _bounded_groups(graph, chip, ruleset, objective, memo, budget, jobs,
                                whole_maps, bounded, progress)
+    if coef and ruleset.search.prune_by_floor and prune:
+        return _bounded_groups(graph, chip, ruleset, objective, memo, budget, jobs,
+                               whole_maps, bounded, progress, options_memo)
     rows, tasks, skipped = _interval_rows(graph, chip, ruleset, order, memo, budget, timed)
     ctx = Context(graph, chip, ruleset, objective, timed,
                   budget.until if budget is not None else None)
@@ -294,10 +298,15 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
                     memo: dict[tuple[str, ...], TileChoice | None] | None,
                     budget: Budget | None, jobs: int, whole_maps: dict[str, Any] | None,
                     bounded: set[tuple[str, ...]] | None,
-                    progress: ProgressSink | None = None) -> list[Placement]:
+                    progress: ProgressSink | None = None,
+                    options_memo: dict[tuple[str, ...], list[Option]] | None = None
+                    ) -> list[Placement]:
     """shortest_path_groups over floors (solver.bounded_path): the same candidates (intervals
     up to search.max_group_layers, block groups, whole-map groups), each searched only once
-    the path reaches it."""
+    the path reaches it. Under an objective that counts cycles, floors and searched costs
+    are bounds net of prefetch savings and the plan is priced exactly over the searched
+    groups (solver.prefetch_path); ``options_memo`` then collects each searched group's
+    prefetch options."""
     order = [lay.name for lay in graph.layers]
     floors = IntervalFloors.of(graph, chip)
     whole_maps = {} if whole_maps is None else whole_maps
@@ -310,16 +319,45 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     else:
         edges += _long_edges(graph, chip, ruleset, floors, memo, budget, whole_maps, done,
                              progress)
+    coef = cycle_units(objective, ruleset.objective, chip)
+    pricing = TimedPricing(graph, chip, objective, ruleset.objective, coef, tuple(order)) \
+        if coef else None
 
-    def units(c: TileChoice) -> int:
-        return objective_units(c.cost, objective, ruleset.objective, chip)
+    def price(e: Edge, floor_bytes: int) -> int:
+        """A floor in DRAM bytes as a floor in objective units."""
+        if pricing is None:
+            return floor_bytes
+        macs = stored_macs(graph, e.io.outputs) if e.io is not None \
+            else floors.stored_macs(e.start, e.end - 1)
+        return pricing.note_floor(e, floor_bytes, macs)
 
-    ctx = Context(graph, chip, ruleset, objective, False,
+    if pricing is not None:
+        pricing.hide_limits(edges)
+        for e in edges:
+            e.floor = price(e, e.floor)
+        # each round prices the whole line graph: refine every interval at once (cheap, next
+        # to the rounds it spares) rather than those each path reaches
+        edges = [e for e in edges if e.refined or _refine(graph, chip, ruleset, memo, e, price)]
+        for e in edges:
+            e.refined = True
+
+    def units(e: Edge) -> int:
+        assert e.choice is not None
+        if pricing is not None:
+            return pricing.bound(e)
+        return objective_units(e.choice.cost, objective, ruleset.objective, chip)
+
+    def searched(e: Edge) -> None:
+        _searched(ctx, memo, e)
+        if options_memo is not None and e.options:
+            options_memo[e.layers] = list(e.options)
+
+    ctx = Context(graph, chip, ruleset, objective, pricing is not None,
                   budget.until if budget is not None else None)
-    outcome = bounded_path(ctx, edges, len(order), units, jobs,
-                           lambda e: _searched(ctx, memo, e),
+    outcome = bounded_path(ctx, edges, len(order), units, jobs, searched,
                            lambda start, groups: done.__setitem__(start, groups),
-                           lambda e: _refine(graph, chip, ruleset, memo, e), progress)
+                           lambda e: _refine(graph, chip, ruleset, memo, e, price), progress,
+                           None if pricing is None else pricing.pair)
     if bounded is not None:  # not a whole-map end its start did not keep: no floor ruled it out
         bounded.update(e.layers for e in edges if not e.searched and e.whole is None)
     if budget is not None and (skipped or outcome.left_out):
@@ -328,9 +366,42 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     if quick and budget is not None:
         budget.cut(f"tile search: {quick} single layers tiled by the quick "
                    f"{ruleset.search.tile_search} search")
-    path = _searched_path(edges, units, len(order))
+    if pricing is not None:
+        return _priced_path(graph, chip, ruleset, pricing, edges, len(order), memo, budget)
+    path = _searched_path(edges, lambda c: objective_units(c.cost, objective, ruleset.objective,
+                                                           chip), len(order))
     return _tiled_long_groups(graph, chip, ruleset, objective, memo, budget, [
         (tuple(order[a:b]), choice) for a, b, choice in path])
+
+
+def _priced_path(graph: Graph, chip: Chip, ruleset: RuleSet, pricing: TimedPricing,
+                 edges: Sequence[Edge], end: int,
+                 memo: dict[tuple[str, ...], TileChoice | None] | None, budget: Budget | None
+                 ) -> list[Placement]:
+    """The exactly priced best plan over the searched groups (the bounded path's: every
+    other path costs at least its floors), as placements. Its whole-map groups get their
+    full tile search's options too, as _tiled_long_groups gives them under the traffic
+    objective: an edge of the cheapest path that gets cheaper keeps the path the cheapest."""
+    searched = [e for e in edges if e.searched and e.refined and e.choice is not None]
+    path = cheapest_pairs(searched, end, pricing.pair)
+    assert path is not None  # the bounded path's own path is one
+    limit = ruleset.search.max_group_layers
+    longer = [e for e in path if len(e.layers) > limit and (memo is None or e.layers not in memo)]
+    if longer and not (budget is not None and budget.passed):
+        for e in longer:
+            pricing.widen(e, GroupSearch.of(graph, e.layers, chip, ruleset).options(
+                pricing.objective))
+        path = cheapest_pairs(searched, end, pricing.pair)
+        assert path is not None
+    out = []
+    for e, c in pricing.steps(path):
+        made = c.made
+        if isinstance(made, Option):
+            made = GroupSearch.of(graph, e.layers, chip, ruleset).option_choice(made)
+        if memo is not None and len(e.layers) > limit:  # CP-SAT takes it as the group's best
+            memo[e.layers] = made
+        out.append(made.placement(e.layers))
+    return out
 
 
 def _interval_edges(graph: Graph, ruleset: RuleSet, floors: IntervalFloors,
@@ -400,16 +471,18 @@ def _long_edges(graph: Graph, chip: Chip, ruleset: RuleSet, floors: IntervalFloo
 
 
 def _refine(graph: Graph, chip: Chip, ruleset: RuleSet,
-            memo: dict[tuple[str, ...], TileChoice | None] | None, e: Edge) -> bool:
+            memo: dict[tuple[str, ...], TileChoice | None] | None, e: Edge,
+            price: Callable[[Edge, int], int] = lambda e, floor_bytes: floor_bytes) -> bool:
     """Refine an edge the path reached (bounded_path's ``refine``): False where it breaks a
-    structural rule (the memo notes it has no tile), else its io and full floor set."""
+    structural rule (the memo notes it has no tile), else its io and full floor set
+    (``price``: that floor in DRAM bytes in the path's units)."""
     search = GroupSearch.of(graph, e.layers, chip, ruleset)
     if breaks_structure(search, ruleset):
         if memo is not None:
             memo[e.layers] = None
         return False
     e.io = search.io
-    e.floor = max(e.floor, group_floor_bytes(graph, search.io, search.chains, chip))
+    e.floor = max(e.floor, price(e, group_floor_bytes(graph, search.io, search.chains, chip)))
     return True
 
 

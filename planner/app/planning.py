@@ -215,9 +215,17 @@ def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | Non
         cache[objective] = (memo, options, path, {}, whole_maps, bounded)
     memo, options, path, trade_offs, whole_maps, bounded = cache[objective]
     hint = path if warm is None else warm
+    timed = bool(cycle_units(objective, rs.objective, chip))
+    # a timed path is proven where it ran over floors (solver.prefetch_path): its searches
+    # were pruned as shortest_path_groups prunes them
     if rs.search.exact_path_first and warm is None and cycles_cap is None and path \
-            and not cycle_units(objective, rs.objective, chip) \
+            and (not timed or rs.search.prune_by_floor) \
             and intervals_only(g, rs, [p.layers for p in path], searched=memo.keys() | bounded):
+        if timed:
+            proof = ("shortest-path: every candidate group is an interval of the layer order, "
+                     "and each pair of consecutive groups is priced with its prefetch")
+            return list(path), {"name": "cpsat", "status": "OPTIMAL", "gap": 0.0,
+                                "solved_by": proof}
         proof = ("shortest-path: costs add up and every candidate group is an interval of "
                  "the layer order")
         # buffering as CP-SAT picks it (the bytes do not depend on it)

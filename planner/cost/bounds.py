@@ -17,13 +17,20 @@ floor stops trusting floors).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from math import ceil, floor
 
 import numpy as np
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.model import dram_loads, weight_bytes
+from fuseplan.planner.cost.model import dram_bytes_per_cycle, dram_loads, weight_bytes
+from fuseplan.planner.cost.objective import (
+    Charged,
+    Objective,
+    ObjectiveSettings,
+    objective_terms,
+)
 from fuseplan.planner.geometry.halo_reuse import lifetimes
 from fuseplan.planner.geometry.regions import (
     AxisChain,
@@ -77,6 +84,9 @@ class IntervalFloors:
     born: np.ndarray  # per tensor: the position of the layer that makes it (-1: an input)
     last: np.ndarray  # the position of its last use (past the end: a model output)
     size: np.ndarray  # its bytes
+    # per tensor: the MACs of the main layer whose first output it is (else 0): a group
+    # that stores the tensor computes all of it (an intermediate only the part it needs)
+    macs: np.ndarray
     weights: tuple[tuple[str, ...], ...]  # per position: the layer's weight tensors
     graph: Graph
     chip: Chip
@@ -86,10 +96,18 @@ class IntervalFloors:
         order = [lay.name for lay in graph.layers]
         spans = lifetimes(graph, group_io(graph, order))
         names = [t for t in spans if t in graph.shapes]
+        first = {lay.outputs[0]: lay.macs for lay in graph.layers if lay.is_main and lay.outputs}
         return cls(np.array([spans[t][0] for t in names], np.int64),
                    np.array([spans[t][1] for t in names], np.int64),
                    np.array([graph.elems(t) for t in names], np.int64) * chip.dtype_bytes,
+                   np.array([first.get(t, 0) for t in names], np.int64),
                    tuple(tuple(lay.weights) for lay in graph.layers), graph, chip)
+
+    def stored_macs(self, start: int, end: int) -> int:
+        """MACs every plan of the group from `start` through `end` (inclusive) spends at
+        least: those of the main layers whose outputs it stores."""
+        stored = (self.born >= start) & (self.born <= end) & (self.last > end)
+        return int(stored.astype(np.int64) @ self.macs)
 
     def floors(self, start: int, ends: Sequence[int]) -> list[int]:
         """The floor of the group from position `start` through each end (inclusive)."""
@@ -111,3 +129,28 @@ class IntervalFloors:
             weights.append(held)
         by_end = {e: int(s) + w for e, s, w in zip(ordered, stored, weights, strict=True)}
         return [by_end[e] for e in ends]
+
+
+def stored_macs(graph: Graph, outputs: Iterable[str]) -> int:
+    """MACs of the main layers whose first output is among a group's stored `outputs`: a
+    tensor stored is computed whole (an intermediate maybe only in part: a strided consumer
+    skips rows), so every plan of the group spends at least these."""
+    made = set(outputs)
+    return sum(lay.macs for lay in graph.layers
+               if lay.is_main and lay.outputs and lay.outputs[0] in made)
+
+
+def timed_floor(chip: Chip, objective: Objective, settings: ObjectiveSettings,
+                floor_bytes: int, macs: int, hideable: int) -> int:
+    """Objective units no choice of a group goes below, net of what it may hide of the next
+    group's weight loads (the shortest path charges a prefetch's saving to the group it
+    hides behind; ``hideable``: the most cycles any next group's weights take to load).
+
+    A group's cycles minus its DRAM-idle cycles are its transfer time, at least
+    ``floor_bytes`` at full bandwidth, and a prefetch hides no more than its idle cycles;
+    its cycles are at least its compute, MACs over every core's matrix unit, and it hides no
+    more than ``hideable``. Energy and mixes charge every other quantity at least at zero."""
+    transfer = floor(floor_bytes / dram_bytes_per_cycle(chip))
+    compute = ceil(macs / (chip.cores * chip.core.macs_per_cycle))
+    cycles = max(transfer, compute - hideable, 0)
+    return objective_terms(objective, settings, chip, Charged(floor_bytes, 0, 0, macs, 0, cycles))
