@@ -14,11 +14,18 @@ from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.ir.layout import Layout
 from fuseplan.planner.ir.ops import Accumulate, op_spec
 
+# folds that add their tiles' parts up (each position counted once); the norms add up
+# what each element gives (its square, its magnitude)
+_SUMS = frozenset({Accumulate.SUM, Accumulate.MEAN, Accumulate.SUM_SQUARE, Accumulate.L1,
+                   Accumulate.L2})
+_SQUARED = frozenset({Accumulate.SUM_SQUARE, Accumulate.L2})
+
 
 @dataclass
 class Fold:
     """The on-chip accumulator of a reduction over rows and columns: each tile's part of its
-    input is folded in; the mean divides by the whole map's size once the last tile is in."""
+    input is folded in; the mean divides by the whole map's size, and the L2 norm takes
+    the square root, once the last tile is in."""
 
     how: Accumulate
     layout: Layout
@@ -47,7 +54,11 @@ class Fold:
         folded: np.ndarray
         axes = self.layout.tiled_axes
         seen = self.seen[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
-        if self.how in (Accumulate.SUM, Accumulate.MEAN) and seen.any():
+        if self.how in _SQUARED:
+            part = np.square(part)
+        elif self.how is Accumulate.L1:
+            part = np.abs(part)
+        if self.how in _SUMS and seen.any():
             shape = [1] * part.ndim
             order = (self.layout.batch_axis, self.layout.row_axis, self.layout.col_axis)
             for k, a in enumerate(order):
@@ -56,7 +67,7 @@ class Fold:
             part = part * np.logical_not(seen).reshape(shape)
         if last:
             seen[...] = True
-        if self.how in (Accumulate.SUM, Accumulate.MEAN):
+        if self.how in _SUMS:
             folded = np.asarray(np.sum(part, axis=axes, keepdims=True, dtype=np.float32))
         elif self.how is Accumulate.MAX:
             folded = np.asarray(np.max(part, axis=axes, keepdims=True))
@@ -89,4 +100,6 @@ class Fold:
             raise ValueError("an accumulator read before any tile was folded in")
         if self.how is Accumulate.MEAN:
             return np.asarray(self.acc / np.float32(self.count), dtype=np.float32)
+        if self.how is Accumulate.L2:
+            return np.asarray(np.sqrt(self.acc), dtype=np.float32)
         return self.acc

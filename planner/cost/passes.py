@@ -30,11 +30,18 @@ from dataclasses import replace
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
-from fuseplan.planner.cost.hidden import chunk_core_bytes, hidden_peak_bytes
+from fuseplan.planner.cost.hidden import (
+    TileProfile,
+    chunk_core_bytes,
+    hidden_peak_bytes,
+    tile_profiles,
+)
 from fuseplan.planner.cost.model import peak_bytes, resident_work, weight_bytes, with_time
+from fuseplan.planner.geometry.hidden import Stretch
 from fuseplan.planner.geometry.passes import Passes, PoolPass, held_map_reads, pass_stretches
 from fuseplan.planner.geometry.regions import (
     GroupChains,
+    GroupIO,
     Tile,
     box_elems,
     full_box,
@@ -109,7 +116,8 @@ def fmap_peaks(graph: Graph, split: Passes, tile: Tile, chip: Chip,
     for k, io in enumerate(split.ios):
         if found[k]:  # its exact peak over every chunk and step (resident weights)
             here = hidden_peak_bytes(graph, io, chains[k], found[k], hidden_chunks, tile, chip,
-                                     True, double_buffered)
+                                     True, double_buffered,
+                                     _profiles(graph, io, chains[k], found[k], tile))
         else:
             here = peak_bytes(graph, io, chains[k], tile, chip,
                               double_buffered=double_buffered)
@@ -121,6 +129,19 @@ def fmap_peaks(graph: Graph, split: Passes, tile: Tile, chip: Chip,
             tail = tail_peak_bytes(graph, split, k, chip)
             peak, cores = max(peak, tail), max(cores, tail - held)
     return peak, cores
+
+
+def _profiles(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
+              tile: Tile) -> list[TileProfile]:
+    """The tile profiles of one pass (planner.cost.hidden.tile_profiles), worked out once per
+    pass and tile (Graph.derived): a search prices each height with several chunk counts
+    and input buffers, and a pool pass, whose accumulator has no closed form, profiles
+    every tile (thousands where a flat output pins the tile to 1 x 1)."""
+    key = ("pass_tile_profiles", io, tile)
+    known = graph.derived.get(key)
+    if known is None:
+        known = graph.derived[key] = tile_profiles(graph, io, chains, found, tile)
+    return known  # type: ignore[return-value]
 
 
 def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,

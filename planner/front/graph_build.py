@@ -17,6 +17,7 @@ from fuseplan.planner.front.attention_fusion import fuse_attention
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
 from fuseplan.planner.front.onnx_load import LoadedModel
+from fuseplan.planner.front.reductions import channels_last_reduction, reduced_axes
 from fuseplan.planner.front.regroup import regroup_layout
 from fuseplan.planner.front.sliding import length_tensors, pointwise, sliding_window
 from fuseplan.planner.front.windows import regroup_rows, window_layout
@@ -376,12 +377,9 @@ def _reduce_node(v: _NodeView) -> _Maps | None:
     if len(v.fmaps) != 1 or not int(v.attrs.get("keepdims", 1)):
         return None
     f = v.fmaps[0]
-    axes = v.attrs.get("axes")
-    if axes is None and len(v.inputs) > 1 and v.inputs[1] in v.constants:
-        axes = v.constants[v.inputs[1]].reshape(-1).tolist()
-    if not axes or not f.same_extent():  # no axes: all of them (or none, a no-op)
+    reduced = reduced_axes(v.attrs, v.inputs, v.constants, len(f.shape))
+    if reduced is None or not f.same_extent():  # no axes: all of them (or none, a no-op)
         return None
-    reduced = {int(a) % len(f.shape) for a in axes}
     kept = reduced <= set(f.layout.channel_axes) and f.layout.rank == f.out_layout.rank
     return ([IDENTITY], [IDENTITY]) if kept else None
 
@@ -459,8 +457,10 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
         return None
     for t in fmap:
         lay = layouts.get(t)
-        if lay is not None and lay.kind is LayoutKind.NHWC and \
-                shapes[t][:3] == out_shape[:3]:
+        # a keepdims reduction keeps every axis in its place (the pooled [N, 1, 1, C])
+        kept = shapes[t][:3] == out_shape[:3] or (spec.maps is MapRule.REDUCE
+                                                 and len(shapes[t]) == 4)
+        if lay is not None and lay.kind is LayoutKind.NHWC and kept:
             return lay
     return None
 
@@ -529,9 +529,15 @@ _CHANNELS_FIRST_OPS = frozenset({"BatchNormalization", "InstanceNormalization", 
                                  "GroupNormalization"})
 
 
-def _channels_last_ranks(node: onnx.NodeProto, spec: OpSpec) -> bool:
+def _channels_last_ranks(node: onnx.NodeProto, spec: OpSpec,
+                         constants: Mapping[str, np.ndarray],
+                         shapes: Mapping[str, tuple[int, ...]]) -> bool:
     """Whether an op reads a rank-4 tensor's axis 1 as channels or its last two axes as rows
     and columns (a rank-4 tensor it reads or writes is no channels-last map)."""
+    if spec.maps is MapRule.REDUCE and node.input:  # by the axes it folds
+        rank = len(shapes.get(node.input[0], ()))
+        return not channels_last_reduction(
+            reduced_axes(node_attrs(node), node.input, constants, rank), rank)
     if spec.accumulate is not Accumulate.NONE or spec.maps is MapRule.UPSAMPLE:
         return True  # global pools and resizes: over axes 2 and 3
     return spec.maps is MapRule.CONCAT and int(node_attrs(node).get("axis", 1)) % 4 == 1
@@ -568,7 +574,7 @@ def _token_tensors(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[i
         fmap = [t for t in node.input if t and t not in constants]
         ranked = [t for t in fmap + [out] if t and len(shapes.get(t, ())) == rank]
         if node.op_type in _CHANNELS_FIRST_OPS or spec.sliding_window \
-                or (rank == 4 and _channels_last_ranks(node, spec)):
+                or (rank == 4 and _channels_last_ranks(node, spec, constants, shapes)):
             vetoed.update(ranked)
             continue
         if len(out_shape) != rank or spec.maps not in _KEEP_LAYOUT \

@@ -1,7 +1,10 @@
 """Passes over a group whose global reductions feed back into it (squeeze-excite).
 
 A squeeze-excite block pools a map over rows and columns, runs a few layers on the pooled
-vector (the squeeze-excite MLP, the *tail*) and scales the map by the result. No tile can
+vector (the squeeze-excite MLP, the *tail*) and scales the map by the result; ConvNeXt-V2's
+GRN is the same shape (an L2 norm over the rows and columns of a channels-last map, divided
+by its mean over the channels, scales the map): any reduction over the rows and columns of
+the map's layout that folds tile by tile (planner.ir.ops.Accumulate) is a pool. No tile can
 be scaled before the last tile has been folded into the pool, so a group holding the
 whole block either keeps the map whole on chip (one tile), or ends at the pool and writes
 the map to DRAM for the next group to read back. The third way is more passes:
@@ -139,15 +142,15 @@ def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False,
                maps_held: bool = False) -> Passes | None:
     """The passes of a group, or None where it cannot run so.
 
-    It can when it holds reductions over rows and columns (global pooling, a keepdims
-    Reduce over H and W), none its last layer, whose results stay inside the group and are
-    per-image vectors (one row, one column) until a layer also reading a map uses them (a
-    scale, in a later pass); every layer that reads only such vectors is in a tail; every
-    other layer feeds a pool or the group's outputs; and every tensor the group writes to
-    DRAM comes from the last pass and is cut by its tiles. ``inputs_held``: the group's
-    inputs are held on chip whole (no pass loads them). ``maps_held``: each pooled map is
-    made by the group (not one of its inputs) and kept whole on chip by its pass; later
-    passes read it there instead of computing it again."""
+    It can when it holds reductions over rows and columns (global pooling, a keepdims Reduce
+    over the rows and columns of its input's layout), none its last layer, whose results
+    stay inside the group and are per-image vectors (one row, one column) until a layer also
+    reading a map uses them (a scale, in a later pass); every layer that reads only such
+    vectors is in a tail; every other layer feeds a pool or the group's outputs; and every
+    tensor the group writes to DRAM comes from the last pass and is cut by its tiles.
+    ``inputs_held``: the group's inputs are held on chip whole (no pass loads them).
+    ``maps_held``: each pooled map is made by the group (not one of its inputs) and kept
+    whole on chip by its pass; later passes read it there instead of computing it again."""
     split = _reductions(graph, layers)
     if split is None:
         return None

@@ -6,7 +6,8 @@ everything else (the channel axes) a tile holds whole. Today every feature map o
 N, groups, C/groups, H, W), and lower ranks are flat: a batch axis and channels, nothing
 to tile along. `layout_of` is that inference from a shape alone. The graph builder assigns
 NHWC to a channels-last stretch (a Transpose [0, 2, 3, 1] of an NCHW map and the per-pixel
-ops after it, planner.front.graph_build) and [B, L, C] tokens to a transformer's token
+ops after it, and keepdims reductions of it, whose [N, 1, 1, C] result keeps every axis in
+its place, planner.front.graph_build) and [B, L, C] tokens to a transformer's token
 stretch (rank-3 tensors a LayerNormalization over channels or a Linear layer reads or
 writes, and the per-token ops joining them): tiled along L as rows, one column wide.
 Movement ops carry a token layout on (`carried`): a Reshape that splits the channels into

@@ -109,6 +109,9 @@ class Accumulate(StrEnum):
     MEAN = "mean"  # a sum, divided by the count once the last tile is in
     MAX = "max"
     MIN = "min"
+    SUM_SQUARE = "sum_square"  # a sum of the squares
+    L1 = "l1"  # a sum of the magnitudes
+    L2 = "l2"  # a sum of the squares, its square root taken once the last tile is in
 
 
 class AxisMove(StrEnum):
@@ -581,11 +584,17 @@ _ENTRIES: tuple[OpSpec, ...] = (
           accumulate=Accumulate.MAX),
     _spec("ReduceMin", _R, MapRule.REDUCE, _reduce_work, _batch_reduce,
           accumulate=Accumulate.MIN),
-    # reductions no tile can fold into an accumulator (a partial L2 norm or product is no
-    # part of the whole one): per position along the axes they keep, as any reduction
-    _spec("ReduceL2", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
-    _spec("ReduceL1", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
-    _spec("ReduceSumSquare", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
+    # norms fold as sums (of squares, of magnitudes): an L2 norm takes its square root
+    # once, after the last tile (ConvNeXt-V2's GRN pools its map so)
+    _spec("ReduceL2", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False,
+          accumulate=Accumulate.L2),
+    _spec("ReduceL1", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False,
+          accumulate=Accumulate.L1),
+    _spec("ReduceSumSquare", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False,
+          accumulate=Accumulate.SUM_SQUARE),
+    # reductions no tile can fold into a plain accumulator (a partial product overflows or
+    # underflows on its own, a log-sum-exp needs a running maximum): per position along
+    # the axes they keep, as any reduction
     _spec("ReduceProd", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
     _spec("ReduceLogSumExp", _R, MapRule.REDUCE, _reduce_work, _batch_reduce, native=False),
     # opaque but known: a native kernel, weight roles or the sign of the output
