@@ -13,8 +13,10 @@ with fewer searches than cores also searches the groups on the next cheapest pat
 cheapest path through each unsearched group first): they run on cores that would idle and
 often settle the next round.
 
-Floors are in DRAM bytes, so the traffic objective alone prunes this way; other objectives
-search every candidate (solver.shortest_path).
+Floors are in the objective's units. Under the traffic objective costs add up; under one
+that counts cycles a group's cost depends on the group after it (a prefetch hides that
+group's weight loads behind it), so the path runs over pairs of consecutive edges, priced
+by the caller (``pair``: exact once the first edge is searched, solver.prefetch_path).
 """
 
 from __future__ import annotations

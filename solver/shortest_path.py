@@ -11,7 +11,9 @@ the first group's tile choice (its DRAM idle cycles and the room it leaves) and 
 second group's weights only. The path then runs over the line graph (a node per interval,
 an edge per pair of adjacent intervals), each edge costing the first interval's best
 option given its successor: still exact, since an interval's tile choice touches nothing
-but its own cost and its successor's saving.
+but its own cost and its successor's saving. With floors (search.prune_by_floor) both run
+lazily (solver.bounded_path; under a time-aware objective with the pair prices of
+solver.prefetch_path), searching only the groups a path over floors reaches.
 """
 
 from __future__ import annotations
