@@ -28,7 +28,7 @@ from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
 from fuseplan.planner.core.units import fmt_bytes, size_setting, vs_bytes
-from fuseplan.planner.cost.bounds import IntervalFloors, group_floor_bytes, stored_macs
+from fuseplan.planner.cost.bounds import IntervalFloors, group_floor_bytes, made_macs
 from fuseplan.planner.cost.model import prefetch_cycles, weight_bytes
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.planner.ir.graph import Graph
@@ -325,12 +325,12 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     pricing = TimedPricing(graph, chip, objective, ruleset.objective, coef, tuple(order)) \
         if coef else None
 
-    def price(e: Edge, floor_bytes: int) -> int:
-        """A floor in DRAM bytes as a floor in objective units."""
+    def price(e: Edge, floor_bytes: int, macs: int | None = None) -> int:
+        """A floor in DRAM bytes (and, where known, MACs) as a floor in objective units."""
         if pricing is None:
             return floor_bytes
-        macs = stored_macs(graph, e.io.outputs) if e.io is not None \
-            else floors.stored_macs(e.start, e.end - 1)
+        if macs is None:
+            macs = floors.stored_macs(e.start, e.end - 1)
         return pricing.note_floor(e, floor_bytes, macs)
 
     if pricing is not None:
@@ -474,17 +474,19 @@ def _long_edges(graph: Graph, chip: Chip, ruleset: RuleSet, floors: IntervalFloo
 
 def _refine(graph: Graph, chip: Chip, ruleset: RuleSet,
             memo: dict[tuple[str, ...], TileChoice | None] | None, e: Edge,
-            price: Callable[[Edge, int], int] = lambda e, floor_bytes: floor_bytes) -> bool:
+            price: Callable[[Edge, int, int], int] = lambda e, floor_bytes, macs: floor_bytes
+            ) -> bool:
     """Refine an edge the path reached (bounded_path's ``refine``): False where it breaks a
     structural rule (the memo notes it has no tile), else its io and full floor set
-    (``price``: that floor in DRAM bytes in the path's units)."""
+    (``price``: that floor, in DRAM bytes and MACs, in the path's units)."""
     search = GroupSearch.of(graph, e.layers, chip, ruleset)
     if breaks_structure(search, ruleset):
         if memo is not None:
             memo[e.layers] = None
         return False
     e.io = search.io
-    e.floor = max(e.floor, price(e, group_floor_bytes(graph, search.io, search.chains, chip)))
+    e.floor = max(e.floor, price(e, group_floor_bytes(graph, search.io, search.chains, chip),
+                                 made_macs(graph, search.io, search.chains)))
     return True
 
 

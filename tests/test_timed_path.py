@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuseplan.planner.app.api import Problem, plan_problem, prepare
-from fuseplan.planner.cost.bounds import group_floor_bytes, stored_macs, timed_floor
+from fuseplan.planner.cost.bounds import group_floor_bytes, made_macs, timed_floor
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.solver.groups import breaks_structure, is_connected
 from fuseplan.solver.tiles import GroupSearch
@@ -69,7 +69,7 @@ def test_no_choice_adds_less_than_its_timed_floor(tmp_path: Path, builder: str,
             if breaks_structure(search, rs):
                 continue
             floor_bytes = group_floor_bytes(g, search.io, search.chains, chip)
-            macs = stored_macs(g, search.io.outputs)
+            macs = made_macs(g, search.io, search.chains)
             for objective in TIMED:
                 options = search.options(objective)
                 coef = cycle_units(objective, rs.objective, chip)

@@ -17,7 +17,7 @@ floor stops trusting floors).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import ceil, floor
 
@@ -131,13 +131,27 @@ class IntervalFloors:
         return [by_end[e] for e in ends]
 
 
-def stored_macs(graph: Graph, outputs: Iterable[str]) -> int:
-    """MACs of the main layers whose first output is among a group's stored `outputs`: a
-    tensor stored is computed whole (an intermediate maybe only in part: a strided consumer
-    skips rows), so every plan of the group spends at least these."""
-    made = set(outputs)
-    return sum(lay.macs for lay in graph.layers
-               if lay.is_main and lay.outputs and lay.outputs[0] in made)
+def made_macs(graph: Graph, io: GroupIO, chains: GroupChains) -> int:
+    """MACs every plan of the group spends at least: a main layer whose output the group
+    stores computes all of it; any other computes at least the elements the union of
+    one-index boxes holds (see the module docstring: a strided consumer may skip rows;
+    an axis without a closed form claims nothing)."""
+    n, h, w = anchor_extent(graph, io)
+    stored = set(io.outputs)
+    macs = 0
+    for name in io.layers:
+        lay = graph.layer(name)
+        if not lay.is_main or not lay.outputs:
+            continue
+        out = lay.outputs[0]
+        if out in stored:
+            macs += lay.macs
+            continue
+        axes = chains.chains.get(out)
+        if axes is not None:
+            macs += lay.macs_per_output * (axis_union(axes[0], n) * graph.dims(out)[1]
+                                           * axis_union(axes[1], h) * axis_union(axes[2], w))
+    return macs
 
 
 def timed_floor(chip: Chip, objective: Objective, settings: ObjectiveSettings,
