@@ -47,6 +47,7 @@ class TileEvents:
     macs: int
     vector_ops: int
     store_bytes: int  # bytes stored to DRAM
+    array_macs: int = 0  # MACs its array passes occupied (planner.cost.array; 0: no array)
 
 
 @dataclass(frozen=True)
@@ -66,16 +67,19 @@ class ClockChip:
     cores: int
     macs_per_cycle: int  # per core
     vector_lanes: int  # per core
+    array: bool = False  # the matrix unit is an array: its time is counted in array MACs
 
     @classmethod
     def of(cls, chip: Chip) -> ClockChip:
         """The timing constants of a chip (bandwidth in GB/s over clock in GHz, exact)."""
         bpc = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
-        return cls(bpc, chip.cores, chip.core.macs_per_cycle, chip.core.vector_lanes)
+        return cls(bpc, chip.cores, chip.core.macs_per_cycle, chip.core.vector_lanes,
+                   chip.core.array is not None)
 
     def compute(self, tile: TileEvents, cores: int) -> int:
         """Whole cycles `cores` cores spend on one tile's MACs and vector operations."""
-        return (ceil(tile.macs / (cores * self.macs_per_cycle))
+        matrix = tile.array_macs if self.array else tile.macs
+        return (ceil(matrix / (cores * self.macs_per_cycle))
                 + ceil(tile.vector_ops / (cores * self.vector_lanes)))
 
 

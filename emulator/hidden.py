@@ -181,7 +181,10 @@ class _StretchRun:
         elif name == s.narrow and s.pools:
             tally.vector_ops += part[lay.fmap_inputs[0]][1].size
         elif name == s.narrow:
-            tally.macs += y.size * lay.macs_per_output // s.channels * (hi - lo)
+            macs = y.size * lay.macs_per_output // s.channels * (hi - lo)
+            tally.macs += macs
+            # array MACs: the layer as a whole (planner.cost.array), its outputs once
+            tally.count_array(lay, y.size if j == 0 else 0, macs)
             if self.acc is None:
                 self.acc = y
             else:  # read the partial sums so far, add, write back

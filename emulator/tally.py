@@ -16,6 +16,7 @@ import numpy as np
 from fuseplan.emulator.chunks import Compute, WeightStream
 from fuseplan.emulator.clock import TileEvents
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.array import array_macs, array_map
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.regions import GroupIO, box_elems, full_box, tile_regions
 from fuseplan.planner.geometry.rounds import leads_round
@@ -98,6 +99,28 @@ class Tally:
     # bytes of table rows gathered since the last tile was counted (Graph.row_gathers): the
     # tile that computed them loaded them
     gathered: int = 0
+    # array chips (planner.cost.array): output elements each mapped layer made so far, and
+    # the array MACs of the main layers that keep the flat rate
+    mapped: dict[str, tuple[Layer, int]] = field(default_factory=dict)
+    flat_array: int = 0
+    array_before: int = 0  # array MACs counted before this tile
+
+    @property
+    def array_macs(self) -> int:
+        """Array MACs of the work counted so far: each mapped layer's from every element it
+        made (a layer whose channels ran in chunks counts as a whole, as the model does)."""
+        return self.flat_array + sum(array_macs(lay, self.chip, elems, 0)
+                                     for lay, elems in self.mapped.values())
+
+    def count_array(self, lay: Layer, outputs: int, macs: int) -> None:
+        """Count a main layer's `outputs` elements made with `macs` MACs on the array."""
+        array = self.chip.core.array
+        if array is None:
+            return
+        if array_map(lay, array) is None:
+            self.flat_array += macs
+        else:
+            self.mapped[lay.name] = (lay, self.mapped.get(lay.name, (lay, 0))[1] + outputs)
 
     @property
     def onchip_weights(self) -> int:
@@ -122,6 +145,7 @@ class Tally:
         """Count the work of computing `outputs` elements of a layer."""
         if lay.is_main:
             self.macs += outputs * lay.macs_per_output
+            self.count_array(lay, outputs, outputs * lay.macs_per_output)
         else:
             self.vector_ops += outputs * lay.macs_per_output
 
@@ -170,9 +194,12 @@ class Tally:
             self.first = loaded + weights
         self.last = written
         macs, vector_ops = self.ops_before
+        array = self.array_macs
         self.events.append(TileEvents(loaded, weights, self.macs - macs,
-                                      self.vector_ops - vector_ops, written))
+                                      self.vector_ops - vector_ops, written,
+                                      array - self.array_before))
         self.ops_before = (self.macs, self.vector_ops)
+        self.array_before = array
 
     def counters(self, graph: Graph, io: GroupIO) -> Counters:
         """The group's byte and work counters (its time comes from the clock: see
@@ -183,6 +210,7 @@ class Tally:
             dram_read_bytes=read, dram_write_bytes=self.write,
             weight_read_bytes=self.weight_read,
             redundant_read_bytes=read - self.weight_read - inputs_once_bytes(graph, io, dt),
-            sram_peak_bytes=self.peak, macs=self.macs, vector_ops=self.vector_ops,
+            sram_peak_bytes=self.peak, macs=self.macs, array_macs=self.array_macs,
+            vector_ops=self.vector_ops,
             core_fmap_bytes=self.core, core_weight_bytes=self.core_weight,
             first_load_bytes=self.first, last_store_bytes=self.last)

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.core.yamlio import (
@@ -43,6 +43,7 @@ __all__ = [
     "MAX_STATIC_MW",
     "MAX_UNITS",
     "PRESETS",
+    "Array",
     "Chip",
     "Core",
     "CoreMem",
@@ -116,18 +117,52 @@ class CoreMem:
     """Bandwidth in GB/s; None (the default) means it never limits the core."""
 
 
+Dataflow = Literal["weight_stationary"]
+"""How layers map onto a MAC array. Weight-stationary alone: its cycles are the tile's
+output pixels times a per-layer constant (linear in the tile, as CP-SAT needs); output- and
+input-stationary put pixels on the array, whose round-ups depend on the tile's shape."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Array:
+    """The matrix unit of one core as a rows x columns array of MACs (planner.cost.array)."""
+
+    rows: int = field(metadata=_UNITS)
+    """Rows of MACs: the reduction (input channels per group x kernel) maps onto them."""
+    cols: int = field(metadata=_UNITS)
+    """Columns of MACs: the output channels (per group) map onto them."""
+    dataflow: Dataflow = "weight_stationary"
+    """What stays in the array: weight_stationary (weights; inputs stream through)."""
+
+    @property
+    def macs(self) -> int:
+        """MACs per cycle of the whole array (rows x cols)."""
+        return self.rows * self.cols
+
+
 @dataclass(frozen=True, kw_only=True)
 class Core:
     """One core's compute units."""
 
     macs_per_cycle: int = field(metadata=_UNITS)
-    """Multiply-accumulates per cycle of the matrix unit (conv, matmul)."""
+    """Multiply-accumulates per cycle of the matrix unit (conv, matmul); with an `array`,
+    its rows x cols."""
     vector_lanes: int = field(metadata=_UNITS)
     """Elements per cycle of the vector unit (activations, pooling, element-wise)."""
     pj_per_mac: float = field(metadata=_ENERGY)
     """Energy per multiply-accumulate, in picojoules."""
     pj_per_vector_op: float = field(default=0.05, metadata=_ENERGY)
     """Energy per vector-unit element operation, in picojoules."""
+    array: Array | None = None
+    """The matrix unit as an array (rows, cols, dataflow): each conv or matmul then takes
+    the array passes its shape needs; omitted, every MAC is busy."""
+
+    def __post_init__(self) -> None:
+        if self.array is not None and self.array.macs != self.macs_per_cycle:
+            raise ValueError(
+                f"macs_per_cycle {self.macs_per_cycle} is not array rows x cols "
+                f"({self.array.rows} x {self.array.cols} = {self.array.macs}): set "
+                f"macs_per_cycle: {self.array.macs}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,7 +264,7 @@ class Chip:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready description: every YAML field plus the derived quantities."""
-        data = asdict(self)
+        data = chip_to_dict(self)
         data.update(
             unified=self.unified,
             cores=self.cores,
@@ -290,13 +325,39 @@ def load_chip(spec: str | Path | None = None, overrides: Sequence[str] = ()) -> 
             "chip with a single on-chip memory (sram holds feature maps and weights)."
         )
 
+    _check_array(node, path)
     chip = build_dataclass(Chip, node, path, f"chip file {path.name}")
     return chip, str(path.resolve())
 
 
+def _check_array(node: Mapping[str, Any], path: Path) -> None:
+    """An array's rows x cols must be the core's macs_per_cycle: said at the array's place
+    (Core's own check, which build_dataclass would meet first, names only `core`)."""
+    core = node.get("core")
+    if not isinstance(core, Mapping):
+        return
+    array = core.get("array")
+    if not isinstance(array, Mapping):
+        return
+    rows, cols, mpc = array.get("rows"), array.get("cols"), core.get("macs_per_cycle")
+    if not (isinstance(rows, int) and isinstance(cols, int) and isinstance(mpc, int)) \
+            or any(isinstance(v, bool) for v in (rows, cols, mpc)):
+        return  # a missing or mistyped value: build_dataclass names it
+    if rows * cols != mpc:
+        raise InputError(
+            f"{where(path, core, 'array')}: `core.array` is {rows} x {cols} = {rows * cols} "
+            f"MACs per cycle but `core.macs_per_cycle` is {mpc}. An array's MACs are the "
+            f"matrix unit's: set `macs_per_cycle: {rows * cols}`, or change rows and cols "
+            f"so that their product is {mpc}.")
+
+
 def chip_to_dict(chip: Chip) -> dict[str, Any]:
-    """The chip's fields as plain data (plan files embed it, so a plan verifies anywhere)."""
-    return asdict(chip)
+    """The chip's fields as plain data (plan files embed it, so a plan verifies anywhere);
+    a core without an array states none (plan files stay as they were before arrays)."""
+    data = asdict(chip)
+    if chip.core.array is None:
+        del data["core"]["array"]
+    return data
 
 
 def chip_from_dict(data: Mapping[str, Any]) -> Chip:
@@ -304,6 +365,10 @@ def chip_from_dict(data: Mapping[str, Any]) -> Chip:
     parts = {"dram": Dram, "sram": Sram, "nram": CoreMem, "wram": CoreMem, "core": Core,
              "dma": Dma}
     fields_ = {f.name for f in dataclasses.fields(Chip)}
+    data = dict(data)
+    core = data.get("core")
+    if isinstance(core, Mapping) and isinstance(core.get("array"), Mapping):
+        data["core"] = {**core, "array": Array(**core["array"])}
     kwargs = {k: (parts[k](**v) if k in parts and isinstance(v, Mapping) else v)
               for k, v in data.items() if k in fields_}
     return Chip(**kwargs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fuseplan.planner.cost.array import array_map, matrix_macs
 from fuseplan.planner.cost.model import dram_bytes_per_cycle, dram_loads, group_tensors
 from fuseplan.planner.cost.objective import Charged, Objective, objective_terms
 from fuseplan.planner.geometry.regions import in_group_uses
@@ -26,14 +27,16 @@ class Terms:
     core_weight: Any
     first_load: Any
     last_store: Any
+    matrix: Any  # the MACs its matrix time is counted in (planner.cost.array.matrix_macs)
 
 
 def candidate_terms(enc: Encoding, cand: Candidate) -> Terms:
     """The candidate's cost quantities: a pinned choice's own, else over its tile variables."""
     if cand.fixed is not None:
         c = cand.fixed
-        return Terms(c.dram_bytes, c.macs, c.vector_ops, c.core_fmap_bytes, c.core_weight_bytes,
-                     c.first_load_bytes, c.last_store_bytes)
+        return Terms(c.dram_bytes, c.macs, c.vector_ops, c.core_fmap_bytes,
+                     c.core_weight_bytes, c.first_load_bytes, c.last_store_bytes,
+                     matrix_macs(enc.chip, c.macs, c.array_macs))
     m, g, dt = enc.model, enc.graph, enc.chip.dtype_bytes
     # its inputs' boxes and the table rows its gathers fetch (planner.ir.graph.row_gathers)
     reads = sum(enc.read_bytes(cand, t) for t in dram_loads(g, cand.io))
@@ -50,29 +53,52 @@ def candidate_terms(enc: Encoding, cand: Candidate) -> Terms:
         passes = cand.tiles if size == 1 else ceil_div(m, cand.tiles, size, 1,
                                                        f"rounds_{cand.index}")
         m.add(wread >= w * passes).only_enforce_if(cand.resident.Not())
-    macs, vector_ops = candidate_ops(enc, cand, enc.region_elems_total)
+    macs, array, vector_ops = candidate_ops(enc, cand, enc.region_elems_total)
     uses = in_group_uses(g, cand.io)
     tensors = group_tensors(g, cand.io)
     core_fmap = sum(enc.region_elems_total(cand, t) * ((1 + uses.get(t, 0)) * dt)
                     for t in tensors)
     return Terms(reads + writes + wread, macs, vector_ops, core_fmap, w * cand.tiles,
-                 enc.first_load_bytes(cand), enc.last_store_bytes(cand))
+                 enc.first_load_bytes(cand), enc.last_store_bytes(cand),
+                 array if enc.chip.core.array is not None else macs)
 
 
-def candidate_ops(enc: Encoding, cand: Candidate, elems: Any) -> tuple[Any, Any]:
-    """(MACs of main layers, vector ops of the others) with each output's element count
-    given by `elems(cand, tensor)`."""
+def candidate_ops(enc: Encoding, cand: Candidate, elems: Any) -> tuple[Any, Any, Any]:
+    """(MACs of main layers, their array MACs, vector ops of the others) with each output's
+    element count given by `elems(cand, tensor)` (array MACs: 0 on a chip without an
+    array, planner.cost.array)."""
     macs: Any = 0
+    array_total: Any = 0
     vector_ops: Any = 0
+    array = enc.chip.core.array
     for name in cand.io.layers:
         lay = enc.graph.layer(name)
-        if lay.macs_per_output:
-            ops = lay.macs_per_output * elems(cand, lay.outputs[0])
-            if lay.is_main:
-                macs += ops
-            else:
-                vector_ops += ops
-    return macs, vector_ops
+        if not lay.macs_per_output:
+            continue
+        made = elems(cand, lay.outputs[0])
+        ops = lay.macs_per_output * made
+        if not lay.is_main:
+            vector_ops += ops
+            continue
+        macs += ops
+        amap = array_map(lay, array) if array is not None else None
+        if amap is not None:
+            # its pixels (elements over channels) x the per-pixel constant: linear
+            array_total += _scaled(enc, made, amap.per_pixel, amap.channels,
+                                   f"array_{cand.index}_{name}")
+        elif array is not None:
+            array_total += ops
+    return macs, array_total, vector_ops
+
+
+def _scaled(enc: Encoding, expr: Any, num: int, den: int, name: str) -> Any:
+    """expr * num / den, an integer where den divides num or expr is a plain number, else a
+    variable at least that (tight where the objective pushes it down)."""
+    if num % den == 0:
+        return expr * (num // den)
+    if isinstance(expr, int):
+        return expr * num // den
+    return ceil_div(enc.model, expr * num, den, 1, name)
 
 
 def upper_bound(expr: Any) -> int:
@@ -122,7 +148,7 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     if cand.fixed is not None and cand.fixed.band_compute_cycles:  # its slowest band's
         compute: Any = cand.fixed.band_compute_cycles
     else:
-        compute = (ceil_div(m, t.macs, chip.cores * chip.core.macs_per_cycle, 1,
+        compute = (ceil_div(m, t.matrix, chip.cores * chip.core.macs_per_cycle, 1,
                             f"mac_cyc_{i}")
                    + ceil_div(m, t.vector_ops, chip.cores * chip.core.vector_lanes, 1,
                               f"vec_cyc_{i}"))

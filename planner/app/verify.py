@@ -35,6 +35,7 @@ from fuseplan.planner.app.verify_tensors import (
 )
 from fuseplan.planner.core.errors import PlanDefect
 from fuseplan.planner.core.progress import Progress, ProgressSink
+from fuseplan.planner.cost.array import matrix_macs
 from fuseplan.planner.cost.counters import TIMING_FIELDS, Counters
 from fuseplan.planner.cost.objective import energy_pj
 from fuseplan.planner.front.onnx_load import LoadedModel
@@ -146,7 +147,8 @@ def serial_cycles(chip: Chip, counted: Counters, tiles: int, prefetched: int = 0
     after another, plus rounding per tile."""
     per_cycle = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
     return (ceil((counted.dram_bytes + prefetched) / per_cycle)
-            + ceil(counted.macs / (chip.cores * chip.core.macs_per_cycle))
+            + ceil(matrix_macs(chip, counted.macs, counted.array_macs)
+                   / (chip.cores * chip.core.macs_per_cycle))
             + ceil(counted.vector_ops / (chip.cores * chip.core.vector_lanes))
             + ROUNDING_CYCLES * tiles)
 

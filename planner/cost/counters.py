@@ -17,6 +17,9 @@ class Counters:
     redundant_read_bytes: int = 0  # halo re-reads beyond each input read once
     sram_peak_bytes: int = 0
     macs: int = 0  # multiply-accumulates of main layers, halo recompute included
+    # MACs the array's passes occupy, idle rows and columns included (planner.cost.array);
+    # 0 on a chip without an array
+    array_macs: int = 0
     vector_ops: int = 0  # element operations of the other layers
     core_fmap_bytes: int = 0  # feature-map bytes the cores read and write on chip
     core_weight_bytes: int = 0  # weight bytes the cores read from WRAM (once per tile)

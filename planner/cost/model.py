@@ -41,9 +41,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
-from math import ceil
+from math import ceil, prod
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.array import array_macs, matrix_macs
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.objective import energy_pj
 from fuseplan.planner.cost.weight_stream import (
@@ -325,7 +326,7 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
     loads = sum(sums[t] for t in io.inputs)
     fmap_read = chunks * loads * dt
     wread = sum(sizes)
-    macs, vector_ops = _layer_ops(graph, io, sums)
+    macs, array, vector_ops = _layer_ops(graph, io, sums, chip)
     core_fmap = sum(sums[t] * (1 + uses.get(t, 0)) * (chunks if t in io.inputs else 1)
                     for t in sums) * dt
     first, last = edge_tiles(graph, io, tile)
@@ -337,7 +338,7 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
         dram_write_bytes=sum(graph.elems(t) for t in io.outputs) * dt,
         weight_read_bytes=wread,
         redundant_read_bytes=fmap_read - once,
-        macs=macs, vector_ops=vector_ops, core_fmap_bytes=core_fmap,
+        macs=macs, array_macs=array, vector_ops=vector_ops, core_fmap_bytes=core_fmap,
         core_weight_bytes=wread * tiles,
         first_load_bytes=sum(box_elems(graph, t, first_boxes[t]) for t in io.inputs) * dt
         + sizes[0],
@@ -362,7 +363,7 @@ def compute_cycles(chip: Chip, c: Counters) -> int:
     banded group, its slowest band's (the bands run at once on their own cores)."""
     if c.band_compute_cycles:
         return c.band_compute_cycles
-    return (ceil(c.macs / (chip.cores * chip.core.macs_per_cycle))
+    return (ceil(matrix_macs(chip, c.macs, c.array_macs) / (chip.cores * chip.core.macs_per_cycle))
             + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
 
 
@@ -492,7 +493,7 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     fmap_read = sum(made[t] for t in loads) * dt
     wbytes = weight_bytes(graph, io.weights, chip)
     write = sum(graph.elems(t) for t in io.outputs) * dt
-    macs, vector_ops = _layer_ops(graph, io, made)
+    macs, array, vector_ops = _layer_ops(graph, io, made, chip)
     if grid is None:
         uses = in_group_uses(graph, io)
         core_fmap = sum(made[t] + sums[t] * uses.get(t, 0) for t in sums) * dt
@@ -511,6 +512,7 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
         weight_read_bytes=wbytes,
         redundant_read_bytes=fmap_read - once,
         macs=macs,
+        array_macs=array,
         vector_ops=vector_ops,
         core_fmap_bytes=core_fmap,
         core_weight_bytes=wbytes * tiles,
@@ -519,20 +521,25 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     )
 
 
-def _layer_ops(graph: Graph, io: GroupIO, made: Mapping[str, int]) -> tuple[int, int]:
-    """(MACs of main layers, vector ops of the others) for `made` elements of each output."""
-    macs = vector_ops = 0
+def _layer_ops(graph: Graph, io: GroupIO, made: Mapping[str, int], chip: Chip
+               ) -> tuple[int, int, int]:
+    """(MACs of main layers, their array MACs, vector ops of the others) for `made`
+    elements of each output."""
+    macs = array = vector_ops = 0
     for name in io.layers:
         lay = graph.layer(name)
         if lay.outputs[0] in io.accumulated:
             ops = lay.macs  # each tile folds its part of the input in: the input once
+            elems = prod(lay.out_shape)
         else:
-            ops = lay.macs_per_output * made.get(lay.outputs[0], 0)
+            elems = made.get(lay.outputs[0], 0)
+            ops = lay.macs_per_output * elems
         if lay.is_main:
             macs += ops
+            array += array_macs(lay, chip, elems, ops)
         else:
             vector_ops += ops
-    return macs, vector_ops
+    return macs, array, vector_ops
 
 
 def _reuse_core_elems(graph: Graph, io: GroupIO, grid: ReuseGrid, made: Mapping[str, int]
@@ -553,14 +560,15 @@ def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip
     dt = chip.dtype_bytes
     wbytes = weight_bytes(graph, io.weights, chip)
     tensors = [t for t in group_tensors(graph, io) if t in grids[0].rows.boxes(0)]
-    read = write = macs = vector_ops = core = first = last = tiles = slowest = 0
+    read = write = macs = array = vector_ops = core = first = last = tiles = slowest = 0
     n = anchor_extent(graph, io)[0]
     loads = dram_loads(graph, io)
     for grid in grids:
         made = {t: grid.made_elems(t) for t in tensors}
-        b_macs, b_vector_ops = _layer_ops(graph, io, made)
-        macs, vector_ops = macs + b_macs, vector_ops + b_vector_ops
-        slowest = max(slowest, band_compute_cycles(chip, b_macs, b_vector_ops, tile.bands))
+        b_macs, b_array, b_vector_ops = _layer_ops(graph, io, made, chip)
+        macs, array, vector_ops = macs + b_macs, array + b_array, vector_ops + b_vector_ops
+        slowest = max(slowest, band_compute_cycles(chip, matrix_macs(chip, b_macs, b_array),
+                                                   b_vector_ops, tile.bands))
         read += sum(made[t] for t in loads)
         write += sum(made[t] for t in io.outputs)
         core += _reuse_core_elems(graph, io, grid, made)
@@ -575,7 +583,8 @@ def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip
     once = sum(box_elems(graph, t, chains.full[t]) for t in loads) * dt
     return Counters(dram_read_bytes=read * dt + wbytes, dram_write_bytes=write * dt,
                     weight_read_bytes=wbytes, redundant_read_bytes=read * dt - once,
-                    macs=macs, vector_ops=vector_ops, core_fmap_bytes=core * dt,
+                    macs=macs, array_macs=array, vector_ops=vector_ops,
+                    core_fmap_bytes=core * dt,
                     core_weight_bytes=wbytes * tiles, first_load_bytes=first * dt + wbytes,
                     last_store_bytes=last * dt, band_compute_cycles=slowest)
 
@@ -665,7 +674,7 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
     wbytes = weight_bytes(graph, io.weights, chip)
     staged = sram_staged(graph, io, chip, weights_resident)
     loads = dram_loads(graph, io)
-    reads = writes = macs = vector_ops = core = peak = first = last = 0
+    reads = writes = macs = array = vector_ops = core = peak = first = last = 0
     for i, box in enumerate(boxes):
         regions = tile_regions(graph, io, box)
         loaded = sum(box_elems(graph, t, regions[t]) for t in loads) * dt
@@ -679,13 +688,14 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
         last = stored
         for name in io.layers:
             lay = graph.layer(name)
+            elems = box_elems(graph, lay.outputs[0], regions[lay.outputs[0]])
             if lay.outputs[0] in io.accumulated:  # folds the box of its input in
                 ops = box_elems(graph, lay.fmap_inputs[0], regions[lay.fmap_inputs[0]])
             else:
-                ops = lay.macs_per_output * box_elems(graph, lay.outputs[0],
-                                                      regions[lay.outputs[0]])
+                ops = lay.macs_per_output * elems
             if lay.is_main:
                 macs += ops
+                array += array_macs(lay, chip, elems, ops)
             else:
                 vector_ops += ops
         core += sum(box_elems(graph, t, regions[t]) * (1 + uses.get(t, 0))
@@ -700,7 +710,8 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
     once = sum(box_elems(graph, t, chains.full[t]) for t in loads) * dt
     c = Counters(dram_read_bytes=reads + wread, dram_write_bytes=writes,
                  weight_read_bytes=wread, redundant_read_bytes=reads - once,
-                 sram_peak_bytes=peak, macs=macs, vector_ops=vector_ops, core_fmap_bytes=core,
+                 sram_peak_bytes=peak, macs=macs, array_macs=array, vector_ops=vector_ops,
+                 core_fmap_bytes=core,
                  core_weight_bytes=wbytes * len(boxes), first_load_bytes=first,
                  last_store_bytes=last)
     return with_time(chip, c, double_buffered)

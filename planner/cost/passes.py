@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.array import array_macs
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.hidden import (
     TileProfile,
@@ -52,21 +53,25 @@ from fuseplan.planner.geometry.regions import (
 from fuseplan.planner.ir.graph import Graph
 
 
-def tail_work(graph: Graph, split: Passes, pool: PoolPass, chip: Chip) -> tuple[int, int, int]:
-    """(MACs, vector ops, core feature-map bytes) of a tail, run once on whole vectors."""
+def tail_work(graph: Graph, split: Passes, pool: PoolPass, chip: Chip
+              ) -> tuple[int, int, int, int]:
+    """(MACs, array MACs, vector ops, core feature-map bytes) of a tail, run once on whole
+    vectors."""
     uses = in_group_uses(graph, split.whole)
     tail_uses = in_group_uses(graph, replace(split.whole, layers=pool.tail))
-    macs = vector_ops = 0
+    macs = array = vector_ops = 0
     core = graph.elems(pool.pooled) * tail_uses.get(pool.pooled, 0)
     for name in pool.tail:
         lay = graph.layer(name)
-        ops = lay.macs_per_output * graph.elems(lay.outputs[0])
+        elems = graph.elems(lay.outputs[0])
+        ops = lay.macs_per_output * elems
         if lay.is_main:
             macs += ops
+            array += array_macs(lay, chip, elems, ops)
         else:
             vector_ops += ops
         core += sum(graph.elems(t) * (1 + uses.get(t, 0)) for t in lay.outputs if t)
-    return macs, vector_ops, core * chip.dtype_bytes
+    return macs, array, vector_ops, core * chip.dtype_bytes
 
 
 def held_input_elems(graph: Graph, split: Passes) -> dict[str, int]:
@@ -162,6 +167,7 @@ def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
     fmaps += sum(held.values()) * dt
     uses = in_group_uses(graph, split.whole)
     macs = sum(c.macs for c in works)
+    array = sum(c.array_macs for c in works)
     vector_ops = sum(c.vector_ops for c in works)
     core = sum(c.core_fmap_bytes for c in works) \
         + sum(e * (1 + uses.get(t, 0)) for t, e in held.items()) * dt \
@@ -172,8 +178,8 @@ def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
                                                         strict=True)) if found)
     core_weight = sum(c.core_weight_bytes for c in works)
     for pool in split.pools:
-        m, v, b = tail_work(graph, split, pool, chip)
-        macs, vector_ops, core = macs + m, vector_ops + v, core + b
+        m, a, v, b = tail_work(graph, split, pool, chip)
+        macs, array, vector_ops, core = macs + m, array + a, vector_ops + v, core + b
         core_weight += weight_bytes(graph, {w for n in pool.tail
                                             for w in graph.layer(n).weights}, chip)
     peak = fmap_peak_bytes(graph, split, tile, chip, double_buffered, chains, hidden_chunks) \
@@ -186,6 +192,7 @@ def passes_cost(graph: Graph, split: Passes, tile: Tile, chip: Chip,
         redundant_read_bytes=fmaps - once,
         sram_peak_bytes=peak + (wbytes if chip.unified else 0),
         macs=macs,
+        array_macs=array,
         vector_ops=vector_ops,
         core_fmap_bytes=core,
         core_weight_bytes=core_weight,

@@ -27,7 +27,9 @@ from fuseplan.planner.plan.placement import Placement
 
 
 def _counters_json(c: Counters) -> dict[str, Any]:
-    doc: dict[str, Any] = {name: getattr(c, name) for name in schema.PREDICTED.names}
+    # array MACs only where a chip has an array: other plans read as they always did
+    doc: dict[str, Any] = {name: getattr(c, name) for name in schema.PREDICTED.names
+                           if name != "array_macs" or c.array_macs}
     doc["energy_pj"] = round(c.energy_pj, 3)
     return doc
 

@@ -281,6 +281,15 @@ _GBPS = Num(*GBPS_RANGE)
 _LEVEL = Obj((Key("bytes", Int(1, MAX_MEMORY_BYTES), required=False),
               Key("bandwidth_gbps", Nullable(_GBPS), required=False),
               Key("pj_per_byte", Num(0, MAX_PJ), required=False)))
+_UNIT = Num(0, max(MAX_UNITS, MAX_PJ))
+_CORE = Obj((Key("macs_per_cycle", _UNIT, required=False),
+             Key("vector_lanes", _UNIT, required=False),
+             Key("pj_per_mac", _UNIT, required=False),
+             Key("pj_per_vector_op", _UNIT, required=False),
+             # a MAC array (hardware.chip.Array); absent on chips without one
+             Key("array", Obj((Key("rows", Int(1, MAX_UNITS)), Key("cols", Int(1, MAX_UNITS)),
+                               Key("dataflow", OneOf(("weight_stationary",))))),
+                 required=False)))
 CHIP_SPEC = Obj((
     Key("name", Str(), required=False),
     Key("dtype_bytes", OneOf((1, 2, 4)), required=False),
@@ -291,7 +300,7 @@ CHIP_SPEC = Obj((
     Key("sram", _LEVEL, required=False),
     Key("nram", Nullable(_LEVEL), required=False),  # null on single-memory chips
     Key("wram", Nullable(_LEVEL), required=False),
-    Key("core", MapOf(Num(0, max(MAX_UNITS, MAX_PJ))), required=False),
+    Key("core", _CORE, required=False),
     Key("dma", MapOf(Nullable(_GBPS)), required=False),
     Key("static_power_mw", Num(0, MAX_STATIC_MW), required=False),
     Key("description", Str(), required=False),
