@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.bounds import timed_floor
+from fuseplan.planner.cost.bounds import Work, timed_floor
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.model import (
     idle_dram_cycles,
@@ -59,9 +59,9 @@ class TimedPricing:
     hideable: dict[int, int] = field(default_factory=dict)  # by position: see hide_limits
     _weights: dict[tuple[int, int], int] = field(default_factory=dict)
     _choices: dict[int, list[Choice]] = field(default_factory=dict)
-    _floors: dict[int, tuple[int, int]] = field(default_factory=dict)  # bytes, MACs
+    _floors: dict[int, tuple[int, Work]] = field(default_factory=dict)  # by edge
     _given: dict[tuple[int, int], int] = field(default_factory=dict)  # by edge, next weights
-    _floored: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    _floored: dict[tuple[int, Work, int], int] = field(default_factory=dict)
 
     def hide_limits(self, edges: Sequence[Edge]) -> None:
         """Per position, the cycles the longest group starting there takes to load its
@@ -119,11 +119,11 @@ class TimedPricing:
         assert best is not None
         return best
 
-    def note_floor(self, e: Edge, floor_bytes: int, macs: int) -> int:
+    def note_floor(self, e: Edge, floor_bytes: int, work: Work) -> int:
         """Keep an unsearched edge's floor parts (for `pair`); its floor given any next
         edge (bounded_path's Edge.floor)."""
-        self._floors[id(e)] = (floor_bytes, macs)
-        return timed_floor(self.chip, self.objective, self.settings, floor_bytes, macs,
+        self._floors[id(e)] = (floor_bytes, work)
+        return timed_floor(self.chip, self.objective, self.settings, floor_bytes, work,
                            self.hideable.get(e.end, 0))
 
     def pair(self, a: Edge, b: Edge | None) -> int:
@@ -137,12 +137,12 @@ class TimedPricing:
             return self._given[id(a), w]
         if a.floor <= 0 or id(a) not in self._floors:  # no floor trusted, or none known
             return a.floor
-        floor_bytes, macs = self._floors[id(a)]
+        floor_bytes, work = self._floors[id(a)]
         hides = weight_prefetch_cycles(self.chip, w)
-        if (floor_bytes, macs, hides) not in self._floored:
-            self._floored[floor_bytes, macs, hides] = timed_floor(
-                self.chip, self.objective, self.settings, floor_bytes, macs, hides)
-        return self._floored[floor_bytes, macs, hides]
+        if (floor_bytes, work, hides) not in self._floored:
+            self._floored[floor_bytes, work, hides] = timed_floor(
+                self.chip, self.objective, self.settings, floor_bytes, work, hides)
+        return self._floored[floor_bytes, work, hides]
 
     def steps(self, path: Sequence[Edge]) -> list[tuple[Edge, Choice]]:
         """Each edge of a searched path with its best choice given the edge after it."""

@@ -28,7 +28,7 @@ from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
 from fuseplan.planner.core.units import fmt_bytes, size_setting, vs_bytes
-from fuseplan.planner.cost.bounds import IntervalFloors, group_floor_bytes, made_macs
+from fuseplan.planner.cost.bounds import IntervalFloors, Work, group_floor_bytes, made_work
 from fuseplan.planner.cost.model import prefetch_cycles, weight_bytes
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.planner.ir.graph import Graph
@@ -325,13 +325,13 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     pricing = TimedPricing(graph, chip, objective, ruleset.objective, coef, tuple(order)) \
         if coef else None
 
-    def price(e: Edge, floor_bytes: int, macs: int | None = None) -> int:
-        """A floor in DRAM bytes (and, where known, MACs) as a floor in objective units."""
+    def price(e: Edge, floor_bytes: int, work: Work | None = None) -> int:
+        """A floor in DRAM bytes (and, where known, work) as a floor in objective units."""
         if pricing is None:
             return floor_bytes
-        if macs is None:
-            macs = floors.stored_macs(e.start, e.end - 1)
-        return pricing.note_floor(e, floor_bytes, macs)
+        if work is None:
+            work = floors.stored_work(e.start, e.end - 1)
+        return pricing.note_floor(e, floor_bytes, work)
 
     if pricing is not None:
         pricing.hide_limits(edges)
@@ -474,11 +474,11 @@ def _long_edges(graph: Graph, chip: Chip, ruleset: RuleSet, floors: IntervalFloo
 
 def _refine(graph: Graph, chip: Chip, ruleset: RuleSet,
             memo: dict[tuple[str, ...], TileChoice | None] | None, e: Edge,
-            price: Callable[[Edge, int, int], int] = lambda e, floor_bytes, macs: floor_bytes
+            price: Callable[[Edge, int, Work], int] = lambda e, floor_bytes, work: floor_bytes
             ) -> bool:
     """Refine an edge the path reached (bounded_path's ``refine``): False where it breaks a
     structural rule (the memo notes it has no tile), else its io and full floor set
-    (``price``: that floor, in DRAM bytes and MACs, in the path's units)."""
+    (``price``: that floor, in DRAM bytes and work, in the path's units)."""
     search = GroupSearch.of(graph, e.layers, chip, ruleset)
     if breaks_structure(search, ruleset):
         if memo is not None:
@@ -486,7 +486,7 @@ def _refine(graph: Graph, chip: Chip, ruleset: RuleSet,
         return False
     e.io = search.io
     e.floor = max(e.floor, price(e, group_floor_bytes(graph, search.io, search.chains, chip),
-                                 made_macs(graph, search.io, search.chains)))
+                                 made_work(graph, search.io, search.chains)))
     return True
 
 

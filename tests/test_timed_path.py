@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuseplan.planner.app.api import Problem, plan_problem, prepare
-from fuseplan.planner.cost.bounds import group_floor_bytes, made_macs, timed_floor
+from fuseplan.planner.cost.bounds import group_floor_bytes, made_work, timed_floor
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.solver.groups import breaks_structure, is_connected
 from fuseplan.solver.tiles import GroupSearch
@@ -69,14 +69,14 @@ def test_no_choice_adds_less_than_its_timed_floor(tmp_path: Path, builder: str,
             if breaks_structure(search, rs):
                 continue
             floor_bytes = group_floor_bytes(g, search.io, search.chains, chip)
-            macs = made_macs(g, search.io, search.chains)
+            work = made_work(g, search.io, search.chains)
             for objective in TIMED:
                 options = search.options(objective)
                 coef = cycle_units(objective, rs.objective, chip)
                 for hides in (0, 50, 10**12) if options else ():
                     least = min(objective_units(o.cost, objective, rs.objective, chip)
                                 - coef * min(o.idle, hides) for o in options)
-                    floor = timed_floor(chip, objective, rs.objective, floor_bytes, macs, hides)
+                    floor = timed_floor(chip, objective, rs.objective, floor_bytes, work, hides)
                     assert floor <= least, (layers, objective, hides, floor, least)
                     compared += 1
     assert compared > 0

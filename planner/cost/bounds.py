@@ -84,9 +84,10 @@ class IntervalFloors:
     born: np.ndarray  # per tensor: the position of the layer that makes it (-1: an input)
     last: np.ndarray  # the position of its last use (past the end: a model output)
     size: np.ndarray  # its bytes
-    # per tensor: the MACs of the main layer whose first output it is (else 0): a group
-    # that stores the tensor computes all of it (an intermediate only the part it needs)
+    # per tensor: the MACs (vector ops) of the main (other) layer whose first output it is:
+    # a group that stores the tensor computes all of it (an intermediate only what it needs)
     macs: np.ndarray
+    vector_ops: np.ndarray
     weights: tuple[tuple[str, ...], ...]  # per position: the layer's weight tensors
     graph: Graph
     chip: Chip
@@ -96,18 +97,22 @@ class IntervalFloors:
         order = [lay.name for lay in graph.layers]
         spans = lifetimes(graph, group_io(graph, order))
         names = [t for t in spans if t in graph.shapes]
-        first = {lay.outputs[0]: lay.macs for lay in graph.layers if lay.is_main and lay.outputs}
+        first = {lay.outputs[0]: lay for lay in graph.layers if lay.outputs}
+        made = [first.get(t) for t in names]
         return cls(np.array([spans[t][0] for t in names], np.int64),
                    np.array([spans[t][1] for t in names], np.int64),
                    np.array([graph.elems(t) for t in names], np.int64) * chip.dtype_bytes,
-                   np.array([first.get(t, 0) for t in names], np.int64),
+                   np.array([lay.macs if lay is not None and lay.is_main else 0
+                             for lay in made], np.int64),
+                   np.array([lay.macs if lay is not None and not lay.is_main else 0
+                             for lay in made], np.int64),
                    tuple(tuple(lay.weights) for lay in graph.layers), graph, chip)
 
-    def stored_macs(self, start: int, end: int) -> int:
-        """MACs every plan of the group from `start` through `end` (inclusive) spends at
-        least: those of the main layers whose outputs it stores."""
-        stored = (self.born >= start) & (self.born <= end) & (self.last > end)
-        return int(stored.astype(np.int64) @ self.macs)
+    def stored_work(self, start: int, end: int) -> Work:
+        """The work every plan of the group from `start` through `end` (inclusive) does at
+        least: that of the layers whose outputs it stores."""
+        stored = ((self.born >= start) & (self.born <= end) & (self.last > end)).astype(np.int64)
+        return Work(int(stored @ self.macs), int(stored @ self.vector_ops))
 
     def floors(self, start: int, ends: Sequence[int]) -> list[int]:
         """The floor of the group from position `start` through each end (inclusive)."""
@@ -131,40 +136,56 @@ class IntervalFloors:
         return [by_end[e] for e in ends]
 
 
-def made_macs(graph: Graph, io: GroupIO, chains: GroupChains) -> int:
-    """MACs every plan of the group spends at least: a main layer whose output the group
+@dataclass(frozen=True)
+class Work:
+    """MACs (main layers, on the matrix units) and vector ops (the others) of a group."""
+
+    macs: int = 0
+    vector_ops: int = 0
+
+
+def made_work(graph: Graph, io: GroupIO, chains: GroupChains) -> Work:
+    """The work every plan of the group does at least: a layer whose output the group
     stores computes all of it; any other computes at least the elements the union of
-    one-index boxes holds (see the module docstring: a strided consumer may skip rows;
-    an axis without a closed form claims nothing)."""
+    one-index boxes holds (see the module docstring: a strided consumer may skip rows; an
+    axis without a closed form claims nothing)."""
     n, h, w = anchor_extent(graph, io)
     stored = set(io.outputs)
-    macs = 0
+    macs = vector_ops = 0
     for name in io.layers:
         lay = graph.layer(name)
-        if not lay.is_main or not lay.outputs:
+        if not lay.outputs:
             continue
         out = lay.outputs[0]
-        if out in stored:
-            macs += lay.macs
-            continue
         axes = chains.chains.get(out)
-        if axes is not None:
-            macs += lay.macs_per_output * (axis_union(axes[0], n) * graph.dims(out)[1]
-                                           * axis_union(axes[1], h) * axis_union(axes[2], w))
-    return macs
+        if out in stored:
+            ops = lay.macs
+        elif axes is not None:
+            ops = lay.macs_per_output * (axis_union(axes[0], n) * graph.dims(out)[1]
+                                         * axis_union(axes[1], h) * axis_union(axes[2], w))
+        else:
+            continue
+        if lay.is_main:
+            macs += ops
+        else:
+            vector_ops += ops
+    return Work(macs, vector_ops)
 
 
 def timed_floor(chip: Chip, objective: Objective, settings: ObjectiveSettings,
-                floor_bytes: int, macs: int, hideable: int) -> int:
+                floor_bytes: int, work: Work, hideable: int) -> int:
     """Objective units no choice of a group goes below, net of what it may hide of the next
     group's weight loads (the shortest path charges a prefetch's saving to the group it
     hides behind; ``hideable``: the most cycles any next group's weights take to load).
 
     A group's cycles minus its DRAM-idle cycles are its transfer time, at least
     ``floor_bytes`` at full bandwidth, and a prefetch hides no more than its idle cycles;
-    its cycles are at least its compute, MACs over every core's matrix unit, and it hides no
-    more than ``hideable``. Energy and mixes charge every other quantity at least at zero."""
+    its cycles are at least its compute, MACs over every core's matrix unit and vector ops
+    over every core's lanes, and it hides no more than ``hideable``. Energy and mixes charge
+    every other quantity at least at zero."""
     transfer = floor(floor_bytes / dram_bytes_per_cycle(chip))
-    compute = ceil(macs / (chip.cores * chip.core.macs_per_cycle))
+    compute = (ceil(work.macs / (chip.cores * chip.core.macs_per_cycle))
+               + ceil(work.vector_ops / (chip.cores * chip.core.vector_lanes)))
     cycles = max(transfer, compute - hideable, 0)
-    return objective_terms(objective, settings, chip, Charged(floor_bytes, 0, 0, macs, 0, cycles))
+    return objective_terms(objective, settings, chip,
+                           Charged(floor_bytes, 0, 0, work.macs, work.vector_ops, cycles))
