@@ -341,8 +341,8 @@ def _check_array(node: Mapping[str, Any], path: Path) -> None:
         return
     rows, cols, mpc = array.get("rows"), array.get("cols"), core.get("macs_per_cycle")
     if not (isinstance(rows, int) and isinstance(cols, int) and isinstance(mpc, int)) \
-            or any(isinstance(v, bool) for v in (rows, cols, mpc)):
-        return  # a missing or mistyped value: build_dataclass names it
+            or any(isinstance(v, bool) or v < 1 for v in (rows, cols, mpc)):
+        return  # a missing, mistyped or out-of-range value: build_dataclass names it
     if rows * cols != mpc:
         raise InputError(
             f"{where(path, core, 'array')}: `core.array` is {rows} x {cols} = {rows * cols} "
