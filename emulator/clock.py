@@ -47,7 +47,7 @@ class TileEvents:
     macs: int
     vector_ops: int
     store_bytes: int  # bytes stored to DRAM
-    array_macs: int = 0  # MACs its array passes occupied (planner.cost.array; 0: no array)
+    array_macs: int = 0  # MACs its array passes occupied (planner.ir.array; 0: no array)
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ class _StretchRun:
         elif name == s.narrow:
             macs = y.size * lay.macs_per_output // s.channels * (hi - lo)
             tally.macs += macs
-            # array MACs: the layer as a whole (planner.cost.array), its outputs once
+            # array MACs: the layer as a whole (planner.ir.array), its outputs once
             tally.count_array(lay, y.size if j == 0 else 0, macs)
             if self.acc is None:
                 self.acc = y

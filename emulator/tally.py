@@ -16,10 +16,10 @@ import numpy as np
 from fuseplan.emulator.chunks import Compute, WeightStream
 from fuseplan.emulator.clock import TileEvents
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.array import array_macs, array_map
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.regions import GroupIO, box_elems, full_box, tile_regions
 from fuseplan.planner.geometry.rounds import leads_round
+from fuseplan.planner.ir.array import array_macs, array_map
 from fuseplan.planner.ir.graph import Graph, Layer, gathers_rows
 from fuseplan.planner.plan.data import Group
 
@@ -99,7 +99,7 @@ class Tally:
     # bytes of table rows gathered since the last tile was counted (Graph.row_gathers): the
     # tile that computed them loaded them
     gathered: int = 0
-    # array chips (planner.cost.array): output elements each mapped layer made so far, and
+    # array chips (planner.ir.array): output elements each mapped layer made so far, and
     # the array MACs of the main layers that keep the flat rate
     mapped: dict[str, tuple[Layer, int]] = field(default_factory=dict)
     flat_array: int = 0

@@ -125,7 +125,7 @@ input-stationary put pixels on the array, whose round-ups depend on the tile's s
 
 @dataclass(frozen=True, kw_only=True)
 class Array:
-    """The matrix unit of one core as a rows x columns array of MACs (planner.cost.array)."""
+    """The matrix unit of one core as a rows x columns array of MACs (planner.ir.array)."""
 
     rows: int = field(metadata=_UNITS)
     """Rows of MACs: the reduction (input channels per group x kernel) maps onto them."""

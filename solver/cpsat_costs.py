@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fuseplan.planner.cost.array import array_map, matrix_macs
 from fuseplan.planner.cost.model import dram_bytes_per_cycle, dram_loads, group_tensors
 from fuseplan.planner.cost.objective import Charged, Objective, objective_terms
 from fuseplan.planner.geometry.regions import in_group_uses
 from fuseplan.planner.geometry.rounds import round_size
+from fuseplan.planner.ir.array import array_map, matrix_macs
 from fuseplan.rules.encoding import Candidate, Encoding
 from fuseplan.rules.ruleset import RuleSet
 
@@ -27,7 +27,7 @@ class Terms:
     core_weight: Any
     first_load: Any
     last_store: Any
-    matrix: Any  # the MACs its matrix time is counted in (planner.cost.array.matrix_macs)
+    matrix: Any  # the MACs its matrix time is counted in (planner.ir.array.matrix_macs)
 
 
 def candidate_terms(enc: Encoding, cand: Candidate) -> Terms:
@@ -66,7 +66,7 @@ def candidate_terms(enc: Encoding, cand: Candidate) -> Terms:
 def candidate_ops(enc: Encoding, cand: Candidate, elems: Any) -> tuple[Any, Any, Any]:
     """(MACs of main layers, their array MACs, vector ops of the others) with each output's
     element count given by `elems(cand, tensor)` (array MACs: 0 on a chip without an
-    array, planner.cost.array)."""
+    array, planner.ir.array)."""
     macs: Any = 0
     array_total: Any = 0
     vector_ops: Any = 0

@@ -1,5 +1,5 @@
 """Array utilisation (issue 44): layers mapped onto a rows x cols weight-stationary array
-(planner.cost.array), the chip key that describes it, and plans on array chips verified
+(planner.ir.array), the chip key that describes it, and plans on array chips verified
 (predicted == emulated array MACs, cycles within verify's rule)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from fuseplan.hardware.chip import Array, load_chip
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import InputError
-from fuseplan.planner.cost.array import array_macs, array_map
+from fuseplan.planner.ir.array import array_macs, array_map
 from fuseplan.planner.ir.graph import Layer
 from fuseplan.planner.ir.ops import OpClass
 from fuseplan.planner.plan.data import Plan

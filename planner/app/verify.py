@@ -35,12 +35,12 @@ from fuseplan.planner.app.verify_tensors import (
 )
 from fuseplan.planner.core.errors import PlanDefect
 from fuseplan.planner.core.progress import Progress, ProgressSink
-from fuseplan.planner.cost.array import matrix_macs
 from fuseplan.planner.cost.counters import TIMING_FIELDS, Counters
 from fuseplan.planner.cost.objective import energy_pj
 from fuseplan.planner.front.onnx_load import LoadedModel
 from fuseplan.planner.geometry.attention import attention_traffic
 from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.ir.array import matrix_macs
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.data import Plan
 

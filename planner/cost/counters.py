@@ -17,7 +17,7 @@ class Counters:
     redundant_read_bytes: int = 0  # halo re-reads beyond each input read once
     sram_peak_bytes: int = 0
     macs: int = 0  # multiply-accumulates of main layers, halo recompute included
-    # MACs the array's passes occupy, idle rows and columns included (planner.cost.array);
+    # MACs the array's passes occupy, idle rows and columns included (planner.ir.array);
     # 0 on a chip without an array
     array_macs: int = 0
     vector_ops: int = 0  # element operations of the other layers

@@ -44,7 +44,6 @@ from functools import lru_cache
 from math import ceil, prod
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.array import array_macs, matrix_macs
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.objective import energy_pj
 from fuseplan.planner.cost.weight_stream import (
@@ -76,6 +75,7 @@ from fuseplan.planner.geometry.regions import (
     tile_regions,
 )
 from fuseplan.planner.geometry.rounds import round_size, rounds
+from fuseplan.planner.ir.array import array_macs, matrix_macs
 from fuseplan.planner.ir.graph import Graph
 
 

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.array import array_macs
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.hidden import (
     TileProfile,
@@ -50,6 +49,7 @@ from fuseplan.planner.geometry.regions import (
     in_group_uses,
     tile_regions,
 )
+from fuseplan.planner.ir.array import array_macs
 from fuseplan.planner.ir.graph import Graph
 
 
