@@ -39,7 +39,7 @@ def _totals_json(plan: Plan) -> dict[str, Any]:
     stated = {**_counters_json(t), "dram_bytes": t.dram_bytes,
               "compulsory_dram_bytes": plan.compulsory_dram_bytes,
               "layer_by_layer_dram_bytes": plan.layer_by_layer_dram_bytes}
-    return {k: stated[k] for k in schema.TOTALS.names}
+    return {k: stated[k] for k in schema.TOTALS.names if k in stated}
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:

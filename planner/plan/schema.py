@@ -244,7 +244,8 @@ PREDICTED = Obj(tuple(Key(f, _counter_spec(f), required=False)
 # The plan's totals, in the order plan files write them.
 TOTALS_KEYS = ("dram_read_bytes", "dram_write_bytes", "dram_bytes", "weight_read_bytes",
                "redundant_read_bytes", "sram_peak_bytes", "compulsory_dram_bytes",
-               "layer_by_layer_dram_bytes", "macs", "vector_ops", "cycles", "energy_pj")
+               "layer_by_layer_dram_bytes", "macs", "array_macs", "vector_ops", "cycles",
+               "energy_pj")
 TOTALS = Obj(tuple(Key(k, _counter_spec(k), required=False) for k in TOTALS_KEYS))
 
 TILE = Obj((Key("n", Int(1)), Key("h", Int(1)), Key("w", Int(1)),

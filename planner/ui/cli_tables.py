@@ -79,12 +79,16 @@ def totals_lines(plan: Plan) -> list[str]:
     lbl = plan.layer_by_layer_dram_bytes
     versus = (f"{t.dram_bytes / lbl:.2f}× layer-by-layer ({fmt_bytes(lbl)})" if lbl
               else "layer by layer does not fit this chip")
-    return [
+    lines = [
         f"DRAM traffic {fmt_bytes(t.dram_bytes)} = {t.dram_bytes / max(floor, 1):.2f}× the "
         f"compulsory floor ({fmt_bytes(floor)}), {versus}",
         f"weights read {fmt_bytes(t.weight_read_bytes)}; {t.cycles:,} cycles; energy "
         f"{t.energy_pj / 1e6:,.2f} µJ; solved in {plan.solver.get('wall_s')} s",
     ]
+    if t.array_macs:  # a chip with a MAC array (planner.ir.array)
+        lines.append(f"array utilisation {t.macs / t.array_macs:.1%}: {t.macs:,} MACs on "
+                     f"{t.array_macs:,} array MACs (idle rows and columns included)")
+    return lines
 
 
 def attention_lines(problem: Problem, plan: Plan) -> list[str]:
