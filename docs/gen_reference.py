@@ -393,7 +393,17 @@ def rules_page() -> str:
 
 def chip_page() -> str:
     """The chip file's keys from hardware/chip.py, and the bundled presets."""
-    from fuseplan.hardware.chip import PRESETS, Chip, Core, CoreMem, Dma, Dram, Sram, load_chip
+    from fuseplan.hardware.chip import (
+        PRESETS,
+        Array,
+        Chip,
+        Core,
+        CoreMem,
+        Dma,
+        Dram,
+        Sram,
+        load_chip,
+    )
 
     def size(n: int | None) -> str:
         if n is None:
@@ -411,10 +421,13 @@ def chip_page() -> str:
         chip, _ = load_chip(name)
         per_core = ("one on-chip memory" if chip.nram is None or chip.wram is None
                     else f"{size(chip.nram.bytes)} / {size(chip.wram.bytes)}")
+        array = chip.core.array
+        macs = f"{chip.core.macs_per_cycle:,}" + (
+            f" ({array.rows} × {array.cols} array)" if array is not None else "")
         presets.append(
             f"| `{name}` | {chip.dtype_bytes} B | {chip.clusters} × {chip.cores_per_cluster} | "
             f"{size(chip.sram.bytes)} | {per_core} | {chip.dram.bandwidth_gbps:g} | "
-            f"{chip.core.macs_per_cycle:,} | {_cell(_html_safe(chip.description))} |")
+            f"{macs} | {_cell(_html_safe(chip.description))} |")
     example = (ROOT / "hardware" / "cluster4x4.yaml").read_text().rstrip()
     return "\n".join([
         GENERATED.format(source="hardware/chip.py and hardware/*.yaml"),
@@ -434,7 +447,18 @@ def chip_page() -> str:
         "### `nram` and `wram`\n",
         "Per-core memories; give both or neither.\n",
         fields_table(CoreMem, "nram."),
-        "### `core`\n", fields_table(Core, "core."),
+        "### `core`\n", fields_table(Core, "core.", skip=("array",)),
+        "### `core.array` (optional)\n",
+        "The matrix unit as a rows × columns array of MACs. Weight-stationary: a conv's "
+        "or matmul's reduction (input channels per group × kernel, K) maps onto the rows "
+        "and its output channels per group (M_g) onto the columns, so each output pixel "
+        "of each group takes ceil(K / rows) × ceil(M_g / cols) passes of the whole array: "
+        "a depthwise 3×3 conv uses 9 of 32 rows and 1 of 32 columns, a 1×1 conv over 16 "
+        "channels half the rows. Compute cycles are then array MACs / (cores × rows × "
+        "cols); pools and fused attention keep the flat rate. `core.macs_per_cycle` must "
+        "be rows × cols. Without `array`, every MAC is busy (the flat `macs_per_cycle`). "
+        "See [the cost model](how/cost-model.md#array-utilisation).\n",
+        fields_table(Array, "core.array."),
         "### `dma` (optional)\n", fields_table(Dma, "dma."),
         "## The default chip, `hardware/cluster4x4.yaml`\n",
         "```yaml", example, "```",
