@@ -190,3 +190,16 @@ def test_depthwise_net_on_a_clustered_array_chip_verifies(tmp_path: Path) -> Non
     plan = api.plan_problem(problem, "cpsat", "latency")
     assert plan.totals.macs / plan.totals.array_macs < 0.05  # depthwise: 1 of 32 columns
     _check_verified(problem, plan)
+
+
+@pytest.mark.parametrize("name", ["exported", "causal"])
+def test_transposed_convs_gemms_and_matmuls_verify_on_a_narrow_array(tmp_path: Path,
+                                                                      name: str) -> None:
+    # ConvTranspose and Gemm (exported_net), MatMuls of a transformer (causal_encoder), on
+    # a 64 x 16 array of a four-cluster chip
+    model = models.exported_net(13, dynamic=False) if name == "exported" \
+        else models.causal_encoder(tokens=128)
+    problem = api.prepare(str(models.save(model, tmp_path, name)), hardware="cluster4x4",
+                          overrides=["core.array.rows=64", "core.array.cols=16"])
+    plan = api.plan_problem(problem, "cpsat", "latency")
+    _check_verified(problem, plan)
