@@ -22,8 +22,9 @@ by the caller (``pair``: exact once the first edge is searched, solver.prefetch_
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink
@@ -34,8 +35,6 @@ from fuseplan.solver.structure import StructureKey, structure_key
 from fuseplan.solver.tiles import Option, TileChoice
 
 Groups = list[tuple[tuple[str, ...], TileChoice]]
-# what an edge adds to a plan followed by another edge (None: it ends the plan)
-Pair = Callable[["Edge", "Edge | None"], int]
 # unsearched groups looked at per idle core and round (most share a structure searched
 # already, or fall to a structural rule): beyond these the round starts without more
 RUNNERS_UP = 4
@@ -92,7 +91,7 @@ def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
                  tried: Callable[[Start, Groups], None] = lambda s, g: None,
                  refine: Callable[[Edge], bool] = lambda e: True,
                  progress: ProgressSink | None = None,
-                 pair: Pair | None = None) -> Outcome:
+                 pairs: PairPricing | None = None) -> Outcome:
     """The cheapest path from position 0 to `end`, searching unsearched edges only as they
     come onto it (see the module docstring). ``refine`` is called on each unrefined edge
     the path reaches (it sets the edge's io and full floor, False: no candidate after
@@ -101,14 +100,14 @@ def bounded_path(ctx: Context, edges: Sequence[Edge], end: int,
     with the groups it found. Past the context's time limit the unsearched groups of
     several layers are left out. ``progress`` is told of each round (_Rounds.tell).
 
-    ``pair`` (where what an edge adds to a plan depends on the edge after it: a timed
+    ``pairs`` (where what an edge adds to a plan depends on the edge after it: a timed
     objective, whose prefetch savings couple neighbours) prices an edge followed by another
-    (None: it ends the plan), exactly once the first is searched, else a floor; the path is
-    then the cheapest over pairs of consecutive edges, and `units` only ranks the runners-up
-    and the progress reports."""
+    (PairPricing), exactly once both are searched, else a bound; the path is then the
+    cheapest over pairs of consecutive edges, and `units` only ranks the runners-up and
+    the progress reports."""
     with Workers(ctx, jobs) as workers:
         rounds = _Rounds(ctx, end, units, workers, searched, tried, refine, edges)
-        rounds.progress, rounds.pair = progress, pair
+        rounds.progress, rounds.pairs = progress, pairs
         return rounds.run()
 
 
@@ -128,7 +127,7 @@ class _Rounds:
         self.left_out = 0
         self.lied = False  # a searched cost came out under its floor: floors count for nothing
         self.progress: ProgressSink | None = None  # told of each round (tell)
-        self.pair: Pair | None = None  # see bounded_path
+        self.pairs: PairPricing | None = None  # see bounded_path
         self.rounds = 0
         self.n_searched = sum(e.searched for e in edges)  # candidates searched so far
 
@@ -137,8 +136,7 @@ class _Rounds:
         while True:
             if self.ctx.until is not None and time.perf_counter() >= self.ctx.until:
                 self._drop_unsearched()
-            path = _cheapest(self.live, self.end, self.units) if self.pair is None \
-                else cheapest_pairs(self.live, self.end, self.pair)
+            path = self._cheapest()
             if path is None:
                 raise PlanningError("no grouping of the layers passes the rules and fits the "
                                     "chip")
@@ -153,6 +151,13 @@ class _Rounds:
             if not batch:
                 return Outcome(path, self.left_out)
             self._search(batch)
+
+    def _cheapest(self) -> list[Edge] | None:
+        """The cheapest path over the live edges, over pairs of them with ``pairs``."""
+        if self.pairs is None:
+            return _cheapest(self.live, self.end, self.units)
+        steps = cheapest_pairs(self.live, self.end, self.pairs)
+        return None if steps is None else [e for e, _ in steps]
 
     def tell(self, path: Sequence[Edge]) -> None:
         """Tell the progress sink where the rounds are: candidates searched, those whose
@@ -382,34 +387,70 @@ def _cheapest(edges: Sequence[Edge], end: int, units: Callable[[Edge], int]
     return path[::-1]
 
 
-def cheapest_pairs(edges: Sequence[Edge], end: int, pair: Pair) -> list[Edge] | None:
-    """The cheapest path 0 -> end where each edge weighs what `pair` says it adds given the
-    edge after it (a shortest path over the line graph); ties as _cheapest."""
-    by_start: dict[int, list[Edge]] = {}
+class PairPricing(Protocol):
+    """Prices what an edge adds to a plan given the edge after it (see bounded_path)."""
+
+    def kinds(self, e: Edge) -> Sequence[Hashable]:
+        """The states an edge can run in that its predecessor's price depends on."""
+        ...
+
+    def follows(self, b: Edge, kind: Hashable) -> Hashable:
+        """What an edge in that state is to the edge before it (its price's argument)."""
+        ...
+
+    def adds(self, a: Edge, kind: Hashable, after: Hashable | None) -> tuple[int, int]:
+        """(what edge a in state `kind` adds followed by an edge that `follows` calls
+        `after` (None: a ends the plan), the way of running a that adds that)."""
+        ...
+
+
+def cheapest_pairs(edges: Sequence[Edge], end: int, pricing: PairPricing
+                   ) -> list[tuple[Edge, int]] | None:
+    """The cheapest path 0 -> end over the edges, each priced by what it adds given the
+    edge after it (a shortest path over the line graph of the edges' states); ties as
+    _cheapest. Returns each edge of the path with its way of running."""
+    by_start: dict[int, list[tuple[Edge, Hashable]]] = {}
     for e in edges:
-        by_start.setdefault(e.start, []).append(e)
-    # per edge: the cheapest (cost, unsearched edges, edge before) of a path from 0 up to
+        by_start.setdefault(e.start, []).extend((e, k) for k in pricing.kinds(e))
+    # per state: the cheapest (cost, unsearched edges, state before) of a path from 0 up to
     # its start, every edge before it priced given its successor
-    reach: dict[int, tuple[int, int, Edge | None]] = {id(e): (0, 0, None)
-                                                      for e in by_start.get(0, ())}
-    last: tuple[int, int, Edge] | None = None
+    State = tuple[Edge, Hashable]
+    reach: dict[tuple[int, Hashable], tuple[int, int, State | None]] = {
+        (id(e), k): (0, 0, None) for e, k in by_start.get(0, ())}
+    ending: dict[int, list[State]] = {}
+    last: tuple[int, int, State] | None = None
     for start in sorted(by_start):
-        for a in by_start[start]:
-            if id(a) not in reach:
+        # the states ending here are final: price each kind of successor once
+        here = [x for x in by_start[start] if (id(x[0]), x[1]) not in reach]
+        before = ending.get(start, [])
+        best: dict[Hashable, tuple[int, int, State]] = {}
+        for b, kb in here:
+            cls = pricing.follows(b, kb)
+            if cls not in best:
+                found = [(reach[id(a), ka][0] + pricing.adds(a, ka, cls)[0],
+                          reach[id(a), ka][1] + (not a.searched), (a, ka))
+                         for a, ka in before]
+                if not found:
+                    continue
+                best[cls] = min(found, key=lambda x: x[:2])
+            reach[id(b), kb] = best[cls]
+        for a, ka in by_start[start]:
+            if (id(a), ka) not in reach:
                 continue
-            cost, unknown, _ = reach[id(a)]
-            unknown += not a.searched
-            if a.end == end:
-                cand = (cost + pair(a, None), unknown, a)
-                if last is None or cand[:2] < last[:2]:
-                    last = cand
-            for b in by_start.get(a.end, ()):
-                here = (cost + pair(a, b), unknown, a)
-                if id(b) not in reach or here[:2] < reach[id(b)][:2]:
-                    reach[id(b)] = here
+            ending.setdefault(a.end, []).append((a, ka))
+    for a, ka in ending.get(end, []):
+        cost, unknown, _ = reach[id(a), ka]
+        cand = (cost + pricing.adds(a, ka, None)[0], unknown + (not a.searched), (a, ka))
+        if last is None or cand[:2] < last[:2]:
+            last = cand
     if last is None:
         return None
-    path = [last[2]]
-    while (before := reach[id(path[-1])][2]) is not None:
-        path.append(before)
-    return path[::-1]
+    states = [last[2]]
+    while (prev := reach[id(states[-1][0]), states[-1][1]][2]) is not None:
+        states.append(prev)
+    states.reverse()
+    out = []
+    for k, (a, ka) in enumerate(states):
+        after = None if k + 1 == len(states) else pricing.follows(*states[k + 1])
+        out.append((a, pricing.adds(a, ka, after)[1]))
+    return out

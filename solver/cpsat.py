@@ -392,6 +392,8 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
             h = m.new_int_var(0, cap, f"prefetch_cycles_{a}_{b}")
             m.add_implication(pair, first.selected)
             m.add_implication(pair, cands[b].selected)
+            # only weights that all load with the second's first tile are taken ahead
+            m.add(cands[b].resident == 1).only_enforce_if(pair)
             m.add(h <= cap * pair)
             m.add(h <= ta.cycles - ta.busy_double_buffered).only_enforce_if(
                 [pair, first.double_buffered])

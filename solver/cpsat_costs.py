@@ -163,8 +163,10 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     fill = ceil_div(m, t.first_load, num, den, f"fill_{i}")
     drain = ceil_div(m, t.last_store, num, den, f"drain_{i}")
     rest = ceil_div(m, t.dram - t.first_load - t.last_store, num, den, f"rest_{i}")
-    m.add(cycles >= fill + rest + drain).only_enforce_if(cand.double_buffered)
-    m.add(cycles >= fill + compute + drain).only_enforce_if(cand.double_buffered)
+    # a pinned choice's loads far from even stall the cores beyond that (its own count)
+    stall = cand.fixed.stall_cycles if cand.fixed is not None else 0
+    m.add(cycles >= fill + rest + drain + stall).only_enforce_if(cand.double_buffered)
+    m.add(cycles >= fill + compute + drain + stall).only_enforce_if(cand.double_buffered)
     timing = Timing(cycles, fill + rest + drain, serial)
     charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles)
     return objective_terms(objective, ruleset.objective, chip, charged), timing

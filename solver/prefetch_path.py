@@ -6,16 +6,19 @@ its successor: the saving is charged to the group it hides behind, as the full s
 (solver.shortest_path). The lazy search over floors (solver.bounded_path) needs a number per
 edge that no plan through it goes below: an edge's *bound* is its best choice's units less
 the most that choice could hide of any next group's weight loads (its DRAM-idle cycles, and
-no more than the longest next group's weights take: ``hideable``). Better, what an edge adds
-given the edge after it (``pair``) is exact once the edge is searched (the saving depends on
-its own choice and the next group's weight bytes alone, known before that group is
-searched) and a floor before; the lazy path runs over pairs of consecutive edges with these
-prices, so once every edge on it is searched it is the optimal plan, priced exactly.
+no more than the longest next group's weights take: ``hideable``). Better, the path runs
+over pairs of consecutive edges (bounded_path.PairPricing): what an edge adds given the
+next group's weights it may hide (``adds``) is exact once it is searched (the saving
+depends on its own choice, on the next group's weight bytes and on whether that group
+holds them resident: only weights that all load with a group's first tile are prefetched,
+as the emulator's clock does) and a floor before; so once every edge on the cheapest path
+is searched, that path is the optimal plan, priced exactly. An edge's state, for the edge
+before it, is whether its choice is resident (not searched yet: it may be).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from fuseplan.hardware.chip import Chip
@@ -42,6 +45,9 @@ class Choice:
     double_buffered: bool
     idle: int  # DRAM-idle cycles a next group's weights can load in
     room: int  # bytes on chip for them (0: not known, so no prefetch is counted)
+    # its weights all load with its first tile, so a prefetch behind the group before it
+    # can take them (a streamed or weights-outer group's first tile loads one chunk)
+    resident: bool
     made: Option | TileChoice
 
 
@@ -60,7 +66,8 @@ class TimedPricing:
     _weights: dict[tuple[int, int], int] = field(default_factory=dict)
     _choices: dict[int, list[Choice]] = field(default_factory=dict)
     _floors: dict[int, tuple[int, Work]] = field(default_factory=dict)  # by edge
-    _given: dict[tuple[int, int], int] = field(default_factory=dict)  # by edge, next weights
+    # by edge, state and the next group's prefetched weight bytes: (units, choice)
+    _given: dict[tuple[int, Hashable, int], tuple[int, int]] = field(default_factory=dict)
     _floored: dict[tuple[int, Work, int], int] = field(default_factory=dict)
 
     def hide_limits(self, edges: Sequence[Edge]) -> None:
@@ -87,10 +94,11 @@ class TimedPricing:
             assert e.choice is not None
             c = e.choice
             self._choices[id(e)] = [
-                *(Choice(self._units(o.cost), o.cost, o.double_buffered, o.idle, o.room, o)
-                  for o in e.options),
+                *(Choice(self._units(o.cost), o.cost, o.double_buffered, o.idle, o.room,
+                         o.weights_resident, o) for o in e.options),
                 Choice(self._units(c.cost), c.cost, c.double_buffered,
-                       idle_dram_cycles(self.chip, c.cost, c.double_buffered), 0, c)]
+                       idle_dram_cycles(self.chip, c.cost, c.double_buffered), 0,
+                       c.weights_resident, c)]
         return self._choices[id(e)]
 
     def widen(self, e: Edge, options: Sequence[Option]) -> None:
@@ -105,20 +113,6 @@ class TimedPricing:
         most = self.hideable.get(e.end, 0)
         return min(c.units - self.coef * min(c.idle, most) for c in self.choices(e))
 
-    def given(self, a: Edge, b: Edge | None) -> tuple[int, Choice]:
-        """a's best choice followed by b (None: a ends the plan), and what a then adds:
-        its units less the cycles b's weights hide behind it."""
-        w = 0 if b is None else self.weight_bytes(b.start, b.end)
-        best: tuple[int, Choice] | None = None
-        for c in self.choices(a):
-            units = c.units
-            if w and c.room >= w:
-                units -= self.coef * prefetch_cycles(self.chip, c.cost, c.double_buffered, w)
-            if best is None or units < best[0]:
-                best = (units, c)
-        assert best is not None
-        return best
-
     def note_floor(self, e: Edge, floor_bytes: int, work: Work) -> int:
         """Keep an unsearched edge's floor parts (for `pair`); its floor given any next
         edge (bounded_path's Edge.floor)."""
@@ -126,28 +120,53 @@ class TimedPricing:
         return timed_floor(self.chip, self.objective, self.settings, floor_bytes, work,
                            self.hideable.get(e.end, 0))
 
-    def pair(self, a: Edge, b: Edge | None) -> int:
-        """What edge a adds to a plan where b follows it (bounded_path's ``pair``): exactly
-        once a is searched (the saving depends on a's choice and b's weights alone), else
-        its floor given b's weights."""
-        w = 0 if b is None else self.weight_bytes(b.start, b.end)
-        if a.searched and a.choice is not None:
-            if (id(a), w) not in self._given:
-                self._given[id(a), w] = self.given(a, b)[0]
-            return self._given[id(a), w]
-        if a.floor <= 0 or id(a) not in self._floors:  # no floor trusted, or none known
-            return a.floor
-        floor_bytes, work = self._floors[id(a)]
-        hides = weight_prefetch_cycles(self.chip, w)
-        if (floor_bytes, work, hides) not in self._floored:
-            self._floored[floor_bytes, work, hides] = timed_floor(
-                self.chip, self.objective, self.settings, floor_bytes, work, hides)
-        return self._floored[floor_bytes, work, hides]
+    def kinds(self, e: Edge) -> Sequence[Hashable]:
+        """The states a predecessor's price depends on (bounded_path.PairPricing): whether
+        a searched edge's choice holds its weights resident (all of them load with its
+        first tile, so they can be prefetched); None for an edge not searched yet."""
+        if not (e.searched and e.choice is not None):
+            return [None]
+        return sorted({c.resident for c in self.choices(e)}, reverse=True)
 
-    def steps(self, path: Sequence[Edge]) -> list[tuple[Edge, Choice]]:
-        """Each edge of a searched path with its best choice given the edge after it."""
-        return [(a, self.given(a, path[k + 1] if k + 1 < len(path) else None)[1])
-                for k, a in enumerate(path)]
+    def follows(self, b: Edge, kind: Hashable) -> Hashable:
+        """The weight bytes b's state lets the group before it prefetch: all of b's when
+        resident, or when b is not searched yet (it may be: a bound), else none."""
+        return 0 if kind is False else self.weight_bytes(b.start, b.end)
+
+    def adds(self, a: Edge, kind: Hashable, after: Hashable | None) -> tuple[int, int]:
+        """What edge a in state `kind` adds to a plan when the next group prefetches
+        `after` weight bytes behind it (None: a ends the plan), and the choice that adds
+        that: exact once a is searched (its best choice of that state, the saving counted
+        where the weights fit the room it leaves), else its floor given that much hidden."""
+        w = after if isinstance(after, int) else 0
+        if kind is None:
+            if a.floor <= 0 or id(a) not in self._floors:  # no floor trusted, or none known
+                return a.floor, 0
+            floor_bytes, work = self._floors[id(a)]  # refining may raise them: key by value
+            hides = weight_prefetch_cycles(self.chip, w)
+            if (floor_bytes, work, hides) not in self._floored:
+                self._floored[floor_bytes, work, hides] = timed_floor(
+                    self.chip, self.objective, self.settings, floor_bytes, work, hides)
+            return self._floored[floor_bytes, work, hides], 0
+        key = (id(a), kind, w)
+        if key not in self._given:
+            found: tuple[int, int] | None = None
+            for k, c in enumerate(self.choices(a)):
+                if c.resident is not kind:
+                    continue
+                units = c.units
+                if w and c.room >= w:
+                    units -= self.coef * prefetch_cycles(self.chip, c.cost,
+                                                         c.double_buffered, w)
+                if found is None or units < found[0]:
+                    found = (units, k)
+            assert found is not None  # kinds() lists only the states some choice has
+            self._given[key] = found
+        return self._given[key]
+
+    def steps(self, path: Sequence[tuple[Edge, int]]) -> list[tuple[Edge, Choice]]:
+        """Each edge of a searched path with the choice its way names."""
+        return [(e, self.choices(e)[k]) for e, k in path]
 
     def _units(self, c: Counters) -> int:
         return objective_units(c, self.objective, self.settings, self.chip)

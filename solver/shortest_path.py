@@ -29,7 +29,6 @@ from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink, ticker
 from fuseplan.planner.core.units import fmt_bytes, size_setting, vs_bytes
 from fuseplan.planner.cost.bounds import IntervalFloors, Work, group_floor_bytes, made_work
-from fuseplan.planner.cost.model import prefetch_cycles, weight_bytes
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.placement import Placement
@@ -359,7 +358,7 @@ def _bounded_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objec
     outcome = bounded_path(ctx, edges, len(order), units, jobs, searched,
                            lambda start, groups: done.__setitem__(start, groups),
                            lambda e: _refine(graph, chip, ruleset, memo, e, price), progress,
-                           None if pricing is None else pricing.pair)
+                           pricing)
     if bounded is not None:  # not a whole-map end its start did not keep: no floor ruled it out
         bounded.update(e.layers for e in edges if not e.searched and e.whole is None)
     if budget is not None and (skipped or outcome.left_out):
@@ -385,15 +384,16 @@ def _priced_path(graph: Graph, chip: Chip, ruleset: RuleSet, pricing: TimedPrici
     full tile search's options too, as _tiled_long_groups gives them under the traffic
     objective: an edge of the cheapest path that gets cheaper keeps the path the cheapest."""
     searched = [e for e in edges if e.searched and e.refined and e.choice is not None]
-    path = cheapest_pairs(searched, end, pricing.pair)
+    path = cheapest_pairs(searched, end, pricing)
     assert path is not None  # the bounded path's own path is one
     limit = ruleset.search.max_group_layers
-    longer = [e for e in path if len(e.layers) > limit and (memo is None or e.layers not in memo)]
+    longer = [e for e, _ in path
+              if len(e.layers) > limit and (memo is None or e.layers not in memo)]
     if longer and not (budget is not None and budget.passed):
         for e in longer:
             pricing.widen(e, GroupSearch.of(graph, e.layers, chip, ruleset).options(
                 pricing.objective))
-        path = cheapest_pairs(searched, end, pricing.pair)
+        path = cheapest_pairs(searched, end, pricing)
         assert path is not None
     out = []
     for e, c in pricing.steps(path):
@@ -571,39 +571,14 @@ def _edge(graph: Graph, chip: Chip, start: int, search: GroupSearch,
 def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
                    order: list[str], options: dict[tuple[int, int], list[Option]]
                    ) -> list[Placement]:
-    """Shortest path over the line graph of intervals, pricing each group's prefetch."""
-    coef = cycle_units(objective, ruleset.objective, chip)
-    intervals = sorted(iv for iv, opts in options.items() if opts)  # in the layers' order
-    searches = {iv: GroupSearch.of(graph, order[iv[0]:iv[1]], chip, ruleset) for iv in intervals}
-    weights = {iv: weight_bytes(graph, searches[iv].io.weights, chip) for iv in intervals}
-
-    def given(a: tuple[int, int], b: tuple[int, int] | None) -> tuple[int, Option]:
-        """a's best option and its cost net of b's saving (b None: a is the last group)."""
-        best: tuple[int, Option] | None = None
-        for o in options[a]:
-            units = objective_units(o.cost, objective, ruleset.objective, chip)
-            if b is not None and o.room >= weights[b]:
-                units -= coef * prefetch_cycles(chip, o.cost, o.double_buffered, weights[b])
-            if best is None or units < best[0]:
-                best = (units, o)
-        assert best is not None  # every interval kept here has a feasible option
-        return best
-
-    line = nx.DiGraph()
-    start, end = (-1, 0), (len(order), len(order) + 1)
-    by_start: dict[int, list[tuple[int, int]]] = {}
-    for iv in intervals:
-        by_start.setdefault(iv[0], []).append(iv)
-    for a in intervals:
-        if a[0] == 0:
-            line.add_edge(start, a, weight=0)
-        if a[1] == len(order):
-            line.add_edge(a, end, weight=given(a, None)[0])
-        for b in by_start.get(a[1], []):
-            line.add_edge(a, b, weight=given(a, b)[0])
-    path = nx.shortest_path(line, start, end, weight="weight")[1:-1]
-    out = []
-    for k, a in enumerate(path):
-        o = given(a, path[k + 1] if k + 1 < len(path) else None)[1]
-        out.append(searches[a].option_choice(o).placement(tuple(order[a[0]:a[1]])))
-    return out
+    """Shortest path over the line graph of the intervals' options, each pair of consecutive
+    groups priced with its prefetch (solver.prefetch_path, every interval searched)."""
+    pricing = TimedPricing(graph, chip, objective, ruleset.objective,
+                           cycle_units(objective, ruleset.objective, chip), tuple(order))
+    edges = []
+    for (i, j), opts in sorted(options.items()):
+        if opts:
+            search = GroupSearch.of(graph, order[i:j], chip, ruleset)
+            edges.append(Edge(i, j, tuple(order[i:j]), search.io, 0,
+                              search.option_choice(opts[0]), True, options=tuple(opts)))
+    return _priced_path(graph, chip, ruleset, pricing, edges, len(order), None, None)

@@ -132,12 +132,16 @@ def prefetch_fits(graph: Graph, chip: Chip, prev: Group, nxt: Group) -> bool:
 
 def with_prefetch(graph: Graph, chip: Chip, groups: Sequence[Group]) -> tuple[Group, ...]:
     """The groups with each one's weights prefetched behind the group before it wherever
-    that is allowed, fits and hides at least a cycle (it never costs anything)."""
+    that is allowed, fits and hides at least a cycle (it never costs anything). Only a
+    group whose weights all load with its first tile (resident) prefetches them: the
+    emulator's clock prefetches the first tile's weights (emulator.clock)."""
     out = list(groups)
     for k, ok in enumerate(prefetch_eligible(graph, [g.layers for g in groups])):
         if not ok or out[k].boxes is not None or out[k - 1].boxes is not None:
             continue
         prev, g = out[k - 1], out[k]
+        if not g.weights_resident:  # its first tile loads one chunk of its weights, no more
+            continue
         w = weight_bytes(graph, group_io(graph, g.layers).weights, chip)
         hidden = prefetch_cycles(chip, prev.predicted, prev.double_buffered, w)
         if hidden and prefetch_fits(graph, chip, prev, g):

@@ -27,6 +27,9 @@ class Counters:
     last_store_bytes: int = 0  # DRAM bytes of the last tile's store (pipeline drain)
     prefetch_cycles: int = 0  # fill cycles hidden behind the previous group (its weights)
     band_compute_cycles: int = 0  # banded groups: the slowest band's compute (else 0)
+    # double-buffered cycles the closed form's overlap misses: the cores waiting for loads
+    # far from even (a weights-outer group's chunks, planner.cost.schedule)
+    stall_cycles: int = 0
     cycles: int = 0
     energy_pj: float = 0.0
 
@@ -42,4 +45,5 @@ class Counters:
 
 # Fields that are time or priced from time, not counted bytes or work: the emulator's come
 # from its own clock, so they are compared with the prediction, not required to equal it.
-TIMING_FIELDS = ("prefetch_cycles", "band_compute_cycles", "cycles", "energy_pj")
+TIMING_FIELDS = ("prefetch_cycles", "band_compute_cycles", "stall_cycles", "cycles",
+                 "energy_pj")

@@ -46,6 +46,7 @@ from math import ceil, prod
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.objective import energy_pj
+from fuseplan.planner.cost.schedule import Step, double_buffered_span
 from fuseplan.planner.cost.weight_stream import (
     chunk_sizes,
     chunk_width,
@@ -333,7 +334,7 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
     first_boxes = tile_regions(graph, io, first)
     out = io.outputs[0]
     once = sum(box_elems(graph, t, chains.full[t]) for t in io.inputs) * dt
-    return Counters(
+    counted = Counters(
         dram_read_bytes=fmap_read + wread,
         dram_write_bytes=sum(graph.elems(t) for t in io.outputs) * dt,
         weight_read_bytes=wread,
@@ -344,6 +345,28 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
         + sizes[0],
         last_store_bytes=box_elems(graph, out, last) // channels
         * chunk_width(channels, chunks, last=True) * dt)
+    return replace(counted, stall_cycles=_outer_stall(chip, counted, sizes, tiles, loads * dt))
+
+
+def _outer_stall(chip: Chip, c: Counters, sizes: Sequence[int], tiles: int,
+                 sweep_bytes: int) -> int:
+    """Cycles a double-buffered weights-outer group's cores wait beyond the closed form's
+    overlap: each chunk's weights load with the first tile of its sweep, at most one tile
+    ahead of the cores (planner.cost.schedule); the steps are the sweep's tiles, each at an
+    even share of the loads, stores and work, each chunk's share by its weight bytes."""
+    total = sum(sizes)
+    steps = []
+    for size in sizes:
+        share = size / (total * tiles)
+        per_tile = Counters(macs=round(c.macs * share), array_macs=round(c.array_macs * share),
+                            vector_ops=round(c.vector_ops * share))
+        compute = compute_cycles(chip, per_tile)
+        store = c.dram_write_bytes * share
+        steps += [Step(sweep_bytes / tiles + (size if k == 0 else 0), compute, store)
+                  for k in range(tiles)]
+    span = ceil(double_buffered_span(float(dram_bytes_per_cycle(chip)), steps))
+    fill, rest, drain = dram_phases(chip, c)
+    return max(0, span - (fill + max(rest, compute_cycles(chip, c)) + drain))
 
 
 def dram_bytes_per_cycle(chip: Chip) -> Fraction:
@@ -382,8 +405,10 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
     Compute: MACs on the matrix units and vector ops on the vector lanes of every core.
     With a second buffer the next tile loads while the current one computes, so a group
     costs fill (first load) + max(remaining DRAM transfers, compute) + drain (last store);
-    without one, transfers and compute add up. ``prefetched`` cycles of the fill were spent
-    during the previous group (prefetch_cycles) and are not this group's. Energy: the one
+    without one, transfers and compute add up. Loads far from even stall the cores beyond
+    that overlap (``stall_cycles``, planner.cost.schedule). ``prefetched`` cycles of the
+    fill were spent during the previous group (prefetch_cycles) and are not this group's.
+    Energy: the one
     formula, planner.cost.objective.energy_pj, over the counters and these cycles.
     """
     bpc = dram_bytes_per_cycle(chip)
@@ -391,7 +416,7 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
     moved = c.dram_read_bytes + c.dram_write_bytes
     if double_buffered:
         fill, rest, drain = dram_phases(chip, c)
-        cycles = fill + max(rest, compute) + drain
+        cycles = fill + max(rest, compute) + drain + c.stall_cycles
     else:
         cycles = ceil(moved / bpc) + compute
     cycles -= prefetched
