@@ -203,3 +203,21 @@ def test_transposed_convs_gemms_and_matmuls_verify_on_a_narrow_array(tmp_path: P
                           overrides=["core.array.rows=64", "core.array.cols=16"])
     plan = api.plan_problem(problem, "cpsat", "latency")
     _check_verified(problem, plan)
+
+
+def test_cpsat_prices_array_cycles_as_the_cost_model(tmp_path: Path) -> None:
+    """CP-SAT over every candidate (exact_path_first off) and the timed shortest path agree
+    on the optimal cycles of an array chip, and CP-SAT's objective is the plan's cycles as
+    the cost model gives them (its array terms are the model's)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text((ROOT / "rules" / "default.yaml").read_text().replace(
+        "exact_path_first: true", "exact_path_first: false"))
+    overrides = ["core.array.rows=16", "core.array.cols=8", "core.macs_per_cycle=128",
+                 "sram.bytes=64KiB"]
+    path = api.plan_problem(api.prepare(str(RESIDUAL), hardware="cluster4x4",
+                                        overrides=overrides), "cpsat", "latency")
+    problem = api.prepare(str(RESIDUAL), str(rules), hardware="cluster4x4", overrides=overrides)
+    plan = api.plan_problem(problem, "cpsat", "latency")
+    assert "solved_by" not in plan.solver and plan.solver["status"] == "OPTIMAL"
+    assert plan.solver["objective"] == plan.totals.cycles == path.totals.cycles
+    _check_verified(problem, plan)
