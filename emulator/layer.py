@@ -210,6 +210,8 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         args[1] = _tile_target_shape(lay, info, out_box)
     if info.shape_param is ShapeParam.SLICE_BOUNDS:
         args = _slice_box_bounds(graph, lay, args)
+    if info.shape_param is ShapeParam.EXPAND_SHAPE:
+        args[1] = _tile_expand_shape(lay, args[0])
     if info.shape_param is ShapeParam.PAD_WIDTHS and first_box is not None \
             and _offset_axes(graph, lay):
         # the tile's own pads: the rows of its box outside the map; nothing to cut after
@@ -294,6 +296,20 @@ def _tile_target_shape(lay: Layer, info: LayerFacts, out_box: Box) -> np.ndarray
         # a window partition's step (planner.front.windows): the input box's rows give
         # however many output rows they hold, cut to the tile's box below
         target[info.out_layout.row_axis] = -1
+    return np.array(target, dtype=np.int64)
+
+
+def _tile_expand_shape(lay: Layer, x: np.ndarray | None) -> np.ndarray:
+    """An Expand's shape for a tile: the shape names the whole map, but the tile's input may
+    be a box of it (rows of a repeated key cache, [1, kv, 1, L, d] -> [1, kv, rep, L, d]).
+    Only the input's unit axes broadcast, to their whole extent (cut to the box after);
+    every other axis keeps the extent the tile holds (a 1 in the shape keeps it, as ONNX's
+    two-way broadcast does)."""
+    out = lay.out_shape
+    have = np.shape(x) if x is not None else ()
+    offset = len(out) - len(have)
+    target = [out[axis] if axis < offset or have[axis - offset] == 1 else 1
+              for axis in range(len(out))]
     return np.array(target, dtype=np.int64)
 
 

@@ -17,9 +17,18 @@ from fuseplan.planner.front.attention_fusion import fuse_attention
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
 from fuseplan.planner.front.onnx_load import LoadedModel
-from fuseplan.planner.front.reductions import channels_last_reduction, reduced_axes
+from fuseplan.planner.front.reductions import (
+    channels_last_reduction,
+    partial_reduction_maps,
+    reduced_axes,
+)
 from fuseplan.planner.front.regroup import regroup_layout
-from fuseplan.planner.front.sliding import length_tensors, pointwise, sliding_window
+from fuseplan.planner.front.sliding import (
+    length_tensors,
+    pointwise,
+    sliding_window,
+    with_kernel_shape,
+)
 from fuseplan.planner.front.windows import regroup_rows, window_layout
 from fuseplan.planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
 from fuseplan.planner.ir.layout import (
@@ -373,15 +382,19 @@ def _pad_node(v: _NodeView) -> _Maps | None:
 
 def _reduce_node(v: _NodeView) -> _Maps | None:
     """A keepdims reduction over channel axes only (RMSNorm's mean over a token's channels,
-    a mean over the channels of a pixel) reads each position's own channels: identity."""
+    a mean over the channels of a pixel) reads each position's own channels: identity; one
+    that folds one tiled axis keeps the other (planner.front.reductions)."""
     if len(v.fmaps) != 1 or not int(v.attrs.get("keepdims", 1)):
         return None
     f = v.fmaps[0]
     reduced = reduced_axes(v.attrs, v.inputs, v.constants, len(f.shape))
-    if reduced is None or not f.same_extent():  # no axes: all of them (or none, a no-op)
+    if reduced is None:  # no axes: all of them (or none, a no-op)
         return None
-    kept = reduced <= set(f.layout.channel_axes) and f.layout.rank == f.out_layout.rank
-    return ([IDENTITY], [IDENTITY]) if kept else None
+    if f.same_extent() and reduced <= set(f.layout.channel_axes) \
+            and f.layout.rank == f.out_layout.rank:
+        return [IDENTITY], [IDENTITY]
+    partial = partial_reduction_maps(reduced, f.layout, f.out_layout, f.shape, f.out_shape)
+    return None if partial is None else ([partial[0]], [partial[1]])
 
 
 def _concat_node(v: _NodeView) -> _Maps | None:
@@ -665,6 +678,7 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     in_shapes = [shapes[t] for t in fmap]
     w_shape = shapes.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
     in_layouts = [layouts.get(t) or layout_of(shapes[t]) for t in fmap]
+    attrs = with_kernel_shape(spec, attrs, w_shape)
     carry, batch_kept = _carried_layout(node, spec, attrs, constants, in_shapes, in_layouts,
                                         out_shape, opset)
     # a step of a window partition or its reverse: tiled along window rows or windows

@@ -42,6 +42,17 @@ def resolve_pads(attrs: Mapping[str, Any], in_hw: Sequence[int], kernel: list[in
     return begins + ends
 
 
+def with_kernel_shape(spec: OpSpec, attrs: dict[str, Any], w_shape: tuple[int, ...] | None
+                      ) -> dict[str, Any]:
+    """A conv's attributes with its kernel_shape, from the weight where the node does not
+    name it (it is optional in ONNX)."""
+    # the window maps take the kernel from the weight; the output's layout must too: a
+    # 1x1 conv of a sequence keeps its layout only where it is seen to be 1x1
+    if spec.is_convolution and w_shape is not None and "kernel_shape" not in attrs:
+        return {**attrs, "kernel_shape": list(w_shape[2:])}
+    return attrs
+
+
 def _window_maps(spec: OpSpec, attrs: dict[str, Any], in_shape: tuple[int, ...],
                  w_shape: tuple[int, ...] | None, layout: Layout
                  ) -> tuple[AxisMap, AxisMap, dict[str, Any]]:

@@ -134,6 +134,7 @@ class ShapeParam(StrEnum):
     RESIZE_SIZES = "resize_sizes"  # Resize's input 3: the output sizes (scales are tile-safe)
     SLICE_BOUNDS = "slice_bounds"  # Slice's starts and ends: a tile takes its box's rows whole
     PAD_WIDTHS = "pad_widths"  # Pad's pads: a tile pads only where its box leaves the map
+    EXPAND_SHAPE = "expand_shape"  # Expand's input 1: broadcasts only the input's unit axes
 
 
 # work per output element: (attrs, fmap input shapes, shape of input 1, output shape) -> ops
@@ -570,7 +571,8 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Squeeze", _MV, batch=_batch_never, axis_move=AxisMove.SQUEEZE, in_place=True),
     _spec("Unsqueeze", _MV, batch=_batch_never, axis_move=AxisMove.UNSQUEEZE,
           in_place=True),
-    _spec("Expand", _MV, batch=_batch_never, native=False),
+    _spec("Expand", _MV, batch=_batch_never, native=False,
+          shape_param=ShapeParam.EXPAND_SHAPE),
     # reduction: each output folds many inputs
     _spec("GlobalAveragePool", _R, MapRule.WHOLE, _global_pool_work, rectified=_KEEPS,
           accumulate=Accumulate.MEAN),
