@@ -61,12 +61,17 @@ def plan_table(plan: Plan, console: Console) -> RenderableType:
             Col("halo", wide=True), Col("weights", wide=True),
             Col(f"DRAM\n{dram[0]}", num=True), Col(f"halo\nre-read\n{again[0]}", num=True),
             Col(f"SRAM\npeak\n{sram[0]}", num=True)]
-    rows = [(str(g.id), layers_label(g.layers), _mode(g, not wide), g.tile.label(),
-             "reuse" if g.halo_reuse else "recompute",
-             "resident" if g.weights_resident else "streamed",
-             in_unit(g.predicted.dram_bytes, dram),
-             in_unit(g.predicted.redundant_read_bytes, again),
-             in_unit(g.predicted.sram_peak_bytes, sram)) for g in groups]
+    rows: list[tuple[str, ...]] = [
+        (str(g.id), layers_label(g.layers), _mode(g, not wide), g.tile.label(),
+         "reuse" if g.halo_reuse else "recompute",
+         "resident" if g.weights_resident else "streamed",
+         in_unit(g.predicted.dram_bytes, dram),
+         in_unit(g.predicted.redundant_read_bytes, again),
+         in_unit(g.predicted.sram_peak_bytes, sram)) for g in groups]
+    if plan.totals.array_macs:  # an array chip: how much of the array each group keeps busy
+        cols.append(Col("array\nutil", num=True))
+        rows = [(*row, f"{g.predicted.macs / g.predicted.array_macs:.0%}"
+                 if g.predicted.array_macs else "-") for row, g in zip(rows, groups, strict=True)]
     title = (f"{len(groups)} group{'s' * (len(groups) != 1)} ({plan.solver.get('name')}, "
              f"{plan.solver.get('status')})")
     return table(console, title, cols, rows)
