@@ -301,7 +301,8 @@ def test_infeasible_chip_names_layer_level_and_bytes(store: ModelStore, solver: 
 def test_exact_path_proves_what_cpsat_proves(store: ModelStore, model: str) -> None:
     """Where costs add up and every candidate group is an interval of the layer order, the
     shortest path is exact: CP-SAT is not run, and the plan is the one CP-SAT returns, with
-    the same objective; a latency objective (prefetch couples neighbours) still runs CP-SAT."""
+    the same objective; under a latency objective (prefetch couples neighbours) the bounded
+    path prices pairs of consecutive groups and proves its plan too, at CP-SAT's cycles."""
     from tests.test_rules import with_rules
 
     problem = store.problem(model, None, ("sram.bytes=16KiB",))
@@ -314,7 +315,10 @@ def test_exact_path_proves_what_cpsat_proves(store: ModelStore, model: str) -> N
     assert fast.solver["objective"] == fast.solver["bound"] == full.solver["objective"]
     assert [g.placement for g in fast.groups] == [g.placement for g in full.groups]
     timed = plan_problem(shortcut, "cpsat", "latency")
-    assert "solved_by" not in timed.solver
+    assert "prefetch" in str(timed.solver.get("solved_by", "")), timed.solver
+    timed_full = plan_problem(problem, "cpsat", "latency")
+    assert "solved_by" not in timed_full.solver and timed_full.solver["status"] == "OPTIMAL"
+    assert timed.totals.cycles == timed_full.totals.cycles
 
 
 def test_exact_path_is_not_claimed_past_the_intervals_it_searched(tmp_path: Path) -> None:
