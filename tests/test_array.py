@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import test_emulator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -221,3 +224,23 @@ def test_cpsat_prices_array_cycles_as_the_cost_model(tmp_path: Path) -> None:
     assert "solved_by" not in plan.solver and plan.solver["status"] == "OPTIMAL"
     assert plan.solver["objective"] == plan.totals.cycles == path.totals.cycles
     _check_verified(problem, plan)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=test_emulator.random_plans(), shape=st.sampled_from([(4, 4), (32, 8), (16, 32)]))
+def test_random_tilings_verify_on_array_chips(case: tuple[Any, ...],
+                                              shape: tuple[int, int]) -> None:
+    """tests/test_emulator.py's random plans (any tiles, resident or streamed weights in
+    chunks, weights outer, rounds of clusters) on the same chips with an array: the
+    emulator counts the array MACs the model predicts."""
+    seed, m, chip, groups = case
+    rows, cols = shape
+    chip = replace(chip, core=replace(chip.core, macs_per_cycle=rows * cols,
+                                      array=Array(rows=rows, cols=cols)))
+    plan = test_emulator.make_plan(m, chip, groups)
+    report = test_emulator.run_verify(m, plan, chip, seed=seed % 1000)
+    test_emulator.assert_verified(report, plan, f"random_cnn seed {seed}, array {shape}")
+    for g, got in zip(plan.groups, report.per_group, strict=True):
+        assert (g.predicted.macs, g.predicted.array_macs) == (got.macs, got.array_macs)
+        assert got.array_macs >= got.macs
