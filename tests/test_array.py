@@ -244,3 +244,13 @@ def test_random_tilings_verify_on_array_chips(case: tuple[Any, ...],
     for g, got in zip(plan.groups, report.per_group, strict=True):
         assert (g.predicted.macs, g.predicted.array_macs) == (got.macs, got.array_macs)
         assert got.array_macs >= got.macs
+
+
+def test_hidden_chunks_count_each_layer_whole(tmp_path: Path) -> None:
+    # a ConvNeXt block at 16 KiB runs its MLP in hidden chunks: each layer's array MACs
+    # are the whole layer's, in the model and the emulator alike
+    model = models.save(models.convnext_net(channels=32), tmp_path, "convnext")
+    problem = api.prepare(str(model), hardware="systolic32", overrides=["sram.bytes=16KiB"])
+    plan = api.plan_problem(problem, "cpsat", "traffic")
+    assert any(g.placement.mode.hidden_chunks > 1 for g in plan.groups)
+    _check_verified(problem, plan)
