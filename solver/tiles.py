@@ -23,6 +23,7 @@ from fuseplan.planner.cost.model import (
     idle_dram_cycles,
     reread_weights,
     resident_work,
+    tile_shares,
     weight_passes,
     with_time,
     work_counters,
@@ -365,7 +366,8 @@ class GroupSearch:
                 self.reuse_grid(tile) if halo_reuse else None)
         once = self.resident_costs[key]
         return once if resident else reread_weights(
-            once, weight_passes(self.graph, self.io, tile, self.chip, halo_reuse))
+            once, weight_passes(self.graph, self.io, tile, self.chip, halo_reuse), self.chip,
+            tile_shares(self.graph, self.io, tile))
 
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
                    halo_reuse: bool = False, weights_outer: bool = False) -> Counters:

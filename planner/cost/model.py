@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
-from math import ceil, prod
+from math import ceil, floor, prod
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
@@ -345,28 +345,63 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
         + sizes[0],
         last_store_bytes=box_elems(graph, out, last) // channels
         * chunk_width(channels, chunks, last=True) * dt)
-    return replace(counted, stall_cycles=_outer_stall(chip, counted, sizes, tiles, loads * dt))
+    return replace(counted, stall_cycles=_outer_stall(chip, counted, sizes,
+                                                      tile_shares(graph, io, tile), loads * dt))
 
 
-def _outer_stall(chip: Chip, c: Counters, sizes: Sequence[int], tiles: int,
+def _outer_stall(chip: Chip, c: Counters, sizes: Sequence[int], shares: Sequence[float],
                  sweep_bytes: int) -> int:
     """Cycles a double-buffered weights-outer group's cores wait beyond the closed form's
-    overlap: each chunk's weights load with the first tile of its sweep, at most one tile
-    ahead of the cores (planner.cost.schedule); the steps are the sweep's tiles, each at an
-    even share of the loads, stores and work, each chunk's share by its weight bytes."""
+    overlap: each chunk's weights load with the first tile of its sweep over every tile
+    (`shares`: each tile's part of the anchor), each chunk's share of the work and stores
+    by its weight bytes, each tile's loads by its part of the sweep's."""
     total = sum(sizes)
-    steps = []
-    for size in sizes:
-        share = size / (total * tiles)
-        per_tile = Counters(macs=round(c.macs * share), array_macs=round(c.array_macs * share),
-                            vector_ops=round(c.vector_ops * share))
-        compute = compute_cycles(chip, per_tile)
-        store = c.dram_write_bytes * share
-        steps += [Step(sweep_bytes / tiles + (size if k == 0 else 0), compute, store)
-                  for k in range(tiles)]
-    span = ceil(double_buffered_span(float(dram_bytes_per_cycle(chip)), steps))
+    return round_stall(chip, c, [(size, [size / total * t for t in shares]) for size in sizes],
+                       [sweep_bytes * t for t in shares])
+
+
+def tile_shares(graph: Graph, io: GroupIO, tile: Tile) -> list[float]:
+    """Each tile's part of the anchor, in execution order (edge tiles are smaller)."""
+    n, h, w = anchor_extent(graph, io)
+    return [(n1 - n0) * (r1 - r0) * (c1 - c0) / (n * h * w)
+            for n0, n1 in axis_ranges(n, tile.n) for r0, r1 in axis_ranges(h, tile.h)
+            for c0, c1 in axis_ranges(w, tile.w)]
+
+
+# tiles the stall is played for one by one; past them, three rounds and their period
+PLAYED_TILES = 2048
+
+
+def round_stall(chip: Chip, c: Counters, rounds: Sequence[tuple[int, Sequence[float]]],
+                tile_loads: Sequence[float]) -> int:
+    """Cycles a double-buffered group's cores wait beyond the closed form's overlap when
+    each round of tiles loads weights with its first tile (`rounds`: each round's weight
+    bytes and each of its tiles' share of the group's work and stores; `tile_loads`: the
+    feature-map bytes each tile of a round loads, by its place in the round); played by
+    planner.cost.schedule. A long group plays three rounds and repeats the third's span
+    (the buffers are in step by then)."""
+
+    def span(n: int) -> float:
+        steps = []
+        for size, shares in rounds[:n]:
+            for k, share in enumerate(shares):
+                work = Counters(macs=round(c.macs * share), array_macs=round(c.array_macs * share),
+                                vector_ops=round(c.vector_ops * share))
+                steps.append(Step(tile_loads[k % len(tile_loads)] + (size if k == 0 else 0),
+                                  compute_cycles(chip, work), c.dram_write_bytes * share))
+        return double_buffered_span(float(dram_bytes_per_cycle(chip)), steps)
+
+    tiles = sum(len(s) for _, s in rounds)
+    if len(rounds) <= 3 or tiles <= PLAYED_TILES:
+        played = span(len(rounds))
+    else:
+        two, three = span(2), span(3)
+        played = three + (len(rounds) - 3) * (three - two)
     fill, rest, drain = dram_phases(chip, c)
-    return max(0, span - (fill + max(rest, compute_cycles(chip, c)) + drain))
+    compute = compute_cycles(chip, c)
+    # the even shares stand in for each tile's own boxes (halos, edge tiles): less a tile's
+    # mean compute, the wait stays under the emulator's, within a tile's work of it
+    return max(0, floor(played) - (fill + max(rest, compute) + drain) - ceil(compute / tiles))
 
 
 def dram_bytes_per_cycle(chip: Chip) -> Fraction:
@@ -476,7 +511,8 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
         return weights_outer_work(graph, io, chains, tile, chip)
     once = resident_work(graph, io, chains, tile, chip, halo_reuse, grid)
     return once if weights_resident else reread_weights(
-        once, weight_passes(graph, io, tile, chip, halo_reuse))
+        once, weight_passes(graph, io, tile, chip, halo_reuse), chip,
+        tile_shares(graph, io, tile))
 
 
 def weight_passes(graph: Graph, io: GroupIO, tile: Tile, chip: Chip,
@@ -492,12 +528,24 @@ def weight_passes(graph: Graph, io: GroupIO, tile: Tile, chip: Chip,
     return rounds(tile_count(graph, io, tile), round_size(chip, io, halo_reuse))
 
 
-def reread_weights(once: Counters, passes: int) -> Counters:
+def reread_weights(once: Counters, passes: int, chip: Chip | None = None,
+                   shares: Sequence[float] = ()) -> Counters:
     """Counters of resident weights (read once) turned into weights read `passes` times;
-    nothing else depends on the residency, so a tile search costs the tile once for both."""
+    nothing else depends on the residency, so a tile search costs the tile once for both.
+    Given the chip and each tile's share of the anchor (tile_shares), each pass's weights
+    load with the first tile of its round, and the cores' wait for them (round_stall) is
+    counted."""
     extra = once.weight_read_bytes * (passes - 1)
-    return replace(once, dram_read_bytes=once.dram_read_bytes + extra,
-                   weight_read_bytes=once.weight_read_bytes + extra)
+    out = replace(once, dram_read_bytes=once.dram_read_bytes + extra,
+                  weight_read_bytes=once.weight_read_bytes + extra)
+    if chip is None or passes <= 1 or len(shares) < passes or once.band_compute_cycles:
+        return out
+    per_round = ceil(len(shares) / passes)
+    fmap = once.dram_read_bytes - once.weight_read_bytes
+    rounds = [(once.weight_read_bytes, shares[k:k + per_round])
+              for k in range(0, len(shares), per_round)]
+    loads = [fmap * t for t in shares[:per_round]]
+    return replace(out, stall_cycles=round_stall(chip, out, rounds, loads))
 
 
 def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
