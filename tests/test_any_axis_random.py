@@ -145,15 +145,22 @@ def _model(tmp: Path, ops: list[int], seed: int) -> str:
         _OPS[i](n)
         if n.c > 32:  # keep the maps small: the test is about their axes
             _narrow(n)
+    return save_net(tmp, n, given_shape, n.shape(), "random_movement")
+
+
+def save_net(tmp: Path, n: _Net, given_shape: list[int], out_shape: list[int],
+             name: str) -> str:
+    """The net as a checked opset-17 model file `name`.onnx in `tmp`: input x of
+    `given_shape`, its last tensor the output, of `out_shape`."""
     graph = helper.make_graph(
-        n.nodes, "random_movement",
+        n.nodes, name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, given_shape)],
-        [helper.make_tensor_value_info(n.x, TensorProto.FLOAT, n.shape())],
+        [helper.make_tensor_value_info(n.x, TensorProto.FLOAT, out_shape)],
         [numpy_helper.from_array(v, k) for k, v in n.inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
-    path = tmp / "random_movement.onnx"
+    path = tmp / f"{name}.onnx"
     onnx.save(model, path)
     return str(path)
 

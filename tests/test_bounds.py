@@ -4,6 +4,7 @@ search finds while searching fewer groups, and a wrong floor cannot make it wors
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,31 +63,37 @@ def test_connected_intervals_are_the_connected_ones(tmp_path: Path, builder: str
     assert connected_intervals(g, 9) == expected
 
 
+def candidate_searches(problem: Problem, most: int) -> Iterator[tuple[int, int, GroupSearch]]:
+    """(start, end, tile search) of every connected interval of up to `most` layers that no
+    structural rule rules out."""
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    order = [lay.name for lay in g.layers]
+    for i in range(len(order)):
+        for j in range(i + 1, min(len(order), i + most) + 1):
+            if is_connected(g, order[i:j]):
+                search = GroupSearch.of(g, order[i:j], chip, rs)
+                if not breaks_structure(search, rs):
+                    yield i, j, search
+
+
 def _floors_hold(problem: Problem, most: int = 8) -> int:
     """Checks floor <= searched cost for every interval of up to `most` layers and every
     whole-map group a start keeps; returns how many costs were compared."""
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
-    order = [lay.name for lay in g.layers]
     cheap = IntervalFloors.of(g, chip)
     compared = 0
-    for i in range(len(order)):
-        for j in range(i + 1, min(len(order), i + most) + 1):
-            layers = order[i:j]
-            if not is_connected(g, layers):
-                continue
-            search = GroupSearch.of(g, layers, chip, rs)
-            if breaks_structure(search, rs):
-                continue
-            best = search.best(Objective.TRAFFIC)
-            if best is None:
-                continue
-            floor = group_floor_bytes(g, search.io, search.chains, chip)
-            assert floor <= best.cost.dram_bytes, (
-                f"{layers}: floor {floor} B above the searched {best.cost.dram_bytes} B "
-                f"({best.tile}, resident {best.resident}, reuse {best.halo_reuse})")
-            # the cheap floor counts no inputs: never above the walked one
-            assert cheap.floors(i, [j - 1])[0] <= floor, layers
-            compared += 1
+    for i, j, search in candidate_searches(problem, most):
+        layers = search.layers
+        best = search.best(Objective.TRAFFIC)
+        if best is None:
+            continue
+        floor = group_floor_bytes(g, search.io, search.chains, chip)
+        assert floor <= best.cost.dram_bytes, (
+            f"{layers}: floor {floor} B above the searched {best.cost.dram_bytes} B "
+            f"({best.tile}, resident {best.resident}, reuse {best.halo_reuse})")
+        # the cheap floor counts no inputs: never above the walked one
+        assert cheap.floors(i, [j - 1])[0] <= floor, layers
+        compared += 1
     ctx = Context(g, chip, rs, Objective.TRAFFIC, False, None)
     for start in whole_map_starts(g, chip, rs):
         at = g.index(start.layers[0])

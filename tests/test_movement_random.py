@@ -15,13 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from hand import assert_verifies
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
-from test_any_axis_random import _Net
+from test_any_axis_random import _Net, save_net
 
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import PlanningError
@@ -314,17 +312,7 @@ def _model(tmp: Path, ops: list[int], seed: int, h: int = 12, w: int = 16) -> st
     for i in ops:
         _OPS[i](n)
         _anchor(n)
-    graph = helper.make_graph(
-        n.nodes, "random_movement_ops",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, given_shape)],
-        [helper.make_tensor_value_info(n.x, TensorProto.FLOAT, n.shape())],
-        [numpy_helper.from_array(v, k) for k, v in n.inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    path = tmp / "random_movement_ops.onnx"
-    onnx.save(model, path)
-    return str(path)
+    return save_net(tmp, n, given_shape, n.shape(), "random_movement_ops")
 
 
 def _check(tmp: Path, ops: list[int], seed: int, sram_kib: int, solver: str) -> None:
@@ -368,17 +356,7 @@ def test_random_movement_ops_plan_and_verify_more(tmp_path: Path, ops: list[int]
 # Minimal models of what the property test found (issue 42), deterministic.
 
 def _save(tmp: Path, n: _Net, given_shape: list[int], out_shape: list[int]) -> str:
-    graph = helper.make_graph(
-        n.nodes, "movement_case",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, given_shape)],
-        [helper.make_tensor_value_info(n.x, TensorProto.FLOAT, out_shape)],
-        [numpy_helper.from_array(v, k) for k, v in n.inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    path = tmp / "movement_case.onnx"
-    onnx.save(model, path)
-    return str(path)
+    return save_net(tmp, n, given_shape, out_shape, "movement_case")
 
 
 def _verified(path: str, sram_kib: int, solver: str = "cpsat") -> api.Problem:

@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 from fuseplan.planner.app.api import Problem, plan_problem, prepare
 from fuseplan.planner.cost.bounds import group_floor_bytes, made_work, timed_floor
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
-from fuseplan.solver.groups import breaks_structure, is_connected
-from fuseplan.solver.tiles import GroupSearch
 from tests import models
+from tests.test_bounds import candidate_searches
 from tests.test_rules import with_rules
 
 CHIPS: tuple[list[str], ...] = ([], ["sram.bytes=48KiB", "nram.bytes=16KiB"],
@@ -58,27 +57,19 @@ def test_no_choice_adds_less_than_its_timed_floor(tmp_path: Path, builder: str,
     less the cycles it hides (at most its DRAM-idle cycles); under latency and energy."""
     problem = _problem(tmp_path, BUILT[builder](), builder, overrides)
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
-    order = [lay.name for lay in g.layers]
     compared = 0
-    for i in range(len(order)):
-        for j in range(i + 1, min(len(order), i + 5) + 1):
-            layers = order[i:j]
-            if not is_connected(g, layers):
-                continue
-            search = GroupSearch.of(g, layers, chip, rs)
-            if breaks_structure(search, rs):
-                continue
-            floor_bytes = group_floor_bytes(g, search.io, search.chains, chip)
-            work = made_work(g, search.io, search.chains)
-            for objective in TIMED:
-                options = search.options(objective)
-                coef = cycle_units(objective, rs.objective, chip)
-                for hides in (0, 50, 10**12) if options else ():
-                    least = min(objective_units(o.cost, objective, rs.objective, chip)
-                                - coef * min(o.idle, hides) for o in options)
-                    floor = timed_floor(chip, objective, rs.objective, floor_bytes, work, hides)
-                    assert floor <= least, (layers, objective, hides, floor, least)
-                    compared += 1
+    for _, _, search in candidate_searches(problem, 5):
+        floor_bytes = group_floor_bytes(g, search.io, search.chains, chip)
+        work = made_work(g, search.io, search.chains)
+        for objective in TIMED:
+            options = search.options(objective)
+            coef = cycle_units(objective, rs.objective, chip)
+            for hides in (0, 50, 10**12) if options else ():
+                least = min(objective_units(o.cost, objective, rs.objective, chip)
+                            - coef * min(o.idle, hides) for o in options)
+                floor = timed_floor(chip, objective, rs.objective, floor_bytes, work, hides)
+                assert floor <= least, (search.layers, objective, hides, floor, least)
+                compared += 1
     assert compared > 0
 
 
