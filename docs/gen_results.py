@@ -186,7 +186,9 @@ def results_index() -> str:
         "518 px, detection, diffusion, BERT, Llama, MaxViT, ConvNeXt-V2, text recognition) "
         "planned and verified on the default chip.",
         "- [Planning time against depth](scale.md): ResNets and DenseNets built from their "
-        "published structure, up to 668 layers (`bench/scale`).\n",
+        "published structure, up to 668 layers (`bench/scale`).",
+        "- [The latency objective](latency.md): latency plans against traffic plans on the "
+        "onnx zoo, proven optimal and verified (`bench/latency`).\n",
         "## The bundled examples\n",
         "The three small CNNs of `examples/` (each with its own small chip, so that groups "
         "are fused and tiled), from their committed plan files; `make test` verifies each "
@@ -201,6 +203,8 @@ def results_index() -> str:
         "EfficientNet, ConvNeXt, LR-ASPP, DeepLabV3, UNet, ...) |",
         "| `bench/transformers` | DeiT, ViT-B/16, Swin-T, hybrids and a GPT-2-small prefill |",
         "| `bench/scale` | planning time against depth (the data of [this page](scale.md)) |",
+        "| `bench/latency` | latency (or energy) plans against traffic plans on the zoo (the "
+        "data of [this page](latency.md)) |",
         "| `bench/batch`, `bench/weights` | batches and weight streaming, against published "
         "schedulers |",
         "| `bench/pareto`, `bench/partition`, `bench/dynamic`, `bench/sweep` | cycles/energy "
@@ -301,4 +305,32 @@ def scale_page() -> str:
         "and loading the model; the planner itself takes a few seconds even for 500-layer "
         "networks, because the bounded shortest path searches only the few candidate groups "
         "it could use ([planning speed](../how/solvers.md#planning-speed)).",
+    ]).rstrip() + "\n"
+
+
+def latency_page() -> str:
+    """The latency objective against the traffic plan on the zoo (bench/latency --json)."""
+    doc = json.loads((RESULTS / "latency.json").read_text())
+    rows = ["| model | traffic plan cycles | latency plan cycles | ratio | status | proven by "
+            "| DRAM × traffic plan | traffic s | latency s | verified |",
+            "|---|---:|---:|---:|---|---|---:|---:|---:|---|"]
+    rows += [f"| {r['model']} | {r['traffic_cycles']:,} | {r['cycles']:,} | "
+             f"{r['cycles'] / r['traffic_cycles']:.3f} | {r['status']} | {r['proof']} | "
+             f"{r['dram_bytes'] / r['traffic_dram_bytes']:.2f} | {r['traffic_s']:.1f} | "
+             f"{r['solve_s']:.1f} | {'yes' if r.get('verified') else 'no'} |"
+             for r in doc["rows"]]
+    return "\n".join([
+        GENERATED.format(source="docs/results/latency.json (bench/latency)"),
+        "# Results: the latency objective\n",
+        _provenance("latency.json") + "\n",
+        "Each model of the onnx zoo is planned twice on the default chip, each in a fresh "
+        "`fuseplan solve` process with the default time limit: once for DRAM traffic, once "
+        "for cycles (`--objective latency`), and the latency plan is verified (outputs "
+        "against onnxruntime, every byte counter against the emulator, emulated cycles "
+        "within the stated rule). \"ratio\" is the latency plan's cycles over the traffic "
+        "plan's: never above 1, since the traffic plan is always a candidate. \"proven by "
+        "path\": the bounded shortest path over pairs of consecutive groups proved the plan "
+        "optimal without CP-SAT ([solvers](../how/solvers.md)). Times are whole commands "
+        "(process start included) on the machine the provenance line names.\n",
+        *rows, "",
     ]).rstrip() + "\n"

@@ -59,6 +59,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/results/zoo2026.svg": lambda: gen_results.zoo2026_svg(gen_results.zoo2026_rows()),
     "docs/results/scale.md": gen_results.scale_page,
     "docs/results/scale.svg": gen_results.scale_svg,
+    "docs/results/latency.md": gen_results.latency_page,
 }
 
 
