@@ -181,9 +181,11 @@ def test_bounded_path_rounds_close_the_gap(store: ModelStore) -> None:
 
 
 def test_full_tile_search_and_greedy_count_up(store: ModelStore) -> None:
-    """Without floors (latency) every candidate is searched: the tile search counts up to
-    its total; the greedy planner counts the layers it has placed."""
+    """Without floors (search.prune_by_floor off) every candidate is searched: the tile
+    search counts up to its total; the greedy planner counts the layers it has placed."""
     problem = store.problem("inception_net", overrides=("sram.bytes=16KiB",))
+    problem = replace(problem, ruleset=replace(problem.ruleset, search=replace(
+        problem.ruleset.search, prune_by_floor=False)))
     rec = Recorder()
     plan = api.plan_problem(problem, "shortest-path", "latency", progress=rec)
     same_plan(plan, api.plan_problem(problem, "shortest-path", "latency"))
