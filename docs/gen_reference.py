@@ -512,6 +512,9 @@ PLAN_KEYS = {
                               "in.",
     "groups[].inputs_reloaded": "With hidden chunks: a block input loaded again after the "
                                 "stretch instead of held across it.",
+    "groups[].end_chunks": "Channel chunks the group's input is read in (by its first "
+                           "layer, summing partial sums on chip) and its output written in "
+                           "(by its last layer); the maps between stay whole on chip.",
     "groups[].predicted": "The cost model's counters for the group.",
     "totals": "The plan's counters, summed over the groups (the peak is the largest).",
     "totals.dram_bytes": "DRAM read + write bytes, weights included.",

@@ -8,8 +8,9 @@ own clock (emulator.clock), which plays the tiles it ran on the chip's DRAM link
 
 This module is the dispatch: emulate() runs the plan's groups in order and emulate_group()
 hands each group to the runner of its mode: emulator.tiles (halos recomputed),
-emulator.reuse (halos reused, banded or not), emulator.passes, emulator.weights_outer or
-emulator.attention (a fused attention in chunks of its heads). A layer on a box runs in
+emulator.reuse (halos reused, banded or not), emulator.passes, emulator.weights_outer,
+emulator.attention (a fused attention in chunks of its heads) or emulator.ends (input and
+output streamed in channel chunks). A layer on a box runs in
 emulator.layer; a group's accounting is emulator.tally's.
 """
 
@@ -25,6 +26,7 @@ from threadpoolctl import threadpool_limits
 from fuseplan.emulator.attention import run_head_chunks
 from fuseplan.emulator.chunks import WeightStream
 from fuseplan.emulator.clock import GroupRun, GroupTime, simulate_plan
+from fuseplan.emulator.ends import run_end_tiles
 from fuseplan.emulator.errors import EmulationError, KernelFailure
 from fuseplan.emulator.layer import LayerCache
 from fuseplan.emulator.passes import run_passes
@@ -37,6 +39,7 @@ from fuseplan.planner.core.progress import ProgressSink, ticker
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.attention import attention_heads
 from fuseplan.planner.geometry.bands import band_columns, band_overflows, cluster_loads
+from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import stretches
 from fuseplan.planner.geometry.passes import pass_split
 from fuseplan.planner.geometry.regions import Box, GroupIO, anchor_extent, group_io, iter_tiles
@@ -160,10 +163,10 @@ def _check_mode(graph: Graph, group: Group, io: GroupIO) -> None:
         raise EmulationError(group.id, None, graph.producer[io.accumulated[0]],
                              "a group ending in an accumulating reduction runs its tiles "
                              "one by one (no halo reuse, no weights-outer loop)")
-    if group.boxes is not None and (p.passes > 1 or p.hidden_chunks > 1) \
+    if group.boxes is not None and (p.passes > 1 or p.hidden_chunks > 1 or p.end_chunks > 1) \
             and attention_heads(graph, io) is None:
         raise EmulationError(group.id, None, None, "a group of stated boxes (a dynamic plan) "
-                             "runs tile by tile: no passes, no hidden chunks")
+                             "runs tile by tile: no passes, no hidden or end chunks")
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,13 @@ def _hidden(r: Run) -> None:
               hidden=stretches(r.graph, r.io))
 
 
+def _ends(r: Run) -> None:
+    ends = chunked_ends(r.graph, r.io)
+    assert ends is not None  # _check_mode asked mode_problem
+    run_end_tiles(r.graph, r.group, r.io, r.anchors(), r.dram, r.weights, r.tally, r.layers,
+                  ends)
+
+
 # one runner per kind of mode (the cost model has one cost function per kind)
 _RUNNERS: dict[ModeKind, Callable[[Run], None]] = {
     ModeKind.TILES: _tiles,
@@ -222,6 +232,7 @@ _RUNNERS: dict[ModeKind, Callable[[Run], None]] = {
     ModeKind.PASSES: _passes,
     ModeKind.HEAD_CHUNKS: _head_chunks,
     ModeKind.HIDDEN: _hidden,
+    ModeKind.ENDS: _ends,
 }
 
 

@@ -142,6 +142,16 @@ class Candidate:
         return self.hidden_chunks > 1 and self.passes == 1
 
     @property
+    def end_chunks(self) -> int:
+        return self.mode.end_chunks
+
+    @property
+    def in_end_chunks(self) -> bool:
+        """Whether the candidate is a pinned tile whose input and output stream in channel
+        chunks (planner.geometry.ends)."""
+        return self.end_chunks > 1
+
+    @property
     def fused(self) -> bool:
         return len(self.layers) > 1
 
@@ -238,10 +248,11 @@ class Encoding:
         return cand
 
     def _exact_peak(self, io: GroupIO, fixed: Pinned) -> int | None:
-        """The exact feature-map peak of a pinned tile run in passes or hidden chunks, None
+        """The exact feature-map peak of a pinned tile run in passes, hidden or end chunks, None
         for others: its cost's SRAM peak, less the resident weights a single-memory chip
         holds beside the maps (planner.cost.passes.passes_cost, planner.cost.hidden)."""
-        if fixed.mode.passes == 1 and fixed.mode.hidden_chunks == 1:
+        if fixed.mode.passes == 1 and fixed.mode.hidden_chunks == 1 \
+                and fixed.mode.end_chunks == 1:
             return None
         if not fixed.mode.weights_resident:
             return fixed.cost.sram_peak_bytes

@@ -26,6 +26,7 @@ from fuseplan.planner.cost.model import (
 from fuseplan.planner.cost.weight_stream import chunk_width, staged_steps
 from fuseplan.planner.geometry.attention import OnlineAttention, online_attention
 from fuseplan.planner.geometry.bands import cluster_loads
+from fuseplan.planner.geometry.ends import Ends, EndStream
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
 from fuseplan.planner.geometry.hidden import Stretch
 from fuseplan.planner.geometry.regions import (
@@ -89,6 +90,11 @@ class GroupFacts(ModeFlags):
         default=None, compare=False, repr=False)
     # inputs loaded again after a stretch, off chip in between (planner.geometry.reload)
     reloaded: Mapping[str, tuple[int, int]] | None = field(default=None, compare=False)
+    # a group run with end chunks (planner.geometry.ends): its input and output are held a
+    # chunk at a time (mode.end_chunks of them), the widest chunk's slice of their channels;
+    # its streamed weights on chip at each step (planner.cost.ends.ends_stream)
+    ends: Ends | None = None
+    end_weights: EndStream | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -134,6 +140,9 @@ class GroupFacts(ModeFlags):
         for s in self.hidden:
             if t in s.hidden:
                 c = c // s.channels * chunk_width(s.channels, self.hidden_chunks)
+        if self.ends is not None and t in (self.ends.source, self.ends.sink):
+            units = self.ends.reduced if t == self.ends.source else self.ends.produced
+            c = c // units * chunk_width(units, self.end_chunks)
         elems = c * sizes[0] * sizes[1] * sizes[2]
         if self.attention is not None:  # streamed keys and values: one chunk on chip
             elems = self.attention.onchip_elems(t, elems)
@@ -225,6 +234,9 @@ class GroupFacts(ModeFlags):
         when the weights are resident."""
         if self.weights_resident:
             return ()
+        if self.end_weights is not None:  # each end's step holds the most of any chunk's
+            ew = self.end_weights
+            return (max(ew.first), *ew.middle, max(ew.last))
         if self.hidden:  # a stretch's steps hold the most of any chunk's
             stream = self.hidden_weights or hidden_stream(self.graph, self.io, self.hidden,
                                                           self.hidden_chunks, self.chip)

@@ -83,6 +83,10 @@ class SearchSettings:
     # again after it instead of held across it (planner.geometry.reload): more DRAM reads,
     # less SRAM (off: held)
     reload_inputs: bool = True
+    # a chain of products may stream its input and output in channel chunks (the first
+    # layer summing partial sums on chip, the last writing chunks as made), holding only
+    # the maps between whole (planner.geometry.ends)
+    end_chunks: bool = True
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from fuseplan.rules.encoding import Candidate, Encoding
 from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.cpsat_costs import Timing, objective_expr, upper_bound
 from fuseplan.solver.cpsat_watch import Watch
+from fuseplan.solver.ends import EndSearch
 from fuseplan.solver.groups import breaks_structure, connected_intervals, is_connected, is_convex
 from fuseplan.solver.hidden import HiddenSearch
 from fuseplan.solver.long_groups import long_groups
@@ -104,7 +105,7 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
 def faster_buffering(graph: Graph, chip: Chip, ruleset: RuleSet, p: Placement) -> Placement:
     """The placement with the faster input buffering (single where both are as fast), for
     objectives its bytes do not depend on."""
-    if p.passes > 1 or p.hidden_chunks > 1:  # its pinned choice took the faster one (_rank)
+    if p.passes > 1 or p.hidden_chunks > 1 or p.end_chunks > 1:  # pinned: took the faster
         return p
     search = GroupSearch.of(graph, p.layers, chip, ruleset)
     options = [False] + [True] * search.fits_double_buffer(p.tile, p.weights_resident,
@@ -156,6 +157,11 @@ def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
         assert cand.exact_peak is not None and hidden is not None
         stage = hidden.weights_on_chip(False, cand.hidden_chunks)
         steps, prefetch, staged = [cand.exact_peak], 0, ()
+    elif cand.in_end_chunks:  # the same, for a pinned tile with its ends in chunks
+        ends = EndSearch.of(enc.graph, cand.io, cand.chains, chip)
+        assert cand.exact_peak is not None and ends is not None
+        stage = ends.weights_on_chip(False, cand.end_chunks)
+        steps, prefetch, staged = [cand.exact_peak], 0, ()
     elif cand.exact_peak is not None:
         # a pinned tile run in passes (or a fused attention in head chunks): its exact peak
         # over every pass, chunk and tail, second buffer included; its weights are resident
@@ -199,7 +205,12 @@ def _forbid_broken(enc: Encoding, cand: Candidate, ruleset: RuleSet) -> None:
     rule on the group with its hidden maps a chunk wide): a rule it breaks forbids it while
     that rule's literal holds, as a structural rule's encoding does."""
     f = cand.facts_any_tile
-    if cand.in_hidden_chunks:
+    if cand.in_end_chunks:
+        ends = EndSearch.of(enc.graph, cand.io, cand.chains, enc.chip)
+        assert ends is not None  # pinned with end chunks, so it has ends
+        broken = [r for r in ruleset.enabled if ends.rule_violations(
+            f.tile, f.weights_resident, cand.end_chunks, (r,))]
+    elif cand.in_hidden_chunks:
         hidden = HiddenSearch.of(enc.graph, cand.layers, enc.chip, (cand.io, cand.chains),
                                  reload=cand.inputs_reloaded)
         assert hidden is not None  # pinned in hidden chunks, so it has a stretch
@@ -278,7 +289,7 @@ def _encode_candidate(enc: Encoding, cand: Candidate, ruleset: RuleSet, objectiv
     """A candidate's capacities and rules in the model; returns its cost under the objective
     and its timing (None: the objective is not timed)."""
     _physical(enc, cand, room)
-    if cand.fused and (cand.in_passes or cand.in_hidden_chunks):
+    if cand.fused and (cand.in_passes or cand.in_hidden_chunks or cand.in_end_chunks):
         _forbid_broken(enc, cand, ruleset)
     elif cand.fused:
         for r in ruleset.enabled:
@@ -365,6 +376,10 @@ def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
                                  reload=cand.inputs_reloaded)
         assert hidden is not None
         return hidden.room(f.tile, f.weights_resident, f.double_buffered, cand.hidden_chunks)
+    if cand.in_end_chunks:
+        ends = EndSearch.of(graph, cand.io, cand.chains, chip)
+        assert ends is not None
+        return ends.room(f.tile, f.weights_resident, cand.end_chunks)
     if cand.exact_peak is None:
         return prefetch_room(f)
     return passes_room(chip, cand.exact_peak, weight_bytes(graph, cand.io.weights, chip))
@@ -454,7 +469,7 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
     choice, the tile variables any full-width tile that recomputes its halos."""
     if cand.fixed is None:
         return not (picked.halo_reuse or picked.tile.w < cand.extent[2] or picked.weights_outer
-                    or picked.passes > 1 or picked.hidden_chunks > 1)
+                    or picked.passes > 1 or picked.hidden_chunks > 1 or picked.end_chunks > 1)
     return (cand.facts_any_tile.tile, cand.mode) == (picked.tile, picked.mode)
 
 
@@ -547,7 +562,7 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
 
     def special(c: TileChoice | None) -> bool:
         return c is not None and (c.halo_reuse or c.tile.w < full_width or c.weights_outer
-                                  or c.passes > 1 or c.hidden_chunks > 1)
+                                  or c.passes > 1 or c.hidden_chunks > 1 or c.end_chunks > 1)
 
     alts: list[TileChoice | None]
     if not search.closed_form:

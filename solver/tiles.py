@@ -58,6 +58,7 @@ from fuseplan.rules.base import GroupFacts, Rule, Violation
 from fuseplan.rules.encoding import tile_floor
 from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.bisect import chunked_heights, first_passing
+from fuseplan.solver.ends import EndSearch
 from fuseplan.solver.hidden import TALLEST as HIDDEN_TALLEST
 from fuseplan.solver.hidden import HiddenSearch, chunk_violations
 from fuseplan.solver.passes import PassSearch, passes_room
@@ -400,6 +401,12 @@ class GroupSearch:
                                  "passes")
             return TileChoice(tile, mode, search.cost(tile.h, mode.double_buffered,
                                                       mode.hidden_chunks))
+        if mode.end_chunks > 1:
+            ends = EndSearch.of(self.graph, self.io, self.chains, self.chip)
+            if ends is None:
+                raise ValueError(f"group of {self.layers[0]!r} has no ends to stream in chunks")
+            return TileChoice(tile, mode, ends.cost(tile, mode.weights_resident,
+                                                    mode.end_chunks))
         if mode.hidden_chunks > 1 and attention_heads(self.graph, self.io) is not None:
             return TileChoice(tile, mode, head_chunked_cost(
                 self.graph, self.layers, tile, self.chip, mode.double_buffered,
@@ -457,9 +464,9 @@ class GroupSearch:
 
     def option_choice(self, o: Option) -> TileChoice:
         """The option's tile with its full predicted cost."""
-        if o.mode.passes > 1 or o.mode.hidden_chunks > 1:
-            # a pass or hidden-chunk option's cost is complete already (solver.passes,
-            # solver.hidden)
+        if o.mode.passes > 1 or o.mode.hidden_chunks > 1 or o.mode.end_chunks > 1:
+            # a pass, hidden- or end-chunk option's cost is complete already (solver.passes,
+            # solver.hidden, solver.ends)
             return TileChoice(o.tile, o.mode, o.cost)
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.mode)
@@ -480,7 +487,8 @@ class GroupSearch:
                           objective, rules, with_room)]
         return found + self._pass_options(objective, rules, with_room) \
             + self._hidden_options(objective, rules, with_room, found) \
-            + self._head_options(objective, with_room, found)
+            + self._head_options(objective, with_room, found) \
+            + self._end_options(objective, rules, with_room, found)
 
     def _head_options(self, objective: Objective, with_room: bool,
                       found: Sequence[Option]) -> list[Option]:
@@ -510,6 +518,35 @@ class GroupSearch:
                     idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
                     # as CP-SAT prices it (solver.cpsat._pinned_room): no weights
                     room = passes_room(self.chip, cost.sram_peak_bytes, 0) if with_room else 0
+                    out.append(Option(rank, tile, mode, cost, idle, room))
+        return out
+
+    def _end_options(self, objective: Objective, rules: Iterable[Rule] | None,
+                     with_room: bool, found: Sequence[Option]) -> list[Option]:
+        """Options of streaming the group's input and output in channel chunks
+        (solver.ends), where search.end_chunks allows: per batch split and weight residency,
+        heights taller than any option `found` without them, single-buffered."""
+        if not self.ruleset.search.end_chunks or self.tw is not None or self.bands > 1:
+            return []
+        ends = EndSearch.of(self.graph, self.io, self.chains, self.chip)
+        if ends is None:
+            return []
+        chosen = tuple(self.ruleset.enabled if rules is None else rules)
+        out = []
+        for tn in self.batch_options():
+            at = self.at_batch(tn)
+            for resident in (True, False):
+                done = max((o.tile.h for o in found if o.tile.n == tn
+                            and o.resident == resident), default=0)
+                heights = [th for th in at.heights() if th > done]
+                for th, k in ends.tallest(heights, at.tile_of, resident, chosen):
+                    tile = at.tile_of(th)
+                    cost = ends.cost(tile, resident, k, at.work(tile, resident))
+                    mode = Mode.of(resident=resident, end_chunks=k)
+                    rank = _rank(cost, objective, self.ruleset, self.chip,
+                                 TileChoice(tile, mode, cost))
+                    idle = idle_dram_cycles(self.chip, cost, False) if with_room else 0
+                    room = ends.room(tile, resident, k) if with_room else 0
                     out.append(Option(rank, tile, mode, cost, idle, room))
         return out
 

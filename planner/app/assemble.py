@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.cost.ends import ends_cost
 from fuseplan.planner.cost.hidden import hidden_cost
 from fuseplan.planner.cost.model import (
     Counters,
@@ -20,6 +21,7 @@ from fuseplan.planner.cost.model import (
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.cost.passes import passes_cost
 from fuseplan.planner.cost.weight_stream import chunk_counts
+from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import stretches
 from fuseplan.planner.geometry.passes import pass_split
 from fuseplan.planner.geometry.regions import group_chains, group_io
@@ -50,6 +52,9 @@ def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Grou
     # a stretch run in hidden chunks cuts its layers' weights by those chunks instead
     cut = {n for s in stretches(graph, group_io(graph, p.layers)) for n in s.layers} \
         if p.hidden_chunks > 1 else set()
+    if p.end_chunks > 1:  # and end chunks cut the weights of the ends
+        ends = chunked_ends(graph, group_io(graph, p.layers))
+        cut |= set(ends.layers) if ends is not None else set()
     chunks = () if p.weights_resident else tuple(
         (name, k) for name, k in chunk_counts(graph, p.layers, chip).items()
         if k > 1 and name not in cut)
@@ -89,6 +94,14 @@ def _hidden_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
                        reloaded=reloaded_inputs(graph, io) if p.inputs_reloaded else None)
 
 
+def _ends_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
+    io = group_io(graph, p.layers)
+    ends = chunked_ends(graph, io)
+    assert ends is not None  # mode_problem checked it
+    return ends_cost(graph, io, group_chains(graph, io), ends, p.end_chunks, p.tile, chip,
+                     p.weights_resident)
+
+
 def _tiles_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
                       p.halo_reuse, p.weights_outer)
@@ -101,6 +114,7 @@ _COST: dict[ModeKind, Callable[[Graph, Placement, Chip], Counters]] = {
     ModeKind.PASSES: _passes_cost,
     ModeKind.HEAD_CHUNKS: _head_chunks_cost,
     ModeKind.HIDDEN: _hidden_cost,
+    ModeKind.ENDS: _ends_cost,
 }
 
 

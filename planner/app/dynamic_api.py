@@ -80,7 +80,8 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
     problem = prepare(model, rules, hardware, largest, overrides)
     # a parameter table covers a group's output in one pass of whole layers: no pooling
     # passes, no hidden chunks here
-    search = dc_replace(problem.ruleset.search, pooling_passes=False, hidden_chunks=False)
+    search = dc_replace(problem.ruleset.search, pooling_passes=False, hidden_chunks=False,
+                        end_chunks=False)
     problem = dc_replace(problem, ruleset=dc_replace(problem.ruleset, search=search))
     plan = plan_problem(problem, solver, objective)
     big = problem.graph

@@ -12,12 +12,13 @@ from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.errors import InputError, PlanningError
 from fuseplan.planner.core.units import size_setting, vs_bytes
 from fuseplan.planner.cost.objective import Objective, objective_value
-from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.geometry.regions import Tile, group_chains, group_io
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.data import Group, Plan
 from fuseplan.planner.plan.mode import ModeKind, mode_kind
 from fuseplan.rules.base import GroupFacts, Violation
 from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.ends import EndSearch
 from fuseplan.solver.groups import is_connected, is_convex
 from fuseplan.solver.hidden import HiddenSearch
 from fuseplan.solver.passes import PassSearch
@@ -199,6 +200,17 @@ def _hidden_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> 
                                  ruleset.enabled)
 
 
+def _end_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> list[Violation]:
+    """Capacities from the exact peak, rules with the input and output a chunk wide."""
+    io = group_io(graph, g.layers)
+    ends = EndSearch.of(graph, io, group_chains(graph, io), chip)
+    if ends is None:  # the plan reader and the assembler refuse such a mode
+        raise PlanningError(f"group {g.id} has no ends to stream in chunks")
+    k = g.placement.end_chunks
+    return ends.physical(g.tile, g.weights_resident, k) \
+        + ends.rule_violations(g.tile, g.weights_resident, k, ruleset.enabled)
+
+
 def _tile_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> list[Violation]:
     """Tiles outer or weights outer: the group's facts in its mode (a weights-outer layer
     holds two of its weight chunks, not its whole weights)."""
@@ -213,6 +225,7 @@ _RECHECK: dict[ModeKind, Callable[[Graph, Group, Chip, RuleSet], list[Violation]
     ModeKind.PASSES: _passes_violations,
     ModeKind.HEAD_CHUNKS: _head_violations,
     ModeKind.HIDDEN: _hidden_violations,
+    ModeKind.ENDS: _end_violations,
 }
 
 

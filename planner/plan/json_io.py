@@ -76,6 +76,8 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 **({"hidden_chunks": g.placement.hidden_chunks}
                    if g.placement.hidden_chunks > 1 else {}),
                 **({"inputs_reloaded": True} if g.placement.inputs_reloaded else {}),
+                **({"end_chunks": g.placement.end_chunks}
+                   if g.placement.end_chunks > 1 else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -125,7 +127,7 @@ def _mode(g: dict[str, Any], halo: str, where: str) -> Mode:
                 bool(g.get("double_buffered", False)), HaloMode(halo), _loop(g, where),
                 int(g.get("passes", 1)), bool(g.get("inputs_held", False)),
                 int(g.get("hidden_chunks", 1)), bool(g.get("maps_held", False)),
-                bool(g.get("inputs_reloaded", False)))
+                bool(g.get("inputs_reloaded", False)), int(g.get("end_chunks", 1)))
 
 
 PLAN_FIX = "Pass a plan file written by `fuseplan solve MODEL -o PLAN.json`."

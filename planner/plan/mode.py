@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 
 from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import makes_chunks, stretches
 from fuseplan.planner.geometry.passes import pass_split, pass_stretches
 from fuseplan.planner.geometry.regions import Tile, group_io
@@ -64,6 +65,7 @@ class ModeKind(StrEnum):
     PASSES = "passes"  # passes around the group's global reductions
     HEAD_CHUNKS = "head_chunks"  # a lone fused attention, a chunk of its heads at a time
     HIDDEN = "hidden"  # stretches run in chunks of their hidden channels
+    ENDS = "ends"  # input and output streamed in channel chunks, the maps between whole
 
 
 @dataclass(frozen=True)
@@ -91,16 +93,21 @@ class Mode:
     # with hidden chunks: the group's inputs read before a stretch and after it are loaded
     # again after it rather than held across (planner.geometry.reload)
     inputs_reloaded: bool = False
+    # more than 1: the group's first layer reads its input in this many chunks of input
+    # channels (partial sums of its output on chip) and its last layer writes its output in
+    # this many chunks of output channels, so that only the maps between are on chip whole
+    # (planner.geometry.ends)
+    end_chunks: int = 1
 
     @classmethod
     def of(cls, *, resident: bool = True, double_buffered: bool = False,
            halo_reuse: bool = False, weights_outer: bool = False, passes: int = 1,
            inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False,
-           inputs_reloaded: bool = False) -> Mode:
+           inputs_reloaded: bool = False, end_chunks: int = 1) -> Mode:
         """A mode from the planners' flags (by name: no flag is ever passed by position)."""
         return cls(WeightResidency.of(resident), double_buffered, HaloMode.of(halo_reuse),
                    LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
-                   passes, inputs_held, hidden_chunks, maps_held, inputs_reloaded)
+                   passes, inputs_held, hidden_chunks, maps_held, inputs_reloaded, end_chunks)
 
     @property
     def weights_resident(self) -> bool:
@@ -164,11 +171,17 @@ class ModeFlags:
     def inputs_reloaded(self) -> bool:
         return self.mode.inputs_reloaded
 
+    @property
+    def end_chunks(self) -> int:
+        return self.mode.end_chunks
+
 
 def mode_kind(graph: Graph, layers: tuple[str, ...], mode: Mode) -> ModeKind:
     """The kind of run `mode` makes of these layers (which cost function and runner)."""
     if mode.passes > 1:
         return ModeKind.PASSES
+    if mode.end_chunks > 1:
+        return ModeKind.ENDS
     if mode.hidden_chunks > 1:
         if attention_heads(graph, group_io(graph, layers)) is not None:
             return ModeKind.HEAD_CHUNKS
@@ -188,7 +201,7 @@ def mode_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
     then names the key), the assembler, and through it explain and verify."""
     # in the order the plan file's keys were always checked (its messages name the first)
     for check in (_loop_problem, _passes_problem, _inputs_held_problem, _hidden_problem,
-                  _maps_held_problem, _reloaded_problem):
+                  _maps_held_problem, _reloaded_problem, _ends_problem):
         found = check(graph, layers, tile, mode, whole, chunked)
         if found is not None:
             return found
@@ -302,4 +315,31 @@ def _reloaded_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: M
         return ("inputs_reloaded: no input of this group is read both before and after one "
                 "of its stretches (and by none of their layers), so none can be loaded "
                 "again; remove the key.")
+    return None
+
+
+def _ends_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                  whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    chunks = mode.end_chunks
+    if chunks == 1:
+        return None
+    ends = chunked_ends(graph, group_io(graph, layers))
+    if ends is None:
+        return (f"end_chunks is {chunks}, but the group does not start with a MatMul by "
+                "constant weights reading an input no other layer of it reads, or does not "
+                "end with one output made by a layer computed in output-channel chunks; "
+                "remove the key.")
+    if not ends.makes_chunks(chunks):
+        return (f"end_chunks is {chunks}, but {ends.reduced} input channels of "
+                f"{ends.first!r} and {ends.produced} output channels of {ends.last!r} do not "
+                f"both make {chunks} chunks of ceil(C / {chunks}); use a power of two below "
+                f"{min(ends.reduced, ends.produced)} that does.")
+    if mode.passes > 1 or mode.hidden_chunks > 1 or mode.halo_reuse or mode.weights_outer \
+            or mode.double_buffered or mode.inputs_reloaded or tile.bands > 1:
+        return (f"end_chunks {chunks} runs with one input buffer, halos recomputed, tiles "
+                "outer, no passes, hidden chunks or bands; set those or remove the key.")
+    cut = [n for n in chunked if n in ends.layers]
+    if cut:
+        return (f"weight_chunks names {cut[0]!r}, whose weights the end chunks cut; remove "
+                "it from weight_chunks.")
     return None

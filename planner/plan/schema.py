@@ -266,6 +266,7 @@ GROUP = Obj((
     Key("maps_held", Bool(), required=False),
     Key("hidden_chunks", Int(1), required=False),
     Key("inputs_reloaded", Bool(), required=False),
+    Key("end_chunks", Int(1), required=False),
     Key("predicted", PREDICTED, required=False),
 ))
 

@@ -41,6 +41,8 @@ def _mode(g: Group, merged: bool) -> str:
         parts.append(f"{p.hidden_chunks} hidden chunks")
     if p.inputs_reloaded:
         parts.append("inputs loaded again")
+    if p.end_chunks > 1:
+        parts.append(f"{p.end_chunks} end chunks")
     if merged and g.halo_reuse:
         parts.append("halo reused")
     if merged and not g.weights_resident:

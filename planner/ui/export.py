@@ -50,6 +50,8 @@ def node_metadata(group: Group) -> dict[str, str]:
            if group.placement.hidden_chunks > 1 else {}),
         **({f"{METADATA_PREFIX}inputs_reloaded": "true"}
            if group.placement.inputs_reloaded else {}),
+        **({f"{METADATA_PREFIX}end_chunks": str(group.placement.end_chunks)}
+           if group.placement.end_chunks > 1 else {}),
     }
 
 

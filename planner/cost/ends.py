@@ -1,0 +1,110 @@
+"""Counters of a group whose input and output stream in channel chunks (planner.geometry.ends).
+
+Streaming the ends changes what is on chip at once and how often two maps are touched by
+the cores, nothing else:
+
+* DRAM traffic, MACs and vector ops are those of the same tile run whole (each chunk of
+  the input and of the weights is read once per tile, each chunk of the output written
+  once); so are the tile's events on the DRAM link and the cores, hence its cycles;
+* the first layer's step holds one chunk of the input, the whole output it sums into, and
+  every other map alive then; the last layer's step holds the maps it reads and one chunk of
+  its output; the steps between are those of the tile run whole;
+* every chunk after the first reads the first layer's partial sums and writes them back,
+  and reads the last layer's inputs again: (k - 1) (2 |sums| + |inputs of the last layer|)
+  more core traffic per tile;
+* streamed weights arrive as a stream of loads (planner.geometry.ends.end_stream): the
+  first layer's rows and the last layer's columns a chunk at a time, the layers between in
+  their output-channel chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.model import (
+    live_steps,
+    region_sums,
+    representative_boxes,
+    weight_bytes,
+    with_time,
+    work_counters,
+)
+from fuseplan.planner.cost.weight_stream import chunk_counts, chunk_sizes
+from fuseplan.planner.geometry.ends import Ends, EndStream, end_stream
+from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, box_elems
+from fuseplan.planner.ir.chunks import chunk_axes
+from fuseplan.planner.ir.graph import Graph
+
+
+def ends_stream(graph: Graph, io: GroupIO, ends: Ends, chunks: int, chip: Chip) -> EndStream:
+    """The weight bytes on chip at each step when the group's weights stream."""
+    dt = chip.dtype_bytes
+    first = graph.layer(ends.first)
+    columns = int(graph.constants[first.inputs[1]].shape[1])
+    rows = [(hi - lo) * columns * dt for lo, hi in ends.source_ranges(chunks)]
+    counts = chunk_counts(graph, io.layers, chip)
+    middle = [chunk_sizes(graph, graph.layer(n), counts[n], dt) if graph.layer(n).weights
+              else [] for n in io.layers[1:-1]]
+    last = graph.layer(ends.last)
+    split = chunk_axes(graph, last)
+    assert split is not None  # chunked_ends checked it
+    channels, _ = split
+    per_channel = sum(int(graph.constants[w].size) for w in set(last.weights)) // channels
+    cols = [(hi - lo) * per_channel * dt for lo, hi in ends.sink_ranges(chunks)]
+    return end_stream(rows, middle, cols)
+
+
+def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, chunks: int,
+                    tile: Tile, chip: Chip, weights_resident: bool) -> int:
+    """Exact SRAM peak over every tile and chunk: the maps of each step (the ends a chunk
+    wide) and, on single-memory chips, the weights (all of them when resident, else the
+    stream's at each step)."""
+    dt = chip.dtype_bytes
+    steps = live_steps(graph, io)
+    stream = ends_stream(graph, io, ends, chunks, chip) \
+        if chip.unified and not weights_resident else None
+    resident = weight_bytes(graph, io.weights, chip) \
+        if chip.unified and weights_resident else 0
+    src_ranges, sink_ranges = ends.source_ranges(chunks), ends.sink_ranges(chunks)
+    end = len(io.layers) - 1
+    peak = 0
+    for boxes in representative_boxes(graph, io, chains, tile):
+        elems = {t: box_elems(graph, t, b) for t, b in boxes.items()}
+        live = [sum(elems[t] for t in s if t in elems) for s in steps]
+        src, sink = elems[ends.source], elems[ends.sink]
+        for j, (lo, hi) in enumerate(src_ranges):
+            here = (live[0] - src + src // ends.reduced * (hi - lo)) * dt
+            peak = max(peak, here + (stream.first[j] if stream else 0))
+        for i in range(1, end):
+            peak = max(peak, live[i] * dt + (stream.middle[i - 1] if stream else 0))
+        for j, (lo, hi) in enumerate(sink_ranges):
+            here = (live[end] - sink + sink // ends.produced * (hi - lo)) * dt
+            peak = max(peak, here + (stream.last[j] if stream else 0))
+    return peak + resident
+
+
+def ends_core_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, chunks: int,
+                    tile: Tile, dtype_bytes: int) -> int:
+    """Core traffic the chunks add to the same tile run whole: every chunk after the first
+    reads the first layer's partial sums and writes them back, and reads the last layer's
+    inputs again."""
+    sums_of = graph.layer(ends.first).outputs[0]
+    reads = graph.layer(ends.last).fmap_inputs
+    sums = region_sums(graph, io, chains, tile, sorted({sums_of, *reads}))
+    return (chunks - 1) * (2 * sums[sums_of] + sum(sums[t] for t in reads)) * dtype_bytes
+
+
+def ends_cost(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, chunks: int,
+              tile: Tile, chip: Chip, weights_resident: bool, work: Counters | None = None
+              ) -> Counters:
+    """Predicted counters of the group run with its ends in `chunks` chunks (``work``: its
+    work_counters for this tile and residency, when the caller has them). One input buffer:
+    the ends stream chunk by chunk within the tile."""
+    base = work if work is not None else work_counters(graph, io, chains, tile, chip,
+                                                       weights_resident)
+    extra = ends_core_bytes(graph, io, chains, ends, chunks, tile, chip.dtype_bytes)
+    peak = ends_peak_bytes(graph, io, chains, ends, chunks, tile, chip, weights_resident)
+    c = replace(base, core_fmap_bytes=base.core_fmap_bytes + extra, sram_peak_bytes=peak)
+    return with_time(chip, c, False)

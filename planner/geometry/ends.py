@@ -1,0 +1,142 @@
+"""End chunks: a group whose input and output are never on chip whole, only the maps between.
+
+A chain of matrix products keeps its intermediate maps on chip while the two ends stream:
+the first layer reads the group's input in chunks of its input channels (the channels it
+sums over), each chunk with the matching rows of its weights, and adds each chunk's partial
+sums into its output, which stays on chip; the last layer computes its output in chunks of
+its output channels (each from the whole map before it and a slice of its weights) and
+writes each chunk to DRAM as soon as it is made. Per tile the DRAM traffic is that of the
+same tile run whole (every input element and every weight read once per tile, every output
+element written once); what changes is what the chip holds: the maps between the ends
+whole, the ends a chunk at a time. This is the fused mapping a loop-nest mapper finds for a
+MatMul chain (the reduction loop of the first product outermost, the output-channel loop of
+the last one outermost, the intermediate retained): with the ends streamed, a group's tile
+can cover every token, so that each weight is read once.
+
+This module finds a group's ends and the weight bytes on chip at each step; planner.cost.ends
+prices a group run so, emulator.ends runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.hidden import stream_holds
+from fuseplan.planner.geometry.regions import GroupIO, in_group_uses
+from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
+from fuseplan.planner.ir.graph import Graph, Layer
+
+
+@dataclass(frozen=True)
+class Ends:
+    """The two layers of a group that stream its input and its output in channel chunks."""
+
+    first: str  # reads `source` a chunk of its input channels at a time, summing into its output
+    source: str  # the group input it reads so
+    reduced: int  # the input channels the first layer sums over
+    last: str  # writes `sink` a chunk of its output channels at a time
+    sink: str  # the group output it writes so
+    produced: int  # the last layer's output channels
+
+    @property
+    def layers(self) -> tuple[str, str]:
+        return self.first, self.last
+
+    def source_ranges(self, chunks: int) -> list[tuple[int, int]]:
+        """The input-channel range of each chunk of the first layer."""
+        return chunk_ranges(self.reduced, chunks)
+
+    def sink_ranges(self, chunks: int) -> list[tuple[int, int]]:
+        """The output-channel range of each chunk of the last layer."""
+        return chunk_ranges(self.produced, chunks)
+
+    def makes_chunks(self, chunks: int) -> bool:
+        """Whether both ends split into exactly `chunks` chunks of ceil(C / chunks) (the last
+        possibly shorter): a count a plan may state."""
+        return len(self.source_ranges(chunks)) == chunks == len(self.sink_ranges(chunks))
+
+
+def _product_weight(graph: Graph, lay: Layer) -> str | None:
+    """The constant [K, N] matrix a MatMul multiplies its one map by (on the right), or
+    None: only such a product sums over its input's last axis with a weight row per input
+    channel."""
+    if lay.op != "MatMul" or len(lay.inputs) != 2 or len(lay.fmap_inputs) != 1 \
+            or lay.inputs[0] != lay.fmap_inputs[0] or lay.inputs[1] not in lay.weights:
+        return None
+    w = lay.inputs[1]
+    return w if len(graph.constants[w].shape) == 2 else None
+
+
+def _channels_last_whole(graph: Graph, tensor: str) -> bool:
+    """Whether a map's last axis is its channels: never cut by a tile (the layout tiles its
+    batch, rows and columns only)."""
+    shape = graph.shapes[tensor]
+    layout = graph.layout(tensor)
+    last = len(shape) - 1
+    return last not in (layout.batch_axis, layout.row_axis, layout.col_axis)
+
+
+def chunked_ends(graph: Graph, io: GroupIO) -> Ends | None:
+    """The ends of a group that can stream them, or None. The group's first layer must be a
+    MatMul by constant weights whose map is a group input read by no other layer of the
+    group; its last layer a layer computed in output-channel chunks (planner.ir.chunks)
+    whose output is the group's one output and read by none of its layers; two layers at
+    least, no reduction folded over tiles and no fused attention streaming its keys."""
+    if len(io.layers) < 2 or len(io.outputs) != 1 or io.accumulated \
+            or online_attention(graph, io) is not None:
+        return None
+    first, last = graph.layer(io.layers[0]), graph.layer(io.layers[-1])
+    w = _product_weight(graph, first)
+    if w is None:
+        return None
+    source = first.fmap_inputs[0]
+    uses = in_group_uses(graph, io)
+    if source not in io.inputs or uses.get(source, 0) != 1 or source in io.outputs \
+            or not _channels_last_whole(graph, source):
+        return None
+    sink = last.outputs[0]
+    split = chunk_axes(graph, last)
+    if split is None or io.outputs != (sink,) or uses.get(sink, 0) or len(last.outputs) != 1 \
+            or set(split[1]) != set(last.weights):  # every weight of it cut by the chunks
+        return None
+    return Ends(first.name, source, int(graph.constants[w].shape[0]), last.name, sink,
+                split[0])
+
+
+def chunk_options(ends: Ends) -> list[int]:
+    """The chunk counts a plan may state, fewest first: powers of two both ends make."""
+    out, k = [], 2
+    while k <= min(ends.reduced, ends.produced):
+        if ends.makes_chunks(k):
+            out.append(k)
+        k *= 2
+    return out
+
+
+@dataclass(frozen=True)
+class EndStream:
+    """Streamed weight bytes on chip at every step of a tile of a group run with end chunks:
+    the first layer's row slices chunk by chunk, the layers between as they always stream
+    (their output-channel chunks), the last layer's column slices chunk by chunk."""
+
+    first: tuple[int, ...]  # per chunk of the first layer
+    middle: tuple[int, ...]  # per layer between the ends
+    last: tuple[int, ...]  # per chunk of the last layer
+
+    @property
+    def most(self) -> int:
+        return max((*self.first, *self.middle, *self.last), default=0)
+
+
+def end_stream(first: Sequence[int], middle: Sequence[Sequence[int]], last: Sequence[int]
+               ) -> EndStream:
+    """The bytes on chip at each step from each load's size: the first layer's slices, each
+    middle layer's loads, the last layer's slices (each load double-buffered behind the one
+    before: planner.geometry.hidden.stream_holds)."""
+    loads = [([size], 0) for size in first] + [(list(sizes), 0) for sizes in middle] \
+        + [([size], 0) for size in last]
+    held = stream_holds(loads)
+    a, b = len(first), len(first) + len(middle)
+    return EndStream(tuple(held[:a]), tuple(held[a:b]), tuple(held[b:]))

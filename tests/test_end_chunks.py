@@ -1,0 +1,186 @@
+"""End chunks (planner.geometry.ends): a MatMul chain streams its input in chunks of the
+first product's input channels and its output in chunks of the last product's output
+channels, holding only the maps between whole. Hand-built plans and the planners' run on
+the emulator with outputs equal to onnxruntime's and every counter (the SRAM peak, the
+weights on chip and the cycles included) equal to the prediction; the four-MatMul chain of
+issue 45 plans at AccelForge FFM's bytes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hand import assert_verifies, hand_plan
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from fuseplan.planner.app import api
+from fuseplan.planner.app.planning import plan_problem
+from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.geometry.ends import chunked_ends
+from fuseplan.planner.geometry.regions import Tile, group_io
+from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.ui.cli import app
+
+
+def chain_model(products: int = 4, tokens: int = 512, width: int = 768,
+                widths: list[int] | None = None, relu_after: tuple[int, ...] = ()
+                ) -> onnx.ModelProto:
+    """A chain of MatMuls by constant [K, N] weights on [1, tokens, width] tokens (Relu
+    after the products listed in `relu_after`); `widths`: each product's output channels."""
+    outs = widths if widths is not None else [width] * products
+    nodes, inits, prev, k = [], [], "x", width
+    for i, n in enumerate(outs):
+        inits.append(numpy_helper.from_array(np.zeros((k, n), np.float32), f"w{i}"))
+        out = "y" if i == len(outs) - 1 and i not in relu_after else f"h{i}"
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [out], name=f"mm{i}"))
+        if i in relu_after:
+            nxt = "y" if i == len(outs) - 1 else f"r{i}"
+            nodes.append(helper.make_node("Relu", [out], [nxt], name=f"relu{i}"))
+            out = nxt
+        prev, k = out, n
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                       [1, tokens, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, outs[-1]])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _save(model: onnx.ModelProto, tmp_path: Path, name: str = "chain") -> str:
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_ends_of_a_chain_and_where_there_are_none(tmp_path: Path) -> None:
+    problem = api.prepare(_save(chain_model(3, 16, 8, relu_after=(1,)), tmp_path))
+    g = problem.graph
+    ends = chunked_ends(g, group_io(g, ("mm0", "mm1", "relu1", "mm2")))
+    assert ends is not None
+    assert (ends.first, ends.source, ends.reduced) == ("mm0", "x", 8)
+    assert (ends.last, ends.sink, ends.produced) == ("mm2", "y", 8)
+    assert ends.makes_chunks(4) and not ends.makes_chunks(5)  # 8 = 2 + 2 + 2 + 2: four
+    # one layer has no maps between its ends; a group ending in a Relu writes no output
+    # channels in chunks; a group starting after the input reads a map of its own making
+    for layers in (("mm0",), ("mm0", "mm1", "relu1"), ("mm1", "relu1", "mm2")):
+        found = chunked_ends(g, group_io(g, layers))
+        assert found is None or found.source != "x", layers
+
+
+@pytest.mark.parametrize(("resident", "chunks", "hardware"), [
+    (True, 4, "soma_buffer"), (False, 2, "soma_buffer"), (False, 8, "cluster4x4"),
+    (True, 4, "cluster4x4")])
+def test_hand_built_end_chunk_plans_verify(tmp_path: Path, resident: bool, chunks: int,
+                                           hardware: str) -> None:
+    problem = api.prepare(_save(chain_model(4, 24, 16, relu_after=(0, 2)), tmp_path),
+                          hardware=hardware)
+    pairs = [("mm0", "relu0", "mm1"), ("mm2", "relu2", "mm3")]
+    for th in (24, 7):
+        plan = hand_plan(problem, [Placement.of(p, Tile(1, th, 1), resident,
+                                                end_chunks=chunks) for p in pairs])
+        assert [g.placement.end_chunks for g in plan.groups] == [chunks, chunks]
+        assert_verifies(problem, plan)
+
+
+def test_end_chunks_lower_the_peak_and_add_only_core_traffic(tmp_path: Path) -> None:
+    problem = api.prepare(_save(chain_model(2, 64, 64), tmp_path), hardware="soma_buffer")
+    layers = ("mm0", "mm1")
+    whole = hand_plan(problem, [Placement.of(layers, Tile(1, 64, 1), False)])
+    ended = hand_plan(problem, [Placement.of(layers, Tile(1, 64, 1), False, end_chunks=8)])
+    a, b = whole.groups[0].predicted, ended.groups[0].predicted
+    assert b.sram_peak_bytes < a.sram_peak_bytes
+    assert (b.dram_read_bytes, b.dram_write_bytes, b.macs, b.cycles) \
+        == (a.dram_read_bytes, a.dram_write_bytes, a.macs, a.cycles)
+    assert b.core_fmap_bytes > a.core_fmap_bytes
+    assert_verifies(problem, ended)
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.integers(3, 24), widths=st.lists(st.sampled_from([4, 8, 12, 16]),
+                                                  min_size=3, max_size=4),
+       chunks=st.sampled_from([2, 4]), resident=st.booleans(), th=st.integers(1, 24),
+       hardware=st.sampled_from(["soma_buffer", "cluster4x4"]), relu=st.booleans())
+def test_random_chains_verify_with_end_chunks(tmp_path: Path, tokens: int, widths: list[int],
+                                              chunks: int, resident: bool, th: int,
+                                              hardware: str, relu: bool) -> None:
+    model = chain_model(tokens=tokens, width=widths[0], widths=widths[1:],
+                        relu_after=(0,) if relu else ())
+    problem = api.prepare(_save(model, tmp_path), hardware=hardware)
+    layers = tuple(lay.name for lay in problem.graph.layers)
+    ends = chunked_ends(problem.graph, group_io(problem.graph, layers))
+    assert ends is not None
+    if not ends.makes_chunks(chunks):
+        return
+    plan = hand_plan(problem, [Placement.of(layers, Tile(1, min(th, tokens), 1), resident,
+                                            end_chunks=chunks)])
+    report = api.verify_in_memory(problem, plan, seed=2)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
+
+
+def _ffm_problem(tmp_path: Path, sram: str, rules: str | None = None) -> api.Problem:
+    return api.prepare(_save(chain_model(), tmp_path, "mm4"), rules=rules,
+                       hardware="soma_buffer", overrides=[f"sram.bytes={sram}"])
+
+
+@pytest.mark.parametrize(("sram", "most"), [
+    ("512KiB", 1.25),
+    pytest.param("256KiB", 2.00, marks=pytest.mark.slow)])
+def test_the_four_matmul_chain_plans_at_ffm_bytes(tmp_path: Path, sram: str,
+                                                  most: float) -> None:
+    """Issue 45: 4 MatMuls ([1, 512, 768], 768 x 768 weights, int8, one shared buffer):
+    AccelForge FFM moves 2.00x the floor at 256 KiB and 1.25x at 512 KiB."""
+    problem = _ffm_problem(tmp_path, sram)
+    plan = plan_problem(problem, "shortest-path")
+    assert plan.totals.dram_bytes <= most * plan.compulsory_dram_bytes
+    assert any(g.placement.end_chunks > 1 for g in plan.groups)
+    assert_verifies(problem, plan)
+
+
+def test_without_end_chunks_the_chain_reads_its_weights_twice(tmp_path: Path) -> None:
+    """The search key turns the mode off: at 512 KiB the best plan is then the whole chain
+    in two tiles of tokens, each reading every weight (1.75x)."""
+    on = _ffm_problem(tmp_path, "512KiB")
+    off = replace(on, ruleset=replace(on.ruleset, search=replace(on.ruleset.search,
+                                                                 end_chunks=False)))
+    plan = plan_problem(off, "shortest-path")
+    assert all(g.placement.end_chunks == 1 for g in plan.groups)
+    assert plan.totals.dram_bytes == 1.75 * plan.compulsory_dram_bytes
+
+
+def test_plan_file_states_end_chunks_and_rejects_them_where_they_cannot_run(
+        tmp_path: Path) -> None:
+    path = _save(chain_model(3, 16, 8, relu_after=(1,)), tmp_path)
+    problem = api.prepare(path)
+    plan = hand_plan(problem, [Placement.of(("mm0", "mm1", "relu1", "mm2"), Tile(1, 8, 1),
+                                            False, end_chunks=4)])
+    plan_file = tmp_path / "plan.json"
+    save_plan(plan, plan_file)
+    doc = json.loads(plan_file.read_text())
+    assert doc["groups"][0]["end_chunks"] == 4
+    runner = CliRunner()
+    ok = runner.invoke(app, ["verify", path, str(plan_file)])
+    assert ok.exit_code == 0, ok.output
+    for edit, needle in ((lambda g: g.update(end_chunks=5), "do not both make 5 chunks"),
+                         (lambda g: g.update(double_buffered=True), "one input buffer"),
+                         (lambda g: g.update(layers=g["layers"][:3]), "does not start")):
+        bad = json.loads(plan_file.read_text())
+        edit(bad["groups"][0])
+        if len(bad["groups"][0]["layers"]) == 3:  # the last layer alone
+            bad["groups"].append({"id": 1, "layers": ["mm2"], "tile": {"n": 1, "h": 16,
+                                                                       "w": 1}})
+        bad_file = tmp_path / "bad.json"
+        bad_file.write_text(json.dumps(bad))
+        refused = runner.invoke(app, ["verify", path, str(bad_file)])
+        assert refused.exit_code == 2, refused.output
+        assert needle in " ".join(refused.output.split()), refused.output
+        with pytest.raises(InputError):
+            api.verify(path, bad_file)
