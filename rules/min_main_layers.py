@@ -5,8 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from fuseplan.planner.ir.graph import Graph, Layer, MapKind
 from fuseplan.planner.ir.ops import OpClass
 from fuseplan.rules.base import GroupFacts, StructuralRule, Violation, rule
+
+
+def per_token(graph: Graph, lay: Layer) -> bool:
+    """Whether a layer computes each token of its output from the same token of its inputs
+    alone: its outputs are token sequences (tokens, heads; planner.ir.layout) and every
+    feature-map input maps its rows (the tokens) one to one. A Linear layer, the steps of a
+    normalisation written out op by op (Pow, a ReduceMean over the channels, Add, Sqrt,
+    Div, Mul), a rotary embedding (Slice, Neg and Concat along the head width, Mul, Add),
+    a split into heads are; an attention's scores (every key for each query), a Gather of
+    rows by index, a conv's window are not."""
+    outs = [t for t in lay.outputs if t and t in graph.shapes]
+    if not outs or not lay.row_maps:
+        return False
+    if not all(graph.layout(t).token_like for t in (*outs, *lay.fmap_inputs)):
+        return False
+    return all(m.kind is MapKind.IDENTITY for m in lay.row_maps)
 
 
 @rule("R05", "min_main_layers", "At least k main layers")
@@ -20,6 +37,14 @@ class MinMainLayers(StructuralRule):
     Squeeze, Concat, ...: a transformer's qkv split into heads) computes nothing to call a
     fusion; it may still run its layers as one pass over the data, so that each
     intermediate arrangement stays on chip, and this rule lets it.
+    ``token_groups``: a group of per-token layers only (each token of every output computed
+    from the same token of the inputs: element-wise steps, statistics over a token's
+    channels, head splits), none of them main and at least one computing, is exempt too.
+    A decoder writes its RMSNorm and its rotary embedding out op by op, eight and seven
+    element-wise layers between its projections, each as heavy in I/O as the projection it
+    feeds: as single layers each writes and reads its whole map, fused they hold one
+    token's values on chip. Such a group fuses no I/O-heavy layer with its activation (the
+    anti-pattern), so k still binds every group that holds a main layer.
     """
 
     final_only: ClassVar[bool] = True  # growing the group can still satisfy it
@@ -27,10 +52,17 @@ class MinMainLayers(StructuralRule):
     enabled: bool = True
     k: int = field(default=2, metadata={"ge": 1})
     movement_groups: bool = True
+    token_groups: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
         if self.movement_groups and all(lay.op_class is OpClass.MOVEMENT
                                         for lay in facts.layers):
+            return None
+        # a group that only moves data is movement_groups' to allow or not; one with a main
+        # layer is what k is about (a Linear with its activation is the anti-pattern)
+        if (self.token_groups and not any(lay.is_main for lay in facts.layers)
+                and any(lay.op_class is not OpClass.MOVEMENT for lay in facts.layers)
+                and all(per_token(facts.graph, lay) for lay in facts.layers)):
             return None
         mains = sum(1 for lay in facts.layers if lay.is_main)
         if mains < self.k:
