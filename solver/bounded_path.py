@@ -250,14 +250,18 @@ class _Rounds:
     def _settle_whole(self, by_start: Mapping[Start, Groups | None], gone: set[int]) -> None:
         """Give each live whole-map edge whose start was tried its tile, or send it to
         `gone`."""
+        # each start's groups by length (a whole-map group is its start's first layers):
+        # looking up a group of hundreds of layers by its names costs as many hashes
+        lengths = {start: None if groups is None else {len(g): c for g, c in groups}
+                   for start, groups in by_start.items()}
         for e in self.live:
-            if e.whole is not None and e.whole in by_start:
-                groups = by_start[e.whole]
-                if groups is None:  # past the time limit: not searched
+            if e.whole is not None and e.whole in lengths:
+                found = lengths[e.whole]
+                if found is None:  # past the time limit: not searched
                     self.left_out += 1
                     gone.add(id(e))
                     continue
-                choice = dict(groups).get(e.layers)
+                choice = found.get(e.end - e.start)
                 if choice is None:  # not among the ends its start keeps
                     gone.add(id(e))
                     continue

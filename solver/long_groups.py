@@ -319,16 +319,24 @@ def whole_map_starts(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Start]:
     floor = [_layer_floor_bytes(graph, n, chip.dtype_bytes) for n in order]
     pools = [(x := accumulated_input(graph, graph.layer(n))) is not None and x in chunkable
              for n in order]
+    # each layer's bound with its outputs whole, where none of its maps may be chunked
+    # (with chunkable maps it depends on the start: _starts works it out there)
+    whole = [None if any(t in chunkable for t in (*lay.fmap_inputs, *lay.outputs))
+             else _layer_floor_bytes(graph, lay.name, chip.dtype_bytes, whole_outputs=True)
+             for lay in graph.layers]
     starts: list[Start] = []
+    seen: set[Start] = set()
     for cuts in cut_sets(graph, ruleset):
-        starts += [s for s in _starts(graph, chip, ruleset, cuts, chunkable, floor, pools)
-                   if s not in starts]
+        for s in _starts(graph, chip, ruleset, cuts, chunkable, floor, pools, whole):
+            if s not in seen:
+                seen.add(s)
+                starts.append(s)
     return starts
 
 
 def _starts(graph: Graph, chip: Chip, ruleset: RuleSet, cuts: list[int],
-            chunkable: dict[str, tuple[str, int]], floor: list[int], pools: list[bool]
-            ) -> list[Start]:
+            chunkable: dict[str, tuple[str, int]], floor: list[int], pools: list[bool],
+            whole: list[int | None]) -> list[Start]:
     """The whole-map groups worth trying from each start after one of `cuts` (and the
     first layer), between those cuts: each start's ends, by the cheap bound."""
     order = [lay.name for lay in graph.layers]
@@ -360,9 +368,13 @@ def _starts(graph: Graph, chip: Chip, ruleset: RuleSet, cuts: list[int],
             if worst <= e or (chunks and pooled and weight_bytes(graph, weights, chip)
                               > resident_cap):
                 break
-            if e - start + 1 > limit and _layer_floor_bytes(
-                    graph, order[e], chip.dtype_bytes, inside, whole_outputs=True) <= cap:
-                fitting.append(e)
+            if e - start + 1 > limit:
+                bound = whole[e]
+                if bound is None:
+                    bound = _layer_floor_bytes(graph, order[e], chip.dtype_bytes, inside,
+                                               whole_outputs=True)
+                if bound <= cap:
+                    fitting.append(e)
         if fitting:
             cheap = sorted(fitting, key=lambda e: crossing_bytes.get(e, 0))
             starts.append(Start(tuple(order[start:fitting[-1] + 1]),
@@ -380,6 +392,11 @@ class Start:
     layers: tuple[str, ...]
     ends: tuple[int, ...]
     cheap: tuple[int, ...]
+
+    def __hash__(self) -> int:
+        # equal starts share their first layer, length and ends: hashing those spares
+        # hashing every layer name of a run of hundreds each time a start is looked up
+        return hash((self.layers[0], len(self.layers), self.ends))
 
 
 def start_groups(ctx: Context, start: Start

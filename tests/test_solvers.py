@@ -177,14 +177,21 @@ def test_layer_solver_total_is_the_layer_by_layer_baseline(store: ModelStore,
 
 def test_whole_network_shortcut(store: ModelStore) -> None:
     """Seed 004: a network that fits on chip (and is not too deep: at most
-    search.max_group_layers layers) runs as one group at the compulsory floor, but only if
-    the rules allow that group."""
+    search.max_group_layers layers, or any depth where whole-map groups of any length are
+    allowed, search.long_whole_map_groups) runs as one group at the compulsory floor, but
+    only if the rules allow that group."""
     p = with_rules(prepare(str(store.path("residual_net"))), search={"max_group_layers": 32})
     for solver in ("cpsat", "shortest-path", "greedy"):
         plan = plan_problem(p, solver)
         assert len(plan.groups) == 1 and plan.totals.dram_bytes == plan.compulsory_dram_bytes
-    deep = with_rules(p, search={"max_group_layers": 12})  # 17 layers: too deep
-    assert plan_problem(deep, "cpsat").solver["status"] != "WHOLE_NETWORK_ON_CHIP"
+    # 17 layers: past max_group_layers, a whole-map group still (the path finds it too)
+    deep = with_rules(p, search={"max_group_layers": 12})
+    assert plan_problem(deep, "cpsat").solver["status"] == "WHOLE_NETWORK_ON_CHIP"
+    found = plan_problem(with_rules(deep, search={"whole_network_first": False}),
+                         "shortest-path")
+    assert [g.layers for g in found.groups] == [plan.groups[0].layers]
+    too_deep = with_rules(deep, search={"long_whole_map_groups": False})
+    assert plan_problem(too_deep, "cpsat").solver["status"] != "WHOLE_NETWORK_ON_CHIP"
     strict = with_rules(p, min_main_layers={"k": 50})
     plan = plan_problem(strict, "cpsat")
     assert all(not g.fused for g in plan.groups), describe(plan)

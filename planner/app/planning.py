@@ -60,7 +60,7 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     first = rs.search.whole_network_first and solver != "layer"
     if first and progress is not None:
         progress(Progress("whole network"))
-    whole = whole_network(problem) if first else None
+    whole = whole_network(problem, deep=goal is Objective.TRAFFIC) if first else None
     if whole is not None:
         at_once: dict[str, Any] = {"name": solver, "status": "WHOLE_NETWORK_ON_CHIP",
                                    "gap": 0.0, "wall_s": round(time.perf_counter() - started, 3)}
@@ -167,14 +167,19 @@ def _gap_to_floor(plan: Plan) -> Plan:
     return dc_replace(plan, solver=info)
 
 
-def whole_network(problem: Problem) -> Placement | None:
+def whole_network(problem: Problem, deep: bool = False) -> Placement | None:
     """The one-group placement when every weight and the largest live set fit on chip and the
-    enabled rules allow the network as one fused group."""
+    enabled rules allow the network as one fused group. ``deep``: also past
+    search.max_group_layers where whole-map groups of any length are allowed (the traffic
+    objective: the group moves the compulsory floor, which no plan beats; the path would
+    find it after weighing every whole-map group of a deep network)."""
     from fuseplan.solver.tiles import GroupSearch
 
     g = problem.graph
     layers = tuple(lay.name for lay in g.layers)
-    if len(layers) > problem.ruleset.search.max_group_layers:  # seed 004: "not too deep"
+    settings = problem.ruleset.search
+    if len(layers) > settings.max_group_layers \
+            and not (deep and settings.long_whole_map_groups):  # seed 004: "not too deep"
         return None
     search = GroupSearch.of(g, layers, problem.chip, problem.ruleset)
     tile = search.tile_of(search.heights()[0])

@@ -74,6 +74,13 @@ def group_floor_bytes(graph: Graph, io: GroupIO, chains: GroupChains, chip: Chip
     return (loaded + stored) * chip.dtype_bytes + weight_bytes(graph, io.weights, chip)
 
 
+def _made_by(at: np.ndarray, size: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per end, the bytes of the tensors whose position `at` is no later than it."""
+    order = np.argsort(at, kind="stable")
+    sums = np.concatenate(([0], np.cumsum(size[order])))
+    return sums[np.searchsorted(at[order], ends, side="right")]
+
+
 @dataclass(frozen=True)
 class IntervalFloors:
     """Floors of intervals of the layer order without the walk group_floor_bytes takes:
@@ -120,16 +127,22 @@ class IntervalFloors:
             return []
         ordered = sorted(set(ends))
         ends_at = np.array(ordered, np.int64)
-        made = (self.born >= start)[None, :] & (self.born[None, :] <= ends_at[:, None])
-        stored = (made & (self.last[None, :] > ends_at[:, None])) @ self.size
+        # a tensor made in the group is stored when it is used past the end: of those made
+        # from `start` on, the ones made by each end less the ones last used by it (a
+        # tensor is last used no earlier than it is made), by sorted sums: a deep network's
+        # starts each bind hundreds of ends in one pass over its tensors
+        mine = self.born >= start
+        stored = _made_by(self.born[mine], self.size[mine], ends_at) \
+            - _made_by(self.last[mine], self.size[mine], ends_at)
         held, at = 0, start
         seen: set[str] = set()
         weights = []
         for e in ordered:
             for p in range(at, e + 1):
-                new = set(self.weights[p]) - seen
-                held += weight_bytes(self.graph, new, self.chip)
-                seen |= new
+                new = [w for w in self.weights[p] if w not in seen]
+                if new:
+                    held += weight_bytes(self.graph, new, self.chip)
+                    seen.update(new)
             at = max(at, e + 1)
             weights.append(held)
         by_end = {e: int(s) + w for e, s, w in zip(ordered, stored, weights, strict=True)}
