@@ -145,6 +145,7 @@ def test_the_four_matmul_chain_plans_at_ffm_bytes(tmp_path: Path, sram: str,
     assert_verifies(problem, plan)
 
 
+@pytest.mark.slow
 def test_without_end_chunks_the_chain_reads_its_weights_twice(tmp_path: Path) -> None:
     """The search key turns the mode off: at 512 KiB the best plan is then the whole chain
     in two tiles of tokens, each reading every weight (1.75x)."""
@@ -184,3 +185,16 @@ def test_plan_file_states_end_chunks_and_rejects_them_where_they_cannot_run(
         assert needle in " ".join(refused.output.split()), refused.output
         with pytest.raises(InputError):
             api.verify(path, bad_file)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sram", ["256KiB", "512KiB"])
+def test_floors_stay_below_end_chunk_costs(tmp_path: Path, sram: str) -> None:
+    """The bounded path's proof holds with end chunks: no group's floor is above its best
+    searched cost, the end-chunk choices among them (tests/test_bounds)."""
+    from tests.test_bounds import _floors_hold, candidate_searches
+
+    problem = _ffm_problem(tmp_path, sram)
+    assert _floors_hold(problem, most=4) >= 10
+    best = [s.best() for _, _, s in candidate_searches(problem, 4)]
+    assert any(c is not None and c.end_chunks > 1 for c in best)
