@@ -16,11 +16,11 @@ Rules apply to fused groups; a layer left alone is always allowed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
-from fuseplan.planner.ir.graph import Layer
+from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.rules.encoding import Candidate, Encoding
 from fuseplan.rules.facts import GroupFacts
 
@@ -111,6 +111,15 @@ class StructuralRule(Rule):
     def encode(self, enc: Encoding, cand: Candidate) -> None:
         if self.check(cand.facts_any_tile) is not None:
             enc.model.add_bool_or([cand.selected.Not(), enc.rule_lits[self.key].Not()])
+
+    def spans_allowed(self, graph: Graph, spans: Sequence[tuple[int, Sequence[int]]]
+                      ) -> list[list[bool]] | None:
+        """For each (start, ends) of positions in the layer order, whether the rule allows
+        the group of the layers from start through each end, decided from the layers alone;
+        None where it cannot tell so (each group is then checked whole, as check does). A
+        deep network's whole-map starts keep millions of such groups: a rule that can bound
+        them by counts spares a walk of each (solver.long_groups.whole_map_starts)."""
+        return None
 
 
 def adjacent_pairs(facts: GroupFacts) -> Iterator[tuple[Layer, Layer]]:

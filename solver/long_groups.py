@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from math import ceil
-from typing import Any
+from typing import Any, cast
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.budget import Budget
@@ -50,6 +50,7 @@ from fuseplan.planner.geometry.hidden import chunkable_maps
 from fuseplan.planner.geometry.regions import Tile, accumulated_input, group_io
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.mode import Mode
+from fuseplan.rules.base import StructuralRule
 from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.bisect import first_passing
 from fuseplan.solver.groups import breaks_structure, is_connected, is_convex
@@ -331,7 +332,30 @@ def whole_map_starts(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Start]:
             if s not in seen:
                 seen.add(s)
                 starts.append(s)
-    return starts
+    return _allowed_ends(graph, ruleset, starts)
+
+
+def _allowed_ends(graph: Graph, ruleset: RuleSet, starts: list[Start]) -> list[Start]:
+    """The starts with only the ends every structural rule that can tell from the layers
+    alone allows (StructuralRule.spans_allowed); a start left with none is dropped."""
+    at = [graph.index(s.layers[0]) for s in starts]
+    keep = [[True] * len(s.ends) for s in starts]
+    for r in ruleset.enabled:
+        if not r.is_structural:
+            continue
+        found = cast(StructuralRule, r).spans_allowed(
+            graph, [(a, [a + e for e in s.ends]) for a, s in zip(at, starts, strict=True)])
+        if found is not None:
+            keep = [[k and f for k, f in zip(ks, fs, strict=True)]
+                    for ks, fs in zip(keep, found, strict=True)]
+    out = []
+    for s, ks in zip(starts, keep, strict=True):
+        ends = tuple(e for e, k in zip(s.ends, ks, strict=True) if k)
+        if ends:
+            allowed = set(ends)
+            out.append(Start(s.layers[:ends[-1] + 1], ends,
+                             tuple(e for e in s.cheap if e in allowed)))
+    return out
 
 
 def _starts(graph: Graph, chip: Chip, ruleset: RuleSet, cuts: list[int],
