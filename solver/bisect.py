@@ -1,4 +1,5 @@
-"""Bisection over a list whose predicate fails on a prefix and holds on the rest."""
+"""Bisection over a list whose predicate fails on a prefix and holds on the rest, and the seed's
+greedy tile-height searches (halve until a height fits, or grow until the next would not)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,40 @@ def chunked_heights(heights: Sequence[int], fits_with_most: Callable[[int], bool
         found += 1
         if found >= kept:
             return
+
+
+def halve_to_fit(fits: Callable[[int], bool], low: int, high: int) -> int | None:
+    """Halve until a height fits, then refine toward the last one that did not (1/2, 3/4...)."""
+    if fits(high):
+        return high
+    bad, th = high, high
+    while th > low:
+        th = max(low, th // 2)
+        if fits(th):
+            good = th
+            while bad - good > 1:  # refine the ratio so the tile ends close to the memory size
+                mid = (good + bad) // 2
+                if fits(mid):
+                    good = mid
+                else:
+                    bad = mid
+            return good
+        bad = th
+    return None
+
+
+def grow_to_fit(fits: Callable[[int], bool], low: int, high: int) -> int | None:
+    """Grow the tile from the smallest until the next step would not fit."""
+    if not fits(low):
+        return None
+    th = low
+    step = 1
+    while th < high:
+        nxt = min(high, th + step)
+        if not fits(nxt):
+            if step == 1:
+                break
+            step = 1
+            continue
+        th, step = nxt, step * 2
+    return th

@@ -11,7 +11,7 @@ traffic: partial sums read back, the last layer's inputs read again), single-buf
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from fuseplan.hardware.chip import Chip
@@ -115,20 +115,12 @@ class EndSearch:
         return hidden_room(self.chip, self.peak(tile, resident, chunks),
                            self.weights_on_chip(resident, chunks))
 
-    def tallest(self, heights: Sequence[int], tile_of: Callable[[int], Tile], resident: bool,
-                rules: tuple[Rule, ...]) -> list[tuple[int, int]]:
-        """(height, chunks) of up to TALLEST of `heights` (tallest first) that fit with the
-        most chunks and pass the rules, each with its fewest chunks."""
-        most = self.chunk_options()[-1]
-        top = first_passing(list(heights),
-                            lambda th: not self.physical(tile_of(th), resident, most))
-        if top is None:
-            return []
-        out: list[tuple[int, int]] = []
-        for th in heights[list(heights).index(top):][:4 * TALLEST]:
-            k = self.fewest_chunks(tile_of(th), resident, rules)
-            if k is not None:
-                out.append((th, k))
-                if len(out) >= TALLEST:
-                    break
-        return out
+    def fits_at(self, tile_of: Callable[[int], Tile], resident: bool, chunks: int, th: int
+                ) -> bool:
+        """The tile th rows tall (`tile_of`: its search's tiles) fits with `chunks` chunks."""
+        return not self.physical(tile_of(th), resident, chunks)
+
+    def fewest_at(self, tile_of: Callable[[int], Tile], resident: bool,
+                  rules: tuple[Rule, ...], th: int) -> int | None:
+        """fewest_chunks of the tile th rows tall (`tile_of`: its search's tiles)."""
+        return self.fewest_chunks(tile_of(th), resident, rules)

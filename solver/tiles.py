@@ -8,7 +8,7 @@ search scans every height from the top instead of bisecting.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from math import ceil
@@ -57,7 +57,8 @@ from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.base import GroupFacts, Rule, Violation
 from fuseplan.rules.encoding import tile_floor
 from fuseplan.rules.ruleset import RuleSet
-from fuseplan.solver.bisect import chunked_heights, first_passing
+from fuseplan.solver.bisect import chunked_heights, first_passing, grow_to_fit, halve_to_fit
+from fuseplan.solver.ends import TALLEST as END_TALLEST
 from fuseplan.solver.ends import EndSearch
 from fuseplan.solver.hidden import TALLEST as HIDDEN_TALLEST
 from fuseplan.solver.hidden import HiddenSearch, chunk_violations
@@ -532,23 +533,32 @@ class GroupSearch:
         if ends is None:
             return []
         chosen = tuple(self.ruleset.enabled if rules is None else rules)
+        most = ends.chunk_options()[-1]
         out = []
+        for at, resident, heights in self._taller(found):
+            for th, k in chunked_heights(
+                    heights, partial(ends.fits_at, at.tile_of, resident, most),
+                    partial(ends.fewest_at, at.tile_of, resident, chosen), END_TALLEST):
+                tile = at.tile_of(th)
+                cost = ends.cost(tile, resident, k, at.work(tile, resident))
+                mode = Mode.of(resident=resident, end_chunks=k)
+                rank = _rank(cost, objective, self.ruleset, self.chip,
+                             TileChoice(tile, mode, cost))
+                idle = idle_dram_cycles(self.chip, cost, False) if with_room else 0
+                room = ends.room(tile, resident, k) if with_room else 0
+                out.append(Option(rank, tile, mode, cost, idle, room))
+        return out
+
+    def _taller(self, found: Sequence[Option]) -> Iterator[tuple[GroupSearch, bool, list[int]]]:
+        """Per batch split and weight residency: the search at that split, the residency and
+        the heights taller than any option `found` there (chunks let taller tiles fit; at
+        one height they change no DRAM byte)."""
         for tn in self.batch_options():
             at = self.at_batch(tn)
             for resident in (True, False):
                 done = max((o.tile.h for o in found if o.tile.n == tn
                             and o.resident == resident), default=0)
-                heights = [th for th in at.heights() if th > done]
-                for th, k in ends.tallest(heights, at.tile_of, resident, chosen):
-                    tile = at.tile_of(th)
-                    cost = ends.cost(tile, resident, k, at.work(tile, resident))
-                    mode = Mode.of(resident=resident, end_chunks=k)
-                    rank = _rank(cost, objective, self.ruleset, self.chip,
-                                 TileChoice(tile, mode, cost))
-                    idle = idle_dram_cycles(self.chip, cost, False) if with_room else 0
-                    room = ends.room(tile, resident, k) if with_room else 0
-                    out.append(Option(rank, tile, mode, cost, idle, room))
-        return out
+                yield at, resident, [th for th in at.heights() if th > done]
 
     def _head_fits_at(self, at: GroupSearch, double_buffered: bool, chunks: int, th: int
                       ) -> bool:
@@ -586,18 +596,13 @@ class GroupSearch:
         chosen = tuple(self.ruleset.enabled if rules is None else rules)
         out = []
         for hidden in (h for h in searches if h is not None):
-            for tn in self.batch_options():
-                at = self.at_batch(tn)
-                for resident in (True, False):
-                    done = max((o.tile.h for o in found if o.tile.n == tn
-                                and o.resident == resident), default=0)
-                    heights = [th for th in at.heights() if th > done]
-                    for th, k in chunked_heights(
-                            heights, partial(_fits_hidden, hidden, at, resident, most),
-                            partial(_fewest_hidden, hidden, at, resident, chosen),
-                            HIDDEN_TALLEST):
-                        out += self._hidden_buffers(hidden, at.tile_of(th), resident, k,
-                                                    objective, chosen, with_room)
+            for at, resident, heights in self._taller(found):
+                for th, k in chunked_heights(
+                        heights, partial(_fits_hidden, hidden, at, resident, most),
+                        partial(_fewest_hidden, hidden, at, resident, chosen),
+                        HIDDEN_TALLEST):
+                    out += self._hidden_buffers(hidden, at.tile_of(th), resident, k,
+                                                objective, chosen, with_room)
         return out
 
     def _hidden_buffers(self, hidden: HiddenSearch, tile: Tile, resident: bool, k: int,
@@ -733,8 +738,9 @@ class GroupSearch:
         heights = self.heights()
         low, high = heights[-1], heights[0]
         for resident in (True, False):
-            th = _large_to_small(self, low, high, resident, chosen) if how == "large_to_small" \
-                else _small_to_large(self, low, high, resident, chosen)
+            fits = partial(self.feasible, resident=resident, rules=chosen)
+            th = halve_to_fit(fits, low, high) if how == "large_to_small" \
+                else grow_to_fit(fits, low, high)
             if th is not None:
                 tile = self.tile_of(th)
                 return self.choice(tile, Mode.of(
@@ -753,42 +759,3 @@ def _fewest_hidden(hidden: HiddenSearch, search: GroupSearch, resident: bool,
                    rules: tuple[Rule, ...], th: int) -> int | None:
     """The fewest hidden chunks with which the tile th rows tall fits and passes `rules`."""
     return hidden.fewest_chunks(search.tile_of(th), resident, False, rules)
-
-
-def _large_to_small(s: GroupSearch, low: int, high: int, resident: bool,
-                    rules: tuple[Rule, ...]) -> int | None:
-    """Halve until a height fits, then refine toward the last one that did not (1/2, 3/4...)."""
-    if s.feasible(high, resident, rules):
-        return high
-    bad, th = high, high
-    while th > low:
-        th = max(low, th // 2)
-        if s.feasible(th, resident, rules):
-            good = th
-            while bad - good > 1:  # refine the ratio so the tile ends close to the memory size
-                mid = (good + bad) // 2
-                if s.feasible(mid, resident, rules):
-                    good = mid
-                else:
-                    bad = mid
-            return good
-        bad = th
-    return None
-
-
-def _small_to_large(s: GroupSearch, low: int, high: int, resident: bool,
-                    rules: tuple[Rule, ...]) -> int | None:
-    """Grow the tile from the smallest until the next step would not fit."""
-    if not s.feasible(low, resident, rules):
-        return None
-    th = low
-    step = 1
-    while th < high:
-        nxt = min(high, th + step)
-        if not s.feasible(nxt, resident, rules):
-            if step == 1:
-                break
-            step = 1
-            continue
-        th, step = nxt, step * 2
-    return th

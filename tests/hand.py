@@ -3,13 +3,21 @@ the check that such a plan runs as predicted."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
 
 from fuseplan.planner.app import api
 from fuseplan.planner.app.assemble import assemble, layer_placements
+from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.ui.cli import app
 
 
 def hand_plan(problem: api.Problem, placements: Sequence[Placement]) -> Plan:
@@ -28,3 +36,15 @@ def assert_verifies(problem: api.Problem, plan: Plan, seed: int = 3) -> None:
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
     assert not report.capacity_violations, [v.describe() for v in report.capacity_violations]
+
+
+def assert_refused(model: str, doc: dict[str, Any], folder: Path, needle: str) -> None:
+    """A plan file holding `doc` is refused by `verify` (exit 2, a message with `needle`)
+    and by the API (InputError)."""
+    bad_file = folder / "bad.json"
+    bad_file.write_text(json.dumps(doc))
+    refused = CliRunner().invoke(app, ["verify", model, str(bad_file)])
+    assert refused.exit_code == 2, refused.output
+    assert needle in " ".join(refused.output.split()), refused.output
+    with pytest.raises(InputError):
+        api.verify(model, bad_file)

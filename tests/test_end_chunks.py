@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from hand import assert_verifies, hand_plan
+from hand import assert_refused, assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 
 from fuseplan.planner.app import api
 from fuseplan.planner.app.planning import plan_problem
-from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.plan.json_io import save_plan
@@ -178,13 +177,7 @@ def test_plan_file_states_end_chunks_and_rejects_them_where_they_cannot_run(
         if len(bad["groups"][0]["layers"]) == 3:  # the last layer alone
             bad["groups"].append({"id": 1, "layers": ["mm2"], "tile": {"n": 1, "h": 16,
                                                                        "w": 1}})
-        bad_file = tmp_path / "bad.json"
-        bad_file.write_text(json.dumps(bad))
-        refused = runner.invoke(app, ["verify", path, str(bad_file)])
-        assert refused.exit_code == 2, refused.output
-        assert needle in " ".join(refused.output.split()), refused.output
-        with pytest.raises(InputError):
-            api.verify(path, bad_file)
+        assert_refused(path, bad, tmp_path, needle)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from hand import assert_verifies, hand_plan
+from hand import assert_refused, assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 
 from fuseplan.planner.app import api
 from fuseplan.planner.app.explain import recheck
-from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.geometry.hidden import stretches
 from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.ir.graph import Graph
@@ -281,10 +280,4 @@ def test_plan_file_states_hidden_chunks_and_rejects_them_where_they_cannot_run(
             rest = [n for n in doc["groups"][0]["layers"][3:]]
             bad["groups"] += [{"id": 1 + k, "layers": [n], "tile": {"n": 1, "h": 24, "w": 1}}
                               for k, n in enumerate(rest)]
-        bad_file = tmp_path / "bad.json"
-        bad_file.write_text(json.dumps(bad))
-        refused = runner.invoke(app, ["verify", path, str(bad_file)])
-        assert refused.exit_code == 2, refused.output
-        assert needle in " ".join(refused.output.split()), refused.output
-        with pytest.raises(InputError):
-            api.verify(path, bad_file)
+        assert_refused(path, bad, tmp_path, needle)
