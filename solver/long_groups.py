@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from math import ceil
-from typing import Any, cast
+from typing import Any
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.budget import Budget
@@ -341,9 +341,9 @@ def _allowed_ends(graph: Graph, ruleset: RuleSet, starts: list[Start]) -> list[S
     at = [graph.index(s.layers[0]) for s in starts]
     keep = [[True] * len(s.ends) for s in starts]
     for r in ruleset.enabled:
-        if not r.is_structural:
+        if not isinstance(r, StructuralRule):  # others are checked group by group
             continue
-        found = cast(StructuralRule, r).spans_allowed(
+        found = r.spans_allowed(
             graph, [(a, [a + e for e in s.ends]) for a, s in zip(at, starts, strict=True)])
         if found is not None:
             keep = [[k and f for k, f in zip(ks, fs, strict=True)]
