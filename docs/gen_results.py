@@ -188,7 +188,9 @@ def results_index() -> str:
         "- [Planning time against depth](scale.md): ResNets and DenseNets built from their "
         "published structure, up to 668 layers (`bench/scale`).",
         "- [The latency objective](latency.md): latency plans against traffic plans on the "
-        "onnx zoo, proven optimal and verified (`bench/latency`).\n",
+        "onnx zoo, proven optimal and verified (`bench/latency`).",
+        "- [AccelForge FFM side by side](peers.md): fuseplan against the Fast and Fusiest "
+        "mapper on a MatMul chain and a transformer block, 256 KiB to 2 MiB (`bench/peers`).\n",
         "## The bundled examples\n",
         "The three small CNNs of `examples/` (each with its own small chip, so that groups "
         "are fused and tiled), from their committed plan files; `make test` verifies each "
@@ -205,6 +207,8 @@ def results_index() -> str:
         "| `bench/scale` | planning time against depth (the data of [this page](scale.md)) |",
         "| `bench/latency` | latency (or energy) plans against traffic plans on the zoo (the "
         "data of [this page](latency.md)) |",
+        "| `bench/peers` | fuseplan against AccelForge's FFM on the same workloads, where "
+        "AccelForge is installed (the data of [this page](peers.md)) |",
         "| `bench/batch`, `bench/weights` | batches and weight streaming, against published "
         "schedulers |",
         "| `bench/pareto`, `bench/partition`, `bench/dynamic`, `bench/sweep` | cycles/energy "
@@ -332,5 +336,42 @@ def latency_page() -> str:
         "path\": the bounded shortest path over pairs of consecutive groups proved the plan "
         "optimal without CP-SAT ([solvers](../how/solvers.md)). Times are whole commands "
         "(process start included) on the machine the provenance line names.\n",
+        *rows, "",
+    ]).rstrip() + "\n"
+
+
+def peers_page() -> str:
+    """fuseplan against AccelForge's FFM on the same workloads (bench/peers --json)."""
+    doc = json.loads((RESULTS / "peers.json").read_text())
+    rows = ["| workload | buffer | floor B | fuseplan B | × floor | verified | FFM B | × floor "
+            "| fuseplan / FFM | fuseplan s | FFM s |",
+            "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for r in doc["rows"]:
+        ours, ffm, floor = r["fuseplan"], r.get("ffm") or {}, r["floor_bytes"]
+        theirs = ffm.get("dram_bytes")
+        rows.append(
+            f"| {r['workload']} | {r['buffer']} | {floor:,} | {ours['dram_bytes']:,} | "
+            f"{ours['dram_bytes'] / floor:.2f} | {'yes' if ours.get('verified') else 'no'} | "
+            + (f"{theirs:,} | {theirs / floor:.2f} | {ours['dram_bytes'] / theirs:.2f} | "
+               if theirs else "not finished | – | – | ")
+            + f"{ours['wall_s']:.1f} | "
+            + (f"{ffm['wall_s']:.1f} |" if theirs else "– |"))
+    return "\n".join([
+        GENERATED.format(source="docs/results/peers.json (bench/peers)"),
+        "# Results: AccelForge's FFM side by side\n",
+        _provenance("peers.json") + "\n",
+        "The same workloads planned by fuseplan and mapped by AccelForge's Fast and Fusiest "
+        "mapper (FFM, run from a Python 3.12 venv of its own): a chain of four MatMuls "
+        "(`[512, 768]` input, four 768 × 768 weights) and a GPT-2-small-like transformer "
+        "block (width 768, 12 heads, MLP 3072, 512 tokens, no mask), 8-bit, one on-chip "
+        "buffer of the stated size shared by weights and maps (fuseplan's `soma_buffer` "
+        "with `sram.bytes` set; FFM's simple architecture with every operand kept in that "
+        "buffer and only DRAM bits costed). Both count every input, weight and output "
+        "once plus every spill; \"× floor\" is over fuseplan's floor. fuseplan's plans "
+        "are verified (outputs against onnxruntime, every byte counter against the "
+        "emulator). On the chain fuseplan's end chunks reach FFM's bytes at every size "
+        "([fusion techniques](../how/techniques.md)); on the block FFM retains maps "
+        "across the residual and fuses the attention at 512 KiB where fuseplan does not. "
+        "Wall seconds: fuseplan's planning call, FFM's mapper call.\n",
         *rows, "",
     ]).rstrip() + "\n"

@@ -60,6 +60,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/results/scale.md": gen_results.scale_page,
     "docs/results/scale.svg": gen_results.scale_svg,
     "docs/results/latency.md": gen_results.latency_page,
+    "docs/results/peers.md": gen_results.peers_page,
 }
 
 
