@@ -42,6 +42,13 @@ def _provenance(name: str) -> str:
             ).strip()
 
 
+def _page_head(name: str, bench: str, title: str) -> list[str]:
+    """The first lines of a results page: the generated-file marker, its title and where its
+    JSON (docs/results/`name`, written by `bench`) comes from."""
+    return [GENERATED.format(source=f"docs/results/{name} ({bench})"),
+            f"# Results: {title}\n", _provenance(name) + "\n"]
+
+
 def short_provenance(name: str) -> str:
     """One line: which bench run a results table comes from."""
     src = _sources()[name]
@@ -131,9 +138,7 @@ def zoo2026_page() -> str:
     rows = zoo2026_rows()
     described = "\n".join(f"- `{name}`: {what}" for name, what in ZOO2026_MODELS.items())
     return "\n".join([
-        GENERATED.format(source="docs/results/zoo2026.json (bench/zoo2026 --json)"),
-        "# Results: current architectures\n",
-        _provenance("zoo2026.json") + "\n",
+        *_page_head("zoo2026.json", "bench/zoo2026 --json", "current architectures"),
         "Each model is planned with CP-SAT on the default chip (`cluster4x4`: fp16, 4 "
         "clusters of 4 cores, 2 MiB SRAM per cluster) at its exported input size, the plan "
         "is written to a file, and that file is verified: seeded random weights in place of "
@@ -291,9 +296,7 @@ def scale_page() -> str:
              f"{r['command_s']:.1f} |" for r in doc["rows"]]
     limit = doc["time_limit_run"]
     return "\n".join([
-        GENERATED.format(source="docs/results/scale.json (bench/scale)"),
-        "# Results: planning time against depth\n",
-        _provenance("scale.json") + "\n",
+        *_page_head("scale.json", "bench/scale", "planning time against depth"),
         "ResNet-18/34/50/101/152 and DenseNet-121/169/201, built from their published layer "
         "lists at 224 × 224 (`bench/families.py`), and the onnx zoo's ResNet-50 and "
         "DenseNet-121, each planned with CP-SAT on the default chip in a fresh `fuseplan "
@@ -324,9 +327,7 @@ def latency_page() -> str:
              f"{r['solve_s']:.1f} | {'yes' if r.get('verified') else 'no'} |"
              for r in doc["rows"]]
     return "\n".join([
-        GENERATED.format(source="docs/results/latency.json (bench/latency)"),
-        "# Results: the latency objective\n",
-        _provenance("latency.json") + "\n",
+        *_page_head("latency.json", "bench/latency", "the latency objective"),
         "Each model of the onnx zoo is planned twice on the default chip, each in a fresh "
         "`fuseplan solve` process with the default time limit: once for DRAM traffic, once "
         "for cycles (`--objective latency`), and the latency plan is verified (outputs "
@@ -357,9 +358,7 @@ def peers_page() -> str:
             + f"{ours['wall_s']:.1f} | "
             + (f"{ffm['wall_s']:.1f} |" if theirs else "– |"))
     return "\n".join([
-        GENERATED.format(source="docs/results/peers.json (bench/peers)"),
-        "# Results: AccelForge's FFM side by side\n",
-        _provenance("peers.json") + "\n",
+        *_page_head("peers.json", "bench/peers", "AccelForge's FFM side by side"),
         "The same workloads planned by fuseplan and mapped by AccelForge's Fast and Fusiest "
         "mapper (FFM, run from a Python 3.12 venv of its own): a chain of four MatMuls "
         "(`[512, 768]` input, four 768 × 768 weights) and a GPT-2-small-like transformer "

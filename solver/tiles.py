@@ -8,7 +8,7 @@ search scans every height from the top instead of bisecting.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from math import ceil
@@ -463,6 +463,22 @@ class GroupSearch:
             front = [front[round(k * (len(front) - 1) / (most - 1))] for k in range(most)]
         return [self.option_choice(o) for o in front[:most]]
 
+    def _option(self, objective: Objective, tile: Tile, mode: Mode, cost: Counters,
+                with_room: bool, room: Callable[[], int]) -> Option:
+        """A costed choice as an option: its rank under the objective and, where a next
+        group's prefetch is weighed (``with_room``), the DRAM idle cycles it leaves and the
+        `room` on chip (asked only then)."""
+        rank = _rank(cost, objective, self.ruleset, self.chip, TileChoice(tile, mode, cost))
+        if not with_room:
+            return Option(rank, tile, mode, cost, 0, 0)
+        return Option(rank, tile, mode, cost,
+                      idle_dram_cycles(self.chip, cost, mode.double_buffered), room())
+
+    def _room_at(self, tile: Tile, resident: bool, double_buffered: bool, halo_reuse: bool
+                 ) -> int:
+        """prefetch_room of a tile run tiles outer."""
+        return prefetch_room(self.facts(tile, resident, double_buffered, halo_reuse))
+
     def option_choice(self, o: Option) -> TileChoice:
         """The option's tile with its full predicted cost."""
         if o.mode.passes > 1 or o.mode.hidden_chunks > 1 or o.mode.end_chunks > 1:
@@ -514,12 +530,9 @@ class GroupSearch:
                     tile = at.tile_of(th)
                     cost = head_chunked_cost(self.graph, self.layers, tile, self.chip, db, k)
                     mode = Mode.of(double_buffered=db, hidden_chunks=k)
-                    rank = _rank(cost, objective, self.ruleset, self.chip,
-                                 TileChoice(tile, mode, cost))
-                    idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-                    # as CP-SAT prices it (solver.cpsat._pinned_room): no weights
-                    room = passes_room(self.chip, cost.sram_peak_bytes, 0) if with_room else 0
-                    out.append(Option(rank, tile, mode, cost, idle, room))
+                    # room as CP-SAT prices it (solver.cpsat._pinned_room): no weights
+                    out.append(self._option(objective, tile, mode, cost, with_room, partial(
+                        passes_room, self.chip, cost.sram_peak_bytes, 0)))
         return out
 
     def _end_options(self, objective: Objective, rules: Iterable[Rule] | None,
@@ -542,11 +555,8 @@ class GroupSearch:
                 tile = at.tile_of(th)
                 cost = ends.cost(tile, resident, k, at.work(tile, resident))
                 mode = Mode.of(resident=resident, end_chunks=k)
-                rank = _rank(cost, objective, self.ruleset, self.chip,
-                             TileChoice(tile, mode, cost))
-                idle = idle_dram_cycles(self.chip, cost, False) if with_room else 0
-                room = ends.room(tile, resident, k) if with_room else 0
-                out.append(Option(rank, tile, mode, cost, idle, room))
+                out.append(self._option(objective, tile, mode, cost, with_room,
+                                        partial(ends.room, tile, resident, k)))
         return out
 
     def _taller(self, found: Sequence[Option]) -> Iterator[tuple[GroupSearch, bool, list[int]]]:
@@ -619,10 +629,8 @@ class GroupSearch:
             cost = hidden.cost(tile, resident, db, k, work)
             mode = Mode.of(resident=resident, double_buffered=db, hidden_chunks=k,
                            inputs_reloaded=hidden.inputs_reloaded)
-            rank = _rank(cost, objective, self.ruleset, self.chip, TileChoice(tile, mode, cost))
-            idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-            room = hidden.room(tile, resident, db, k) if with_room else 0
-            out.append(Option(rank, tile, mode, cost, idle, room))
+            out.append(self._option(objective, tile, mode, cost, with_room,
+                                    partial(hidden.room, tile, resident, db, k)))
         return out
 
     def _pass_options(self, objective: Objective, rules: Iterable[Rule] | None,
@@ -646,11 +654,8 @@ class GroupSearch:
                 cost = passes.cost(th, db, k)
                 mode = Mode.of(double_buffered=db, passes=count, inputs_held=held,
                                hidden_chunks=k, maps_held=maps)
-                rank = _rank(cost, objective, self.ruleset, self.chip,
-                             TileChoice(tile, mode, cost))
-                idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-                room = passes.room(th, db, k) if with_room else 0
-                out.append(Option(rank, tile, mode, cost, idle, room))
+                out.append(self._option(objective, tile, mode, cost, with_room,
+                                        partial(passes.room, th, db, k)))
         return out
 
     def _height_options(self, objective: Objective, rules: Iterable[Rule] | None,
@@ -694,12 +699,8 @@ class GroupSearch:
                         continue
                     cost = with_time(self.chip, work, db)
                     mode = Mode.of(resident=resident, double_buffered=db, halo_reuse=reuse)
-                    rank = _rank(cost, objective, self.ruleset, self.chip,
-                                 TileChoice(tile, mode, cost))
-                    idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-                    room = prefetch_room(self.facts(tile, resident, db, reuse)) \
-                        if with_room else 0
-                    out.append(Option(rank, tile, mode, cost, idle, room))
+                    out.append(self._option(objective, tile, mode, cost, with_room, partial(
+                        self._room_at, tile, resident, db, reuse)))
         if self.bands == 1 and self.can_sweep_weights():
             out += self._sweep_options(objective, heights, with_room)
         return out
@@ -717,11 +718,8 @@ class GroupSearch:
                     continue
                 cost = self.quick_cost(tile, False, db, weights_outer=True)
                 mode = Mode.of(resident=False, double_buffered=db, weights_outer=True)
-                rank = _rank(cost, objective, self.ruleset, self.chip,
-                             TileChoice(tile, mode, cost))
-                idle = idle_dram_cycles(self.chip, cost, db) if with_room else 0
-                room = prefetch_room(facts) if with_room else 0
-                out.append(Option(rank, tile, mode, cost, idle, room))
+                out.append(self._option(objective, tile, mode, cost, with_room,
+                                        partial(prefetch_room, facts)))
         return out
 
     def search(self, how: str, rules: Iterable[Rule] | None = None) -> TileChoice | None:
