@@ -333,7 +333,7 @@ def _offset_axes(graph: Graph, lay: Layer) -> dict[int, tuple[int, AxisMap]]:
 def _pad_box_widths(graph: Graph, lay: Layer, args: list[np.ndarray | None], out_box: Box,
                     in_box: Box) -> list[np.ndarray | None]:
     """A constant Pad's pads name the whole map; along rows or columns it pads with an
-    offset (planner.front.graph_build._pad_maps) a tile pads its input box to its own box:
+    offset (planner.ir.index_maps) a tile pads its input box to its own box:
     the rows before the box's first input row and after its last."""
     rank = graph.layout(lay.fmap_inputs[0]).rank
     given = np.array(args[1], np.int64).reshape(-1)
@@ -355,7 +355,7 @@ def _pad_box_widths(graph: Graph, lay: Layer, args: list[np.ndarray | None], out
 def _slice_box_bounds(graph: Graph, lay: Layer, args: list[np.ndarray | None]
                       ) -> list[np.ndarray | None]:
     """A Slice's starts and ends name the whole map; along rows or columns it cuts with an
-    offset (planner.front.graph_build._slice_maps) the input box is already the tile's
+    offset (planner.ir.index_maps) the input box is already the tile's
     rows, so those axes are taken whole."""
     layout = graph.layout(lay.fmap_inputs[0])
     offset = list(_offset_axes(graph, lay))

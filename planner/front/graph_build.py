@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -14,12 +14,12 @@ from onnx import numpy_helper
 
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.front.attention_fusion import fuse_attention
+from fuseplan.planner.front.axes import layer_maps
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
 from fuseplan.planner.front.onnx_load import LoadedModel
 from fuseplan.planner.front.reductions import (
     channels_last_reduction,
-    partial_reduction_maps,
     reduced_axes,
 )
 from fuseplan.planner.front.regroup import regroup_layout
@@ -30,7 +30,7 @@ from fuseplan.planner.front.sliding import (
     with_kernel_shape,
 )
 from fuseplan.planner.front.windows import regroup_rows, window_layout
-from fuseplan.planner.ir.graph import IDENTITY, WHOLE, AxisMap, Graph, Layer, MapKind
+from fuseplan.planner.ir.graph import WHOLE, Graph, Layer
 from fuseplan.planner.ir.layout import (
     Layout,
     LayoutKind,
@@ -80,23 +80,6 @@ def _tensor_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _upsample_factor(spec: OpSpec, attrs: dict[str, Any], in_len: int,
-                     out_len: int) -> AxisMap:
-    """Nearest-neighbour integer upsampling is row-local when output row i reads input row
-    i // f: sampled at floor(i/f), or at the nearest centre; everything else needs the whole
-    axis. The op's attribute defaults say how it samples (Upsample always floors)."""
-    if out_len % in_len or attrs.get("mode", "nearest") != "nearest":
-        return WHOLE
-    f = out_len // in_len
-    if f == 1:
-        return IDENTITY
-    attrs = spec.with_defaults(attrs)
-    ctm, nearest = attrs["coordinate_transformation_mode"], attrs["nearest_mode"]
-    floors = ctm == "asymmetric" and nearest == "floor"
-    centred = ctm in ("half_pixel", "pytorch_half_pixel") and nearest.startswith("round_prefer")
-    return AxisMap(MapKind.UPSAMPLE, stride=f) if floors or centred else WHOLE
-
-
 @dataclass(frozen=True)
 class _Fmap:
     """One feature-map input of a node against its output: shapes and layouts."""
@@ -113,314 +96,6 @@ class _Fmap:
             return False
         (na, _, ha, wa), (nb, _, hb, wb) = la.dims(self.shape), lb.dims(self.out_shape)
         return (na, ha, wa) == (nb, hb, wb)
-
-
-def _upsample_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-                   ) -> tuple[AxisMap, AxisMap]:
-    """Resize / Upsample of rows and columns only: per-axis factors; otherwise as LOCAL."""
-    shape, out_shape, lin, lout = f.shape, f.out_shape, f.layout, f.out_layout
-    if lin == lout and len(lin.tiled_axes) == 2 and all(
-            shape[a] == out_shape[a] for a in range(lin.rank) if a not in lin.tiled_axes):
-        r, c = lin.tiled_axes
-        return (_upsample_factor(spec, attrs, shape[r], out_shape[r]),
-                _upsample_factor(spec, attrs, shape[c], out_shape[c]))
-    return _local_maps(spec, attrs, f, opset)
-
-
-def _local_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-                ) -> tuple[AxisMap, AxisMap]:
-    return (IDENTITY, IDENTITY) if f.same_extent() else (WHOLE, WHOLE)
-
-
-def _concat_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-                 ) -> tuple[AxisMap, AxisMap]:
-    """Row-local unless the inputs are stacked along rows or columns."""
-    if not f.same_extent():
-        return WHOLE, WHOLE
-    lay = f.out_layout
-    axis = attrs.get("axis", 1) % lay.rank
-    return (WHOLE, WHOLE) if axis in lay.tiled_axes else (IDENTITY, IDENTITY)
-
-
-def _transpose_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-                    ) -> tuple[AxisMap, AxisMap]:
-    """Row-local when the permutation takes the input's batch, rows and columns to the
-    output's (in place, or into a channels-last stretch and back)."""
-    if not f.same_extent():
-        return WHOLE, WHOLE
-    lin, lout = f.layout, f.out_layout
-    perm = list(attrs.get("perm", range(lout.rank)[::-1]))
-    kept = all(perm[b] == a for a, b in ((lin.batch_axis, lout.batch_axis),
-                                         (lin.row_axis, lout.row_axis),
-                                         (lin.col_axis, lout.col_axis)) if b is not None)
-    return (IDENTITY, IDENTITY) if kept else (WHOLE, WHOLE)
-
-
-def _norm_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-               ) -> tuple[AxisMap, AxisMap]:
-    """LayerNormalization over axes `axis`..: per position when those are channel axes."""
-    if not f.same_extent():
-        return WHOLE, WHOLE
-    lay = f.out_layout
-    normalized = set(range(int(attrs.get("axis", -1)) % lay.rank, lay.rank))
-    return (IDENTITY, IDENTITY) if normalized <= set(lay.channel_axes) else (WHOLE, WHOLE)
-
-
-def _linear_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-                 ) -> tuple[AxisMap, AxisMap]:
-    """MatMul (Gemm without transA) by a constant contracts the input's last axis: per
-    position when that axis holds the channels (channels last, tokens), else it needs the
-    input whole."""
-    if not f.same_extent() or f.layout.channel_axes[-1:] != (f.layout.rank - 1,) \
-            or attrs.get("transA", 0):
-        return WHOLE, WHOLE
-    return IDENTITY, IDENTITY
-
-
-def _product_maps(fmaps: Sequence[_Fmap]) -> tuple[list[AxisMap], list[AxisMap]]:
-    """MatMul of two feature maps, A @ B over their last two axes (attention's q @ k^T and
-    p @ v): output row i is A's row i against all of B. A's rows stay row-local when A and
-    the output are tiled along their second-to-last axis with the same batch and rows and B
-    is not broadcast; A's contracted columns and all of B are needed whole (a tile computes
-    every output column and keeps its own)."""
-    whole = [WHOLE] * len(fmaps)
-    if len(fmaps) != 2:
-        return whole, whole
-    a, b = fmaps
-    lin, lout = a.layout, a.out_layout
-    aligned = (lin.spatial and lout.spatial and lin.row_axis == lin.rank - 2
-               and lout.row_axis == lout.rank - 2
-               and len(a.shape) == len(b.shape) == len(a.out_shape) >= 3
-               and a.shape[:-1] == a.out_shape[:-1] and b.shape[:-2] == a.shape[:-2])
-    if aligned:
-        return [IDENTITY, WHOLE], whole
-    # tiled along a batch axis of the product (Swin's windows, planner.front.windows): each
-    # row of the output is its own product of that row of A and that row of B
-    lb, r = b.layout, lin.row_axis
-    batched = (r is not None and r < lin.rank - 2 and lout.row_axis == r
-               and lb.row_axis == r and lin.batch_axis is None and lout.batch_axis is None
-               and len(a.shape) == len(b.shape) == len(a.out_shape) >= 3
-               and a.shape[:-2] == b.shape[:-2] == a.out_shape[:-2])
-    return ([IDENTITY, IDENTITY], whole) if batched else (whole, whole)
-
-
-def _softmax_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-                  ) -> tuple[AxisMap, AxisMap]:
-    """Whole along the axes normalized over (from `axis` on before opset 13, `axis` after)."""
-    if not f.same_extent():
-        return WHOLE, WHOLE
-    lay = f.out_layout
-    rank = lay.rank
-    axis = attrs.get("axis", 1 if opset < 13 else -1) % rank
-    reduced = set(range(axis, rank)) if opset < 13 else {axis}
-    return (WHOLE if lay.row_axis in reduced else IDENTITY,
-            WHOLE if lay.col_axis in reduced else IDENTITY)
-
-
-def _select_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-                 ) -> tuple[AxisMap, AxisMap]:
-    """Gather: per position when it picks along a channel axis (q, k or v of a stacked
-    projection), else whole (it may pick any row)."""
-    if not f.same_extent():
-        return WHOLE, WHOLE
-    axis = int(attrs.get("axis", 0)) % f.layout.rank
-    return (IDENTITY, IDENTITY) if axis in f.layout.channel_axes else (WHOLE, WHOLE)
-
-
-def _whole_maps(spec: OpSpec, attrs: dict[str, Any], f: _Fmap, opset: int
-                ) -> tuple[AxisMap, AxisMap]:
-    return WHOLE, WHOLE
-
-
-def _slice_maps(inputs: Sequence[str], constants: Mapping[str, np.ndarray], f: _Fmap,
-                opset: int) -> tuple[AxisMap, AxisMap] | None:
-    """Slice with step 1 along the rows or columns of a map whose layout it keeps (Swin's
-    cyclic shift: rows [3, 56) and [0, 3)): output row r is input row r + start, an OFFSET
-    map; None for anything else (a cut of the batch, steps, bounds not known)."""
-    lin, lout = f.layout, f.out_layout
-    if opset < 10 or lin != lout or not lin.spatial or len(inputs) < 3:
-        return None
-    given = [constants.get(t) if t else None for t in inputs[1:5]]
-    if any(t and t not in constants for t in inputs[1:5]) or given[0] is None \
-            or given[1] is None:
-        return None
-    starts = given[0].reshape(-1).tolist()
-    axes = given[2].reshape(-1).tolist() if len(given) > 2 and given[2] is not None \
-        else list(range(len(starts)))
-    steps = given[3].reshape(-1).tolist() if len(given) > 3 and given[3] is not None \
-        else [1] * len(starts)
-    shifts: dict[int, int] = {}
-    for axis, start, step in zip(axes, starts, steps, strict=True):
-        axis = int(axis) % lin.rank
-        if axis not in (lin.row_axis, lin.col_axis):
-            if axis == lin.batch_axis:
-                return None
-            continue
-        if step != 1:
-            return None
-        extent = f.shape[axis]
-        shifts[axis] = min(max(int(start) + extent if start < 0 else int(start), 0), extent)
-    if lin.batch_axis is not None and f.shape[lin.batch_axis] != f.out_shape[lin.batch_axis]:
-        return None
-    return _offsets(f, {axis: -start for axis, start in shifts.items()})
-
-
-def _offsets(f: _Fmap, pads: Mapping[int, int]) -> tuple[AxisMap, AxisMap]:
-    """Row and column maps of a Slice or Pad: OFFSET by the rows before the input's first
-    (`pads` by axis; negative: cut) along an axis it cuts or pads, else IDENTITY."""
-    lay = f.layout
-    return tuple(  # type: ignore[return-value]
-        IDENTITY if axis is None or (not pads.get(axis) and f.shape[axis] == f.out_shape[axis])
-        else AxisMap(MapKind.OFFSET, pad=pads.get(axis, 0))
-        for axis in (lay.row_axis, lay.col_axis))
-
-
-def _pad_maps(attrs: dict[str, Any], inputs: Sequence[str],
-              constants: Mapping[str, np.ndarray], f: _Fmap, opset: int
-              ) -> tuple[AxisMap, AxisMap] | None:
-    """Constant Pad along the rows or columns of a map whose layout it keeps (Swin pads its
-    map to whole windows): output row r is input row r - (rows padded before), an OFFSET
-    map, rows past the input's are the pad value; None for anything else (a pad of the
-    batch, edge or reflect modes, pads not known)."""
-    lin = f.layout
-    if opset < 11 or lin != f.out_layout or not lin.spatial \
-            or attrs.get("mode", "constant") != "constant" or len(inputs) < 2 \
-            or inputs[1] not in constants \
-            or (len(inputs) > 3 and inputs[3] and inputs[3] not in constants):
-        return None
-    pads = constants[inputs[1]].reshape(-1).tolist()
-    axes = constants[inputs[3]].reshape(-1).tolist() if len(inputs) > 3 and inputs[3] \
-        else list(range(lin.rank))
-    before = {int(a) % lin.rank: int(pads[i]) for i, a in enumerate(axes) if pads[i]
-              or pads[len(axes) + i]}
-    if lin.batch_axis in before:
-        return None
-    return _offsets(f, before)
-
-
-def _stacked_maps(attrs: dict[str, Any], inputs: Sequence[str], fmaps: Sequence[_Fmap]
-                  ) -> tuple[list[AxisMap], list[AxisMap]] | None:
-    """Concat of feature maps only along the rows or columns of maps of one layout (Swin's
-    cyclic shift joins rows [3, 56) and [0, 3)): input i holds the output's rows from the
-    extents of the inputs before it on, an OFFSET map each; None for any other Concat (a
-    constant joined along the tokens, ViT's class token, keeps the tokens whole)."""
-    lout = fmaps[0].out_layout
-    axis = int(attrs.get("axis", 1)) % lout.rank
-    if len(fmaps) != sum(1 for t in inputs if t) or not lout.spatial \
-            or axis not in (lout.row_axis, lout.col_axis) or any(
-            f.layout != lout or any(f.shape[a] != f.out_shape[a]
-                                    for a in range(lout.rank) if a != axis)
-            for f in fmaps):
-        return None
-    rows, cols, at = [], [], 0
-    for f in fmaps:
-        shift = AxisMap(MapKind.OFFSET, pad=at)
-        rows.append(shift if axis == lout.row_axis else IDENTITY)
-        cols.append(shift if axis == lout.col_axis else IDENTITY)
-        at += f.shape[axis]
-    return rows, cols
-
-
-# Per map rule, (spec, attrs, the input against the output, opset) -> (row map, column map)
-# of one fmap input. WINDOW and TRANSPOSED need the weights and pads: `_layer` builds them and
-# falls back to these (a conv without a 2-D kernel needs its inputs whole).
-_MapFn = Callable[[OpSpec, dict[str, Any], _Fmap, int], tuple[AxisMap, AxisMap]]
-_MAPS: Mapping[MapRule, _MapFn] = MappingProxyType({
-    MapRule.WINDOW: _whole_maps,
-    MapRule.TRANSPOSED: _whole_maps,
-    MapRule.UPSAMPLE: _upsample_maps,
-    MapRule.LOCAL: _local_maps,
-    MapRule.CONCAT: _concat_maps,
-    MapRule.TRANSPOSE: _transpose_maps,
-    MapRule.NORM: _norm_maps,
-    MapRule.LINEAR: _linear_maps,
-    MapRule.SOFTMAX: _softmax_maps,
-    MapRule.SELECT: _select_maps,
-    MapRule.SLICE: _local_maps,  # a cut along rows or columns: its offset (_NODE_MAPS)
-    MapRule.PAD: _local_maps,  # and a pad along them
-    MapRule.REDUCE: _whole_maps,  # over the rows or columns (channel axes: _NODE_MAPS)
-    MapRule.WHOLE: _whole_maps,
-    MapRule.ATTENTION: _whole_maps,  # never used: _NODE_MAPS maps the queries
-})
-
-
-@dataclass(frozen=True)
-class _NodeView:
-    """A node as the map rules that look at all its inputs at once see it."""
-
-    attrs: dict[str, Any]
-    inputs: Sequence[str]  # every input, constants included
-    constants: Mapping[str, np.ndarray]
-    fmaps: Sequence[_Fmap]
-    opset: int
-
-
-_Maps = tuple[list[AxisMap], list[AxisMap]]
-
-
-def _linear_node(v: _NodeView) -> _Maps | None:
-    return _product_maps(v.fmaps) if len(v.fmaps) != 1 else None
-
-
-def _attention_node(v: _NodeView) -> _Maps | None:
-    """The queries as q @ k^T has them, keys and values whole."""
-    rows, cols = _product_maps(v.fmaps[:2])
-    extra = [WHOLE] * (len(v.fmaps) - 2)
-    return rows + extra, cols + extra
-
-
-def _slice_node(v: _NodeView) -> _Maps | None:
-    cut = _slice_maps(v.inputs, v.constants, v.fmaps[0], v.opset) if v.fmaps else None
-    return None if cut is None else ([cut[0]], [cut[1]])
-
-
-def _pad_node(v: _NodeView) -> _Maps | None:
-    padded = _pad_maps(v.attrs, v.inputs, v.constants, v.fmaps[0], v.opset) \
-        if v.fmaps else None
-    return None if padded is None else ([padded[0]], [padded[1]])
-
-
-def _reduce_node(v: _NodeView) -> _Maps | None:
-    """A keepdims reduction over channel axes only (RMSNorm's mean over a token's channels,
-    a mean over the channels of a pixel) reads each position's own channels: identity; one
-    that folds one tiled axis keeps the other (planner.front.reductions)."""
-    if len(v.fmaps) != 1 or not int(v.attrs.get("keepdims", 1)):
-        return None
-    f = v.fmaps[0]
-    reduced = reduced_axes(v.attrs, v.inputs, v.constants, len(f.shape))
-    if reduced is None:  # no axes: all of them (or none, a no-op)
-        return None
-    if f.same_extent() and reduced <= set(f.layout.channel_axes) \
-            and f.layout.rank == f.out_layout.rank:
-        return [IDENTITY], [IDENTITY]
-    partial = partial_reduction_maps(reduced, f.layout, f.out_layout, f.shape, f.out_shape)
-    return None if partial is None else ([partial[0]], [partial[1]])
-
-
-def _concat_node(v: _NodeView) -> _Maps | None:
-    return _stacked_maps(v.attrs, v.inputs, v.fmaps) if v.fmaps else None
-
-
-# Map rules that look at the whole node (every input, the constants): their maps where they
-# apply, else None and the per-input rule of _MAPS
-_NODE_MAPS: Mapping[MapRule, Callable[[_NodeView], _Maps | None]] = MappingProxyType({
-    MapRule.LINEAR: _linear_node,  # a product of two feature maps
-    MapRule.ATTENTION: _attention_node,
-    MapRule.SLICE: _slice_node,
-    MapRule.PAD: _pad_node,
-    MapRule.CONCAT: _concat_node,  # along rows or columns
-    MapRule.REDUCE: _reduce_node,  # over channel axes
-})
-
-
-def _maps(spec: OpSpec, node: _NodeView) -> _Maps:
-    """Row and column maps per feature-map input, by the op's map rule."""
-    whole = _NODE_MAPS.get(spec.maps)
-    found = whole(node) if whole is not None else None
-    if found is not None:
-        return found
-    pairs = [_MAPS[spec.maps](spec, node.attrs, f, node.opset) for f in node.fmaps]
-    return [r for r, _ in pairs], [c for _, c in pairs]
 
 
 # ops whose output keeps a channels-last input's layout when the batch, rows and columns
@@ -690,9 +365,8 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         spec, attrs, fmap, out_shape, layouts, shapes)
     _record_layout(layouts, outputs, given, carried_all=carry is not None)
     out_layout = given or layout_of(out_shape)
-    fmaps = [_Fmap(shape, out_shape, lay, out_layout)
-             for shape, lay in zip(in_shapes, in_layouts, strict=True)]
-    rows, cols = _maps(spec, _NodeView(attrs, inputs, constants, fmaps, opset))
+    rows, cols = layer_maps(spec, attrs, inputs, constants, shapes, out_shape, opset,
+                            in_layouts, out_layout)
     if partition is not None and in_layouts[0].row_axis is not None \
             and partition.row_axis is not None:
         rows = [regroup_rows(in_shapes[0], in_layouts[0].row_axis, out_shape,

@@ -15,9 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from fuseplan.planner.ir.graph import IDENTITY, WHOLE, AxisMap
-from fuseplan.planner.ir.layout import Layout
-
 # axes of a rank-4 map only a channels-last reading gives a part: its rows and columns
 # together, or its channels
 _CHANNELS_LAST_AXES = (frozenset({1, 2}), frozenset({3}))
@@ -45,30 +42,3 @@ def channels_last_reduction(axes: frozenset[int] | None, rank: int) -> bool:
     map; other axes (one row axis, all of them, axes not known) say nothing of a
     channels-last reading, and are not taken for one."""
     return rank == 4 and axes in _CHANNELS_LAST_AXES
-
-
-def partial_reduction_maps(reduced: frozenset[int], layout: Layout, out_layout: Layout,
-                           in_shape: Sequence[int], out_shape: Sequence[int]
-                           ) -> tuple[AxisMap, AxisMap] | None:
-    """Row and column maps of a keepdims reduction that folds one tiled axis (and channels)
-    but keeps the other, in a map whose layout its output keeps: a mean over the columns of
-    an NCHW map keeps each row (rows IDENTITY, columns WHOLE). None where no tiled axis is
-    kept (a pool over every tiled axis folds tile by tile, or needs its input whole:
-    planner.geometry.regions.accumulated_input) or the axes are not the layout's."""
-    if not layout.spatial or layout != out_layout or len(in_shape) != len(out_shape):
-        return None
-    b = layout.batch_axis
-    # a batch of one folded away (ReduceMean over every axis but the last) moves nothing
-    unit_batch = {b} if b is not None and in_shape[b] == 1 else set()
-    if not reduced <= set(layout.channel_axes) | set(layout.tiled_axes) | unit_batch:
-        return None
-    maps = []
-    for axis in (layout.row_axis, layout.col_axis):
-        if axis is not None and axis in reduced:
-            maps.append(WHOLE)
-        elif axis is None or in_shape[axis] == out_shape[axis]:
-            maps.append(IDENTITY)
-        else:
-            return None
-    kept = [a for a in layout.tiled_axes if a not in reduced]
-    return (maps[0], maps[1]) if kept else None

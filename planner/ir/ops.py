@@ -38,7 +38,8 @@ class OpClass(StrEnum):
 
 
 class MapRule(StrEnum):
-    """How the graph builder derives a layer's row and column maps (planner.front.graph_build).
+    """Which semantics an op's index maps follow (planner.ir.index_maps), from which the
+    graph builder reads a layer's row and column maps (planner.front.axes).
 
     Every rule but WINDOW, TRANSPOSED, SLICE, PAD and CONCAT (offsets along the rows or
     columns they cut, pad or join) maps an input whose batch, rows and columns differ from
