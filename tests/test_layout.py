@@ -11,6 +11,7 @@ import pytest
 
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import ZOO, LoadedModel
+from fuseplan.planner.ir.index_maps import IndexMap, facts_of, index_maps, regrouped
 from fuseplan.planner.ir.layout import (
     Layout,
     LayoutKind,
@@ -18,13 +19,12 @@ from fuseplan.planner.ir.layout import (
     flat,
     heads,
     layout_of,
-    moved_axis,
     nchw,
     nhwc,
     sequence,
     tokens,
 )
-from fuseplan.planner.ir.ops import AxisMove
+from fuseplan.planner.ir.ops import AxisMove, op_spec
 
 
 def _old_dims(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -134,27 +134,53 @@ def test_zoo_tensors_get_the_layouts_the_code_assumed(
 ])
 def test_moved_axis(move: AxisMove, axis: int, shapes: tuple[tuple[int, ...], ...],
                     axes: tuple[int, ...], lands: int | None) -> None:
-    assert moved_axis(move, axis, shapes[0], shapes[1], axes) == lands
+    """Where a movement op's index map lands an input axis whole."""
+    moved = _moved(move, shapes[0], shapes[1], axes)
+    assert moved.lands(axis) == lands
     if lands is not None:
         assert shapes[1][lands] == shapes[0][axis]
 
 
+def _moved(move: AxisMove, in_shape: tuple[int, ...], out_shape: tuple[int, ...],
+           axes: tuple[int, ...]) -> IndexMap:
+    """The index map of the movement op `move` stands for: Reshape, Transpose (perm `axes`),
+    Squeeze and Unsqueeze (`axes`), Split along axes[0], or a Gather of one index when
+    axes[1:] == (-1,)."""
+    if move is AxisMove.REGROUP:
+        return regrouped(in_shape, out_shape)
+    op, attrs, shapes = {
+        AxisMove.PERMUTE: ("Transpose", {"perm": list(axes)}, [in_shape]),
+        AxisMove.SQUEEZE: ("Squeeze", {}, [in_shape, (len(axes),)]),
+        AxisMove.UNSQUEEZE: ("Unsqueeze", {}, [in_shape, (len(axes),)]),
+    }.get(move, ("Gather" if axes[1:] == (-1,) else "Split", {"axis": axes[0]},
+                 [in_shape, () if axes[1:] == (-1,) else (1,)]))
+    facts = facts_of(op_spec(op), attrs, shapes, [0], out_shape, 17,
+                     axes=axes if move in (AxisMove.SQUEEZE, AxisMove.UNSQUEEZE) else None)
+    return index_maps(facts)[0]
+
+
 def test_carried_token_layouts() -> None:
     # heads split off the channels: batch and tokens stay; [3, B, H, L, d] after the permute
-    split = carried(AxisMove.REGROUP, tokens(), (8, 197, 576), (8, 197, 3, 3, 64), ())
+    split = carried(tokens(), (8, 197, 576), (8, 197, 3, 3, 64),
+                    regrouped((8, 197, 576), (8, 197, 3, 3, 64)).lands)
     assert split == sequence(5, 0, 1)
     assert split is not None and split.channel_axes == (2, 3, 4)
-    stacked = carried(AxisMove.PERMUTE, split, (8, 197, 3, 3, 64), (3, 8, 3, 197, 64),
-                      (2, 0, 3, 1, 4))
+    stacked = carried(split, (8, 197, 3, 3, 64), (3, 8, 3, 197, 64),
+                      _moved(AxisMove.PERMUTE, (8, 197, 3, 3, 64), (3, 8, 3, 197, 64),
+                             (2, 0, 3, 1, 4)).lands)
     assert stacked is not None and (stacked.batch_axis, stacked.row_axis) == (1, 3)
     # squeezing the stack axis gives the canonical heads layout
-    assert carried(AxisMove.SQUEEZE, stacked, (1, 8, 3, 197, 64), (8, 3, 197, 64),
-                   (0,)) == heads()
+    assert carried(stacked, (1, 8, 3, 197, 64), (8, 3, 197, 64),
+                   _moved(AxisMove.SQUEEZE, (1, 8, 3, 197, 64), (8, 3, 197, 64),
+                          (0,)).lands) == heads()
     # a batch of eight merged into the heads is lost: no layout is carried
     seq_first = sequence(3, 1, 0)
-    assert carried(AxisMove.REGROUP, seq_first, (197, 8, 768), (197, 96, 64), ()) is None
+    assert carried(seq_first, (197, 8, 768), (197, 96, 64),
+                   regrouped((197, 8, 768), (197, 96, 64)).lands) is None
     # a batch of one may merge away; the tokens carry on
-    one = carried(AxisMove.REGROUP, seq_first, (197, 1, 768), (197, 12, 64), ())
+    one = carried(seq_first, (197, 1, 768), (197, 12, 64),
+                  regrouped((197, 1, 768), (197, 12, 64)).lands)
     assert one is not None and (one.batch_axis, one.row_axis) == (None, 0)
     # feature maps are not token tensors: nothing is carried from NCHW
-    assert carried(AxisMove.REGROUP, nchw(), (1, 8, 4, 4), (1, 8, 16), ()) is None
+    assert carried(nchw(), (1, 8, 4, 4), (1, 8, 16),
+                   regrouped((1, 8, 4, 4), (1, 8, 16)).lands) is None

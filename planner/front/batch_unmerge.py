@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from fuseplan.planner.ir.index_maps import regrouped
 from fuseplan.planner.ir.layout import Layout, carried, layout_of
 from fuseplan.planner.ir.ops import AxisMove, MapRule, OpClass, OpSpec, op_spec
 
@@ -120,7 +121,8 @@ class BatchRestatement:
             return
         in_shape, out_shape = self.shapes[x], self.shapes[out]
         if in_shape[in_layout.batch_axis] == 1 \
-                or carried(AxisMove.REGROUP, in_layout, in_shape, out_shape, ()) is not None:
+                or carried(in_layout, in_shape, out_shape,
+                           regrouped(in_shape, out_shape).lands) is not None:
             return
         fine = finer_shape(in_shape, out_shape, (in_layout.batch_axis, in_layout.row_axis))
         if fine is not None and fine != out_shape and self._followed(out, fine):

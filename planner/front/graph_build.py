@@ -14,7 +14,7 @@ from onnx import numpy_helper
 
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.front.attention_fusion import fuse_attention
-from fuseplan.planner.front.axes import layer_maps
+from fuseplan.planner.front.axes import layer_maps, node_index_maps
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
 from fuseplan.planner.front.onnx_load import LoadedModel
@@ -31,12 +31,12 @@ from fuseplan.planner.front.sliding import (
 )
 from fuseplan.planner.front.windows import regroup_rows, window_layout
 from fuseplan.planner.ir.graph import WHOLE, Graph, Layer
+from fuseplan.planner.ir.index_maps import IndexMap
 from fuseplan.planner.ir.layout import (
     Layout,
     LayoutKind,
     carried,
     layout_of,
-    moved_axis,
     ncl,
     nhwc,
     sequence,
@@ -150,48 +150,6 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
                                                  and len(shapes[t]) == 4)
         if lay is not None and lay.kind is LayoutKind.NHWC and kept:
             return lay
-    return None
-
-
-def _move_axes(spec: OpSpec, attrs: dict[str, Any], node: onnx.NodeProto,
-               constants: Mapping[str, np.ndarray], in_shape: tuple[int, ...],
-               out_shape: tuple[int, ...], opset: int) -> tuple[int, ...] | None:
-    """The axes argument planner.ir.layout.moved_axis takes for this node, None when they
-    are not known at planning time (a non-constant axes or indices input)."""
-    move = spec.axis_move
-
-    def given(rank: int) -> tuple[int, ...] | None:
-        if opset < 13:
-            values = attrs.get("axes")
-        elif len(node.input) > 1 and node.input[1]:
-            if node.input[1] not in constants:
-                return None
-            values = constants[node.input[1]].reshape(-1).tolist()
-        else:
-            values = None
-        if values is None:
-            return None
-        return tuple(sorted(int(a) % rank for a in values))
-
-    if move is AxisMove.PERMUTE:
-        return tuple(int(p) for p in attrs.get("perm", range(len(in_shape))[::-1]))
-    if move is AxisMove.REGROUP:
-        return ()
-    if move is AxisMove.SQUEEZE:
-        axes = given(len(in_shape))
-        return tuple(a for a, n in enumerate(in_shape) if n == 1) if axes is None else axes
-    if move is AxisMove.UNSQUEEZE:
-        return given(len(out_shape))
-    if move is AxisMove.SELECT:
-        # input 1 says what is taken (Split's sizes, Gather's indices): a scalar index
-        # drops the axis, a list keeps it, and without it Split cuts equal parts
-        axis = int(attrs.get("axis", 0)) % max(1, len(in_shape))
-        if len(node.input) < 2 or not node.input[1]:
-            return (axis,)
-        taken = constants.get(node.input[1])
-        if taken is None or taken.ndim > 1:
-            return None
-        return (axis, -1) if taken.ndim == 0 else (axis,)
     return None
 
 
@@ -354,8 +312,8 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     w_shape = shapes.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
     in_layouts = [layouts.get(t) or layout_of(shapes[t]) for t in fmap]
     attrs = with_kernel_shape(spec, attrs, w_shape)
-    carry, batch_kept = _carried_layout(node, spec, attrs, constants, in_shapes, in_layouts,
-                                        out_shape, opset)
+    carry, batch_kept = _carried_layout(node, spec, attrs, constants, shapes, in_shapes,
+                                        in_layouts, out_shape, opset)
     # a step of a window partition or its reverse: tiled along window rows or windows
     # or a merge of rows and columns into a sequence, or its reverse (planner.front.regroup)
     partition = (window_layout(in_layouts[0], in_shapes[0], out_shape)
@@ -430,7 +388,8 @@ def _weights(spec: OpSpec, inputs: Sequence[str],
 
 
 def _carried_layout(node: onnx.NodeProto, spec: OpSpec, attrs: dict[str, Any],
-                    constants: Mapping[str, np.ndarray], in_shapes: Sequence[tuple[int, ...]],
+                    constants: Mapping[str, np.ndarray],
+                    shapes: Mapping[str, tuple[int, ...]], in_shapes: Sequence[tuple[int, ...]],
                     in_layouts: Sequence[Layout], out_shape: tuple[int, ...],
                     opset: int) -> tuple[Layout | None, bool]:
     """The token layout the output takes from the inputs (None when none), and whether the
@@ -440,23 +399,20 @@ def _carried_layout(node: onnx.NodeProto, spec: OpSpec, attrs: dict[str, Any],
     # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
     batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset)
     if spec.axis_move is not AxisMove.NONE and in_layouts and in_layouts[0].token_like:
-        axes = _move_axes(spec, attrs, node, constants, in_shapes[0], out_shape, opset)
-        if axes is None:
-            return None, batch_kept
-        return _moved_tokens(spec.axis_move, in_layouts[0], in_shapes[0], out_shape, axes,
-                             batch_kept)
+        moved = node_index_maps(spec, attrs, node.input, constants, shapes, out_shape,
+                                opset)[0]
+        return _moved_tokens(moved, in_layouts[0], in_shapes[0], out_shape, batch_kept)
     if spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
         return _kept_tokens([_Fmap(s_, out_shape, lay, lay)
                              for s_, lay in zip(in_shapes, in_layouts, strict=True)]), batch_kept
     return None, batch_kept
 
 
-def _moved_tokens(move: AxisMove, layout: Layout, in_shape: tuple[int, ...],
-                  out_shape: tuple[int, ...], axes: tuple[int, ...],
-                  batch_kept: bool) -> tuple[Layout | None, bool]:
-    """The token layout a movement op carries to its output, and whether the batch lands
-    whole (`batch_kept`: what the op table says without the layout)."""
-    carry = carried(move, layout, in_shape, out_shape, axes)
+def _moved_tokens(moved: IndexMap, layout: Layout, in_shape: tuple[int, ...],
+                  out_shape: tuple[int, ...], batch_kept: bool) -> tuple[Layout | None, bool]:
+    """The token layout a movement op carries to its output by its index map, and whether
+    the batch lands whole (`batch_kept`: what the op table says without the layout)."""
+    carry = carried(layout, in_shape, out_shape, moved.lands)
     b_in = layout.batch_axis
     if carry is not None:  # the batch moves whole to the output's batch axis
         b_out = carry.batch_axis
@@ -467,6 +423,6 @@ def _moved_tokens(move: AxisMove, layout: Layout, in_shape: tuple[int, ...],
         # the tokens go (ViT's class token taken), the batch lands whole on axis 0: a
         # flat [B, C] keeps each image apart
         batch_kept = batch_kept or (
-            moved_axis(move, b_in, in_shape, out_shape, axes) == 0
+            moved.lands(b_in) == 0
             and out_shape[:1] == in_shape[b_in:b_in + 1])
     return None, batch_kept

@@ -59,6 +59,14 @@ class IndexMap:
                 return out_axis
         return None
 
+    def lands(self, in_axis: int) -> int | None:
+        """The output axis input axis `in_axis` lands on whole, element for element (a
+        movement op carrying it), None where it is merged, split, cut or dropped."""
+        for out_axis, read in enumerate(self.reads):
+            if read is not None and read.axis == in_axis and read.map == IDENTITY:
+                return out_axis
+        return None
+
     def read_of(self, out_axis: int | None) -> AxisRead | None:
         """What output axis `out_axis` reads of this input (None for no axis)."""
         return None if out_axis is None else self.reads[out_axis]
@@ -117,11 +125,29 @@ def _elementwise(f: NodeFacts, k: int) -> list[AxisRead | None]:
 
 
 def _reshape(f: NodeFacts, k: int) -> list[AxisRead | None]:
-    """Row-major regrouping: the shapes split into runs of equal products; a run of one input
-    and one output axis is read element for element, a split's leading output axis reads a
-    window of its input axis, a merged output axis reads its leading input axis scaled up;
-    every other axis of a run needs its input run whole."""
-    ins, out = f.shape(k), f.out_shape
+    return list(regrouped(f.shape(k), f.out_shape).reads)
+
+
+def regrouped(ins: Shape, out: Shape) -> IndexMap:
+    """A row-major Reshape of `ins` into `out`: the shapes split into runs of equal
+    products; a run of one input and one output axis is read element for element, a split's
+    leading output axis reads a window of its input axis, a merged output axis reads its
+    leading input axis scaled up; every other axis of a run needs its input run whole."""
+    reads = _regrouped(ins, out)
+    # an axis of one element lands where the elements before it are as many, on an output
+    # axis of one element no other input axis took
+    for i, n in enumerate(ins):
+        if n != 1:
+            continue
+        before = prod(ins[:i])
+        for o, m in enumerate(out):
+            if m == 1 and reads[o] is None and prod(out[:o]) == before:
+                reads[o] = AxisRead(i, IDENTITY)
+                break
+    return IndexMap(ins, tuple(reads))
+
+
+def _regrouped(ins: Shape, out: Shape) -> list[AxisRead | None]:
     reads: list[AxisRead | None] = [None] * len(out)
     i = o = 0
     while i < len(ins) or o < len(out):

@@ -10,29 +10,27 @@ ops after it, and keepdims reductions of it, whose [N, 1, 1, C] result keeps eve
 its place, planner.front.graph_build) and [B, L, C] tokens to a transformer's token
 stretch (rank-3 tensors a LayerNormalization over channels or a Linear layer reads or
 writes, and the per-token ops joining them): tiled along L as rows, one column wide.
-Movement ops carry a token layout on (`carried`): a Reshape that splits the channels into
-heads, a Transpose that moves the tokens next to the head width (or puts them first, as
-nn.MultiheadAttention does), Split, Gather, Squeeze and Unsqueeze along other axes keep
-the batch and the tokens as whole axes, and the output tiles along the same tokens; so do
-the products of attention and the per-token ops after them. Where the batch axis merges
-into another (heads of a sequence-first batch) it is lost, and with it the carrying,
-unless the batch is one image. Swin's window partition (planner.front.windows) gives its
-6-D tensors their window rows as rows and its window tensors their windows as rows, one
-image, no columns; movement ops carry those on the same way. A rank-3 map a 1-D conv or
-pool slides along, and the per-element ops joining such maps, are [N, C, L], tiled along L
-as rows (planner.front.graph_build). Ask `Graph.layout(t)`, not the shape, for a tensor's
-layout.
+Movement ops carry a token layout on (`carried`, by their index maps, planner.ir.index_maps):
+a Reshape that splits the channels into heads, a Transpose that moves the tokens next to
+the head width (or puts them first, as nn.MultiheadAttention does), Split, Gather,
+Squeeze and Unsqueeze along other axes keep the batch and the tokens as whole axes, and
+the output tiles along the same tokens; so do the products of attention and the per-token
+ops after them. Where the batch axis merges into another (heads of a sequence-first batch)
+it is lost, and with it the carrying, unless the batch is one image. Swin's window
+partition (planner.front.windows) gives its 6-D tensors their window rows as rows and its
+window tensors their windows as rows, one image, no columns; movement ops carry those on
+the same way. A rank-3 map a 1-D conv or pool slides along, and the per-element ops
+joining such maps, are [N, C, L], tiled along L as rows (planner.front.graph_build). Ask
+`Graph.layout(t)`, not the shape, for a tensor's layout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from math import prod
-
-from fuseplan.planner.ir.ops import AxisMove
 
 
 class LayoutKind(StrEnum):
@@ -134,49 +132,20 @@ def sequence(rank: int, batch_axis: int | None, row_axis: int) -> Layout:
                   tuple(a for a in range(rank) if a not in skip), row_axis, None)
 
 
-def moved_axis(move: AxisMove, axis: int, in_shape: Sequence[int], out_shape: Sequence[int],
-               axes: Sequence[int]) -> int | None:
-    """Where input axis `axis` lands in the output of a movement op, None when it does not
-    land whole (merged, split, cut or dropped). `axes`: the permutation (PERMUTE), the
-    removed or inserted axes (SQUEEZE, UNSQUEEZE: output positions), the one axis taken
-    along and, when a scalar index drops it, nothing more (SELECT: (axis,) or (axis, -1))."""
-    if move is AxisMove.PERMUTE:
-        return list(axes).index(axis) if axis in axes else None
-    if move is AxisMove.REGROUP:
-        # row-major order is kept: the axis survives where the elements before it and its
-        # own extent are the same in the output
-        before = prod(in_shape[:axis])
-        for out_axis, extent in enumerate(out_shape):
-            if prod(out_shape[:out_axis]) == before and extent == in_shape[axis]:
-                return out_axis
-            if prod(out_shape[:out_axis]) > before:
-                break
-        return None
-    if move is AxisMove.SQUEEZE:
-        return None if axis in axes else axis - sum(a < axis for a in axes)
-    if move is AxisMove.UNSQUEEZE:
-        kept = [a for a in range(len(out_shape)) if a not in axes]
-        return kept[axis] if axis < len(kept) else None
-    if move is AxisMove.SELECT:
-        taken = axes[0]
-        if axis == taken:
-            return None
-        return axis - 1 if len(axes) > 1 and axis > taken else axis
-    return None
-
-
-def carried(move: AxisMove, layout: Layout, in_shape: Sequence[int],
-            out_shape: Sequence[int], axes: Sequence[int]) -> Layout | None:
+def carried(layout: Layout, in_shape: Sequence[int], out_shape: Sequence[int],
+            lands: Callable[[int], int | None]) -> Layout | None:
     """The token layout a movement op's output carries from its input's, None when the
-    tokens do not land whole on one axis or the batch (of more than one image) is lost."""
-    if not layout.token_like or layout.row_axis is None or move is AxisMove.NONE:
+    tokens do not land whole on one axis or the batch (of more than one image) is lost.
+    `lands(axis)`: the output axis an input axis lands on whole (the op's index map,
+    planner.ir.index_maps.IndexMap.lands), None where it is merged, split, cut or dropped."""
+    if not layout.token_like or layout.row_axis is None:
         return None
-    rows = moved_axis(move, layout.row_axis, in_shape, out_shape, axes)
+    rows = lands(layout.row_axis)
     if rows is None or out_shape[rows] != in_shape[layout.row_axis]:
         return None
     batch = None
     if layout.batch_axis is not None:
-        batch = moved_axis(move, layout.batch_axis, in_shape, out_shape, axes)
+        batch = lands(layout.batch_axis)
         if batch is None and in_shape[layout.batch_axis] != 1:
             return None
     return sequence(len(out_shape), batch, rows)

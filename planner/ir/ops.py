@@ -116,8 +116,9 @@ class Accumulate(StrEnum):
 
 
 class AxisMove(StrEnum):
-    """How a movement op moves its input's axes to its output's, for carrying a token
-    tensor's batch and token axes through it (planner.ir.layout.moved_axis)."""
+    """How a movement op moves its input's axes to its output's: which index maps it has
+    (planner.ir.index_maps), by which a token tensor's batch and token axes are carried
+    through it (planner.ir.layout.carried)."""
 
     NONE = "none"  # it does not (or fuseplan does not follow it)
     PERMUTE = "permute"  # Transpose: axis i of the output is axis perm[i] of the input
