@@ -4,7 +4,8 @@ permutations (ones that move the tiled axis and ones that keep it), Reshapes tha
 merge adjacent axes (channels into groups, rows into two), Expand of broadcast operands and
 grouped-query attention's repeat_kv (Unsqueeze -> Expand -> Reshape), Slice along channels
 and along the tiled axis (steps 1 and 2), Pad, Concat of two branches along channels and
-along the tiled axis, Squeeze and Unsqueeze of unit axes. Each excursion leaves an image
+along the tiled axis, Squeeze and Unsqueeze of unit axes, tokens' positions split with
+their channels or merged with them. Each excursion leaves an image
 [1, C, H, W], a sequence [1, C, L] or tokens [1, L, C], read by a conv or a matmul, so the
 planner has something to fuse and tile; on random chips every plan must run in the
 emulator with outputs matching onnxruntime and every counter as predicted."""
@@ -167,6 +168,22 @@ def _tokens(n: _Net) -> None:
         _set(n, "tokens", [1, n.h, n.c])
 
 
+def _positions(n: _Net) -> None:
+    """Tokens' positions split into (L / g, g) and their channels into (C / h, h) by one
+    Reshape, or the positions merged with the channels into one axis: something per element,
+    and back."""
+    _tokens(n)
+    shape = n.shape()
+    length, c = shape[1], shape[2]
+    g = next((f for f in (4, 3, 2) if length % f == 0 and n.rng.random() < 0.7), 1)
+    h = next((f for f in (4, 2) if c % f == 0 and n.rng.random() < 0.5), 1)
+    split = [1, length // g, g, c // h, h] if n.rng.random() < 0.8 else [1, length * c]
+    _reshape(n, [d for d in split if d > 1 or split.index(d) == 0])
+    n.add("Mul", [n.x, n.const("m", np.float32(n.rng.uniform(0.5, 1.5)))])
+    n.add("Relu", [n.x])
+    _reshape(n, shape)
+
+
 def _repeat_kv(n: _Net) -> None:
     """Grouped-query attention's repeat_kv: keys [1, kv, L, d] -> Unsqueeze -> Expand
     [1, kv, rep, L, d] -> Reshape [1, kv * rep, L, d], read by the queries' product (an
@@ -302,7 +319,7 @@ def _windows(n: _Net) -> None:
 
 
 _OPS: tuple[Callable[[_Net], None], ...] = (_permute, _regroup, _expand, _repeat_kv, _slice,
-                                            _pad, _concat, _unit_axes, _windows)
+                                            _pad, _concat, _unit_axes, _windows, _positions)
 
 
 def _model(tmp: Path, ops: list[int], seed: int, h: int = 12, w: int = 16) -> str:
@@ -319,7 +336,7 @@ def _check(tmp: Path, ops: list[int], seed: int, sram_kib: int, solver: str) -> 
     """Plan and verify; a small chip may refuse a layer whose axis the planner does not
     follow through a movement op (it then needs its input whole, as it must: never a wrong
     tile), but only with the capacity message, and the model then plans and verifies on a
-    chip that holds it (test_a_sequence_split_with_its_channels_is_tiled: such a gap)."""
+    chip that holds it (test_mean_over_tokens_and_channels_folds_tile_by_tile: such a gap)."""
     path = _model(tmp, ops, seed)
     problem = api.prepare(path, overrides=(f"sram.bytes={sram_kib}KiB",))
     try:
@@ -450,11 +467,10 @@ def test_mean_over_tokens_and_channels_folds_tile_by_tile(tmp_path: Path) -> Non
     _verified(_save(tmp_path, n, [1, 384, 32], [1, 384, 32]), 16)
 
 
-@pytest.mark.xfail(strict=True, reason="a Reshape that splits a sequence's positions into "
-                   "(outer, inner) and its channels too ([1, 192, 32] -> [1, 4, 48, 2, 16]) is "
-                   "not followed (planner.front.regroup reads rank-4 splits only): the "
-                   "layer needs its whole 24 KiB input and fits no 16 KiB chip")
 def test_a_sequence_split_with_its_channels_is_tiled(tmp_path: Path) -> None:
+    """A Reshape splitting the positions and the channels at once carries the positions on
+    their leading axis (planner.ir.index_maps.IndexMap.carries): the 24 KiB map is tiled and
+    fits a 16 KiB chip."""
     n = _Net(np.random.default_rng(6), "tokens", 32, 192, 1)
     n.add("MatMul", [n.x, n.weight(32, 32)])
     _reshape(n, [1, 4, 48, 2, 16])

@@ -129,9 +129,10 @@ def _same_part(im: IndexMap, out_axis: int | None, in_axis: int | None,
     element there."""
     in_len = 1 if in_axis is None else im.in_shape[in_axis]
     out_len = 1 if out_axis is None else out_shape[out_axis]
-    if in_len == 1:  # a broadcast: every tile reads its one element
-        return out_len == 1 or in_axis is not None or out_axis is None
     read = im.read_of(out_axis)
+    if in_len == 1:  # a broadcast: every tile reads its one element, and nothing else along
+        return out_len == 1 or out_axis is None or (
+            in_axis is not None and (read is None or read.axis == in_axis))
     return read is not None and read.axis == in_axis
 
 
@@ -172,8 +173,12 @@ def layer_maps(spec: OpSpec, attrs: Mapping[str, Any], inputs: Sequence[str],
     pairs = [layout_maps(im, lin, out_layout, out_shape)
              for im, lin in zip(ims, in_layouts, strict=True)]
     if spec.axis_move is AxisMove.REGROUP:
+        # a sequence's positions split or merged (their leading axis carried, planner.ir.
+        # layout.carried): a tile reshapes its input box and is cut to its own
         pairs = [p if all(m.kind in (MapKind.IDENTITY, MapKind.WHOLE) for m in p)
-                 else (WHOLE, WHOLE) for p in pairs]
+                 or (lin.token_like and lin.col_axis is None and out_layout.col_axis is None
+                     and p[0].kind in (MapKind.WINDOW, MapKind.UPSAMPLE))
+                 else (WHOLE, WHOLE) for p, lin in zip(pairs, in_layouts, strict=True)]
     if spec.maps is MapRule.CONCAT and any(t and t in constants for t in inputs):
         axis = int(attrs.get("axis", 1)) % len(out_shape)
         if axis in out_layout.tiled_axes:

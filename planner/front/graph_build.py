@@ -319,8 +319,13 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     partition = (window_layout(in_layouts[0], in_shapes[0], out_shape)
                  or regroup_layout(in_layouts[0], in_shapes[0], out_shape)) \
         if spec.shape_param is ShapeParam.TARGET_SHAPE and len(fmap) == 1 else None
-    given = partition or carry or layouts.get(outputs[0]) or _out_layout(
-        spec, attrs, fmap, out_shape, layouts, shapes)
+    given = partition or carry or layouts.get(outputs[0])
+    if given is None and spec.axis_move is AxisMove.REGROUP:
+        # tokens split or merged with other axes: carried on their leading axis
+        carry, batch_kept = _carried_layout(node, spec, attrs, constants, shapes, in_shapes,
+                                            in_layouts, out_shape, opset, reordered=True)
+        given = carry
+    given = given or _out_layout(spec, attrs, fmap, out_shape, layouts, shapes)
     _record_layout(layouts, outputs, given, carried_all=carry is not None)
     out_layout = given or layout_of(out_shape)
     rows, cols = layer_maps(spec, attrs, inputs, constants, shapes, out_shape, opset,
@@ -391,9 +396,10 @@ def _carried_layout(node: onnx.NodeProto, spec: OpSpec, attrs: dict[str, Any],
                     constants: Mapping[str, np.ndarray],
                     shapes: Mapping[str, tuple[int, ...]], in_shapes: Sequence[tuple[int, ...]],
                     in_layouts: Sequence[Layout], out_shape: tuple[int, ...],
-                    opset: int) -> tuple[Layout | None, bool]:
+                    opset: int, reordered: bool = False) -> tuple[Layout | None, bool]:
     """The token layout the output takes from the inputs (None when none), and whether the
-    layer keeps every batch item apart."""
+    layer keeps every batch item apart; `reordered`: a movement op may carry the tokens as
+    the leading axis of a split or a merge (IndexMap.carries), not only whole."""
     # a token layout carried through a movement op or kept by a per-token op comes first: it
     # knows where the batch went, which a token stretch seeded by shape does not
     # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
@@ -401,7 +407,8 @@ def _carried_layout(node: onnx.NodeProto, spec: OpSpec, attrs: dict[str, Any],
     if spec.axis_move is not AxisMove.NONE and in_layouts and in_layouts[0].token_like:
         moved = node_index_maps(spec, attrs, node.input, constants, shapes, out_shape,
                                 opset)[0]
-        return _moved_tokens(moved, in_layouts[0], in_shapes[0], out_shape, batch_kept)
+        return _moved_tokens(moved, in_layouts[0], in_shapes[0], out_shape, batch_kept,
+                             reordered)
     if spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
         return _kept_tokens([_Fmap(s_, out_shape, lay, lay)
                              for s_, lay in zip(in_shapes, in_layouts, strict=True)]), batch_kept
@@ -409,10 +416,12 @@ def _carried_layout(node: onnx.NodeProto, spec: OpSpec, attrs: dict[str, Any],
 
 
 def _moved_tokens(moved: IndexMap, layout: Layout, in_shape: tuple[int, ...],
-                  out_shape: tuple[int, ...], batch_kept: bool) -> tuple[Layout | None, bool]:
+                  out_shape: tuple[int, ...], batch_kept: bool,
+                  reordered: bool) -> tuple[Layout | None, bool]:
     """The token layout a movement op carries to its output by its index map, and whether
     the batch lands whole (`batch_kept`: what the op table says without the layout)."""
-    carry = carried(layout, in_shape, out_shape, moved.lands)
+    carry = carried(layout, in_shape, out_shape, moved.lands,
+                    moved.carries if reordered else None)
     b_in = layout.batch_axis
     if carry is not None:  # the batch moves whole to the output's batch axis
         b_out = carry.batch_axis

@@ -67,6 +67,20 @@ class IndexMap:
                 return out_axis
         return None
 
+    def carries(self, in_axis: int) -> int | None:
+        """The output axis input axis `in_axis` goes to in order: whole (`lands`), or as
+        the leading axis of a row-major split (a range of it reads whole strides of the
+        input axis) or of a merge (it reads the input axis scaled up)."""
+        for out_axis, read in enumerate(self.reads):
+            if read is None or read.axis != in_axis:
+                continue
+            m = read.map
+            if m == IDENTITY or m.kind is MapKind.UPSAMPLE or (
+                    m.kind is MapKind.WINDOW and m.kernel == m.stride and m.pad == 0
+                    and m.dilation == 1):
+                return out_axis
+        return None
+
     def read_of(self, out_axis: int | None) -> AxisRead | None:
         """What output axis `out_axis` reads of this input (None for no axis)."""
         return None if out_axis is None else self.reads[out_axis]

@@ -133,21 +133,26 @@ def sequence(rank: int, batch_axis: int | None, row_axis: int) -> Layout:
 
 
 def carried(layout: Layout, in_shape: Sequence[int], out_shape: Sequence[int],
-            lands: Callable[[int], int | None]) -> Layout | None:
+            lands: Callable[[int], int | None],
+            rows_to: Callable[[int], int | None] | None = None) -> Layout | None:
     """The token layout a movement op's output carries from its input's, None when the
-    tokens do not land whole on one axis or the batch (of more than one image) is lost.
-    `lands(axis)`: the output axis an input axis lands on whole (the op's index map,
-    planner.ir.index_maps.IndexMap.lands), None where it is merged, split, cut or dropped."""
+    tokens land on no axis or the batch (of more than one image) is lost. `lands(axis)`:
+    the output axis an input axis lands on whole (the op's index map,
+    planner.ir.index_maps.IndexMap.lands), None where it is merged, split, cut or dropped;
+    `rows_to(axis)` (default `lands`): the output axis the tokens go to, whole or as the
+    leading axis of a split or a merge (IndexMap.carries)."""
     if not layout.token_like or layout.row_axis is None:
         return None
-    rows = lands(layout.row_axis)
-    if rows is None or out_shape[rows] != in_shape[layout.row_axis]:
+    rows = (rows_to or lands)(layout.row_axis)
+    if rows is None:
         return None
     batch = None
     if layout.batch_axis is not None:
         batch = lands(layout.batch_axis)
         if batch is None and in_shape[layout.batch_axis] != 1:
             return None
+    if batch == rows:
+        return None
     return sequence(len(out_shape), batch, rows)
 
 
