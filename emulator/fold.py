@@ -1,15 +1,17 @@
 """The on-chip accumulator of a reduction over rows and columns (a global pool, a mean over
-the map): each tile's part of its input is folded in as the tile runs, so the group never
-holds the whole map (planner.geometry.regions.accumulated_input)."""
+the map, a mean over the tokens and their channels): each tile's part of its input is folded
+in as the tile runs, so the group never holds the whole map
+(planner.geometry.regions.accumulated_input)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 import numpy as np
 
 from fuseplan.emulator.boxes import take_range
-from fuseplan.planner.geometry.regions import Box
+from fuseplan.planner.geometry.regions import Box, folded_axes
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.ir.layout import Layout
 from fuseplan.planner.ir.ops import Accumulate, op_spec
@@ -33,15 +35,19 @@ class Fold:
     seen: np.ndarray  # (N, H, W): positions already folded in
     channels: int = 1  # of the input (and of the result)
     acc: np.ndarray | None = None
+    axes: tuple[int, ...] = ()  # folded: the tiled axes, and channel axes with them
 
     @classmethod
     def of(cls, graph: Graph, lay: Layer) -> Fold:
         """The accumulator of a reduction layer (planner.geometry.regions.accumulated_input)."""
         x = lay.fmap_inputs[0]
         layout = graph.layout(x)
-        n, c, h, w = layout.dims(graph.shapes[x])
-        return cls(op_spec(lay.op).accumulate, layout, h * w, np.zeros((n, h, w), dtype=bool),
-                   c)
+        shape = graph.shapes[x]
+        n, c, h, w = layout.dims(shape)
+        axes = folded_axes(graph, lay) or layout.tiled_axes
+        count = prod(shape[a] for a in axes)
+        return cls(op_spec(lay.op).accumulate, layout, count,
+                   np.zeros((n, h, w), dtype=bool), c, axes=axes)
 
     def add(self, part: np.ndarray, box: Box, channels: tuple[int, int] | None = None,
             last: bool = True) -> np.ndarray:
@@ -52,7 +58,7 @@ class Fold:
         emulator.hidden), folded into their slice of the accumulator; the positions count
         as folded in once the tile's ``last`` chunk is."""
         folded: np.ndarray
-        axes = self.layout.tiled_axes
+        axes = self.axes or self.layout.tiled_axes
         seen = self.seen[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
         if self.how in _SQUARED:
             part = np.square(part)

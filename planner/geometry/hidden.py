@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from fuseplan.planner.geometry.attention import online_attention
 from fuseplan.planner.geometry.heads import Cut, head_walk, narrow_axis
-from fuseplan.planner.geometry.regions import GroupIO, accumulated_input
+from fuseplan.planner.geometry.regions import GroupIO, accumulated_input, folded_axes
 from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.ir.ops import op_spec
@@ -212,13 +212,20 @@ def _walk_chunkable(graph: Graph, later_layers: Sequence[str], name: str, out: s
         walked.add(later)
         if _narrows(graph, lay, hidden, channels, axis):
             return hidden, walked, vectors, True
-        if accumulated_input(graph, lay) in hidden:
+        if accumulated_input(graph, lay) in hidden and not _folds_channels(graph, lay):
             vectors.update(t for t in lay.outputs if t)
             continue
         if not _per_element(graph, lay, hidden, out):
             break
         hidden.append(lay.outputs[0])
     return hidden, walked, vectors, False
+
+
+def _folds_channels(graph: Graph, lay: Layer) -> bool:
+    """A reduction that folds channels with the rows and columns: no chunk of channels has
+    a result of its own."""
+    axes = folded_axes(graph, lay) or ()
+    return bool(set(axes) - set(graph.layout(lay.fmap_inputs[0]).tiled_axes))
 
 
 def _most_chunks(channels: int) -> int:

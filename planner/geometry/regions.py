@@ -134,25 +134,35 @@ def tiled_like_anchor(graph: Graph, io: GroupIO, t: str) -> bool:
 
 def accumulated_input(graph: Graph, lay: Layer) -> str | None:
     """The input a reduction over rows and columns folds tile by tile (global pooling, a
-    keepdims ReduceMean/Sum/Max/Min over exactly the row and column axes), or None when
-    the layer is no such reduction (it then needs its input whole)."""
+    keepdims ReduceMean/Sum/Max/Min over every tiled axis, and channel axes with them), or
+    None when the layer is no such reduction (it then needs its input whole)."""
+    return None if folded_axes(graph, lay) is None else lay.fmap_inputs[0]
+
+
+def folded_axes(graph: Graph, lay: Layer) -> tuple[int, ...] | None:
+    """The axes of its input a reduction folds tile by tile: every tiled axis (a tile folds
+    its rows and columns into the accumulator), and channel axes, which every tile holds
+    whole; None for a layer that is no such reduction."""
     spec = op_spec(lay.op)
     if spec.accumulate is Accumulate.NONE or len(lay.fmap_inputs) != 1:
         return None
-    x = lay.fmap_inputs[0]
-    layout = graph.layout(x)
+    layout = graph.layout(lay.fmap_inputs[0])
     if not layout.spatial:
         return None
-    if lay.op.startswith("Reduce"):
-        if not int(lay.attrs.get("keepdims", 1)):
-            return None
-        axes = lay.attrs.get("axes")
-        if axes is None and len(lay.inputs) > 1 and lay.inputs[1] in graph.constants:
-            axes = [int(a) for a in graph.constants[lay.inputs[1]].reshape(-1)]
-        rank = layout.rank
-        if axes is None or sorted(int(a) % rank for a in axes) != sorted(layout.tiled_axes):
-            return None
-    return x
+    if not lay.op.startswith("Reduce"):
+        return layout.tiled_axes
+    if not int(lay.attrs.get("keepdims", 1)):
+        return None
+    axes = lay.attrs.get("axes")
+    if axes is None and len(lay.inputs) > 1 and lay.inputs[1] in graph.constants:
+        axes = [int(a) for a in graph.constants[lay.inputs[1]].reshape(-1)]
+    if axes is None:
+        return None
+    folded = {int(a) % layout.rank for a in axes}
+    if not set(layout.tiled_axes) <= folded \
+            or not folded - set(layout.tiled_axes) <= set(layout.channel_axes):
+        return None
+    return tuple(sorted(folded))
 
 
 def needed_range(m: AxisMap, lo: int, hi: int, in_len: int, out_spatial: bool,
