@@ -178,7 +178,7 @@ def _positions(n: _Net) -> None:
     h = next((f for f in (4, 2) if c % f == 0 and n.rng.random() < 0.5), 1)
     split = [1, length // g, g, c // h, h] if n.rng.random() < 0.8 else [1, length * c]
     _reshape(n, [d for d in split if d > 1 or split.index(d) == 0])
-    n.add("Mul", [n.x, n.const("m", np.float32(n.rng.uniform(0.5, 1.5)))])
+    n.add("Mul", [n.x, n.const("m", np.array(n.rng.uniform(0.5, 1.5), np.float32))])
     n.add("Relu", [n.x])
     _reshape(n, shape)
 

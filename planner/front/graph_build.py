@@ -18,17 +18,13 @@ from fuseplan.planner.front.axes import layer_maps, node_index_maps
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
 from fuseplan.planner.front.onnx_load import LoadedModel
-from fuseplan.planner.front.reductions import (
-    channels_last_reduction,
-    reduced_axes,
-)
 from fuseplan.planner.front.regroup import regroup_layout
 from fuseplan.planner.front.sliding import (
-    length_tensors,
     pointwise,
     sliding_window,
     with_kernel_shape,
 )
+from fuseplan.planner.front.stretches import find_stretches
 from fuseplan.planner.front.windows import regroup_rows, window_layout
 from fuseplan.planner.ir.graph import WHOLE, Graph, Layer
 from fuseplan.planner.ir.index_maps import IndexMap
@@ -43,7 +39,6 @@ from fuseplan.planner.ir.layout import (
     tokens,
 )
 from fuseplan.planner.ir.ops import (
-    Accumulate,
     AxisMove,
     MapRule,
     OpClass,
@@ -169,76 +164,6 @@ def _kept_tokens(fmaps: Sequence[_Fmap]) -> Layout | None:
     return sequence(found[0].rank, found[0].batch_axis, found[0].row_axis)
 
 
-# ops that treat axis 1 of a rank-3 tensor as channels (or slide a window along its last
-# axis): a tensor they read or write is no token sequence
-_CHANNELS_FIRST_OPS = frozenset({"BatchNormalization", "InstanceNormalization", "LRN",
-                                 "GroupNormalization"})
-
-
-def _channels_last_ranks(node: onnx.NodeProto, spec: OpSpec,
-                         constants: Mapping[str, np.ndarray],
-                         shapes: Mapping[str, tuple[int, ...]]) -> bool:
-    """Whether an op reads a rank-4 tensor's axis 1 as channels or its last two axes as rows
-    and columns (a rank-4 tensor it reads or writes is no channels-last map)."""
-    if spec.maps is MapRule.REDUCE and node.input:  # by the axes it folds
-        rank = len(shapes.get(node.input[0], ()))
-        return not channels_last_reduction(
-            reduced_axes(node_attrs(node), node.input, constants, rank), rank)
-    if spec.accumulate is not Accumulate.NONE or spec.maps is MapRule.UPSAMPLE:
-        return True  # global pools and resizes: over axes 2 and 3
-    return spec.maps is MapRule.CONCAT and int(node_attrs(node).get("axis", 1)) % 4 == 1
-
-
-def _seeds_stretch(node: onnx.NodeProto, spec: OpSpec, fmap: Sequence[str],
-                   constants: Mapping[str, np.ndarray], rank: int) -> bool:
-    """Whether a per-token op marks its stretch as tokens: a LayerNormalization over the last
-    axis, or a MatMul of one feature map by a constant matrix."""
-    attrs = node_attrs(node) if spec.maps is MapRule.NORM else {}
-    over_channels = spec.maps is MapRule.NORM \
-        and int(attrs.get("axis", -1)) % rank == rank - 1
-    linear = spec.maps is MapRule.LINEAR and len(fmap) == 1 and any(
-        t in constants and constants[t].ndim == 2 for t in node.input[1:2])
-    return over_channels or linear
-
-
-def _token_tensors(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
-                   constants: Mapping[str, np.ndarray], rank: int = 3) -> frozenset[str]:
-    """Rank-3 tensors of a transformer's token stretch, [B, L, C]: those joined by per-token
-    ops (rank 3 in and out with the same B and L: element-wise, LayerNormalization, Linear,
-    Softmax) into a stretch where some LayerNormalization normalizes the last axis or some
-    MatMul multiplies it by a constant matrix, and no op reads axis 1 as channels. With
-    ``rank=4`` the same for channels-last maps [B, H, W, C] (Swin's stages: per-pixel ops
-    joined by the same B, H and W), and no op reads axis 1 as channels or axes 2 and 3 as
-    rows and columns."""
-    links = nx.Graph()
-    seeds: set[str] = set()
-    vetoed: set[str] = set()
-    for node in nodes:
-        spec = op_spec(node.op_type)
-        out = node.output[0] if node.output else ""
-        out_shape = shapes.get(out, ())
-        fmap = [t for t in node.input if t and t not in constants]
-        ranked = [t for t in fmap + [out] if t and len(shapes.get(t, ())) == rank]
-        if node.op_type in _CHANNELS_FIRST_OPS or spec.sliding_window \
-                or (rank == 4 and _channels_last_ranks(node, spec, constants, shapes)):
-            vetoed.update(ranked)
-            continue
-        if len(out_shape) != rank or spec.maps not in _KEEP_LAYOUT \
-                or spec.op_class is OpClass.OPAQUE:
-            continue
-        links.add_node(out)
-        joined = [t for t in fmap if shapes.get(t, ())[:rank - 1] == out_shape[:rank - 1]
-                  and len(shapes[t]) == rank]
-        links.add_edges_from((t, out) for t in joined)
-        if _seeds_stretch(node, spec, fmap, constants, rank):
-            seeds.update([out, *joined])
-    found: set[str] = set()
-    for part in nx.connected_components(links):
-        if part & seeds and not part & vetoed:
-            found |= part
-    return frozenset(found)
-
-
 def build_graph(model: LoadedModel) -> Graph:
     """Turn a cleaned, shape-inferred model into the layer graph."""
     proto = model.proto
@@ -247,13 +172,12 @@ def build_graph(model: LoadedModel) -> Graph:
     layers: list[Layer] = []
     producer: dict[str, str] = {}
     consumers: dict[str, list[str]] = {}
-    # only the layouts the shape alone does not imply: token stretches, channels-last ones
-    token_maps = _token_tensors(proto.graph.node, shapes, constants)
-    layouts: dict[str, Layout] = dict.fromkeys(token_maps, tokens())
-    layouts.update(dict.fromkeys(
-        length_tensors(proto.graph.node, shapes, constants, token_maps), ncl()))
-    layouts.update(dict.fromkeys(_token_tensors(proto.graph.node, shapes, constants, rank=4),
-                                 nhwc()))
+    # only the layouts the shape alone does not imply: token stretches, 1-D sequences and
+    # channels-last maps, by what the ops say of their axes (planner.front.stretches)
+    found = find_stretches(proto.graph.node, shapes, constants, model.opset, node_attrs)
+    layouts: dict[str, Layout] = dict.fromkeys(found.tokens, tokens())
+    layouts.update(dict.fromkeys(found.lengths, ncl()))
+    layouts.update(dict.fromkeys(found.channels_last, nhwc()))
     nodes = fuse_attention(proto.graph.node, shapes, constants, model.outputs, model.opset)
     restated = BatchRestatement(nodes, shapes, constants, model.outputs)
     for node in nodes:

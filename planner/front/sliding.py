@@ -3,9 +3,8 @@ channel-first sequences [N, C, L] that 1-D windows slide along.
 
 A 2-D window maps the rows and columns of an NCHW map; a 1-D window (Conv1d, MaxPool1d)
 maps the length of an NCL map (planner.ir.layout.ncl), tiled as rows, with no columns.
-Which rank-3 maps are NCL is found before the layers are built (`length_tensors`): those a
-1-D window reads or writes, and the per-element ops joining them, as a transformer's token
-stretch is found (planner.front.graph_build._token_tensors).
+Which rank-3 maps are NCL is found before the layers are built, with the token sequences
+and channels-last maps (planner.front.stretches).
 """
 
 from __future__ import annotations
@@ -14,13 +13,9 @@ from collections.abc import Mapping, Sequence
 from math import ceil
 from typing import Any
 
-import networkx as nx
-import numpy as np
-import onnx
-
 from fuseplan.planner.ir.graph import IDENTITY, WHOLE, AxisMap, MapKind
 from fuseplan.planner.ir.layout import Layout
-from fuseplan.planner.ir.ops import MapRule, OpClass, OpSpec, op_spec
+from fuseplan.planner.ir.ops import MapRule, OpSpec
 
 
 def resolve_pads(attrs: Mapping[str, Any], in_hw: Sequence[int], kernel: list[int],
@@ -113,40 +108,3 @@ def sliding_window(spec: OpSpec, attrs: dict[str, Any], in_shapes: Sequence[tupl
         return (AxisMap(MapKind.TRANSPOSED, k[0], s[0], p[0], d[0]),
                 AxisMap(MapKind.TRANSPOSED, k[1], s[1], p[1], d[1])), attrs
     return None, attrs
-
-
-# per-element and per-position ops that keep an [N, C, L] map's batch and length: joined
-# to the maps they read of their own shape
-_JOINING = frozenset({MapRule.LOCAL, MapRule.CONCAT, MapRule.REDUCE})
-
-
-def length_tensors(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
-                   constants: Mapping[str, np.ndarray], claimed: frozenset[str]
-                   ) -> frozenset[str]:
-    """Rank-3 maps [N, C, L] a 1-D conv or pool slides along: those such a window reads or
-    writes, and those per-element ops (of the same N and L) join to them, unless any of a
-    stretch is `claimed` (a token stretch: [B, L, C] read along its last axis)."""
-    links = nx.Graph()
-    seeds: set[str] = set()
-    for node in nodes:
-        spec = op_spec(node.op_type)
-        out = node.output[0] if node.output else ""
-        out_shape = shapes.get(out, ())
-        fmap = [t for t in node.input if t and t not in constants]
-        if len(out_shape) != 3 or not fmap or spec.op_class is OpClass.OPAQUE:
-            continue
-        if spec.sliding_window:
-            if len(shapes.get(fmap[0], ())) == 3:
-                seeds.update((fmap[0], out))
-                links.add_nodes_from((fmap[0], out))
-            continue
-        if spec.maps not in _JOINING:
-            continue
-        links.add_node(out)
-        links.add_edges_from((t, out) for t in fmap if len(shapes.get(t, ())) == 3
-                             and shapes[t][0] == out_shape[0] and shapes[t][2] == out_shape[2])
-    found: set[str] = set()
-    for part in nx.connected_components(links):
-        if part & seeds and not part & claimed:
-            found |= part
-    return frozenset(found)

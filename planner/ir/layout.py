@@ -4,12 +4,13 @@ Tiles cut a feature map along its batch axis and its two tiled axes, rows and co
 everything else (the channel axes) a tile holds whole. Today every feature map of rank
 >= 4 is NCHW, its last two axes rows and columns (rank 5 appears in channel shuffles:
 N, groups, C/groups, H, W), and lower ranks are flat: a batch axis and channels, nothing
-to tile along. `layout_of` is that inference from a shape alone. The graph builder assigns
-NHWC to a channels-last stretch (a Transpose [0, 2, 3, 1] of an NCHW map and the per-pixel
-ops after it, and keepdims reductions of it, whose [N, 1, 1, C] result keeps every axis in
-its place, planner.front.graph_build) and [B, L, C] tokens to a transformer's token
-stretch (rank-3 tensors a LayerNormalization over channels or a Linear layer reads or
-writes, and the per-token ops joining them): tiled along L as rows, one column wide.
+to tile along. `layout_of` is that inference from a shape alone. What the ops say of
+their axes, propagated along their index maps (planner.front.stretches), gives NHWC to a
+channels-last map (rows and columns a per-pixel LayerNormalization or Linear layer keeps),
+[B, L, C] tokens to a transformer's token tensors (positions a LayerNormalization over
+channels or a Linear layer keeps: tiled along L as rows, one column wide), and [N, C, L] to
+a rank-3 map a 1-D conv or pool slides along (tiled along L as rows), wherever no op reads
+the would-be rows as channels.
 Movement ops carry a token layout on (`carried`, by their index maps, planner.ir.index_maps):
 a Reshape that splits the channels into heads, a Transpose that moves the tokens next to
 the head width (or puts them first, as nn.MultiheadAttention does), Split, Gather,
@@ -19,9 +20,7 @@ ops after them. Where the batch axis merges into another (heads of a sequence-fi
 it is lost, and with it the carrying, unless the batch is one image. Swin's window
 partition (planner.front.windows) gives its 6-D tensors their window rows as rows and its
 window tensors their windows as rows, one image, no columns; movement ops carry those on
-the same way. A rank-3 map a 1-D conv or pool slides along, and the per-element ops
-joining such maps, are [N, C, L], tiled along L as rows (planner.front.graph_build). Ask
-`Graph.layout(t)`, not the shape, for a tensor's layout.
+the same way. Ask `Graph.layout(t)`, not the shape, for a tensor's layout.
 """
 
 from __future__ import annotations

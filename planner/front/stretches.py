@@ -1,0 +1,166 @@
+"""Which tensors are token sequences, channels-last maps or 1-D sequences, found by
+propagating what the ops say about their axes along the index maps.
+
+Two axes of two tensors are the same axis of the model when an op reads one into the other
+element for element (its index map, planner.ir.index_maps: IDENTITY); the axes of all
+tensors fall into such classes (a union-find). Ops then say what a class is:
+
+* a LayerNormalization over the last axis, or a Linear layer (a MatMul by a constant
+  matrix), of a rank-3 tensor [B, L, C] works per position: axis 1 is a class of token
+  positions; of a rank-4 tensor [B, H, W, C], axes 1 and 2 are rows and columns;
+* a 1-D window (Conv1d, a 1-D pool) slides along axis 2 of its rank-3 input and output
+  [N, C, L]: a class of lengths, and axis 1 is channels;
+* BatchNormalization, InstanceNormalization, LRN, GroupNormalization and 2-D windows read
+  axis 1 as channels, and so do channel-first reductions, global pools and resizes of a
+  rank-4 map: that class is no token or row axis.
+
+A rank-3 tensor whose axis 1 is of a token class (and not of a channel class) is [B, L, C]
+tokens; one whose axis 2 is of a length class, and axis 1 not of a token class, is
+[N, C, L]; a rank-4 tensor whose axes 1 and 2 are rows and columns (axis 1 not channels) is
+channels last, [N, H, W, C]. Everything else keeps the layout its shape implies
+(planner.ir.layout.layout_of), or the one a movement op carries to it
+(planner.front.graph_build).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from fuseplan.planner.front.axes import node_index_maps
+from fuseplan.planner.front.reductions import channels_last_reduction, reduced_axes
+from fuseplan.planner.front.sliding import with_kernel_shape
+from fuseplan.planner.ir.graph import IDENTITY
+from fuseplan.planner.ir.ops import Accumulate, MapRule, OpClass, OpSpec, op_spec
+
+Shape = tuple[int, ...]
+_Axis = tuple[str, int]  # (tensor, axis)
+
+# ops that read axis 1 of a map as channels
+_CHANNELS_FIRST_OPS = frozenset({"BatchNormalization", "InstanceNormalization", "LRN",
+                                 "GroupNormalization"})
+
+
+@dataclass
+class _Classes:
+    """A union-find over (tensor, axis) pairs."""
+
+    parent: dict[Hashable, Hashable] = field(default_factory=dict)
+
+    def find(self, x: _Axis) -> Hashable:
+        parent = self.parent
+        parent.setdefault(x, x)
+        root: Hashable = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:  # path compression
+            parent[x], x = root, parent[x]  # type: ignore[assignment]
+        return root
+
+    def join(self, a: _Axis, b: _Axis) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+@dataclass(frozen=True)
+class Stretches:
+    """The tensors each propagated layout holds."""
+
+    tokens: frozenset[str]  # [B, L, C]
+    lengths: frozenset[str]  # [N, C, L]
+    channels_last: frozenset[str]  # [N, H, W, C]
+
+
+def _per_position(spec: OpSpec, attrs: Mapping[str, object], node: onnx.NodeProto,
+                  fmap: Sequence[str], constants: Mapping[str, np.ndarray], rank: int) -> bool:
+    """A LayerNormalization over the last axis, or a MatMul of one map by a constant matrix:
+    the other axes are positions."""
+    if spec.maps is MapRule.NORM:
+        return int(attrs.get("axis", -1)) % rank == rank - 1  # type: ignore[call-overload]
+    return spec.maps is MapRule.LINEAR and len(fmap) == 1 and any(
+        t in constants and constants[t].ndim == 2 for t in node.input[1:2])
+
+
+def _reads_channels_first(node: onnx.NodeProto, spec: OpSpec, attrs: Mapping[str, object],
+                          constants: Mapping[str, np.ndarray], in_rank: int,
+                          images: bool) -> bool:
+    """Whether the op reads axis 1 of its maps as channels (`images`: of rank-4 maps, and
+    their last two axes as rows and columns: reductions by the axes they fold of their
+    rank-`in_rank` input, global pools, resizes)."""
+    if node.op_type in _CHANNELS_FIRST_OPS or spec.sliding_window:
+        return True
+    if not images:
+        return False
+    if spec.maps is MapRule.REDUCE:
+        return not channels_last_reduction(
+            reduced_axes(attrs, node.input, constants, in_rank), in_rank)
+    return spec.accumulate is not Accumulate.NONE or spec.maps is MapRule.UPSAMPLE
+
+
+def find_stretches(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, Shape],
+                   constants: Mapping[str, np.ndarray], opset: int,
+                   attrs_of: object) -> Stretches:
+    """Token sequences, 1-D sequences and channels-last maps of a model, by propagation
+    (`attrs_of`: a node's attributes as plain values, planner.front.graph_build.node_attrs)."""
+    classes = _Classes()
+    tokens: list[_Axis] = []
+    lengths: list[_Axis] = []
+    rows: list[_Axis] = []  # rows and columns of channels-last maps
+    channels: list[_Axis] = []  # rank 3: axis 1 read as channels
+    channels4: list[_Axis] = []
+    ranked: set[str] = set()
+    for node in nodes:
+        spec = op_spec(node.op_type)
+        if spec.op_class is OpClass.OPAQUE or not node.output or node.output[0] not in shapes:
+            continue
+        out = node.output[0]
+        out_shape = shapes[out]
+        attrs = attrs_of(node)  # type: ignore[operator]
+        w_shape = shapes.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        attrs = with_kernel_shape(spec, attrs, w_shape)
+        fmap = [t for t in node.input if t and t not in constants]
+        if any(t not in shapes for t in fmap):
+            continue
+        for t, im in zip(fmap, node_index_maps(spec, attrs, node.input, constants, shapes,
+                                               out_shape, opset), strict=True):
+            for o, read in enumerate(im.reads):
+                if read is not None and read.map == IDENTITY:
+                    classes.join((out, o), (t, read.axis))
+        ranked.update(t for t in [*fmap, out] if len(shapes[t]) in (3, 4))
+        x = fmap[0] if fmap else None
+        rank = len(shapes[x]) if x is not None else 0
+        if x is not None and rank in (3, 4) \
+                and _per_position(spec, attrs, node, fmap, constants, rank):
+            (tokens if rank == 3 else rows).extend([(x, 1)] if rank == 3 else [(x, 1), (x, 2)])
+        if x is not None and rank == 3 and spec.sliding_window:
+            lengths.append((x, 2))
+            if len(out_shape) == 3:
+                lengths.append((out, 2))
+                channels.append((out, 1))
+        if x is not None and rank == 3 and _reads_channels_first(node, spec, attrs,
+                                                                 constants, rank, False):
+            channels.append((x, 1))
+        if _reads_channels_first(node, spec, attrs, constants, rank, True):
+            channels4.extend((t, 1) for t in [*fmap, out] if len(shapes[t]) == 4)
+
+    def roots(found: list[_Axis]) -> set[Hashable]:
+        return {classes.find(a) for a in found}
+
+    token, length, row = roots(tokens), roots(lengths), roots(rows)
+    channel, channel4 = roots(channels), roots(channels4)
+    tok, seq, last = set(), set(), set()
+    for t in ranked:
+        if len(shapes[t]) == 3:
+            position = classes.find((t, 1))
+            if position in token and position not in channel:
+                tok.add(t)
+            elif classes.find((t, 2)) in length and position not in token:
+                seq.add(t)
+        elif classes.find((t, 1)) in row and classes.find((t, 2)) in row \
+                and classes.find((t, 1)) not in channel4:
+            last.add(t)
+    return Stretches(frozenset(tok), frozenset(seq), frozenset(last))
