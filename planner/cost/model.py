@@ -381,14 +381,21 @@ def round_stall(chip: Chip, c: Counters, rounds: Sequence[tuple[int, Sequence[fl
     planner.cost.schedule. A long group plays three rounds and repeats the third's span
     (the buffers are in step by then)."""
 
+    computes: dict[float, float] = {}  # by share: most tiles of a group are alike
+
+    def tile_compute(share: float) -> float:
+        if share not in computes:
+            work = Counters(macs=round(c.macs * share), array_macs=round(c.array_macs * share),
+                            vector_ops=round(c.vector_ops * share))
+            computes[share] = compute_cycles(chip, work)
+        return computes[share]
+
     def span(n: int) -> float:
         steps = []
         for size, shares in rounds[:n]:
             for k, share in enumerate(shares):
-                work = Counters(macs=round(c.macs * share), array_macs=round(c.array_macs * share),
-                                vector_ops=round(c.vector_ops * share))
                 steps.append(Step(tile_loads[k % len(tile_loads)] + (size if k == 0 else 0),
-                                  compute_cycles(chip, work), c.dram_write_bytes * share))
+                                  tile_compute(share), c.dram_write_bytes * share))
         return double_buffered_span(float(dram_bytes_per_cycle(chip)), steps)
 
     tiles = sum(len(s) for _, s in rounds)

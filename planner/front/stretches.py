@@ -101,66 +101,93 @@ def _reads_channels_first(node: onnx.NodeProto, spec: OpSpec, attrs: Mapping[str
     return spec.accumulate is not Accumulate.NONE or spec.maps is MapRule.UPSAMPLE
 
 
+@dataclass
+class _Evidence:
+    """What the ops said of the axes: per role, the (tensor, axis) pairs."""
+
+    tokens: list[_Axis] = field(default_factory=list)
+    lengths: list[_Axis] = field(default_factory=list)
+    rows: list[_Axis] = field(default_factory=list)  # rows and columns of channels-last maps
+    channels: list[_Axis] = field(default_factory=list)  # rank 3: axis 1 read as channels
+    channels4: list[_Axis] = field(default_factory=list)  # rank 4: the same
+
+    def add(self, node: onnx.NodeProto, spec: OpSpec, attrs: Mapping[str, object],
+            fmap: Sequence[str], out: str, shapes: Mapping[str, Shape],
+            constants: Mapping[str, np.ndarray]) -> None:
+        """What one node says of the axes of its maps."""
+        x = fmap[0] if fmap else None
+        rank = len(shapes[x]) if x is not None else 0
+        if x is not None and rank in (3, 4) \
+                and _per_position(spec, attrs, node, fmap, constants, rank):
+            if rank == 3:
+                self.tokens.append((x, 1))
+            else:
+                self.rows += [(x, 1), (x, 2)]
+        if x is not None and rank == 3 and spec.sliding_window:
+            self.lengths.append((x, 2))
+            if len(shapes[out]) == 3:
+                self.lengths.append((out, 2))
+                self.channels.append((out, 1))
+        if x is not None and rank == 3 and _reads_channels_first(node, spec, attrs,
+                                                                 constants, rank, False):
+            self.channels.append((x, 1))
+        if _reads_channels_first(node, spec, attrs, constants, rank, True):
+            self.channels4.extend((t, 1) for t in [*fmap, out] if len(shapes[t]) == 4)
+
+
+def _join(classes: _Classes, node: onnx.NodeProto, spec: OpSpec,
+          attrs: Mapping[str, object], fmap: Sequence[str], out: str,
+          shapes: Mapping[str, Shape], constants: Mapping[str, np.ndarray],
+          opset: int) -> None:
+    """Join each output axis with the input axis it reads element for element."""
+    maps = node_index_maps(spec, attrs, node.input, constants, shapes, shapes[out], opset)
+    for t, im in zip(fmap, maps, strict=True):
+        for o, read in enumerate(im.reads):
+            if read is not None and read.map == IDENTITY:
+                classes.join((out, o), (t, read.axis))
+
+
 def find_stretches(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, Shape],
                    constants: Mapping[str, np.ndarray], opset: int,
                    attrs_of: object) -> Stretches:
     """Token sequences, 1-D sequences and channels-last maps of a model, by propagation
     (`attrs_of`: a node's attributes as plain values, planner.front.graph_build.node_attrs)."""
     classes = _Classes()
-    tokens: list[_Axis] = []
-    lengths: list[_Axis] = []
-    rows: list[_Axis] = []  # rows and columns of channels-last maps
-    channels: list[_Axis] = []  # rank 3: axis 1 read as channels
-    channels4: list[_Axis] = []
+    said = _Evidence()
     ranked: set[str] = set()
     for node in nodes:
         spec = op_spec(node.op_type)
         if spec.op_class is OpClass.OPAQUE or not node.output or node.output[0] not in shapes:
             continue
         out = node.output[0]
-        out_shape = shapes[out]
-        attrs = attrs_of(node)  # type: ignore[operator]
         w_shape = shapes.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
-        attrs = with_kernel_shape(spec, attrs, w_shape)
+        attrs = with_kernel_shape(spec, attrs_of(node), w_shape)  # type: ignore[operator]
         fmap = [t for t in node.input if t and t not in constants]
         if any(t not in shapes for t in fmap):
             continue
-        for t, im in zip(fmap, node_index_maps(spec, attrs, node.input, constants, shapes,
-                                               out_shape, opset), strict=True):
-            for o, read in enumerate(im.reads):
-                if read is not None and read.map == IDENTITY:
-                    classes.join((out, o), (t, read.axis))
+        _join(classes, node, spec, attrs, fmap, out, shapes, constants, opset)
         ranked.update(t for t in [*fmap, out] if len(shapes[t]) in (3, 4))
-        x = fmap[0] if fmap else None
-        rank = len(shapes[x]) if x is not None else 0
-        if x is not None and rank in (3, 4) \
-                and _per_position(spec, attrs, node, fmap, constants, rank):
-            (tokens if rank == 3 else rows).extend([(x, 1)] if rank == 3 else [(x, 1), (x, 2)])
-        if x is not None and rank == 3 and spec.sliding_window:
-            lengths.append((x, 2))
-            if len(out_shape) == 3:
-                lengths.append((out, 2))
-                channels.append((out, 1))
-        if x is not None and rank == 3 and _reads_channels_first(node, spec, attrs,
-                                                                 constants, rank, False):
-            channels.append((x, 1))
-        if _reads_channels_first(node, spec, attrs, constants, rank, True):
-            channels4.extend((t, 1) for t in [*fmap, out] if len(shapes[t]) == 4)
+        said.add(node, spec, attrs, fmap, out, shapes, constants)
+    return _decide(classes, said, ranked, shapes)
+
+
+def _decide(classes: _Classes, said: _Evidence, ranked: set[str],
+            shapes: Mapping[str, Shape]) -> Stretches:
+    """Each rank-3 and rank-4 tensor's layout by the classes of its axes."""
 
     def roots(found: list[_Axis]) -> set[Hashable]:
         return {classes.find(a) for a in found}
 
-    token, length, row = roots(tokens), roots(lengths), roots(rows)
-    channel, channel4 = roots(channels), roots(channels4)
+    token, length, row = roots(said.tokens), roots(said.lengths), roots(said.rows)
+    channel, channel4 = roots(said.channels), roots(said.channels4)
     tok, seq, last = set(), set(), set()
     for t in ranked:
+        position = classes.find((t, 1))
         if len(shapes[t]) == 3:
-            position = classes.find((t, 1))
             if position in token and position not in channel:
                 tok.add(t)
             elif classes.find((t, 2)) in length and position not in token:
                 seq.add(t)
-        elif classes.find((t, 1)) in row and classes.find((t, 2)) in row \
-                and classes.find((t, 1)) not in channel4:
+        elif position in row and classes.find((t, 2)) in row and position not in channel4:
             last.add(t)
     return Stretches(frozenset(tok), frozenset(seq), frozenset(last))
