@@ -7,10 +7,12 @@ from collections.abc import Callable
 from math import prod
 
 import numpy as np
+import onnx
 import pytest
 
-from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.graph_build import build_graph, node_attrs
 from fuseplan.planner.front.onnx_load import ZOO, LoadedModel
+from fuseplan.planner.front.stretches import Stretches, find_stretches
 from fuseplan.planner.ir.index_maps import IndexMap, facts_of, index_maps, regrouped
 from fuseplan.planner.ir.layout import (
     Layout,
@@ -184,3 +186,49 @@ def test_carried_token_layouts() -> None:
     # feature maps are not token tensors: nothing is carried from NCHW
     assert carried(nchw(), (1, 8, 4, 4), (1, 8, 16),
                    regrouped((1, 8, 4, 4), (1, 8, 16)).lands) is None
+
+
+def _stretches(nodes: list[onnx.NodeProto], shapes: dict[str, tuple[int, ...]],
+               constants: dict[str, np.ndarray]) -> Stretches:
+    return find_stretches(nodes, {**shapes, **{k: v.shape for k, v in constants.items()}},
+                          constants, 17, node_attrs)
+
+
+def test_stretches_follow_the_axes_ops_keep() -> None:
+    """A patch merging of a channels-last map (Swin's: step-2 Slices joined along the
+    channels, a LayerNorm over them) reads every part channels last: the Concat keeps rows
+    and columns element for element, so the parts share the LayerNorm's rows and columns.
+    A BatchNorm reading axis 1 as channels says the opposite: nothing is channels last."""
+    half = {t: (1, 4, 4, 8) for t in ("a", "b")}
+    consts = {"s0": np.array([0, 0]), "e": np.array([8, 8]), "ax": np.array([1, 2]),
+              "st": np.array([2, 2]), "s1": np.array([1, 1])}
+    nodes = [
+        onnx.helper.make_node("Slice", ["x", "s0", "e", "ax", "st"], ["a"]),
+        onnx.helper.make_node("Slice", ["x", "s1", "e", "ax", "st"], ["b"]),
+        onnx.helper.make_node("Concat", ["a", "b"], ["c"], axis=-1),
+        onnx.helper.make_node("LayerNormalization", ["c", "g"], ["y"], axis=-1),
+    ]
+    consts.update(g=np.ones(16, np.float32), g2=np.ones(4, np.float32))
+    shapes = {"x": (1, 8, 8, 8), **half, "c": (1, 4, 4, 16), "y": (1, 4, 4, 16),
+              "z": (1, 4, 4, 16)}
+    # x: a step-2 Slice reads no axis of it element for element, so nothing joins it
+    assert _stretches(nodes, shapes, consts).channels_last == {"a", "b", "c", "y"}
+    nodes.append(onnx.helper.make_node("BatchNormalization", ["y", "g2", "g2", "g2", "g2"],
+                                       ["z"]))
+    assert not _stretches(nodes, shapes, consts).channels_last
+
+
+def test_stretches_tokens_and_lengths() -> None:
+    """A Conv1d's [N, C, L] maps are lengths; transposed into [N, L, C] and read by a
+    LayerNorm over C they are tokens, the same axis L in both."""
+    consts = {"w": np.ones((6, 6, 3), np.float32), "g": np.ones(6, np.float32)}
+    nodes = [
+        onnx.helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+        onnx.helper.make_node("Relu", ["c"], ["r"]),
+        onnx.helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+        onnx.helper.make_node("LayerNormalization", ["t", "g"], ["y"], axis=-1),
+    ]
+    found = _stretches(nodes, {"x": (1, 6, 20), "c": (1, 6, 20), "r": (1, 6, 20),
+                               "t": (1, 20, 6), "y": (1, 20, 6)}, consts)
+    assert found.lengths >= {"x", "c", "r"} and found.tokens >= {"t", "y"}
+    assert not found.tokens & found.lengths
