@@ -3,7 +3,7 @@ the layout the code before layouts assumed (rank >= 4: NCHW, last two axes H and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from math import prod
 
 import numpy as np
@@ -188,7 +188,7 @@ def test_carried_token_layouts() -> None:
                    regrouped((1, 8, 4, 4), (1, 8, 16)).lands) is None
 
 
-def _stretches(nodes: list[onnx.NodeProto], shapes: dict[str, tuple[int, ...]],
+def _stretches(nodes: list[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
                constants: dict[str, np.ndarray]) -> Stretches:
     return find_stretches(nodes, {**shapes, **{k: v.shape for k, v in constants.items()}},
                           constants, 17, node_attrs)
