@@ -49,6 +49,7 @@ class Case:
     n_outputs: int = 1
     axes: tuple[int, ...] | None = None
     shifts: dict[int, int] | None = None
+    strides: dict[int, int] | None = None  # a Slice's steps above 1
     # integer feature maps (run-time Gather indices): the range [lo, hi) of their values
     int_range: dict[int, tuple[int, int]] = field(default_factory=dict)
 
@@ -97,7 +98,8 @@ def _scales(case: Case) -> list[float] | None:
 def _maps(case: Case, out_shape: Shape) -> tuple[IndexMap, ...]:
     """The index maps of the case's node, from facts as the loader resolves them."""
     facts = facts_of(op_spec(case.op), case.attrs, case.shapes, case.fmap, out_shape, OPSET,
-                     axes=case.axes, shifts=case.shifts, scales=_scales(case))
+                     axes=case.axes, shifts=case.shifts, scales=_scales(case),
+                     strides=case.strides)
     return index_maps(facts)
 
 
@@ -372,7 +374,7 @@ def selections(draw: st.DrawFn) -> Case:
 
 @st.composite
 def shifts(draw: st.DrawFn) -> Case:
-    """Slice of constant bounds (step 1) and constant Pad."""
+    """Slice of constant bounds (steps 1 to 3) and constant Pad."""
     rank = draw(st.integers(1, 5))
     shape = _shape(draw, rank)
     if draw(st.booleans()):
@@ -387,13 +389,16 @@ def shifts(draw: st.DrawFn) -> Case:
             ends.append(draw(st.sampled_from([e, e - n] if e < n else [n, 2**62, 99])))
         ins: list[Shape | None] = [shape, (len(picked),), (len(picked),)]
         consts = {1: _i64(starts), 2: _i64(ends)}
+        strides: dict[int, int] = {}
         if picked != list(range(len(picked))) or draw(st.booleans()):
             ins.append((len(picked),))
             consts[3] = _i64(_signed(draw, picked, rank, shuffle=False))
             if draw(st.booleans()):
+                steps = [draw(st.integers(1, 3)) for _ in picked]
                 ins.append((len(picked),))
-                consts[4] = _i64([1] * len(picked))
-        return Case("Slice", {}, ins, consts, shifts=moved)
+                consts[4] = _i64(steps)
+                strides = {a: k for a, k in zip(picked, steps, strict=True) if k > 1}
+        return Case("Slice", {}, ins, consts, shifts=moved, strides=strides)
     before = [draw(st.integers(0, 2)) for _ in range(rank)]
     after = [draw(st.integers(0, 2)) for _ in range(rank)]
     pads = _i64(before + after)

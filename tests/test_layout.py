@@ -196,8 +196,9 @@ def _stretches(nodes: list[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]
 
 def test_stretches_follow_the_axes_ops_keep() -> None:
     """A patch merging of a channels-last map (Swin's: step-2 Slices joined along the
-    channels, a LayerNorm over them) reads every part channels last: the Concat keeps rows
-    and columns element for element, so the parts share the LayerNorm's rows and columns.
+    channels, a LayerNorm over them) reads every part channels last: the Slices and the
+    Concat keep rows and columns one element per element, so the map and its parts share
+    the LayerNorm's rows and columns.
     A BatchNorm reading axis 1 as channels says the opposite: nothing is channels last."""
     half = {t: (1, 4, 4, 8) for t in ("a", "b")}
     consts = {"s0": np.array([0, 0]), "e": np.array([8, 8]), "ax": np.array([1, 2]),
@@ -211,8 +212,8 @@ def test_stretches_follow_the_axes_ops_keep() -> None:
     consts.update(g=np.ones(16, np.float32), g2=np.ones(4, np.float32))
     shapes = {"x": (1, 8, 8, 8), **half, "c": (1, 4, 4, 16), "y": (1, 4, 4, 16),
               "z": (1, 4, 4, 16)}
-    # x: a step-2 Slice reads no axis of it element for element, so nothing joins it
-    assert _stretches(nodes, shapes, consts).channels_last == {"a", "b", "c", "y"}
+    # a step-2 Slice reads one element of x per element: x's rows and columns too
+    assert _stretches(nodes, shapes, consts).channels_last == {"x", "a", "b", "c", "y"}
     nodes.append(onnx.helper.make_node("BatchNormalization", ["y", "g2", "g2", "g2", "g2"],
                                        ["z"]))
     assert not _stretches(nodes, shapes, consts).channels_last

@@ -53,9 +53,10 @@ def node_axes(spec: OpSpec, attrs: Mapping[str, Any], inputs: Sequence[str],
 
 
 def _slice_shifts(inputs: Sequence[str], constants: Mapping[str, np.ndarray],
-                  in_shape: Shape, opset: int) -> dict[int, int] | None:
-    """Slice with constant bounds and step 1 along every axis it cuts: the input index of
-    output index 0 along each (a negative shift)."""
+                  in_shape: Shape, opset: int
+                  ) -> tuple[dict[int, int], dict[int, int]] | None:
+    """Slice with constant bounds and positive steps along every axis it cuts: the input
+    index of output index 0 along each (a negative shift), and the steps above 1."""
     if opset < 10 or len(inputs) < 3 or any(t and t not in constants for t in inputs[1:5]):
         return None
     given = [constants[t] if t else None for t in inputs[1:5]]
@@ -67,13 +68,16 @@ def _slice_shifts(inputs: Sequence[str], constants: Mapping[str, np.ndarray],
     steps = given[3].reshape(-1).tolist() if len(given) > 3 and given[3] is not None \
         else [1] * len(starts)
     shifts: dict[int, int] = {}
+    strides: dict[int, int] = {}
     for axis, start, step in zip(axes, starts, steps, strict=True):
-        if step != 1:
+        if step < 1:
             return None
         axis = int(axis) % len(in_shape)
         extent = in_shape[axis]
         shifts[axis] = -min(max(int(start) + extent if start < 0 else int(start), 0), extent)
-    return shifts
+        if step > 1:
+            strides[axis] = int(step)
+    return shifts, strides
 
 
 def _pad_shifts(attrs: Mapping[str, Any], inputs: Sequence[str],
@@ -110,15 +114,17 @@ def node_index_maps(spec: OpSpec, attrs: Mapping[str, Any], inputs: Sequence[str
     fmap = [k for k, t in enumerate(inputs) if t and t not in constants]
     in_shapes = [shapes.get(t) if t else None for t in inputs]
     first = in_shapes[fmap[0]] if fmap else None
-    shifts = None
+    shifts: dict[int, int] | None = None
+    strides: dict[int, int] = {}
     if first is not None and spec.maps is MapRule.SLICE:
-        shifts = _slice_shifts(inputs, constants, first, opset)
+        cut = _slice_shifts(inputs, constants, first, opset)
+        shifts, strides = cut if cut is not None else (None, {})
     elif first is not None and spec.maps is MapRule.PAD:
         shifts = _pad_shifts(attrs, inputs, constants, len(first), opset)
     axes = node_axes(spec, attrs, inputs, constants, first or (), out_shape, opset) \
         if first is not None else None
     facts: NodeFacts = facts_of(spec, attrs, in_shapes, fmap, out_shape, opset, axes, shifts,
-                                _scales(spec, inputs, constants))
+                                _scales(spec, inputs, constants), strides)
     return index_maps(facts)
 
 
@@ -179,6 +185,9 @@ def layer_maps(spec: OpSpec, attrs: Mapping[str, Any], inputs: Sequence[str],
                  or (lin.token_like and lin.col_axis is None and out_layout.col_axis is None
                      and p[0].kind in (MapKind.WINDOW, MapKind.UPSAMPLE))
                  else (WHOLE, WHOLE) for p, lin in zip(pairs, in_layouts, strict=True)]
+    if spec.maps is MapRule.SLICE:  # a tile cuts its box with a step of 1 only
+        pairs = [p if all(m.kind is not MapKind.WINDOW for m in p) else (WHOLE, WHOLE)
+                 for p in pairs]
     if spec.maps is MapRule.CONCAT and any(t and t in constants for t in inputs):
         axis = int(attrs.get("axis", 1)) % len(out_shape)
         if axis in out_layout.tiled_axes:

@@ -30,7 +30,6 @@ from fuseplan.planner.ir.graph import WHOLE, Graph, Layer
 from fuseplan.planner.ir.index_maps import IndexMap
 from fuseplan.planner.ir.layout import (
     Layout,
-    LayoutKind,
     carried,
     layout_of,
     ncl,
@@ -93,8 +92,8 @@ class _Fmap:
         return (na, ha, wa) == (nb, hb, wb)
 
 
-# ops whose output keeps a channels-last input's layout when the batch, rows and columns
-# pass through (per-element functions, per-pixel normalization and linear layers)
+# ops whose output keeps a token input's layout when the batch and tokens pass through
+# (per-element functions, per-token normalization and linear layers, products)
 _KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX,
                           MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD, MapRule.REDUCE})
 
@@ -116,35 +115,14 @@ def _keeps_sequence(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
 def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
                 out_shape: tuple[int, ...], layouts: Mapping[str, Layout],
                 shapes: Mapping[str, tuple[int, ...]]) -> Layout | None:
-    """A layout the output carries besides the one its shape implies: a Transpose that
-    moves channels last starts a channels-last stretch, per-pixel ops keep it, and the
-    Transpose back ends it. None: the layout inferred from the shape."""
+    """A sequence layout the output keeps from its first input (a 1x1 conv of it, sequences
+    joined along their positions or channels), None for any other. Channels-last maps,
+    token sequences and 1-D sequences are found before (planner.front.stretches)."""
     if not fmap:
         return None
     first = layouts.get(fmap[0]) or layout_of(shapes[fmap[0]])
     if first.token_like and _keeps_sequence(spec, attrs, fmap, out_shape, layouts, shapes):
         return first
-    if len(out_shape) != 4:
-        return None
-    if spec.maps in (MapRule.SLICE, MapRule.CONCAT, MapRule.PAD) and all(
-            (lay := layouts.get(t)) is not None and lay.kind is LayoutKind.NHWC
-            and len(shapes[t]) == 4 and all(shapes[t][a] == out_shape[a] for a in (0, 3))
-            for t in fmap):
-        # a cut, a join or a pad along the rows or columns of channels-last maps (a cyclic
-        # shift, a pad to whole windows) keeps them channels last
-        return nhwc()
-    if spec.maps is MapRule.TRANSPOSE:
-        perm = [int(p) for p in attrs.get("perm", [3, 2, 1, 0])]
-        return nhwc() if first.kind is LayoutKind.NCHW and perm == [0, 2, 3, 1] else None
-    if spec.maps not in _KEEP_LAYOUT or spec.op_class is OpClass.OPAQUE:
-        return None
-    for t in fmap:
-        lay = layouts.get(t)
-        # a keepdims reduction keeps every axis in its place (the pooled [N, 1, 1, C])
-        kept = shapes[t][:3] == out_shape[:3] or (spec.maps is MapRule.REDUCE
-                                                 and len(shapes[t]) == 4)
-        if lay is not None and lay.kind is LayoutKind.NHWC and kept:
-            return lay
     return None
 
 

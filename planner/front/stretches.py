@@ -33,7 +33,7 @@ import onnx
 from fuseplan.planner.front.axes import node_index_maps
 from fuseplan.planner.front.reductions import channels_last_reduction, reduced_axes
 from fuseplan.planner.front.sliding import with_kernel_shape
-from fuseplan.planner.ir.graph import IDENTITY
+from fuseplan.planner.ir.graph import IDENTITY, AxisMap, MapKind
 from fuseplan.planner.ir.ops import Accumulate, MapRule, OpClass, OpSpec, op_spec
 
 Shape = tuple[int, ...]
@@ -110,6 +110,7 @@ class _Evidence:
     rows: list[_Axis] = field(default_factory=list)  # rows and columns of channels-last maps
     channels: list[_Axis] = field(default_factory=list)  # rank 3: axis 1 read as channels
     channels4: list[_Axis] = field(default_factory=list)  # rank 4: the same
+    spatial: list[_Axis] = field(default_factory=list)  # rows and columns a 2-D window slides
 
     def add(self, node: onnx.NodeProto, spec: OpSpec, attrs: Mapping[str, object],
             fmap: Sequence[str], out: str, shapes: Mapping[str, Shape],
@@ -123,6 +124,9 @@ class _Evidence:
                 self.tokens.append((x, 1))
             else:
                 self.rows += [(x, 1), (x, 2)]
+        if x is not None and rank == 4 and spec.sliding_window:
+            self.spatial += [(x, 2), (x, 3)] + ([(out, 2), (out, 3)]
+                                                if len(shapes[out]) == 4 else [])
         if x is not None and rank == 3 and spec.sliding_window:
             self.lengths.append((x, 2))
             if len(shapes[out]) == 3:
@@ -139,12 +143,22 @@ def _join(classes: _Classes, node: onnx.NodeProto, spec: OpSpec,
           attrs: Mapping[str, object], fmap: Sequence[str], out: str,
           shapes: Mapping[str, Shape], constants: Mapping[str, np.ndarray],
           opset: int) -> None:
-    """Join each output axis with the input axis it reads element for element."""
-    maps = node_index_maps(spec, attrs, node.input, constants, shapes, shapes[out], opset)
+    """Join each output axis with the input axis it reads one element per element: in
+    place, at an offset (a cut, a pad, a join along it), or every few (a strided cut); and a
+    keepdims reduction's pooled axis with the axis it folds (it keeps its place)."""
+    out_shape = shapes[out]
+    maps = node_index_maps(spec, attrs, node.input, constants, shapes, out_shape, opset)
+    folds = spec.maps is MapRule.REDUCE or spec.accumulate is not Accumulate.NONE
     for t, im in zip(fmap, maps, strict=True):
         for o, read in enumerate(im.reads):
-            if read is not None and read.map == IDENTITY:
+            if read is not None and (_one_to_one(read.map) or folds and out_shape[o] == 1):
                 classes.join((out, o), (t, read.axis))
+
+
+def _one_to_one(m: AxisMap) -> bool:
+    """Each output index reads one input index: in place, shifted, or strided."""
+    return m == IDENTITY or m.kind is MapKind.OFFSET \
+        or (m.kind is MapKind.WINDOW and m.kernel == 1)
 
 
 def find_stretches(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, Shape],
@@ -178,7 +192,8 @@ def _decide(classes: _Classes, said: _Evidence, ranked: set[str],
     def roots(found: list[_Axis]) -> set[Hashable]:
         return {classes.find(a) for a in found}
 
-    token, length, row = roots(said.tokens), roots(said.lengths), roots(said.rows)
+    token, length = roots(said.tokens), roots(said.lengths)
+    row = roots(said.rows) | roots(said.spatial)
     channel, channel4 = roots(said.channels), roots(said.channels4)
     tok, seq, last = set(), set(), set()
     for t in ranked:

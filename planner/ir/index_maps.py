@@ -105,6 +105,9 @@ class NodeFacts:
     shifts: Mapping[int, int] | None = field(default=None)
     # Resize and Upsample: the scale per axis where the node gives scales (None: sizes)
     scales: tuple[float, ...] | None = None
+    # Slice: its step along each axis it cuts with a step above 1 (the shift is then the
+    # input index of output index 0, negated, as for a step of 1)
+    strides: Mapping[int, int] | None = field(default=None)
 
     def shape(self, k: int) -> Shape:
         """The shape of feature-map input number k (its place among the fmaps)."""
@@ -394,7 +397,10 @@ def _shifted(f: NodeFacts, k: int) -> list[AxisRead | None]:
     ins, out = f.shape(k), f.out_shape
     if k != 0 or f.shifts is None or len(ins) != len(out):
         return list(_whole_reads(len(out), ins))
-    return [AxisRead(a, AxisMap(MapKind.OFFSET, pad=f.shifts.get(a, 0)) if f.shifts.get(a)
+    strides = f.strides or {}
+    return [AxisRead(a, AxisMap(MapKind.WINDOW, 1, strides[a], f.shifts.get(a, 0))
+                     if strides.get(a, 1) > 1
+                     else AxisMap(MapKind.OFFSET, pad=f.shifts.get(a, 0)) if f.shifts.get(a)
                      or ins[a] != out[a] else IDENTITY) for a in range(len(out))]
 
 
@@ -450,9 +456,11 @@ def facts_of(spec: OpSpec, attrs: Mapping[str, Any], shapes: Sequence[Shape | No
              fmap: Sequence[int], out_shape: Shape, opset: int,
              axes: tuple[int, ...] | None = None,
              shifts: Mapping[int, int] | None = None,
-             scales: Sequence[float] | None = None) -> NodeFacts:
+             scales: Sequence[float] | None = None,
+             strides: Mapping[int, int] | None = None) -> NodeFacts:
     """NodeFacts with read-only fields."""
     return NodeFacts(spec, MappingProxyType(dict(attrs)), tuple(shapes), tuple(fmap),
                      tuple(out_shape), opset, axes,
                      None if shifts is None else MappingProxyType(dict(shifts)),
-                     None if scales is None else tuple(float(x) for x in scales))
+                     None if scales is None else tuple(float(x) for x in scales),
+                     None if not strides else MappingProxyType(dict(strides)))
