@@ -2,14 +2,18 @@
 propagating what the ops say about their axes along the index maps.
 
 Two axes of two tensors are the same axis of the model when an op reads one into the other
-element for element (its index map, planner.ir.index_maps: IDENTITY); the axes of all
-tensors fall into such classes (a union-find). Ops then say what a class is:
+one element per element (its index map, planner.ir.index_maps: in place, shifted by a cut,
+a pad or a join, or strided), or folds it into one element in its place (a keepdims
+reduction); the axes of all tensors fall into such classes (a union-find). Ops then say
+what a class is:
 
 * a LayerNormalization over the last axis, or a Linear layer (a MatMul by a constant
   matrix), of a rank-3 tensor [B, L, C] works per position: axis 1 is a class of token
   positions; of a rank-4 tensor [B, H, W, C], axes 1 and 2 are rows and columns;
 * a 1-D window (Conv1d, a 1-D pool) slides along axis 2 of its rank-3 input and output
-  [N, C, L]: a class of lengths, and axis 1 is channels;
+  [N, C, L]: a class of lengths, and axis 1 is channels; a 2-D window slides along axes 2
+  and 3 of its rank-4 input and output: rows and columns (a Transpose that moves them to
+  axes 1 and 2 makes a channels-last map);
 * BatchNormalization, InstanceNormalization, LRN, GroupNormalization and 2-D windows read
   axis 1 as channels, and so do channel-first reductions, global pools and resizes of a
   rank-4 map: that class is no token or row axis.
