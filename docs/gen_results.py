@@ -55,7 +55,8 @@ def short_provenance(name: str) -> str:
     shown, every = len(zoo2026_rows()), len(ZOO2026_MODELS)
     which = f"All {every} models" if shown == every else \
         f"{shown} of the {every} models (the others take minutes each)"
-    return (f"*{which}, CP-SAT limit 60 s, `bench/zoo2026` at commit `{src['commit']}` on "
+    return (f"*{which}, `fuseplan solve`'s default limits, `bench/zoo2026` at commit "
+            f"`{src['commit']}` on "
             f"{src['date']}.*")
 
 
