@@ -167,15 +167,15 @@ def layout_maps(im: IndexMap, lin: Layout, lout: Layout, out_shape: Shape
 
 
 def layer_maps(spec: OpSpec, attrs: Mapping[str, Any], inputs: Sequence[str],
-               constants: Mapping[str, np.ndarray], shapes: Mapping[str, Shape],
-               out_shape: Shape, opset: int, in_layouts: Sequence[Layout], out_layout: Layout
+               constants: Mapping[str, np.ndarray], ims: Sequence[IndexMap],
+               out_shape: Shape, in_layouts: Sequence[Layout], out_layout: Layout
                ) -> tuple[list[AxisMap], list[AxisMap]]:
-    """Row and column maps of every feature-map input of a layer, from its index maps, where
+    """Row and column maps of every feature-map input of a layer, from its index maps
+    (`ims`, node_index_maps), where
     the tile kernels can run them: a Reshape only element for element along the tiled axes
     (the window partitions and merges of rows and columns have maps of their own,
     planner.front.windows and planner.front.regroup), a Concat along the tiled axes only of
     feature maps (a constant joined along the tokens keeps them whole)."""
-    ims = node_index_maps(spec, attrs, inputs, constants, shapes, out_shape, opset)
     pairs = [layout_maps(im, lin, out_layout, out_shape)
              for im, lin in zip(ims, in_layouts, strict=True)]
     if spec.axis_move is AxisMove.REGROUP:

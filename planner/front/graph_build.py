@@ -214,8 +214,10 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     w_shape = shapes.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
     in_layouts = [layouts.get(t) or layout_of(shapes[t]) for t in fmap]
     attrs = with_kernel_shape(spec, attrs, w_shape)
-    carry, batch_kept = _carried_layout(node, spec, attrs, constants, shapes, in_shapes,
-                                        in_layouts, out_shape, opset)
+    # what the op reads of each input, per output axis: the carried layouts and the maps
+    ims = node_index_maps(spec, attrs, inputs, constants, shapes, out_shape, opset)
+    carry, batch_kept = _carried_layout(spec, attrs, ims, in_shapes, in_layouts, out_shape,
+                                        opset)
     # a step of a window partition or its reverse: tiled along window rows or windows
     # or a merge of rows and columns into a sequence, or its reverse (planner.front.regroup)
     partition = (window_layout(in_layouts[0], in_shapes[0], out_shape)
@@ -224,14 +226,14 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     given = partition or carry or layouts.get(outputs[0])
     if given is None and spec.axis_move is AxisMove.REGROUP:
         # tokens split or merged with other axes: carried on their leading axis
-        carry, batch_kept = _carried_layout(node, spec, attrs, constants, shapes, in_shapes,
-                                            in_layouts, out_shape, opset, reordered=True)
+        carry, batch_kept = _carried_layout(spec, attrs, ims, in_shapes, in_layouts,
+                                            out_shape, opset, reordered=True)
         given = carry
     given = given or _out_layout(spec, attrs, fmap, out_shape, layouts, shapes)
     _record_layout(layouts, outputs, given, carried_all=carry is not None)
     out_layout = given or layout_of(out_shape)
-    rows, cols = layer_maps(spec, attrs, inputs, constants, shapes, out_shape, opset,
-                            in_layouts, out_layout)
+    rows, cols = layer_maps(spec, attrs, inputs, constants, ims, out_shape, in_layouts,
+                            out_layout)
     if partition is not None and in_layouts[0].row_axis is not None \
             and partition.row_axis is not None:
         rows = [regroup_rows(in_shapes[0], in_layouts[0].row_axis, out_shape,
@@ -294,22 +296,20 @@ def _weights(spec: OpSpec, inputs: Sequence[str],
                  if t in constants and np.issubdtype(constants[t].dtype, np.floating))
 
 
-def _carried_layout(node: onnx.NodeProto, spec: OpSpec, attrs: dict[str, Any],
-                    constants: Mapping[str, np.ndarray],
-                    shapes: Mapping[str, tuple[int, ...]], in_shapes: Sequence[tuple[int, ...]],
-                    in_layouts: Sequence[Layout], out_shape: tuple[int, ...],
-                    opset: int, reordered: bool = False) -> tuple[Layout | None, bool]:
+def _carried_layout(spec: OpSpec, attrs: dict[str, Any], ims: Sequence[IndexMap],
+                    in_shapes: Sequence[tuple[int, ...]], in_layouts: Sequence[Layout],
+                    out_shape: tuple[int, ...], opset: int, reordered: bool = False
+                    ) -> tuple[Layout | None, bool]:
     """The token layout the output takes from the inputs (None when none), and whether the
-    layer keeps every batch item apart; `reordered`: a movement op may carry the tokens as
-    the leading axis of a split or a merge (IndexMap.carries), not only whole."""
+    layer keeps every batch item apart (`ims`: the layer's index maps); `reordered`: a
+    movement op may carry the tokens as the leading axis of a split or a merge
+    (IndexMap.carries), not only whole."""
     # a token layout carried through a movement op or kept by a per-token op comes first: it
     # knows where the batch went, which a token stretch seeded by shape does not
     # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
     batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset)
     if spec.axis_move is not AxisMove.NONE and in_layouts and in_layouts[0].token_like:
-        moved = node_index_maps(spec, attrs, node.input, constants, shapes, out_shape,
-                                opset)[0]
-        return _moved_tokens(moved, in_layouts[0], in_shapes[0], out_shape, batch_kept,
+        return _moved_tokens(ims[0], in_layouts[0], in_shapes[0], out_shape, batch_kept,
                              reordered)
     if spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
         return _kept_tokens([_Fmap(s_, out_shape, lay, lay)

@@ -28,8 +28,9 @@ channels last, [N, H, W, C]. Everything else keeps the layout its shape implies
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -54,17 +55,19 @@ class _Classes:
 
     parent: dict[Hashable, Hashable] = field(default_factory=dict)
 
-    def find(self, x: _Axis) -> Hashable:
+    def find(self, x: Hashable) -> Hashable:
+        """The root of x's class."""
         parent = self.parent
         parent.setdefault(x, x)
-        root: Hashable = x
+        root = x
         while parent[root] != root:
             root = parent[root]
         while parent[x] != root:  # path compression
-            parent[x], x = root, parent[x]  # type: ignore[assignment]
+            parent[x], x = root, parent[x]
         return root
 
-    def join(self, a: _Axis, b: _Axis) -> None:
+    def join(self, a: Hashable, b: Hashable) -> None:
+        """Make a's class and b's one."""
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.parent[ra] = rb
@@ -79,17 +82,17 @@ class Stretches:
     channels_last: frozenset[str]  # [N, H, W, C]
 
 
-def _per_position(spec: OpSpec, attrs: Mapping[str, object], node: onnx.NodeProto,
+def _per_position(spec: OpSpec, attrs: Mapping[str, Any], node: onnx.NodeProto,
                   fmap: Sequence[str], constants: Mapping[str, np.ndarray], rank: int) -> bool:
     """A LayerNormalization over the last axis, or a MatMul of one map by a constant matrix:
     the other axes are positions."""
     if spec.maps is MapRule.NORM:
-        return int(attrs.get("axis", -1)) % rank == rank - 1  # type: ignore[call-overload]
+        return int(attrs.get("axis", -1)) % rank == rank - 1
     return spec.maps is MapRule.LINEAR and len(fmap) == 1 and any(
         t in constants and constants[t].ndim == 2 for t in node.input[1:2])
 
 
-def _reads_channels_first(node: onnx.NodeProto, spec: OpSpec, attrs: Mapping[str, object],
+def _reads_channels_first(node: onnx.NodeProto, spec: OpSpec, attrs: Mapping[str, Any],
                           constants: Mapping[str, np.ndarray], in_rank: int,
                           images: bool) -> bool:
     """Whether the op reads axis 1 of its maps as channels (`images`: of rank-4 maps, and
@@ -116,7 +119,7 @@ class _Evidence:
     channels4: list[_Axis] = field(default_factory=list)  # rank 4: the same
     spatial: list[_Axis] = field(default_factory=list)  # rows and columns a 2-D window slides
 
-    def add(self, node: onnx.NodeProto, spec: OpSpec, attrs: Mapping[str, object],
+    def add(self, node: onnx.NodeProto, spec: OpSpec, attrs: Mapping[str, Any],
             fmap: Sequence[str], out: str, shapes: Mapping[str, Shape],
             constants: Mapping[str, np.ndarray]) -> None:
         """What one node says of the axes of its maps."""
@@ -144,7 +147,7 @@ class _Evidence:
 
 
 def _join(classes: _Classes, node: onnx.NodeProto, spec: OpSpec,
-          attrs: Mapping[str, object], fmap: Sequence[str], out: str,
+          attrs: Mapping[str, Any], fmap: Sequence[str], out: str,
           shapes: Mapping[str, Shape], constants: Mapping[str, np.ndarray],
           opset: int) -> None:
     """Join each output axis with the input axis it reads one element per element: in
@@ -167,7 +170,7 @@ def _one_to_one(m: AxisMap) -> bool:
 
 def find_stretches(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, Shape],
                    constants: Mapping[str, np.ndarray], opset: int,
-                   attrs_of: object) -> Stretches:
+                   attrs_of: Callable[[onnx.NodeProto], dict[str, Any]]) -> Stretches:
     """Token sequences, 1-D sequences and channels-last maps of a model, by propagation
     (`attrs_of`: a node's attributes as plain values, planner.front.graph_build.node_attrs)."""
     classes = _Classes()
@@ -179,7 +182,7 @@ def find_stretches(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, Shape],
             continue
         out = node.output[0]
         w_shape = shapes.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
-        attrs = with_kernel_shape(spec, attrs_of(node), w_shape)  # type: ignore[operator]
+        attrs = with_kernel_shape(spec, attrs_of(node), w_shape)
         fmap = [t for t in node.input if t and t not in constants]
         if any(t not in shapes for t in fmap):
             continue
