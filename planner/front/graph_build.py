@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -74,24 +73,6 @@ def _tensor_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-@dataclass(frozen=True)
-class _Fmap:
-    """One feature-map input of a node against its output: shapes and layouts."""
-
-    shape: tuple[int, ...]
-    out_shape: tuple[int, ...]
-    layout: Layout
-    out_layout: Layout
-
-    def same_extent(self) -> bool:
-        """Both spatial, with the same batch, rows and columns: a row-local map can apply."""
-        la, lb = self.layout, self.out_layout
-        if not (la.spatial and lb.spatial):
-            return False
-        (na, _, ha, wa), (nb, _, hb, wb) = la.dims(self.shape), lb.dims(self.out_shape)
-        return (na, ha, wa) == (nb, hb, wb)
-
-
 # ops whose output keeps a token input's layout when the batch and tokens pass through
 # (per-element functions, per-token normalization and linear layers, products)
 _KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX,
@@ -126,16 +107,16 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
     return None
 
 
-def _kept_tokens(fmaps: Sequence[_Fmap]) -> Layout | None:
+def _kept_tokens(in_shapes: Sequence[tuple[int, ...]], in_layouts: Sequence[Layout],
+                 out_shape: tuple[int, ...]) -> Layout | None:
     """The token layout a per-token op (element-wise, LayerNormalization, Linear, Softmax,
     a product of two maps) keeps: that of a token input of the output's rank with the
     output's batch and tokens, one with a batch axis first."""
-    found = [f.layout for f in fmaps
-             if f.layout.token_like and f.layout.rank == len(f.out_shape)
-             and f.layout.row_axis is not None
-             and f.shape[f.layout.row_axis] == f.out_shape[f.layout.row_axis]
-             and (f.layout.batch_axis is None
-                  or f.shape[f.layout.batch_axis] == f.out_shape[f.layout.batch_axis])]
+    found = [lay for shape, lay in zip(in_shapes, in_layouts, strict=True)
+             if lay.token_like and lay.rank == len(out_shape) and lay.row_axis is not None
+             and shape[lay.row_axis] == out_shape[lay.row_axis]
+             and (lay.batch_axis is None
+                  or shape[lay.batch_axis] == out_shape[lay.batch_axis])]
     found.sort(key=lambda lay: lay.batch_axis is None)
     if not found or found[0].row_axis is None:
         return None
@@ -312,8 +293,7 @@ def _carried_layout(spec: OpSpec, attrs: dict[str, Any], ims: Sequence[IndexMap]
         return _moved_tokens(ims[0], in_layouts[0], in_shapes[0], out_shape, batch_kept,
                              reordered)
     if spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
-        return _kept_tokens([_Fmap(s_, out_shape, lay, lay)
-                             for s_, lay in zip(in_shapes, in_layouts, strict=True)]), batch_kept
+        return _kept_tokens(in_shapes, in_layouts, out_shape), batch_kept
     return None, batch_kept
 
 

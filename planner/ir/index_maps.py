@@ -38,11 +38,6 @@ class AxisRead:
     axis: int  # the input axis
     map: AxisMap  # output range -> input range along it (WHOLE: all of it, for any index)
 
-    @property
-    def positional(self) -> bool:
-        """A range of the output axis reads a range of the input axis (not all of it)."""
-        return self.map.kind is not MapKind.WHOLE
-
 
 @dataclass(frozen=True)
 class IndexMap:
@@ -50,14 +45,6 @@ class IndexMap:
 
     in_shape: Shape
     reads: tuple[AxisRead | None, ...]  # per output axis; None: reads no axis of this input
-
-    def reader(self, in_axis: int) -> int | None:
-        """The output axis that reads input axis `in_axis` positionally, None when none does
-        (the axis is needed whole)."""
-        for out_axis, read in enumerate(self.reads):
-            if read is not None and read.axis == in_axis and read.positional:
-                return out_axis
-        return None
 
     def lands(self, in_axis: int) -> int | None:
         """The output axis input axis `in_axis` lands on whole, element for element (a
