@@ -53,8 +53,22 @@ def online_attention(q: np.ndarray, kt: np.ndarray, v: np.ndarray, *, scale: flo
     return (out / running_sum[..., None]).astype(q.dtype, copy=False)
 
 
-def attention_kernel(attrs: Any, q: np.ndarray, kt: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """The fused layer's kernel with its attributes (planner.front.attention_fusion)."""
+def attention_kernel(attrs: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                     *parts: np.ndarray) -> np.ndarray:
+    """The fused layer's kernel with its attributes (planner.front.attention_fusion): keys
+    given as k^T, or as k read through a transposed view (`transposed_keys` 0); with
+    `kv_groups` n > 1, query head h reads key and value head h // n (grouped-query
+    attention: the views index the unexpanded heads, as the hardware's loads would).
+    `parts`: the new positions' keys and values after a KV cache's (planner.front.kv_cache),
+    walked after the cache's chunks."""
+    if parts:
+        k_new, v_new = parts
+        k = np.concatenate([k, k_new], axis=-2)
+        v = np.concatenate([v, v_new], axis=-2)
+    kt = k if int(attrs.get("transposed_keys", 1)) else np.swapaxes(k, -1, -2)
+    groups = int(attrs.get("kv_groups", 1))
+    if groups > 1:  # a view for the arithmetic; the bytes moved are the arrays given
+        kt, v = np.repeat(kt, groups, axis=-3), np.repeat(v, groups, axis=-3)
     return online_attention(q, kt, v, scale=float(attrs["scale"]),
                             causal=bool(attrs["causal"]),
                             mask_value=float(attrs["mask_value"]),

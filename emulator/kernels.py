@@ -682,7 +682,8 @@ def _gemm(n: _Node) -> list[_Array]:
 
 
 def _flash_attention(n: _Node) -> list[_Array]:
-    return [attention_kernel(n.attrs, n.x(0), n.x(1), n.x(2))]
+    parts = (n.x(3), n.x(4)) if len(n.inputs) == 5 else ()
+    return [attention_kernel(n.attrs, n.x(0), n.x(1), n.x(2), *parts)]
 
 
 def _matmul(n: _Node) -> list[_Array]:

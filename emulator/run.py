@@ -344,9 +344,12 @@ def emulate(graph: Graph, plan: Plan, chip: Chip, inputs: Mapping[str, np.ndarra
             violations.extend(v)
             if tick is not None:
                 tick(k + 1)
+    for a in graph.appends:  # the cache's buffer: the past where it was, the new after it
+        dram[a.output] = np.concatenate([dram[a.cache], dram[a.new]], axis=a.axis)
     times = simulate_plan(chip, runs)
     timed = [replace(c, cycles=t.cycles, prefetch_cycles=floor(t.prefetch_cycles),
                      band_compute_cycles=t.compute_busy if len(run.bands) > 1 else 0)
              for c, t, run in zip(counters, times, runs, strict=True)]
-    return EmulationResult({t: dram[t] for t in graph.outputs}, timed, violations, dram, times,
+    outputs = (*graph.outputs, *(a.output for a in graph.appends))
+    return EmulationResult({t: dram[t] for t in outputs}, timed, violations, dram, times,
                            [sum(len(band) for band in run.bands) for run in runs])

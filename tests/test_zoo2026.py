@@ -15,7 +15,7 @@ ZOO = Path(__file__).resolve().parent.parent / "examples" / "exports" / "zoo2026
 SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
     "bert_encoder": {"input_ids": (1, 128)}, "llama_block": {"input_ids": (1, 512)}}
 PLANNED = ("audio_encoder", "segformer_block", "vit_518", "detector_head", "bert_encoder",
-           "llama_block", "maxvit_like", "convnextv2_block", "text_recognizer_t",
+           "llama_block", "llama_decode", "maxvit_like", "convnextv2_block", "text_recognizer_t",
            "diffusion_unet")  # GroupNorm in two passes (planner.front.group_norm)
 
 

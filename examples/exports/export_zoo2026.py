@@ -55,6 +55,10 @@ The models and their inputs (the classes are in zoo2026_vision.py and zoo2026_te
                         and applied with rotate_half (Slice, Neg, Concat), grouped-query
                         attention with repeat_kv (Unsqueeze, Expand, Reshape), a causal mask
                         by Trilu, SwiGLU MLP. ``input_ids`` [N, S] int64, usually [1, 512]
+* ``llama_decode``      one decode step of ``llama_block`` with a KV cache: ``input_ids``
+                        [1, 1] int64 and each layer's ``past_key_values.i.key``/``value``
+                        [1, 2, 1024, 64] in; the hidden state and ``present.i.key``/``value``
+                        [1, 2, 1025, 64] (past and new positions concatenated) out
 * ``maxvit_like``       MaxViT-like hybrid at 224: conv stem, per stage an MBConv (squeeze-
                         excite), block attention (7x7 windows by Reshape and Permute) and grid
                         attention (the strided 7x7 grid), each with relative position bias
@@ -81,7 +85,7 @@ import onnx
 import torch
 from export_models import OPSET, export_named, placeholder_weights
 from torch import nn
-from zoo2026_text import AudioEncoder, BertEncoder, DiffusionUNet, LlamaLike
+from zoo2026_text import AudioEncoder, BertEncoder, DiffusionUNet, LlamaDecode, LlamaLike
 from zoo2026_vision import (
     ConvNeXtV2,
     DinoViT,
@@ -126,6 +130,11 @@ MODELS: dict[str, Entry] = {
     "llama_block": Entry(LlamaLike, (("input_ids", (1, 512), True),), ("last_hidden_state",),
                          (("input_ids", ((0, "N"), (1, "S"))),
                           ("last_hidden_state", ((0, "N"), (1, "S"))))),
+    "llama_decode": Entry(LlamaDecode, (("input_ids", (1, 1), True),
+                                        *((f"past_key_values.{i}.{kv}", (1, 2, 1024, 64), False)
+                                          for i in range(2) for kv in ("key", "value"))),
+                          ("last_hidden_state",
+                           *(f"present.{i}.{kv}" for i in range(2) for kv in ("key", "value")))),
     "maxvit_like": Entry(MaxViTLike, (("input", (1, 3, 224, 224), False),), ("output",)),
     "convnextv2_block": Entry(ConvNeXtV2, (("input", (1, 3, 224, 224), False),), ("output",)),
     "text_recognizer_t": Entry(TextRecognizerT, (("input", (1, 1, 40, 120), False),),

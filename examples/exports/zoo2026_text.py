@@ -312,6 +312,29 @@ class _LlamaLayer(nn.Module):
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+             past_key: torch.Tensor, past_value: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One decode step with a KV cache: the new keys and values are appended to the
+        past ones (torch.cat along the positions, as DynamicCache.update does)."""
+        b, s, _ = x.shape
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        key, value = torch.cat((past_key, k), dim=2), torch.cat((past_value, v), dim=2)
+        n_rep = self.heads // self.kv_heads
+        k, v = _repeat_kv(key, n_rep), _repeat_kv(value, n_rep)
+        scores = q @ k.transpose(2, 3) * self.head_dim ** -0.5
+        attn = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype) @ v
+        x = x + self.o_proj(attn.transpose(1, 2).reshape(b, s, -1))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h)), key, value
+
+
 class LlamaLike(nn.Module):
     """LlamaModel (no LM head) with dim 512, 8 heads, 2 KV heads, SwiGLU 1408, 2 layers,
     vocabulary 32000, RoPE base 10000; prefill without a KV cache."""
@@ -341,3 +364,27 @@ class LlamaLike(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
         return self.norm(x)
+
+
+class LlamaDecode(LlamaLike):
+    """One decode step of LlamaLike with a KV cache (issue 46): the next token's id, each
+    layer's past keys and values [N, kv_heads, P, head_dim] in, the hidden state and the
+    present keys and values [N, kv_heads, P + 1, head_dim] out, as Hugging Face's decoder
+    exports (past_key_values.i.key/value, present.i.key/value) write them. The new token sits
+    at position P; one query attends to every position, so there is no mask."""
+
+    def forward(self, input_ids: torch.Tensor,  # type: ignore[override]
+                *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = self.embed_tokens(input_ids)
+        b, s = input_ids.shape
+        length = past[0].shape[2]
+        position_ids = (torch.arange(s, device=x.device) + length).unsqueeze(0).expand(b, -1)
+        freqs = (self.inv_freq[None, :, None].float().expand(b, -1, 1)
+                 @ position_ids[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        present: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            x, key, value = layer.step(x, cos, sin, past[2 * i], past[2 * i + 1])
+            present += [key, value]
+        return (self.norm(x), *present)

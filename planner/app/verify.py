@@ -269,7 +269,7 @@ def priced(chip: Chip, emulated: Sequence[Counters]) -> list[Counters]:
 def dram_order(graph: Graph, plan: Plan) -> list[tuple[str, int | None]]:
     """Every tensor the plan writes to DRAM with the index of the group that writes it, in
     execution order (a group's outputs in its own order); then any model output no group
-    writes (a model input passed through), with None."""
+    writes (a model input passed through, a KV cache appended in place), with None."""
     order: list[tuple[str, int | None]] = []
     seen: set[str] = set()
     for k, g in enumerate(plan.groups):
@@ -278,6 +278,8 @@ def dram_order(graph: Graph, plan: Plan) -> list[tuple[str, int | None]]:
                 seen.add(t)
                 order.append((t, k))
     order += [(t, None) for t in graph.outputs if t not in seen]
+    # a KV cache appended in place: its buffer, the past and the new positions, no group's
+    order += [(a.output, None) for a in graph.appends]
     return order
 
 

@@ -9,6 +9,13 @@ outgrow any on-chip memory. Fused, the chain is one layer whose tile of query ro
 the keys and values in chunks (emulator.attention_kernel: FlashAttention's running maximum and sum)
 and never holds more than one chunk of scores (planner.geometry.attention prices it).
 
+The keys may come as k^T (a Transpose of the last two axes, which the fused layer then reads
+as a view: `transposed_keys` 0) and, in grouped-query attention, through `repeat_kv`
+(Unsqueeze, Expand, Reshape: each key and value head copied for the query heads that share
+it). The fused layer takes the unexpanded heads and `kv_groups`, the query heads per key
+head: query head h reads key and value head h // kv_groups, so each is read once, never
+written out expanded.
+
 Only long sequences are fused (LONG_SEQUENCE keys and up): short ones (ViT's 197 tokens,
 Swin's 49-token windows) fit on chip as they are and keep their layers, which the planner
 runs in head chunks (planner.geometry.heads). Masks other than causal ones (a Swin window
@@ -45,6 +52,8 @@ class _Chain:
     scale: float
     causal: bool
     mask_value: float
+    transposed_keys: bool  # k^T [.., d, Lk] (True) or k [.., Lk, d]
+    kv_groups: int  # query heads per key and value head (grouped-query attention)
 
 
 def fuse_attention(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
@@ -83,7 +92,8 @@ def _fused_node(c: _Chain, shapes: Mapping[str, tuple[int, ...]]) -> onnx.NodePr
     return helper.make_node(
         OP_TYPE, [c.q, c.kt, c.v], [c.out], name=mix.name, domain=DOMAIN,
         scale=float(c.scale), causal=int(c.causal), mask_value=float(c.mask_value),
-        kv_chunk=min(KV_CHUNK, shapes[c.kt][-1]), query_length=shapes[c.q][-2],
+        kv_chunk=min(KV_CHUNK, shapes[c.v][-2]), query_length=shapes[c.q][-2],
+        transposed_keys=int(c.transposed_keys), kv_groups=c.kv_groups,
         fused=[m.name for m in c.nodes])
 
 
@@ -107,17 +117,11 @@ def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
     rank = len(shapes.get(p, ()))
     if not _over_last_axis(softmax, rank, opset) or not _only_reader(p, readers):
         return None
-    # Whisper's `softmax(qk.float()).to(q.dtype)`: casts of float to float change nothing
-    cast = next((n for n in nodes if _float_cast(n) and n.input[0] == p), None)
-    if cast is not None:
-        p = cast.output[0]
-        if not _only_reader(p, readers):
-            return None
-    mix = next((n for n in nodes if n.op_type == "MatMul" and len(n.input) == 2
-                and n.input[0] == p), None)
-    if mix is None or mix.input[1] in constants:
+    after = _mix(p, nodes, readers, constants)
+    if after is None:
         return None
-    chain = [softmax, *([cast] if cast is not None else []), mix]
+    casts, mix = after
+    chain = [softmax, *casts, mix]
     t, node = _through_casts(softmax.input[0], producer, readers, chain)
     causal, mask_value, scale = False, 0.0, 1.0
     if node is not None and node.op_type in ("Where", "Add") and _only_reader(t, readers):
@@ -143,7 +147,95 @@ def _chain(softmax: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
     v = mix.input[1]
     if not _long_attention_shapes(shapes.get(q), shapes.get(kt), shapes.get(v), rank):
         return None
-    return _Chain(tuple(chain), q, kt, v, mix.output[0], scale, causal, mask_value)
+    views = _key_views(kt, v, producer, readers, shapes)
+    if views is None:
+        return _Chain(tuple(chain), q, kt, v, mix.output[0], scale, causal, mask_value,
+                      True, 1)
+    k, v, transposed, groups, absorbed = views
+    return _Chain((*absorbed, *chain), q, k, v, mix.output[0], scale, causal, mask_value,
+                  transposed, groups)
+
+
+def _key_views(kt: str, v: str, producer: Mapping[str, onnx.NodeProto],
+               readers: Mapping[str, int], shapes: Mapping[str, tuple[int, ...]]
+               ) -> tuple[str, str, bool, int, list[onnx.NodeProto]] | None:
+    """(keys, values, whether the keys are k^T, query heads per key head, the view nodes the
+    fused layer absorbs) when k^T is a Transpose of the last two axes or keys and values
+    come through repeat_kv; None when neither."""
+    absorbed: list[onnx.NodeProto] = []
+    k, transposed = kt, True
+    node = producer.get(kt)
+    rank = len(shapes[kt])
+    if node is not None and node.op_type == "Transpose" and _only_reader(kt, readers):
+        perm = next((list(helper.get_attribute_value(a)) for a in node.attribute
+                     if a.name == "perm"), None)
+        if perm == [*range(rank - 2), rank - 1, rank - 2]:
+            k, transposed = node.input[0], False
+            absorbed.append(node)
+    k_rep, v_rep = _repeat_kv(k, producer, readers, shapes), \
+        _repeat_kv(v, producer, readers, shapes)
+    groups = 1
+    if k_rep is not None and v_rep is not None and k_rep[1] == v_rep[1] and not transposed:
+        (k, groups, k_nodes), (v, _, v_nodes) = k_rep, v_rep
+        absorbed = [*k_nodes, *absorbed, *v_nodes]
+    if not absorbed:
+        return None
+    return k, v, transposed, groups, absorbed
+
+
+def _repeat_kv(t: str, producer: Mapping[str, onnx.NodeProto], readers: Mapping[str, int],
+               shapes: Mapping[str, tuple[int, ...]]
+               ) -> tuple[str, int, list[onnx.NodeProto]] | None:
+    """(the key or value heads [B, kv, L, d], the copies n of each, the three nodes) when
+    `t` [B, kv n, L, d] is Hugging Face's repeat_kv of them: Unsqueeze to [B, kv, 1, L, d],
+    Expand to [B, kv, n, L, d], Reshape back, so head h of `t` is head h // n of the
+    source; None otherwise. Judged by the shapes, which fix the data: the Expand copies
+    along the one axis it widens and the Reshape merges it, row-major, into the heads."""
+    reshape = producer.get(t)
+    if reshape is None or reshape.op_type != "Reshape":
+        return None
+    expand = producer.get(reshape.input[0])
+    if expand is None or expand.op_type != "Expand":
+        return None
+    unsqueeze = producer.get(expand.input[0])
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze":
+        return None
+    src = unsqueeze.input[0]
+    mids = (unsqueeze.output[0], expand.output[0])
+    if not all(_only_reader(m, readers) for m in (*mids, t)) \
+            or any(x not in shapes for x in (src, *mids, t)):
+        return None
+    shape, (unsq, wide, out) = shapes[src], (shapes[m] for m in (*mids, t))
+    if len(shape) != 4:
+        return None
+    b, kv, length, d = shape
+    n = wide[2]
+    if unsq != (b, kv, 1, length, d) or wide != (b, kv, n, length, d) \
+            or out != (b, kv * n, length, d) or n < 2:
+        return None
+    return src, n, [unsqueeze, expand, reshape]
+
+
+def _mix(p: str, nodes: Sequence[onnx.NodeProto], readers: Mapping[str, int],
+         constants: Mapping[str, np.ndarray]
+         ) -> tuple[list[onnx.NodeProto], onnx.NodeProto] | None:
+    """(the float casts after the softmax `p`, the MatMul p @ v after them), None when the
+    softmax's probabilities go anywhere else."""
+    # Whisper's `softmax(qk.float()).to(q.dtype)` and Llama's `softmax(dtype=float32)
+    # .to(q.dtype)`: casts of float to float change nothing
+    casts = []
+    cast = next((n for n in nodes if _float_cast(n) and n.input[0] == p), None)
+    while cast is not None:
+        casts.append(cast)
+        p = cast.output[0]
+        if not _only_reader(p, readers):
+            return None
+        cast = next((n for n in nodes if _float_cast(n) and n.input[0] == p), None)
+    mix = next((n for n in nodes if n.op_type == "MatMul" and len(n.input) == 2
+                and n.input[0] == p), None)
+    if mix is None or mix.input[1] in constants:
+        return None
+    return casts, mix
 
 
 def _float_cast(node: onnx.NodeProto) -> bool:

@@ -12,10 +12,12 @@ import onnx
 from onnx import numpy_helper
 
 from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.front.attention_fusion import OP_TYPE as ATTENTION_OP
 from fuseplan.planner.front.attention_fusion import fuse_attention
 from fuseplan.planner.front.axes import layer_maps, node_index_maps
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
+from fuseplan.planner.front.kv_cache import append_caches
 from fuseplan.planner.front.onnx_load import LoadedModel
 from fuseplan.planner.front.regroup import regroup_layout
 from fuseplan.planner.front.sliding import (
@@ -138,7 +140,9 @@ def build_graph(model: LoadedModel) -> Graph:
     layouts.update(dict.fromkeys(found.lengths, ncl()))
     layouts.update(dict.fromkeys(found.channels_last, nhwc()))
     nodes = fuse_attention(proto.graph.node, shapes, constants, model.outputs, model.opset)
-    restated = BatchRestatement(nodes, shapes, constants, model.outputs)
+    nodes, appends, outputs = append_caches(nodes, shapes, list(model.inputs), model.outputs,
+                                            ATTENTION_OP)
+    restated = BatchRestatement(nodes, shapes, constants, outputs)
     for node in nodes:
         layer = _layer(restated.restate(node, layouts), shapes, constants, model.opset,
                        model.path, layouts)
@@ -158,7 +162,6 @@ def build_graph(model: LoadedModel) -> Graph:
     by_name = {lay.name: lay for lay in layers}
     ordered = tuple(by_name[n] for n in order)
     inputs = tuple(model.inputs)
-    outputs = tuple(model.outputs)
     blocks = find_blocks(dag, ordered, inputs, outputs, producer)
     return Graph(
         name=model.path,
@@ -173,6 +176,7 @@ def build_graph(model: LoadedModel) -> Graph:
         blocks=blocks,
         opset=model.opset,
         given_layouts=MappingProxyType(layouts),
+        appends=appends,
     )
 
 

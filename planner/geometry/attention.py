@@ -6,9 +6,10 @@ the tile's maps it holds, at its step:
 
 * the scratch of one chunk: its scores, [.., T, kv_chunk] for the tile's T query rows, and
   the running maximum and sum of each row: out elements / dv * (kv_chunk + 2);
-* where k^T or v is a group input (written to DRAM by an earlier group), only the chunk
-  being used: they stream from DRAM chunk by chunk, each tile reading them whole once
-  (the row maps say whole, so the DRAM counts are the usual region sums), and they are
+* where k^T or v (or a part of them: a KV cache, its new positions) is a group input
+  (written to DRAM by an earlier group, or a model input), only the chunk being used: they
+  stream from DRAM chunk by chunk, each tile reading them whole once (the row maps say
+  whole, so the DRAM counts are the usual region sums), and they are
   on chip only at the steps that read them. Produced inside the group, they are on chip
   whole like any other map.
 
@@ -24,7 +25,7 @@ from math import ceil
 
 from fuseplan.planner.geometry.regions import GroupIO, Tile, anchor_extent
 from fuseplan.planner.ir.graph import Graph, Layer
-from fuseplan.planner.ir.ops import MapRule, op_spec
+from fuseplan.planner.ir.ops import MapRule, attention_keys, op_spec
 
 
 def fused_attention(lay: Layer) -> bool:
@@ -78,12 +79,18 @@ def _online_attention(graph: Graph, io: GroupIO) -> OnlineAttention | None:
     for t in io.inputs:
         readers = [graph.layer(c) for c in graph.consumers.get(t, ()) if c in inside]
         if readers and all(fused_attention(r) and t in r.fmap_inputs[1:] for r in readers):
-            lay = readers[0]
-            keys = graph.shapes[lay.fmap_inputs[1]][-1]
-            streamed[t] = (keys, int(lay.attrs["kv_chunk"]))
+            streamed[t] = _keys_of(readers[0], t, graph.shapes[t])
     scratch = tuple((i, lay.outputs[0], graph.shapes[lay.fmap_inputs[2]][-1],
                      int(lay.attrs["kv_chunk"])) for i, lay in fused)
     return OnlineAttention(streamed, scratch)
+
+
+def _keys_of(lay: Layer, t: str, shape: tuple[int, ...]) -> tuple[int, int]:
+    """(keys, keys per chunk) of `t`, keys or values (or a part of them: a KV cache or its
+    new positions) of the fused attention layer `lay`."""
+    at = lay.fmap_inputs.index(t)
+    keys = attention_keys(lay.attrs, shape)[1] if at % 2 else shape[-2]
+    return keys, min(keys, int(lay.attrs["kv_chunk"]))
 
 
 @dataclass(frozen=True)
@@ -115,10 +122,10 @@ def attention_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
     counts = []
     for _, out, _, _ in found.scratch:
         lay = graph.layer(graph.producer[out])
-        q, kt, v = lay.fmap_inputs[:3]
+        q, *kv = lay.fmap_inputs
         counts.append(AttentionTraffic(
             lay.name, graph.elems(q) * dtype_bytes if q in io.inputs else 0,
-            sum(graph.elems(t) for t in (kt, v) if t in found.streamed) * dtype_bytes,
+            sum(graph.elems(t) for t in kv if t in found.streamed) * dtype_bytes,
             passes, graph.elems(out) * dtype_bytes if out in io.outputs else 0))
     return counts
 
@@ -132,7 +139,7 @@ def attention_heads(graph: Graph, io: GroupIO) -> int | None:
     if len(io.layers) != 1:
         return None
     lay = graph.layer(io.layers[0])
-    if not fused_attention(lay):
+    if not fused_attention(lay) or len(lay.fmap_inputs) != 3:
         return None
     shapes = [graph.shapes[t] for t in (*lay.fmap_inputs[:3], lay.outputs[0])]
     heads = shapes[0][1] if len(shapes[0]) == 4 else 0

@@ -33,6 +33,19 @@ class MapKind(StrEnum):
 
 
 @dataclass(frozen=True)
+class CacheAppend:
+    """A KV cache that a decode step appends to in place (planner.front.kv_cache): the model
+    output `output` is the cache input `cache` followed, along `axis`, by the new
+    positions `new`. The cache's buffer holds both, so the plan writes only `new` (a DRAM
+    tensor like any other) and never copies the cache; `output` is that buffer, a view."""
+
+    output: str
+    cache: str
+    new: str
+    axis: int
+
+
+@dataclass(frozen=True)
 class AxisMap:
     """Row (or column) map of one feature-map input of a layer."""
 
@@ -161,6 +174,9 @@ class Graph:
     # layouts the front end propagated (a channels-last stretch after a Transpose); every
     # other tensor's layout is inferred from its shape (planner.ir.layout.layout_of)
     given_layouts: Mapping[str, Layout] = field(default_factory=dict, compare=False)
+    # model outputs that are a cache input with new positions appended in place: not in
+    # `outputs` (the plan writes their `new` part, which is)
+    appends: tuple[CacheAppend, ...] = ()
 
     @cached_property
     def _by_name(self) -> dict[str, Layer]:

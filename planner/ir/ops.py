@@ -190,12 +190,23 @@ def _matmul_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape
     return ins[0][-1] if ins else 1
 
 
+def attention_keys(attrs: Attrs, k: Shape) -> tuple[int, int]:
+    """(head width d, keys Lk) of a fused attention layer's keys: k^T [.., d, Lk], or k
+    [.., Lk, d] where the layer reads a transposed view (`transposed_keys` 0)."""
+    d, lk = k[-2:]
+    return (d, lk) if int(attrs.get("transposed_keys", 1)) else (lk, d)
+
+
 def _attention_work(attrs: Attrs, ins: Sequence[Shape], w: Shape | None, out: Shape) -> int:
-    """Fused attention (q [.., Lq, d], k^T [.., d, Lk], v [.., Lk, dv]): per output element
-    its share of q @ k^T (Lk * d / dv) and its row of p @ v (Lk)."""
+    """Fused attention (q [.., Lq, d], keys [.., d, Lk] or [.., Lk, d], v [.., Lk, dv], or
+    keys and values in two parts each: q, k, v, k', v'):
+    per output element its share of q @ k^T (Lk * d / dv) and its row of p @ v (Lk).
+    Grouped-query heads change nothing per element: each query head reads its key head."""
     if len(ins) < 3:
         return 1
-    (d, lk), dv = ins[1][-2:], ins[2][-1]
+    # keys in parts (a KV cache and its new positions: planner.front.kv_cache) add up
+    d = attention_keys(attrs, ins[1])[0]
+    lk, dv = sum(attention_keys(attrs, k)[1] for k in ins[1::2]), ins[2][-1]
     return ceil(lk * d / dv) + lk
 
 

@@ -113,7 +113,25 @@ def attention_lines(problem: Problem, plan: Plan) -> list[str]:
                 f"{a.passes}× {fmt_bytes(a.kv_bytes)} + o once {fmt_bytes(a.o_bytes)} = "
                 f"{fmt_bytes(a.total)} analytic; the group moves "
                 f"{fmt_bytes(g.predicted.dram_bytes)}")
-    return lines
+    return lines + cache_lines(problem, plan)
+
+
+def cache_lines(problem: Problem, plan: Plan) -> list[str]:
+    """What a decode step does with its KV caches (planner.front.kv_cache): the caches read,
+    the new positions appended, and the plan against the decode ideal (every weight, cache
+    and other input read once, the new positions and other outputs written once: with the
+    caches appended in place, that is the floor)."""
+    graph, dt = problem.graph, problem.chip.dtype_bytes
+    if not graph.appends:
+        return []
+    cache = sum(graph.elems(a.cache) for a in graph.appends) * dt
+    new = sum(graph.elems(a.new) for a in graph.appends) * dt
+    ideal = plan.compulsory_dram_bytes
+    return [f"KV cache: {len(graph.appends)} caches appended in place, {fmt_bytes(cache)} "
+            f"read, {fmt_bytes(new)} of new positions written; "
+            f"{plan.totals.dram_bytes / max(ideal, 1):.3f}× the decode ideal (weights, "
+            f"caches and inputs read once, new positions and outputs written once: "
+            f"{fmt_bytes(ideal)})"]
 
 
 def compare_table(model: str, floor: int, rows: Sequence[tuple[str, Plan | None, str]],
