@@ -24,8 +24,8 @@ from fuseplan.planner.geometry.regions import group_io
 from fuseplan.planner.plan.json_io import save_plan
 from tests.models import save
 
-DECODE = Path(__file__).resolve().parent.parent / "examples" / "exports" / "zoo2026" \
-    / "llama_decode.onnx"
+ZOO = Path(__file__).resolve().parent.parent / "examples" / "exports" / "zoo2026"
+DECODE = ZOO / "llama_decode.onnx"
 
 
 def _verified(tmp_path: Path, model: str, overrides: tuple[str, ...] = ()) -> api.Plan:
@@ -61,6 +61,21 @@ def test_llama_decode_reads_weights_and_cache_once(tmp_path: Path) -> None:
     ideal = weights + cache + new + hidden
     assert plan.totals.dram_bytes <= 1.02 * ideal, (plan.totals.dram_bytes, ideal)
     assert plan.compulsory_dram_bytes <= plan.totals.dram_bytes
+
+
+def test_batch_decode_reads_each_weight_once_per_step(tmp_path: Path) -> None:
+    """Eight sequences, each with its own caches: one weight stream for the batch."""
+    model = str(ZOO / "llama_decode_b8.onnx")
+    graph = build_graph(load_model(model, {}))
+    assert len(graph.appends) == 4
+    plan = _verified(tmp_path, model)
+    once = sum(graph.constants[w].size for w in {w for lay in graph.layers
+                                                 for w in lay.weights}) * 2
+    (table,) = graph.row_gathers.values()  # the embedding: at most 8 rows of its table
+    rows = graph.constants[table].shape[1] * 8 * 2
+    assert once <= plan.totals.weight_read_bytes <= once + rows
+    cache = sum(graph.elems(a.cache) for a in graph.appends) * 2
+    assert plan.totals.dram_bytes <= 1.05 * (plan.totals.weight_read_bytes + cache)
 
 
 def _decode_attention(heads: int, kv_heads: int, past: int, d: int, *,

@@ -59,6 +59,8 @@ The models and their inputs (the classes are in zoo2026_vision.py and zoo2026_te
                         [1, 1] int64 and each layer's ``past_key_values.i.key``/``value``
                         [1, 2, 1024, 64] in; the hidden state and ``present.i.key``/``value``
                         [1, 2, 1025, 64] (past and new positions concatenated) out
+* ``llama_decode_b8``   the same step for a batch of 8 sequences, each with its own cache
+                        (``input_ids`` [8, 1], caches [8, 2, 1024, 64])
 * ``maxvit_like``       MaxViT-like hybrid at 224: conv stem, per stage an MBConv (squeeze-
                         excite), block attention (7x7 windows by Reshape and Permute) and grid
                         attention (the strided 7x7 grid), each with relative position bias
@@ -135,6 +137,13 @@ MODELS: dict[str, Entry] = {
                                           for i in range(2) for kv in ("key", "value"))),
                           ("last_hidden_state",
                            *(f"present.{i}.{kv}" for i in range(2) for kv in ("key", "value")))),
+    "llama_decode_b8": Entry(LlamaDecode, (("input_ids", (8, 1), True),
+                                           *((f"past_key_values.{i}.{kv}", (8, 2, 1024, 64),
+                                              False)
+                                             for i in range(2) for kv in ("key", "value"))),
+                             ("last_hidden_state",
+                              *(f"present.{i}.{kv}" for i in range(2)
+                                for kv in ("key", "value")))),
     "maxvit_like": Entry(MaxViTLike, (("input", (1, 3, 224, 224), False),), ("output",)),
     "convnextv2_block": Entry(ConvNeXtV2, (("input", (1, 3, 224, 224), False),), ("output",)),
     "text_recognizer_t": Entry(TextRecognizerT, (("input", (1, 1, 40, 120), False),),
