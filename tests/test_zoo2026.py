@@ -14,9 +14,10 @@ from fuseplan.planner.plan.json_io import save_plan
 ZOO = Path(__file__).resolve().parent.parent / "examples" / "exports" / "zoo2026"
 SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
     "bert_encoder": {"input_ids": (1, 128)}, "llama_block": {"input_ids": (1, 512)}}
+# (diffusion_unet: GroupNorm in two passes, planner.front.group_norm)
 PLANNED = ("audio_encoder", "segformer_block", "vit_518", "detector_head", "bert_encoder",
            "llama_block", "llama_decode", "llama_decode_b8", "maxvit_like", "convnextv2_block",
-           "text_recognizer_t", "diffusion_unet")  # GroupNorm in two passes (planner.front.group_norm)
+           "text_recognizer_t", "diffusion_unet")
 
 
 def test_the_zoo_is_the_committed_one() -> None:
