@@ -165,6 +165,22 @@ def test_decode_attention_appends_and_streams_the_cache(tmp_path: Path, heads: i
         assert {"past_key", "past_value"} <= set(found.streamed)
 
 
+def test_a_cache_wider_than_the_chip_runs_in_head_chunks(tmp_path: Path) -> None:
+    """One chunk of 128 keys of eight 64-wide heads is 128 KiB of keys and as much of
+    values: on 96 KiB the attention runs a chunk of heads at a time, the caches still read
+    once and only the new positions written."""
+    heads, past, d = 8, 1100, 64
+    path = str(save(_decode_attention(heads, heads, past, d), tmp_path, "wide"))
+    graph = build_graph(load_model(path, {}))
+    (lay,) = [lay for lay in graph.layers if lay.op == "FlashAttention"]
+    plan = _verified(tmp_path, path, ("sram.bytes=96KiB",))
+    group = next(g for g in plan.groups if lay.name in g.layers)
+    assert group.layers == (lay.name,) and group.placement.hidden_chunks > 1
+    cache, one = 2 * heads * past * d * 2, heads * d * 2  # one: a position of every head
+    # beside the caches: q, x (for each projection's group), the new keys and values
+    assert plan.totals.dram_read_bytes <= cache + 5 * one + plan.totals.weight_read_bytes
+
+
 def test_a_cache_read_elsewhere_keeps_its_concat(tmp_path: Path) -> None:
     path = str(save(_decode_attention(4, 2, 1100, 8, cache_elsewhere=True), tmp_path, "other"))
     graph = build_graph(load_model(path, {}))

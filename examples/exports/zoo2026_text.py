@@ -275,6 +275,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    if n_rep == 1:  # as Hugging Face's repeat_kv: every query head has its own key head
+        return x
     b, kv, s, d = x.shape
     return x[:, :, None, :, :].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)
 

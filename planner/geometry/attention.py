@@ -139,9 +139,11 @@ def attention_heads(graph: Graph, io: GroupIO) -> int | None:
     if len(io.layers) != 1:
         return None
     lay = graph.layer(io.layers[0])
-    if not fused_attention(lay) or len(lay.fmap_inputs) != 3:
+    if not fused_attention(lay):
         return None
-    shapes = [graph.shapes[t] for t in (*lay.fmap_inputs[:3], lay.outputs[0])]
+    # every input, a KV cache's new positions too (planner.front.kv_cache); grouped-query
+    # keys (fewer heads than the queries) do not cut along with the queries' heads
+    shapes = [graph.shapes[t] for t in (*lay.fmap_inputs, lay.outputs[0])]
     heads = shapes[0][1] if len(shapes[0]) == 4 else 0
     if heads < 2 or any(len(s) != 4 or s[1] != heads for s in shapes):
         return None
