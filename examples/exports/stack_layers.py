@@ -12,11 +12,19 @@ cache inputs and writing its own present keys and values. The embedding, the rot
 (shared by every layer, as in the model) and the final norm stay single.
 
     python examples/exports/stack_layers.py ONE_LAYER.onnx N OUT.onnx
+    /tmp/exportenv/bin/python examples/exports/stack_layers.py --llama7b
+
+``--llama7b`` (torch, as export_zoo2026.py) exports the one layer at Llama-2-7B's width (4096,
+32 heads and 32 key heads of 128, SwiGLU 11008, vocabulary 32000; caches of 1,024 positions)
+and writes the committed ``examples/exports/llm/llama7b_decode_32.onnx`` (32 layers: plans,
+too big to run here) and ``llama7b_decode_2.onnx`` (2 layers: plans and verifies).
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
+from pathlib import Path
 
 import onnx
 from onnx import helper
@@ -51,7 +59,10 @@ def _layer_nodes(graph: onnx.GraphProto, hidden: str) -> tuple[list[int], str]:
 
 
 def stack(model: onnx.ModelProto, layers: int) -> onnx.ModelProto:
-    """The model with its one decoder layer repeated `layers` times."""
+    """The model with its one decoder layer repeated `layers` times (`model` unchanged)."""
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    model = copied
     graph = model.graph
     hidden = "/embed_tokens/Gather_output_0"
     picked, last = _layer_nodes(graph, hidden)
@@ -112,7 +123,32 @@ def stack(model: onnx.ModelProto, layers: int) -> onnx.ModelProto:
     return stacked
 
 
+def export_llama7b(out_dir: Path) -> list[Path]:
+    """Export the one layer at 7B width with torch and stack it to 32 and to 2 layers."""
+    import export_zoo2026 as zoo  # torch: the export venv only
+    from zoo2026_text import LlamaDecode
+
+    past = tuple((f"past_key_values.0.{kv}", (1, 32, 1024, 128), False)
+                 for kv in ("key", "value"))
+    zoo.MODELS["llama7b_decode_layer"] = zoo.Entry(
+        lambda: LlamaDecode(dim=4096, heads=32, kv_heads=32, inter=11008, layers=1),
+        (("input_ids", (1, 1), True), *past), ("last_hidden_state", *PRESENT))
+    out_dir.mkdir(exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        one = onnx.load(str(zoo.export("llama7b_decode_layer", Path(tmp))))
+        for layers in (32, 2):
+            path = out_dir / f"llama7b_decode_{layers}.onnx"
+            onnx.save(stack(one, layers), str(path))
+            written.append(path)
+    return written
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["--llama7b"]:
+        for path in export_llama7b(Path(__file__).resolve().parent / "llm"):
+            print(f"{path}  {path.stat().st_size / 1024:.0f} KiB")
+        return 0
     if len(argv) != 3:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2

@@ -286,8 +286,10 @@ def _write_parts(problem: Problem, subs: Sequence[Any], out_dir: Path) -> list[A
 
     from onnx.utils import Extractor
 
+    from fuseplan.planner.front.fills import materialized
+
     make_dir(out_dir)
-    extractor = Extractor(problem.model.proto)
+    extractor = Extractor(materialized(problem.model.proto))  # the parts' files hold bytes
     written: list[Any] = []
     files: list[str] = []
     try:

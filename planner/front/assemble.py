@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
+from fuseplan.planner.front.fills import fill_stub, is_fill
 from fuseplan.planner.front.reference import _ort_max_ir
 from fuseplan.planner.front.work import _tensor_proto, _used_names, _Work
 
@@ -19,6 +20,9 @@ _RAW_DTYPES = frozenset(
 def _fill_tensor(tensor: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
     """Write an array into a tensor proto in place (one copy for big numeric weights)."""
     arr = np.asarray(arr)
+    if is_fill(arr):  # one repeated value: its shape and value, no bytes
+        fill_stub(tensor, name, arr)
+        return
     if arr.dtype.newbyteorder("=") not in _RAW_DTYPES:
         tensor.CopyFrom(_tensor_proto(name, arr))
         return

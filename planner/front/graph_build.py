@@ -17,6 +17,7 @@ from fuseplan.planner.front.attention_fusion import fuse_attention
 from fuseplan.planner.front.axes import layer_maps, node_index_maps
 from fuseplan.planner.front.batch_unmerge import BatchRestatement
 from fuseplan.planner.front.blocks import find_blocks
+from fuseplan.planner.front.fills import stored_array
 from fuseplan.planner.front.kv_cache import append_caches
 from fuseplan.planner.front.onnx_load import LoadedModel
 from fuseplan.planner.front.regroup import regroup_layout
@@ -129,7 +130,7 @@ def build_graph(model: LoadedModel) -> Graph:
     """Turn a cleaned, shape-inferred model into the layer graph."""
     proto = model.proto
     shapes = _tensor_shapes(proto)
-    constants = {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
+    constants = {init.name: stored_array(init) for init in proto.graph.initializer}
     layers: list[Layer] = []
     producer: dict[str, str] = {}
     consumers: dict[str, list[str]] = {}

@@ -13,6 +13,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from fuseplan.planner.core.errors import InputError
+from fuseplan.planner.front.fills import materialized
 from fuseplan.planner.front.work import _DEFAULT_DOMAINS, _one_line
 
 _ORT_ERRORS: tuple[type[BaseException], ...] = (
@@ -38,8 +39,9 @@ def run_onnxruntime(
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(
-            proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(  # (weights of one value stored as stubs: filled)
+            materialized(proto).SerializeToString(), options,
+            providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
         start = time.perf_counter()
         results = session.run(names, dict(feeds))

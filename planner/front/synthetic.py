@@ -7,9 +7,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 
 from fuseplan.planner.front.assemble import _raw_bytes
+from fuseplan.planner.front.fills import stored_array
 from fuseplan.planner.front.group_norm import MADE_CONSTANT
 from fuseplan.planner.front.loaded import LoadedModel
 from fuseplan.planner.front.work import _DEFAULT_DOMAINS, _FLOAT_TYPES
@@ -46,6 +47,7 @@ def randomize_weights(model: LoadedModel, seed: int) -> LoadedModel:
             tensor.ClearField(name)
         tensor.data_location = onnx.TensorProto.DEFAULT
         tensor.raw_data = _raw_bytes(values)
+        tensor.doc_string = ""  # no longer a stub of one value (planner.front.fills)
     return replace(model, proto=proto)
 
 
@@ -304,7 +306,7 @@ def weights_are_placeholders(model: LoadedModel) -> bool:
     """True when most weight elements sit in tensors of one repeated value (the zoo "light"
     models build their conv and fc weights with ConstantOfShape): such weights hide layout
     bugs, so verification swaps in seeded random ones. Real weights are verified as they are."""
-    weights = [numpy_helper.to_array(t) for t in model.proto.graph.initializer
+    weights = [stored_array(t) for t in model.proto.graph.initializer
                if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
                and t.doc_string != MADE_CONSTANT]  # the loader's constants are not weights
     total = sum(w.size for w in weights if w.size > 1)

@@ -17,6 +17,7 @@ import onnx
 from fuseplan.planner.app.api import Problem
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.core.files import write_atomic, write_with
+from fuseplan.planner.front.fills import materialized
 from fuseplan.planner.plan.data import Group, Plan
 from fuseplan.planner.ui.report import group_colours
 
@@ -88,8 +89,8 @@ def model_metadata(plan: Plan) -> dict[str, str]:
 
 def annotated_model(problem: Problem, plan: Plan) -> onnx.ModelProto:
     """A copy of the cleaned model with every node annotated with its group."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(problem.model.proto)
+    proto = onnx.ModelProto()  # weights of one value written out (planner.front.fills)
+    proto.CopyFrom(materialized(problem.model.proto))
     owner = {name: g for g in plan.groups for name in g.layers}
     for lay in problem.graph.layers:  # the nodes a fused attention layer stands for
         for name in lay.attrs.get("fused", ()):
