@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from math import ceil
 from typing import Any
@@ -416,11 +416,21 @@ class Start:
     layers: tuple[str, ...]
     ends: tuple[int, ...]
     cheap: tuple[int, ...]
+    # equal starts share their first layer, length and ends: hashing those, once, spares
+    # hashing a run of hundreds of names and ends each time the rounds look a start up
+    # (every live edge of a long chain, every round)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.layers[0], len(self.layers), self.ends)))
 
     def __hash__(self) -> int:
-        # equal starts share their first layer, length and ends: hashing those spares
-        # hashing every layer name of a run of hundreds each time a start is looked up
-        return hash((self.layers[0], len(self.layers), self.ends))
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Start], tuple[tuple[str, ...], tuple[int, ...],
+                                                    tuple[int, ...]]]:
+        # a worker process hashes strings with its own seed: it works its hash out anew
+        return (Start, (self.layers, self.ends, self.cheap))
 
 
 def start_groups(ctx: Context, start: Start
