@@ -50,6 +50,14 @@ def has_fills(proto: onnx.ModelProto) -> bool:
     return any(t.doc_string.startswith(FILL) for t in proto.graph.initializer)
 
 
+def fill_in(tensor: onnx.TensorProto) -> None:
+    """Write a stub's bytes into it (it is then an ordinary initializer); others unchanged."""
+    if tensor.doc_string.startswith(FILL):
+        arr = stored_array(tensor)
+        tensor.raw_data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+        tensor.doc_string = ""
+
+
 def materialized(proto: onnx.ModelProto) -> onnx.ModelProto:
     """The model itself when it has no stub, else a copy with every stub's bytes written."""
     if not has_fills(proto):
@@ -57,9 +65,5 @@ def materialized(proto: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     for tensor in out.graph.initializer:
-        if tensor.doc_string.startswith(FILL):
-            arr = stored_array(tensor)
-            tensor.raw_data = np.ascontiguousarray(
-                arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
-            tensor.doc_string = ""
+        fill_in(tensor)
     return out

@@ -75,12 +75,13 @@ def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
 
 def _appends(nodes: Sequence[onnx.NodeProto], shapes: Mapping[str, tuple[int, ...]],
              inputs: set[str], outputs: set[str]) -> list[CacheAppend]:
-    """Concats of a model input and new positions, along the key axis of [B, heads, L, d],
-    into a model output."""
+    """Concats of a model input and new positions (made by a node: the plan writes them),
+    along the key axis of [B, heads, L, d], into a model output."""
+    made = {t for n in nodes for t in n.output}
     found = []
     for n in nodes:
         if n.op_type != "Concat" or len(n.input) != 2 or n.output[0] not in outputs \
-                or n.input[0] not in inputs or n.input[1] in inputs:
+                or n.input[0] not in inputs or n.input[1] not in made:
             continue
         shape = shapes.get(n.output[0], ())
         if len(shape) != 4:

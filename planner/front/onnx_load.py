@@ -28,6 +28,7 @@ from types import MappingProxyType
 import onnx
 
 from fuseplan.planner.front.assemble import _assemble
+from fuseplan.planner.front.fills import fill_in
 from fuseplan.planner.front.fold import _fold_round, _has_unresolved_shape_nodes
 from fuseplan.planner.front.group_norm import MADE_CONSTANT, split_group_norms
 from fuseplan.planner.front.loaded import LoadedModel
@@ -121,6 +122,7 @@ def load_model(
     _assemble(work, model, types)
     for tensor in model.graph.initializer:
         if tensor.name in made:
+            fill_in(tensor)  # its doc_string says what it is: no room for a stub's value
             tensor.doc_string = MADE_CONSTANT
     _check_sizes(model, spec)
     _fill_runtime_shapes(model, spec)
