@@ -52,6 +52,11 @@ def test_llama_decode_reads_weights_and_cache_once(tmp_path: Path) -> None:
         assert lay.attrs["kv_groups"] == 4 and lay.attrs["transposed_keys"] == 0
     # nothing expands the key heads or transposes the keys any more
     assert not any(lay.op in ("Expand", "Unsqueeze") for lay in graph.layers)
+    # inspect shows the model's outputs and what the plan writes of each cache
+    doc = api.inspect(str(DECODE))
+    assert set(doc["outputs"]) == {"last_hidden_state", *(a.output for a in graph.appends)}
+    assert {(a["output"], a["new"]) for a in doc["appends"]} == {
+        (a.output, a.new) for a in graph.appends}
     plan = _verified(tmp_path, str(DECODE))
     dt = 2
     weights = plan.totals.weight_read_bytes

@@ -219,7 +219,10 @@ def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> 
     return {
         "model": {"path": loaded.path, "sha256": loaded.sha256, "opset": loaded.opset},
         "inputs": {k: list(v) for k, v in loaded.inputs.items()},
-        "outputs": {t: list(g.shapes[t]) for t in g.outputs},
+        "outputs": {t: list(g.shapes[t]) for t in loaded.outputs},
+        # KV caches appended in place (planner.front.kv_cache): the plan writes `new`
+        "appends": [{"output": a.output, "cache": a.cache, "new": a.new, "axis": a.axis}
+                    for a in g.appends],
         "layers": layers,
         "blocks": [{"id": b.id, "entry": b.entry, "exit": b.exit, "layers": list(b.layers)}
                    for b in g.blocks],

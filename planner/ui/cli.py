@@ -446,6 +446,9 @@ def inspect(model: str, shape: ShapeOpt = None, wide: WideOpt = False,
     tot = doc["totals"]
     show(f"inputs {doc['inputs']}; outputs {doc['outputs']}; weights "
          f"{tot['weight_elems']:,} elements; {tot['macs']:,} MACs")
+    if doc["appends"]:
+        show("KV caches appended in place (the plan writes only the new positions): " +
+             ", ".join(f"{a['output']} = {a['cache']} + {a['new']}" for a in doc["appends"]))
 
 
 @app.command()
