@@ -295,46 +295,46 @@ class _LlamaLayer(nn.Module):
         self.up_proj = nn.Linear(dim, inter, bias=False)
         self.down_proj = nn.Linear(inter, dim, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                mask: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
+    def _rotated(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, b: int, s: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k (rotated) and v of the normed input, heads on axis 1 (b, s: x's batch and
+        length, taken once by the caller: each x.shape is a Shape chain in the export)."""
         h = self.input_layernorm(x)
         q = self.q_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
         k = self.k_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
         v = self.v_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+    def _rest(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              mask: torch.Tensor | None, b: int, s: int) -> torch.Tensor:
+        """Attention of q over k and v (repeat_kv'd), the residual, the SwiGLU MLP."""
         n_rep = self.heads // self.kv_heads
         k, v = _repeat_kv(k, n_rep), _repeat_kv(v, n_rep)
-        scores = q @ k.transpose(2, 3) * self.head_dim ** -0.5 + mask
+        scores = q @ k.transpose(2, 3) * self.head_dim ** -0.5
+        if mask is not None:
+            scores = scores + mask
         attn = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype) @ v
         x = x + self.o_proj(attn.transpose(1, 2).reshape(b, s, -1))
         h = self.post_attention_layernorm(x)
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = self._rotated(x, cos, sin, b, s)
+        return self._rest(x, q, k, v, mask, b, s)
 
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
              past_key: torch.Tensor, past_value: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One decode step with a KV cache: the new keys and values are appended to the
-        past ones (torch.cat along the positions, as DynamicCache.update does)."""
+        past ones (torch.cat along the positions, as DynamicCache.update does); one query
+        attends to every position, so there is no mask."""
         b, s, _ = x.shape
-        h = self.input_layernorm(x)
-        q = self.q_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
-        k = self.k_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
-        v = self.v_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k, v = self._rotated(x, cos, sin, b, s)
         key, value = torch.cat((past_key, k), dim=2), torch.cat((past_value, v), dim=2)
-        n_rep = self.heads // self.kv_heads
-        k, v = _repeat_kv(key, n_rep), _repeat_kv(value, n_rep)
-        scores = q @ k.transpose(2, 3) * self.head_dim ** -0.5
-        attn = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype) @ v
-        x = x + self.o_proj(attn.transpose(1, 2).reshape(b, s, -1))
-        h = self.post_attention_layernorm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h)), key, value
+        return self._rest(x, q, key, value, None, b, s), key, value
 
 
 class LlamaLike(nn.Module):
