@@ -61,11 +61,12 @@ def attention_kernel(attrs: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     attention: the views index the unexpanded heads, as the hardware's loads would).
     `parts`: the new positions' keys and values after a KV cache's (planner.front.kv_cache),
     walked after the cache's chunks."""
+    transposed = bool(int(attrs.get("transposed_keys", 1)))
     if parts:
         k_new, v_new = parts
-        k = np.concatenate([k, k_new], axis=-2)
+        k = np.concatenate([k, k_new], axis=-1 if transposed else -2)
         v = np.concatenate([v, v_new], axis=-2)
-    kt = k if int(attrs.get("transposed_keys", 1)) else np.swapaxes(k, -1, -2)
+    kt = k if transposed else np.swapaxes(k, -1, -2)
     groups = int(attrs.get("kv_groups", 1))
     if groups > 1:  # a view for the arithmetic; the bytes moved are the arrays given
         kt, v = np.repeat(kt, groups, axis=-3), np.repeat(v, groups, axis=-3)
