@@ -33,9 +33,9 @@ class Fold:
     layout: Layout
     count: int  # input elements per output element over the whole map
     seen: np.ndarray  # (N, H, W): positions already folded in
+    axes: tuple[int, ...]  # folded: the tiled axes, and channel axes with them
     channels: int = 1  # of the input (and of the result)
     acc: np.ndarray | None = None
-    axes: tuple[int, ...] = ()  # folded: the tiled axes, and channel axes with them
 
     @classmethod
     def of(cls, graph: Graph, lay: Layer) -> Fold:
@@ -47,7 +47,7 @@ class Fold:
         axes = folded_axes(graph, lay) or layout.tiled_axes
         count = prod(shape[a] for a in axes)
         return cls(op_spec(lay.op).accumulate, layout, count,
-                   np.zeros((n, h, w), dtype=bool), c, axes=axes)
+                   np.zeros((n, h, w), dtype=bool), axes, c)
 
     def add(self, part: np.ndarray, box: Box, channels: tuple[int, int] | None = None,
             last: bool = True) -> np.ndarray:
@@ -58,7 +58,7 @@ class Fold:
         emulator.hidden), folded into their slice of the accumulator; the positions count
         as folded in once the tile's ``last`` chunk is."""
         folded: np.ndarray
-        axes = self.axes or self.layout.tiled_axes
+        axes = self.axes
         seen = self.seen[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
         if self.how in _SQUARED:
             part = np.square(part)

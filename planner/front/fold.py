@@ -119,7 +119,7 @@ def _evaluate_numpy(node: onnx.NodeProto, work: _Work) -> None:
             if attr.name == "value":
                 fill = numpy_helper.to_array(attr.t).reshape(())
         # one value: a view of it, no memory (planner.front.fills keeps it so)
-        result = np.broadcast_to(fill.astype(fill.dtype), dims)
+        result = np.broadcast_to(fill, dims)
     else:
         shape = _static_input_shape(work, node.input[0])
         assert shape is not None  # guaranteed by _foldable

@@ -310,5 +310,7 @@ def weights_are_placeholders(model: LoadedModel) -> bool:
                if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
                and t.doc_string != MADE_CONSTANT]  # the loader's constants are not weights
     total = sum(w.size for w in weights if w.size > 1)
-    constant = sum(w.size for w in weights if w.size > 1 and float(w.min()) == float(w.max()))
+    # a stub of one value (planner.front.fills: no strides) is constant without a scan
+    constant = sum(w.size for w in weights if w.size > 1
+                   and (not any(w.strides) or float(w.min()) == float(w.max())))
     return total > 0 and constant * 2 > total
