@@ -31,6 +31,7 @@ from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.geometry.regions import GroupIO
 from fuseplan.solver.long_groups import Start, start_groups
 from fuseplan.solver.parallel import Context, Found, Task, Workers, search
+from fuseplan.solver.path_table import PathTable
 from fuseplan.solver.structure import StructureKey, structure_key
 from fuseplan.solver.tiles import Option, TileChoice
 
@@ -123,6 +124,9 @@ class _Rounds:
         self.ctx, self.end, self.units, self.workers = ctx, end, units, workers
         self.searched, self.tried, self.refine = searched, tried, refine
         self.live = [e for e in edges if not e.searched or e.choice is not None]
+        # ids of edges no longer live that `live` still lists: it is filtered when walked
+        # (filtering hundreds of thousands of edges every round of a deep chain adds up)
+        self.dead: set[int] = set()
         self.shared: dict[StructureKey, Found | None] = {}
         self.left_out = 0
         self.lied = False  # a searched cost came out under its floor: floors count for nothing
@@ -130,9 +134,14 @@ class _Rounds:
         self.pairs: PairPricing | None = None  # see bounded_path
         self.rounds = 0
         self.n_searched = sum(e.searched for e in edges)  # candidates searched so far
+        # the live edges as arrays (solver.path_table; None: over pairs, or weights too
+        # large for them): paths and distances without a walk in Python
+        self.table: PathTable | None = None
 
     def run(self) -> Outcome:
         """Path, refine or search, path again, until the path's edges are all searched."""
+        if self.pairs is None:
+            self.table = PathTable.of(self.live, self.end, lambda e: _weight(e, self.units))
         while True:
             if self.ctx.until is not None and time.perf_counter() >= self.ctx.until:
                 self._drop_unsearched()
@@ -142,8 +151,7 @@ class _Rounds:
                                     "chip")
             raw = [e for e in path if not e.refined]
             if raw:  # the path again once these are known better: no search yet
-                dropped_ids = {id(e) for e in raw if not self._refined(e)}
-                self.live = [e for e in self.live if id(e) not in dropped_ids]
+                self._remove({id(e) for e in raw if not self._refined(e)})
                 continue
             batch = [e for e in path if not e.searched]
             if self.progress is not None:
@@ -152,11 +160,32 @@ class _Rounds:
                 return Outcome(path, self.left_out)
             self._search(batch)
 
+    def _walk(self) -> list[Edge]:
+        """The live edges, in their order (for the walks in Python)."""
+        if self.dead:
+            self.live = [e for e in self.live if id(e) not in self.dead]
+            self.dead = set()
+        return self.live
+
+    def _remove(self, ids: set[int]) -> None:
+        """These edges (by id) are no longer live."""
+        if ids:
+            self.dead |= ids
+            if self.table is not None:
+                self.table.drop(ids)
+
+    def _changed(self, edges: Sequence[Edge]) -> None:
+        """These edges' weights or searched flags changed: the table takes them again."""
+        if self.table is not None and not self.table.refresh(edges):
+            self.table = None  # a weight too large for its sums: walk in Python from now
+
     def _cheapest(self) -> list[Edge] | None:
         """The cheapest path over the live edges, over pairs of them with ``pairs``."""
+        if self.table is not None:
+            return self.table.cheapest()
         if self.pairs is None:
-            return _cheapest(self.live, self.end, self.units)
-        steps = cheapest_pairs(self.live, self.end, self.pairs)
+            return _cheapest(self._walk(), self.end, self.units)
+        steps = cheapest_pairs(self._walk(), self.end, self.pairs)
         return None if steps is None else [e for e, _ in steps]
 
     def tell(self, path: Sequence[Edge]) -> None:
@@ -167,13 +196,19 @@ class _Rounds:
         assert self.progress is not None
         self.rounds += 1
         bound = sum(_weight(e, self.units) for e in path)
-        plan = _cheapest([e for e in self.live if e.searched], self.end, self.units)
+        if self.table is not None:
+            plan = self.table.cheapest(self.table.searched_mask())
+        else:
+            plan = _cheapest([e for e in self._walk() if e.searched], self.end, self.units)
         best = None if plan is None else sum(_weight(e, self.units) for e in plan)
         cut = 0
-        if best is not None:
-            ahead = _distances(self.live, self.end, self.units, forward=True)
-            behind = _distances(self.live, self.end, self.units, forward=False)
-            cut = sum(1 for e in self.live if not e.searched and e.start in ahead
+        if best is not None and self.table is not None:
+            cut = self.table.ruled_out(best)
+        elif best is not None:
+            live = self._walk()
+            ahead = _distances(live, self.end, self.units, forward=True)
+            behind = _distances(live, self.end, self.units, forward=False)
+            cut = sum(1 for e in live if not e.searched and e.start in ahead
                       and e.end in behind
                       and ahead[e.start] + e.floor + behind[e.end] >= best)
         self.progress(Progress("bounded path", self.rounds, None, self.n_searched, cut,
@@ -181,9 +216,10 @@ class _Rounds:
 
     def _drop_unsearched(self) -> None:
         """Past the time limit: leave out the unsearched groups of several layers."""
-        dropped = [e for e in self.live if not e.searched and not e.required]
+        live = self._walk()
+        dropped = [e for e in live if not e.searched and not e.required]
         self.left_out += len(dropped)
-        self.live = [e for e in self.live if e.searched or e.required]
+        self._remove({id(e) for e in dropped})
 
     def _refined(self, e: Edge) -> bool:
         """Refine an edge the rounds reached: False where it is no candidate after all (then
@@ -194,6 +230,7 @@ class _Rounds:
             return False
         if self.lied:
             e.floor = 0
+        self._changed([e])
         return True
 
     def _search(self, batch: list[Edge]) -> None:
@@ -206,17 +243,23 @@ class _Rounds:
         by_start = self._evaluate(work)
         self._settle_whole(by_start, gone)
         self._settle_batch(batch, gone)
-        self.live = [e for e in self.live if id(e) not in gone]
+        self._remove(gone)
         if self.lied:
-            for e in self.live:
+            for e in self._walk():
                 e.floor = 0
+            if self.table is not None and not self.table.refresh_all():
+                self.table = None
 
     def _add_runners_up(self, batch: list[Edge], work: dict[StructureKey | Start, Task | Start],
                         gone: set[int]) -> dict[StructureKey | Start, Task | Start]:
         """The work with the edges of the next cheapest paths added to the batch, until it
         keeps every core busy (those no candidate after all go to `gone`)."""
         jobs = self.workers.jobs
-        for e in _runners_up(self.live, self.end, self.units, batch)[:RUNNERS_UP * jobs]:
+        if self.table is not None:
+            ahead = self.table.runners_up(batch, RUNNERS_UP * jobs)
+        else:
+            ahead = _runners_up(self._walk(), self.end, self.units, batch)[:RUNNERS_UP * jobs]
+        for e in ahead:
             if not e.refined and not self._refined(e):
                 gone.add(id(e))
                 continue
@@ -254,7 +297,8 @@ class _Rounds:
         # looking up a group of hundreds of layers by its names costs as many hashes
         lengths = {start: None if groups is None else {len(g): c for g, c in groups}
                    for start, groups in by_start.items()}
-        for e in self.live:
+        settled = []
+        for e in self._walk():
             if e.whole is not None and e.whole in lengths:
                 found = lengths[e.whole]
                 if found is None:  # past the time limit: not searched
@@ -268,6 +312,8 @@ class _Rounds:
                 e.choice, e.searched, e.whole = choice, True, None
                 self.n_searched += 1
                 self.lied |= _floor_lied(e, self.units)
+                settled.append(e)
+        self._changed(settled)
 
     def _settle_batch(self, batch: Sequence[Edge], gone: set[int]) -> None:
         """Give each searched edge of the batch its structure's best tile, or send it to
@@ -288,6 +334,7 @@ class _Rounds:
                 gone.add(id(e))
             else:
                 self.lied |= _floor_lied(e, self.units)
+                self._changed([e])
 
 
 def _work(ctx: Context, batch: Sequence[Edge], shared: Mapping[StructureKey, Found | None]

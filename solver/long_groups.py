@@ -46,7 +46,7 @@ from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.objective import Objective, objective_units
 from fuseplan.planner.cost.weight_stream import stage_memory
 from fuseplan.planner.geometry.halo_reuse import lifetimes
-from fuseplan.planner.geometry.hidden import chunkable_maps
+from fuseplan.planner.geometry.hidden import chunkable_maps, stretch_holds
 from fuseplan.planner.geometry.regions import Tile, accumulated_input, group_io
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.mode import Mode
@@ -107,6 +107,16 @@ def _layer_floor_bytes(graph: Graph, name: str, dtype_bytes: int,
     return sum(ceil(graph.elems(t) * dtype_bytes
                     / (1 if whole_outputs and t in outs else most.get(t, 1)))
                for t in {*lay.fmap_inputs, *outs} if t in graph.shapes)
+
+
+def _chunked_floor_bytes(graph: Graph, name: str, dtype_bytes: int, chunkable: dict[str, int],
+                         stretches: Sequence[int]) -> int:
+    """Bytes a whole-map tile holds while this layer runs with the maps in `chunkable` in
+    hidden chunks: its own maps so, and where it narrows stretches widened inside the group
+    (`stretches`: the elements each holds whole, planner.geometry.hidden.stretch_holds),
+    what the least of them holds."""
+    return max(_layer_floor_bytes(graph, name, dtype_bytes, chunkable),
+               min(stretches, default=0) * dtype_bytes)
 
 
 def _capacity(chip: Chip) -> int:
@@ -317,6 +327,7 @@ def whole_map_starts(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Start]:
         return []
     order = [lay.name for lay in graph.layers]
     chunkable = chunkable_maps(graph) if ruleset.search.hidden_chunks else {}
+    holds = stretch_holds(graph) if chunkable else {}
     floor = [_layer_floor_bytes(graph, n, chip.dtype_bytes) for n in order]
     pools = [(x := accumulated_input(graph, graph.layer(n))) is not None and x in chunkable
              for n in order]
@@ -328,7 +339,7 @@ def whole_map_starts(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Start]:
     starts: list[Start] = []
     seen: set[Start] = set()
     for cuts in cut_sets(graph, ruleset):
-        for s in _starts(graph, chip, ruleset, cuts, chunkable, floor, pools, whole):
+        for s in _starts(graph, chip, ruleset, cuts, (chunkable, holds), floor, pools, whole):
             if s not in seen:
                 seen.add(s)
                 starts.append(s)
@@ -359,10 +370,13 @@ def _allowed_ends(graph: Graph, ruleset: RuleSet, starts: list[Start]) -> list[S
 
 
 def _starts(graph: Graph, chip: Chip, ruleset: RuleSet, cuts: list[int],
-            chunkable: dict[str, tuple[str, int]], floor: list[int], pools: list[bool],
-            whole: list[int | None]) -> list[Start]:
+            hidden: tuple[dict[str, tuple[str, int]], dict[str, list[tuple[str, int]]]],
+            floor: list[int], pools: list[bool], whole: list[int | None]) -> list[Start]:
     """The whole-map groups worth trying from each start after one of `cuts` (and the
-    first layer), between those cuts: each start's ends, by the cheap bound."""
+    first layer), between those cuts: each start's ends, by the cheap bound (`hidden`: the
+    maps some group may hold in chunks, planner.geometry.hidden.chunkable_maps, and what
+    each stretch holds whole, stretch_holds)."""
+    chunkable, holds = hidden
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     ends = [*cuts, len(order) - 1]
@@ -383,8 +397,9 @@ def _starts(graph: Graph, chip: Chip, ruleset: RuleSet, cuts: list[int],
         weights: set[str] = set()
         fitting = []
         for e in reach:
-            while worst <= e and (floor[worst] <= cap or _layer_floor_bytes(
-                    graph, order[worst], chip.dtype_bytes, inside) <= cap):
+            while worst <= e and (floor[worst] <= cap or _chunked_floor_bytes(
+                    graph, order[worst], chip.dtype_bytes, inside,
+                    [n for w, n in holds.get(order[worst], ()) if at[w] >= start]) <= cap):
                 chunks |= floor[worst] > cap
                 pooled |= pools[worst]
                 weights.update(graph.layer(order[worst]).weights)

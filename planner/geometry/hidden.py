@@ -167,11 +167,11 @@ def chunkable_maps(graph: Graph) -> dict[str, tuple[str, int]]:
         if widening is None:
             continue
         channels, out, axis = widening
-        hidden, walked, vectors, ended = _walk_chunkable(graph, order[k + 1:], name, out,
-                                                         channels, axis)
+        hidden, walked, vectors, narrow = _walk_chunkable(graph, order[k + 1:], name, out,
+                                                          channels, axis)
         pooled_only = bool(vectors) and all(c in walked for t in hidden
                                             for c in graph.consumers.get(t, ()))
-        if ended or pooled_only:
+        if narrow is not None or pooled_only:
             found.update((t, (name, _most_chunks(channels))) for t in hidden)
             continue
         heads = head_walk(graph, order, k)  # attention a few heads at a time
@@ -195,11 +195,41 @@ def _widening(graph: Graph, widen: Layer) -> tuple[int, str, int] | None:
     return channels, out, axis
 
 
+def stretch_holds(graph: Graph) -> dict[str, list[tuple[str, int]]]:
+    """Per layer that could narrow a stretch (chunkable_maps), each layer that could widen
+    it, with the elements of one image the stretch holds whole at its narrowing step: the
+    widening layer's input maps (every chunk is computed from all of them) and the
+    narrowing layer's output (the accumulator). A bound for solver.long_groups: a group
+    running that stretch in hidden chunks holds at least this much."""
+    order = [lay.name for lay in graph.layers]
+    found: dict[str, list[tuple[str, int]]] = {}
+    for k, name in enumerate(order):
+        widening = _widening(graph, graph.layer(name))
+        if widening is None:
+            continue
+        channels, out, axis = widening
+        narrow = _walk_chunkable(graph, order[k + 1:], name, out, channels, axis)[3]
+        if narrow is None:
+            continue
+        held = {*graph.layer(name).fmap_inputs, *(t for t in graph.layer(narrow).outputs if t)}
+        found.setdefault(narrow, []).append(
+            (name, sum(_one_image(graph, t) for t in held if t in graph.shapes)))
+    return found
+
+
+def _one_image(graph: Graph, t: str) -> int:
+    """Elements of one image of a map (of a batch of maps, or of a token sequence)."""
+    shape = graph.shapes[t]
+    n = shape[0] if len(shape) >= 3 and shape[0] > 0 else 1
+    return graph.elems(t) // n
+
+
 def _walk_chunkable(graph: Graph, later_layers: Sequence[str], name: str, out: str,
-                    channels: int, axis: int) -> tuple[list[str], set[str], set[str], bool]:
-    """(hidden maps, layers walked, pooled vectors, whether a narrowing layer ended it): the
-    stretch from `name` on, through per-element layers, pools and the tails on their
-    vectors, as far as the hidden maps go."""
+                    channels: int, axis: int
+                    ) -> tuple[list[str], set[str], set[str], str | None]:
+    """(hidden maps, layers walked, pooled vectors, the narrowing layer that ended it if
+    one did): the stretch from `name` on, through per-element layers, pools and the tails
+    on their vectors, as far as the hidden maps go."""
     hidden, walked = [out], {name}
     vectors: set[str] = set()
     for later in later_layers:
@@ -211,14 +241,14 @@ def _walk_chunkable(graph: Graph, later_layers: Sequence[str], name: str, out: s
             break
         walked.add(later)
         if _narrows(graph, lay, hidden, channels, axis):
-            return hidden, walked, vectors, True
+            return hidden, walked, vectors, later
         if accumulated_input(graph, lay) in hidden and not _folds_channels(graph, lay):
             vectors.update(t for t in lay.outputs if t)
             continue
         if not _per_element(graph, lay, hidden, out):
             break
         hidden.append(lay.outputs[0])
-    return hidden, walked, vectors, False
+    return hidden, walked, vectors, None
 
 
 def _folds_channels(graph: Graph, lay: Layer) -> bool:
