@@ -119,6 +119,12 @@ class StructuralRule(Rule):
         None where it cannot tell so (each group is then checked whole, as check does). A
         deep network's whole-map starts keep millions of such groups: a rule that can bound
         them by counts spares a walk of each (solver.long_groups.whole_map_starts)."""
+        allowed = self.span_filter(graph)
+        return None if allowed is None else [allowed(start, ends) for start, ends in spans]
+
+    def span_filter(self, graph: Graph) -> Callable[[int, Sequence[int]], list[bool]] | None:
+        """spans_allowed for one start at a time, with what it counts over the graph worked
+        out once (a chain of 20,000 layers asks for every start); None: it cannot tell."""
         return None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -73,21 +73,22 @@ class MinMainLayers(StructuralRule):
                                   allowed=mains)
         return None
 
-    def spans_allowed(self, graph: Graph, spans: Sequence[tuple[int, Sequence[int]]]
-                      ) -> list[list[bool]]:
-        """check's answer for runs of the layer order, from running counts of main,
-        movement and per-token layers (a chain of thousands of ReLUs has no group to try)."""
+    def span_filter(self, graph: Graph) -> Callable[[int, Sequence[int]], list[bool]] | None:
+        """check's answer for runs of the layer order from one start, from running counts
+        of main, movement and per-token layers taken once (a chain of thousands of ReLUs has
+        no group to try)."""
         lays = graph.layers
         counts = np.zeros((3, len(lays) + 1), np.int64)
         counts[:, 1:] = np.cumsum(np.array(
             [[lay.is_main for lay in lays], [lay.op_class is OpClass.MOVEMENT for lay in lays],
              [self.token_groups and per_token(graph, lay) for lay in lays]], np.int64), axis=1)
-        out = []
-        for start, ends in spans:
+
+        def allowed(start: int, ends: Sequence[int]) -> list[bool]:
             stop = np.asarray(ends, np.int64) + 1
             main, moving, token = (counts[:, stop] - counts[:, start:start + 1])
             size = stop - start
             exempt = (self.movement_groups & (moving == size)) \
                 | ((token == size) & (main == 0) & (moving < size))
-            out.append(list(exempt | (main >= self.k)))
-        return out
+            return list(exempt | (main >= self.k))
+
+        return allowed

@@ -13,8 +13,9 @@ network 120), so they get their own candidates, pinned at the whole-map tile:
   and without counting such tensors;
 * each start is extended cut by cut while a cheap bound -- the largest input-plus-output of
   one layer, which every tile of a group holding that layer needs (a map the group may
-  hold in hidden chunks counted as its smallest chunk) -- fits the chip, so the search
-  stops at the first layer whose maps cannot be on chip together;
+  hold in hidden chunks counted as its smallest chunk, and what a stretch it narrows holds
+  whole) -- fits the chip, so the search stops at the first layer whose maps cannot be on
+  chip together (solver.whole_starts);
 * of the ends that pass the rules and the chip's capacities, the longest (among the few
   longest ends, else by bisection over the shorter ones) and those whose crossing tensor
   is among the smallest are kept (a traffic-minimal plan of whole-map groups pays only its
@@ -34,9 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from functools import partial
-from math import ceil
 from typing import Any
 
 from fuseplan.hardware.chip import Chip
@@ -44,10 +43,8 @@ from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.progress import ProgressSink, ticker
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.objective import Objective, objective_units
-from fuseplan.planner.cost.weight_stream import stage_memory
 from fuseplan.planner.geometry.halo_reuse import lifetimes
-from fuseplan.planner.geometry.hidden import chunkable_maps, stretch_holds
-from fuseplan.planner.geometry.regions import Tile, accumulated_input, group_io
+from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import StructuralRule
@@ -59,6 +56,7 @@ from fuseplan.solver.parallel import Context, Task, looked_up, map_all, search_a
 from fuseplan.solver.passes import PassSearch
 from fuseplan.solver.structure import StructureKey, structure_key
 from fuseplan.solver.tiles import GroupSearch, TileChoice
+from fuseplan.solver.whole_starts import Start, StartBounds
 
 SMALL_CUTS = 3  # ends kept per start besides the longest: the cheapest cuts before it
 TRIES = 4  # longest ends tried per start before bisecting the shorter ones
@@ -93,38 +91,6 @@ def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
     past = single_cuts(graph, max(ruleset.search.max_block_group_layers,
                                   ruleset.search.max_group_layers))
     return [every] if past == every else [every, past]
-
-
-def _layer_floor_bytes(graph: Graph, name: str, dtype_bytes: int,
-                      chunkable: dict[str, int] | None = None, whole_outputs: bool = False
-                      ) -> int:
-    """Bytes a whole-map tile holds while this layer runs: all its inputs and outputs (a map
-    in `chunkable`, planner.geometry.hidden.chunkable_maps: its smallest chunk, unless it
-    is an output and ``whole_outputs``)."""
-    lay = graph.layer(name)
-    outs = {t for t in lay.outputs if t}
-    most = {} if chunkable is None else chunkable
-    return sum(ceil(graph.elems(t) * dtype_bytes
-                    / (1 if whole_outputs and t in outs else most.get(t, 1)))
-               for t in {*lay.fmap_inputs, *outs} if t in graph.shapes)
-
-
-def _chunked_floor_bytes(graph: Graph, name: str, dtype_bytes: int, chunkable: dict[str, int],
-                         stretches: Sequence[int]) -> int:
-    """Bytes a whole-map tile holds while this layer runs with the maps in `chunkable` in
-    hidden chunks: its own maps so, and where it narrows stretches widened inside the group
-    (`stretches`: the elements each holds whole, planner.geometry.hidden.stretch_holds),
-    what the least of them holds."""
-    return max(_layer_floor_bytes(graph, name, dtype_bytes, chunkable),
-               min(stretches, default=0) * dtype_bytes)
-
-
-def _capacity(chip: Chip) -> int:
-    """Feature-map bytes one tile may hold at most (SRAM, and NRAM across a cluster)."""
-    cap = chip.sram.bytes
-    if chip.nram is not None:
-        cap = min(cap, chip.nram.bytes * chip.cores_per_cluster)
-    return cap
 
 
 def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice | None:
@@ -322,130 +288,21 @@ def whole_map_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Obje
 
 def whole_map_starts(graph: Graph, chip: Chip, ruleset: RuleSet) -> list[Start]:
     """Every start of a whole-map group and its ends worth trying (none where the rules ask
-    for no such groups)."""
+    for no such groups), with only the ends every structural rule that can tell from the
+    layers alone allows (StructuralRule.span_filter); a start left with none is dropped."""
     if not ruleset.search.long_whole_map_groups:
         return []
-    order = [lay.name for lay in graph.layers]
-    chunkable = chunkable_maps(graph) if ruleset.search.hidden_chunks else {}
-    holds = stretch_holds(graph) if chunkable else {}
-    floor = [_layer_floor_bytes(graph, n, chip.dtype_bytes) for n in order]
-    pools = [(x := accumulated_input(graph, graph.layer(n))) is not None and x in chunkable
-             for n in order]
-    # each layer's bound with its outputs whole, where none of its maps may be chunked
-    # (with chunkable maps it depends on the start: _starts works it out there)
-    whole = [None if any(t in chunkable for t in (*lay.fmap_inputs, *lay.outputs))
-             else _layer_floor_bytes(graph, lay.name, chip.dtype_bytes, whole_outputs=True)
-             for lay in graph.layers]
+    allowed = [f for r in ruleset.enabled if isinstance(r, StructuralRule)
+               and (f := r.span_filter(graph)) is not None]
     starts: list[Start] = []
     seen: set[Start] = set()
+    bounds = StartBounds.of(graph, chip, ruleset)
     for cuts in cut_sets(graph, ruleset):
-        for s in _starts(graph, chip, ruleset, cuts, (chunkable, holds), floor, pools, whole):
+        for s in bounds.starts(cuts, allowed):
             if s not in seen:
                 seen.add(s)
                 starts.append(s)
-    return _allowed_ends(graph, ruleset, starts)
-
-
-def _allowed_ends(graph: Graph, ruleset: RuleSet, starts: list[Start]) -> list[Start]:
-    """The starts with only the ends every structural rule that can tell from the layers
-    alone allows (StructuralRule.spans_allowed); a start left with none is dropped."""
-    at = [graph.index(s.layers[0]) for s in starts]
-    keep = [[True] * len(s.ends) for s in starts]
-    for r in ruleset.enabled:
-        if not isinstance(r, StructuralRule):  # others are checked group by group
-            continue
-        found = r.spans_allowed(
-            graph, [(a, [a + e for e in s.ends]) for a, s in zip(at, starts, strict=True)])
-        if found is not None:
-            keep = [[k and f for k, f in zip(ks, fs, strict=True)]
-                    for ks, fs in zip(keep, found, strict=True)]
-    out = []
-    for s, ks in zip(starts, keep, strict=True):
-        ends = tuple(e for e, k in zip(s.ends, ks, strict=True) if k)
-        if ends:
-            allowed = set(ends)
-            out.append(Start(s.layers[:ends[-1] + 1], ends,
-                             tuple(e for e in s.cheap if e in allowed)))
-    return out
-
-
-def _starts(graph: Graph, chip: Chip, ruleset: RuleSet, cuts: list[int],
-            hidden: tuple[dict[str, tuple[str, int]], dict[str, list[tuple[str, int]]]],
-            floor: list[int], pools: list[bool], whole: list[int | None]) -> list[Start]:
-    """The whole-map groups worth trying from each start after one of `cuts` (and the
-    first layer), between those cuts: each start's ends, by the cheap bound (`hidden`: the
-    maps some group may hold in chunks, planner.geometry.hidden.chunkable_maps, and what
-    each stretch holds whole, stretch_holds)."""
-    chunkable, holds = hidden
-    order = [lay.name for lay in graph.layers]
-    limit = ruleset.search.max_group_layers
-    ends = [*cuts, len(order) - 1]
-    at = {n: p for p, n in enumerate(order)}
-    cap, resident_cap = _capacity(chip), stage_memory(chip)
-    crossing_bytes = {p: _cut_bytes(graph, order, p, chip.dtype_bytes) for p in cuts}
-    starts: list[Start] = []
-    for start in [0, *(p + 1 for p in cuts)]:
-        reach = [e for e in ends if e >= start]
-        # maps made inside the group that a stretch of it may hold in chunks
-        inside = {t: k for t, (widen, k) in chunkable.items() if at[widen] >= start}
-        # extend while the cheap bound fits: the first layer over it ends every longer
-        # group. A layer whose maps fit only in hidden chunks is over it once the group
-        # also pools a map it may hold in chunks (it then runs in passes, which hold every
-        # weight of the group at once) and its weights outgrow the weight memory; a group
-        # ends whole (the whole-map tile holds its output map).
-        worst, chunks, pooled = start, False, False
-        weights: set[str] = set()
-        fitting = []
-        for e in reach:
-            while worst <= e and (floor[worst] <= cap or _chunked_floor_bytes(
-                    graph, order[worst], chip.dtype_bytes, inside,
-                    [n for w, n in holds.get(order[worst], ()) if at[w] >= start]) <= cap):
-                chunks |= floor[worst] > cap
-                pooled |= pools[worst]
-                weights.update(graph.layer(order[worst]).weights)
-                worst += 1
-            if worst <= e or (chunks and pooled and weight_bytes(graph, weights, chip)
-                              > resident_cap):
-                break
-            if e - start + 1 > limit:
-                bound = whole[e]
-                if bound is None:
-                    bound = _layer_floor_bytes(graph, order[e], chip.dtype_bytes, inside,
-                                               whole_outputs=True)
-                if bound <= cap:
-                    fitting.append(e)
-        if fitting:
-            cheap = sorted(fitting, key=lambda e: crossing_bytes.get(e, 0))
-            starts.append(Start(tuple(order[start:fitting[-1] + 1]),
-                                tuple(e - start for e in fitting),
-                                tuple(e - start for e in cheap)))
     return starts
-
-
-@dataclass(frozen=True)
-class Start:
-    """The whole-map groups worth trying from one start: its layers to the longest end that
-    fits the cheap bound, the ends (positions in them) longest last, and those ends again
-    with the smallest crossing tensor first."""
-
-    layers: tuple[str, ...]
-    ends: tuple[int, ...]
-    cheap: tuple[int, ...]
-    # equal starts share their first layer, length and ends: hashing those, once, spares
-    # hashing a run of hundreds of names and ends each time the rounds look a start up
-    # (every live edge of a long chain, every round)
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.layers[0], len(self.layers), self.ends)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type[Start], tuple[tuple[str, ...], tuple[int, ...],
-                                                    tuple[int, ...]]]:
-        # a worker process hashes strings with its own seed: it works its hash out anew
-        return (Start, (self.layers, self.ends, self.cheap))
 
 
 def start_groups(ctx: Context, start: Start
@@ -510,12 +367,6 @@ def _rereads_weights(ctx: Context, found: tuple[tuple[str, ...], TileChoice]) ->
         return False
     weights = {w for n in layers for w in ctx.graph.layer(n).weights}
     return choice.cost.weight_read_bytes > weight_bytes(ctx.graph, weights, ctx.chip)
-
-
-def _cut_bytes(graph: Graph, order: list[str], p: int, dtype_bytes: int) -> int:
-    """Bytes of the one tensor crossing cut p (the output of the layer at p, usually)."""
-    outs = [t for t in graph.layer(order[p]).outputs if t]
-    return graph.elems(outs[0]) * dtype_bytes if outs else 0
 
 
 def _choice(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,

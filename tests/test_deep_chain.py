@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from fuseplan.planner.app.api import prepare
+from fuseplan.planner.app.assemble import prefetch_eligible
+from fuseplan.planner.geometry.hidden import chunkable_maps, stretch_holds
 from fuseplan.planner.geometry.regions import Tile, group_chains, group_io
+from fuseplan.planner.ir.graph import Graph
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.min_main_layers import MinMainLayers
+from fuseplan.solver.hidden import HiddenSearch
+from fuseplan.solver.long_groups import whole_map_starts
 from tests import models
 from tests.peak import peak_run
 
@@ -81,6 +89,7 @@ def test_span_counts_agree_with_the_rule(tmp_path: Path, builder: str) -> None:
                  MinMainLayers(k=3, token_groups=False)):
         spans = [(i, list(range(i, len(order)))) for i in range(len(order))]
         found = rule.spans_allowed(g, spans)
+        assert found is not None
         for (i, ends), allowed in zip(spans, found, strict=True):
             for e, ok in zip(ends, allowed, strict=True):
                 io = group_io(g, order[i:e + 1])
@@ -98,3 +107,116 @@ def test_a_2000_relu_chain_plans_in_little_memory(tmp_path: Path) -> None:
     assert sum(len(g["layers"]) for g in plan["groups"]) == 2000
     # the whole-map starts' millions of groups, each breaking R05, are never built
     assert run.peak_mib <= 600, f"planning a 2,000-ReLU chain peaked at {run.peak_mib} MiB"
+
+
+def _wide_chain(convs: int, channels: int = 64, size: int = 112) -> onnx.ModelProto:
+    """x -> (3x3 conv -> ReLU) * convs on a `channels` x size x size map that does not fit
+    the default chip twice (fp16: 1.53 MiB a map, 2 MiB of SRAM)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(convs):
+        inits.append(numpy_helper.from_array((rng.standard_normal(
+            (channels, channels, 3, 3)) * 0.05).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], name=f"conv{i}",
+                                      pads=[1] * 4))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
+        prev = f"r{i}"
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
+            prev, TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_stretch_holding_two_maps_past_the_chip_starts_no_whole_map_group(
+        tmp_path: Path) -> None:
+    """Each conv of the chain could widen a stretch (conv, ReLU, conv) run in hidden chunks,
+    but every chunk is computed from the whole input map while the next conv's accumulator
+    is whole too: 3.06 MiB of SRAM at least, the real peak more. So no whole-map group
+    starts anywhere (each of the 600-block chain's 594 starts cost 2 s to find it out), and
+    the bound stays under the hidden search's exact peak."""
+    path = tmp_path / "wide.onnx"
+    onnx.save(_wide_chain(16), path)
+    problem = prepare(str(path))
+    g, chip = problem.graph, problem.chip
+    assert chunkable_maps(g)  # hidden chunks were the only way to fit these groups whole
+    assert whole_map_starts(g, chip, problem.ruleset) == []
+    holds = stretch_holds(g)
+    assert holds["conv1"] == [("conv0", 2 * 64 * 112 * 112)]
+    order = [lay.name for lay in g.layers]
+    search = HiddenSearch.of(g, order[:13], chip)
+    assert search is not None
+    tile = Tile(1, 112, 112)
+    for resident in (True, False):
+        for k in search.chunk_options():
+            assert search.peak(tile, resident, False, k) >= holds["conv1"][0][1] * 2 > \
+                chip.sram.bytes
+
+
+def test_stretch_holds_stay_under_the_exact_peak_where_stretches_fit(tmp_path: Path) -> None:
+    """Where the hidden chunks do fit (squeeze-excite blocks of 128 hidden channels), what
+    stretch_holds says a stretch holds whole is no more than the exact peak of a whole-map
+    group running it, for every chunk count."""
+    problem = prepare(str(models.save(models.se_net(h=16, w=16, channels=16, expand=8),
+                                      tmp_path, "se")))
+    g, chip = problem.graph, problem.chip
+    holds = stretch_holds(g)
+    order = [lay.name for lay in g.layers]
+    checked = 0
+    for narrow, found in holds.items():
+        for widen, elems in found:
+            layers = order[order.index(widen):order.index(narrow) + 1]
+            search = HiddenSearch.of(g, layers, chip)
+            if search is None or not search.found:
+                continue
+            for k in search.chunk_options():
+                assert elems * chip.dtype_bytes <= search.peak(Tile(1, 16, 16), True, False, k)
+                checked += 1
+    assert checked
+
+
+@pytest.mark.slow
+def test_a_600_block_chain_of_wide_maps_plans_in_little_memory(tmp_path: Path) -> None:
+    """Issue 46's deep chain: 600 conv blocks on 64 x 112 x 112 maps (1,200 layers) plan to
+    CP-SAT's proof of optimality under 2 GiB (before: past its time limit at 80x the floor,
+    every round walking 700,000 whole-map edges that no search could use)."""
+    path = tmp_path / "wide600.onnx"
+    onnx.save(_wide_chain(600), path)
+    run = peak_run([str(FUSEPLAN), "solve", str(path), "--json"], tmp_path, tmp_path, 900)
+    assert run.code == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert sum(len(g["layers"]) for g in plan["groups"]) == 1200
+    assert plan["solver"]["status"] == "OPTIMAL"
+    assert run.peak_mib <= 2048, f"planning the 600-block chain peaked at {run.peak_mib} MiB"
+
+
+class _Order:
+    """A graph as prefetch_eligible sees it: layer names "0", "1", ... at their index."""
+
+    def index(self, name: str) -> int:
+        return int(name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 6), st.booleans()), min_size=1,
+                max_size=12))
+def test_prefetch_eligibility_counts_spanning_groups_as_a_walk_does(
+        picks: list[tuple[int, int, bool]]) -> None:
+    """prefetch_eligible finds a group spanning another by bisection over the groups'
+    starts (a 20,000-group chain walked every group per group): the same answer as the walk,
+    on random groups, intervals of the order or not."""
+    groups = []
+    for first, extra, gap in picks:
+        names = [str(first + k) for k in range(extra + 1)]
+        if gap and len(names) > 2:
+            names.pop(1)  # not an interval of the order
+        groups.append(names)
+    found = prefetch_eligible(cast(Graph, _Order()), groups)
+    spans = [(min(map(int, g)), max(map(int, g)), len(g)) for g in groups]
+    walked = [False] + [
+        a1 - a0 + 1 == na and b1 - b0 + 1 == nb and b0 == a1 + 1
+        and not any(c0 < a0 and c1 > a1 for c0, c1, _ in spans)
+        for (a0, a1, na), (b0, b1, nb) in zip(spans, spans[1:], strict=False)]
+    assert found == walked

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from itertools import accumulate
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.errors import PlanningError
@@ -124,10 +126,15 @@ def prefetch_eligible(graph: Graph, groups: Sequence[Sequence[str]]) -> list[boo
     group spans the first one (then the second surely runs right after it, which is what
     CP-SAT can state without knowing the execution order)."""
     spans = [(min(map(graph.index, g)), max(map(graph.index, g)), len(g)) for g in groups]
+    # the furthest end of the groups starting before each start, for `spanned` without a
+    # walk over every group per group (20,000 groups of a deep chain: 400 million steps)
+    firsts = sorted((c0, c1) for c0, c1, _ in spans)
+    starts = [c0 for c0, _ in firsts]
+    furthest = list(accumulate((c1 for _, c1 in firsts), max, initial=-1))
     out = [False]
     for (a0, a1, na), (b0, b1, nb) in zip(spans, spans[1:], strict=False):
         intervals = a1 - a0 + 1 == na and b1 - b0 + 1 == nb
-        spanned = any(c0 < a0 and c1 > a1 for c0, c1, _ in spans)
+        spanned = furthest[bisect_left(starts, a0)] > a1
         out.append(intervals and b0 == a1 + 1 and not spanned)
     return out
 

@@ -1,0 +1,214 @@
+"""Where whole-map groups may start and end: each start's ends by a cheap bound
+(solver.long_groups searches them).
+
+A whole-map tile holds, while a layer runs, at least all of that layer's maps: its inputs
+and outputs, a map some stretch may hold in hidden chunks counted as its smallest chunk,
+and where the layer narrows such a stretch, what the stretch holds whole (its widening
+layer's input and the accumulator). A group is extended from its start while that bound
+fits the chip, so the first layer over it ends every longer group.
+
+A chain of thousands of layers asks this of every start. Each start is worked out from
+positions found by bisection over the layers that need chunks (the rest fit whole), its ends
+kept in arrays and filtered by the structural rules at once: memory and time grow with the
+ends kept, not with the square of the chain's length (a 20,000-ReLU chain built 200 million
+ends that a rule then refused, and 23 GiB).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from math import ceil
+
+import numpy as np
+
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.cost.weight_stream import stage_memory
+from fuseplan.planner.geometry.hidden import chunkable_maps, stretch_holds
+from fuseplan.planner.geometry.regions import accumulated_input
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.rules.ruleset import RuleSet
+
+SpanFilter = Callable[[int, Sequence[int]], list[bool]]
+
+
+@dataclass(frozen=True)
+class Start:
+    """The whole-map groups worth trying from one start: its layers to the longest end that
+    fits the cheap bound, the ends (positions in them) longest last, and those ends again
+    with the smallest crossing tensor first."""
+
+    layers: tuple[str, ...]
+    ends: tuple[int, ...]
+    cheap: tuple[int, ...]
+    # equal starts share their first layer, length and ends: hashing those, once, spares
+    # hashing a run of hundreds of names and ends each time the rounds look a start up
+    # (every live edge of a long chain, every round)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.layers[0], len(self.layers), self.ends)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Start], tuple[tuple[str, ...], tuple[int, ...],
+                                                    tuple[int, ...]]]:
+        # a worker process hashes strings with its own seed: it works its hash out anew
+        return (Start, (self.layers, self.ends, self.cheap))
+
+
+def layer_floor_bytes(graph: Graph, name: str, dtype_bytes: int,
+                      chunkable: dict[str, int] | None = None, whole_outputs: bool = False
+                      ) -> int:
+    """Bytes a whole-map tile holds while this layer runs: all its inputs and outputs (a map
+    in `chunkable`, planner.geometry.hidden.chunkable_maps: its smallest chunk, unless it
+    is an output and ``whole_outputs``)."""
+    lay = graph.layer(name)
+    outs = {t for t in lay.outputs if t}
+    most = {} if chunkable is None else chunkable
+    return sum(ceil(graph.elems(t) * dtype_bytes
+                    / (1 if whole_outputs and t in outs else most.get(t, 1)))
+               for t in {*lay.fmap_inputs, *outs} if t in graph.shapes)
+
+
+def chunked_floor_bytes(graph: Graph, name: str, dtype_bytes: int, chunkable: dict[str, int],
+                        stretches: Sequence[int]) -> int:
+    """Bytes a whole-map tile holds while this layer runs with the maps in `chunkable` in
+    hidden chunks: its own maps so, and where it narrows stretches widened inside the group
+    (`stretches`: the elements each holds whole, planner.geometry.hidden.stretch_holds),
+    what the least of them holds."""
+    return max(layer_floor_bytes(graph, name, dtype_bytes, chunkable),
+               min(stretches, default=0) * dtype_bytes)
+
+
+def capacity(chip: Chip) -> int:
+    """Feature-map bytes one tile may hold at most (SRAM, and NRAM across a cluster)."""
+    cap = chip.sram.bytes
+    if chip.nram is not None:
+        cap = min(cap, chip.nram.bytes * chip.cores_per_cluster)
+    return cap
+
+
+def cut_bytes(graph: Graph, order: Sequence[str], p: int, dtype_bytes: int) -> int:
+    """Bytes of the one tensor crossing cut p (the output of the layer at p, usually)."""
+    outs = [t for t in graph.layer(order[p]).outputs if t]
+    return graph.elems(outs[0]) * dtype_bytes if outs else 0
+
+
+@dataclass
+class StartBounds:
+    """What the starts of one graph share: each layer's bound whole, the layers over the
+    chip whole (sorted), the maps that may be chunked and what their stretches hold."""
+
+    graph: Graph
+    chip: Chip
+    limit: int  # groups this long or shorter are not whole-map groups' to offer
+    order: list[str]
+    at: dict[str, int]
+    chunkable: dict[str, tuple[str, int]]
+    holds: dict[str, list[tuple[str, int]]]
+    floor: list[int]
+    over: list[int]  # positions of the layers whose maps do not fit whole
+    pools: list[int]  # positions of the layers pooling a map that may be chunked
+    # each layer's bound with its outputs whole, -1 where a map of it may be chunked (with
+    # chunkable maps it depends on the start)
+    whole: np.ndarray
+
+    @classmethod
+    def of(cls, graph: Graph, chip: Chip, ruleset: RuleSet) -> StartBounds:
+        """The bounds of a graph under these rules."""
+        order = [lay.name for lay in graph.layers]
+        chunkable = chunkable_maps(graph) if ruleset.search.hidden_chunks else {}
+        floor = [layer_floor_bytes(graph, n, chip.dtype_bytes) for n in order]
+        cap = capacity(chip)
+        whole = np.array([
+            -1 if any(t in chunkable for t in (*lay.fmap_inputs, *lay.outputs))
+            else layer_floor_bytes(graph, lay.name, chip.dtype_bytes, whole_outputs=True)
+            for lay in graph.layers], dtype=np.int64)
+        pools = [p for p, n in enumerate(order)
+                 if (x := accumulated_input(graph, graph.layer(n))) is not None
+                 and x in chunkable]
+        return cls(graph, chip, ruleset.search.max_group_layers, order,
+                   {n: p for p, n in enumerate(order)}, chunkable,
+                   stretch_holds(graph) if chunkable else {}, floor,
+                   [p for p, f in enumerate(floor) if f > cap], pools, whole)
+
+    def starts(self, cuts: Sequence[int], allowed: Sequence[SpanFilter]) -> Iterator[Start]:
+        """The whole-map groups worth trying from each start after one of `cuts` (and the
+        first layer), ending at those cuts or the last layer: each start's ends, by the cheap
+        bound, that every filter in `allowed` keeps."""
+        ends = np.array([*cuts, len(self.order) - 1], dtype=np.int64)
+        crossing = {p: cut_bytes(self.graph, self.order, p, self.chip.dtype_bytes) for p in cuts}
+        for start in [0, *(p + 1 for p in cuts)]:
+            found = self._ends(start, ends)
+            for f in allowed:
+                if found.size:
+                    found = found[np.asarray(f(start, found.tolist()), dtype=bool)]
+            if found.size:
+                fitting = found.tolist()
+                cheap = sorted(fitting, key=lambda e: crossing.get(e, 0))
+                yield Start(tuple(self.order[start:fitting[-1] + 1]),
+                            tuple(e - start for e in fitting), tuple(e - start for e in cheap))
+
+    def _inside(self, start: int) -> dict[str, int]:
+        """The maps made inside a group from `start` that a stretch of it may hold in chunks,
+        with their most chunks."""
+        return {t: k for t, (widen, k) in self.chunkable.items() if self.at[widen] >= start}
+
+    def _ends(self, start: int, ends: np.ndarray) -> np.ndarray:
+        """The ends from `start` that fit the cheap bound (positions in the layer order)."""
+        cap = capacity(self.chip)
+        inside: dict[str, int] | None = None
+        # the first layer over the bound even chunked ends every longer group; the layers
+        # over it whole before that need chunks
+        fail, chunked_at = len(self.order), None
+        for p in self.over[bisect_left(self.over, start):]:
+            if inside is None:
+                inside = self._inside(start)
+            held = [n for w, n in self.holds.get(self.order[p], ()) if self.at[w] >= start]
+            if chunked_floor_bytes(self.graph, self.order[p], self.chip.dtype_bytes, inside,
+                                   held) > cap:
+                fail = p
+                break
+            if chunked_at is None:
+                chunked_at = p
+        stop = self._weights_stop(start, ends, fail, chunked_at)
+        lo, hi = np.searchsorted(ends, [start + self.limit, stop])
+        found = ends[lo:hi]
+        bound = self.whole[found]
+        keep = (bound >= 0) & (bound <= cap)
+        for k in np.flatnonzero(bound < 0):  # a map of it may be chunked: from the start
+            if inside is None:
+                inside = self._inside(start)
+            keep[k] = layer_floor_bytes(self.graph, self.order[int(found[k])],
+                                        self.chip.dtype_bytes, inside, whole_outputs=True) <= cap
+        return found[keep]
+
+    def _weights_stop(self, start: int, ends: np.ndarray, fail: int, chunked_at: int | None
+                      ) -> int:
+        """The first end from which a group from `start` is over the bound: `fail`, or
+        earlier, the first end by which it holds a map in chunks, pools a map it may hold in
+        chunks (it then runs in passes, which hold every weight of the group at once) and
+        its weights outgrow the weight memory."""
+        k = bisect_left(self.pools, start)
+        pooled_at = self.pools[k] if k < len(self.pools) else None
+        if chunked_at is None or pooled_at is None:
+            return fail
+        both = max(chunked_at, pooled_at)
+        if both >= fail:
+            return fail
+        limit = stage_memory(self.chip)
+        weights: set[str] = set()
+        for p in range(start, both):
+            weights.update(self.graph.layer(self.order[p]).weights)
+        p = both
+        for e in ends[np.searchsorted(ends, both):np.searchsorted(ends, fail)].tolist():
+            while p <= e:
+                weights.update(self.graph.layer(self.order[p]).weights)
+                p += 1
+            if weight_bytes(self.graph, weights, self.chip) > limit:
+                return int(e)
+        return fail
