@@ -34,6 +34,7 @@ deep network pays a handful of long searches, shared by repeated blocks
 from __future__ import annotations
 
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -233,22 +234,62 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
         budget.cut(f"block groups: {left_out} not searched")
 
 
+def block_spans(graph: Graph, ruleset: RuleSet) -> list[tuple[int, int]]:
+    """The block groups' spans [a, b) of the layer order: from one single-tensor cut to a
+    later one, longer than ``search.max_group_layers`` and at most
+    ``search.max_block_group_layers`` layers.
+
+    A run of adjacent cuts (a residual Add, then its ReLU) ends a block group at its last
+    cut and starts one after it: the layers between stay with the block they close. A run
+    longer than any block group is a plain chain (VGG, a deep stack of convs): there every
+    cut before a main layer bounds a block too, so its convs group with their activations
+    (with the run's last cut only, such a chain had no block group at all); from each
+    start inside it the longest block only (a chain's groups are best as long as they
+    fit, and every length would double a VGG's searches)."""
+    limit, most = ruleset.search.max_group_layers, ruleset.search.max_block_group_layers
+    if most <= limit:
+        return []
+    order = [lay.name for lay in graph.layers]
+    spans: dict[tuple[int, int], None] = {}
+    for cuts in map(set, cut_sets(graph, ruleset)):
+        bounds, inner = _block_bounds(graph, sorted(cuts), most)
+        starts, ends = [0, *(p + 1 for p in bounds)], [*bounds, len(order) - 1]
+        for a in starts:
+            lo, hi = bisect_left(ends, a + limit), bisect_right(ends, a + most - 1)
+            spans.update(((a, e + 1), None) for e in ends[lo:hi]
+                         if e not in inner and a - 1 not in inner)
+            if lo < hi:
+                spans[a, ends[hi - 1] + 1] = None
+    return list(spans)
+
+
+def _block_bounds(graph: Graph, cuts: list[int], most: int) -> tuple[list[int], set[int]]:
+    """The cuts a block may end at (sorted): the last of each run of adjacent cuts, and in
+    a run no block spans (`most` layers or more), each cut followed by a main layer (those
+    inner ones again)."""
+    out: list[int] = []
+    inner: set[int] = set()
+    run: list[int] = []
+    for p in [*cuts, None]:
+        if run and (p is None or p != run[-1] + 1):
+            if len(run) >= most:
+                inner.update(q for q in run[:-1] if graph.layers[q + 1].is_main)
+                out += sorted(inner.intersection(run))
+            out.append(run[-1])
+            run = []
+        if p is not None:
+            run.append(p)
+    return out, inner
+
+
 def block_group_searches(graph: Graph, chip: Chip, ruleset: RuleSet,
                          budget: Budget | None = None
                          ) -> Iterator[tuple[tuple[str, ...], GroupSearch]]:
     """The block groups worth a search (block_groups): connected, convex, breaking no
     structural rule; once the ``budget`` has passed, none more (the budget notes how many
     were left)."""
-    limit, most = ruleset.search.max_group_layers, ruleset.search.max_block_group_layers
-    if most <= limit:
-        return
     order = [lay.name for lay in graph.layers]
-    spans: list[tuple[int, int]] = []
-    for cuts in map(set, cut_sets(graph, ruleset)):
-        last = [p for p in sorted(cuts) if p + 1 not in cuts]  # the last cut of each run
-        starts, ends = [0, *(p + 1 for p in last)], [*last, len(order) - 1]
-        spans += [(a, e + 1) for a in starts for e in ends if limit < e + 1 - a <= most
-                  and (a, e + 1) not in spans]
+    spans = block_spans(graph, ruleset)
     for k, (a, b) in enumerate(spans):
         if budget is not None and budget.passed:
             budget.cut(f"block groups: {len(spans) - k} not searched")

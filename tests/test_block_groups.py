@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
 
 from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify
@@ -16,6 +17,7 @@ from fuseplan.solver import long_groups
 from fuseplan.solver.long_groups import block_groups, cut_sets, single_cuts
 from fuseplan.solver.parallel import Context
 from tests import models
+from tests.test_deep_chain import _wide_chain
 from tests.test_rules import with_rules
 
 # row tiles only: whole 64 x 64 maps do not fit 8 KiB of NRAM per core
@@ -166,3 +168,31 @@ def test_a_start_whose_longest_group_rereads_weights_also_keeps_the_longest_resi
     lengths = [len(g) - 1 for g, _ in found]
     assert lengths[0] == 40 and resident_up_to in lengths
     assert all(c.resident for g, c in found[1:])
+
+
+def test_a_plain_chain_groups_its_convs_in_blocks_and_verifies(tmp_path: Path) -> None:
+    """Every position of a plain chain of convs and ReLUs is a single-tensor cut: as one
+    run of adjacent cuts it used to close no block before its end, so no group was longer
+    than max_group_layers. Now each cut before a conv bounds a block: block groups of
+    whole conv-ReLU pairs, past the size limit, move fewer bytes than the limit allows,
+    both planners agree, and the plan verifies."""
+    path = tmp_path / "chain.onnx"
+    onnx.save(_wide_chain(12, channels=8, size=32), path)
+    problem = with_rules(prepare(str(path), overrides=SMALL_CHIP),
+                         search={"max_group_layers": 4, "max_block_group_layers": 12,
+                                 "long_whole_map_groups": False})
+    g = problem.graph
+    spans = long_groups.block_spans(g, problem.ruleset)
+    last_cut = max(single_cuts(g))  # the run's last cut closes blocks too, as before
+    assert spans and all(g.layers[a].op == "Conv" for a, _ in spans)
+    assert all(g.layers[b - 1].op == "Relu" or b - 1 == last_cut for _, b in spans)
+    assert (0, 12) in spans and (12, 24) in spans  # six conv-ReLU pairs at each end
+    plan = plan_problem(problem, "shortest-path")
+    off = plan_problem(with_rules(problem, search={"max_block_group_layers": 0}),
+                       "shortest-path")
+    assert max(len(grp.layers) for grp in plan.groups) > 4
+    assert plan.totals.dram_bytes < off.totals.dram_bytes
+    assert plan_problem(problem, "cpsat").totals.dram_bytes == plan.totals.dram_bytes
+    saved = tmp_path / "plan.json"
+    save_plan(plan, saved)
+    assert verify(str(path), saved).ok
