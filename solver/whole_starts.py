@@ -2,10 +2,13 @@
 (solver.long_groups searches them).
 
 A whole-map tile holds, while a layer runs, at least all of that layer's maps: its inputs
-and outputs, a map some stretch may hold in hidden chunks counted as its smallest chunk,
-and where the layer narrows such a stretch, what the stretch holds whole (its widening
-layer's input and the accumulator). A group is extended from its start while that bound
-fits the chip, so the first layer over it ends every longer group.
+and outputs, a map some stretch may hold in hidden chunks counted as its smallest chunk.
+A layer that widens or narrows a stretch is bounded harder: as the narrowing layer of a
+stretch with no pool inside, or as its widening layer, it holds the widening layer's input
+and the accumulator whole together; otherwise its maps whole. The least of the ways it can
+run is its bound (a 3x3 conv on maps of which two do not fit has none that fits). A group is
+extended from its start while that bound fits the chip, so the first layer over it ends
+every longer group; its last layer also holds its output whole.
 
 A chain of thousands of layers asks this of every start. Each start is worked out from
 positions found by bisection over the layers that need chunks (the rest fit whole), its ends
@@ -26,7 +29,7 @@ import numpy as np
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.weight_stream import stage_memory
-from fuseplan.planner.geometry.hidden import chunkable_maps, stretch_holds
+from fuseplan.planner.geometry.hidden import NarrowedStretch, chunkable_maps, narrowed_stretches
 from fuseplan.planner.geometry.regions import accumulated_input
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.rules.ruleset import RuleSet
@@ -74,16 +77,6 @@ def layer_floor_bytes(graph: Graph, name: str, dtype_bytes: int,
                for t in {*lay.fmap_inputs, *outs} if t in graph.shapes)
 
 
-def chunked_floor_bytes(graph: Graph, name: str, dtype_bytes: int, chunkable: dict[str, int],
-                        stretches: Sequence[int]) -> int:
-    """Bytes a whole-map tile holds while this layer runs with the maps in `chunkable` in
-    hidden chunks: its own maps so, and where it narrows stretches widened inside the group
-    (`stretches`: the elements each holds whole, planner.geometry.hidden.stretch_holds),
-    what the least of them holds."""
-    return max(layer_floor_bytes(graph, name, dtype_bytes, chunkable),
-               min(stretches, default=0) * dtype_bytes)
-
-
 def capacity(chip: Chip) -> int:
     """Feature-map bytes one tile may hold at most (SRAM, and NRAM across a cluster)."""
     cap = chip.sram.bytes
@@ -98,6 +91,17 @@ def cut_bytes(graph: Graph, order: Sequence[str], p: int, dtype_bytes: int) -> i
     return graph.elems(outs[0]) * dtype_bytes if outs else 0
 
 
+@dataclass(frozen=True)
+class _MapHold:
+    """One map of a layer as its bounds see it."""
+
+    name: str
+    nbytes: int  # whole
+    output: bool  # the layer makes it
+    widen: int | None  # the position of the layer widening a stretch that may chunk it
+    chunks: int  # the most chunks that stretch makes (1: none)
+
+
 @dataclass
 class StartBounds:
     """What the starts of one graph share: each layer's bound whole, the layers over the
@@ -109,13 +113,15 @@ class StartBounds:
     order: list[str]
     at: dict[str, int]
     chunkable: dict[str, tuple[str, int]]
-    holds: dict[str, list[tuple[str, int]]]
+    narrows: dict[str, list[NarrowedStretch]]  # by narrowing layer
+    widens: dict[str, list[NarrowedStretch]]  # by widening layer
     floor: list[int]
     over: list[int]  # positions of the layers whose maps do not fit whole
     pools: list[int]  # positions of the layers pooling a map that may be chunked
     # each layer's bound with its outputs whole, -1 where a map of it may be chunked (with
     # chunkable maps it depends on the start)
     whole: np.ndarray
+    held: dict[int, list[_MapHold]] = field(default_factory=dict, repr=False)  # _maps
 
     @classmethod
     def of(cls, graph: Graph, chip: Chip, ruleset: RuleSet) -> StartBounds:
@@ -131,10 +137,15 @@ class StartBounds:
         pools = [p for p, n in enumerate(order)
                  if (x := accumulated_input(graph, graph.layer(n))) is not None
                  and x in chunkable]
-        return cls(graph, chip, ruleset.search.max_group_layers, order,
-                   {n: p for p, n in enumerate(order)}, chunkable,
-                   stretch_holds(graph) if chunkable else {}, floor,
-                   [p for p, f in enumerate(floor) if f > cap], pools, whole)
+        at = {n: p for p, n in enumerate(order)}
+        narrows: dict[str, list[NarrowedStretch]] = {}
+        widens: dict[str, list[NarrowedStretch]] = {}
+        for st in narrowed_stretches(graph) if chunkable else ():
+            narrows.setdefault(st.narrow, []).append(st)
+            widens.setdefault(st.widen, []).append(st)
+        return cls(graph, chip, ruleset.search.max_group_layers, order, at, chunkable,
+                   narrows, widens, floor, [p for p, f in enumerate(floor) if f > cap],
+                   pools, whole)
 
     def starts(self, cuts: Sequence[int], allowed: Sequence[SpanFilter]) -> Iterator[Start]:
         """The whole-map groups worth trying from each start after one of `cuts` (and the
@@ -153,24 +164,53 @@ class StartBounds:
                 yield Start(tuple(self.order[start:fitting[-1] + 1]),
                             tuple(e - start for e in fitting), tuple(e - start for e in cheap))
 
-    def _inside(self, start: int) -> dict[str, int]:
-        """The maps made inside a group from `start` that a stretch of it may hold in chunks,
-        with their most chunks."""
-        return {t: k for t, (widen, k) in self.chunkable.items() if self.at[widen] >= start}
+    def _maps(self, p: int) -> list[_MapHold]:
+        """What the layer at `p` holds per map, worked out once (a chain of thousands of
+        layers asks for every start)."""
+        if p not in self.held:
+            lay = self.graph.layer(self.order[p])
+            outs = {t for t in lay.outputs if t}
+            dtype = self.chip.dtype_bytes
+            found = []
+            for t in {*lay.fmap_inputs, *outs}:
+                if t not in self.graph.shapes:
+                    continue
+                widen, k = self.chunkable.get(t, (None, 1))
+                found.append(_MapHold(t, self.graph.elems(t) * dtype, t in outs,
+                                      None if widen is None else self.at[widen], k))
+            self.held[p] = found
+        return self.held[p]
+
+    def _bound(self, p: int, start: int) -> int:
+        """What the layer at `p` holds at least in a group from `start`: layer_floor_bytes
+        with the maps made inside that a stretch may hold in chunks counted as their
+        smallest chunk, and where it widens or narrows stretches, the least of the ways it
+        can run (see the module docstring)."""
+        maps = self._maps(p)
+        chunked = sum(ceil(m.nbytes / m.chunks) if m.widen is not None and m.widen >= start
+                      else m.nbytes for m in maps)
+        name = self.order[p]
+        narrowing = [st for st in self.narrows.get(name, ()) if self.at[st.widen] >= start]
+        widening = self.widens.get(name, [])
+        # every map of it that may be in chunks must be one of these stretches' (not a
+        # head's or one ending in pools alone): else no harder bound
+        known = {t for st in (*narrowing, *widening) for t in st.hidden}
+        if not (narrowing or widening) or any(
+                m.name not in known for m in maps if m.widen is not None
+                and (m.output or m.widen >= start)):
+            return chunked
+        held = [st.held for st in (*narrowing, *widening)]
+        return min(self.floor[p], *(chunked if h is None
+                                    else max(chunked, h * self.chip.dtype_bytes) for h in held))
 
     def _ends(self, start: int, ends: np.ndarray) -> np.ndarray:
         """The ends from `start` that fit the cheap bound (positions in the layer order)."""
         cap = capacity(self.chip)
-        inside: dict[str, int] | None = None
         # the first layer over the bound even chunked ends every longer group; the layers
         # over it whole before that need chunks
         fail, chunked_at = len(self.order), None
         for p in self.over[bisect_left(self.over, start):]:
-            if inside is None:
-                inside = self._inside(start)
-            held = [n for w, n in self.holds.get(self.order[p], ()) if self.at[w] >= start]
-            if chunked_floor_bytes(self.graph, self.order[p], self.chip.dtype_bytes, inside,
-                                   held) > cap:
+            if self._bound(p, start) > cap:
                 fail = p
                 break
             if chunked_at is None:
@@ -181,11 +221,13 @@ class StartBounds:
         bound = self.whole[found]
         keep = (bound >= 0) & (bound <= cap)
         for k in np.flatnonzero(bound < 0):  # a map of it may be chunked: from the start
-            if inside is None:
-                inside = self._inside(start)
-            keep[k] = layer_floor_bytes(self.graph, self.order[int(found[k])],
-                                        self.chip.dtype_bytes, inside, whole_outputs=True) <= cap
+            keep[k] = self._last_bound(start, int(found[k])) <= cap
         return found[keep]
+
+    def _last_bound(self, start: int, e: int) -> int:
+        """layer_floor_bytes of a group's last layer at `e`, its outputs whole."""
+        return sum(ceil(m.nbytes / m.chunks) if not m.output and m.widen is not None
+                   and m.widen >= start else m.nbytes for m in self._maps(e))
 
     def _weights_stop(self, start: int, ends: np.ndarray, fail: int, chunked_at: int | None
                       ) -> int:

@@ -18,13 +18,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fuseplan.planner.app.api import prepare
 from fuseplan.planner.app.assemble import prefetch_eligible
-from fuseplan.planner.geometry.hidden import chunkable_maps, stretch_holds
+from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.geometry.hidden import chunkable_maps, narrowed_stretches
 from fuseplan.planner.geometry.regions import Tile, group_chains, group_io
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.min_main_layers import MinMainLayers
 from fuseplan.solver.hidden import HiddenSearch
-from fuseplan.solver.long_groups import whole_map_starts
+from fuseplan.solver.long_groups import _choice, whole_map_starts
 from tests import models
 from tests.peak import peak_run
 
@@ -133,48 +134,40 @@ def _wide_chain(convs: int, channels: int = 64, size: int = 112) -> onnx.ModelPr
 def test_a_stretch_holding_two_maps_past_the_chip_starts_no_whole_map_group(
         tmp_path: Path) -> None:
     """Each conv of the chain could widen a stretch (conv, ReLU, conv) run in hidden chunks,
-    but every chunk is computed from the whole input map while the next conv's accumulator
-    is whole too: 3.06 MiB of SRAM at least, the real peak more. So no whole-map group
-    starts anywhere (each of the 600-block chain's 594 starts cost 2 s to find it out), and
-    the bound stays under the hidden search's exact peak."""
+    or narrow one, or run whole: every way holds two whole maps at once (the widening conv's
+    input, every chunk is computed from all of it, and the next conv's accumulator), 3.06
+    MiB of SRAM at least. So no whole-map group starts anywhere (each of the 600-block
+    chain's 594 starts cost 2 s to find it out); the real check agrees, and the bound stays
+    under the hidden search's exact peak."""
     path = tmp_path / "wide.onnx"
     onnx.save(_wide_chain(16), path)
     problem = prepare(str(path))
     g, chip = problem.graph, problem.chip
     assert chunkable_maps(g)  # hidden chunks were the only way to fit these groups whole
     assert whole_map_starts(g, chip, problem.ruleset) == []
-    holds = stretch_holds(g)
-    assert holds["conv1"] == [("conv0", 2 * 64 * 112 * 112)]
+    held = {st.narrow: (st.widen, st.held) for st in narrowed_stretches(g)}
+    assert held["conv1"] == ("conv0", 2 * 64 * 112 * 112)
     order = [lay.name for lay in g.layers]
+    for a, b in ((0, 13), (2, 15), (1, 24)):
+        assert _choice(g, chip, problem.ruleset, Objective.TRAFFIC, order[a:b]) is None
     search = HiddenSearch.of(g, order[:13], chip)
     assert search is not None
-    tile = Tile(1, 112, 112)
     for resident in (True, False):
         for k in search.chunk_options():
-            assert search.peak(tile, resident, False, k) >= holds["conv1"][0][1] * 2 > \
-                chip.sram.bytes
+            assert search.peak(Tile(1, 112, 112), resident, False, k) \
+                >= 2 * held["conv1"][1] > chip.sram.bytes
 
 
-def test_stretch_holds_stay_under_the_exact_peak_where_stretches_fit(tmp_path: Path) -> None:
-    """Where the hidden chunks do fit (squeeze-excite blocks of 128 hidden channels), what
-    stretch_holds says a stretch holds whole is no more than the exact peak of a whole-map
-    group running it, for every chunk count."""
-    problem = prepare(str(models.save(models.se_net(h=16, w=16, channels=16, expand=8),
-                                      tmp_path, "se")))
-    g, chip = problem.graph, problem.chip
-    holds = stretch_holds(g)
-    order = [lay.name for lay in g.layers]
-    checked = 0
-    for narrow, found in holds.items():
-        for widen, elems in found:
-            layers = order[order.index(widen):order.index(narrow) + 1]
-            search = HiddenSearch.of(g, layers, chip)
-            if search is None or not search.found:
-                continue
-            for k in search.chunk_options():
-                assert elems * chip.dtype_bytes <= search.peak(Tile(1, 16, 16), True, False, k)
-                checked += 1
-    assert checked
+def test_efficientnet_keeps_its_whole_map_starts() -> None:
+    """A layer that may widen a stretch around a pool (EfficientNet's squeeze-excite blocks)
+    gets no harder bound: the whole-map group from the stem to stage 4's first projection
+    (174 layers) stays a candidate, and the plan keeps its bytes (a bound that took each
+    narrowing layer for a narrowing one lost it: +301,056 B)."""
+    exports = Path(__file__).resolve().parent.parent / "examples" / "exports"
+    problem = prepare(str(exports / "efficientnet_b0.onnx"), shapes={"input": (1, 3, 224, 224)})
+    starts = whole_map_starts(problem.graph, problem.chip, problem.ruleset)
+    first = next(s for s in starts if s.layers[0] == problem.graph.layers[0].name)
+    assert 173 in first.ends
 
 
 @pytest.mark.slow

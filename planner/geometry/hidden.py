@@ -195,25 +195,36 @@ def _widening(graph: Graph, widen: Layer) -> tuple[int, str, int] | None:
     return channels, out, axis
 
 
-def stretch_holds(graph: Graph) -> dict[str, list[tuple[str, int]]]:
-    """Per layer that could narrow a stretch (chunkable_maps), each layer that could widen
-    it, with the elements of one image the stretch holds whole at its narrowing step: the
-    widening layer's input maps (every chunk is computed from all of them) and the
-    narrowing layer's output (the accumulator). A bound for solver.long_groups: a group
-    running that stretch in hidden chunks holds at least this much."""
+@dataclass(frozen=True)
+class NarrowedStretch:
+    """A stretch some group could run in hidden chunks that a narrowing layer ends
+    (chunkable_maps), as a bound on whole-map groups sees it (solver.whole_starts)."""
+
+    widen: str
+    narrow: str
+    hidden: tuple[str, ...]  # its maps held a chunk at a time
+    # elements of one image it holds whole at its narrowing step, the widening layer's
+    # input maps (every chunk is computed from all of them) and the accumulator; None
+    # around a pool (it may run in passes, which need not hold that input throughout)
+    held: int | None
+
+
+def narrowed_stretches(graph: Graph) -> list[NarrowedStretch]:
+    """Every stretch over the whole model that a narrowing layer ends, in order."""
     order = [lay.name for lay in graph.layers]
-    found: dict[str, list[tuple[str, int]]] = {}
+    found: list[NarrowedStretch] = []
     for k, name in enumerate(order):
         widening = _widening(graph, graph.layer(name))
         if widening is None:
             continue
         channels, out, axis = widening
-        narrow = _walk_chunkable(graph, order[k + 1:], name, out, channels, axis)[3]
+        hidden, _, vectors, narrow = _walk_chunkable(graph, order[k + 1:], name, out,
+                                                     channels, axis)
         if narrow is None:
             continue
         held = {*graph.layer(name).fmap_inputs, *(t for t in graph.layer(narrow).outputs if t)}
-        found.setdefault(narrow, []).append(
-            (name, sum(_one_image(graph, t) for t in held if t in graph.shapes)))
+        found.append(NarrowedStretch(name, narrow, tuple(hidden), None if vectors else sum(
+            _one_image(graph, t) for t in held if t in graph.shapes)))
     return found
 
 
