@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -32,18 +32,20 @@ from tests.peak import peak_run
 FUSEPLAN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "fuseplan"
 
 
-def _chain(convs: int) -> onnx.ModelProto:
-    """x -> (3x3 conv -> ReLU) * convs on an 8 x 32 x 32 map: every prefix fits on chip whole."""
+def _chain(convs: int, channels: int = 8, size: int = 32, scale: float = 0.1
+           ) -> onnx.ModelProto:
+    """x -> (3x3 conv -> ReLU) * convs on a `channels` x size x size map (8 x 32 x 32: every
+    prefix fits on chip whole)."""
     rng = np.random.default_rng(0)
     nodes, inits, prev = [], [], "x"
     for i in range(convs):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal((8, 8, 3, 3)) * 0.1).astype(np.float32), f"w{i}"))
+        inits.append(numpy_helper.from_array((rng.standard_normal(
+            (channels, channels, 3, 3)) * scale).astype(np.float32), f"w{i}"))
         nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], name=f"conv{i}",
                                       pads=[1] * 4))
         nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
         prev = f"r{i}"
-    shape = [1, 8, 32, 32]
+    shape = [1, channels, size, size]
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
             prev, TensorProto.FLOAT, shape)], inits)
@@ -52,14 +54,20 @@ def _chain(convs: int) -> onnx.ModelProto:
     return model
 
 
-def test_a_600_layer_chain_plans_in_little_memory(tmp_path: Path) -> None:
+def _solved(tmp_path: Path, model: onnx.ModelProto, layers: int) -> tuple[dict[str, Any], int]:
+    """`fuseplan solve --json` of the model: its plan, every layer in it, and the command's
+    peak resident MiB."""
     path = tmp_path / "chain.onnx"
-    onnx.save(_chain(300), path)
-    run = peak_run([str(FUSEPLAN), "solve", str(path), "--json"], tmp_path, tmp_path, 600)
+    onnx.save(model, path)
+    run = peak_run([str(FUSEPLAN), "solve", str(path), "--json"], tmp_path, tmp_path, 900)
     assert run.code == 0, run.stderr
-    peak = run.peak_mib
     plan = json.loads(run.stdout)
-    assert sum(len(g["layers"]) for g in plan["groups"]) == 600
+    assert sum(len(g["layers"]) for g in plan["groups"]) == layers
+    return plan, run.peak_mib
+
+
+def test_a_600_layer_chain_plans_in_little_memory(tmp_path: Path) -> None:
+    _, peak = _solved(tmp_path, _chain(300), 600)
     # the imports alone take ~120 MiB; the cubic copies took 486 MiB in all
     assert peak <= 320, f"planning a 600-layer chain peaked at {peak} MiB"
 
@@ -100,35 +108,15 @@ def test_span_counts_agree_with_the_rule(tmp_path: Path, builder: str) -> None:
 
 @pytest.mark.slow
 def test_a_2000_relu_chain_plans_in_little_memory(tmp_path: Path) -> None:
-    path = tmp_path / "relus.onnx"
-    onnx.save(_relu_chain(2000), path)
-    run = peak_run([str(FUSEPLAN), "solve", str(path), "--json"], tmp_path, tmp_path, 600)
-    assert run.code == 0, run.stderr
-    plan = json.loads(run.stdout)
-    assert sum(len(g["layers"]) for g in plan["groups"]) == 2000
+    _, peak = _solved(tmp_path, _relu_chain(2000), 2000)
     # the whole-map starts' millions of groups, each breaking R05, are never built
-    assert run.peak_mib <= 600, f"planning a 2,000-ReLU chain peaked at {run.peak_mib} MiB"
+    assert peak <= 600, f"planning a 2,000-ReLU chain peaked at {peak} MiB"
 
 
 def _wide_chain(convs: int, channels: int = 64, size: int = 112) -> onnx.ModelProto:
     """x -> (3x3 conv -> ReLU) * convs on a `channels` x size x size map that does not fit
     the default chip twice (fp16: 1.53 MiB a map, 2 MiB of SRAM)."""
-    rng = np.random.default_rng(0)
-    nodes, inits, prev = [], [], "x"
-    for i in range(convs):
-        inits.append(numpy_helper.from_array((rng.standard_normal(
-            (channels, channels, 3, 3)) * 0.05).astype(np.float32), f"w{i}"))
-        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], name=f"conv{i}",
-                                      pads=[1] * 4))
-        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
-        prev = f"r{i}"
-    shape = [1, channels, size, size]
-    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
-            prev, TensorProto.FLOAT, shape)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    return _chain(convs, channels, size, scale=0.05)
 
 
 def test_a_stretch_holding_two_maps_past_the_chip_starts_no_whole_map_group(
@@ -175,14 +163,9 @@ def test_a_600_block_chain_of_wide_maps_plans_in_little_memory(tmp_path: Path) -
     """Issue 46's deep chain: 600 conv blocks on 64 x 112 x 112 maps (1,200 layers) plan to
     CP-SAT's proof of optimality under 2 GiB (before: past its time limit at 80x the floor,
     every round walking 700,000 whole-map edges that no search could use)."""
-    path = tmp_path / "wide600.onnx"
-    onnx.save(_wide_chain(600), path)
-    run = peak_run([str(FUSEPLAN), "solve", str(path), "--json"], tmp_path, tmp_path, 900)
-    assert run.code == 0, run.stderr
-    plan = json.loads(run.stdout)
-    assert sum(len(g["layers"]) for g in plan["groups"]) == 1200
+    plan, peak = _solved(tmp_path, _wide_chain(600), 1200)
     assert plan["solver"]["status"] == "OPTIMAL"
-    assert run.peak_mib <= 2048, f"planning the 600-block chain peaked at {run.peak_mib} MiB"
+    assert peak <= 2048, f"planning the 600-block chain peaked at {peak} MiB"
 
 
 class _Order:

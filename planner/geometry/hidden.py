@@ -21,7 +21,7 @@ emulator.hidden runs it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from fuseplan.planner.geometry.attention import online_attention
@@ -162,13 +162,7 @@ def chunkable_maps(graph: Graph) -> dict[str, tuple[str, int]]:
     stretch may end in pools alone (a group ending in a global pool)."""
     order = [lay.name for lay in graph.layers]
     found: dict[str, tuple[str, int]] = {}
-    for k, name in enumerate(order):
-        widening = _widening(graph, graph.layer(name))
-        if widening is None:
-            continue
-        channels, out, axis = widening
-        hidden, walked, vectors, narrow = _walk_chunkable(graph, order[k + 1:], name, out,
-                                                          channels, axis)
+    for k, name, channels, (hidden, walked, vectors, narrow) in _walks(graph, order):
         pooled_only = bool(vectors) and all(c in walked for t in hidden
                                             for c in graph.consumers.get(t, ()))
         if narrow is not None or pooled_only:
@@ -178,6 +172,18 @@ def chunkable_maps(graph: Graph) -> dict[str, tuple[str, int]]:
         if heads is not None:
             found.update((t, (name, heads.units)) for t in heads.hidden)
     return found
+
+
+def _walks(graph: Graph, order: Sequence[str]
+           ) -> Iterator[tuple[int, str, int, tuple[list[str], set[str], set[str], str | None]]]:
+    """(position, name, hidden channels, _walk_chunkable's walk) of each layer that could
+    start a stretch."""
+    for k, name in enumerate(order):
+        widening = _widening(graph, graph.layer(name))
+        if widening is not None:
+            channels, out, axis = widening
+            yield k, name, channels, _walk_chunkable(graph, order[k + 1:], name, out,
+                                                     channels, axis)
 
 
 def _widening(graph: Graph, widen: Layer) -> tuple[int, str, int] | None:
@@ -211,15 +217,9 @@ class NarrowedStretch:
 
 def narrowed_stretches(graph: Graph) -> list[NarrowedStretch]:
     """Every stretch over the whole model that a narrowing layer ends, in order."""
-    order = [lay.name for lay in graph.layers]
     found: list[NarrowedStretch] = []
-    for k, name in enumerate(order):
-        widening = _widening(graph, graph.layer(name))
-        if widening is None:
-            continue
-        channels, out, axis = widening
-        hidden, _, vectors, narrow = _walk_chunkable(graph, order[k + 1:], name, out,
-                                                     channels, axis)
+    for _, name, _, (hidden, _, vectors, narrow) in _walks(
+            graph, [lay.name for lay in graph.layers]):
         if narrow is None:
             continue
         held = {*graph.layer(name).fmap_inputs, *(t for t in graph.layer(narrow).outputs if t)}
