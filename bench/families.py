@@ -123,3 +123,19 @@ def densenet(name: str, size: int = 224, growth: int = 32) -> onnx.ModelProto:
 def build(name: str, size: int = 224) -> onnx.ModelProto:
     """The family member called name."""
     return resnet(name, size) if name in RESNETS else densenet(name, size)
+
+
+def chain(blocks: int, channels: int = 64, size: int = 112, conv: bool = True
+          ) -> onnx.ModelProto:
+    """A plain chain of `blocks` (3x3 conv with bias -> ReLU) blocks on one map size, or of
+    `blocks` ReLUs alone (``conv`` False): the deep chains of issue 46 (at 64 x 112 x 112 no
+    two maps fit the default chip together)."""
+    net = _Net()
+    x = "input"
+    for _ in range(blocks):
+        x = net.relu(net.conv(x, channels, channels, 3) if conv else x)
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(
+        net.nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], net.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

@@ -313,7 +313,25 @@ def scale_page() -> str:
         "and loading the model; the planner itself takes a few seconds even for 500-layer "
         "networks, because the bounded shortest path searches only the few candidate groups "
         "it could use ([planning speed](../how/solvers.md#planning-speed)).",
+        *_chains_section(doc.get("chains")),
     ]).rstrip() + "\n"
+
+
+def _chains_section(chains: dict[str, Any] | None) -> list[str]:
+    """The deep chains' table (bench/scale --chains), where that run is in the JSON."""
+    if not chains:
+        return []
+    rows = ["| chain | layers | status | × floor | planner s | command s | peak MiB |",
+            "|---|---:|---|---:|---:|---:|---:|"]
+    rows += [f"| {r['what']} | {r['layers']:,} | {r['status']} | {r['x_floor']:.2f} | "
+             f"{r['solve_s']:.1f} | {r['command_s']:.1f} | {r['peak_mib']:,} |"
+             for r in chains["rows"]]
+    return ["\n## Deep chains\n",
+            f"`bench/scale --chains` at commit `{chains['commit']}` on {chains['date']} "
+            f"({chains['cpus']} CPUs, 1-minute load average {chains['load']:.2f} at the start), "
+            "each chain in a fresh `fuseplan solve` process with the default limits; \"peak "
+            "MiB\" is the command's peak resident memory. Issue 46 asks for a 2,000-layer "
+            "ReLU chain and a 600-block conv chain within 60 s and 2 GiB.\n", *rows]
 
 
 def latency_page() -> str:

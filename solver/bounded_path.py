@@ -136,7 +136,7 @@ class _Rounds:
         self.n_searched = sum(e.searched for e in edges)  # candidates searched so far
         # the live edges as arrays (solver.path_table; None: over pairs, or weights too
         # large for them): paths and distances without a walk in Python
-        self.table: PathTable | None = None
+        self.table: PathTable[Edge] | None = None
 
     def run(self) -> Outcome:
         """Path, refine or search, path again, until the path's edges are all searched."""

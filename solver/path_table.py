@@ -12,12 +12,20 @@ edges it changed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from fuseplan.solver.bounded_path import Edge
+
+class _Edge(Protocol):
+    """What the table reads of an edge (solver.bounded_path.Edge)."""
+
+    start: int
+    end: int
+    searched: bool
+
+
+Edge = TypeVar("Edge", bound=_Edge)
 
 # a cost no path reaches: positions not reachable. Weights and path lengths stay far under
 # it so that no sum of weights along a path overflows (PathTable.of refuses larger ones)
@@ -26,7 +34,7 @@ _LARGEST_WEIGHT = 1 << 40
 _LONGEST = 1 << 20
 
 
-class PathTable:
+class PathTable(Generic[Edge]):
     """The live edges' positions, weights (searched cost or floor) and whether searched, in
     the order given (ties go to the first edge in it, as the Python walk's do)."""
 
@@ -49,7 +57,7 @@ class PathTable:
 
     @classmethod
     def of(cls, edges: Sequence[Edge], end: int, weight: Callable[[Edge], int]
-           ) -> PathTable | None:
+           ) -> PathTable[Edge] | None:
         """The table, or None where a weight is too large for int64 sums (the caller walks
         the edges in Python then)."""
         if end > _LONGEST:
