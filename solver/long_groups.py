@@ -13,9 +13,9 @@ network 120), so they get their own candidates, pinned at the whole-map tile:
   and without counting such tensors;
 * each start is extended cut by cut while a cheap bound -- the largest input-plus-output of
   one layer, which every tile of a group holding that layer needs (a map the group may
-  hold in hidden chunks counted as its smallest chunk, and what a stretch it narrows holds
-  whole) -- fits the chip, so the search stops at the first layer whose maps cannot be on
-  chip together (solver.whole_starts);
+  hold in hidden chunks counted as its smallest chunk; for a layer that widens or narrows
+  a stretch, the least of the ways it can run) -- fits the chip, so the search stops at
+  the first layer whose maps cannot be on chip together (solver.whole_starts);
 * of the ends that pass the rules and the chip's capacities, the longest (among the few
   longest ends, else by bisection over the shorter ones) and those whose crossing tensor
   is among the smallest are kept (a traffic-minimal plan of whole-map groups pays only its
