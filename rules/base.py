@@ -112,19 +112,14 @@ class StructuralRule(Rule):
         if self.check(cand.facts_any_tile) is not None:
             enc.model.add_bool_or([cand.selected.Not(), enc.rule_lits[self.key].Not()])
 
-    def spans_allowed(self, graph: Graph, spans: Sequence[tuple[int, Sequence[int]]]
-                      ) -> list[list[bool]] | None:
-        """For each (start, ends) of positions in the layer order, whether the rule allows
-        the group of the layers from start through each end, decided from the layers alone;
-        None where it cannot tell so (each group is then checked whole, as check does). A
-        deep network's whole-map starts keep millions of such groups: a rule that can bound
-        them by counts spares a walk of each (solver.long_groups.whole_map_starts)."""
-        allowed = self.span_filter(graph)
-        return None if allowed is None else [allowed(start, ends) for start, ends in spans]
-
     def span_filter(self, graph: Graph) -> Callable[[int, Sequence[int]], list[bool]] | None:
-        """spans_allowed for one start at a time, with what it counts over the graph worked
-        out once (a chain of 20,000 layers asks for every start); None: it cannot tell."""
+        """A test of runs of the layer order from one start: for each end given, whether the
+        rule allows the group of the layers from the start through that end, decided from
+        the layers alone, with what it counts over the graph worked out once; None where it
+        cannot tell so (each group is then checked whole, as check does). A deep network's
+        whole-map starts keep millions of such groups (a chain of 20,000 layers asks for
+        every start): a rule that can bound them by counts spares a walk of each
+        (solver.whole_starts)."""
         return None
 
 

@@ -29,11 +29,12 @@ from typing import Protocol
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.geometry.regions import GroupIO
-from fuseplan.solver.long_groups import Start, start_groups
+from fuseplan.solver.long_groups import start_groups
 from fuseplan.solver.parallel import Context, Found, Task, Workers, search
 from fuseplan.solver.path_table import PathTable
 from fuseplan.solver.structure import StructureKey, structure_key
 from fuseplan.solver.tiles import Option, TileChoice
+from fuseplan.solver.whole_starts import Start
 
 Groups = list[tuple[tuple[str, ...], TileChoice]]
 # unsearched groups looked at per idle core and round (most share a structure searched

@@ -91,22 +91,14 @@ class PathTable(Generic[Edge]):
             if k is not None:
                 self.alive[k] = False
 
-    def keep_only(self, edges: Iterable[Edge]) -> None:
-        """Only these edges are live."""
-        self.alive[:] = False
-        for e in edges:
-            k = self.at.get(id(e))
-            if k is not None:
-                self.alive[k] = True
-
     def live(self) -> list[Edge]:
         """The live edges, in the order given."""
         return [self.edges[k] for k in np.flatnonzero(self.alive)]
 
-    def cheapest(self, among: np.ndarray | None = None) -> list[Edge] | None:
-        """The cheapest path 0 -> end over the live edges (and `among`, a mask, where given);
+    def _forward(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per position, the cheapest cost from position 0 over the edges in `mask` (a cost
+        no path reaches where none does) and the edge a cheapest path arrives by (-1: none);
         ties: the fewest unsearched edges, then the first edge in the order given."""
-        mask = self.alive if among is None else self.alive & among
         best = np.full(self.end + 1, _UNREACHED, dtype=np.int64)
         unknown = np.zeros(self.end + 1, dtype=np.int64)
         came = np.full(self.end + 1, -1, dtype=np.int64)
@@ -127,6 +119,12 @@ class PathTable(Generic[Edge]):
             unk = unknown[s] + self.unsearched[idx]
             k = int(np.flatnonzero(tied & (unk == unk[tied].min()))[0])
             best[j], unknown[j], came[j] = low, unk[k], idx[k]
+        return best, came
+
+    def cheapest(self, among: np.ndarray | None = None) -> list[Edge] | None:
+        """The cheapest path 0 -> end over the live edges (and `among`, a mask, where given);
+        ties: the fewest unsearched edges, then the first edge in the order given."""
+        best, came = self._forward(self.alive if among is None else self.alive & among)
         if best[self.end] >= _UNREACHED:
             return None
         path: list[Edge] = []
@@ -144,23 +142,16 @@ class PathTable(Generic[Edge]):
     def distances(self, forward: bool) -> np.ndarray:
         """The cheapest cost from position 0 to each position (forward), or from each to the
         end; unreachable positions at a cost no path reaches."""
-        dist = np.full(self.end + 1, _UNREACHED, dtype=np.int64)
         if forward:
-            dist[0] = 0
-            for j in range(1, self.end + 1):
-                idx = self.by_end[self.end_at[j]:self.end_at[j + 1]]
-                idx = idx[self.alive[idx]]
-                if idx.size:
-                    dist[j] = min(int(_UNREACHED), int((dist[self.start[idx]]
-                                                        + self.weight[idx]).min()))
-        else:
-            dist[self.end] = 0
-            for i in range(self.end - 1, -1, -1):
-                idx = self.by_start[self.start_at[i]:self.start_at[i + 1]]
-                idx = idx[self.alive[idx]]
-                if idx.size:
-                    dist[i] = min(int(_UNREACHED), int((dist[self.stop[idx]]
-                                                        + self.weight[idx]).min()))
+            return self._forward(self.alive)[0]
+        dist = np.full(self.end + 1, _UNREACHED, dtype=np.int64)
+        dist[self.end] = 0
+        for i in range(self.end - 1, -1, -1):
+            idx = self.by_start[self.start_at[i]:self.start_at[i + 1]]
+            idx = idx[self.alive[idx]]
+            if idx.size:
+                dist[i] = min(int(_UNREACHED), int((dist[self.stop[idx]]
+                                                    + self.weight[idx]).min()))
         return dist
 
     def through(self) -> np.ndarray:

@@ -187,8 +187,7 @@ class StartBounds:
         smallest chunk, and where it widens or narrows stretches, the least of the ways it
         can run (see the module docstring)."""
         maps = self._maps(p)
-        chunked = sum(ceil(m.nbytes / m.chunks) if m.widen is not None and m.widen >= start
-                      else m.nbytes for m in maps)
+        chunked = self._chunked(p, start, whole_outputs=False)
         name = self.order[p]
         narrowing = [st for st in self.narrows.get(name, ()) if self.at[st.widen] >= start]
         widening = self.widens.get(name, [])
@@ -221,13 +220,15 @@ class StartBounds:
         bound = self.whole[found]
         keep = (bound >= 0) & (bound <= cap)
         for k in np.flatnonzero(bound < 0):  # a map of it may be chunked: from the start
-            keep[k] = self._last_bound(start, int(found[k])) <= cap
+            keep[k] = self._chunked(int(found[k]), start, whole_outputs=True) <= cap
         return found[keep]
 
-    def _last_bound(self, start: int, e: int) -> int:
-        """layer_floor_bytes of a group's last layer at `e`, its outputs whole."""
-        return sum(ceil(m.nbytes / m.chunks) if not m.output and m.widen is not None
-                   and m.widen >= start else m.nbytes for m in self._maps(e))
+    def _chunked(self, p: int, start: int, whole_outputs: bool) -> int:
+        """layer_floor_bytes of the layer at `p`, the maps made inside a group from `start`
+        that a stretch may hold in chunks counted as their smallest chunk (its outputs
+        whole where asked)."""
+        return sum(ceil(m.nbytes / m.chunks) if m.widen is not None and m.widen >= start
+                   and not (whole_outputs and m.output) else m.nbytes for m in self._maps(p))
 
     def _weights_stop(self, start: int, ends: np.ndarray, fail: int, chunked_at: int | None
                       ) -> int:
