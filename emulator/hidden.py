@@ -25,6 +25,7 @@ from fuseplan.emulator.fold import Fold
 from fuseplan.emulator.layer import LayerCache, run_layer
 from fuseplan.emulator.onchip import held_for_all, in_place_elems
 from fuseplan.emulator.tally import Tally
+from fuseplan.planner.geometry.attention import online_attention
 from fuseplan.planner.geometry.heads import take_units
 from fuseplan.planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, vector_axes
 from fuseplan.planner.geometry.in_place import in_place_hosts
@@ -101,6 +102,7 @@ class _StretchRun:
         self.reads = Counter(u for n in s.layers for u in graph.layer(n).fmap_inputs)
         self.ranges = hidden_ranges(s, chunks)
         self.hosts = in_place_hosts(graph, io)
+        self.attention = online_attention(graph, io)
         self.acc: np.ndarray | None = None
 
     def layer_step(self, j: int, lo: int, hi: int, k: int, name: str,
@@ -218,6 +220,8 @@ class _StretchRun:
         if name != s.narrow and lay.outputs[0] not in fills:  # written over a chunk it read last
             live -= in_place_elems(group.id, self.tile, lay, self.hosts.get(self.a + k),
                                    {**onchip, **part}, y)
+        if self.attention is not None:  # a fused attention's online softmax, per head
+            live += self.attention.scratch_elems(self.a + k, {lay.outputs[0]: y.size})
         stream = tally.stream
         now = stream.inner.get((name, j), 0) if stream is not None \
             and not group.weights_resident else None

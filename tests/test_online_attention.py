@@ -199,8 +199,9 @@ def test_head_chunks_let_taller_tiles_stream_keys_fewer_times(tmp_path: Path) ->
 
 
 def test_groups_with_fused_attention_run_plain_tiles(tmp_path: Path) -> None:
-    """Hidden chunks and pooling passes count no online-softmax scratch: a group holding a
-    fused attention offers neither (its MLP alone still runs in hidden chunks)."""
+    """A fused attention outside a head stretch (its q, keys and values made by an earlier
+    group): its group offers neither hidden chunks nor pooling passes, which count no
+    streamed keys (its MLP alone still runs in hidden chunks)."""
     _, graph = _graph(tmp_path, tokens=1024, width=16, heads=2)
     names = [lay.name for lay in graph.layers]
     mix = next(n for n in names if graph.layer(n).op == "FlashAttention")
@@ -210,3 +211,32 @@ def test_groups_with_fused_attention_run_plain_tiles(tmp_path: Path) -> None:
     assert stretches(graph, group_io(graph, mlp))
     assert not stretches(graph, group_io(graph, tail))
     assert pass_split(graph, tail) is None
+
+
+def test_a_fused_attention_runs_inside_head_chunks_of_its_block(tmp_path: Path) -> None:
+    """qkv, the head split, the fused attention and the output projection as one head
+    stretch: each chunk of heads makes its own q, keys and values and runs the online
+    softmax on them, its scratch counted per head. At 512 KiB the whole block is one group
+    (no map but the input and output crosses DRAM), verified byte for byte; holding every
+    head at once, the same group needs more than the chip has."""
+    path, graph = _graph(tmp_path, tokens=1024, width=64, heads=4)
+    names = [lay.name for lay in graph.layers]
+    mix = next(n for n in names if graph.layer(n).op == "FlashAttention")
+    found = stretches(graph, group_io(graph, names))
+    assert [(s.widen, s.narrow, s.channels) for s in found][0] == ("qkv13", "proj29", 4)
+    assert mix in found[0].mids
+    chip = ["sram.bytes=512KiB"]
+    plan = _plan_and_verify(tmp_path, path, chip)
+    (group,) = plan.groups
+    assert group.placement.hidden_chunks > 1
+    io = group_io(graph, group.layers)
+    assert onchip_attention(graph, io) is not None
+    problem = api.prepare(str(path), overrides=chip)
+    whole = group_cost(graph, group.layers, group.tile, problem.chip, False,
+                       group.double_buffered)
+    assert whole.sram_peak_bytes > 512 * 1024 >= group.predicted.sram_peak_bytes
+    # between the maps: inputs and weights read, the output written, nothing else
+    dt = 2
+    weights = sum(graph.elems(w) for lay in graph.layers for w in lay.weights)
+    assert plan.totals.dram_write_bytes == dt * graph.elems(graph.outputs[0])
+    assert plan.totals.dram_read_bytes >= dt * (graph.elems("input") + weights)

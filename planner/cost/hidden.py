@@ -34,6 +34,7 @@ from fuseplan.planner.cost.model import (
     work_counters,
 )
 from fuseplan.planner.cost.weight_stream import chunk_counts, chunk_sizes
+from fuseplan.planner.geometry.attention import online_attention
 from fuseplan.planner.geometry.hidden import (
     Stretch,
     constant_axes,
@@ -177,6 +178,9 @@ def tile_profile(graph: Graph, io: GroupIO, found: Sequence[Stretch], boxes: Map
     outer = tuple((i, sum(elems[t] for t in live if t in elems))
                   for i, live in enumerate(steps) if io.layers[i] not in inside)
     profiles = []
+    # a fused attention inside a head stretch: its online softmax's scratch per head
+    attention = online_attention(graph, io)
+    scratch = attention.scratch if attention is not None else ()
     for s in found:
         a, b = io.layers.index(s.widen), io.layers.index(s.narrow)
         hidden = set(s.hidden)
@@ -188,6 +192,8 @@ def tile_profile(graph: Graph, io: GroupIO, found: Sequence[Stretch], boxes: Map
             sum(elems[t] for t in steps[a] if t not in hidden and t not in ends and t in elems),
             sum(elems[t] for t in ends if t in elems),
             tuple(sum(elems[t] // s.channels for t in steps[i] if t in hidden)
+                  + sum(elems[out] // s.channels // dv * (chunk + 2)
+                        for at, out, dv, chunk in scratch if at == i)
                   for i in range(a, b + 1)),
             elems[s.out], s.channels))
     return TileProfile(outer, tuple(profiles), sum(elems[t] for t in io.inputs))

@@ -246,6 +246,8 @@ def _moved(graph: Graph, lay: Layer, spec: OpSpec, cuts: dict[str, Cut], cut: Cu
         return _normalized(lay, spec, cut, xshape, oshape)
     if spec.maps is MapRule.LINEAR and not lay.weights and len(lay.fmap_inputs) == 2:
         return _batched_matmul(graph, lay, cuts, cut, oshape)
+    if spec.maps is MapRule.ATTENTION:
+        return _fused_attention(graph, lay, cuts, cut, oshape)
     return None
 
 
@@ -293,6 +295,22 @@ def _batched_matmul(graph: Graph, lay: Layer, cuts: dict[str, Cut], cut: Cut, os
             or cuts[a] != cuts[b] or cut.axis >= rank - 2 \
             or graph.shapes[a][cut.axis] != graph.shapes[b][cut.axis]:
         return None  # q @ k^T and p @ v: batched over the heads
+    return cut
+
+
+def _fused_attention(graph: Graph, lay: Layer, cuts: dict[str, Cut], cut: Cut,
+                     oshape: Shape) -> Cut | None:
+    """A fused attention's output cut (planner.front.attention_fusion): its query's, when
+    q, the keys and v are cut alike along a batch axis (the heads), each query head reading
+    its own key head. Grouped-query heads (`kv_groups` > 1) and keys in parts (a KV cache)
+    are not followed: a chunk of query heads would need another chunk of key heads."""
+    rank = len(oshape)
+    if len(lay.fmap_inputs) != 3 or int(lay.attrs.get("kv_groups", 1)) != 1 \
+            or cut.axis >= rank - 2:
+        return None
+    if any(len(graph.shapes[t]) != rank or cuts[t] != cut
+           or graph.shapes[t][cut.axis] != oshape[cut.axis] for t in lay.fmap_inputs):
+        return None
     return cut
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.attention import fused_attention, online_attention
 from fuseplan.planner.geometry.heads import Cut, head_walk, narrow_axis
 from fuseplan.planner.geometry.regions import GroupIO, accumulated_input, folded_axes
 from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
@@ -69,10 +69,20 @@ def stretches(graph: Graph, io: GroupIO) -> tuple[Stretch, ...]:
     reading only the stretch's hidden maps (and constants that are per channel or
     broadcast), then one layer summing over those
     channels (Conv without groups, Linear by a constant); no hidden map is read by anything
-    else or leaves the group. A group holding a fused attention has none: its online
-    softmax's scratch and streamed keys are counted by the plain tile runs only."""
-    if online_attention(graph, io) is not None:
-        return ()
+    else or leaves the group. A group holding a fused attention has stretches only where
+    every fused layer lies inside a head stretch: its q, keys and values are made in the
+    chunk, so none streams, and its online softmax's scratch is per head
+    (planner.cost.hidden). Elsewhere its scratch and streamed keys are counted by the plain
+    tile runs only."""
+    found = _stretches(graph, io)
+    if found and online_attention(graph, io) is not None:
+        inside = {n for s in found for n in s.mids}
+        if any(fused_attention(graph.layer(n)) and n not in inside for n in io.layers):
+            return ()
+    return found
+
+
+def _stretches(graph: Graph, io: GroupIO) -> tuple[Stretch, ...]:
     found: list[Stretch] = []
     k = 0
     while k < len(io.layers):
