@@ -73,6 +73,15 @@ def _graph(tmp_path: Path, **kw: object):  # type: ignore[no-untyped-def]
     return path, build_graph(load_model(str(path), {}))
 
 
+def test_attention_over_512_keys_is_fused(tmp_path: Path) -> None:
+    # a GPT-2-sized block's 512 tokens: the scores of every head would spill unfused
+    _, graph = _graph(tmp_path, tokens=512, width=16, heads=2)
+    (lay,) = [lay for lay in graph.layers if lay.op == "FlashAttention"]
+    assert lay.attrs["kv_chunk"] == 128 and lay.attrs["query_length"] == 512
+    _, short = _graph(tmp_path, tokens=511, width=16, heads=2)
+    assert not any(lay.op == "FlashAttention" for lay in short.layers)
+
+
 @pytest.mark.parametrize("mask", ["where", "add", "none"])
 def test_long_attention_is_one_layer(tmp_path: Path, mask: str) -> None:
     _, graph = _graph(tmp_path, tokens=1024, width=16, heads=2, mask=mask)

@@ -108,6 +108,8 @@ def attention_lines(problem: Problem, plan: Plan) -> list[str]:
     dt = problem.chip.dtype_bytes
     for g in plan.groups:
         for a in attention_traffic(problem.graph, group_io(problem.graph, g.layers), g.tile, dt):
+            if a.total == 0:  # q, keys, values and output all inside the group: no count
+                continue
             lines.append(
                 f"attention {a.layer} (group {g.id}): q once {fmt_bytes(a.q_bytes)} + k and v "
                 f"{a.passes}× {fmt_bytes(a.kv_bytes)} + o once {fmt_bytes(a.o_bytes)} = "
