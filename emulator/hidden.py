@@ -27,7 +27,13 @@ from fuseplan.emulator.onchip import held_for_all, in_place_elems
 from fuseplan.emulator.tally import Tally
 from fuseplan.planner.geometry.attention import online_attention
 from fuseplan.planner.geometry.heads import take_units
-from fuseplan.planner.geometry.hidden import Stretch, constant_axes, hidden_ranges, vector_axes
+from fuseplan.planner.geometry.hidden import (
+    Stretch,
+    constant_axes,
+    hidden_ranges,
+    vector_axes,
+    widening_layers,
+)
 from fuseplan.planner.geometry.in_place import in_place_hosts
 from fuseplan.planner.geometry.regions import Box, GroupIO, box_elems
 from fuseplan.planner.ir.graph import Graph, Layer
@@ -90,6 +96,9 @@ class _StretchRun:
         self.kept_for_all = held_for_all(held, fills, dt)  # in SRAM, not in the cores' NRAM
         self.a = io.layers.index(s.widen)
         self.widen_inputs = widen_inputs = graph.layer(s.widen).fmap_inputs
+        # the widening layer and its siblings, each reading its input in every chunk
+        self.widening = widening_layers(graph, s)
+        self.last_reader = self.widening[-1]
         later = {t for n in io.layers[io.layers.index(s.narrow) + 1:]
                  for t in graph.layer(n).fmap_inputs}
         self.ends = [t for t in widen_inputs if t not in later and t not in io.outputs
@@ -116,7 +125,7 @@ class _StretchRun:
         if name != s.narrow:
             self._keep(name, lay, lo, hi, part, y, more)
         self._step(j, k, name, lay, part, y)
-        if name == s.widen and j == len(self.ranges) - 1:  # its input is read for the last time
+        if name == self.last_reader and j == len(self.ranges) - 1:  # its input's last read
             for t in self.ends:
                 del self.onchip[t]
         for t in [t for t in part if self.last_read[t] <= k]:
@@ -174,7 +183,7 @@ class _StretchRun:
         """Count the layer's work on the chunk (the narrowing layer: add into the
         accumulator)."""
         s, tally, dt = self.s, self.tally, self.dt
-        if name == s.widen:
+        if name in self.widening:
             tally.ops(lay, y.size)
             if j > 0:  # the tile's input is read again by every chunk (its box: an
                 # input held whole for every tile, planner.geometry.passes, is larger)

@@ -22,7 +22,7 @@ from fuseplan.planner.geometry.hidden import chunk_options, stretches
 from fuseplan.planner.geometry.regions import group_io
 from fuseplan.planner.ir.graph import Graph
 
-from models import fusing_rules
+from models import batch_first_mha, fusing_rules
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
 
@@ -119,6 +119,29 @@ def test_attention_runs_a_few_heads_at_a_time_and_verifies(tmp_path: Path) -> No
     off = fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
     assert api.solve(str(path), rules=off, solver="cpsat",
                      overrides=["sram.bytes=48KiB"]).totals.dram_bytes \
+        > 2 * plan.totals.dram_bytes
+
+
+def test_separate_q_k_v_projections_chunk_their_heads_together(tmp_path: Path) -> None:
+    """q, k and v as three Linears on the same map (Whisper, diffusers, nn.MultiheadAttention
+    as exported): the first widens, the other two are its siblings, cut alike, and every
+    chunk of heads computes its slice of all three. At 32 KiB the whole block is one group
+    (64 tokens, 8 heads); without hidden chunks it moves more than twice the bytes."""
+    graph, path = _graph(batch_first_mha(batch=1, tokens=64, width=64, heads=8), tmp_path)
+    order = [lay.name for lay in graph.layers]
+    q, k, v = (next(n for n in order if n.startswith(p) and n[1:].isdigit()) for p in "qkv")
+    walk = head_walk(graph, order, order.index(q))
+    assert walk is not None and walk.units == 8 and walk.narrow.startswith("fc")
+    assert {k, v} <= set(walk.mids)
+    (wq,), (wk,) = graph.layer(q).weights, graph.layer(k).weights
+    assert walk.cuts[wk] == walk.cuts[wq] == Cut(1, 1, 8)  # [C, heads x d]: its columns
+    assert walk.cuts[graph.layer(k).outputs[0]] == walk.cuts[graph.layer(q).outputs[0]]
+    plan = _verify(tmp_path, str(path), {}, ["sram.bytes=32KiB"])
+    (group,) = plan.groups
+    assert group.placement.hidden_chunks > 1 and {q, k, v} <= set(group.layers)
+    off = fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
+    assert api.solve(str(path), rules=off, solver="cpsat",
+                     overrides=["sram.bytes=32KiB"]).totals.dram_bytes \
         > 2 * plan.totals.dram_bytes
 
 

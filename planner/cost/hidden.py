@@ -41,6 +41,7 @@ from fuseplan.planner.geometry.hidden import (
     hidden_ranges,
     stream_holds,
     stretch_loads,
+    widening_layers,
 )
 from fuseplan.planner.geometry.regions import (
     Box,
@@ -133,6 +134,7 @@ class StretchProfile:
     layers: tuple[str, ...]  # the stretch's layers: its steps, in order
     kept: int  # elements alive across the whole stretch
     dying: int  # elements of the widening layer's inputs no later layer reads
+    freed_after: int  # the step of the last chunk after which `dying` is off chip
     per_channel: tuple[int, ...]  # per step: hidden elements per hidden channel alive
     acc: int  # elements of the accumulator
     channels: int
@@ -159,7 +161,7 @@ class TileProfile:
             for j in sorted({0, 1, last - 1, last} & set(range(len(ranges)))):
                 width = ranges[j][1] - ranges[j][0]
                 for k, name in enumerate(sp.layers):
-                    here = sp.kept + (sp.dying if j < last or k == 0 else 0) \
+                    here = sp.kept + (sp.dying if j < last or k <= sp.freed_after else 0) \
                         + sp.per_channel[k] * width \
                         + (sp.acc if j > 0 or k == len(sp.layers) - 1 else 0)
                     weights = stream.inner[(name, j)] if stream else 0
@@ -185,12 +187,14 @@ def tile_profile(graph: Graph, io: GroupIO, found: Sequence[Stretch], boxes: Map
         a, b = io.layers.index(s.widen), io.layers.index(s.narrow)
         hidden = set(s.hidden)
         reads = set(graph.layer(s.widen).fmap_inputs)
+        # the last layer reading them: the widening layer or its last sibling
+        last = io.layers.index(widening_layers(graph, s)[-1])
         ends = {t for t in steps[a] if t in reads and all(t not in steps[i]
-                                                          for i in range(a + 1, b + 1))}
+                                                          for i in range(last + 1, b + 1))}
         profiles.append(StretchProfile(
             s.layers,
             sum(elems[t] for t in steps[a] if t not in hidden and t not in ends and t in elems),
-            sum(elems[t] for t in ends if t in elems),
+            sum(elems[t] for t in ends if t in elems), last - a,
             tuple(sum(elems[t] // s.channels for t in steps[i] if t in hidden)
                   + sum(elems[out] // s.channels // dv * (chunk + 2)
                         for at, out, dv, chunk in scratch if at == i)
@@ -234,14 +238,16 @@ def hidden_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Seq
 def chunk_core_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
                      chunks: int, tile: Tile, dtype_bytes: int) -> int:
     """Core traffic chunking adds to the same tile run whole: every chunk after the first
-    reads the widening layer's input again, and reads the accumulator and writes it back
+    reads the widening layer's input again (and so does each sibling of it), and reads the accumulator and writes it back
     (a pool's chunks fill channels of their own: nothing to read back)."""
     reads = {s.widen: graph.layer(s.widen).fmap_inputs for s in found}
     sums = region_sums(graph, io, chains, tile,
                        sorted({s.out for s in found if not s.pools}
                               | {t for ts in reads.values() for t in ts}))
+    # the widening layer and each sibling read the input again
     return sum((chunks - 1) * ((0 if s.pools else 2 * sums[s.out])
-                               + sum(sums[t] for t in reads[s.widen]))
+                               + len(widening_layers(graph, s))
+                               * sum(sums[t] for t in reads[s.widen]))
                for s in found) * dtype_bytes
 
 

@@ -108,15 +108,27 @@ def head_walk(graph: Graph, order: Sequence[str], k: int) -> HeadWalk | None:
     return found if isinstance(found, HeadWalk) else None
 
 
+def sibling(graph: Graph, widen: Layer, lay: Layer) -> bool:
+    """Whether `lay` widens beside the widening layer: the same op on the same maps, its
+    output of the same shape, its weights split along its output channels. An attention's
+    q, k and v projections exported as three Linears (Whisper, diffusers) are a widening
+    layer and two siblings: each chunk of heads computes its slice of all three."""
+    return lay is not widen and lay.op == widen.op and lay.fmap_inputs == widen.fmap_inputs \
+        and len(lay.outputs) == 1 and lay.outputs[0] in graph.shapes \
+        and graph.shapes[lay.outputs[0]] == graph.shapes[widen.outputs[0]] \
+        and chunk_axes(graph, lay) is not None
+
+
 def _chain(graph: Graph, order: Sequence[str], k: int) -> tuple[str, ...] | None:
     """The layers after `order[k]` up to the first that sums over a hidden map (the
-    narrowing layer, last), each reading a hidden map with all its outputs named; None
-    when the run breaks before one."""
-    hidden = set(graph.layer(order[k]).outputs)
+    narrowing layer, last), each reading a hidden map (or a sibling of the widening layer)
+    with all its outputs named; None when the run breaks before one."""
+    widen = graph.layer(order[k])
+    hidden = set(widen.outputs)
     out: list[str] = []
     for name in order[k + 1:]:
         lay = graph.layer(name)
-        if not any(t in hidden for t in lay.fmap_inputs):
+        if not any(t in hidden for t in lay.fmap_inputs) and not sibling(graph, widen, lay):
             return None
         out.append(name)
         if narrow_axis(graph, lay, tuple(hidden)) is not None:
@@ -147,6 +159,10 @@ def _walk(graph: Graph, widen: Layer, out: str, split: tuple[int, dict[str, int]
     hidden = [out]
     for name in chain[:-1]:
         lay = graph.layer(name)
+        if sibling(graph, widen, lay):  # cut as the widening layer is
+            live = [{**cuts, **_sibling_cuts(graph, lay, cuts[out])} for cuts in live]
+            hidden.extend(lay.outputs)
+            continue
         live = [c for c in (_followed(graph, lay, cuts) for cuts in live) if c is not None]
         if not live:
             return None
@@ -156,6 +172,14 @@ def _walk(graph: Graph, widen: Layer, out: str, split: tuple[int, dict[str, int]
     if not found:
         return None
     return HeadWalk(chain[:-1], chain[-1], found[0][out].units(shape), tuple(hidden), found[0])
+
+
+def _sibling_cuts(graph: Graph, lay: Layer, cut: Cut) -> dict[str, Cut]:
+    """A sibling's output and weights cut as the widening layer's output (`cut`)."""
+    split = chunk_axes(graph, lay)
+    assert split is not None
+    return {lay.outputs[0]: cut,
+            **{c: Cut(a, cut.outer, cut.inner) for c, a in split[1].items()}}
 
 
 def narrow_axis(graph: Graph, lay: Layer, hidden: Sequence[str]) -> int | None:

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from fuseplan.planner.geometry.attention import fused_attention, online_attention
-from fuseplan.planner.geometry.heads import Cut, head_walk, narrow_axis
+from fuseplan.planner.geometry.heads import Cut, head_walk, narrow_axis, sibling
 from fuseplan.planner.geometry.regions import GroupIO, accumulated_input, folded_axes
 from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
 from fuseplan.planner.ir.graph import Graph, Layer
@@ -449,6 +449,14 @@ def stretch_loads(stretch: Stretch, chunks: int, cut: Mapping[tuple[str, int], i
             size = cut.get((name, j), 0) + (whole if first else 0)
             out.append(([size] if size else [], 0 if first else whole))
     return out
+
+
+def widening_layers(graph: Graph, s: Stretch) -> tuple[str, ...]:
+    """The stretch's layers that read the widening layer's input: the widening layer and
+    its siblings (planner.geometry.heads.sibling), in order. Each chunk reads that input
+    once per layer; it stays on chip until the last of them has run the last chunk."""
+    widen = graph.layer(s.widen)
+    return (s.widen, *(n for n in s.mids if sibling(graph, widen, graph.layer(n))))
 
 
 def hidden_ranges(s: Stretch, chunks: int) -> list[tuple[int, int]]:
