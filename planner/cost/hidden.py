@@ -238,8 +238,9 @@ def hidden_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Seq
 def chunk_core_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
                      chunks: int, tile: Tile, dtype_bytes: int) -> int:
     """Core traffic chunking adds to the same tile run whole: every chunk after the first
-    reads the widening layer's input again (and so does each sibling of it), and reads the accumulator and writes it back
-    (a pool's chunks fill channels of their own: nothing to read back)."""
+    reads the widening layer's input again (and so does each sibling of it), and reads the
+    accumulator and writes it back (a pool's chunks fill channels of their own: nothing to
+    read back)."""
     reads = {s.widen: graph.layer(s.widen).fmap_inputs for s in found}
     sums = region_sums(graph, io, chains, tile,
                        sorted({s.out for s in found if not s.pools}
