@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from fuseplan.planner.app import api
+from fuseplan.planner.front.graph_build import build_graph
+from fuseplan.planner.front.group_norm import MADE_CONSTANT
+from fuseplan.planner.front.onnx_load import load_model, randomize_weights
 from fuseplan.planner.plan.json_io import save_plan
 
 ZOO = Path(__file__).resolve().parent.parent / "examples" / "exports" / "zoo2026"
@@ -22,6 +25,24 @@ PLANNED = ("audio_encoder", "segformer_block", "vit_518", "detector_head", "bert
 
 def test_the_zoo_is_the_committed_one() -> None:
     assert {p.stem for p in ZOO.glob("*.onnx")} == set(PLANNED)
+
+
+def test_a_causal_mask_computed_from_shapes_keeps_its_values_under_random_weights() -> None:
+    """Llama's export builds its causal mask from the sequence length (Shape, Trilu, Where):
+    folded, it is structure, not a weight. Verification's random weights once replaced it,
+    so the verified model had no causal mask to fuse and the plan's layers were not its
+    layers (found when 512-key attention began to fuse)."""
+    loaded = load_model(str(ZOO / "llama_block.onnx"), SHAPES["llama_block"])
+    marked = {t.name for t in loaded.proto.graph.initializer if t.doc_string == MADE_CONSTANT}
+    assert marked
+    weighted = randomize_weights(loaded, 0)
+    kept = {t.name: t.raw_data for t in weighted.proto.graph.initializer if t.name in marked}
+    assert kept == {t.name: t.raw_data for t in loaded.proto.graph.initializer
+                    if t.name in marked}
+    before, after = build_graph(loaded), build_graph(weighted)
+    assert [lay.name for lay in after.layers] == [lay.name for lay in before.layers]
+    fused = [lay for lay in after.layers if lay.op == "FlashAttention"]
+    assert len(fused) == 2 and all(lay.attrs["causal"] for lay in fused)
 
 
 @pytest.mark.slow

@@ -61,6 +61,9 @@ def _fold_round(work: _Work, opset_imports: Sequence[onnx.OperatorSetIdProto]) -
     if not batch:
         return False
     _evaluate(batch, work, opset_imports)
+    for node in batch:  # in order: a node reads only earlier nodes' outputs
+        if node.op_type in ("Shape", "Size") or any(i in work.shaped for i in node.input):
+            work.shaped.update(o for o in node.output if o)
     folded = {id(n) for n in batch}
     work.nodes = [n for n in work.nodes if id(n) not in folded]
     return True

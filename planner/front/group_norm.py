@@ -40,7 +40,8 @@ from fuseplan.planner.front.work import _static_shape, _Work
 
 __all__ = ["MADE_CONSTANT", "split_group_norms"]
 
-# doc_string of an initializer the loader made that is not a weight (an epsilon)
+# doc_string of an initializer that is not a weight: one the loader made (an epsilon), or
+# one the model computes from shapes (a causal mask; planner.front.onnx_load)
 MADE_CONSTANT = "fuseplan: made by the loader, not a weight"
 
 

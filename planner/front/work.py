@@ -26,6 +26,9 @@ class _Work:
     folded: dict[str, np.ndarray] = field(default_factory=dict)
     inputs: dict[str, onnx.ValueInfoProto] = field(default_factory=dict)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # folded tensors computed from some tensor's shape (a causal mask, positions, rotary
+    # tables): structure, not weights (planner.front.onnx_load marks them so)
+    shaped: set[str] = field(default_factory=set)
 
     def is_const(self, name: str) -> bool:
         return name in self.inits or name in self.folded
