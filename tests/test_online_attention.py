@@ -225,16 +225,16 @@ def test_groups_with_fused_attention_run_plain_tiles(tmp_path: Path) -> None:
 def test_a_fused_attention_runs_inside_head_chunks_of_its_block(tmp_path: Path) -> None:
     """qkv, the head split, the fused attention and the output projection as one head
     stretch: each chunk of heads makes its own q, keys and values and runs the online
-    softmax on them, its scratch counted per head. At 512 KiB the whole block is one group
+    softmax on them, its scratch counted per head. At 256 KiB the whole block is one group
     (no map but the input and output crosses DRAM), verified byte for byte; holding every
     head at once, the same group needs more than the chip has."""
-    path, graph = _graph(tmp_path, tokens=1024, width=64, heads=4)
+    path, graph = _graph(tmp_path, tokens=512, width=64, heads=4)
     names = [lay.name for lay in graph.layers]
     mix = next(n for n in names if graph.layer(n).op == "FlashAttention")
     found = stretches(graph, group_io(graph, names))
     assert [(s.widen, s.narrow, s.channels) for s in found][0] == ("qkv13", "proj29", 4)
     assert mix in found[0].mids
-    chip = ["sram.bytes=512KiB"]
+    chip = ["sram.bytes=256KiB"]
     plan = _plan_and_verify(tmp_path, path, chip)
     (group,) = plan.groups
     assert group.placement.hidden_chunks > 1
@@ -243,7 +243,7 @@ def test_a_fused_attention_runs_inside_head_chunks_of_its_block(tmp_path: Path) 
     problem = api.prepare(str(path), overrides=chip)
     whole = group_cost(graph, group.layers, group.tile, problem.chip, False,
                        group.double_buffered)
-    assert whole.sram_peak_bytes > 512 * 1024 >= group.predicted.sram_peak_bytes
+    assert whole.sram_peak_bytes > 256 * 1024 >= group.predicted.sram_peak_bytes
     # between the maps: inputs and weights read, the output written, nothing else
     dt = 2
     weights = sum(graph.elems(w) for lay in graph.layers for w in lay.weights)
