@@ -22,7 +22,7 @@ from fuseplan.planner.geometry.hidden import chunk_options, stretches
 from fuseplan.planner.geometry.regions import group_io
 from fuseplan.planner.ir.graph import Graph
 
-from models import batch_first_mha, fusing_rules
+from models import batch_first_mha, fusing_rules, llama_attention
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
 
@@ -143,6 +143,41 @@ def test_separate_q_k_v_projections_chunk_their_heads_together(tmp_path: Path) -
     assert api.solve(str(path), rules=off, solver="cpsat",
                      overrides=["sram.bytes=32KiB"]).totals.dram_bytes \
         > 2 * plan.totals.dram_bytes
+
+
+def test_grouped_query_attention_with_rotary_embeddings_is_one_head_stretch(
+        tmp_path: Path) -> None:
+    """Llama's attention: q, k and v projections of 4 and 2 heads (k and v are siblings
+    of q, narrower), rotary embeddings written out (Slice, Neg, Concat along the head
+    width, Mul, Add), repeat_kv absorbed by the fused attention (kv_groups 2). A unit is a
+    key head with its two query heads: q is cut in runs of 2 heads, k and v in single
+    heads."""
+    graph, _ = _graph(llama_attention(tokens=512, width=64, heads=4, kv_heads=2), tmp_path)
+    order = [lay.name for lay in graph.layers]
+    walk = head_walk(graph, order, order.index(next(n for n in order if n.startswith("q_"))))
+    assert walk is not None and walk.units == 2 and walk.narrow.startswith("o_proj")
+    mix = next(lay for lay in graph.layers if lay.op == "FlashAttention")
+    assert mix.attrs["kv_groups"] == 2 and mix.name in walk.mids
+    q_in, k_in, v_in = mix.fmap_inputs
+    assert walk.cuts[q_in] == Cut(1, 1, 2) and walk.cuts[k_in] == walk.cuts[v_in] == Cut(1, 1, 1)
+    k_proj = graph.layer(next(n for n in order if n.startswith("k_proj")))
+    assert walk.cuts[k_proj.weights[0]] == Cut(1, 1, 16)  # [C, 2 heads x 16]: a head each
+
+
+@pytest.mark.slow
+def test_grouped_query_attention_with_rotary_embeddings_runs_in_key_head_chunks(
+        tmp_path: Path) -> None:
+    """The same half at 512 KiB is one group in 2 chunks of key heads, at its floor,
+    verified; without hidden chunks it moves more than 4 times the bytes."""
+    graph, path = _graph(llama_attention(tokens=512, width=64, heads=4, kv_heads=2), tmp_path)
+    chip = ["sram.bytes=512KiB"]
+    plan = _verify(tmp_path, str(path), {}, chip)
+    (group,) = plan.groups
+    assert group.placement.hidden_chunks == 2
+    assert plan.totals.dram_bytes == plan.compulsory_dram_bytes
+    off = fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
+    assert api.solve(str(path), rules=off, solver="cpsat", overrides=chip).totals.dram_bytes \
+        > 4 * plan.totals.dram_bytes
 
 
 def test_attention_heads_in_chunks_at_batch_two(tmp_path: Path) -> None:

@@ -110,13 +110,19 @@ def head_walk(graph: Graph, order: Sequence[str], k: int) -> HeadWalk | None:
 
 def sibling(graph: Graph, widen: Layer, lay: Layer) -> bool:
     """Whether `lay` widens beside the widening layer: the same op on the same maps, its
-    output of the same shape, its weights split along its output channels. An attention's
-    q, k and v projections exported as three Linears (Whisper, diffusers) are a widening
-    layer and two siblings: each chunk of heads computes its slice of all three."""
-    return lay is not widen and lay.op == widen.op and lay.fmap_inputs == widen.fmap_inputs \
-        and len(lay.outputs) == 1 and lay.outputs[0] in graph.shapes \
-        and graph.shapes[lay.outputs[0]] == graph.shapes[widen.outputs[0]] \
-        and chunk_axes(graph, lay) is not None
+    output of the same shape but for its channels, its weights split along its output
+    channels. An attention's q, k and v projections exported as three Linears (Whisper,
+    diffusers, Llama) are a widening layer and two siblings: each chunk of heads computes
+    its slice of all three; with grouped-query heads k and v are narrower than q, and a
+    unit is a key head with the query heads that read it."""
+    if lay is widen or lay.op != widen.op or lay.fmap_inputs != widen.fmap_inputs \
+            or len(lay.outputs) != 1 or lay.outputs[0] not in graph.shapes \
+            or chunk_axes(graph, lay) is None:
+        return False
+    mine, theirs = graph.shapes[lay.outputs[0]], graph.shapes[widen.outputs[0]]
+    axis = op_spec(widen.op).chunk_out_axis % len(theirs)
+    return len(mine) == len(theirs) and all(
+        a == b for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if i != axis)
 
 
 def _chain(graph: Graph, order: Sequence[str], k: int) -> tuple[str, ...] | None:
@@ -159,9 +165,12 @@ def _walk(graph: Graph, widen: Layer, out: str, split: tuple[int, dict[str, int]
     hidden = [out]
     for name in chain[:-1]:
         lay = graph.layer(name)
-        if sibling(graph, widen, lay):  # cut as the widening layer is
-            live = [{**cuts, **_sibling_cuts(graph, lay, cuts[out])} for cuts in live]
+        if sibling(graph, widen, lay):  # cut into as many units as the widening layer
+            live = [{**cuts, **more} for cuts in live
+                    if (more := _sibling_cuts(graph, lay, cuts[out], shape)) is not None]
             hidden.extend(lay.outputs)
+            if not live:
+                return None
             continue
         live = [c for c in (_followed(graph, lay, cuts) for cuts in live) if c is not None]
         if not live:
@@ -174,10 +183,19 @@ def _walk(graph: Graph, widen: Layer, out: str, split: tuple[int, dict[str, int]
     return HeadWalk(chain[:-1], chain[-1], found[0][out].units(shape), tuple(hidden), found[0])
 
 
-def _sibling_cuts(graph: Graph, lay: Layer, cut: Cut) -> dict[str, Cut]:
-    """A sibling's output and weights cut as the widening layer's output (`cut`)."""
+def _sibling_cuts(graph: Graph, lay: Layer, cut: Cut, widen_shape: Shape
+                  ) -> dict[str, Cut] | None:
+    """A sibling's output and weights cut into the units of the widening layer's output
+    (`cut`, of an output of `widen_shape`): alike where the outputs have one shape, else
+    each unit a contiguous run of the sibling's channels (None where they do not divide)."""
     split = chunk_axes(graph, lay)
     assert split is not None
+    channels = split[0]
+    if channels != widen_shape[cut.axis]:
+        units = cut.units(widen_shape)
+        if cut.outer != 1 or channels % units:
+            return None
+        cut = Cut(cut.axis, 1, channels // units)
     return {lay.outputs[0]: cut,
             **{c: Cut(a, cut.outer, cut.inner) for c, a in split[1].items()}}
 
@@ -272,7 +290,25 @@ def _moved(graph: Graph, lay: Layer, spec: OpSpec, cuts: dict[str, Cut], cut: Cu
         return _batched_matmul(graph, lay, cuts, cut, oshape)
     if spec.maps is MapRule.ATTENTION:
         return _fused_attention(graph, lay, cuts, cut, oshape)
+    if lay.op == "Slice":
+        return cut if _sliced_axes(graph, lay, len(xshape)) - {cut.axis} \
+            == _sliced_axes(graph, lay, len(xshape)) else None
+    if spec.maps is MapRule.CONCAT:  # along another axis, every part cut alike
+        at = int(lay.attrs.get("axis", 0)) % len(xshape)
+        return cut if at != cut.axis and all(cuts[t] == cut for t in lay.fmap_inputs) else None
     return None
+
+
+def _sliced_axes(graph: Graph, lay: Layer, rank: int) -> set[int]:
+    """The axes a Slice cuts (its `axes` input; every axis it has starts for when absent,
+    and every axis when an input is not a constant: nothing to follow)."""
+    consts = [graph.constants.get(t) if t else None for t in lay.inputs[1:5]]
+    if consts[0] is None or consts[1] is None or (len(lay.inputs) > 3 and lay.inputs[3]
+                                                  and consts[2] is None):
+        return set(range(rank))
+    axes = consts[2] if len(consts) > 2 and consts[2] is not None \
+        else np.arange(np.asarray(consts[0]).size)
+    return {int(a) % rank for a in np.asarray(axes).reshape(-1)}
 
 
 def _gathered(graph: Graph, lay: Layer, cut: Cut, xshape: Shape) -> Cut | None:
@@ -325,17 +361,26 @@ def _batched_matmul(graph: Graph, lay: Layer, cuts: dict[str, Cut], cut: Cut, os
 def _fused_attention(graph: Graph, lay: Layer, cuts: dict[str, Cut], cut: Cut,
                      oshape: Shape) -> Cut | None:
     """A fused attention's output cut (planner.front.attention_fusion): its query's, when
-    q, the keys and v are cut alike along a batch axis (the heads), each query head reading
-    its own key head. Grouped-query heads (`kv_groups` > 1) and keys in parts (a KV cache)
-    are not followed: a chunk of query heads would need another chunk of key heads."""
+    q, the keys and v are cut along one batch axis (the heads) into the same units: alike,
+    or with grouped-query heads (`kv_groups` g) each unit a run of key heads and the g
+    query heads per key head that read them. Keys in parts (a KV cache) are not followed."""
     rank = len(oshape)
-    if len(lay.fmap_inputs) != 3 or int(lay.attrs.get("kv_groups", 1)) != 1 \
-            or cut.axis >= rank - 2:
+    groups = int(lay.attrs.get("kv_groups", 1))
+    if len(lay.fmap_inputs) != 3 or cut.axis >= rank - 2:
         return None
-    if any(len(graph.shapes[t]) != rank or cuts[t] != cut
-           or graph.shapes[t][cut.axis] != oshape[cut.axis] for t in lay.fmap_inputs):
+    q, *kv = lay.fmap_inputs
+    qcut = cuts[q]
+    if len(graph.shapes[q]) != rank or graph.shapes[q][qcut.axis] != oshape[qcut.axis]:
         return None
-    return cut
+    for t in kv:  # key head h serves query heads [h g, h g + g): a unit holds both
+        kcut = cuts[t]
+        if len(graph.shapes[t]) != rank or kcut.axis != qcut.axis \
+                or (groups > 1 and (kcut.outer != 1 or qcut.outer != 1
+                                    or qcut.inner != groups * kcut.inner)) \
+                or (groups == 1 and kcut != qcut) \
+                or kcut.units(graph.shapes[t]) != qcut.units(graph.shapes[q]):
+            return None
+    return qcut
 
 
 def _regrouped(shape: Shape, cut: Cut, out: Shape) -> Cut | None:
