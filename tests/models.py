@@ -605,3 +605,60 @@ def batch_first_mha(batch: int = 4, tokens: int = 16, width: int = 32, heads: in
                   "residual")
         x = _mlp_half(b, y, width)
     return b.model([batch, tokens, width], x, 17, name="batch_first_mha")
+
+
+def _rotary(b: _Builder, x: str, cos: str, sin: str, starts: tuple[str, ...]) -> str:
+    """Llama's rotary embedding as exported: x cos + rotate_half(x) sin, rotate_half the
+    two halves of the head width swapped, the first negated (Slice, Neg, Concat)."""
+    lo, mid, hi, last = starts
+    first = b.one("Slice", [x, lo, mid, last], "slice")
+    second = b.one("Slice", [x, mid, hi, last], "slice")
+    rotated = b.one("Concat", [b.one("Neg", [second], "neg"), first], "concat", axis=-1)
+    return b.one("Add", [b.one("Mul", [x, cos], "mul"), b.one("Mul", [rotated, sin], "mul")],
+                 "add")
+
+
+def llama_attention(tokens: int = 512, width: int = 64, heads: int = 4, kv_heads: int = 2,
+                    seed: int = 0) -> onnx.ModelProto:
+    """A Llama-style attention half on [1, L, C] as its export spells it: LayerNorm, q, k
+    and v as three Linears (k and v for `kv_heads` key heads), each split into heads
+    (Reshape, Transpose), rotary embeddings on q and k written out, repeat_kv (Unsqueeze,
+    Expand, Reshape), q @ k^T, a scale, Softmax, p @ v, the heads merged, the output
+    projection and the residual."""
+    b = _Builder(np.random.default_rng(seed))
+    d, groups = width // heads, heads // kv_heads
+    angles = np.arange(tokens)[:, None] * (1e-2 ** (np.arange(d) % (d // 2) / (d // 2)))
+    cos = b.const("cos", np.cos(angles)[None, None].astype(np.float32))
+    sin = b.const("sin", np.sin(angles)[None, None].astype(np.float32))
+    starts = tuple(b.const(p, np.array([v], np.int64))
+                   for p, v in (("start", 0), ("mid", d // 2), ("end", d), ("axes", -1)))
+    scale = b.const("scale", np.array(d ** -0.5, np.float32))
+    x = "input"
+    g, beta = (b.const("ln", np.ones(width, np.float32)),
+               b.const("ln", np.zeros(width, np.float32)))
+    n = b.one("LayerNormalization", [x, g, beta], "ln", axis=-1)
+    parts = []
+    for name, count in (("q_proj", heads), ("k_proj", kv_heads), ("v_proj", kv_heads)):
+        p = b.one("MatMul", [n, b.weight((width, count * d), width)], name)
+        split = b.const("shape", np.array([1, tokens, count, d], np.int64))
+        parts.append(b.one("Transpose", [b.one("Reshape", [p, split], "reshape")],
+                           "transpose", perm=[0, 2, 1, 3]))
+    q, k, v = parts
+    q, k = (_rotary(b, t, cos, sin, starts) for t in (q, k))
+    axis2 = b.const("axes", np.array([2], np.int64))
+    wide = b.const("shape", np.array([1, kv_heads, groups, tokens, d], np.int64))
+    flat = b.const("shape", np.array([1, heads, tokens, d], np.int64))
+
+    def repeat_kv(t: str) -> str:
+        return b.one("Reshape", [b.one("Expand", [b.one("Unsqueeze", [t, axis2], "unsqueeze"),
+                                                  wide], "expand"), flat], "reshape")
+
+    kt = b.one("Transpose", [repeat_kv(k)], "k_t", perm=[0, 1, 3, 2])
+    s = b.one("Mul", [b.one("MatMul", [q, kt], "scores"), scale], "scale")
+    o = b.one("MatMul", [b.one("Softmax", [s], "softmax", axis=-1), repeat_kv(v)], "mix")
+    merge = b.const("shape", np.array([1, tokens, width], np.int64))
+    o = b.one("Reshape", [b.one("Transpose", [o], "tokens_first", perm=[0, 2, 1, 3]), merge],
+              "merge_heads")
+    y = b.one("Add", [b.one("MatMul", [o, b.weight((width, width), width)], "o_proj"), x],
+              "residual")
+    return b.model([1, tokens, width], y, 17, name=f"llama_attention_{tokens}")
