@@ -290,9 +290,8 @@ def _moved(graph: Graph, lay: Layer, spec: OpSpec, cuts: dict[str, Cut], cut: Cu
         return _batched_matmul(graph, lay, cuts, cut, oshape)
     if spec.maps is MapRule.ATTENTION:
         return _fused_attention(graph, lay, cuts, cut, oshape)
-    if lay.op == "Slice":
-        return cut if _sliced_axes(graph, lay, len(xshape)) - {cut.axis} \
-            == _sliced_axes(graph, lay, len(xshape)) else None
+    if lay.op == "Slice":  # along other axes (a rotary embedding's halves of a head)
+        return None if cut.axis in _sliced_axes(graph, lay, len(xshape)) else cut
     if spec.maps is MapRule.CONCAT:  # along another axis, every part cut alike
         at = int(lay.attrs.get("axis", 0)) % len(xshape)
         return cut if at != cut.axis and all(cuts[t] == cut for t in lay.fmap_inputs) else None
