@@ -24,6 +24,8 @@ ZOO2026_MODELS = {
     "diffusion_unet": "Stable-Diffusion-like UNet slice with a spatial transformer, 64 × 64",
     "bert_encoder": "BERT encoder as Hugging Face exports it, 128 tokens",
     "llama_block": "Llama-style decoder prefill (grouped-query attention), 512 tokens",
+    "llama_decode": "one decode step of llama_block with a 1,024-position KV cache per layer",
+    "llama_decode_b8": "the same decode step for a batch of 8 sequences, each with its cache",
     "maxvit_like": "MaxViT-like hybrid (block and grid attention), 224 × 224",
     "convnextv2_block": "ConvNeXt-V2-atto-like blocks with GRN, 224 × 224",
     "text_recognizer_t": "LPRNet-like text-line recognizer, 40 × 120",
@@ -154,7 +156,7 @@ def zoo2026_page() -> str:
         "rule or capacity that ended each group; `fuseplan inspect MODEL` shows how its "
         "layers tile.\n",
         "## The models\n",
-        "`examples/exports/zoo2026/` holds ten exports of current architectures (small widths "
+        "`examples/exports/zoo2026/` holds twelve exports of current architectures (small widths "
         "and depths, real structure, placeholder weights), written by "
         "`examples/exports/export_zoo2026.py`:\n",
         described, "",
