@@ -19,6 +19,8 @@ from fuseplan.planner.ir.layout import LayoutKind
 
 import models
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 @settings(max_examples=60, deadline=None)
 @given(factors=st.lists(st.integers(2, 5), min_size=2, max_size=6), data=st.data())
@@ -83,7 +85,16 @@ def test_multihead_attention_at_batch_four_plans_by_images_and_verifies(tmp_path
         * problem.chip.dtype_bytes
     assert_verifies(problem, plan)
     # on a chip too small for every image at once the attention runs a few images a tile
-    small = api.prepare(str(path), overrides=("sram.bytes=24KiB", "nram.bytes=6KiB"))
+    # (without head chunks: with them, every image fits, each chunk of heads at a time)
+    chip = ("sram.bytes=24KiB", "nram.bytes=6KiB")
+    chunked = api.plan_problem(api.prepare(str(path), overrides=chip))
+    assert len(chunked.groups) == 1 and chunked.groups[0].placement.hidden_chunks > 1
+    assert chunked.totals.dram_bytes == chunked.compulsory_dram_bytes
+    no_chunks = tmp_path / "no_chunks.yaml"
+    default = (ROOT / "rules" / "default.yaml").read_text()
+    assert "hidden_chunks: true" in default
+    no_chunks.write_text(default.replace("hidden_chunks: true", "hidden_chunks: false"))
+    small = api.prepare(str(path), rules=no_chunks, overrides=chip)
     tight = api.plan_problem(small)
     assert any(grp.tile.n < 4 and any(g.layer(n).op == "Softmax" for n in grp.layers)
                for grp in tight.groups)
