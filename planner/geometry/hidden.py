@@ -454,9 +454,14 @@ def stretch_loads(stretch: Stretch, chunks: int, cut: Mapping[tuple[str, int], i
 def widening_layers(graph: Graph, s: Stretch) -> tuple[str, ...]:
     """The stretch's layers that read the widening layer's input: the widening layer and
     its siblings (planner.geometry.heads.sibling), in order. Each chunk reads that input
-    once per layer; it stays on chip until the last of them has run the last chunk."""
-    widen = graph.layer(s.widen)
-    return (s.widen, *(n for n in s.mids if sibling(graph, widen, graph.layer(n))))
+    once per layer; it stays on chip until the last of them has run the last chunk.
+    Asked for every tile costed: worked out once per stretch."""
+    key = ("widening_layers", s.widen, s.mids)
+    if key not in graph.derived:
+        widen = graph.layer(s.widen)
+        graph.derived[key] = (s.widen, *(n for n in s.mids
+                                         if sibling(graph, widen, graph.layer(n))))
+    return graph.derived[key]  # type: ignore[return-value]
 
 
 def hidden_ranges(s: Stretch, chunks: int) -> list[tuple[int, int]]:
