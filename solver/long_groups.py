@@ -85,13 +85,23 @@ def single_cuts(graph: Graph, bypass: int | None = None) -> list[int]:
 
 def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
     """The single cuts the long groups span between: every tensor counted, and (where that
-    gives others) long skips not counted, a long skip being read further on than any tiled
-    group reaches. Both: the groups between the first are not all between the second (a
-    run of adjacent cuts ends a block group at its last)."""
-    every = single_cuts(graph)
-    past = single_cuts(graph, max(ruleset.search.max_block_group_layers,
-                                  ruleset.search.max_group_layers))
-    return [every] if past == every else [every, past]
+    gives others) long skips not counted. Both: the groups between the first are not all
+    between the second (a run of adjacent cuts ends a block group at its last).
+
+    A long skip is read further on than a group reaches, and which groups reach how far is
+    the searcher's choice: the skips are left out at every multiple of
+    ``search.max_group_layers`` below ``search.max_block_group_layers`` and at that limit
+    itself, so raising the limit only adds cuts (with the limit's skips alone, a detector's
+    heads lost the cut their best block group ends at once the limit reached past it)."""
+    search = ruleset.search
+    step, most = search.max_group_layers, max(search.max_block_group_layers,
+                                               search.max_group_layers)
+    out = [single_cuts(graph)]
+    for bypass in [*range(step, most, step), most]:
+        cuts = single_cuts(graph, bypass)
+        if cuts not in out:
+            out.append(cuts)
+    return out
 
 
 def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice | None:

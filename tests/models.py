@@ -372,7 +372,7 @@ def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
     text = (ROOT / "rules" / "default.yaml").read_text()
     for old, new in {"whole_network_first: true": "whole_network_first: false",
                      "long_whole_map_groups: true": "long_whole_map_groups: false",
-                     "max_block_group_layers: 36": "max_block_group_layers: 0",
+                     "max_block_group_layers: 40": "max_block_group_layers: 0",
                      "applies_to: recompute}": "applies_to: all}",
                      **(edits or {})}.items():
         if old.startswith("whole_network_first") and old not in text:

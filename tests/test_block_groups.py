@@ -20,6 +20,7 @@ from tests import models
 from tests.test_deep_chain import _wide_chain
 from tests.test_rules import with_rules
 
+ZOO = Path(__file__).resolve().parent.parent / "examples" / "exports" / "zoo2026"
 # row tiles only: whole 64 x 64 maps do not fit 8 KiB of NRAM per core
 SMALL_CHIP = ["sram.bytes=32KiB", "nram.bytes=8KiB"]
 
@@ -93,8 +94,10 @@ def test_a_long_skip_is_no_boundary_of_the_blocks_it_passes_by(tmp_path: Path) -
     g = problem.graph
     stem = g.index(next(lay.name for lay in g.layers if lay.name.startswith("relu")))
     head = g.index(next(lay.name for lay in g.layers if lay.op == "Concat"))
-    every, past = cut_sets(g, problem.ruleset)
-    assert every == single_cuts(g) and past == single_cuts(g, 24)
+    sets = cut_sets(g, problem.ruleset)
+    every, past = sets[0], single_cuts(g, 24)
+    assert every == single_cuts(g) and past in sets
+    assert all(cuts in [single_cuts(g, b) for b in range(4, 25, 4)] for cuts in sets[1:])
     assert not [p for p in every if stem < p < head - 1]
     blocks = [p for p in past if stem < p < head - 1]
     assert len(blocks) >= 5  # after each bottleneck's Add and its ReLU
@@ -108,6 +111,28 @@ def test_a_long_skip_is_no_boundary_of_the_blocks_it_passes_by(tmp_path: Path) -
     report = verify(problem.model.path, out)
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
+
+
+def test_raising_the_block_limit_only_adds_spans(tmp_path: Path) -> None:
+    """A long skip's crossing is left out at every multiple of max_group_layers up to the
+    block limit, so raising the limit by such a multiple keeps every block span offered
+    before. The detector head as exported: with the limit's own skips alone, its middle
+    scale's 34-layer block (both its branches and the Concat) was no longer offered at 40,
+    the skip from the neck to the last scale then counting as a crossing."""
+    path = models.save(models.skip_net(h=64, w=64), tmp_path, "skip")
+    problem = prepare(str(path), overrides=SMALL_CHIP)
+    spans = {most: set(long_groups.block_spans(problem.graph, with_rules(problem, search={
+        "max_group_layers": 4, "max_block_group_layers": most}).ruleset))
+        for most in (12, 16, 20, 24, 28)}
+    assert all(spans[a] <= spans[b] for a, b in zip(spans, list(spans)[1:]))
+    assert spans[12] < spans[28]
+    detector = prepare(str(ZOO / "detector_head.onnx"))
+    g = detector.graph
+    at = {most: set(long_groups.block_spans(g, with_rules(detector, search={
+        "max_block_group_layers": most}).ruleset)) for most in (36, 48)}
+    assert at[36] < at[48]
+    heads = (g.index("/cv2.1/cv2.1.0/conv/Conv"), g.index("/Concat_3") + 1)
+    assert heads in at[36] and heads in at[48]
 
 
 def test_a_whole_map_start_whose_longest_ends_fail_bisects_the_shorter(
