@@ -23,6 +23,7 @@ from fuseplan.planner.geometry.hidden import (
     constant_axes,
     hidden_ranges,
     stream_holds,
+    stretch_chunks,
     stretch_loads,
     stretches,
 )
@@ -123,7 +124,7 @@ class WeightStream:
                 cut, whole = _stretch_slices(graph, s, group.placement.hidden_chunks, weights,
                                              dtype_bytes)
                 loads += stretch_loads(s, group.placement.hidden_chunks, cut, whole)
-                keys += [(n, j) for j in range(group.placement.hidden_chunks)
+                keys += [(n, j) for j in range(stretch_chunks(s, group.placement.hidden_chunks))
                          for n in s.layers]
         held = dict(zip(keys, stream_holds(loads), strict=True))
         return cls(parts, tuple(held.get((n, -1), 0) for n in io.layers),

@@ -5,7 +5,9 @@ For every chunk of hidden channels the widening layer computes its slice of the 
 from its whole input (its weights cut along their output channels), the per-element layers
 run on the slice (their per-channel constants cut the same way), and the narrowing layer
 computes partial sums from the slice (its weights cut along the channels it sums over, its
-bias added by the first chunk) and adds them into the accumulator. Bytes on chip are
+bias added by the first chunk) and adds them into the accumulator, which starts from the
+skip map of the residual Add after the stretch where that Add can take it (the skip's
+buffer becomes the accumulator: planner.geometry.hidden.folded_skip). Bytes on chip are
 counted from the arrays held at each step; the weights on chip from the slices
 (emulator.chunks.WeightStream).
 """
@@ -30,6 +32,7 @@ from fuseplan.planner.geometry.heads import take_units
 from fuseplan.planner.geometry.hidden import (
     Stretch,
     constant_axes,
+    folded_skip,
     hidden_ranges,
     vector_axes,
     widening_layers,
@@ -112,6 +115,7 @@ class _StretchRun:
         self.ranges = hidden_ranges(s, chunks)
         self.hosts = in_place_hosts(graph, io)
         self.attention = online_attention(graph, io)
+        self.skip_fold = folded_skip(graph, io, s)
         self.acc: np.ndarray | None = None
 
     def layer_step(self, j: int, lo: int, hi: int, k: int, name: str,
@@ -197,12 +201,23 @@ class _StretchRun:
             # array MACs: the layer as a whole (planner.ir.array), its outputs once
             tally.count_array(lay, y.size if j == 0 else 0, macs)
             if self.acc is None:
-                self.acc = y
+                self.acc = y if self.skip_fold is None else self._from_skip(name, y)
             else:  # read the partial sums so far, add, write back
                 self.acc = self.acc + y
                 tally.core += 2 * y.size * dt
         else:
             tally.ops(lay, y.size)
+
+    def _from_skip(self, name: str, y: np.ndarray) -> np.ndarray:
+        """The accumulator started from the skip map of the Add after the stretch: the
+        skip's buffer becomes the accumulator (planner.geometry.hidden.folded_skip)."""
+        assert self.skip_fold is not None
+        _, skip = self.onchip.pop(self.skip_fold.skip)
+        if skip.shape != y.shape:
+            raise EmulationError(self.group.id, self.tile, name, f"the accumulator "
+                                 f"{y.shape} cannot start from the skip map "
+                                 f"'{self.skip_fold.skip}' {skip.shape}")
+        return y + skip
 
     def _keep(self, name: str, lay: Layer, lo: int, hi: int,
               part: dict[str, tuple[Box, np.ndarray]], y: np.ndarray,

@@ -19,7 +19,7 @@ from fuseplan.emulator.layer import LayerCache
 from fuseplan.emulator.onchip import compute_on_chip, held_for_all, in_place_elems, keep_outputs
 from fuseplan.emulator.tally import Tally
 from fuseplan.planner.geometry.attention import online_attention
-from fuseplan.planner.geometry.hidden import Stretch
+from fuseplan.planner.geometry.hidden import Stretch, folded_skip
 from fuseplan.planner.geometry.in_place import in_place_hosts
 from fuseplan.planner.geometry.regions import Box, GroupIO, in_group_uses, tile_regions
 from fuseplan.planner.geometry.reload import reloaded_inputs
@@ -90,6 +90,9 @@ class _TileRun:
                       for _, at in reloaded.values()}
         self.folds = {t: Fold.of(graph, graph.layer(graph.producer[t])) for t in io.accumulated}
         self.starts = {s.widen: s for s in hidden}
+        # residual Adds whose skip the stretch before took into its accumulator: they add
+        # nothing more (emulator.hidden)
+        self.folded = {f.add: f.skip for s in hidden if (f := folded_skip(graph, io, s))}
         self.attention = online_attention(graph, io)
         self.streamed = self.attention.streamed if self.attention is not None else {}
         # the steps a streamed input is on chip, a chunk at a time: its first to its last reader
@@ -168,6 +171,11 @@ class _TileRun:
             ys = [self._fold(lay, boxes, onchip)]
         else:
             reading = {t: streams[t] for t in lay.fmap_inputs if t in streams}
+            if name in self.folded:  # the accumulator holds the sum: add zeros in the skip's
+                # place, so the step counts as the Add it stands for
+                skip = self.folded[name]
+                acc = next(t for t in lay.fmap_inputs if t != skip)
+                reading[skip] = (boxes[skip], np.zeros_like(onchip[acc][1]))
             ys = compute_on_chip(graph, self.group, ti, lay, boxes[out0],
                                  {**onchip, **reading} if reading else onchip, self.weights,
                                  self.tally, self.layers)

@@ -28,7 +28,7 @@ from fuseplan.planner.geometry.attention import OnlineAttention, online_attentio
 from fuseplan.planner.geometry.bands import cluster_loads
 from fuseplan.planner.geometry.ends import Ends, EndStream
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
-from fuseplan.planner.geometry.hidden import Stretch
+from fuseplan.planner.geometry.hidden import Stretch, stretch_chunks
 from fuseplan.planner.geometry.regions import (
     AxisChain,
     Box,
@@ -139,7 +139,8 @@ class GroupFacts(ModeFlags):
                 sizes.append(_axis_bound(chain, extent, size, full))
         for s in self.hidden:
             if t in s.hidden:
-                c = c // s.channels * chunk_width(s.channels, self.hidden_chunks)
+                c = c // s.channels \
+                    * chunk_width(s.channels, stretch_chunks(s, self.hidden_chunks))
         if self.ends is not None and t in (self.ends.source, self.ends.sink):
             units = self.ends.reduced if t == self.ends.source else self.ends.produced
             c = c // units * chunk_width(units, self.end_chunks)

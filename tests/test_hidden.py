@@ -281,3 +281,61 @@ def test_plan_file_states_hidden_chunks_and_rejects_them_where_they_cannot_run(
             bad["groups"] += [{"id": 1 + k, "layers": [n], "tile": {"n": 1, "h": 24, "w": 1}}
                               for k, n in enumerate(rest)]
         assert_refused(path, bad, tmp_path, needle)
+
+
+def _skip_made_inside(tokens: int = 24, width: int = 8, hidden: int = 48) -> onnx.ModelProto:
+    """mlp_model with its residual made inside the group: a Relu on the input first, whose
+    output is the LayerNorm's input and the residual Add's skip."""
+    model = mlp_model(tokens, width, hidden)
+    for node in model.graph.node:
+        node.input[:] = ["r" if t == "x" else t for t in node.input]
+    model.graph.node.insert(0, helper.make_node("Relu", ["x"], ["r"], name="pre"))
+    return model
+
+
+@pytest.mark.parametrize("chunks", [2, 4, 8])
+def test_a_residual_add_takes_its_skip_into_the_accumulator(tmp_path: Path, monkeypatch,
+                                                             chunks: int) -> None:
+    """The accumulator of fc2 (past its bias Add) starts from the residual's skip, made
+    inside the group: from the first chunk's fc2 on the skip is no buffer of its own. With
+    3 chunks or more a middle chunk held the skip, the LayerNorm's output (read by every
+    chunk) and the partial sums at once; now the skip's room is the accumulator's. Every
+    counter, the peak included, as the emulator measures, outputs as onnxruntime's; the
+    peak is the skip's bytes less than with the fold turned off (as before it), which
+    verifies too."""
+    from fuseplan.emulator import hidden as emulator_hidden
+    from fuseplan.emulator import tiles as emulator_tiles
+    from fuseplan.planner.cost import hidden as cost_hidden
+    from fuseplan.planner.geometry.hidden import folded_skip
+
+    tokens, width = 24, 8
+    problem = api.prepare(_save(_skip_made_inside(tokens, width), tmp_path))
+    g = problem.graph
+    io = group_io(g, _all_layers(g))
+    (s,) = stretches(g, io)
+    fold = folded_skip(g, io, s)
+    assert fold is not None and (fold.skip, fold.add) == ("r", "residual")
+    plan = _hand_plan(problem, [_all_layers(g)], tokens, True, chunks)
+    assert_verifies(problem, plan)
+    for module in (cost_hidden, emulator_hidden, emulator_tiles):
+        monkeypatch.setattr(module, "folded_skip", lambda *_: None)
+    before = _hand_plan(problem, [_all_layers(g)], tokens, True, chunks)
+    assert_verifies(problem, before)
+    skip_bytes = tokens * width * problem.chip.dtype_bytes
+    (now,), (then,) = plan.groups, before.groups
+    assert then.predicted.sram_peak_bytes - now.predicted.sram_peak_bytes \
+        == (skip_bytes if chunks > 2 else 0)
+    assert now.predicted.dram_bytes == then.predicted.dram_bytes
+
+
+def test_no_fold_where_the_skip_is_loaded_or_read_again(tmp_path: Path) -> None:
+    """The skip is a group input (mlp_model's x: the fold needs a map the group makes), or
+    the group ends before the Add: no fold."""
+    from fuseplan.planner.geometry.hidden import folded_skip
+
+    g = api.prepare(_save(mlp_model(), tmp_path)).graph
+    io = group_io(g, _all_layers(g))
+    assert folded_skip(g, io, stretches(g, io)[0]) is None
+    g2 = api.prepare(_save(_skip_made_inside(), tmp_path, "inside")).graph
+    short = group_io(g2, _all_layers(g2)[:-1])
+    assert folded_skip(g2, short, stretches(g2, short)[0]) is None

@@ -77,7 +77,7 @@ def test_attention_over_512_keys_is_fused(tmp_path: Path) -> None:
     # a GPT-2-sized block's 512 tokens: the scores of every head would spill unfused
     _, graph = _graph(tmp_path, tokens=512, width=16, heads=2)
     (lay,) = [lay for lay in graph.layers if lay.op == "FlashAttention"]
-    assert lay.attrs["kv_chunk"] == 128 and lay.attrs["query_length"] == 512
+    assert lay.attrs["kv_chunk"] == 64 and lay.attrs["query_length"] == 512
     _, short = _graph(tmp_path, tokens=511, width=16, heads=2)
     assert not any(lay.op == "FlashAttention" for lay in short.layers)
 
@@ -90,7 +90,7 @@ def test_long_attention_is_one_layer(tmp_path: Path, mask: str) -> None:
     lay = fused[0]
     assert lay.attrs["causal"] == (mask != "none")
     assert lay.attrs["scale"] == pytest.approx(8 ** -0.5)
-    assert lay.attrs["kv_chunk"] == 128 and lay.attrs["query_length"] == 1024
+    assert lay.attrs["kv_chunk"] == 64 and lay.attrs["query_length"] == 1024
     assert not any(lay.op == "Softmax" for lay in graph.layers)
     # the queries row-local, the keys and values whole (streamed)
     assert [m.kind for m in lay.row_maps] == [MapKind.IDENTITY, MapKind.WHOLE, MapKind.WHOLE]

@@ -55,3 +55,32 @@ def test_each_model_plans_and_verifies_on_the_default_chip(tmp_path: Path, name:
     save_plan(plan, path)
     report = api.verify(model, path, shapes=SHAPES.get(name))
     assert report.ok, (report.first_output_mismatch, report.first_counter_mismatch)
+
+
+def test_a_decoder_runs_as_one_group_each_stretch_in_its_own_chunks() -> None:
+    """llama_block as exported (two decoder layers, 512 tokens) as one group of whole maps
+    in 8 hidden chunks: each attention half runs in its 2 key-head chunks (the most its
+    units make), each SwiGLU MLP in 8, every weight streamed once. It moves exactly its
+    floor; every tensor through DRAM matches onnxruntime and every counter the emulator.
+    A count no stretch makes exactly is refused."""
+    from hand import assert_verifies, hand_plan
+
+    from fuseplan.planner.core.errors import PlanningError
+    from fuseplan.planner.geometry.hidden import stretch_chunks, stretches
+    from fuseplan.planner.geometry.regions import Tile, group_io
+    from fuseplan.planner.plan.placement import Placement
+
+    problem = api.prepare(str(ZOO / "llama_block.onnx"), shapes=SHAPES["llama_block"])
+    g = problem.graph
+    layers = tuple(lay.name for lay in g.layers)
+    found = stretches(g, group_io(g, layers))
+    assert [(s.channels, stretch_chunks(s, 8)) for s in found] \
+        == [(2, 2), (1408, 8), (2, 2), (1408, 8)]
+    plan = hand_plan(problem, [Placement.of(layers, Tile(1, 512, 1), False,
+                                            hidden_chunks=8)])
+    assert plan.totals.dram_bytes == plan.compulsory_dram_bytes
+    assert plan.totals.sram_peak_bytes <= problem.chip.sram.bytes
+    assert_verifies(problem, plan)
+    with pytest.raises(PlanningError, match="no stretch makes 1000 chunks"):
+        hand_plan(problem, [Placement.of(layers, Tile(1, 512, 1), False,
+                                         hidden_chunks=1000)])

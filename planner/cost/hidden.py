@@ -7,8 +7,10 @@ touched, nothing else:
   weights are a slice of the layer's, each hidden element is computed once per tile);
 * while a stretch runs, the chip holds every map alive across it (the widening layer's
   input until the last chunk has read it), one chunk of each hidden map live at that step,
-  and the accumulator from the first chunk's narrowing step on; the peak is the largest
-  over every chunk and step of every representative tile, next to the outer steps';
+  and the accumulator from the first chunk's narrowing step on (started from the skip map
+  of the residual Add that follows, where that Add can take it: the skip is then off chip,
+  planner.geometry.hidden.folded_skip); the peak is the largest over every chunk and step
+  of every representative tile, next to the outer steps';
 * every chunk after the first reads the widening layer's input again, and reads the
   accumulator and writes it back: (k - 1) more core reads of the input and 2 (k - 1) more
   accesses of the output, per tile;
@@ -36,10 +38,14 @@ from fuseplan.planner.cost.model import (
 from fuseplan.planner.cost.weight_stream import chunk_counts, chunk_sizes
 from fuseplan.planner.geometry.attention import online_attention
 from fuseplan.planner.geometry.hidden import (
+    SkipFold,
     Stretch,
+    channel_chunks,
     constant_axes,
+    folded_skip,
     hidden_ranges,
     stream_holds,
+    stretch_chunks,
     stretch_loads,
     widening_layers,
 )
@@ -91,7 +97,7 @@ def hidden_stream(graph: Graph, io: GroupIO, found: Sequence[Stretch], chunks: i
         done.add(s.widen)
         cut, whole = stretch_weight_bytes(graph, s, chunks, dt)
         steps += stretch_loads(s, chunks, cut, whole)
-        keys += [(n, j) for j in range(chunks) for n in s.layers]
+        keys += [(n, j) for j in range(stretch_chunks(s, chunks)) for n in s.layers]
     held = stream_holds(steps)
     outer = [0] * len(io.layers)
     inner: dict[tuple[str, int], int] = {}
@@ -138,6 +144,9 @@ class StretchProfile:
     per_channel: tuple[int, ...]  # per step: hidden elements per hidden channel alive
     acc: int  # elements of the accumulator
     channels: int
+    # elements of the skip map the accumulator starts from (planner.geometry.hidden
+    # .folded_skip), counted in `kept` until the accumulator holds it
+    folded: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,14 +165,14 @@ class TileProfile:
         peak = max((e * dtype_bytes + (stream.outer[i] if stream else 0)
                     for i, e in self.outer), default=0)
         for sp in self.stretches:
-            ranges = chunk_ranges(sp.channels, chunks)
+            ranges = chunk_ranges(sp.channels, channel_chunks(sp.channels, chunks))
             last = len(ranges) - 1
             for j in sorted({0, 1, last - 1, last} & set(range(len(ranges)))):
                 width = ranges[j][1] - ranges[j][0]
                 for k, name in enumerate(sp.layers):
+                    acc = j > 0 or k == len(sp.layers) - 1
                     here = sp.kept + (sp.dying if j < last or k <= sp.freed_after else 0) \
-                        + sp.per_channel[k] * width \
-                        + (sp.acc if j > 0 or k == len(sp.layers) - 1 else 0)
+                        + sp.per_channel[k] * width + (sp.acc - sp.folded if acc else 0)
                     weights = stream.inner[(name, j)] if stream else 0
                     peak = max(peak, here * dtype_bytes + weights)
         return peak
@@ -177,30 +186,41 @@ def tile_profile(graph: Graph, io: GroupIO, found: Sequence[Stretch], boxes: Map
     narrowing step on."""
     inside = {n for s in found for n in s.layers}
     elems = {t: box_elems(graph, t, b) for t, b in boxes.items()}
-    outer = tuple((i, sum(elems[t] for t in live if t in elems))
+    folds = {s: folded_skip(graph, io, s) for s in found}
+    # a folded skip is off chip from the stretch's accumulator on: not at the steps after
+    # the narrowing layer's up to its Add's
+    gone = {i: f.skip for s, f in folds.items() if f is not None
+            for i in range(io.layers.index(s.narrow) + 1, io.layers.index(f.add) + 1)}
+    outer = tuple((i, sum(elems[t] for t in live if t in elems and gone.get(i) != t))
                   for i, live in enumerate(steps) if io.layers[i] not in inside)
-    profiles = []
     # a fused attention inside a head stretch: its online softmax's scratch per head
     attention = online_attention(graph, io)
     scratch = attention.scratch if attention is not None else ()
-    for s in found:
-        a, b = io.layers.index(s.widen), io.layers.index(s.narrow)
-        hidden = set(s.hidden)
-        reads = set(graph.layer(s.widen).fmap_inputs)
-        # the last layer reading them: the widening layer or its last sibling
-        last = io.layers.index(widening_layers(graph, s)[-1])
-        ends = {t for t in steps[a] if t in reads and all(t not in steps[i]
-                                                          for i in range(last + 1, b + 1))}
-        profiles.append(StretchProfile(
-            s.layers,
-            sum(elems[t] for t in steps[a] if t not in hidden and t not in ends and t in elems),
-            sum(elems[t] for t in ends if t in elems), last - a,
-            tuple(sum(elems[t] // s.channels for t in steps[i] if t in hidden)
-                  + sum(elems[out] // s.channels // dv * (chunk + 2)
-                        for at, out, dv, chunk in scratch if at == i)
-                  for i in range(a, b + 1)),
-            elems[s.out], s.channels))
+    profiles = [_stretch_profile(graph, io, s, elems, steps, scratch, folds[s]) for s in found]
     return TileProfile(outer, tuple(profiles), sum(elems[t] for t in io.inputs))
+
+
+def _stretch_profile(graph: Graph, io: GroupIO, s: Stretch, elems: Mapping[str, int],
+                     steps: Sequence[tuple[str, ...]],
+                     scratch: Sequence[tuple[int, str, int, int]], fold: SkipFold | None
+                     ) -> StretchProfile:
+    """One stretch's profile in one tile (`elems`: its boxes' elements)."""
+    a, b = io.layers.index(s.widen), io.layers.index(s.narrow)
+    hidden = set(s.hidden)
+    reads = set(graph.layer(s.widen).fmap_inputs)
+    # the last layer reading them: the widening layer or its last sibling
+    last = io.layers.index(widening_layers(graph, s)[-1])
+    ends = {t for t in steps[a] if t in reads and all(t not in steps[i]
+                                                      for i in range(last + 1, b + 1))}
+    return StretchProfile(
+        s.layers,
+        sum(elems[t] for t in steps[a] if t not in hidden and t not in ends and t in elems),
+        sum(elems[t] for t in ends if t in elems), last - a,
+        tuple(sum(elems[t] // s.channels for t in steps[i] if t in hidden)
+              + sum(elems[out] // s.channels // dv * (chunk + 2)
+                    for at, out, dv, chunk in scratch if at == i)
+              for i in range(a, b + 1)),
+        elems[s.out], s.channels, elems[fold.skip] if fold is not None else 0)
 
 
 def tile_profiles(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[Stretch],
@@ -246,7 +266,7 @@ def chunk_core_bytes(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequ
                        sorted({s.out for s in found if not s.pools}
                               | {t for ts in reads.values() for t in ts}))
     # the widening layer and each sibling read the input again
-    return sum((chunks - 1) * ((0 if s.pools else 2 * sums[s.out])
+    return sum((stretch_chunks(s, chunks) - 1) * ((0 if s.pools else 2 * sums[s.out])
                                + len(widening_layers(graph, s))
                                * sum(sums[t] for t in reads[s.widen]))
                for s in found) * dtype_bytes

@@ -39,8 +39,11 @@ from onnx import helper
 # no plan's bytes of the models tried (BERT at 128 tokens, ViTs at 197, MobileViT,
 # MaxViT, Swin, SegFormer), and the unfused chain's layers stay what the rules see.
 LONG_SEQUENCE = 512
-# keys per chunk the online softmax walks (FlashAttention's key block)
-KV_CHUNK = 128
+# keys per chunk the online softmax walks (FlashAttention's key block): its scores take
+# query rows x KV_CHUNK on chip beside the queries, keys and values, so the block is kept
+# small: with 128, a Llama attention half of 512 tokens in its two key-head chunks needed
+# 2.13 MiB of SRAM and ran in two tiles, each computing every key and value again
+KV_CHUNK = 64
 OP_TYPE = "FlashAttention"
 DOMAIN = "ai.fuseplan"
 

@@ -443,7 +443,7 @@ def stretch_loads(stretch: Stretch, chunks: int, cut: Mapping[tuple[str, int], i
     slice for the chunk (`cut`, by layer and chunk), the uncut bytes (`whole`) with the
     first load and held through every later step."""
     out: list[tuple[list[int], int]] = []
-    for j in range(chunks):
+    for j in range(stretch_chunks(stretch, chunks)):
         for name in stretch.layers:
             first = j == 0 and name == stretch.widen
             size = cut.get((name, j), 0) + (whole if first else 0)
@@ -464,32 +464,110 @@ def widening_layers(graph: Graph, s: Stretch) -> tuple[str, ...]:
     return graph.derived[key]  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class SkipFold:
+    """A residual Add folded into a stretch's accumulator: the accumulator starts from the
+    skip map (its first chunk adds its partial sums to the skip, not to zeros), so the skip
+    and the accumulator are never on chip side by side, and the Add that follows the
+    narrowing layer finds its sum made (it adds nothing more)."""
+
+    skip: str  # the map the accumulator starts from; off chip from then on
+    add: str  # the Add reading the accumulator and the skip, right after the stretch
+
+
+def folded_skip(graph: Graph, io: GroupIO, s: Stretch) -> SkipFold | None:
+    """The residual Add a stretch's accumulator takes in (None: none). A transformer's
+    attention and MLP halves end in `x + proj(...)`: while the halves run in hidden chunks,
+    the residual `x` and the projection's partial sums would each take a whole map's room,
+    the accumulator starting from `x` takes one. It holds when the layers right after the
+    narrowing one are bias Adds (a constant added: as well to the sum with the skip) and an
+    Add of what they made (each read by nothing else, not stored) and a map of the same
+    dims made inside the group before the stretch, which no layer reads between the
+    widening layer and the Add and the group does not store (what the Add writes is then
+    the accumulator itself). Worked out once per stretch and group."""
+    key = ("folded_skip", io, s)
+    if key not in graph.derived:
+        graph.derived[key] = _folded_skip(graph, io, s)
+    return graph.derived[key]  # type: ignore[return-value]
+
+
+def _folded_skip(graph: Graph, io: GroupIO, s: Stretch) -> SkipFold | None:
+    if s.pools:
+        return None
+    b = io.layers.index(s.narrow)
+    acc = s.out
+    while True:  # past the bias Adds (one map and a constant): they add alike to the skip
+        if b + 1 >= len(io.layers) or acc in io.outputs \
+                or tuple(graph.consumers.get(acc, ())) != (io.layers[b + 1],):
+            return None
+        add = graph.layer(io.layers[b + 1])
+        ins = add.fmap_inputs
+        if add.op != "Add" or acc not in ins:
+            return None
+        if len(ins) == 2 and ins[0] != ins[1]:
+            break
+        if len(ins) != 1 or graph.dims(add.outputs[0]) != graph.dims(acc):
+            return None
+        b, acc = b + 1, add.outputs[0]
+    skip = ins[1] if ins[0] == acc else ins[0]
+    producer = graph.producer.get(skip)
+    a = io.layers.index(s.widen)
+    if producer not in io.layers or io.layers.index(producer) >= a or skip in io.outputs \
+            or skip in io.in_place:
+        return None
+    if not graph.dims(skip) == graph.dims(acc) == graph.dims(add.outputs[0]) \
+            or graph.shapes[skip] != graph.shapes[acc] or graph.shapes[acc] != graph.shapes[s.out]:
+        return None
+    if any(skip in graph.layer(n).fmap_inputs for n in io.layers[a:b + 1]):
+        return None
+    if any(skip in graph.layer(n).fmap_inputs for n in io.layers[b + 2:]):
+        return None
+    return SkipFold(skip, add.name)
+
+
 def hidden_ranges(s: Stretch, chunks: int) -> list[tuple[int, int]]:
-    """The hidden-channel range of each chunk: equal ones of ceil(C / chunks), the last
-    possibly shorter (planner.ir.chunks.chunk_ranges)."""
-    return chunk_ranges(s.channels, chunks)
+    """The hidden-channel range of each chunk of the stretch in a group run in `chunks`
+    hidden chunks (stretch_chunks): equal ones of ceil(C / its chunks), the last possibly
+    shorter (planner.ir.chunks.chunk_ranges)."""
+    return chunk_ranges(s.channels, stretch_chunks(s, chunks))
 
 
 def makes_chunks(s: Stretch, chunks: int) -> bool:
     """Whether the stretch's hidden channels make exactly `chunks` equal chunks of
-    ceil(C / chunks) (the last possibly shorter): a count a plan may state."""
-    return len(hidden_ranges(s, chunks)) == chunks
+    ceil(C / chunks) (the last possibly shorter)."""
+    return len(chunk_ranges(s.channels, chunks)) == chunks
+
+
+def stretch_chunks(s: Stretch, chunks: int) -> int:
+    """The chunks a stretch runs in when its group's count is `chunks`: that many where its
+    channels make them, else the most below that they make. A decoder layer's attention
+    cut in its 2 key heads and its MLP in 8 chunks of 4,864 hidden channels share one
+    group: the count is the MLP's, the attention runs in its 2."""
+    return channel_chunks(s.channels, chunks)
+
+
+def channel_chunks(channels: int, chunks: int) -> int:
+    """stretch_chunks of a stretch of `channels` hidden channels (or units)."""
+    if len(chunk_ranges(channels, chunks)) == chunks:
+        return chunks
+    return max((c for c in range(1, min(chunks, channels + 1))
+                if len(chunk_ranges(channels, c)) == c), default=1)
 
 
 def chunk_options(s: Sequence[Stretch]) -> list[int]:
     """Chunk counts worth trying for a group's stretches: 2, 4, 8, ... and, where the group
     runs attention in head chunks, every count that cuts its heads evenly (12 heads: 3, 6,
-    12), while every stretch has that many distinct chunks (a count is the same for every
-    stretch of the group)."""
+    12), each a count at least one stretch makes exactly; the others run in the most they
+    make below it (stretch_chunks)."""
     if not s:
         return []
-    fewest = min(x.channels for x in s)
+    most = max(x.channels for x in s)
     wanted: set[int] = set()
     k = 2
-    while k <= fewest:
+    while k <= most:
         wanted.add(k)
         k *= 2
     for x in s:
         if x.cuts:
             wanted.update(d for d in range(2, x.channels + 1) if x.channels % d == 0)
-    return sorted(k for k in wanted if k <= fewest and all(makes_chunks(x, k) for x in s))
+    return sorted(k for k in wanted if any(makes_chunks(x, k) for x in s))

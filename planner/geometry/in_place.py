@@ -23,7 +23,7 @@ attention are left as they are (its streamed keys and scratch have their own cou
 from __future__ import annotations
 
 from fuseplan.planner.geometry.attention import online_attention
-from fuseplan.planner.geometry.hidden import stretches
+from fuseplan.planner.geometry.hidden import folded_skip, stretches
 from fuseplan.planner.geometry.regions import GroupIO
 from fuseplan.planner.ir.graph import Graph, MapKind
 from fuseplan.planner.ir.ops import op_spec
@@ -46,7 +46,9 @@ def _hosts(graph: Graph, io: GroupIO) -> dict[int, str]:
     for i, name in enumerate(io.layers):
         for t in graph.layer(name).fmap_inputs:
             last_read[t] = i
-    chunked = {n: set(s.hidden) for s in stretches(graph, io) for n in s.mids}
+    found = stretches(graph, io)
+    chunked = {n: set(s.hidden) for s in found for n in s.mids}
+    skips = {f.skip for s in found if (f := folded_skip(graph, io, s)) is not None}
     kept = set(io.inputs) | set(io.outputs) | set(io.in_place) | set(io.accumulated)
     hosts: dict[int, str] = {}
     for i, name in enumerate(io.layers):
@@ -56,7 +58,9 @@ def _hosts(graph: Graph, io: GroupIO) -> dict[int, str]:
                 or outs[0] in io.in_place or outs[0] in io.accumulated:
             continue
         out = outs[0]
-        for k, t in enumerate(lay.fmap_inputs):
+        # a skip last: a residual Add may have taken it into the accumulator
+        # (planner.geometry.hidden.folded_skip), so it is no buffer to write over
+        for k, t in sorted(enumerate(lay.fmap_inputs), key=lambda kt: kt[1] in skips):
             if t in kept or last_read.get(t) != i or (name in chunked
                                                       and t not in chunked[name]):
                 continue

@@ -125,17 +125,18 @@ def pass_stretches(graph: Graph, split: Passes) -> tuple[tuple[Stretch, ...], ..
 
 
 def pass_chunk_options(graph: Graph, split: Passes) -> list[int]:
-    """Hidden chunk counts every stretch of every pass makes (none without a stretch)."""
+    """Hidden chunk counts some stretch of some pass makes (none without a stretch); the
+    others run in the most they make below it (planner.geometry.hidden.stretch_chunks)."""
     return chunk_options([s for found in pass_stretches(graph, split) for s in found])
 
 
 def passes_make_chunks(graph: Graph, split: Passes, chunks: int) -> bool:
     """Whether a group run in passes can state `chunks` hidden chunks: 1 always, else some
-    pass has a stretch and every stretch makes exactly that many (makes_chunks)."""
+    pass has a stretch and some stretch makes exactly that many (makes_chunks)."""
     if chunks == 1:
         return True
     found = [s for ss in pass_stretches(graph, split) for s in ss]
-    return bool(found) and all(makes_chunks(s, chunks) for s in found)
+    return bool(found) and any(makes_chunks(s, chunks) for s in found)
 
 
 def pass_split(graph: Graph, layers: Sequence[str], inputs_held: bool = False,

@@ -286,13 +286,17 @@ def _hidden_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mod
         return (f"hidden_chunks is {chunks}, but the group holds no stretch to chunk (a layer "
                 "widening the channels, per-element layers, a layer summing them back: an "
                 "MLP, an expand / project pair); remove the key.")
-    for s in found:
-        if not makes_chunks(s, chunks):
-            units = "heads" if s.cuts else "hidden channels"  # attention: chunks of heads
-            return (f"hidden_chunks is {chunks}, but the stretch from {s.widen!r} has "
-                    f"{s.channels} {units}, which do not make {chunks} chunks of "
-                    f"ceil({s.channels} / {chunks}); use a count that does (e.g. "
-                    f"{max(1, s.channels // 2)} or a power of two below {s.channels}).")
+    # each stretch runs in the most chunks it makes up to the count (stretch_chunks): the
+    # count must be one that some stretch makes exactly
+    if not any(makes_chunks(s, chunks) for s in found):
+        s = max(found, key=lambda x: x.channels)
+        # a cut stretch counts heads where it runs attention, else its channels (SwiGLU)
+        attends = any(graph.layer(n).op in ("FlashAttention", "Softmax") for n in s.mids)
+        units = "heads" if s.cuts and attends else "hidden channels"
+        return (f"hidden_chunks is {chunks}, but no stretch makes {chunks} chunks: the one "
+                f"from {s.widen!r} has {s.channels} {units}, which do not make {chunks} "
+                f"chunks of ceil({s.channels} / {chunks}); use a count that does (e.g. "
+                f"{max(1, s.channels // 2)} or a power of two below {s.channels}).")
     if mode.halo_reuse or tile.bands > 1 or mode.weights_outer:
         return (f"hidden_chunks {chunks} runs with halos recomputed, tiles outer and no bands; "
                 "set those or remove the key.")
