@@ -719,7 +719,9 @@ def test_ctrl_c_keeps_finished_rows_and_exits_130(model_dir: Path, tmp_path: Pat
                             start_new_session=False)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if (out / "rows").is_dir() and len(list((out / "rows").iterdir())) >= 2:
+        # finished rows only: a row being written is a hidden temporary file until renamed
+        if (out / "rows").is_dir() and len([p for p in (out / "rows").iterdir()
+                                            if not p.name.startswith(".")]) >= 2:
             break
         time.sleep(0.1)
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
