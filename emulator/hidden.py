@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fuseplan.emulator.boxes import fill_box, take_range
+from fuseplan.emulator.boxes import fill_box, slice_box, take_range
 from fuseplan.emulator.chunks import Overlay
 from fuseplan.emulator.errors import EmulationError, KernelFailure
 from fuseplan.emulator.fold import Fold
@@ -212,11 +212,14 @@ class _StretchRun:
         """The accumulator started from the skip map of the Add after the stretch: the
         skip's buffer becomes the accumulator (planner.geometry.hidden.folded_skip)."""
         assert self.skip_fold is not None
-        _, skip = self.onchip.pop(self.skip_fold.skip)
+        name_skip = self.skip_fold.skip
+        have, skip = self.onchip.pop(name_skip)
+        if have != self.boxes[self.s.out]:  # held with a halo for a layer before the stretch
+            skip = slice_box(skip, have, self.boxes[self.s.out], self.graph.layout(name_skip))
         if skip.shape != y.shape:
             raise EmulationError(self.group.id, self.tile, name, f"the accumulator "
                                  f"{y.shape} cannot start from the skip map "
-                                 f"'{self.skip_fold.skip}' {skip.shape}")
+                                 f"'{name_skip}' {skip.shape}")
         return y + skip
 
     def _keep(self, name: str, lay: Layer, lo: int, hi: int,

@@ -174,8 +174,8 @@ class _TileRun:
             if name in self.folded:  # the accumulator holds the sum: add zeros in the skip's
                 # place, so the step counts as the Add it stands for
                 skip = self.folded[name]
-                acc = next(t for t in lay.fmap_inputs if t != skip)
-                reading[skip] = (boxes[skip], np.zeros_like(onchip[acc][1]))
+                acc_box, acc = onchip[next(t for t in lay.fmap_inputs if t != skip)]
+                reading[skip] = (acc_box, np.zeros_like(acc))
             ys = compute_on_chip(graph, self.group, ti, lay, boxes[out0],
                                  {**onchip, **reading} if reading else onchip, self.weights,
                                  self.tally, self.layers)

@@ -339,3 +339,31 @@ def test_no_fold_where_the_skip_is_loaded_or_read_again(tmp_path: Path) -> None:
     g2 = api.prepare(_save(_skip_made_inside(), tmp_path, "inside")).graph
     short = group_io(g2, _all_layers(g2)[:-1])
     assert folded_skip(g2, short, stretches(g2, short)[0]) is None
+
+
+def _halo_skip_net(c: int = 8, side: int = 16) -> onnx.ModelProto:
+    """A 3x3 conv whose output r is read by a depthwise 3x3 (with a halo of rows) before an
+    expand / project pair, and is the skip of the residual Add after it."""
+    b = models._Builder(np.random.default_rng(4))
+    r = b.conv("input", 3, c, 3, prefix="stem")
+    d = b.conv(r, c, c, 3, group=c, prefix="dw")
+    h = b.one("Relu", [b.conv(d, c, 4 * c, 1, prefix="expand")])
+    y = b.one("Add", [b.conv(h, 4 * c, c, 1, prefix="project"), r], "residual")
+    return b.model((1, 3, side, side), y, 17)
+
+
+@pytest.mark.parametrize(("th", "chunks"), [(4, 2), (4, 4), (16, 8), (5, 4)])
+def test_a_skip_held_with_a_halo_folds_into_the_accumulator(tmp_path: Path, th: int,
+                                                            chunks: int) -> None:
+    """The skip is held with the depthwise conv's halo rows, larger than the tile's rows of
+    the accumulator: the accumulator starts from the skip's rows of the tile. Row tiles and
+    whole maps: outputs as onnxruntime's, every counter as predicted."""
+    from fuseplan.planner.geometry.hidden import folded_skip
+
+    problem = api.prepare(_save(_halo_skip_net(), tmp_path, "halo_skip"))
+    g = problem.graph
+    io = group_io(g, _all_layers(g))
+    (s,) = stretches(g, io)
+    fold = folded_skip(g, io, s)
+    assert fold is not None and fold.add.startswith("residual") and fold.skip.startswith("stem")
+    assert_verifies(problem, _hand_plan(problem, [_all_layers(g)], th, True, chunks))
