@@ -367,3 +367,71 @@ def test_a_skip_held_with_a_halo_folds_into_the_accumulator(tmp_path: Path, th: 
     fold = folded_skip(g, io, s)
     assert fold is not None and fold.add.startswith("residual") and fold.skip.startswith("stem")
     assert_verifies(problem, _hand_plan(problem, [_all_layers(g)], th, True, chunks))
+
+
+def _two_mlps(tokens: int, width: int, hidden: tuple[int, int], batch: int = 1,
+              seed: int = 0) -> onnx.ModelProto:
+    """A Relu on the input, then two pre-norm MLP blocks of different hidden widths, each
+    with its residual Add: both skips are made inside a group holding them all."""
+    rng = np.random.default_rng(seed)
+    inits: list[onnx.TensorProto] = []
+
+    def const(name: str, arr: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
+        return name
+
+    nodes = [helper.make_node("Relu", ["x"], ["r0"], name="pre")]
+    skip = "r0"
+    for k, hid in enumerate(hidden):
+        n, h0, h, a, o0, o, y = (f"{t}{k}" for t in ("n", "h0", "h", "a", "o0", "o", "y"))
+        nodes += [
+            helper.make_node("LayerNormalization",
+                             [skip, const(f"g{k}", rng.uniform(0.5, 1.5, width)),
+                              const(f"b{k}", rng.normal(0, 0.1, width))], [n],
+                             name=f"norm{k}", axis=-1),
+            helper.make_node("MatMul", [n, const(f"w1_{k}", rng.normal(
+                0, width ** -0.5, (width, hid)))], [h0], name=f"fc1_{k}"),
+            helper.make_node("Add", [h0, const(f"b1_{k}", rng.normal(0, 0.1, hid))], [h],
+                             name=f"fc1_bias{k}"),
+            helper.make_node("Relu", [h], [a], name=f"act{k}"),
+            helper.make_node("MatMul", [a, const(f"w2_{k}", rng.normal(
+                0, hid ** -0.5, (hid, width)))], [o0], name=f"fc2_{k}"),
+            helper.make_node("Add", [o0, const(f"b2_{k}", rng.normal(0, 0.1, width))], [o],
+                             name=f"fc2_bias{k}"),
+            helper.make_node("Add", [o, skip], [y], name=f"residual{k}")]
+        skip = y
+    shape = [batch, tokens, width]
+    graph = helper.make_graph(
+        nodes, "two_mlps", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(skip, TensorProto.FLOAT, shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.integers(3, 16), width=st.sampled_from([4, 8]),
+       hidden=st.tuples(st.integers(3, 40), st.integers(3, 40)), pick=st.integers(0, 30),
+       th_pick=st.integers(1, 16), resident=st.booleans(), db=st.booleans(),
+       batch=st.integers(1, 2), hardware=st.sampled_from([None, "soma_buffer"]))
+def test_random_stretches_of_one_group_in_their_own_chunks_verify(
+        tmp_path: Path, tokens: int, width: int, hidden: tuple[int, int], pick: int,
+        th_pick: int, resident: bool, db: bool, batch: int, hardware: str | None) -> None:
+    """Two MLPs of random hidden widths in one group, at a count one of them makes and the
+    other may not (it runs in the most it makes below), both skips taken into their
+    accumulators; random tiles, residency, buffering, batch and chip: outputs and every
+    counter equal to the prediction."""
+    from fuseplan.planner.geometry.hidden import chunk_options, folded_skip, stretch_chunks
+
+    problem = api.prepare(_save(_two_mlps(tokens, width, hidden, batch), tmp_path),
+                          hardware=hardware)
+    g = problem.graph
+    io = group_io(g, _all_layers(g))
+    found = stretches(g, io)
+    assert [s.channels for s in found] == list(hidden)
+    assert all(folded_skip(g, io, s) is not None for s in found)
+    options = chunk_options(found)
+    chunks = options[pick % len(options)]
+    assert all(1 <= stretch_chunks(s, chunks) <= chunks for s in found)
+    assert any(stretch_chunks(s, chunks) == chunks for s in found)
+    th = 1 + (th_pick - 1) % tokens
+    assert_verifies(problem, _hand_plan(problem, [_all_layers(g)], th, resident, chunks, db))
