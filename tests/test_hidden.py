@@ -497,3 +497,16 @@ def test_a_qwen2_sized_mlp_reads_every_weight_once(tmp_path: Path, form: str) ->
     report = api.verify(path, out)
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
+
+
+def test_a_stretch_runs_in_the_most_chunks_it_makes_up_to_the_count() -> None:
+    """stretch_chunks' count, found by stepping down, is the largest c <= k whose equal
+    chunks of ceil(C / c) number exactly c, as trying every count finds it."""
+    from fuseplan.planner.geometry.hidden import channel_chunks
+    from fuseplan.planner.ir.chunks import chunk_ranges
+
+    for channels in range(1, 90):
+        for k in range(1, 120):
+            tried = max(c for c in range(1, min(k, channels) + 1)
+                        if len(chunk_ranges(channels, c)) == c)
+            assert channel_chunks(channels, k) == tried, (channels, k)

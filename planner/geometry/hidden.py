@@ -547,11 +547,14 @@ def stretch_chunks(s: Stretch, chunks: int) -> int:
 
 
 def channel_chunks(channels: int, chunks: int) -> int:
-    """stretch_chunks of a stretch of `channels` hidden channels (or units)."""
-    if len(chunk_ranges(channels, chunks)) == chunks:
-        return chunks
-    return max((c for c in range(1, min(chunks, channels + 1))
-                if len(chunk_ranges(channels, c)) == c), default=1)
+    """stretch_chunks of a stretch of `channels` hidden channels (or units). Chunks of
+    ceil(C / k) make ceil(C / ceil(C / k)) = m <= k of them, and every count between m and
+    k makes m too: from k, step to m until a count makes itself (a few steps, not one
+    try per count)."""
+    k = max(1, min(chunks, channels))
+    while (made := -(-channels // -(-channels // k))) != k:
+        k = made
+    return k
 
 
 def chunk_options(s: Sequence[Stretch]) -> list[int]:
