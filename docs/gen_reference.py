@@ -509,7 +509,8 @@ PLAN_KEYS = {
     "groups[].inputs_held": "In passes: inputs loaded once and held for every pass.",
     "groups[].maps_held": "In passes: a pooled map kept on chip for the later passes.",
     "groups[].hidden_chunks": "Hidden-channel (or attention head) chunks each stretch runs "
-                              "in.",
+                              "in; a stretch that cannot make that many runs in the most "
+                              "it makes below it.",
     "groups[].inputs_reloaded": "With hidden chunks: a block input loaded again after the "
                                 "stretch instead of held across it.",
     "groups[].end_chunks": "Channel chunks the group's input is read in (by its first "
