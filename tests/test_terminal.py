@@ -15,6 +15,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import onnx
 import pytest
 import typer
 from rich.cells import cell_len
@@ -23,7 +24,7 @@ from typer.testing import CliRunner
 from fuseplan.planner.core.units import fmt_bytes, rel_path, size_setting, vs_bytes
 from fuseplan.planner.ui import cli_common
 from fuseplan.planner.ui.cli import OBJECTIVES, app
-from fuseplan.planner.ui.tables import Layout, paragraph
+from fuseplan.planner.ui.tables import LAST_ROWS, MOST_ROWS, Layout, paragraph
 from tests import models
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,10 +119,41 @@ def test_compare_fits() -> None:
 @pytest.mark.parametrize("args", [["zoo:squeezenet"], [str(EXPORT), "--shape", EXPORT_SHAPE]])
 def test_inspect_fits(args: list[str]) -> None:
     doc = json.loads(answer("inspect", *args, "--json"))
-    assert_fits(answer("inspect", *args),
-                tuple(f"{lay['macs']:,}" for lay in doc["layers"])
-                + tuple(f"{lay['weight_elems']:,}" for lay in doc["layers"])
-                + tuple("×".join(map(str, lay["out_shape"])) for lay in doc["layers"]))
+    layers = doc["layers"]
+    shown = layers if len(layers) <= MOST_ROWS \
+        else layers[:MOST_ROWS - LAST_ROWS] + layers[-LAST_ROWS:]
+    text = answer("inspect", *args)
+    assert_fits(text, tuple(f"{lay['macs']:,}" for lay in shown)
+                + tuple(f"{lay['weight_elems']:,}" for lay in shown)
+                + tuple("×".join(map(str, lay["out_shape"])) for lay in shown))
+    if len(layers) > MOST_ROWS:
+        assert f"{len(layers) - MOST_ROWS:,} not shown" in " ".join(text.split())
+
+
+def test_a_long_plan_shows_its_first_and_last_groups(tmp_path: Path) -> None:
+    """A chain of 150 ReLUs plans as 150 groups: the table shows the first and the last
+    (a terminal of thousands of rows reads as nothing, and took longer to render than to
+    plan), says how many it leaves out and where they are; --json and the plan file hold
+    every group."""
+    path = tmp_path / "relus.onnx"
+    nodes = [onnx.helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"relu{i}")
+             for i in range(150)]
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(nodes, "relus", [value("t0", 1, [1, 8, 16, 16])],
+                                   [value("t150", 1, [1, 8, 16, 16])])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 17)]), str(path))
+    plan = tmp_path / "plan.json"
+    text = answer("solve", str(path), "-o", str(plan))
+    doc = json.loads(plan.read_text())
+    assert len(doc["groups"]) == 150
+    assert "90 not shown (the plan file and --json hold every group)" in " ".join(text.split())
+    rows = [line.split()[0] for line in text.splitlines()[1:]  # under the title
+            if line.strip() and (line.split()[0].isdigit() or line.split()[0] == "⋮")]
+    assert rows == [*map(str, range(MOST_ROWS - LAST_ROWS)), "⋮",
+                    *map(str, range(150 - LAST_ROWS, 150))]
+    assert_fits(text)
+    assert len(json.loads(answer("solve", str(path), "--json"))["groups"]) == 150
 
 
 def test_explain_fits_and_says_what_binds(tmp_path: Path) -> None:

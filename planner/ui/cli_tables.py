@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console, RenderableType
 
 from fuseplan.planner.core.units import fmt_bytes, rel_path
-from fuseplan.planner.ui.tables import Col, byte_unit, in_unit, table
+from fuseplan.planner.ui.tables import Col, byte_unit, elided, in_unit, table
 
 if TYPE_CHECKING:
     from fuseplan.planner.app.api import Problem
@@ -74,8 +74,11 @@ def plan_table(plan: Plan, console: Console) -> RenderableType:
         cols.append(Col("array\nutil", num=True))
         rows = [(*row, f"{g.predicted.macs / g.predicted.array_macs:.0%}"
                  if g.predicted.array_macs else "-") for row, g in zip(rows, groups, strict=True)]
+    rows, left = elided(rows, len(cols))
     title = (f"{len(groups)} group{'s' * (len(groups) != 1)} ({plan.solver.get('name')}, "
-             f"{plan.solver.get('status')})")
+             f"{plan.solver.get('status')})"
+             + (f"; {left:,} not shown (the plan file and --json hold every group)"
+                if left else ""))
     return table(console, title, cols, rows)
 
 
@@ -172,8 +175,11 @@ def inspect_table(model: str, doc: dict[str, Any], console: Console) -> Renderab
              _tiled_label(lay["layout"]), ", ".join(lay["row_maps"]),
              f"{lay['weight_elems']:,}", f"{lay['macs']:,}",
              "" if lay["block"] is None else str(lay["block"])) for lay in doc["layers"]]
+    rows, left = elided(rows, len(cols))
     return table(console, f"{rel_path(model)}: {len(doc['layers'])} layers, "
-                          f"{len(doc['blocks'])} blocks", cols, rows)
+                          f"{len(doc['blocks'])} blocks"
+                          + (f"; {left:,} not shown (--json lists every layer)"
+                             if left else ""), cols, rows)
 
 
 def pareto_table(model: str, rows: Sequence[dict[str, Any]], console: Console) -> RenderableType:
