@@ -75,7 +75,15 @@ def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     if problem is not None:
         raise PlanningError(f"the group of {p.layers[0]!r} .. {p.layers[-1]!r} cannot run as "
                             f"placed: {problem}")
-    return _COST[mode_kind(graph, p.layers, p.mode)](graph, p, chip)
+    # groups of one structure (repeated blocks; a deep chain's 20,000 ReLUs, priced once
+    # for the plan and once more for the layer-by-layer reference) cost the same at one
+    # tile and mode: priced once per graph
+    key = ("placement_cost", structure_key(graph, group_io(graph, p.layers)), p.tile,
+           p.mode, chip)
+    found = graph.derived.get(key)
+    if found is None:
+        found = graph.derived[key] = _COST[mode_kind(graph, p.layers, p.mode)](graph, p, chip)
+    return found  # type: ignore[no-any-return]
 
 
 def _passes_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
