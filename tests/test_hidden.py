@@ -319,7 +319,9 @@ def test_a_residual_add_takes_its_skip_into_the_accumulator(tmp_path: Path, monk
     assert_verifies(problem, plan)
     for module in (cost_hidden, emulator_hidden, emulator_tiles):
         monkeypatch.setattr(module, "folded_skip", lambda *_: None)
-    before = _hand_plan(problem, [_all_layers(g)], tokens, True, chunks)
+    # a graph of its own: a graph keeps what it has priced (planner.app.assemble)
+    problem = api.prepare(_save(_skip_made_inside(tokens, width), tmp_path, "again"))
+    before = _hand_plan(problem, [_all_layers(problem.graph)], tokens, True, chunks)
     assert_verifies(problem, before)
     skip_bytes = tokens * width * problem.chip.dtype_bytes
     (now,), (then,) = plan.groups, before.groups
