@@ -18,7 +18,7 @@ from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import load_model
 from fuseplan.planner.geometry.heads import Cut, _regrouped, head_walk, take_units
-from fuseplan.planner.geometry.hidden import chunk_options, stretches
+from fuseplan.planner.geometry.hidden import chunk_options, stretch_chunks, stretches
 from fuseplan.planner.geometry.regions import group_io
 from fuseplan.planner.ir.graph import Graph
 
@@ -68,7 +68,12 @@ def test_torchvision_attention_heads_through_sequence_first_shuffles() -> None:
     io = group_io(graph, order[order.index(f"{layer}/ln_1/LayerNormalization"):
                                order.index(f"{layer}/Add_1") + 1])
     assert [s.channels for s in stretches(graph, io)] == [12, 3072]  # attention, then MLP
-    assert chunk_options(stretches(graph, io)) == [2, 3, 4, 6, 12]
+    # the heads' divisors and the MLP's powers of two; each stretch runs in the most it
+    # makes up to the count (8 chunks: the heads in 6, the MLP in 8)
+    found = stretches(graph, io)
+    assert chunk_options(found) == [2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256, 512, 1024]
+    assert [stretch_chunks(s, 8) for s in found] == [6, 8]
+    assert [stretch_chunks(s, 1024) for s in found] == [12, 1024]
 
 
 @settings(max_examples=200, deadline=None)

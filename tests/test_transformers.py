@@ -312,13 +312,24 @@ def test_vit_b_16_at_batch_8_reads_every_weight_once_on_the_default_chip(
         tmp_path: Path) -> None:
     """Issue 18's batch check: tiles of two images (four tiles, one round of the four
     clusters) share every streamed weight read. The attention half-blocks hold two images
-    only with their input loaded again after the head chunks (planner.geometry.reload)."""
+    only with their input loaded again after the head chunks (planner.geometry.reload).
+    Since block groups reach 40 layers, the patch embedding joins the first attention half
+    in tiles of one image (two rounds: its 6.2 MB of weights read twice), which saves more
+    than that elsewhere: 319,751,884 B against 330,460,872 B when every weight was read
+    once (a19abc4). Every other group reads its weights once."""
     batch: dict[str, tuple[int, ...]] = {"input": (8, 3, 224, 224)}
     plan = _verify(tmp_path, str(EXPORTS / "vit_b_16.onnx"), batch, [])
     graph = build_graph(load_model(str(EXPORTS / "vit_b_16.onnx"), batch))
     weights = {w for lay in graph.layers for w in lay.weights}
     once = sum(graph.constants[w].size for w in weights) * 2  # fp16
-    assert plan.totals.weight_read_bytes == once
+    assert plan.totals.dram_bytes <= 330_460_872
+    first = {w for n in plan.groups[0].layers for w in graph.layer(n).weights}
+    again = sum(graph.constants[w].size for w in first) * 2
+    assert plan.totals.weight_read_bytes <= once + again
+    for g in plan.groups[1:]:
+        mine = {w for n in g.layers for w in graph.layer(n).weights}
+        assert g.predicted.weight_read_bytes == sum(graph.constants[w].size
+                                                    for w in mine) * 2, g.id
     assert any(g.placement.inputs_reloaded and g.tile.n == 2 for g in plan.groups)
 
 
