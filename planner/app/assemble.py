@@ -83,7 +83,8 @@ def placement_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     found = graph.derived.get(key)
     if found is None:
         found = graph.derived[key] = _COST[mode_kind(graph, p.layers, p.mode)](graph, p, chip)
-    return found  # type: ignore[no-any-return]
+    assert isinstance(found, Counters)
+    return found
 
 
 def _passes_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:

@@ -175,11 +175,11 @@ def inspect_table(model: str, doc: dict[str, Any], console: Console) -> Renderab
              _tiled_label(lay["layout"]), ", ".join(lay["row_maps"]),
              f"{lay['weight_elems']:,}", f"{lay['macs']:,}",
              "" if lay["block"] is None else str(lay["block"])) for lay in doc["layers"]]
-    rows, left = elided(rows, len(cols))
+    shown, left = elided(rows, len(cols))
     return table(console, f"{rel_path(model)}: {len(doc['layers'])} layers, "
                           f"{len(doc['blocks'])} blocks"
                           + (f"; {left:,} not shown (--json lists every layer)"
-                             if left else ""), cols, rows)
+                             if left else ""), cols, shown)
 
 
 def pareto_table(model: str, rows: Sequence[dict[str, Any]], console: Console) -> RenderableType:
