@@ -97,7 +97,9 @@ def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
     step, most = search.max_group_layers, max(search.max_block_group_layers,
                                                search.max_group_layers)
     out = [single_cuts(graph)]
-    for bypass in [*range(step, most, step), most]:
+    # the limit's own skips first, then the shorter cut-offs longest first: the spans they
+    # add come after those the limit alone gives, which a time limit reaches first
+    for bypass in [most, *reversed(range(step, most, step))]:
         cuts = single_cuts(graph, bypass)
         if cuts not in out:
             out.append(cuts)

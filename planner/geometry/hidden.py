@@ -516,7 +516,8 @@ def _folded_skip(graph: Graph, io: GroupIO, s: Stretch) -> SkipFold | None:
             or skip in io.in_place:
         return None
     if not graph.dims(skip) == graph.dims(acc) == graph.dims(add.outputs[0]) \
-            or graph.shapes[skip] != graph.shapes[acc] or graph.shapes[acc] != graph.shapes[s.out]:
+            or graph.shapes[skip] != graph.shapes[acc] or graph.shapes[acc] != graph.shapes[s.out] \
+            or not graph.layout(skip) == graph.layout(acc) == graph.layout(add.outputs[0]):
         return None
     if any(skip in graph.layer(n).fmap_inputs for n in io.layers[a:b + 1]):
         return None
