@@ -70,17 +70,25 @@ def single_cuts(graph: Graph, bypass: int | None = None) -> list[int]:
     `bypass` positions after it is made: a long skip (a segmentation head's low-level
     features, a detector's early output) passes every group between by, it is no boundary
     of theirs."""
+    return _cuts_of(_model_lifetimes(graph), len(graph.layers), bypass)
+
+
+def _model_lifetimes(graph: Graph) -> list[tuple[int, int]]:
+    """(first, last) step of every tensor with the whole model as one group: a tensor is on
+    chip from its step to its last use (the model outputs to past the end)."""
     order = [lay.name for lay in graph.layers]
-    # the whole model as one group: a tensor is on chip from its step to its last use
-    # (the model outputs to past the end)
-    spans = lifetimes(graph, group_io(graph, order))
-    crossing = [0] * len(order)
-    for b, last in spans.values():
+    return list(lifetimes(graph, group_io(graph, order)).values())
+
+
+def _cuts_of(spans: Sequence[tuple[int, int]], layers: int, bypass: int | None) -> list[int]:
+    """single_cuts from the model's tensor lifetimes."""
+    crossing = [0] * layers
+    for b, last in spans:
         if bypass is not None and last - max(b, 0) > bypass:
             continue
         for p in range(max(b, 0), last):
             crossing[p] += 1
-    return [p for p in range(len(order) - 1) if crossing[p] == 1]
+    return [p for p in range(layers - 1) if crossing[p] == 1]
 
 
 def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
@@ -96,11 +104,12 @@ def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
     search = ruleset.search
     step, most = search.max_group_layers, max(search.max_block_group_layers,
                                                search.max_group_layers)
-    out = [single_cuts(graph)]
+    spans, layers = _model_lifetimes(graph), len(graph.layers)  # once for every cut-off
+    out = [_cuts_of(spans, layers, None)]
     # the limit's own skips first, then the shorter cut-offs longest first: the spans they
     # add come after those the limit alone gives, which a time limit reaches first
     for bypass in [most, *reversed(range(step, most, step))]:
-        cuts = single_cuts(graph, bypass)
+        cuts = _cuts_of(spans, layers, bypass)
         if cuts not in out:
             out.append(cuts)
     return out
