@@ -39,6 +39,17 @@ from fuseplan.hardware.chip import Chip
 
 
 @dataclass(frozen=True)
+class LayerEvents:
+    """One layer of a tile played layer by layer: the chunks of weights that arrived for it,
+    in order, each with its share of the layer's work, and the work it did."""
+
+    chunks: tuple[tuple[int, Fraction], ...]
+    macs: int
+    array_macs: int
+    vector_ops: int
+
+
+@dataclass(frozen=True)
 class TileEvents:
     """What one tile did, as the emulator counted it while running it."""
 
@@ -48,6 +59,10 @@ class TileEvents:
     vector_ops: int
     store_bytes: int  # bytes stored to DRAM
     array_macs: int = 0  # MACs its array passes occupied (planner.ir.array; 0: no array)
+    # its layers in order, when its weights arrive layer by layer after its maps and each
+    # layer computes once its own are in (the tile that loads a group's weights); else ()
+    layers: tuple[LayerEvents, ...] = ()
+    ahead: int = 0  # chunks of weights on chip at once (streamed: 2, the pair); 0: any
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,48 @@ class ClockChip:
         matrix = tile.array_macs if self.array else tile.macs
         return (ceil(matrix / (cores * self.macs_per_cycle))
                 + ceil(tile.vector_ops / (cores * self.vector_lanes)))
+
+    def layer_compute(self, layer: LayerEvents, cores: int) -> Fraction:
+        """Exact cycles `cores` cores spend on one layer of a tile played layer by layer."""
+        matrix = layer.array_macs if self.array else layer.macs
+        return (Fraction(matrix, cores * self.macs_per_cycle)
+                + Fraction(layer.vector_ops, cores * self.vector_lanes))
+
+    def layered_end(self, tile: TileEvents, cores: int, begin: Fraction, free: Fraction,
+                    preloaded: Fraction = Fraction(0)) -> Fraction:
+        """When a tile played layer by layer ends computing: its transfer began at `begin`
+        with its maps, then each layer's chunks of weights in order (less `preloaded` bytes
+        at their front, prefetched; a chunk waits for the one `tile.ahead` before it to have
+        computed, its buffer); a chunk's share of its layer computes once the chunk is in
+        and the cores are done with what came before (free from `free` on)."""
+        link = begin + tile.load_bytes / self.bytes_per_cycle
+        end, skip = max(free, link), preloaded
+        done: list[Fraction] = []
+        for layer in tile.layers:
+            work = self.layer_compute(layer, cores)
+            for size, share in layer.chunks or ((0, Fraction(1)),):
+                if size:
+                    k = len(done)
+                    if tile.ahead and k >= tile.ahead:
+                        link = max(link, done[k - tile.ahead])
+                    took = min(skip, Fraction(size))
+                    skip -= took
+                    link += (size - took) / self.bytes_per_cycle
+                    end = max(end, link)
+                end += work * share
+                if size:
+                    done.append(end)
+        return end
+
+    def hidden_by_layers(self, tile: TileEvents, cores: int) -> int:
+        """Whole cycles of a tile's compute that its layer-by-layer weights hide behind its
+        own transfer (0 for a tile not played layer by layer): what a prefetch of its
+        weights could not hide again."""
+        if not tile.layers:
+            return 0
+        loads = (tile.load_bytes + tile.weight_bytes) / self.bytes_per_cycle
+        work = sum((self.layer_compute(x, cores) for x in tile.layers), Fraction(0))
+        return floor(loads + work - self.layered_end(tile, cores, Fraction(0), Fraction(0)))
 
 
 @dataclass(frozen=True)
@@ -129,8 +186,13 @@ def simulate_plan(chip: Chip, runs: Sequence[GroupRun]) -> list[GroupTime]:
     for run in runs:
         prefetched, prefetch_start = Fraction(0), clock
         if run.prefetch and times:
-            prefetched, first_gap = _prefetch(times[-1], _step_weights(run.bands, 0)
-                                              / timing.bytes_per_cycle)
+            # its first tile hides part of its weights' load behind its compute anyway:
+            # the prefetch takes no more than the rest
+            first = run.bands[0][0] if run.bands and run.bands[0] else None
+            hidden = timing.hidden_by_layers(first, timing.cores) if first else 0
+            wanted = max(Fraction(0), _step_weights(run.bands, 0) / timing.bytes_per_cycle
+                         - hidden)
+            prefetched, first_gap = _prefetch(times[-1], wanted)
             prefetch_start = floor(first_gap) if first_gap is not None else clock
         trace = simulate_group(timing, run, Fraction(clock), prefetched * timing.bytes_per_cycle)
         end = max(clock, ceil(trace.end))
@@ -190,6 +252,8 @@ class _Playback:
         self.weights = [Fraction(_step_weights(bands, s)) for s in range(steps)]
         self.weights[0] = max(Fraction(0), self.weights[0] - preloaded_weight_bytes)
         self.work = [[timing.compute(t, cores) for t in b] for b in bands]
+        self.preloaded = preloaded_weight_bytes
+        self.load_begin: list[list[Fraction]] = [[] for _ in bands]
         self.load_end: list[list[Fraction]] = [[] for _ in bands]
         self.comp_end: list[list[Fraction]] = [[] for _ in bands]
         self.store_end: list[list[Fraction]] = [[] for _ in bands]
@@ -223,7 +287,14 @@ class _Playback:
                     if len(load_end[carrier[s]]) <= s:
                         break
                     ready = max(ready, load_end[carrier[s]][s])
-                ends.append(max(ready, ends[-1] if ends else self.start) + self.work[b][s])
+                free = ends[-1] if ends else self.start
+                tile = self.bands[b][s]
+                if tile.layers and carrier[s] == b:  # its layers compute as weights arrive
+                    ends.append(self.timing.layered_end(
+                        tile, self.timing.cores // len(self.bands), self.load_begin[b][s],
+                        free, self.preloaded if s == 0 else Fraction(0)))
+                else:
+                    ends.append(max(ready, free) + self.work[b][s])
 
     def next_transfer(self) -> tuple[Fraction, int, int]:
         """(ready, kind: 0 store / 1 load, band) of the transfer served next: the earliest
@@ -254,6 +325,8 @@ class _Playback:
         self.link = begin + size / self.timing.bytes_per_cycle
         if self.link > begin:
             self.busy.append((begin, self.link))
+        if kind == 1:
+            self.load_begin[b].append(begin)
         (self.store_end if kind == 0 else self.load_end)[b].append(self.link)
         self.advance_compute()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from math import ceil, floor
 
 import numpy as np
@@ -44,6 +45,7 @@ from fuseplan.planner.geometry.hidden import stretches
 from fuseplan.planner.geometry.passes import pass_split
 from fuseplan.planner.geometry.regions import Box, GroupIO, anchor_extent, group_io, iter_tiles
 from fuseplan.planner.geometry.rounds import round_size
+from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.checks import check_bands, whole_tile
 from fuseplan.planner.plan.data import Group, Plan
@@ -189,10 +191,44 @@ class Run:
 
 
 def _tiles(r: Run) -> None:
+    g = r.group
+    # streamed, its chunks wait for their buffers: played so only where no other tile
+    # shares the link with them
+    if (g.weights_resident or len(r.anchors()) == 1) and not g.halo_reuse \
+            and not r.io.accumulated and len(r.io.layers) > 1:
+        # its first tile loads every weight: each layer computes once its own are in
+        r.tally.layer_chunks = _layer_chunks(r.graph, r.io, r.chip.dtype_bytes, r.tally.stream)
     if r.group.halo_reuse:
         run_reuse_tiles(r.graph, r.group, r.chip, r.dram, r.weights, r.tally, layers=r.layers)
     else:
         run_tiles(r.graph, r.group, r.io, r.anchors(), r.dram, r.weights, r.tally, r.layers)
+
+
+def _layer_chunks(graph: Graph, io: GroupIO, dt: int, stream: WeightStream | None
+                  ) -> dict[str, tuple[tuple[int, Fraction], ...]]:
+    """Per layer of the group, in its order, the chunks of weights the DMA brings for it and
+    each one's share of the layer's work: resident, each weight tensor whole before the
+    first layer that reads it; streamed, the layer's chunks as its stream slices them
+    (each making its range of the output channels)."""
+    seen: set[str] = set()
+    out: dict[str, tuple[tuple[int, Fraction], ...]] = {}
+    for i, name in enumerate(io.layers):
+        lay = graph.layer(name)
+        if stream is not None:
+            sizes = stream.sizes[i]
+            split = chunk_axes(graph, lay)
+            if len(sizes) > 1 and split is not None:
+                ranges = chunk_ranges(split[0], len(sizes))
+                out[name] = tuple((size, Fraction(hi - lo, split[0]))
+                                  for size, (lo, hi) in zip(sizes, ranges, strict=True))
+            else:
+                out[name] = tuple((size, Fraction(1)) for size in sizes if size)
+            continue
+        fresh = {w for w in lay.weights if w not in seen}
+        seen |= fresh
+        size = sum(int(graph.constants[w].size) for w in fresh) * dt
+        out[name] = ((size, Fraction(1)),) if size else ()
+    return out
 
 
 def _weights_outer(r: Run) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from math import ceil
 
 import numpy as np
 
 from fuseplan.emulator.chunks import Compute, WeightStream
-from fuseplan.emulator.clock import TileEvents
+from fuseplan.emulator.clock import LayerEvents, TileEvents
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.regions import GroupIO, box_elems, full_box, tile_regions
@@ -104,6 +105,12 @@ class Tally:
     mapped: dict[str, tuple[Layer, int]] = field(default_factory=dict)
     flat_array: int = 0
     array_before: int = 0  # array MACs counted before this tile
+    # a tile that loads the weights plays layer by layer (emulator.clock.LayerEvents): the
+    # chunks of weights that arrive for each layer, in the group's order, each with its
+    # share of the layer's work (empty: it does not)
+    layer_chunks: Mapping[str, tuple[tuple[int, Fraction], ...]] = field(default_factory=dict)
+    # per layer, the (MACs, array MACs, vector ops) of the tile being run
+    layer_work: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     @property
     def array_macs(self) -> int:
@@ -143,11 +150,19 @@ class Tally:
 
     def ops(self, lay: Layer, outputs: int) -> None:
         """Count the work of computing `outputs` elements of a layer."""
+        ops = outputs * lay.macs_per_output
         if lay.is_main:
-            self.macs += outputs * lay.macs_per_output
-            self.count_array(lay, outputs, outputs * lay.macs_per_output)
+            self.macs += ops
+            self.count_array(lay, outputs, ops)
         else:
-            self.vector_ops += outputs * lay.macs_per_output
+            self.vector_ops += ops
+        if self.layer_chunks:
+            macs, array, vector = self.layer_work.get(lay.name, (0, 0, 0))
+            if lay.is_main:
+                macs, array = macs + ops, array + array_macs(lay, self.chip, outputs, ops)
+            else:
+                vector += ops
+            self.layer_work[lay.name] = (macs, array, vector)
 
     def step(self, tile: int, fmap_bytes: int, layer: int | None = None,
              weights: int | None = None, held: int = 0) -> None:
@@ -197,9 +212,23 @@ class Tally:
         array = self.array_macs
         self.events.append(TileEvents(loaded, weights, self.macs - macs,
                                       self.vector_ops - vector_ops, written,
-                                      array - self.array_before))
+                                      array - self.array_before,
+                                      self._layer_events() if weights else (),
+                                      0 if self.group.weights_resident else 2))
+        self.layer_work = {}
         self.ops_before = (self.macs, self.vector_ops)
         self.array_before = array
+
+    def _layer_events(self) -> tuple[LayerEvents, ...]:
+        """The tile's layers as the clock plays them, when the group plays its weight-loading
+        tile layer by layer."""
+        if not self.layer_chunks:
+            return ()
+        out = []
+        for name, chunks in self.layer_chunks.items():
+            macs, array, vector = self.layer_work.get(name, (0, 0, 0))
+            out.append(LayerEvents(chunks, macs, array, vector))
+        return tuple(out)
 
     def counters(self, graph: Graph, io: GroupIO) -> Counters:
         """The group's byte and work counters (its time comes from the clock: see

@@ -354,7 +354,9 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
             continue
         for b in starting[spans[a][1] + 1]:
             w = weight_bytes(graph, cands[b].io.weights, chip)
-            most = weight_prefetch_cycles(chip, w)
+            # what the second's first tile hides behind its own weight loads stays hidden
+            pinned = cands[b].fixed
+            most = weight_prefetch_cycles(chip, w) - (pinned.overlap_cycles if pinned else 0)
             if cand.fixed is not None:  # a pinned choice: its idle time and room are known
                 facts = cand.facts_any_tile
                 most = min(most, idle_dram_cycles(chip, cand.fixed, facts.double_buffered)) \

@@ -66,8 +66,9 @@ class TimedPricing:
     _weights: dict[tuple[int, int], int] = field(default_factory=dict)
     _choices: dict[int, list[Choice]] = field(default_factory=dict)
     _floors: dict[int, tuple[int, Work]] = field(default_factory=dict)  # by edge
-    # by edge, state and the next group's prefetched weight bytes: (units, choice)
-    _given: dict[tuple[int, Hashable, int], tuple[int, int]] = field(default_factory=dict)
+    # by edge, state and the next group's (weight bytes, overlap): (units, choice)
+    _given: dict[tuple[int, Hashable, tuple[int, int]], tuple[int, int]] = field(
+        default_factory=dict)
     _floored: dict[tuple[int, Work, int], int] = field(default_factory=dict)
 
     def hide_limits(self, edges: Sequence[Edge]) -> None:
@@ -123,41 +124,51 @@ class TimedPricing:
     def kinds(self, e: Edge) -> Sequence[Hashable]:
         """The states a predecessor's price depends on (bounded_path.PairPricing): whether
         a searched edge's choice holds its weights resident (all of them load with its
-        first tile, so they can be prefetched); None for an edge not searched yet."""
+        first tile, so they can be prefetched) and, if so, the cycles its first tile hides
+        behind its own weight loads (no prefetch hides those again); None for an edge not
+        searched yet."""
         if not (e.searched and e.choice is not None):
             return [None]
-        return sorted({c.resident for c in self.choices(e)}, reverse=True)
+        return sorted({self._kind(c) for c in self.choices(e)}, reverse=True)
+
+    @staticmethod
+    def _kind(c: Choice) -> tuple[bool, int]:
+        return (c.resident, c.cost.overlap_cycles if c.resident else 0)
 
     def follows(self, b: Edge, kind: Hashable) -> Hashable:
-        """The weight bytes b's state lets the group before it prefetch: all of b's when
-        resident, or when b is not searched yet (it may be: a bound), else none."""
-        return 0 if kind is False else self.weight_bytes(b.start, b.end)
+        """(weight bytes b's state lets the group before it prefetch, cycles of their load
+        b hides itself): all of b's when resident, or when b is not searched yet (it may
+        be: a bound, hiding none itself), else none."""
+        if kind is None:
+            return (self.weight_bytes(b.start, b.end), 0)
+        assert isinstance(kind, tuple)
+        return (self.weight_bytes(b.start, b.end), kind[1]) if kind[0] else (0, 0)
 
     def adds(self, a: Edge, kind: Hashable, after: Hashable | None) -> tuple[int, int]:
         """What edge a in state `kind` adds to a plan when the next group prefetches
         `after` weight bytes behind it (None: a ends the plan), and the choice that adds
         that: exact once a is searched (its best choice of that state, the saving counted
         where the weights fit the room it leaves), else its floor given that much hidden."""
-        w = after if isinstance(after, int) else 0
+        w, overlap = after if isinstance(after, tuple) else (0, 0)
         if kind is None:
             if a.floor <= 0 or id(a) not in self._floors:  # no floor trusted, or none known
                 return a.floor, 0
             floor_bytes, work = self._floors[id(a)]  # refining may raise them: key by value
-            hides = weight_prefetch_cycles(self.chip, w)
+            hides = max(0, weight_prefetch_cycles(self.chip, w) - overlap)
             if (floor_bytes, work, hides) not in self._floored:
                 self._floored[floor_bytes, work, hides] = timed_floor(
                     self.chip, self.objective, self.settings, floor_bytes, work, hides)
             return self._floored[floor_bytes, work, hides], 0
-        key = (id(a), kind, w)
+        key = (id(a), kind, (w, overlap))
         if key not in self._given:
             found: tuple[int, int] | None = None
             for k, c in enumerate(self.choices(a)):
-                if c.resident is not kind:
+                if self._kind(c) != kind:
                     continue
                 units = c.units
                 if w and c.room >= w:
                     units -= self.coef * prefetch_cycles(self.chip, c.cost,
-                                                         c.double_buffered, w)
+                                                         c.double_buffered, w, overlap)
                 if found is None or units < found[0]:
                     found = (units, k)
             assert found is not None  # kinds() lists only the states some choice has

@@ -15,6 +15,7 @@ from math import ceil
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.units import vs_bytes
+from fuseplan.planner.cost.layered import layered_applies
 from fuseplan.planner.cost.model import (
     Counters,
     group_cost,
@@ -23,6 +24,7 @@ from fuseplan.planner.cost.model import (
     idle_dram_cycles,
     reread_weights,
     resident_work,
+    streamed_overlap,
     tile_shares,
     weight_passes,
     with_time,
@@ -49,6 +51,7 @@ from fuseplan.planner.geometry.regions import (
     anchor_extent,
     group_chains,
     group_io,
+    tile_count,
     tiled_like_anchor,
 )
 from fuseplan.planner.ir.graph import Graph
@@ -199,6 +202,9 @@ class GroupSearch:
     # counters with resident weights by (tile, halo reuse): residency changes only the reads
     resident_costs: dict[tuple[Tile, bool], Counters] = field(default_factory=dict, repr=False,
                                                               compare=False)
+    # a streamed group read in one round: its first tile's overlap (planner.cost.layered)
+    streamed_overlaps: dict[tuple[Tile, bool], int] = field(default_factory=dict, repr=False,
+                                                            compare=False)
     # what the rules' facts work out for this group whatever the residency, buffers and
     # chunks (enumerated spans, halo re-reads), shared by every check of this search
     memo: dict[tuple[object, ...], object] = field(
@@ -367,9 +373,16 @@ class GroupSearch:
                 self.graph, self.io, self.chains, tile, self.chip, halo_reuse,
                 self.reuse_grid(tile) if halo_reuse else None)
         once = self.resident_costs[key]
-        return once if resident else reread_weights(
-            once, weight_passes(self.graph, self.io, tile, self.chip, halo_reuse), self.chip,
-            tile_shares(self.graph, self.io, tile))
+        if resident:
+            return once
+        out = reread_weights(once, weight_passes(self.graph, self.io, tile, self.chip, halo_reuse),
+                             self.chip, tile_shares(self.graph, self.io, tile))
+        if tile_count(self.graph, self.io, tile) > 1 or not layered_applies(self.io, halo_reuse):
+            return out
+        if key not in self.streamed_overlaps:
+            self.streamed_overlaps[key] = streamed_overlap(self.graph, self.io, tile,
+                                                           self.chip, once)
+        return replace(out, overlap_cycles=self.streamed_overlaps[key])
 
     def quick_cost(self, tile: Tile, resident: bool, double_buffered: bool,
                    halo_reuse: bool = False, weights_outer: bool = False) -> Counters:

@@ -11,7 +11,8 @@ import pytest
 from fuseplan.planner.app import api
 from fuseplan.planner.app.dynamic import cover_optimized, cover_simple
 from fuseplan.planner.core.errors import InputError
-from fuseplan.planner.cost.model import enumerated_cost, group_cost
+from fuseplan.planner.cost.enumerated import enumerated_cost
+from fuseplan.planner.cost.model import group_cost
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import load_model
 from fuseplan.planner.geometry.regions import Tile, group_io, iter_tiles

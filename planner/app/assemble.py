@@ -173,7 +173,8 @@ def with_prefetch(graph: Graph, chip: Chip, groups: Sequence[Group]) -> tuple[Gr
         if not g.weights_resident:  # its first tile loads one chunk of its weights, no more
             continue
         w = weight_bytes(graph, group_io(graph, g.layers).weights, chip)
-        hidden = prefetch_cycles(chip, prev.predicted, prev.double_buffered, w)
+        hidden = prefetch_cycles(chip, prev.predicted, prev.double_buffered, w,
+                                 g.predicted.overlap_cycles)
         if hidden and prefetch_fits(graph, chip, prev, g):
             out[k] = replace(g, predicted=with_time(chip, g.predicted, g.double_buffered, hidden),
                              placement=replace(g.placement, prefetch=True))

@@ -33,9 +33,9 @@ from ortools.sat.python import cp_model
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.errors import InputError, PlanningError
 from fuseplan.planner.core.files import make_dir, write_atomic
+from fuseplan.planner.cost.enumerated import enumerated_cost
 from fuseplan.planner.cost.model import (
     Counters,
-    enumerated_cost,
     footprint,
     live_steps,
     sram_staged,

@@ -41,7 +41,7 @@ def derived_counters(graph: Graph, plan: Plan, chip: Chip) -> list[Counters]:
         if g.prefetch and k > 0:
             prev = plan.groups[k - 1]
             w = weight_bytes(graph, group_io(graph, g.layers).weights, chip)
-            hidden = prefetch_cycles(chip, out[k - 1], prev.double_buffered, w)
+            hidden = prefetch_cycles(chip, out[k - 1], prev.double_buffered, w, c.overlap_cycles)
             c = with_time(chip, c, g.double_buffered, hidden)
         out.append(c)
     return out

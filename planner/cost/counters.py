@@ -30,6 +30,10 @@ class Counters:
     # double-buffered cycles the closed form's overlap misses: the cores waiting for loads
     # far from even (a weights-outer group's chunks, planner.cost.schedule)
     stall_cycles: int = 0
+    # cycles of the first tile's compute hidden behind its own weight loads: its weights
+    # arrive layer by layer and each layer computes once its own are in
+    # (planner.cost.schedule.layered_overlap)
+    overlap_cycles: int = 0
     cycles: int = 0
     energy_pj: float = 0.0
 
@@ -45,5 +49,5 @@ class Counters:
 
 # Fields that are time or priced from time, not counted bytes or work: the emulator's come
 # from its own clock, so they are compared with the prediction, not required to equal it.
-TIMING_FIELDS = ("prefetch_cycles", "band_compute_cycles", "stall_cycles", "cycles",
-                 "energy_pj")
+TIMING_FIELDS = ("prefetch_cycles", "band_compute_cycles", "stall_cycles", "overlap_cycles",
+                 "cycles", "energy_pj")

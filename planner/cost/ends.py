@@ -106,5 +106,7 @@ def ends_cost(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, chunks
                                                        weights_resident)
     extra = ends_core_bytes(graph, io, chains, ends, chunks, tile, chip.dtype_bytes)
     peak = ends_peak_bytes(graph, io, chains, ends, chunks, tile, chip, weights_resident)
-    c = replace(base, core_fmap_bytes=base.core_fmap_bytes + extra, sram_peak_bytes=peak)
+    # the ends stream in chunks: the first tile is not played layer by layer
+    c = replace(base, core_fmap_bytes=base.core_fmap_bytes + extra, sram_peak_bytes=peak,
+                overlap_cycles=0)
     return with_time(chip, c, False)

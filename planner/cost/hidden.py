@@ -284,7 +284,9 @@ def hidden_cost(graph: Graph, io: GroupIO, chains: GroupChains, found: Sequence[
     extra = chunk_core_bytes(graph, io, chains, found, chunks, tile, chip.dtype_bytes)
     peak = hidden_peak_bytes(graph, io, chains, found, chunks, tile, chip, weights_resident,
                              double_buffered, reloaded=reloaded)
-    c = replace(base, core_fmap_bytes=base.core_fmap_bytes + extra, sram_peak_bytes=peak)
+    # the chunks interleave the stretch's layers: the first tile is not played layer by layer
+    c = replace(base, core_fmap_bytes=base.core_fmap_bytes + extra, sram_peak_bytes=peak,
+                overlap_cycles=0)
     if reloaded:
         c = reload_counters(graph, io, chains, tile, chip, c, reloaded)
     return with_time(chip, c, double_buffered)

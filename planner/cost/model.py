@@ -18,14 +18,13 @@ actually moves. Execution model, per group:
   group; the SRAM footprint of a tile is the peak of live feature-map bytes
   (plus the weights on single-memory chips);
 * cycles (cycles_energy): compute = MACs on the matrix units + vector ops on the vector
-  lanes of every core; with a second input buffer the next tile loads while this one
-  computes, so a group costs fill (first tile's loads) + max(remaining transfers,
-  compute) + drain (last store), else transfers and compute add up;
+  lanes; with a second input buffer a group costs fill (first tile's loads) +
+  max(remaining transfers, compute) + drain, else transfers and compute add up; a
+  resident group's first tile computes each layer as its weights arrive (layered);
 * next-group prefetch (prefetch_cycles): a group's weights do not depend on the group
   before it, so they load while that group computes, when they fit beside it (WRAM on
   chips with one, else SRAM beside the previous group's live tiles and resident weights).
-  The DRAM link is idle for `idle_dram_cycles` of the previous group (compute - remaining
-  transfers when double-buffered, all of compute when not), so the group starts
+  The DRAM link is idle for `idle_dram_cycles` of the previous group, so the group starts
   min(idle, floor(weight bytes / DRAM bytes per cycle)) cycles earlier: its fill shrinks
   by that much. Only the weights are prefetched (they are the same for every tile choice,
   which keeps the saving a function of the previous group and one number of this one, so
@@ -45,6 +44,7 @@ from math import ceil, floor, prod
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.layered import first_tile_overlap, layered_applies
 from fuseplan.planner.cost.objective import energy_pj
 from fuseplan.planner.cost.schedule import Step, double_buffered_span
 from fuseplan.planner.cost.weight_stream import (
@@ -448,28 +448,28 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
     With a second buffer the next tile loads while the current one computes, so a group
     costs fill (first load) + max(remaining DRAM transfers, compute) + drain (last store);
     without one, transfers and compute add up. Loads far from even stall the cores beyond
-    that overlap (``stall_cycles``, planner.cost.schedule). ``prefetched`` cycles of the
-    fill were spent during the previous group (prefetch_cycles) and are not this group's.
-    Energy: the one
-    formula, planner.cost.objective.energy_pj, over the counters and these cycles.
+    that overlap (``stall_cycles``, planner.cost.schedule); the first tile's layers computing
+    as their weights arrive hide ``overlap_cycles`` of it (planner.cost.layered); a prefetch
+    spent ``prefetched`` cycles of the fill in the group before. Energy: energy_pj.
     """
     bpc = dram_bytes_per_cycle(chip)
     compute = compute_cycles(chip, c)
-    moved = c.dram_read_bytes + c.dram_write_bytes
     if double_buffered:
         fill, rest, drain = dram_phases(chip, c)
-        cycles = fill + max(rest, compute) + drain + c.stall_cycles
+        layered = fill + max(rest, compute - c.overlap_cycles) + drain + c.stall_cycles
     else:
-        cycles = ceil(moved / bpc) + compute
-    cycles -= prefetched
+        layered = ceil(c.dram_bytes / bpc) + compute - c.overlap_cycles
+    # a prefetch hides no more than the weights' load time left after the overlap
+    # (prefetch_cycles), so the two savings add up
+    cycles = layered - prefetched
     return cycles, energy_pj(chip, c, cycles)
 
 
 def idle_dram_cycles(chip: Chip, c: Counters, double_buffered: bool) -> int:
     """Cycles of a group's span in which the DRAM link moves nothing of its own: compute
-    beyond the remaining transfers when double-buffered (fill and drain keep the link
-    busy), the whole compute phase when loads, compute and stores run one after another."""
-    compute = compute_cycles(chip, c)
+    (less what its first tile hides behind its own loads) beyond the remaining transfers
+    when double-buffered, all of it when loads, compute and stores run one after another."""
+    compute = compute_cycles(chip, c) - c.overlap_cycles
     if double_buffered:
         _, rest, _ = dram_phases(chip, c)
         return max(0, compute - rest)
@@ -482,12 +482,12 @@ def weight_prefetch_cycles(chip: Chip, weight_bytes_next: int) -> int:
 
 
 def prefetch_cycles(chip: Chip, prev: Counters, prev_double_buffered: bool,
-                    weight_bytes_next: int) -> int:
+                    weight_bytes_next: int, overlap_next: int = 0) -> int:
     """Fill cycles of a group hidden behind the previous group: its weights load while the
-    DRAM link is idle there, up to their own load time (the caller checks they fit)."""
+    DRAM link is idle there, up to their own load time less what its first tile's compute
+    hides of them anyway (``overlap_next``; the caller checks they fit)."""
     return min(idle_dram_cycles(chip, prev, prev_double_buffered),
-               weight_prefetch_cycles(chip, weight_bytes_next))
-
+               max(0, weight_prefetch_cycles(chip, weight_bytes_next) - overlap_next))
 
 
 def group_tensors(graph: Graph, io: GroupIO) -> list[str]:
@@ -517,9 +517,20 @@ def work_counters(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     if weights_outer:
         return weights_outer_work(graph, io, chains, tile, chip)
     once = resident_work(graph, io, chains, tile, chip, halo_reuse, grid)
-    return once if weights_resident else reread_weights(
-        once, weight_passes(graph, io, tile, chip, halo_reuse), chip,
-        tile_shares(graph, io, tile))
+    if weights_resident:
+        return once
+    out = reread_weights(once, weight_passes(graph, io, tile, chip, halo_reuse), chip,
+                         tile_shares(graph, io, tile))
+    return replace(out, overlap_cycles=streamed_overlap(graph, io, tile, chip, once)) \
+        if tile_count(graph, io, tile) == 1 and layered_applies(io, halo_reuse) else out
+
+
+def streamed_overlap(graph: Graph, io: GroupIO, tile: Tile, chip: Chip, once: Counters) -> int:
+    """overlap_cycles of a streamed group of one tile (planner.cost.layered), from its
+    resident counters `once`."""
+    first = tile_regions(graph, io, edge_tiles(graph, io, tile)[0])
+    return first_tile_overlap(graph, io, first, chip,
+                              once.first_load_bytes - once.weight_read_bytes, streamed=True)
 
 
 def weight_passes(graph: Graph, io: GroupIO, tile: Tile, chip: Chip,
@@ -543,8 +554,9 @@ def reread_weights(once: Counters, passes: int, chip: Chip | None = None,
     load with the first tile of its round, and the cores' wait for them (round_stall) is
     counted."""
     extra = once.weight_read_bytes * (passes - 1)
+    # streamed weights hold one step's chunks: none arrives ahead of its layer
     out = replace(once, dram_read_bytes=once.dram_read_bytes + extra,
-                  weight_read_bytes=once.weight_read_bytes + extra)
+                  weight_read_bytes=once.weight_read_bytes + extra, overlap_cycles=0)
     if chip is None or passes <= 1 or len(shares) < passes or once.band_compute_cycles:
         return out
     per_round = ceil(len(shares) / passes)
@@ -586,6 +598,8 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     last_store = sum(box_elems(graph, t, last if t == io.anchor else last_boxes[t])
                      for t in io.outputs) * dt
     once = sum(box_elems(graph, t, chains.full[t]) for t in loads) * dt
+    overlap = first_tile_overlap(graph, io, first_boxes, chip, first_load - wbytes) \
+        if layered_applies(io, halo_reuse) else 0
     return Counters(
         dram_read_bytes=fmap_read + wbytes,
         dram_write_bytes=write,
@@ -598,6 +612,7 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
         core_weight_bytes=wbytes * tiles,
         first_load_bytes=first_load,
         last_store_bytes=last_store,
+        overlap_cycles=overlap,
     )
 
 
@@ -740,58 +755,3 @@ def compulsory_bytes(graph: Graph, chip: Chip) -> int:
     fmaps = used + sum(graph.elems(t) for t in graph.outputs)
     return fmaps * chip.dtype_bytes + weight_bytes(graph, weights, chip)
 
-
-def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], chip: Chip,
-                    weights_resident: bool = True, double_buffered: bool = False) -> Counters:
-    """Counters of a group run over an explicit list of anchor boxes (a parameter table's
-    entries: any sizes, overlaps allowed), by enumeration. Same execution model as
-    group_cost, which is this sum in closed form for a regular grid of tiles."""
-    io = group_io(graph, layers)
-    chains = group_chains(graph, io)
-    dt = chip.dtype_bytes
-    steps = live_steps(graph, io)
-    uses = in_group_uses(graph, io)
-    wbytes = weight_bytes(graph, io.weights, chip)
-    staged = sram_staged(graph, io, chip, weights_resident)
-    loads = dram_loads(graph, io)
-    reads = writes = macs = array = vector_ops = core = peak = first = last = 0
-    for i, box in enumerate(boxes):
-        regions = tile_regions(graph, io, box)
-        loaded = sum(box_elems(graph, t, regions[t]) for t in loads) * dt
-        # an accumulator is stored once, after the last box
-        stored = sum(box_elems(graph, t, box if t == io.anchor else regions[t])
-                     for t in io.outputs
-                     if t not in io.accumulated or i == len(boxes) - 1) * dt
-        reads += loaded
-        writes += stored
-        first = loaded + wbytes if i == 0 else first
-        last = stored
-        for name in io.layers:
-            lay = graph.layer(name)
-            elems = box_elems(graph, lay.outputs[0], regions[lay.outputs[0]])
-            if lay.outputs[0] in io.accumulated:  # folds the box of its input in
-                ops = box_elems(graph, lay.fmap_inputs[0], regions[lay.fmap_inputs[0]])
-            else:
-                ops = lay.macs_per_output * elems
-            if lay.is_main:
-                macs += ops
-                array += array_macs(lay, chip, elems, ops)
-            else:
-                vector_ops += ops
-        core += sum(box_elems(graph, t, regions[t]) * (1 + uses.get(t, 0))
-                    for t in group_tensors(graph, io) if t in regions) * dt
-        tile_peak = footprint(graph, io, regions, steps, dt, staged)
-        nxt = next_inputs_elems(graph, io, regions) * dt
-        peak = max(peak, tile_peak + (nxt if double_buffered else 0))
-    wread = wbytes * (1 if weights_resident
-                      else rounds(len(boxes), round_size(chip, io, halo_reuse=False)))
-    if chip.unified and weights_resident:
-        peak += wbytes
-    once = sum(box_elems(graph, t, chains.full[t]) for t in loads) * dt
-    c = Counters(dram_read_bytes=reads + wread, dram_write_bytes=writes,
-                 weight_read_bytes=wread, redundant_read_bytes=reads - once,
-                 sram_peak_bytes=peak, macs=macs, array_macs=array, vector_ops=vector_ops,
-                 core_fmap_bytes=core,
-                 core_weight_bytes=wbytes * len(boxes), first_load_bytes=first,
-                 last_store_bytes=last)
-    return with_time(chip, c, double_buffered)

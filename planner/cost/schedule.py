@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from math import floor
 
 
 @dataclass(frozen=True)
@@ -60,3 +62,54 @@ def double_buffered_span(bytes_per_cycle: float, steps: Sequence[Step]) -> float
             computes.append(max(loads[k], computes[-1] if computes else 0.0)
                             + steps[k].compute_cycles)
     return max(stores[-1], computes[-1]) if n else 0.0
+
+
+@dataclass(frozen=True)
+class LayerStep:
+    """One layer of a tile that carries the group's weights: the chunks of weights that
+    arrive for it, in order, each with its share of the layer's work (one chunk when its
+    weights come whole, none without weights), and the cycles it computes (exact)."""
+
+    chunks: tuple[tuple[int, Fraction], ...]
+    compute_cycles: Fraction
+
+
+def layered_span(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[LayerStep],
+                 preloaded: int = 0, ahead: int = 0) -> Fraction:
+    """Cycles from the start of a tile's load to the end of its compute when the link brings
+    its maps, then each layer's chunks of weights in order, and each chunk's share of the
+    layer computes once that chunk is in and the cores are done with what came before.
+    ``ahead``: chunks of weights on chip at once (a streamed group's double buffer: 2; a
+    chunk loads once the one `ahead` before it has computed), 0 for no limit (resident).
+    ``preloaded`` bytes at the front of the weight stream are on chip already (prefetched
+    behind the group before)."""
+    link = Fraction(map_bytes) / bytes_per_cycle
+    end, skip = link, preloaded
+    done: list[Fraction] = []  # when each chunk's compute ended (its buffer is free)
+    for step in layers:
+        for size, share in step.chunks or ((0, Fraction(1)),):
+            if size:
+                k = len(done)
+                start = max(link, done[k - ahead]) if ahead and k >= ahead else link
+                took = min(skip, size)
+                skip -= took
+                link = start + (size - took) / bytes_per_cycle
+                end = max(end, link)
+            end += step.compute_cycles * share
+            if size:
+                done.append(end)
+    return end
+
+
+def layered_overlap(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[LayerStep],
+                    ahead: int = 0) -> int:
+    """Whole cycles a tile's compute hides behind its own weight loads when they arrive chunk
+    by chunk (layered_span) rather than the tile computing only once all have arrived.
+    Rounded up past the exact saving: the closed form rounds a group's transfers, MACs and
+    vector ops up to whole cycles where the event clock plays each layer's exact cycles, so
+    that the prediction stays within the clock's rounding of it."""
+    weights = sum(size for s in layers for size, _ in s.chunks)
+    serial = Fraction(map_bytes + weights) / bytes_per_cycle \
+        + sum((s.compute_cycles for s in layers), Fraction(0))
+    saved = serial - layered_span(bytes_per_cycle, map_bytes, layers, ahead=ahead)
+    return floor(saved) + 1 if saved > 0 else 0
