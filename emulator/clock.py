@@ -21,9 +21,15 @@ Resources and rules, per group:
   when resident, with the first tile of every round of tiles when streamed: the round's
   other tiles, on the other clusters, receive the same broadcast); in a banded group each
   step's weights are one broadcast transfer that every band's tile of that step waits for;
+* **layer by layer**: the tile that carries a group's weights (all of them resident, or
+  streamed in a group of one tile) brings its maps, then each layer's chunks of weights in
+  layer order, in its one transfer; a chunk's share of its layer computes once that chunk
+  is in and the cores are free; a streamed chunk loads only once the chunk two before it
+  has computed (its buffer: the double-buffered pair);
 * **next-group prefetch**: a group marked ``prefetch`` loads its first weights in the idle
   gaps of the DRAM link during the group before it (lowest priority: it never delays that
-  group's own transfers); what does not fit in those gaps loads with its first tile.
+  group's own transfers), no more than its first tile does not hide behind its own compute
+  anyway; what does not fit in those gaps loads with its first tile.
 
 Groups run back to back on whole cycles: a group starts on the cycle its predecessor ends.
 """

@@ -192,11 +192,9 @@ class Run:
 
 def _tiles(r: Run) -> None:
     g = r.group
-    # streamed, its chunks wait for their buffers: played so only where no other tile
-    # shares the link with them
-    if (g.weights_resident or len(r.anchors()) == 1) and not g.halo_reuse \
-            and not r.io.accumulated and len(r.io.layers) > 1:
-        # its first tile loads every weight: each layer computes once its own are in
+    if len(r.anchors()) == 1 and not g.halo_reuse and not r.io.accumulated \
+            and len(r.io.layers) > 1:
+        # its one tile loads every weight: each layer computes once its own are in
         r.tally.layer_chunks = _layer_chunks(r.graph, r.io, r.chip.dtype_bytes, r.tally.stream)
     if r.group.halo_reuse:
         run_reuse_tiles(r.graph, r.group, r.chip, r.dram, r.weights, r.tally, layers=r.layers)

@@ -355,6 +355,7 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
         for b in starting[spans[a][1] + 1]:
             w = weight_bytes(graph, cands[b].io.weights, chip)
             # what the second's first tile hides behind its own weight loads stays hidden
+            # (a pinned choice's; a free one's in _encode_prefetch)
             pinned = cands[b].fixed
             most = weight_prefetch_cycles(chip, w) - (pinned.overlap_cycles if pinned else 0)
             if cand.fixed is not None:  # a pinned choice: its idle time and room are known
@@ -412,6 +413,9 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
             # only weights that all load with the second's first tile are taken ahead
             m.add(cands[b].resident == 1).only_enforce_if(pair)
             m.add(h <= cap * pair)
+            # no more than the second's load time its one tile does not hide itself
+            m.add(h <= weight_prefetch_cycles(enc.chip, w) - timings[b].overlap).only_enforce_if(
+                pair)
             m.add(h <= ta.cycles - ta.busy_double_buffered).only_enforce_if(
                 [pair, first.double_buffered])
             m.add(h <= ta.cycles - ta.busy_serial).only_enforce_if(

@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fuseplan.planner.cost.layered import first_tile_overlap, layered_applies
 from fuseplan.planner.cost.model import dram_bytes_per_cycle, dram_loads, group_tensors
 from fuseplan.planner.cost.objective import Charged, Objective, objective_terms
-from fuseplan.planner.geometry.regions import in_group_uses
+from fuseplan.planner.geometry.regions import box_elems, full_box, in_group_uses, tile_regions
 from fuseplan.planner.geometry.rounds import round_size
 from fuseplan.planner.ir.array import array_map, matrix_macs
 from fuseplan.rules.encoding import Candidate, Encoding
@@ -132,6 +133,7 @@ class Timing:
     cycles: Any
     busy_double_buffered: Any  # fill + remaining transfers + drain
     busy_serial: Any  # all transfers
+    overlap: Any = 0  # compute its one tile hides behind its own weight loads (else 0)
 
 
 def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset: RuleSet
@@ -158,10 +160,10 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     cycles = m.new_int_var(0, max(0, most + upper_bound(compute)), f"cycles_{i}")
     # without a second buffer, transfers and compute add up
     serial = ceil_div(m, t.dram, num, den, f"dram_cyc_{i}")
-    # a pinned choice's first tile computes its layers as their weights arrive, hiding
-    # some compute behind its own loads (its own count; a choice the model makes keeps
-    # none: its cycles are at least the closed form's)
-    overlap = cand.fixed.overlap_cycles if cand.fixed is not None else 0
+    # a group of one tile computes its layers as their weights arrive, hiding some
+    # compute behind its own loads (planner.cost.layered)
+    overlap = cand.fixed.overlap_cycles if cand.fixed is not None else one_tile_overlap(
+        enc, cand)
     m.add(cycles >= serial + compute - overlap).only_enforce_if(cand.double_buffered.Not())
     # with one: fill + max(remaining transfers, compute) + drain
     fill = ceil_div(m, t.first_load, num, den, f"fill_{i}")
@@ -172,6 +174,30 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     m.add(cycles >= fill + rest + drain + stall).only_enforce_if(cand.double_buffered)
     m.add(cycles >= fill + compute + drain + stall - overlap).only_enforce_if(
         cand.double_buffered)
-    timing = Timing(cycles, fill + rest + drain, serial)
+    timing = Timing(cycles, fill + rest + drain, serial, overlap)
     charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles)
     return objective_terms(objective, ruleset.objective, chip, charged), timing
+
+
+def one_tile_overlap(enc: Encoding, cand: Candidate) -> Any:
+    """overlap_cycles of a candidate whose tile the model chooses: its whole-map value
+    (resident or streamed, as the residency variable says) when it runs as one tile, else
+    0 (planner.cost.layered: only a group of one tile is played layer by layer). An upper
+    bound the minimisation reaches, since the overlap only takes cycles off."""
+    m, g, chip = enc.model, enc.graph, enc.chip
+    if not layered_applies(cand.io, False) or (isinstance(cand.tiles, int) and cand.tiles != 1):
+        return 0
+    regions = tile_regions(g, cand.io, full_box(g, cand.io.anchor))
+    maps = sum(box_elems(g, t, regions[t]) for t in dram_loads(g, cand.io)) * chip.dtype_bytes
+    resident = first_tile_overlap(g, cand.io, regions, chip, maps)
+    streamed = first_tile_overlap(g, cand.io, regions, chip, maps, streamed=True)
+    if not (resident or streamed):
+        return 0
+    overlap = m.new_int_var(0, max(resident, streamed), f"overlap_{cand.index}")
+    m.add(overlap <= resident).only_enforce_if(cand.resident)
+    m.add(overlap <= streamed).only_enforce_if(cand.resident.Not())
+    if not isinstance(cand.tiles, int):
+        one = m.new_bool_var(f"one_tile_{cand.index}")
+        m.add(cand.tiles == 1).only_enforce_if(one)
+        m.add(overlap == 0).only_enforce_if(one.Not())
+    return overlap

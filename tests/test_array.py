@@ -131,12 +131,14 @@ def test_bad_array_is_refused_with_its_place(tmp_path: Path, edit: dict[str, str
 
 
 # Recorded at HEAD 5b405d0 (before arrays): groups, DRAM bytes, MACs, vector ops, cycles,
-# energy of CP-SAT plans on chips without an array.
+# energy of CP-SAT plans on chips without an array. The cycles of the two one-tile plans
+# since a group of one tile computes each layer as its weights arrive (planner.cost.layered:
+# 3201 and 339 before).
 UNCHANGED = {
-    ("residual", "cluster4x4", "traffic"): [1, 117312, 41495552, 426496, 3201, 12516339.2],
+    ("residual", "cluster4x4", "traffic"): [1, 117312, 41495552, 426496, 3015, 12516339.2],
     ("residual", "cluster4x4", "latency"): [2, 318016, 41495552, 426496, 2877, 17192531.2],
     ("residual", "frustum_npu", "latency"): [2, 318016, 41495552, 426496, 43532, 19068275.2],
-    ("random7", "frustum_npu", "traffic"): [1, 7776, 33240, 280, 339, 188150.0],
+    ("random7", "frustum_npu", "traffic"): [1, 7776, 33240, 280, 328, 188150.0],
 }
 
 

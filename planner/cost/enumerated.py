@@ -86,7 +86,7 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
                  core_fmap_bytes=core,
                  core_weight_bytes=wbytes * len(boxes), first_load_bytes=first,
                  last_store_bytes=last)
-    if layered_applies(io, False) and (weights_resident or len(boxes) == 1):
+    if layered_applies(io, False) and len(boxes) == 1:
         c = replace(c, overlap_cycles=first_tile_overlap(
             graph, io, tile_regions(graph, io, boxes[0]), chip, first - wbytes,
             streamed=not weights_resident))

@@ -1,22 +1,23 @@
-"""The first tile of a group, played layer by layer as its weights arrive.
+"""A group of one tile, played layer by layer as its weights arrive.
 
-A group's first tile loads its weights (all of them when resident; all of them too when
-streamed in one round of tiles, chunk by chunk). The hardware does not wait for the last
-layer's weights before it computes the first layer: the DMA brings the tile's maps, then
-each layer's weights in layer order, and each layer (each chunk of its output channels)
-starts as soon as its own weights are in and the cores are done with what came before
-(seed 000's rules 13-16 on overlapping weight loads with compute; SoMa's schedules do the
-same). Resident weights have room for all of them, so the link runs ahead freely; streamed
-chunks have the double-buffered pair their peak reserves (planner.cost.weight_stream), so a
-chunk loads once the one two before it has computed. What that hides of the tile's compute
-is the group's ``overlap_cycles`` (planner.cost.model.cycles_energy subtracts it from the
-closed form). The emulator's clock plays the same rule on the layers it counted
-(emulator.clock), so the two are compared, not restated.
+A group whose maps sit on chip whole runs one tile, and that tile loads every weight of
+the group: all of them at once when resident, chunk by chunk when streamed. The hardware
+does not wait for the last layer's weights before it computes the first layer. The DMA
+brings the tile's maps, then each layer's weights in layer order. Each layer (each chunk of
+its output channels) starts as soon as its own weights are in and the cores are done with
+what came before (seed 000's rules 13-16 on overlapping weight loads with compute; SoMa's
+schedules do the same). Resident weights have room for all of them, so the link runs ahead
+freely. Streamed chunks have the double-buffered pair their peak reserves
+(planner.cost.weight_stream), so a chunk loads once the one two before it has computed.
+What that hides of the tile's compute is the group's ``overlap_cycles``:
+planner.cost.model.cycles_energy takes it off the closed form. The emulator's clock plays
+the same rule on the layers it counted (emulator.clock), so the two are compared, not
+restated.
 
-Only a tiles-outer group with halos recomputed and no accumulating reduction gets it, and
-streamed only in a group of one tile (its chunks wait for buffers, and no other tile's
-transfer shares the link with them): the other modes interleave their layers
-(hidden chunks, passes, ends, bands) or reload weights per round, and keep the closed form.
+Only a tiles-outer group with halos recomputed and no accumulating reduction gets it. The
+other modes interleave their layers (hidden chunks, passes, ends, bands). A group of
+several tiles keeps the closed form: its first tile's compute is a small part of its time,
+and a tile search or CP-SAT would need the overlap of every tile size.
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def tile_layers(graph: Graph, io: GroupIO, boxes: Mapping[str, Box], chip: Chip,
 
 
 def layered_applies(io: GroupIO, halo_reuse: bool) -> bool:
-    """Whether the group's first tile is played layer by layer (see the module docstring;
-    the caller knows the loop tiles outer and, streamed, that the group is one tile)."""
+    """Whether a group of one tile is played layer by layer (see the module docstring; the
+    caller knows the loop tiles outer and the group is one tile)."""
     return not halo_reuse and not io.accumulated and len(io.layers) > 1
 
 

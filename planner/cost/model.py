@@ -599,7 +599,7 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
                      for t in io.outputs) * dt
     once = sum(box_elems(graph, t, chains.full[t]) for t in loads) * dt
     overlap = first_tile_overlap(graph, io, first_boxes, chip, first_load - wbytes) \
-        if layered_applies(io, halo_reuse) else 0
+        if tiles == 1 and layered_applies(io, halo_reuse) else 0
     return Counters(
         dram_read_bytes=fmap_read + wbytes,
         dram_write_bytes=write,
