@@ -354,10 +354,8 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
             continue
         for b in starting[spans[a][1] + 1]:
             w = weight_bytes(graph, cands[b].io.weights, chip)
-            # what the second's first tile hides behind its own weight loads stays hidden
-            # (a pinned choice's; a free one's in _encode_prefetch)
-            pinned = cands[b].fixed
-            most = weight_prefetch_cycles(chip, w) - (pinned.overlap_cycles if pinned else 0)
+            # less what the second hides behind its own loads (a free one: _encode_prefetch)
+            most = weight_prefetch_cycles(chip, w) - getattr(cands[b].fixed, "overlap_cycles", 0)
             if cand.fixed is not None:  # a pinned choice: its idle time and room are known
                 facts = cand.facts_any_tile
                 most = min(most, idle_dram_cycles(chip, cand.fixed, facts.double_buffered)) \
@@ -394,7 +392,7 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
     """Cycles each selected pair hides (planner.cost.model.prefetch_cycles): at most the second's
     weight load time and the first's DRAM idle time, when its weights fit the room the
     first leaves and no selected group spans the first (so the second runs right after)."""
-    m, graph = enc.model, enc.graph
+    m, graph, chip = enc.model, enc.graph, enc.chip
     spans = [(min(map(graph.index, c.layers)), max(map(graph.index, c.layers))) for c in cands]
     hidden: dict[int, list[Any]] = {}
     before: dict[int, list[Any]] = {}  # pair literals by second group
@@ -412,10 +410,8 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
             m.add_implication(pair, cands[b].selected)
             # only weights that all load with the second's first tile are taken ahead
             m.add(cands[b].resident == 1).only_enforce_if(pair)
-            m.add(h <= cap * pair)
-            # no more than the second's load time its one tile does not hide itself
-            m.add(h <= weight_prefetch_cycles(enc.chip, w) - timings[b].overlap).only_enforce_if(
-                pair)
+            m.add(h <= cap * pair)  # nor what the second's one tile hides of its own loads:
+            m.add(h + timings[b].overlap <= weight_prefetch_cycles(chip, w)).only_enforce_if(pair)
             m.add(h <= ta.cycles - ta.busy_double_buffered).only_enforce_if(
                 [pair, first.double_buffered])
             m.add(h <= ta.cycles - ta.busy_serial).only_enforce_if(
