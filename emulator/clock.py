@@ -25,7 +25,8 @@ Resources and rules, per group:
   streamed in a group of one tile) brings its maps, then each layer's chunks of weights in
   layer order, in its one transfer; a chunk's share of its layer computes once that chunk
   is in and the cores are free; a streamed chunk loads only once the chunk two before it
-  has computed (its buffer: the double-buffered pair);
+  has computed (its buffer: the double-buffered pair), or, in a ring, once the chunks
+  before it that have not computed leave the ring room for it;
 * **next-group prefetch**: a group marked ``prefetch`` loads its first weights in the idle
   gaps of the DRAM link during the group before it (lowest priority: it never delays that
   group's own transfers), no more than its first tile does not hide behind its own compute
@@ -69,6 +70,7 @@ class TileEvents:
     # layer computes once its own are in (the tile that loads a group's weights); else ()
     layers: tuple[LayerEvents, ...] = ()
     ahead: int = 0  # chunks of weights on chip at once (streamed: 2, the pair); 0: any
+    room: int = 0  # instead, bytes of weights on chip at once (a streamed group's ring)
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class ClockChip:
         link = begin + tile.load_bytes / self.bytes_per_cycle
         end, skip = max(free, link), preloaded
         done: list[Fraction] = []
+        ring: list[tuple[int, Fraction]] = []  # chunks in the ring: (bytes, compute end)
         for layer in tile.layers:
             work = self.layer_compute(layer, cores)
             for size, share in layer.chunks or ((0, Fraction(1)),):
@@ -126,14 +129,40 @@ class ClockChip:
                     k = len(done)
                     if tile.ahead and k >= tile.ahead:
                         link = max(link, done[k - tile.ahead])
-                    took = min(skip, Fraction(size))
-                    skip -= took
-                    link += (size - took) / self.bytes_per_cycle
+                    if tile.room:  # the link fills the ring's free room, or waits for it
+                        link = self._through_ring(link, size, tile.room, ring)
+                    else:
+                        took = min(skip, Fraction(size))
+                        skip -= took
+                        link += (size - took) / self.bytes_per_cycle
                     end = max(end, link)
                 end += work * share
                 if size:
                     done.append(end)
+                    if tile.room:
+                        ring[-1] = (size, end)
         return end
+
+    def _through_ring(self, link: Fraction, size: int, room: int,
+                      ring: list[tuple[int, Fraction]]) -> Fraction:
+        """When a chunk of `size` bytes has all arrived through a ring of `room` bytes that
+        holds `ring` (bytes, compute end; the chunk is added, its end to come), the link
+        free from `link` on: it moves bytes while the ring has room and waits for the
+        oldest chunk's compute to end when it has none."""
+        left = size
+        ring.append((0, Fraction(-1)))
+        while left:
+            while ring[0][1] != -1 and ring[0][1] <= link:
+                ring.pop(0)
+            free = room - sum(b for b, _ in ring)
+            if free <= 0:
+                link = ring[0][1]
+                continue
+            part: int = min(left, free)
+            link += part / self.bytes_per_cycle
+            left -= part
+            ring[-1] = (ring[-1][0] + part, Fraction(-1))
+        return link
 
     def hidden_by_layers(self, tile: TileEvents, cores: int) -> int:
         """Whole cycles of a tile's compute that its layer-by-layer weights hide behind its

@@ -200,6 +200,7 @@ def _tiles(r: Run) -> None:
         run_reuse_tiles(r.graph, r.group, r.chip, r.dram, r.weights, r.tally, layers=r.layers)
     else:
         run_tiles(r.graph, r.group, r.io, r.anchors(), r.dram, r.weights, r.tally, r.layers)
+        r.tally.ring_weights()
 
 
 def _layer_chunks(graph: Graph, io: GroupIO, dt: int, stream: WeightStream | None

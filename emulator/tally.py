@@ -8,7 +8,7 @@ The mode runners count into a Tally from the arrays they actually move; the disp
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from math import ceil
 
@@ -111,6 +111,8 @@ class Tally:
     layer_chunks: Mapping[str, tuple[tuple[int, Fraction], ...]] = field(default_factory=dict)
     # per layer, the (MACs, array MACs, vector ops) of the tile being run
     layer_work: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    fmap_peak: int = 0  # the most feature-map bytes on chip at a step (weights not counted)
+    next_inputs: int = 0  # bytes the last tile's inputs take (a second buffer's worth)
 
     @property
     def array_macs(self) -> int:
@@ -174,6 +176,7 @@ class Tally:
         weights = self.weights_now(layer) if weights is None else weights
         in_sram = weights if self.chip.unified else 0
         live = fmap_bytes + in_sram
+        self.fmap_peak = max(self.fmap_peak, fmap_bytes)
         self.peak = max(self.peak, live)
         if not self.checks:
             return
@@ -218,6 +221,22 @@ class Tally:
         self.layer_work = {}
         self.ops_before = (self.macs, self.vector_ops)
         self.array_before = array
+
+    def ring_weights(self) -> None:
+        """After a streamed group of one tile played layer by layer has run, on a
+        single-memory chip: give its weights a ring of all the SRAM its maps leave at their
+        peak, when that holds its largest pair; its peak is then the maps' and the ring's
+        (and a second input buffer's, past the SRAM, if it keeps one)."""
+        if not (self.chip.unified and self.stream is not None and self.events
+                and self.events[0].layers):
+            return
+        second = self.next_inputs if self.group.double_buffered else 0
+        ring = self.chip.sram.bytes - (self.fmap_peak - second)
+        if ring >= max(self.stream.held, default=0):
+            self.peak = self.fmap_peak + ring
+            self.events[0] = replace(self.events[0], ahead=0, room=ring)
+            if self.checks and second:
+                self.step(0, self.fmap_peak, weights=ring)
 
     def _layer_events(self) -> tuple[LayerEvents, ...]:
         """The tile's layers as the clock plays them, when the group plays its weight-loading

@@ -55,6 +55,7 @@ def run_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box],
         onchip: dict[str, tuple[Box, np.ndarray]] = dict(run.held)
         streams: dict[str, tuple[Box, np.ndarray]] = {}
         loaded, nxt = run.load_inputs(boxes, onchip, streams)
+        tally.next_inputs = nxt
         # a second buffer holds the next tile's loads (held tensors are loaded once)
         prefetch = nxt if group.double_buffered else 0
         if k == 0:

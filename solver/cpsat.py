@@ -389,18 +389,19 @@ def _pinned_room(graph: Graph, chip: Chip, cand: Candidate) -> int:
 def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
                      pairs: dict[int, list[tuple[int, int]]],
                      rooms: dict[int, Any], timings: dict[int, Timing]) -> dict[int, list[Any]]:
-    """Cycles each selected pair hides (planner.cost.model.prefetch_cycles): at most the second's
-    weight load time and the first's DRAM idle time, when its weights fit the room the
-    first leaves and no selected group spans the first (so the second runs right after)."""
+    """Cycles each selected pair hides (planner.cost.model.prefetch_cycles): at most the
+    second's weight load time and the first's DRAM idle time, its weights in the first's
+    room, no selected group spanning the first (so the second runs right after)."""
     m, graph, chip = enc.model, enc.graph, enc.chip
     spans = [(min(map(graph.index, c.layers)), max(map(graph.index, c.layers))) for c in cands]
     hidden: dict[int, list[Any]] = {}
     before: dict[int, list[Any]] = {}  # pair literals by second group
     for a, bs in pairs.items():
         ta, first = timings[a], cands[a]
-        spanning = [c for c, (c0, c1) in enumerate(spans)
-                    if c0 < spans[a][0] and c1 > spans[a][1]
-                    and c1 - c0 + 1 != len(cands[c].layers)]
+        if ta.ring is not None:  # its ring takes the room
+            m.add(rooms[a] <= ta.ring_room).only_enforce_if(ta.ring)
+        spanning = [c for c, (c0, c1) in enumerate(spans) if c0 < spans[a][0] and c1 >
+                    spans[a][1] and c1 - c0 + 1 != len(cands[c].layers)]
         after: list[Any] = []
         for b, cap in bs:
             w = enc.weight_bytes(cands[b])
@@ -422,9 +423,7 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
             hidden.setdefault(a, []).append(h)
             after.append(pair)
             before.setdefault(b, []).append(pair)
-        # a group has one successor (its next layer is in exactly one group): implied by
-        # the cover, but stated it keeps the LP relaxation from pairing a fractional group
-        # with several successors at once
+        # one successor: implied by the cover, stated for the LP relaxation's sake
         m.add(sum(after) <= first.selected)
     for b, lits in before.items():
         m.add(sum(lits) <= cands[b].selected)

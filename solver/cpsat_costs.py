@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuseplan.planner.cost.layered import first_tile_overlap, layered_applies
-from fuseplan.planner.cost.model import dram_bytes_per_cycle, dram_loads, group_tensors
+from fuseplan.planner.cost.model import (
+    dram_bytes_per_cycle,
+    dram_loads,
+    group_tensors,
+    weight_ring,
+)
 from fuseplan.planner.cost.objective import Charged, Objective, objective_terms
 from fuseplan.planner.geometry.regions import box_elems, full_box, in_group_uses, tile_regions
 from fuseplan.planner.geometry.rounds import round_size
@@ -134,6 +139,10 @@ class Timing:
     busy_double_buffered: Any  # fill + remaining transfers + drain
     busy_serial: Any  # all transfers
     overlap: Any = 0  # compute its one tile hides behind its own weight loads (else 0)
+    # a free candidate whose streamed weights run in a ring when it is one tile: that
+    # literal and the prefetch room the ring leaves (planner.cost.model.weight_ring)
+    ring: Any = None
+    ring_room: int = 0
 
 
 def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset: RuleSet
@@ -162,8 +171,8 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     serial = ceil_div(m, t.dram, num, den, f"dram_cyc_{i}")
     # a group of one tile computes its layers as their weights arrive, hiding some
     # compute behind its own loads (planner.cost.layered)
-    overlap = cand.fixed.overlap_cycles if cand.fixed is not None else one_tile_overlap(
-        enc, cand)
+    overlap, ring, ring_room = (cand.fixed.overlap_cycles, None, 0) if cand.fixed is not None \
+        else one_tile_overlap(enc, cand)
     m.add(cycles >= serial + compute - overlap).only_enforce_if(cand.double_buffered.Not())
     # with one: fill + max(remaining transfers, compute) + drain
     fill = ceil_div(m, t.first_load, num, den, f"fill_{i}")
@@ -174,30 +183,42 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     m.add(cycles >= fill + rest + drain + stall).only_enforce_if(cand.double_buffered)
     m.add(cycles >= fill + compute + drain + stall - overlap).only_enforce_if(
         cand.double_buffered)
-    timing = Timing(cycles, fill + rest + drain, serial, overlap)
+    timing = Timing(cycles, fill + rest + drain, serial, overlap, ring, ring_room)
     charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles)
     return objective_terms(objective, ruleset.objective, chip, charged), timing
 
 
-def one_tile_overlap(enc: Encoding, cand: Candidate) -> Any:
-    """overlap_cycles of a candidate whose tile the model chooses: its whole-map value
-    (resident or streamed, as the residency variable says) when it runs as one tile, else
-    0 (planner.cost.layered: only a group of one tile is played layer by layer). An upper
-    bound the minimisation reaches, since the overlap only takes cycles off."""
+def one_tile_overlap(enc: Encoding, cand: Candidate) -> tuple[Any, Any, int]:
+    """(overlap_cycles, ring literal or None, the room its ring leaves) of a candidate whose
+    tile the model chooses: its whole-map overlap (resident, or streamed: in pairs or in a
+    ring, planner.cost.model.weight_ring) when it runs as one tile, else 0
+    (planner.cost.layered: only a group of one tile is played layer by layer)."""
     m, g, chip = enc.model, enc.graph, enc.chip
     if not layered_applies(cand.io, False) or (isinstance(cand.tiles, int) and cand.tiles != 1):
-        return 0
+        return 0, None, 0
     regions = tile_regions(g, cand.io, full_box(g, cand.io.anchor))
-    maps = sum(box_elems(g, t, regions[t]) for t in dram_loads(g, cand.io)) * chip.dtype_bytes
+    dt = chip.dtype_bytes
+    maps = sum(box_elems(g, t, regions[t]) for t in dram_loads(g, cand.io)) * dt
+    ring = weight_ring(g, cand.io, chip, regions)
     resident = first_tile_overlap(g, cand.io, regions, chip, maps)
-    streamed = first_tile_overlap(g, cand.io, regions, chip, maps, streamed=True)
-    if not (resident or streamed):
-        return 0
+    streamed = first_tile_overlap(g, cand.io, regions, chip, maps, True, ring)
+    if not (resident or streamed or ring):
+        return 0, None, 0
+    one = []  # the literal of running as one tile, where the model chooses the tile
+    if not isinstance(cand.tiles, int):  # one tile exactly when the literal says so
+        one = [m.new_bool_var(f"one_tile_{cand.index}")]
+        m.add(cand.tiles == 1).only_enforce_if(one[0])
+        m.add(cand.tiles >= 2).only_enforce_if(one[0].Not())
     overlap = m.new_int_var(0, max(resident, streamed), f"overlap_{cand.index}")
     m.add(overlap <= resident).only_enforce_if(cand.resident)
     m.add(overlap <= streamed).only_enforce_if(cand.resident.Not())
-    if not isinstance(cand.tiles, int):
-        one = m.new_bool_var(f"one_tile_{cand.index}")
-        m.add(cand.tiles == 1).only_enforce_if(one)
-        m.add(overlap == 0).only_enforce_if(one.Not())
-    return overlap
+    for lit in one:
+        m.add(overlap == 0).only_enforce_if(lit.Not())
+    if not ring:
+        return overlap, None, 0
+    in_ring = m.new_bool_var(f"ring_{cand.index}")  # one tile, streamed
+    m.add_bool_and([cand.resident.Not(), *one]).only_enforce_if(in_ring)
+    m.add_bool_or([cand.resident, in_ring, *(lit.Not() for lit in one)])
+    # the ring takes all the SRAM the maps leave: no second buffer, no room for a prefetch
+    m.add_implication(in_ring, cand.double_buffered.Not())
+    return overlap, in_ring, 0

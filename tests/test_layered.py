@@ -51,6 +51,17 @@ def test_streamed_chunks_wait_for_their_buffer() -> None:
     assert layered_span(Fraction(1), 0, step, ahead=2) == 60 + 60 + 60 + 10
     # a streamed group's first tile without the limit would load straight through
     assert layered_span(Fraction(1), 0, step) == 190
+    # compute 100 per chunk. Pair: chunk 0 in at 60, computes [60, 160]; chunk 1 in at 120,
+    # computes [160, 260]; chunk 2 loads [160, 220], computes [260, 360]
+    step = [LayerStep(((60, third),) * 3, Fraction(300))]
+    assert layered_span(Fraction(1), 0, step, ahead=2) == 360
+    # a ring of 100 B: chunk 1 fills the 40 B free [60, 100], the rest once chunk 0 has
+    # computed [160, 180], computes [180, 280]; chunk 2 likewise [180, 220] and [280, 300],
+    # computes [300, 400]
+    assert layered_span(Fraction(1), 0, step, room=100) == 400
+    # a ring of 150 B: chunk 1 [60, 120]; chunk 2 takes the 30 B free [120, 150], the rest
+    # once chunk 0 has computed [160, 190]: the cores never wait after the first chunk
+    assert layered_span(Fraction(1), 0, step, room=150) == 360
 
 
 def test_prefetched_bytes_shorten_the_stream_from_its_front() -> None:
@@ -61,13 +72,13 @@ def test_prefetched_bytes_shorten_the_stream_from_its_front() -> None:
 
 
 def _events(layers: list[tuple[tuple[tuple[int, int], ...], int, int]], maps: int,
-            ahead: int) -> TileEvents:
+            ahead: int, room: int = 0) -> TileEvents:
     chunks = [tuple((size, Fraction(1, len(c))) for size, _ in c) for c, _, _ in layers]
     return TileEvents(maps, sum(s for c in chunks for s, _ in c),
                       sum(m for _, m, _ in layers), sum(v for _, _, v in layers), 0,
                       layers=tuple(LayerEvents(c, m, 0, v)
                                    for c, (_, m, v) in zip(chunks, layers, strict=True)),
-                      ahead=ahead)
+                      ahead=ahead, room=room)
 
 
 @settings(max_examples=60, deadline=None)
@@ -75,21 +86,26 @@ def _events(layers: list[tuple[tuple[tuple[int, int], ...], int, int]], maps: in
                                           max_size=3).map(tuple),
                                  st.integers(0, 300), st.integers(0, 50)),
                        min_size=1, max_size=6),
-       maps=st.integers(0, 100), ahead=st.sampled_from([0, 2]),
-       preloaded=st.integers(0, 150), bpc=st.sampled_from([Fraction(1), Fraction(3, 2)]),
-       macs=st.sampled_from([1, 4]))
-def test_the_clock_plays_the_planners_schedule(layers: list, maps: int, ahead: int,
-                                               preloaded: int, bpc: Fraction,
+       maps=st.integers(0, 100), buffers=st.sampled_from(["any", "pair", "ring"]),
+       spare=st.integers(0, 400), preloaded=st.integers(0, 150),
+       bpc=st.sampled_from([Fraction(1), Fraction(3, 2)]), macs=st.sampled_from([1, 4]))
+def test_the_clock_plays_the_planners_schedule(layers: list, maps: int, buffers: str,
+                                               spare: int, preloaded: int, bpc: Fraction,
                                                macs: int) -> None:
-    """The emulator's clock (its own code) against planner.cost.schedule's account."""
-    tile = _events(layers, maps, ahead)
+    """The emulator's clock (its own code) against planner.cost.schedule's account: weights
+    arriving freely (resident, with prefetched bytes), in pairs or through a ring."""
+    ahead = 2 if buffers == "pair" else 0
+    biggest = max((size for c, _, _ in layers for size, _ in c), default=0)
+    room = biggest + spare if buffers == "ring" else 0
+    preloaded = preloaded if buffers == "any" else 0
+    tile = _events(layers, maps, ahead, room)
     clock = ClockChip(bpc, cores=1, macs_per_cycle=macs, vector_lanes=1)
     steps = [LayerStep(x.chunks, Fraction(x.macs, macs) + x.vector_ops) for x in tile.layers]
     assert clock.layered_end(tile, 1, Fraction(0), Fraction(0), Fraction(preloaded)) \
-        == layered_span(bpc, maps, steps, preloaded=preloaded, ahead=ahead)
+        == layered_span(bpc, maps, steps, preloaded=preloaded, ahead=ahead, room=room)
     # the whole group of that one tile ends there (no store), and never later than serially
     trace = simulate_group(clock, GroupRun(((tile,),), double_buffered=False))
-    assert trace.end == layered_span(bpc, maps, steps, ahead=ahead)
+    assert trace.end == layered_span(bpc, maps, steps, ahead=ahead, room=room)
     assert trace.end <= (maps + tile.weight_bytes) / bpc + sum(s.compute_cycles for s in steps)
 
 

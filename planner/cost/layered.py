@@ -8,7 +8,10 @@ its output channels) starts as soon as its own weights are in and the cores are 
 what came before (seed 000's rules 13-16 on overlapping weight loads with compute; SoMa's
 schedules do the same). Resident weights have room for all of them, so the link runs ahead
 freely. Streamed chunks have the double-buffered pair their peak reserves
-(planner.cost.weight_stream), so a chunk loads once the one two before it has computed.
+(planner.cost.weight_stream), so a chunk loads once the one two before it has computed; on
+a single-memory chip they have instead a ring of all the SRAM the tile's maps leave, when
+that holds the largest pair (planner.cost.model.weight_ring; the group's peak is then that
+whole SRAM), so the link runs as far ahead as the ring allows.
 What that hides of the tile's compute is the group's ``overlap_cycles``:
 planner.cost.model.cycles_energy takes it off the closed form. The emulator's clock plays
 the same rule on the layers it counted (emulator.clock), so the two are compared, not
@@ -91,12 +94,14 @@ def layered_applies(io: GroupIO, halo_reuse: bool) -> bool:
 
 
 def first_tile_overlap(graph: Graph, io: GroupIO, boxes: Mapping[str, Box], chip: Chip,
-                       map_bytes: int, streamed: bool = False) -> int:
-    """overlap_cycles of a group whose first tile has regions `boxes` and loads `map_bytes`
+                       map_bytes: int, streamed: bool = False, ring: int = 0) -> int:
+    """overlap_cycles of a group whose one tile has regions `boxes` and loads `map_bytes`
     of maps before its weights: resident, every weight may arrive ahead; streamed, two
-    chunks are on chip at once (the double-buffered pair its peak reserves)."""
+    chunks are on chip at once (the double-buffered pair its peak reserves), or as many as
+    fit a ring of `ring` bytes (planner.cost.model.weight_ring)."""
     steps: Sequence[LayerStep] = tile_layers(graph, io, boxes, chip, streamed)
     if not any(s.chunks for s in steps):
         return 0
     bpc = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
-    return layered_overlap(bpc, map_bytes, steps, ahead=2 if streamed else 0)
+    return layered_overlap(bpc, map_bytes, steps, ahead=2 if streamed and not ring else 0,
+                           room=ring if streamed else 0)

@@ -264,6 +264,12 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
         peak = (reuse_peak_elems(graph, io, chains, tile, double_buffered, grid)
                 * chip.dtype_bytes
                 + max(staged, default=0))
+    if not (weights_resident or weights_outer or halo_reuse) and layered_applies(io, False) \
+            and tile_count(graph, io, tile) == 1:
+        first = tile_regions(graph, io, edge_tiles(graph, io, tile)[0])
+        if weight_ring(graph, io, chip, first):  # all of SRAM (and a second buffer beside)
+            return chip.sram.bytes + (next_inputs_elems(graph, io, first) * chip.dtype_bytes
+                                      if double_buffered else 0)
     for boxes in ([] if halo_reuse else representative_boxes(graph, io, chains, tile)):
         here = footprint(graph, io, boxes, steps, chip.dtype_bytes, staged)
         peak = max(peak, here)
@@ -529,8 +535,21 @@ def streamed_overlap(graph: Graph, io: GroupIO, tile: Tile, chip: Chip, once: Co
     """overlap_cycles of a streamed group of one tile (planner.cost.layered), from its
     resident counters `once`."""
     first = tile_regions(graph, io, edge_tiles(graph, io, tile)[0])
-    return first_tile_overlap(graph, io, first, chip,
-                              once.first_load_bytes - once.weight_read_bytes, streamed=True)
+    return first_tile_overlap(graph, io, first, chip, once.first_load_bytes
+                              - once.weight_read_bytes, True, weight_ring(graph, io, chip, first))
+
+
+def weight_ring(graph: Graph, io: GroupIO, chip: Chip, boxes: dict[str, Box]) -> int:
+    """Bytes of a ring the streamed weights of a group of one tile (regions `boxes`) run
+    ahead in on a single-memory chip: all the SRAM its maps leave at their peak, when that
+    holds its largest double-buffered pair; else 0 (the pair: planner.cost.layered). Its
+    peak is then the whole SRAM, so no second input buffer fits beside it (one tile has
+    no next tile to load anyway)."""
+    staged = sram_staged(graph, io, chip, False)
+    if not staged:
+        return 0
+    room = chip.sram.bytes - footprint(graph, io, boxes, live_steps(graph, io), chip.dtype_bytes)
+    return room if room >= max(staged) else 0
 
 
 def weight_passes(graph: Graph, io: GroupIO, tile: Tile, chip: Chip,

@@ -75,25 +75,41 @@ class LayerStep:
 
 
 def layered_span(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[LayerStep],
-                 preloaded: int = 0, ahead: int = 0) -> Fraction:
+                 preloaded: int = 0, ahead: int = 0, room: int = 0) -> Fraction:
     """Cycles from the start of a tile's load to the end of its compute when the link brings
     its maps, then each layer's chunks of weights in order, and each chunk's share of the
     layer computes once that chunk is in and the cores are done with what came before.
     ``ahead``: chunks of weights on chip at once (a streamed group's double buffer: 2; a
-    chunk loads once the one `ahead` before it has computed), 0 for no limit (resident).
-    ``preloaded`` bytes at the front of the weight stream are on chip already (prefetched
-    behind the group before)."""
+    chunk loads once the one `ahead` before it has computed), 0 for no limit (resident);
+    ``room``: instead, bytes of weights on chip at once (a streamed group's ring: the link
+    fills whatever room the chunks that have not computed yet leave, and waits when there
+    is none). ``preloaded`` bytes at the front of the weight stream are on chip already
+    (prefetched behind the group before; resident weights only)."""
     link = Fraction(map_bytes) / bytes_per_cycle
     end, skip = link, preloaded
     done: list[Fraction] = []  # when each chunk's compute ended (its buffer is free)
+    sizes: list[int] = []
+    oldest, held = 0, 0  # the ring: the first chunk still on chip, bytes from it on
     for step in layers:
         for size, share in step.chunks or ((0, Fraction(1)),):
             if size:
                 k = len(done)
-                start = max(link, done[k - ahead]) if ahead and k >= ahead else link
-                took = min(skip, size)
-                skip -= took
-                link = start + (size - took) / bytes_per_cycle
+                if room:  # computes end in order: the chunks on chip are the latest ones
+                    left = size
+                    while left:
+                        while oldest < k and done[oldest] <= link:
+                            held, oldest = held - sizes[oldest], oldest + 1
+                        if held >= room:  # full: wait for the oldest chunk to compute
+                            link = done[oldest]
+                            continue
+                        part = min(left, room - held)
+                        link, held, left = link + part / bytes_per_cycle, held + part, left - part
+                else:
+                    start = max(link, done[k - ahead]) if ahead and k >= ahead else link
+                    took = min(skip, size)
+                    skip -= took
+                    link = start + (size - took) / bytes_per_cycle
+                sizes.append(size)
                 end = max(end, link)
             end += step.compute_cycles * share
             if size:
@@ -102,7 +118,7 @@ def layered_span(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[Lay
 
 
 def layered_overlap(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[LayerStep],
-                    ahead: int = 0) -> int:
+                    ahead: int = 0, room: int = 0) -> int:
     """Whole cycles a tile's compute hides behind its own weight loads when they arrive chunk
     by chunk (layered_span) rather than the tile computing only once all have arrived.
     Rounded up past the exact saving: the closed form rounds a group's transfers, MACs and
@@ -111,5 +127,5 @@ def layered_overlap(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[
     weights = sum(size for s in layers for size, _ in s.chunks)
     serial = Fraction(map_bytes + weights) / bytes_per_cycle \
         + sum((s.compute_cycles for s in layers), Fraction(0))
-    saved = serial - layered_span(bytes_per_cycle, map_bytes, layers, ahead=ahead)
+    saved = serial - layered_span(bytes_per_cycle, map_bytes, layers, ahead=ahead, room=room)
     return floor(saved) + 1 if saved > 0 else 0
