@@ -360,8 +360,32 @@ def latency_page() -> str:
         "path\": the bounded shortest path over pairs of consecutive groups proved the plan "
         "optimal without CP-SAT ([solvers](../how/solvers.md)). Times are whole commands "
         "(process start included) on the machine the provenance line names.\n",
-        *rows, "",
+        *rows, "", *_soma_section(),
     ]).rstrip() + "\n"
+
+
+def _soma_section() -> list[str]:
+    """SoMa's networks on SoMa's chip against SoMa's cycles (bench/soma --json)."""
+    path = RESULTS / "soma.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    rows = ["| network | buffer | SoMa cycles | traffic plan cycles | latency plan cycles | "
+            "× SoMa | status | latency s | emulated cycles | verified |",
+            "|---|---|---:|---:|---:|---:|---|---:|---:|---|"]
+    rows += [f"| {r['model']} | {r['sram']} | {r['soma_cycles']:,} | {r['traffic_cycles']:,} | "
+             f"{r['latency_cycles']:,} | {r['vs_soma']:.3f} | {r['status']} | "
+             f"{r['latency_s']:.1f} | {r.get('emulated_cycles') or 0:,} | "
+             f"{'yes' if r.get('verified') else 'no'} |" for r in doc["rows"]]
+    return ["## Against SoMa, on its own networks and chip\n", _provenance("soma.json") + "\n",
+            "ResNet-50 and ResNet-101 (v1) and GoogLeNet as SoMa defines them (no batch norm, "
+            "no biases: the floors agree with SoMa's to the byte), built by `bench/soma`, "
+            "planned on the `soma_buffer` preset (8-bit, one buffer shared by weights and maps, "
+            "8,192 MACs per cycle, 16 GB/s) at the buffer sizes SoMa reports, and verified. "
+            "SoMa's cycles are those issue 44 measured by building and running SoMa. A group "
+            "of one tile computes each layer as its weights arrive, and a streamed one runs its "
+            "weights through a ring of all the SRAM its maps leave "
+            "([cost model](../how/cost-model.md#time-and-energy)).\n", *rows, ""]
 
 
 def peers_page() -> str:
