@@ -21,12 +21,12 @@ Resources and rules, per group:
   when resident, with the first tile of every round of tiles when streamed: the round's
   other tiles, on the other clusters, receive the same broadcast); in a banded group each
   step's weights are one broadcast transfer that every band's tile of that step waits for;
-* **layer by layer**: the tile that carries a group's weights (all of them resident, or
-  streamed in a group of one tile) brings its maps, then each layer's chunks of weights in
-  layer order, in its one transfer; a chunk's share of its layer computes once that chunk
-  is in and the cores are free; a streamed chunk loads only once the chunk two before it
-  has computed (its buffer: the double-buffered pair), or, in a ring, once the chunks
-  before it that have not computed leave the ring room for it;
+* **layer by layer**: the one tile of a group of one tile brings its maps, then each
+  layer's chunks of weights in layer order; a chunk's share of its layer computes, in whole
+  cycles, once that chunk is in and the cores are free; a streamed chunk loads only once
+  the chunk two before it has computed (its buffer: the double-buffered pair), or, in a
+  ring, as the chunks before it that have not computed leave the ring room (the link waits
+  when it is full);
 * **next-group prefetch**: a group marked ``prefetch`` loads its first weights in the idle
   gaps of the DRAM link during the group before it (lowest priority: it never delays that
   group's own transfers), no more than its first tile does not hide behind its own compute
@@ -37,6 +37,7 @@ Groups run back to back on whole cycles: a group starts on the cycle its predece
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -121,7 +122,7 @@ class ClockChip:
         link = begin + tile.load_bytes / self.bytes_per_cycle
         end, skip = max(free, link), preloaded
         done: list[Fraction] = []
-        ring: list[tuple[int, Fraction]] = []  # chunks in the ring: (bytes, compute end)
+        ring: deque[tuple[int, Fraction]] = deque()  # chunks in the ring: (bytes, compute end)
         for layer in tile.layers:
             work = self.layer_compute(layer, cores)
             for size, share in layer.chunks or ((0, Fraction(1)),):
@@ -136,7 +137,7 @@ class ClockChip:
                         skip -= took
                         link += (size - took) / self.bytes_per_cycle
                     end = max(end, link)
-                end += work * share
+                end += ceil(work * share)  # the cores work in whole cycles
                 if size:
                     done.append(end)
                     if tile.room:
@@ -144,23 +145,22 @@ class ClockChip:
         return end
 
     def _through_ring(self, link: Fraction, size: int, room: int,
-                      ring: list[tuple[int, Fraction]]) -> Fraction:
+                      ring: deque[tuple[int, Fraction]]) -> Fraction:
         """When a chunk of `size` bytes has all arrived through a ring of `room` bytes that
         holds `ring` (bytes, compute end; the chunk is added, its end to come), the link
         free from `link` on: it moves bytes while the ring has room and waits for the
         oldest chunk's compute to end when it has none."""
-        left = size
+        left, held = size, sum(b for b, _ in ring)
         ring.append((0, Fraction(-1)))
         while left:
             while ring[0][1] != -1 and ring[0][1] <= link:
-                ring.pop(0)
-            free = room - sum(b for b, _ in ring)
-            if free <= 0:
+                held -= ring.popleft()[0]
+            if held >= room:
                 link = ring[0][1]
                 continue
-            part: int = min(left, free)
+            part: int = min(left, room - held)
             link += part / self.bytes_per_cycle
-            left -= part
+            left, held = left - part, held + part
             ring[-1] = (ring[-1][0] + part, Fraction(-1))
         return link
 
@@ -171,7 +171,8 @@ class ClockChip:
         if not tile.layers:
             return 0
         loads = (tile.load_bytes + tile.weight_bytes) / self.bytes_per_cycle
-        work = sum((self.layer_compute(x, cores) for x in tile.layers), Fraction(0))
+        work = sum(ceil(self.layer_compute(x, cores) * share) for x in tile.layers
+                   for _, share in x.chunks or ((0, Fraction(1)),))
         return floor(loads + work - self.layered_end(tile, cores, Fraction(0), Fraction(0)))
 
 

@@ -194,7 +194,9 @@ def one_tile_overlap(enc: Encoding, cand: Candidate) -> tuple[Any, Any, int]:
     ring, planner.cost.model.weight_ring) when it runs as one tile, else 0
     (planner.cost.layered: only a group of one tile is played layer by layer)."""
     m, g, chip = enc.model, enc.graph, enc.chip
-    if not layered_applies(cand.io, False) or (isinstance(cand.tiles, int) and cand.tiles != 1):
+    n, h, _ = cand.extent
+    if not layered_applies(cand.io, False) or (isinstance(cand.tiles, int) and cand.tiles != 1) \
+            or upper_bound(cand.th) < h or upper_bound(cand.tn) < n:  # never one tile
         return 0, None, 0
     regions = tile_regions(g, cand.io, full_box(g, cand.io.anchor))
     dt = chip.dtype_bytes

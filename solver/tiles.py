@@ -19,6 +19,7 @@ from fuseplan.planner.cost.layered import layered_applies
 from fuseplan.planner.cost.model import (
     Counters,
     group_cost,
+    group_ring,
     group_tensors,
     head_chunked_cost,
     idle_dram_cycles,
@@ -114,6 +115,8 @@ def prefetch_room(facts: GroupFacts) -> int:
     """
     chip = facts.chip
     weights = facts.onchip_weight_bytes
+    if _ring(facts):  # its streamed weights run through all the SRAM its maps leave
+        return 0
     if chip.wram is not None and facts.tile.bands > 1:  # each band's cores hold a copy
         return (chip.wram.bytes - ceil(weights / cores_per_band(chip, facts.tile.bands))) \
             * chip.cores_per_cluster
@@ -132,10 +135,24 @@ def prefetch_room(facts: GroupFacts) -> int:
     return chip.sram.bytes - live - (resident if chip.unified else 0)
 
 
+def _ring(facts: GroupFacts) -> int:
+    """The ring a group's streamed weights run through (planner.cost.model.weight_ring), for
+    a group run tiles outer (its other modes hold their weights their own way)."""
+    m = facts.mode
+    if m.passes > 1 or m.hidden_chunks > 1 or m.end_chunks > 1 or not facts.chip.unified:
+        return 0
+    return group_ring(facts.graph, facts.io, facts.tile, facts.chip, m.weights_resident,
+                      m.halo_reuse, m.weights_outer)
+
+
 def physical_violations(facts: GroupFacts) -> list[Violation]:
     """Capacity the chip enforces on every group, fused or not (bound formulas, as CP-SAT)."""
     chip = facts.chip
     out = []
+    if facts.double_buffered and _ring(facts):  # the ring takes all of SRAM
+        return [Violation("HW", "sram", "a second input buffer does not fit beside the ring "
+                          "its streamed weights run through", chip.sram.bytes + facts.in_bytes,
+                          chip.sram.bytes)]
     if facts.tile.bands > 1:  # each band on its own cores and its cluster's SRAM
         return [Violation("HW", level, f"each {'cluster' if level == 'sram' else 'core'} "
                           f"needs {vs_bytes(need, cap)[0]} of {level.upper()} for its bands, "

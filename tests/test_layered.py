@@ -8,6 +8,7 @@ code); and plans that verify with predicted cycles where the emulator's clock fi
 from __future__ import annotations
 
 from fractions import Fraction
+from math import ceil
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +107,8 @@ def test_the_clock_plays_the_planners_schedule(layers: list, maps: int, buffers:
     # the whole group of that one tile ends there (no store), and never later than serially
     trace = simulate_group(clock, GroupRun(((tile,),), double_buffered=False))
     assert trace.end == layered_span(bpc, maps, steps, ahead=ahead, room=room)
-    assert trace.end <= (maps + tile.weight_bytes) / bpc + sum(s.compute_cycles for s in steps)
+    assert trace.end <= (maps + tile.weight_bytes) / bpc + sum(
+        ceil(s.compute_cycles * share) for s in steps for _, share in s.chunks or ((0, 1),))
 
 
 def _plan(model: Path, objective: str, sram: str, resident: bool | None = None

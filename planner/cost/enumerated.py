@@ -18,6 +18,7 @@ from fuseplan.planner.cost.model import (
     next_inputs_elems,
     sram_staged,
     weight_bytes,
+    weight_ring,
     with_time,
 )
 from fuseplan.planner.geometry.regions import (
@@ -87,7 +88,11 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
                  core_weight_bytes=wbytes * len(boxes), first_load_bytes=first,
                  last_store_bytes=last)
     if layered_applies(io, False) and len(boxes) == 1:
+        regions = tile_regions(graph, io, boxes[0])
+        ring = 0 if weights_resident else weight_ring(graph, io, chip, regions)
         c = replace(c, overlap_cycles=first_tile_overlap(
-            graph, io, tile_regions(graph, io, boxes[0]), chip, first - wbytes,
-            streamed=not weights_resident))
+            graph, io, regions, chip, first - wbytes, not weights_resident, ring))
+        if ring:  # the ring takes all of SRAM (planner.cost.model.peak_bytes)
+            c = replace(c, sram_peak_bytes=chip.sram.bytes
+                        + (next_inputs_elems(graph, io, regions) * dt if double_buffered else 0))
     return with_time(chip, c, double_buffered)

@@ -19,13 +19,13 @@ actually moves. Execution model, per group:
   (plus the weights on single-memory chips);
 * cycles (cycles_energy): compute = MACs on the matrix units + vector ops on the vector
   lanes; with a second input buffer a group costs fill (first tile's loads) +
-  max(remaining transfers, compute) + drain, else transfers and compute add up; a
-  resident group's first tile computes each layer as its weights arrive (layered);
+  max(remaining transfers, compute) + drain, else transfers and compute add up; a group
+  of one tile computes each layer as its weights arrive (planner.cost.layered);
 * next-group prefetch (prefetch_cycles): a group's weights do not depend on the group
   before it, so they load while that group computes, when they fit beside it (WRAM on
   chips with one, else SRAM beside the previous group's live tiles and resident weights).
   The DRAM link is idle for `idle_dram_cycles` of the previous group, so the group starts
-  min(idle, floor(weight bytes / DRAM bytes per cycle)) cycles earlier: its fill shrinks
+  min(idle, floor(weight bytes / DRAM bytes per cycle) - overlap) cycles earlier: its fill shrinks
   by that much. Only the weights are prefetched (they are the same for every tile choice,
   which keeps the saving a function of the previous group and one number of this one, so
   CP-SAT and the shortest path optimise it exactly over consecutive pairs);
@@ -264,12 +264,11 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
         peak = (reuse_peak_elems(graph, io, chains, tile, double_buffered, grid)
                 * chip.dtype_bytes
                 + max(staged, default=0))
-    if not (weights_resident or weights_outer or halo_reuse) and layered_applies(io, False) \
-            and tile_count(graph, io, tile) == 1:
+    if group_ring(graph, io, tile, chip, weights_resident, halo_reuse, weights_outer):
+        # all of SRAM (and a second buffer past it, which then does not fit)
         first = tile_regions(graph, io, edge_tiles(graph, io, tile)[0])
-        if weight_ring(graph, io, chip, first):  # all of SRAM (and a second buffer beside)
-            return chip.sram.bytes + (next_inputs_elems(graph, io, first) * chip.dtype_bytes
-                                      if double_buffered else 0)
+        return chip.sram.bytes + (next_inputs_elems(graph, io, first) * chip.dtype_bytes
+                                  if double_buffered else 0)
     for boxes in ([] if halo_reuse else representative_boxes(graph, io, chains, tile)):
         here = footprint(graph, io, boxes, steps, chip.dtype_bytes, staged)
         peak = max(peak, here)
@@ -537,6 +536,16 @@ def streamed_overlap(graph: Graph, io: GroupIO, tile: Tile, chip: Chip, once: Co
     first = tile_regions(graph, io, edge_tiles(graph, io, tile)[0])
     return first_tile_overlap(graph, io, first, chip, once.first_load_bytes
                               - once.weight_read_bytes, True, weight_ring(graph, io, chip, first))
+
+
+def group_ring(graph: Graph, io: GroupIO, tile: Tile, chip: Chip, weights_resident: bool,
+               halo_reuse: bool = False, weights_outer: bool = False) -> int:
+    """weight_ring of a group run tiles outer with `tile` (0 unless it streams its weights
+    in one tile with halos recomputed)."""
+    if weights_resident or weights_outer or halo_reuse or not layered_applies(io, False) \
+            or tile_count(graph, io, tile) != 1:
+        return 0
+    return weight_ring(graph, io, chip, tile_regions(graph, io, edge_tiles(graph, io, tile)[0]))
 
 
 def weight_ring(graph: Graph, io: GroupIO, chip: Chip, boxes: dict[str, Box]) -> int:

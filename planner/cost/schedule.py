@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from math import floor
+from math import ceil, floor
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ def layered_span(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[Lay
                  preloaded: int = 0, ahead: int = 0, room: int = 0) -> Fraction:
     """Cycles from the start of a tile's load to the end of its compute when the link brings
     its maps, then each layer's chunks of weights in order, and each chunk's share of the
-    layer computes once that chunk is in and the cores are done with what came before.
+    layer computes (in whole cycles) once that chunk is in and the cores are done with what
+    came before.
     ``ahead``: chunks of weights on chip at once (a streamed group's double buffer: 2; a
     chunk loads once the one `ahead` before it has computed), 0 for no limit (resident);
     ``room``: instead, bytes of weights on chip at once (a streamed group's ring: the link
@@ -111,7 +112,7 @@ def layered_span(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[Lay
                     link = start + (size - took) / bytes_per_cycle
                 sizes.append(size)
                 end = max(end, link)
-            end += step.compute_cycles * share
+            end += ceil(step.compute_cycles * share)  # the cores work in whole cycles
             if size:
                 done.append(end)
     return end
@@ -121,11 +122,12 @@ def layered_overlap(bytes_per_cycle: Fraction, map_bytes: int, layers: Sequence[
                     ahead: int = 0, room: int = 0) -> int:
     """Whole cycles a tile's compute hides behind its own weight loads when they arrive chunk
     by chunk (layered_span) rather than the tile computing only once all have arrived.
-    Rounded up past the exact saving: the closed form rounds a group's transfers, MACs and
-    vector ops up to whole cycles where the event clock plays each layer's exact cycles, so
-    that the prediction stays within the clock's rounding of it."""
+    Rounded up past the exact saving: the closed form rounds a group's transfers up to whole
+    cycles where the event clock plays them exactly, so that the prediction stays within
+    the clock's rounding of it."""
     weights = sum(size for s in layers for size, _ in s.chunks)
     serial = Fraction(map_bytes + weights) / bytes_per_cycle \
-        + sum((s.compute_cycles for s in layers), Fraction(0))
+        + sum(ceil(s.compute_cycles * share) for s in layers
+              for _, share in s.chunks or ((0, Fraction(1)),))
     saved = serial - layered_span(bytes_per_cycle, map_bytes, layers, ahead=ahead, room=room)
     return floor(saved) + 1 if saved > 0 else 0
