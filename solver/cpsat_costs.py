@@ -174,6 +174,7 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     overlap, ring, ring_room = (cand.fixed.overlap_cycles, None, 0) if cand.fixed is not None \
         else one_tile_overlap(enc, cand)
     m.add(cycles >= serial + compute - overlap).only_enforce_if(cand.double_buffered.Not())
+    m.add(cycles >= serial).only_enforce_if(cand.double_buffered.Not())
     # with one: fill + max(remaining transfers, compute) + drain
     fill = ceil_div(m, t.first_load, num, den, f"fill_{i}")
     drain = ceil_div(m, t.last_store, num, den, f"drain_{i}")

@@ -459,11 +459,12 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
     """
     bpc = dram_bytes_per_cycle(chip)
     compute = compute_cycles(chip, c)
+    hidden = min(c.overlap_cycles, compute)  # (its chunks' rounding may count a few more)
     if double_buffered:
         fill, rest, drain = dram_phases(chip, c)
-        layered = fill + max(rest, compute - c.overlap_cycles) + drain + c.stall_cycles
+        layered = fill + max(rest, compute - hidden) + drain + c.stall_cycles
     else:
-        layered = ceil(c.dram_bytes / bpc) + compute - c.overlap_cycles
+        layered = ceil(c.dram_bytes / bpc) + compute - hidden
     # a prefetch hides no more than the weights' load time left after the overlap
     # (prefetch_cycles), so the two savings add up
     cycles = layered - prefetched
@@ -474,7 +475,7 @@ def idle_dram_cycles(chip: Chip, c: Counters, double_buffered: bool) -> int:
     """Cycles of a group's span in which the DRAM link moves nothing of its own: compute
     (less what its first tile hides behind its own loads) beyond the remaining transfers
     when double-buffered, all of it when loads, compute and stores run one after another."""
-    compute = compute_cycles(chip, c) - c.overlap_cycles
+    compute = max(0, compute_cycles(chip, c) - c.overlap_cycles)
     if double_buffered:
         _, rest, _ = dram_phases(chip, c)
         return max(0, compute - rest)
