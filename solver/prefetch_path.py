@@ -22,7 +22,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.bounds import Work, timed_floor
+from fuseplan.planner.cost.bounds import Work, timed_floor, timed_floor_parts
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.model import (
     idle_dram_cycles,
@@ -69,7 +69,8 @@ class TimedPricing:
     # by edge, state and the next group's (weight bytes, overlap): (units, choice)
     _given: dict[tuple[int, Hashable, tuple[int, int]], tuple[int, int]] = field(
         default_factory=dict)
-    _floored: dict[tuple[int, Work, int], int] = field(default_factory=dict)
+    _floored: dict[tuple[int, Work], tuple[int, int, int]] = field(default_factory=dict)
+    _loads: dict[int, int] = field(default_factory=dict)  # weight bytes -> load cycles
 
     def hide_limits(self, edges: Sequence[Edge]) -> None:
         """Per position, the cycles the longest group starting there takes to load its
@@ -154,11 +155,13 @@ class TimedPricing:
             if a.floor <= 0 or id(a) not in self._floors:  # no floor trusted, or none known
                 return a.floor, 0
             floor_bytes, work = self._floors[id(a)]  # refining may raise them: key by value
-            hides = max(0, weight_prefetch_cycles(self.chip, w) - overlap)
-            if (floor_bytes, work, hides) not in self._floored:
-                self._floored[floor_bytes, work, hides] = timed_floor(
-                    self.chip, self.objective, self.settings, floor_bytes, work, hides)
-            return self._floored[floor_bytes, work, hides], 0
+            if (floor_bytes, work) not in self._floored:
+                self._floored[floor_bytes, work] = timed_floor_parts(
+                    self.chip, self.objective, self.settings, floor_bytes, work)
+            units, transfer, compute = self._floored[floor_bytes, work]
+            # the most the weights' load could hide (what b hides itself not taken off: a
+            # floor still)
+            return units + self.coef * max(transfer, compute - self._load_cycles(w), 0), 0
         key = (id(a), kind, (w, overlap))
         if key not in self._given:
             found: tuple[int, int] | None = None
@@ -174,6 +177,13 @@ class TimedPricing:
             assert found is not None  # kinds() lists only the states some choice has
             self._given[key] = found
         return self._given[key]
+
+    def _load_cycles(self, w: int) -> int:
+        """weight_prefetch_cycles of `w` bytes (memoised: the path asks for a few sizes
+        millions of times)."""
+        if w not in self._loads:
+            self._loads[w] = weight_prefetch_cycles(self.chip, w)
+        return self._loads[w]
 
     def steps(self, path: Sequence[tuple[Edge, int]]) -> list[tuple[Edge, Choice]]:
         """Each edge of a searched path with the choice its way names."""

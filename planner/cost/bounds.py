@@ -29,6 +29,7 @@ from fuseplan.planner.cost.objective import (
     Charged,
     Objective,
     ObjectiveSettings,
+    cycle_units,
     objective_terms,
 )
 from fuseplan.planner.geometry.halo_reuse import lifetimes
@@ -196,9 +197,20 @@ def timed_floor(chip: Chip, objective: Objective, settings: ObjectiveSettings,
     its cycles are at least its compute, MACs over every core's matrix unit and vector ops
     over every core's lanes, and it hides no more than ``hideable``. Energy and mixes charge
     every other quantity at least at zero."""
+    units, transfer, compute = timed_floor_parts(chip, objective, settings, floor_bytes, work)
+    return units + cycle_units(objective, settings, chip) * max(transfer, compute - hideable, 0)
+
+
+def timed_floor_parts(chip: Chip, objective: Objective, settings: ObjectiveSettings,
+                      floor_bytes: int, work: Work) -> tuple[int, int, int]:
+    """timed_floor's parts: (units of all but the cycles, transfer cycles, compute cycles);
+    the floor for `hideable` cycles is units + cycle_units x max(transfer, compute -
+    hideable, 0), the objective being linear. The compute is one cycle short of the work's:
+    a group of one tile hides up to a cycle more than its transfers take (its compute
+    rounded up per chunk, planner.cost.layered)."""
     transfer = floor(floor_bytes / dram_bytes_per_cycle(chip))
     compute = (ceil(work.macs / (chip.cores * chip.core.macs_per_cycle))
-               + ceil(work.vector_ops / (chip.cores * chip.core.vector_lanes)))
-    cycles = max(transfer, compute - hideable, 0)
-    return objective_terms(objective, settings, chip,
-                           Charged(floor_bytes, 0, 0, work.macs, work.vector_ops, cycles))
+               + ceil(work.vector_ops / (chip.cores * chip.core.vector_lanes))) - 1
+    units = objective_terms(objective, settings, chip,
+                            Charged(floor_bytes, 0, 0, work.macs, work.vector_ops, 0))
+    return units, transfer, compute
