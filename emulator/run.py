@@ -191,16 +191,15 @@ class Run:
 
 
 def _tiles(r: Run) -> None:
-    g = r.group
-    if len(r.anchors()) == 1 and not g.halo_reuse and not r.io.accumulated \
-            and len(r.io.layers) > 1:
-        # its one tile loads every weight: each layer computes once its own are in
-        r.tally.layer_chunks = _layer_chunks(r.graph, r.io, r.chip.dtype_bytes, r.tally.stream)
     if r.group.halo_reuse:
         run_reuse_tiles(r.graph, r.group, r.chip, r.dram, r.weights, r.tally, layers=r.layers)
-    else:
-        run_tiles(r.graph, r.group, r.io, r.anchors(), r.dram, r.weights, r.tally, r.layers)
-        r.tally.ring_weights()
+        return
+    anchors = r.anchors()
+    if len(anchors) == 1 and not r.io.accumulated and len(r.io.layers) > 1:
+        # its one tile loads every weight: each layer computes once its own are in
+        r.tally.layer_chunks = _layer_chunks(r.graph, r.io, r.chip.dtype_bytes, r.tally.stream)
+    run_tiles(r.graph, r.group, r.io, anchors, r.dram, r.weights, r.tally, r.layers)
+    r.tally.ring_weights()
 
 
 def _layer_chunks(graph: Graph, io: GroupIO, dt: int, stream: WeightStream | None

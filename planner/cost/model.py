@@ -453,8 +453,8 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
     With a second buffer the next tile loads while the current one computes, so a group
     costs fill (first load) + max(remaining DRAM transfers, compute) + drain (last store);
     without one, transfers and compute add up. Loads far from even stall the cores beyond
-    that overlap (``stall_cycles``, planner.cost.schedule); the first tile's layers computing
-    as their weights arrive hide ``overlap_cycles`` of it (planner.cost.layered); a prefetch
+    that overlap (``stall_cycles``, planner.cost.schedule); a group of one tile, its layers
+    computing as their weights arrive, hides ``overlap_cycles`` (planner.cost.layered); a prefetch
     spent ``prefetched`` cycles of the fill in the group before. Energy: energy_pj.
     """
     bpc = dram_bytes_per_cycle(chip)
