@@ -11,12 +11,15 @@ network never reach a path whose floors could beat a priced plan, so they are ne
 searched; the plan is the one the full search finds, or one of the same cost. A round
 with fewer searches than cores also searches the groups on the next cheapest paths (the
 cheapest path through each unsearched group first): they run on cores that would idle and
-often settle the next round.
+often settle the next round. Over pairs (below) a path costs far more than one over edges,
+so a round there takes as many more as its path took the time of.
 
 Floors are in the objective's units. Under the traffic objective costs add up; under one
 that counts cycles a group's cost depends on the group after it (a prefetch hides that
 group's weight loads behind it), so the path runs over pairs of consecutive edges, priced
-by the caller (``pair``: exact once the first edge is searched, solver.prefetch_path).
+by the caller (``pair``: exact once the first edge is searched, solver.prefetch_path). That
+path tries an edge's predecessors cheapest bound first and stops at the first bound above
+the best price found (PairPricing.least), which spares most of the pairs.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ Groups = list[tuple[tuple[str, ...], TileChoice]]
 # unsearched groups looked at per idle core and round (most share a structure searched
 # already, or fall to a structural rule): beyond these the round starts without more
 RUNNERS_UP = 4
+# work items one round over pairs runs at most, however long its path took
+MOST_PER_ROUND = 64
 
 
 @dataclass
@@ -138,6 +143,10 @@ class _Rounds:
         # the live edges as arrays (solver.path_table; None: over pairs, or weights too
         # large for them): paths and distances without a walk in Python
         self.table: PathTable[Edge] | None = None
+        # over pairs, a round's path costs far more than a traffic round's: its searches
+        # are then worth as much time as finding it took (_wanted), from these two timings
+        self.path_s = 0.0  # seconds the last path took
+        self.item_s: float | None = None  # mean seconds of one work item so far
 
     def run(self) -> Outcome:
         """Path, refine or search, path again, until the path's edges are all searched."""
@@ -186,8 +195,19 @@ class _Rounds:
             return self.table.cheapest()
         if self.pairs is None:
             return _cheapest(self._walk(), self.end, self.units)
+        started = time.perf_counter()
         steps = cheapest_pairs(self._walk(), self.end, self.pairs)
+        self.path_s = time.perf_counter() - started
         return None if steps is None else [e for e, _ in steps]
+
+    def _wanted(self) -> int:
+        """Work items a round should run: one per core; over pairs, as many more as its
+        path took the time of (the cores would otherwise wait on paths that each settle
+        one edge: a deep network's thousands of whole-map ends take hundreds of rounds)."""
+        jobs = self.workers.jobs
+        if self.pairs is None or self.item_s is None or self.item_s <= 0:
+            return jobs
+        return max(jobs, min(MOST_PER_ROUND, int(self.path_s * jobs / self.item_s)))
 
     def tell(self, path: Sequence[Edge]) -> None:
         """Tell the progress sink where the rounds are: candidates searched, those whose
@@ -239,9 +259,15 @@ class _Rounds:
         cores), their results settled on the edges."""
         work = _work(self.ctx, batch, self.shared)
         gone: set[int] = set()
-        if len(work) < self.workers.jobs:  # idle cores: also the groups on the next cheapest paths
-            work = self._add_runners_up(batch, work, gone)
+        wanted = self._wanted()
+        if len(work) < wanted:  # idle cores: also the groups on the next cheapest paths
+            work = self._add_runners_up(batch, work, gone, wanted)
+        started = time.perf_counter()
         by_start = self._evaluate(work)
+        if work:
+            took = (time.perf_counter() - started) * min(self.workers.jobs, len(work)) \
+                / len(work)
+            self.item_s = took if self.item_s is None else (self.item_s + took) / 2
         self._settle_whole(by_start, gone)
         self._settle_batch(batch, gone)
         self._remove(gone)
@@ -252,21 +278,21 @@ class _Rounds:
                 self.table = None
 
     def _add_runners_up(self, batch: list[Edge], work: dict[StructureKey | Start, Task | Start],
-                        gone: set[int]) -> dict[StructureKey | Start, Task | Start]:
+                        gone: set[int], wanted: int
+                        ) -> dict[StructureKey | Start, Task | Start]:
         """The work with the edges of the next cheapest paths added to the batch, until it
-        keeps every core busy (those no candidate after all go to `gone`)."""
-        jobs = self.workers.jobs
+        holds `wanted` items (those no candidate after all go to `gone`)."""
         if self.table is not None:
-            ahead = self.table.runners_up(batch, RUNNERS_UP * jobs)
+            ahead = self.table.runners_up(batch, RUNNERS_UP * wanted)
         else:
-            ahead = _runners_up(self._walk(), self.end, self.units, batch)[:RUNNERS_UP * jobs]
+            ahead = _runners_up(self._walk(), self.end, self.units, batch)[:RUNNERS_UP * wanted]
         for e in ahead:
             if not e.refined and not self._refined(e):
                 gone.add(id(e))
                 continue
             batch.append(e)
             work = _work(self.ctx, batch, self.shared)
-            if len(work) >= jobs:
+            if len(work) >= wanted:
                 break
         return work
 
@@ -455,6 +481,11 @@ class PairPricing(Protocol):
         `after` (None: a ends the plan), the way of running a that adds that)."""
         ...
 
+    def least(self, a: Edge, kind: Hashable) -> int:
+        """No more than what `adds` says edge a in state `kind` adds before any edge that
+        may follow it (lets the path skip predecessors that cannot win)."""
+        ...
+
 
 def cheapest_pairs(edges: Sequence[Edge], end: int, pricing: PairPricing
                    ) -> list[tuple[Edge, int]] | None:
@@ -472,19 +503,28 @@ def cheapest_pairs(edges: Sequence[Edge], end: int, pricing: PairPricing
     ending: dict[int, list[State]] = {}
     last: tuple[int, int, State] | None = None
     for start in sorted(by_start):
-        # the states ending here are final: price each kind of successor once
+        # the states ending here are final: price each kind of successor once, trying
+        # them cheapest bound first and stopping where a bound exceeds the best found
+        # (ties as min over them in their order: the index k breaks them)
         here = [x for x in by_start[start] if (id(x[0]), x[1]) not in reach]
-        before = ending.get(start, [])
+        ranked = sorted((reach[id(a), ka][0] + pricing.least(a, ka), k, a, ka)
+                        for k, (a, ka) in enumerate(ending.get(start, ())))
         best: dict[Hashable, tuple[int, int, State]] = {}
         for b, kb in here:
             cls = pricing.follows(b, kb)
             if cls not in best:
-                found = [(reach[id(a), ka][0] + pricing.adds(a, ka, cls)[0],
-                          reach[id(a), ka][1] + (not a.searched), (a, ka))
-                         for a, ka in before]
-                if not found:
+                top: tuple[int, int, int, State] | None = None
+                for lb, k, a, ka in ranked:
+                    if top is not None and lb > top[0]:
+                        break
+                    cost, unknown, _ = reach[id(a), ka]
+                    tried = (cost + pricing.adds(a, ka, cls)[0], unknown + (not a.searched),
+                             k, (a, ka))
+                    if top is None or tried[:3] < top[:3]:
+                        top = tried
+                if top is None:
                     continue
-                best[cls] = min(found, key=lambda x: x[:2])
+                best[cls] = (top[0], top[1], top[3])
             reach[id(b), kb] = best[cls]
         for a, ka in by_start[start]:
             if (id(a), ka) not in reach:

@@ -71,16 +71,37 @@ class TimedPricing:
         default_factory=dict)
     _floored: dict[tuple[int, Work], tuple[int, int, int]] = field(default_factory=dict)
     _loads: dict[int, int] = field(default_factory=dict)  # weight bytes -> load cycles
+    _least: dict[tuple[int, Hashable], int] = field(default_factory=dict)  # see least
 
     def hide_limits(self, edges: Sequence[Edge]) -> None:
-        """Per position, the cycles the longest group starting there takes to load its
-        weights (a group's weights include those of every shorter group at its start):
-        the most a group ending there can hide behind itself."""
-        longest: dict[int, int] = {}
+        """Per position, the cycles the heaviest group starting there that could be
+        prefetched at all takes to load its weights: the most a group ending there can
+        hide behind itself. A prefetch needs the weights to fit the room a group leaves,
+        never more than ``room_cap``; a group's weights include those of every shorter
+        group at its start, so the heaviest is the longest that fits."""
+        ends: dict[int, set[int]] = {}
         for e in edges:
-            longest[e.start] = max(longest.get(e.start, e.end), e.end)
-        self.hideable = {i: weight_prefetch_cycles(self.chip, self.weight_bytes(i, j))
-                         for i, j in longest.items()}
+            ends.setdefault(e.start, set()).add(e.end)
+        self.hideable = {}
+        for i, at in ends.items():
+            ordered = sorted(at)
+            lo, hi = 0, len(ordered)  # the first end whose weights exceed the cap
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.weight_bytes(i, ordered[mid]) <= self.room_cap:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            self.hideable[i] = 0 if lo == 0 else self._load_cycles(
+                self.weight_bytes(i, ordered[lo - 1]))
+
+    @property
+    def room_cap(self) -> int:
+        """The most bytes any group leaves on chip for the next group's weights
+        (solver.tiles.prefetch_room): the cluster's WRAM on chips with one, else its SRAM."""
+        if self.chip.wram is not None:
+            return self.chip.wram.bytes * self.chip.cores_per_cluster
+        return self.chip.sram.bytes
 
     def weight_bytes(self, start: int, end: int) -> int:
         """Weight bytes of the layers at positions start .. end - 1."""
@@ -109,6 +130,7 @@ class TimedPricing:
         e.options = (*e.options, *options)
         self._choices.pop(id(e), None)
         self._given = {k: v for k, v in self._given.items() if k[0] != id(e)}
+        self._least = {k: v for k, v in self._least.items() if k[0] != id(e)}
 
     def bound(self, e: Edge) -> int:
         """What a searched edge adds to any plan through it, at least."""
@@ -161,7 +183,8 @@ class TimedPricing:
             units, transfer, compute = self._floored[floor_bytes, work]
             # the most the weights' load could hide (what b hides itself not taken off: a
             # floor still)
-            return units + self.coef * max(transfer, compute - self._load_cycles(w), 0), 0
+            hidden = self._load_cycles(w) if w <= self.room_cap else 0  # else: no room
+            return units + self.coef * max(transfer, compute - hidden, 0), 0
         key = (id(a), kind, (w, overlap))
         if key not in self._given:
             found: tuple[int, int] | None = None
@@ -177,6 +200,27 @@ class TimedPricing:
             assert found is not None  # kinds() lists only the states some choice has
             self._given[key] = found
         return self._given[key]
+
+    def least(self, a: Edge, kind: Hashable) -> int:
+        """No more than `adds` of edge a in state `kind` before any next edge: the next
+        group's weights hide at most ``hideable`` (no limit before hide_limits has looked),
+        and a searched choice hides at most its DRAM-idle cycles."""
+        most = self.hideable.get(a.end, 0) if self.hideable else None
+        if kind is None:
+            if a.floor <= 0 or id(a) not in self._floors:
+                return a.floor
+            floor_bytes, work = self._floors[id(a)]
+            if (floor_bytes, work) not in self._floored:
+                self._floored[floor_bytes, work] = timed_floor_parts(
+                    self.chip, self.objective, self.settings, floor_bytes, work)
+            units, transfer, compute = self._floored[floor_bytes, work]
+            return units + self.coef * max(transfer, 0 if most is None else compute - most, 0)
+        key = (id(a), kind)
+        if key not in self._least:
+            self._least[key] = min(c.units - self.coef * (c.idle if most is None
+                                                            else min(c.idle, most))
+                                   for c in self.choices(a) if self._kind(c) == kind)
+        return self._least[key]
 
     def _load_cycles(self, w: int) -> int:
         """weight_prefetch_cycles of `w` bytes (memoised: the path asks for a few sizes

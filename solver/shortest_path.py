@@ -581,4 +581,5 @@ def _with_prefetch(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Object
             search = GroupSearch.of(graph, order[i:j], chip, ruleset)
             edges.append(Edge(i, j, tuple(order[i:j]), search.io, 0,
                               search.option_choice(opts[0]), True, options=tuple(opts)))
+    pricing.hide_limits(edges)
     return _priced_path(graph, chip, ruleset, pricing, edges, len(order), None, None)
