@@ -9,6 +9,7 @@ planner.app.dynamic_api."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from fuseplan.planner.app.problem import Problem as Problem
 from fuseplan.planner.app.problem import chip_for_plan as chip_for_plan
 from fuseplan.planner.app.problem import objective_of as objective_of
 from fuseplan.planner.app.problem import prepare as prepare
+from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import InputError, Interrupted, PlanningError
 from fuseplan.planner.core.files import make_dir, write_with
 from fuseplan.planner.core.progress import Progress as Progress
@@ -79,9 +81,14 @@ def solve(model: str, rules: str | Path | None = None, hardware: str | None = No
           progress: ProgressSink | None = None) -> Plan:
     """Plan a model: ``fuseplan.solve("model.onnx", rules=..., hardware=...)``; ``jobs``:
     processes the tile searches run on; ``progress``: told of every phase as it goes
-    (planner.core.progress; the plan is the same with it or without)."""
-    return plan_problem(prepare(model, rules, hardware, shapes, overrides, progress), solver,
-                        objective, time_limit, jobs=jobs, progress=progress)
+    (planner.core.progress; the plan is the same with it or without). ``time_limit`` runs
+    from the call: the model's import stops at it too (OutOfTime), the planning returns
+    its best plan by then."""
+    started = time.perf_counter()
+    problem = prepare(model, rules, hardware, shapes, overrides, progress,
+                      Budget.of(time_limit, started))
+    return plan_problem(problem, solver, objective, time_limit, started=started, jobs=jobs,
+                        progress=progress)
 
 
 def _plan_header_of(plan_path: Path) -> dict[str, Any]:
@@ -198,10 +205,12 @@ def _layout_doc(layout: Layout) -> dict[str, Any]:
             "row_axis": layout.row_axis, "col_axis": layout.col_axis}
 
 
-def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
-    """The layer graph as a JSON document."""
-    loaded = load_model(model, dict(shapes or {}))
-    g = build_graph(loaded)
+def inspect(model: str, shapes: Mapping[str, tuple[int, ...]] | None = None,
+            budget: Budget | None = None) -> dict[str, Any]:
+    """The layer graph as a JSON document (OutOfTime where ``budget``'s limit passes before
+    the graph is built)."""
+    loaded = load_model(model, dict(shapes or {}), budget)
+    g = build_graph(loaded, budget)
     block_of = {}
     for b in sorted(g.blocks, key=lambda b: -len(b.layers)):  # innermost block wins
         for n in b.layers:

@@ -11,6 +11,7 @@ from typing import Any
 
 from fuseplan.hardware.chip import Chip, chip_from_dict, chip_to_dict, load_chip
 from fuseplan.planner.app.assemble import layer_by_layer_bytes
+from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.cost.objective import Objective
@@ -57,18 +58,20 @@ class Problem:
 
 def prepare(model: str, rules: str | Path | None = None, hardware: str | None = None,
             shapes: Mapping[str, tuple[int, ...]] | None = None,
-            overrides: Sequence[str] = (), progress: ProgressSink | None = None) -> Problem:
+            overrides: Sequence[str] = (), progress: ProgressSink | None = None,
+            budget: Budget | None = None) -> Problem:
     """Load and check a model (path or zoo:NAME), a rule file and a chip (file or preset);
-    ``progress``: told of each step (planner.core.progress)."""
+    ``progress``: told of each step (planner.core.progress); ``budget``: the command's time
+    limit, which the model's import stops at (OutOfTime)."""
     if progress is not None:
         progress(Progress("loading model"))
-    loaded = load_model(model, dict(shapes or {}))
+    loaded = load_model(model, dict(shapes or {}), budget)
     if progress is not None:
         progress(Progress("loading chip"))
     chip, chip_file = load_chip(hardware, overrides)
     if progress is not None:
         progress(Progress("building graph"))
-    graph = build_graph(loaded)
+    graph = build_graph(loaded, budget)
     if progress is not None:
         progress(Progress("loading rules"))
     return Problem(loaded, graph, chip, chip_file, tuple(overrides), load_rules(rules))

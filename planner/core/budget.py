@@ -3,13 +3,16 @@
 `--time-limit` bounds the whole command: loading the model, the tile searches and CP-SAT.
 The budget is a point in time (from when the command started); each phase asks what is
 left, and a phase that stops early says what it left out, so the plan reports how far it
-is from proven (its status and gap) rather than claim an optimum over a cut search.
+is from proven (its status and gap) rather than claim an optimum over a cut search. The
+model's import has no partial answer: past the limit it stops at its next step (check).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+
+from fuseplan.planner.core.errors import OutOfTime
 
 
 @dataclass(frozen=True)
@@ -19,18 +22,21 @@ class Budget:
     until: float | None = None
     # what phases left out to stay within it (filled as they run)
     cuts: list[str] = field(default_factory=list, compare=False)
+    seconds: float | None = field(default=None, compare=False)  # the limit, as given
 
     @classmethod
     def of(cls, seconds: float | None, started: float | None = None) -> Budget:
         """A budget of `seconds` from `started` (a perf_counter reading; now when None)."""
         if seconds is None:
             return cls()
-        return cls((time.perf_counter() if started is None else started) + seconds)
+        return cls((time.perf_counter() if started is None else started) + seconds,
+                   seconds=seconds)
 
     def less(self, seconds: float) -> Budget:
         """The budget of a phase that must leave `seconds` for the phases after it (what it
         cuts is noted with this budget's cuts)."""
-        return self if self.until is None else Budget(self.until - seconds, self.cuts)
+        return self if self.until is None else Budget(self.until - seconds, self.cuts,
+                                                      self.seconds)
 
     def left(self) -> float | None:
         """Seconds left (negative once passed), None without a limit."""
@@ -45,3 +51,12 @@ class Budget:
     def cut(self, what: str) -> None:
         """Record that a phase left `what` out to stay within the limit."""
         self.cuts.append(what)
+
+    def check(self, step: str, model: str) -> None:
+        """Raise OutOfTime if the limit has passed: a step of `model`'s import that has no
+        partial answer to give (`step`: what it was doing, "folding constants")."""
+        if self.passed:
+            limit = "" if self.seconds is None else f" of {self.seconds:g} s"
+            raise OutOfTime(f"the time limit{limit} passed while {step} of {model}, before "
+                            "anything could be planned or shown. Raise --time-limit: this "
+                            "model takes longer than that to import.")

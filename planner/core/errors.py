@@ -24,6 +24,13 @@ class PlanDefect(PlanningError):
     label = "planner bug"
 
 
+class OutOfTime(PlanningError):
+    """--time-limit passed before the command had anything to answer with (the model's
+    import alone took longer): exit code 1, naming the step it stopped in."""
+
+    label = "time limit"
+
+
 class Interrupted(Exception):
     """Ctrl-C stopped the command: exit code 130, the message says which files it left
     (complete ones only: partial files are removed, planner.core.files)."""

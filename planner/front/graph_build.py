@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.front.attention_fusion import OP_TYPE as ATTENTION_OP
 from fuseplan.planner.front.attention_fusion import fuse_attention
@@ -76,6 +77,9 @@ def _tensor_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+# layers built between two looks at the time limit (a 20,000-node graph builds in ~2 s)
+CHECK_EVERY = 1024
+
 # ops whose output keeps a token input's layout when the batch and tokens pass through
 # (per-element functions, per-token normalization and linear layers, products)
 _KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX,
@@ -126,8 +130,10 @@ def _kept_tokens(in_shapes: Sequence[tuple[int, ...]], in_layouts: Sequence[Layo
     return sequence(found[0].rank, found[0].batch_axis, found[0].row_axis)
 
 
-def build_graph(model: LoadedModel) -> Graph:
-    """Turn a cleaned, shape-inferred model into the layer graph."""
+def build_graph(model: LoadedModel, budget: Budget | None = None) -> Graph:
+    """Turn a cleaned, shape-inferred model into the layer graph (OutOfTime where
+    ``budget``'s limit passes between two steps)."""
+    budget = budget or Budget()
     proto = model.proto
     shapes = _tensor_shapes(proto)
     constants = {init.name: stored_array(init) for init in proto.graph.initializer}
@@ -140,11 +146,15 @@ def build_graph(model: LoadedModel) -> Graph:
     layouts: dict[str, Layout] = dict.fromkeys(found.tokens, tokens())
     layouts.update(dict.fromkeys(found.lengths, ncl()))
     layouts.update(dict.fromkeys(found.channels_last, nhwc()))
+    budget.check("finding token and channels-last stretches", model.path)
     nodes = fuse_attention(proto.graph.node, shapes, constants, model.outputs, model.opset)
     nodes, appends, outputs = append_caches(nodes, shapes, list(model.inputs), model.outputs,
                                             ATTENTION_OP)
     restated = BatchRestatement(nodes, shapes, constants, outputs)
-    for node in nodes:
+    budget.check("fusing attention", model.path)
+    for k, node in enumerate(nodes):
+        if k % CHECK_EVERY == 0:
+            budget.check(f"building layer {k:,} of {len(nodes):,}", model.path)
         layer = _layer(restated.restate(node, layouts), shapes, constants, model.opset,
                        model.path, layouts)
         layers.append(layer)
@@ -163,7 +173,9 @@ def build_graph(model: LoadedModel) -> Graph:
     by_name = {lay.name: lay for lay in layers}
     ordered = tuple(by_name[n] for n in order)
     inputs = tuple(model.inputs)
+    budget.check("ordering the layers", model.path)
     blocks = find_blocks(dag, ordered, inputs, outputs, producer)
+    budget.check("finding the blocks", model.path)
     return Graph(
         name=model.path,
         layers=ordered,

@@ -27,6 +27,7 @@ from types import MappingProxyType
 
 import onnx
 
+from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.front.assemble import _assemble
 from fuseplan.planner.front.fills import fill_in
 from fuseplan.planner.front.fold import _fold_round, _has_unresolved_shape_nodes
@@ -87,18 +88,23 @@ __all__ = [
 
 
 def load_model(
-    spec: str, shapes: Mapping[str, tuple[int, ...]] = MappingProxyType({})
+    spec: str, shapes: Mapping[str, tuple[int, ...]] = MappingProxyType({}),
+    budget: Budget | None = None,
 ) -> LoadedModel:
     """Load, validate and clean a model (see the module docstring for what "clean" means).
 
     ``spec`` is a path or ``zoo:NAME``; ``shapes`` binds input shapes by input name
-    (``--shape`` options). Raises InputError for every problem with the model or the shapes.
+    (``--shape`` options). Raises InputError for every problem with the model or the shapes;
+    OutOfTime where ``budget``'s limit passes between two steps.
     """
+    budget = budget or Budget()
     file = resolve_model(spec)
     data = _read_bytes(file, spec)
     sha = hashlib.sha256(data).hexdigest()
+    budget.check("reading the file", spec)
     model = _parse_model(data, file, spec)
     del data
+    budget.check("parsing the model", spec)
     opset = _default_opset(model, spec)
     _check_opset(opset, spec)
     graph = model.graph
@@ -109,16 +115,20 @@ def load_model(
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
     _check_control_flow(work.nodes, spec)
     _bind_shapes(work, graph, shapes)
+    budget.check("binding the input shapes", spec)
     types = _fold_constants(work, model)
+    budget.check("folding constants and inferring shapes", spec)
     if _rebatch_reshapes(work, types, spec):
         types = _fold_constants(work, model)
     made = split_group_norms(work, types, opset)
     if made:  # the new tensors' shapes
         types = _fold_constants(work, model)
+    budget.check("folding constants and inferring shapes", spec)
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
     _trim_unused_outputs(work.nodes, (o.name for o in graph.output), opset)
     _check_runnable(work.nodes, opset, spec)
     _check_element_types(work, types)
+    budget.check("checking the nodes", spec)
     _assemble(work, model, types)
     for tensor in model.graph.initializer:
         # the loader's constants, and those the model computes from shapes (a causal mask

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import InputError, Interrupted
 from fuseplan.planner.core.files import make_dir, write_atomic
 from fuseplan.planner.core.units import fmt_bytes, rel_path
@@ -86,6 +87,8 @@ def _percent(value: float | None) -> float | None:
 
 TimeOpt = Annotated[float | None, typer.Option("--time-limit", callback=_seconds,
     help="CP-SAT time limit in seconds.")]
+ImportTimeOpt = Annotated[float | None, typer.Option("--time-limit", callback=_seconds,
+    help="Stop after this many seconds (exit 1) if the model is not imported by then.")]
 SearchJobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=0,
     help="Processes for the tile searches (0: every core). The plan does not depend on it.")]
 
@@ -220,9 +223,10 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
              + (f" written to {rel_path(output)}" if output is not None else ""))
         return
     with working(f"planning {model} with {solver}", as_json) as sink:
-        problem = api.prepare(model, rules, hw, _shapes(shape), set_ or (), progress=sink)
-        objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
         started = ctx.obj if isinstance(ctx.obj, float) else None
+        problem = api.prepare(model, rules, hw, _shapes(shape), set_ or (), progress=sink,
+                              budget=Budget.of(time_limit, started))
+        objective = api.resolve_objective(problem.ruleset, objective, prefer, battery)
         plan = api.plan_problem(problem, solver, objective, time_limit, started=started,
                                 jobs=jobs, progress=sink)
     if output is not None:
@@ -430,13 +434,15 @@ def explain(model: str, plan: Path, layer: LayerOpt = None,
 
 @app.command()
 @guarded
-def inspect(model: str, shape: ShapeOpt = None, wide: WideOpt = False,
+def inspect(ctx: typer.Context, model: str, shape: ShapeOpt = None,
+            time_limit: ImportTimeOpt = None, wide: WideOpt = False,
             as_json: JsonOpt = False) -> None:
     """The layer graph: op, class, output shape, weights, MACs, block of every layer."""
     from fuseplan.planner.app import api
 
     check_files([model_in(model)])
-    doc = api.inspect(model, _shapes(shape))
+    started = ctx.obj if isinstance(ctx.obj, float) else None
+    doc = api.inspect(model, _shapes(shape), Budget.of(time_limit, started))
     if as_json:
         emit(doc)
         return
