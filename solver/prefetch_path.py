@@ -5,9 +5,10 @@ it computes (planner.cost.model.prefetch_cycles), so what a group adds to a plan
 its successor: the saving is charged to the group it hides behind, as the full search does
 (solver.shortest_path). The lazy search over floors (solver.bounded_path) needs a number per
 edge that no plan through it goes below: an edge's *bound* is its best choice's units less
-the most that choice could hide of any next group's weight loads (its DRAM-idle cycles, and
-no more than the longest next group's weights take: ``hideable``). Better, the path runs
-over pairs of consecutive edges (bounded_path.PairPricing): what an edge adds given the
+the most that choice could hide of any next group's weight loads (its DRAM-idle cycles,
+and no more than the load time of the heaviest next group whose weights could fit the room
+any group leaves: ``hideable``). Better, the path runs over pairs of consecutive edges
+(bounded_path.PairPricing): what an edge adds given the
 next group's weights it may hide (``adds``) is exact once it is searched (the saving
 depends on its own choice, on the next group's weight bytes and on whether that group
 holds them resident: only weights that all load with a group's first tile are prefetched,

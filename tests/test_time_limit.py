@@ -30,7 +30,7 @@ def test_budget_phases_share_one_deadline_and_its_cuts() -> None:
 
 def test_time_limit_bounds_the_command_and_the_plan_verifies(tmp_path: Path) -> None:
     """zoo:resnet50 with every candidate group searched (no floors to spare any) takes some
-    25 CPU seconds to plan; with --time-limit 4 the command stops searching at the limit
+    25 CPU seconds to plan; with --time-limit 5 the command stops searching at the limit
     and returns a plan that says what it cut, its gap to the floor, and that runs in the
     emulator with the predicted bytes. The command's CPU time, not its wall time, shows
     the search was cut: a loaded machine gives the command less CPU before the limit, never
@@ -41,7 +41,7 @@ def test_time_limit_bounds_the_command_and_the_plan_verifies(tmp_path: Path) -> 
     plan = tmp_path / "plan.json"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([str(FUSEPLAN), "solve", "zoo:resnet50", "--rules", str(rules),
-                           "--time-limit", "4", "-o", str(plan), "--json"],
+                           "--time-limit", "5", "-o", str(plan), "--json"],
                           capture_output=True, text=True, check=False, timeout=300)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -53,7 +53,7 @@ def test_time_limit_bounds_the_command_and_the_plan_verifies(tmp_path: Path) -> 
     floor, moved = doc["totals"]["compulsory_dram_bytes"], doc["totals"]["dram_bytes"]
     assert info["bound"] == floor
     assert info["gap"] == round((moved - floor) / moved, 6) > 0
-    assert cpu < 14, cpu  # loading, the limit and the quick single-layer tiles: ~6 s here
+    assert cpu < 16, cpu  # loading, the limit and the quick single-layer tiles: ~8 s here
     check = subprocess.run([str(FUSEPLAN), "verify", "zoo:resnet50", str(plan)],
                            capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -74,9 +74,9 @@ def test_time_limit_bounds_the_import_too(tmp_path: Path) -> None:
         doc = json.loads(proc.stdout)
         assert doc["exit"] == 1 and doc["error"]["kind"] == "no"
         message = doc["error"]["message"]
-        assert message.startswith("the time limit of 0.1 s passed while reading the file of "
-                                  "zoo:squeezenet"), message
-        assert "Raise --time-limit" in doc["error"]["fix"]
+        assert message.startswith("the time limit of 0.1 s had run out by the end of reading "
+                                  "the file of zoo:squeezenet"), message
+        assert "(--time-limit)" in doc["error"]["fix"]
         assert "Traceback" not in proc.stderr and "time limit: " in proc.stderr
     assert not plan.exists()
     timed = subprocess.run([str(FUSEPLAN), "inspect", "zoo:squeezenet", "--time-limit", "60",

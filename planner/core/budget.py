@@ -54,9 +54,15 @@ class Budget:
 
     def check(self, step: str, model: str) -> None:
         """Raise OutOfTime if the limit has passed: a step of `model`'s import that has no
-        partial answer to give (`step`: what it was doing, "folding constants")."""
+        partial answer to give (`step`: what it has just done, "folding constants")."""
         if self.passed:
-            limit = "" if self.seconds is None else f" of {self.seconds:g} s"
-            raise OutOfTime(f"the time limit{limit} passed while {step} of {model}, before "
-                            "anything could be planned or shown. Raise --time-limit: this "
-                            "model takes longer than that to import.")
+            limit = "" if self.seconds is None else f" of {_seconds(self.seconds)}"
+            raise OutOfTime(f"the time limit{limit} had run out by the end of {step} of "
+                            f"{model}, before anything could be planned or shown. Raise the "
+                            "time limit (--time-limit): this model takes longer than that to "
+                            "import.")
+
+
+def _seconds(value: float) -> str:
+    """A limit as the user would write it: 2.5 s, 600 s, 1,000,000 s."""
+    return f"{value:,.0f} s" if value >= 100 else f"{value:g} s"

@@ -175,7 +175,6 @@ def build_graph(model: LoadedModel, budget: Budget | None = None) -> Graph:
     inputs = tuple(model.inputs)
     budget.check("ordering the layers", model.path)
     blocks = find_blocks(dag, ordered, inputs, outputs, producer)
-    budget.check("finding the blocks", model.path)
     return Graph(
         name=model.path,
         layers=ordered,

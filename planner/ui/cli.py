@@ -86,7 +86,11 @@ def _percent(value: float | None) -> float | None:
 
 
 TimeOpt = Annotated[float | None, typer.Option("--time-limit", callback=_seconds,
-    help="CP-SAT time limit in seconds.")]
+    help="Time limit in seconds of each planning run; the best plan found by then is "
+         "returned.")]
+SolveTimeOpt = Annotated[float | None, typer.Option("--time-limit", callback=_seconds,
+    help="Time limit in seconds from the command's start: the model's import stops at it "
+         "(exit 1), the planning returns its best plan by then.")]
 ImportTimeOpt = Annotated[float | None, typer.Option("--time-limit", callback=_seconds,
     help="Stop after this many seconds (exit 1) if the model is not imported by then.")]
 SearchJobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=0,
@@ -189,7 +193,7 @@ def solve(ctx: typer.Context, model: str, rules: RulesOpt = None, hw: HwOpt = No
           set_: SetOpt = None,
           shape: ShapeOpt = None, objective: ObjOpt = None,
           solver: SolverOpt = "cpsat",
-          time_limit: TimeOpt = None,
+          time_limit: SolveTimeOpt = None,
           jobs: SearchJobsOpt = 0,
           prefer: PreferOpt = None,
           battery: BatteryOpt = None,
