@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.bounds import Work, timed_floor, timed_floor_parts
@@ -96,7 +97,7 @@ class TimedPricing:
             self.hideable[i] = 0 if lo == 0 else self._load_cycles(
                 self.weight_bytes(i, ordered[lo - 1]))
 
-    @property
+    @cached_property
     def room_cap(self) -> int:
         """The most bytes any group leaves on chip for the next group's weights
         (solver.tiles.prefetch_room): the cluster's WRAM on chips with one, else its SRAM."""
