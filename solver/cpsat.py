@@ -399,7 +399,7 @@ def _encode_prefetch(enc: Encoding, cands: Sequence[Candidate],
     for a, bs in pairs.items():
         ta, first = timings[a], cands[a]
         if ta.ring is not None:  # its ring takes the room
-            m.add(rooms[a] <= ta.ring_room).only_enforce_if(ta.ring)
+            m.add(rooms[a] <= 0).only_enforce_if(ta.ring)
         spanning = [c for c, (c0, c1) in enumerate(spans) if c0 < spans[a][0] and c1 >
                     spans[a][1] and c1 - c0 + 1 != len(cands[c].layers)]
         after: list[Any] = []

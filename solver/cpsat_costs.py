@@ -140,9 +140,8 @@ class Timing:
     busy_serial: Any  # all transfers
     overlap: Any = 0  # compute its one tile hides behind its own weight loads (else 0)
     # a free candidate whose streamed weights run in a ring when it is one tile: that
-    # literal and the prefetch room the ring leaves (planner.cost.model.weight_ring)
+    # literal (the ring takes every byte a prefetch could use, planner.cost.model.weight_ring)
     ring: Any = None
-    ring_room: int = 0
 
 
 def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset: RuleSet
@@ -171,7 +170,7 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     serial = ceil_div(m, t.dram, num, den, f"dram_cyc_{i}")
     # a group of one tile computes its layers as their weights arrive, hiding some
     # compute behind its own loads (planner.cost.layered)
-    overlap, ring, ring_room = (cand.fixed.overlap_cycles, None, 0) if cand.fixed is not None \
+    overlap, ring = (cand.fixed.overlap_cycles, None) if cand.fixed is not None \
         else one_tile_overlap(enc, cand)
     m.add(cycles >= serial + compute - overlap).only_enforce_if(cand.double_buffered.Not())
     m.add(cycles >= serial).only_enforce_if(cand.double_buffered.Not())
@@ -184,13 +183,13 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     m.add(cycles >= fill + rest + drain + stall).only_enforce_if(cand.double_buffered)
     m.add(cycles >= fill + compute + drain + stall - overlap).only_enforce_if(
         cand.double_buffered)
-    timing = Timing(cycles, fill + rest + drain, serial, overlap, ring, ring_room)
+    timing = Timing(cycles, fill + rest + drain, serial, overlap, ring)
     charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles)
     return objective_terms(objective, ruleset.objective, chip, charged), timing
 
 
-def one_tile_overlap(enc: Encoding, cand: Candidate) -> tuple[Any, Any, int]:
-    """(overlap_cycles, ring literal or None, the room its ring leaves) of a candidate whose
+def one_tile_overlap(enc: Encoding, cand: Candidate) -> tuple[Any, Any]:
+    """(overlap_cycles, ring literal or None) of a candidate whose
     tile the model chooses: its whole-map overlap (resident, or streamed: in pairs or in a
     ring, planner.cost.model.weight_ring) when it runs as one tile, else 0
     (planner.cost.layered: only a group of one tile is played layer by layer)."""
@@ -198,7 +197,7 @@ def one_tile_overlap(enc: Encoding, cand: Candidate) -> tuple[Any, Any, int]:
     n, h, _ = cand.extent
     if not layered_applies(cand.io, False) or (isinstance(cand.tiles, int) and cand.tiles != 1) \
             or upper_bound(cand.th) < h or upper_bound(cand.tn) < n:  # never one tile
-        return 0, None, 0
+        return 0, None
     regions = tile_regions(g, cand.io, full_box(g, cand.io.anchor))
     dt = chip.dtype_bytes
     maps = sum(box_elems(g, t, regions[t]) for t in dram_loads(g, cand.io)) * dt
@@ -206,7 +205,7 @@ def one_tile_overlap(enc: Encoding, cand: Candidate) -> tuple[Any, Any, int]:
     resident = first_tile_overlap(g, cand.io, regions, chip, maps)
     streamed = first_tile_overlap(g, cand.io, regions, chip, maps, True, ring)
     if not (resident or streamed or ring):
-        return 0, None, 0
+        return 0, None
     one = []  # the literal of running as one tile, where the model chooses the tile
     if not isinstance(cand.tiles, int):  # one tile exactly when the literal says so
         one = [m.new_bool_var(f"one_tile_{cand.index}")]
@@ -218,10 +217,10 @@ def one_tile_overlap(enc: Encoding, cand: Candidate) -> tuple[Any, Any, int]:
     for lit in one:
         m.add(overlap == 0).only_enforce_if(lit.Not())
     if not ring:
-        return overlap, None, 0
+        return overlap, None
     in_ring = m.new_bool_var(f"ring_{cand.index}")  # one tile, streamed
     m.add_bool_and([cand.resident.Not(), *one]).only_enforce_if(in_ring)
     m.add_bool_or([cand.resident, in_ring, *(lit.Not() for lit in one)])
     # the ring takes all the SRAM the maps leave: no second buffer, no room for a prefetch
     m.add_implication(in_ring, cand.double_buffered.Not())
-    return overlap, in_ring, 0
+    return overlap, in_ring

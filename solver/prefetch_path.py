@@ -176,13 +176,10 @@ class TimedPricing:
         where the weights fit the room it leaves), else its floor given that much hidden."""
         w, overlap = after if isinstance(after, tuple) else (0, 0)
         if kind is None:
-            if a.floor <= 0 or id(a) not in self._floors:  # no floor trusted, or none known
+            parts = self._floor_parts(a)
+            if parts is None:
                 return a.floor, 0
-            floor_bytes, work = self._floors[id(a)]  # refining may raise them: key by value
-            if (floor_bytes, work) not in self._floored:
-                self._floored[floor_bytes, work] = timed_floor_parts(
-                    self.chip, self.objective, self.settings, floor_bytes, work)
-            units, transfer, compute = self._floored[floor_bytes, work]
+            units, transfer, compute = parts
             # the most the weights' load could hide (what b hides itself not taken off: a
             # floor still)
             hidden = self._load_cycles(w) if w <= self.room_cap else 0  # else: no room
@@ -209,13 +206,10 @@ class TimedPricing:
         and a searched choice hides at most its DRAM-idle cycles."""
         most = self.hideable.get(a.end, 0) if self.hideable else None
         if kind is None:
-            if a.floor <= 0 or id(a) not in self._floors:
+            parts = self._floor_parts(a)
+            if parts is None:
                 return a.floor
-            floor_bytes, work = self._floors[id(a)]
-            if (floor_bytes, work) not in self._floored:
-                self._floored[floor_bytes, work] = timed_floor_parts(
-                    self.chip, self.objective, self.settings, floor_bytes, work)
-            units, transfer, compute = self._floored[floor_bytes, work]
+            units, transfer, compute = parts
             return units + self.coef * max(transfer, 0 if most is None else compute - most, 0)
         key = (id(a), kind)
         if key not in self._least:
@@ -223,6 +217,17 @@ class TimedPricing:
                                                             else min(c.idle, most))
                                    for c in self.choices(a) if self._kind(c) == kind)
         return self._least[key]
+
+    def _floor_parts(self, a: Edge) -> tuple[int, int, int] | None:
+        """An unsearched edge's timed floor parts (timed_floor_parts); None where no floor
+        is trusted (a.floor <= 0) or none is known: then a.floor is all there is."""
+        if a.floor <= 0 or id(a) not in self._floors:
+            return None
+        floor_bytes, work = self._floors[id(a)]  # refining may raise them: key by value
+        if (floor_bytes, work) not in self._floored:
+            self._floored[floor_bytes, work] = timed_floor_parts(
+                self.chip, self.objective, self.settings, floor_bytes, work)
+        return self._floored[floor_bytes, work]
 
     def _load_cycles(self, w: int) -> int:
         """weight_prefetch_cycles of `w` bytes (memoised: the path asks for a few sizes

@@ -16,6 +16,7 @@ from fuseplan.planner.cost.model import (
     group_tensors,
     live_steps,
     next_inputs_elems,
+    ring_peak,
     sram_staged,
     weight_bytes,
     weight_ring,
@@ -92,7 +93,6 @@ def enumerated_cost(graph: Graph, layers: Sequence[str], boxes: Sequence[Box], c
         ring = 0 if weights_resident else weight_ring(graph, io, chip, regions)
         c = replace(c, overlap_cycles=first_tile_overlap(
             graph, io, regions, chip, first - wbytes, not weights_resident, ring))
-        if ring:  # the ring takes all of SRAM (planner.cost.model.peak_bytes)
-            c = replace(c, sram_peak_bytes=chip.sram.bytes
-                        + (next_inputs_elems(graph, io, regions) * dt if double_buffered else 0))
+        if ring:
+            c = replace(c, sram_peak_bytes=ring_peak(graph, io, chip, regions, double_buffered))
     return with_time(chip, c, double_buffered)

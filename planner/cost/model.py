@@ -265,10 +265,8 @@ def peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip:
                 * chip.dtype_bytes
                 + max(staged, default=0))
     if group_ring(graph, io, tile, chip, weights_resident, halo_reuse, weights_outer):
-        # all of SRAM (and a second buffer past it, which then does not fit)
-        first = tile_regions(graph, io, edge_tiles(graph, io, tile)[0])
-        return chip.sram.bytes + (next_inputs_elems(graph, io, first) * chip.dtype_bytes
-                                  if double_buffered else 0)
+        return ring_peak(graph, io, chip, tile_regions(graph, io, edge_tiles(graph, io, tile)[0]),
+                         double_buffered)
     for boxes in ([] if halo_reuse else representative_boxes(graph, io, chains, tile)):
         here = footprint(graph, io, boxes, steps, chip.dtype_bytes, staged)
         peak = max(peak, here)
@@ -547,6 +545,14 @@ def group_ring(graph: Graph, io: GroupIO, tile: Tile, chip: Chip, weights_reside
             or tile_count(graph, io, tile) != 1:
         return 0
     return weight_ring(graph, io, chip, tile_regions(graph, io, edge_tiles(graph, io, tile)[0]))
+
+
+def ring_peak(graph: Graph, io: GroupIO, chip: Chip, boxes: Mapping[str, Box],
+              double_buffered: bool) -> int:
+    """SRAM peak of a group whose weights run in a ring (weight_ring): all of SRAM, and a
+    second input buffer past it (which then does not fit)."""
+    second = next_inputs_elems(graph, io, boxes) * chip.dtype_bytes if double_buffered else 0
+    return chip.sram.bytes + second
 
 
 def weight_ring(graph: Graph, io: GroupIO, chip: Chip, boxes: dict[str, Box]) -> int:
