@@ -516,6 +516,10 @@ PLAN_KEYS = {
     "groups[].end_chunks": "Channel chunks the group's input is read in (by its first "
                            "layer, summing partial sums on chip) and its output written in "
                            "(by its last layer); the maps between stay whole on chip.",
+    "groups[].cluster_split": "Every cluster runs the same tile, each making its share of "
+                              "every layer's output channels with its share of the weights "
+                              "resident; maps a layer reads whole are gathered over the "
+                              "cluster links.",
     "groups[].predicted": "The cost model's counters for the group.",
     "totals": "The plan's counters, summed over the groups (the peak is the largest).",
     "totals.dram_bytes": "DRAM read + write bytes, weights included.",

@@ -32,6 +32,7 @@ from fuseplan.emulator.errors import EmulationError, KernelFailure
 from fuseplan.emulator.layer import LayerCache
 from fuseplan.emulator.passes import run_passes
 from fuseplan.emulator.reuse import run_reuse_tiles
+from fuseplan.emulator.split import SplitRun
 from fuseplan.emulator.tally import Tally, Violation, inputs_once_bytes
 from fuseplan.emulator.tiles import run_tiles
 from fuseplan.emulator.weights_outer import run_weights_outer
@@ -40,6 +41,7 @@ from fuseplan.planner.core.progress import ProgressSink, ticker
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.attention import attention_heads
 from fuseplan.planner.geometry.bands import band_columns, band_overflows, cluster_loads
+from fuseplan.planner.geometry.cluster_split import cluster_split
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import stretches
 from fuseplan.planner.geometry.passes import pass_split
@@ -229,6 +231,14 @@ def _layer_chunks(graph: Graph, io: GroupIO, dt: int, stream: WeightStream | Non
     return out
 
 
+def _cluster_split(r: Run) -> None:
+    split = cluster_split(r.graph, r.io)
+    assert split is not None  # _check_mode asked mode_problem
+    r.tally.split = SplitRun.of(r.graph, r.io, split, r.chip.clusters, r.weights,
+                                r.chip.dtype_bytes)
+    _tiles(r)
+
+
 def _weights_outer(r: Run) -> None:
     run_weights_outer(r.graph, r.group, r.chip, r.dram, r.weights, r.tally, r.layers)
 
@@ -267,6 +277,7 @@ _RUNNERS: dict[ModeKind, Callable[[Run], None]] = {
     ModeKind.HEAD_CHUNKS: _head_chunks,
     ModeKind.HIDDEN: _hidden,
     ModeKind.ENDS: _ends,
+    ModeKind.CLUSTER_SPLIT: _cluster_split,
 }
 
 

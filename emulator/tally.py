@@ -16,6 +16,7 @@ import numpy as np
 
 from fuseplan.emulator.chunks import Compute, WeightStream
 from fuseplan.emulator.clock import LayerEvents, TileEvents
+from fuseplan.emulator.split import SplitRun
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.regions import GroupIO, box_elems, full_box, tile_regions
@@ -95,6 +96,9 @@ class Tally:
     events: list[TileEvents] = field(default_factory=list)  # per tile, for the clock
     ops_before: tuple[int, int] = (0, 0)  # (MACs, vector ops) counted before this tile
     stream: WeightStream | None = None  # a streaming group's chunks (emulator.chunks)
+    split: SplitRun | None = None  # a group split over the clusters (emulator.split)
+    link: int = 0  # bytes its gathers moved over the cluster links
+    link_before: int = 0  # link bytes counted before this tile
     core_weight: int = 0  # weight bytes the cores read, over all tiles
     round_tiles: int = 1  # tiles per round sharing each streamed read (planner.geometry.rounds)
     # bytes of table rows gathered since the last tile was counted (Graph.row_gathers): the
@@ -144,6 +148,8 @@ class Tally:
     def weights_now(self, layer: int | None) -> int:
         """Weight bytes in the weight memory while layer `layer` of the group runs (None: a
         halo-reusing group's step, which keeps room for the largest streamed pair)."""
+        if self.split is not None:  # the fullest cluster's share
+            return self.split.share
         if self.group.weights_resident:
             return self.weight_bytes
         if self.stream is None:
@@ -188,7 +194,11 @@ class Tally:
                 ) -> list[np.ndarray]:
         """A layer's outputs from `run` (given the weights to use): chunk by chunk when the
         group streams the layer's weights in chunks."""
-        ys = self.stream.run(lay, weights, run) if self.stream is not None else run(weights)
+        if self.split is not None:
+            ys = self.split.run(lay, weights, run)
+            self.link += self.split.link_bytes(lay, ys, self.chip.dtype_bytes)
+        else:
+            ys = self.stream.run(lay, weights, run) if self.stream is not None else run(weights)
         if gathers_rows(lay):  # the rows came from DRAM, one fetch per index of the box
             self.gathered += ys[0].size * self.chip.dtype_bytes
         return ys
@@ -217,7 +227,9 @@ class Tally:
                                       self.vector_ops - vector_ops, written,
                                       array - self.array_before,
                                       self._layer_events() if weights else (),
-                                      0 if self.group.weights_resident else 2))
+                                      0 if self.group.weights_resident else 2,
+                                      link_bytes=self.link - self.link_before))
+        self.link_before = self.link
         self.layer_work = {}
         self.ops_before = (self.macs, self.vector_ops)
         self.array_before = array
@@ -261,4 +273,5 @@ class Tally:
             sram_peak_bytes=self.peak, macs=self.macs, array_macs=self.array_macs,
             vector_ops=self.vector_ops,
             core_fmap_bytes=self.core, core_weight_bytes=self.core_weight,
+            cluster_link_bytes=self.link,
             first_load_bytes=self.first, last_store_bytes=self.last)

@@ -192,10 +192,12 @@ class Encoding:
         if fixed is not None:
             t = fixed.tile
             mode = fixed.mode
-            # the rules see the tile's residency, buffers, halos and loop order (its passes
-            # and hidden chunks are checked by solver.passes and solver.hidden)
+            # the rules see the tile's residency, buffers, halos, loop order and cluster
+            # split (its passes and hidden chunks are checked by solver.passes and
+            # solver.hidden)
             pinned = GroupFacts(graph, io, chains, t, self.chip, Mode(
-                mode.weights, mode.double_buffered, mode.halo, mode.loop))
+                mode.weights, mode.double_buffered, mode.halo, mode.loop,
+                cluster_split=mode.cluster_split))
             cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, t.h, t.n,
                              ceil(h / t.h), ceil(n / t.n),
                              ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w),
@@ -341,6 +343,10 @@ class Encoding:
         return self._staged[key]
 
     def weight_bytes(self, cand: Candidate) -> int:
+        """Weight bytes one cluster holds when they are resident (a pinned choice split
+        over the clusters: its share)."""
+        if cand.mode.cluster_split:
+            return cand.facts_any_tile.weight_bytes
         return weight_bytes(self.graph, cand.io.weights, self.chip)
 
     def live_steps_bytes(self, cand: Candidate) -> list[Expr]:

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import cast
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.cluster_split import group_split_weight_bytes
 from fuseplan.planner.cost.hidden import HiddenStream, hidden_stream
 from fuseplan.planner.cost.model import (
     band_peak_bytes,
@@ -204,8 +205,14 @@ class GroupFacts(ModeFlags):
 
     @cached_property
     def weight_bytes(self) -> int:
+        """Weight bytes one cluster holds when they are resident (split over the clusters:
+        its share, planner.cost.cluster_split)."""
         if self.group_weight_bytes is not None:
             return self.group_weight_bytes
+        if self.mode.cluster_split:
+            share = group_split_weight_bytes(self.graph, self.io, self.chip)
+            if share is not None:
+                return share
         return weight_bytes(self.graph, self.io.weights, self.chip)
 
     @cached_property

@@ -87,6 +87,11 @@ class SearchSettings:
     # layer summing partial sums on chip, the last writing chunks as made), holding only
     # the maps between whole (planner.geometry.ends)
     end_chunks: bool = True
+    # a group whose weights do not fit one cluster's WRAM may run one tile at a time on
+    # every cluster, each making its share of the output channels with its share of the
+    # weights resident (planner.geometry.cluster_split): weights read once, maps gathered
+    # over the cluster links
+    cluster_split: bool = True
 
 
 @dataclass(frozen=True)

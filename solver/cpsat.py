@@ -105,7 +105,7 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
 def faster_buffering(graph: Graph, chip: Chip, ruleset: RuleSet, p: Placement) -> Placement:
     """The placement with the faster input buffering (single where both are as fast), for
     objectives its bytes do not depend on."""
-    if p.passes > 1 or p.hidden_chunks > 1 or p.end_chunks > 1:  # pinned: took the faster
+    if p.mode.pinned:  # took the faster
         return p
     search = GroupSearch.of(graph, p.layers, chip, ruleset)
     options = [False] + [True] * search.fits_double_buffer(p.tile, p.weights_resident,
@@ -346,7 +346,8 @@ def _prefetch_pairs(graph: Graph, chip: Chip, cands: Sequence[Candidate],
     starting: dict[int, list[int]] = {}
     for k, cand in enumerate(cands):
         w = weight_bytes(graph, cand.io.weights, chip)
-        if interval[k] and weight_prefetch_cycles(chip, w) > 0:
+        # a pinned split's weights are shares spread over the clusters: not prefetched
+        if interval[k] and weight_prefetch_cycles(chip, w) > 0 and cand.mode.prefetchable:
             starting.setdefault(spans[k][0], []).append(k)
     pairs: dict[int, list[tuple[int, int]]] = {}
     for a, cand in enumerate(cands):
@@ -470,7 +471,7 @@ def _describes(cand: Candidate, picked: Placement) -> bool:
     choice, the tile variables any full-width tile that recomputes its halos."""
     if cand.fixed is None:
         return not (picked.halo_reuse or picked.tile.w < cand.extent[2] or picked.weights_outer
-                    or picked.passes > 1 or picked.hidden_chunks > 1 or picked.end_chunks > 1)
+                    or picked.mode.pinned)
     return (cand.facts_any_tile.tile, cand.mode) == (picked.tile, picked.mode)
 
 
@@ -563,7 +564,7 @@ def _alternatives(search: GroupSearch, best: TileChoice, warm: TileChoice | None
 
     def special(c: TileChoice | None) -> bool:
         return c is not None and (c.halo_reuse or c.tile.w < full_width or c.weights_outer
-                                  or c.passes > 1 or c.hidden_chunks > 1 or c.end_chunks > 1)
+                                  or c.mode.pinned)
 
     alts: list[TileChoice | None]
     if not search.closed_form:

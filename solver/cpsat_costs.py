@@ -9,6 +9,7 @@ from typing import Any
 
 from fuseplan.planner.cost.layered import first_tile_overlap, layered_applies
 from fuseplan.planner.cost.model import (
+    compute_cycles,
     dram_bytes_per_cycle,
     dram_loads,
     group_tensors,
@@ -34,6 +35,7 @@ class Terms:
     first_load: Any
     last_store: Any
     matrix: Any  # the MACs its matrix time is counted in (planner.ir.array.matrix_macs)
+    link: int = 0  # bytes between clusters (a pinned cluster-split choice's gathers)
 
 
 def candidate_terms(enc: Encoding, cand: Candidate) -> Terms:
@@ -42,7 +44,7 @@ def candidate_terms(enc: Encoding, cand: Candidate) -> Terms:
         c = cand.fixed
         return Terms(c.dram_bytes, c.macs, c.vector_ops, c.core_fmap_bytes,
                      c.core_weight_bytes, c.first_load_bytes, c.last_store_bytes,
-                     matrix_macs(enc.chip, c.macs, c.array_macs))
+                     matrix_macs(enc.chip, c.macs, c.array_macs), c.cluster_link_bytes)
     m, g, dt = enc.model, enc.graph, enc.chip.dtype_bytes
     # its inputs' boxes and the table rows its gathers fetch (planner.ir.graph.row_gathers)
     reads = sum(enc.read_bytes(cand, t) for t in dram_loads(g, cand.io))
@@ -155,8 +157,9 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     i = cand.index
     bpc = dram_bytes_per_cycle(chip)
     num, den = bpc.numerator, bpc.denominator
-    if cand.fixed is not None and cand.fixed.band_compute_cycles:  # its slowest band's
-        compute: Any = cand.fixed.band_compute_cycles
+    if cand.fixed is not None and (cand.fixed.band_compute_cycles  # its slowest band's
+                                   or cand.fixed.cluster_link_bytes):  # or its gathers'
+        compute: Any = compute_cycles(chip, cand.fixed)
     else:
         compute = (ceil_div(m, t.matrix, chip.cores * chip.core.macs_per_cycle, 1,
                             f"mac_cyc_{i}")
@@ -184,7 +187,7 @@ def objective_expr(enc: Encoding, cand: Candidate, objective: Objective, ruleset
     m.add(cycles >= fill + compute + drain + stall - overlap).only_enforce_if(
         cand.double_buffered)
     timing = Timing(cycles, fill + rest + drain, serial, overlap, ring)
-    charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles)
+    charged = Charged(t.dram, t.core_fmap, t.core_weight, t.macs, t.vector_ops, cycles, t.link)
     return objective_terms(objective, ruleset.objective, chip, charged), timing
 
 

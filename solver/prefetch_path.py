@@ -48,7 +48,8 @@ class Choice:
     idle: int  # DRAM-idle cycles a next group's weights can load in
     room: int  # bytes on chip for them (0: not known, so no prefetch is counted)
     # its weights all load with its first tile, so a prefetch behind the group before it
-    # can take them (a streamed or weights-outer group's first tile loads one chunk)
+    # can take them (a streamed or weights-outer group's first tile loads one chunk; a
+    # cluster split's are shares, not prefetched: planner.plan.mode.Mode.prefetchable)
     resident: bool
     made: Option | TileChoice
 
@@ -120,10 +121,10 @@ class TimedPricing:
             c = e.choice
             self._choices[id(e)] = [
                 *(Choice(self._units(o.cost), o.cost, o.double_buffered, o.idle, o.room,
-                         o.weights_resident, o) for o in e.options),
+                         o.mode.prefetchable, o) for o in e.options),
                 Choice(self._units(c.cost), c.cost, c.double_buffered,
                        idle_dram_cycles(self.chip, c.cost, c.double_buffered), 0,
-                       c.weights_resident, c)]
+                       c.mode.prefetchable, c)]
         return self._choices[id(e)]
 
     def widen(self, e: Edge, options: Sequence[Option]) -> None:

@@ -15,6 +15,7 @@ from math import ceil
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.units import vs_bytes
+from fuseplan.planner.cost.cluster_split import cluster_split_cost
 from fuseplan.planner.cost.layered import layered_applies
 from fuseplan.planner.cost.model import (
     Counters,
@@ -62,6 +63,7 @@ from fuseplan.rules.base import GroupFacts, Rule, Violation
 from fuseplan.rules.encoding import tile_floor
 from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.bisect import chunked_heights, first_passing, grow_to_fit, halve_to_fit
+from fuseplan.solver.cluster_split import split_choices
 from fuseplan.solver.ends import TALLEST as END_TALLEST
 from fuseplan.solver.ends import EndSearch
 from fuseplan.solver.hidden import TALLEST as HIDDEN_TALLEST
@@ -81,10 +83,6 @@ class TileChoice(ModeFlags):
     mode: Mode
     cost: Counters
 
-    @property
-    def resident(self) -> bool:
-        return self.mode.weights_resident
-
     def placement(self, layers: tuple[str, ...]) -> Placement:
         """This choice as the placement of a group of these layers."""
         return Placement(tuple(layers), self.tile, self.mode)
@@ -101,10 +99,6 @@ class Option(ModeFlags):
     idle: int  # DRAM idle cycles the next group's weights can load in
     room: int  # bytes left on chip for them (prefetch_room)
 
-    @property
-    def resident(self) -> bool:
-        return self.mode.weights_resident
-
 
 def prefetch_room(facts: GroupFacts) -> int:
     """Bytes left for the next group's weights while this group runs (bounds, as CP-SAT).
@@ -115,7 +109,9 @@ def prefetch_room(facts: GroupFacts) -> int:
     """
     chip = facts.chip
     weights = facts.onchip_weight_bytes
-    if _ring(facts):  # its streamed weights run through all the SRAM its maps leave
+    # its streamed weights run through all the SRAM its maps leave; or its weights are
+    # shares spread over the clusters, beside which a copy of the next group's is not priced
+    if _ring(facts) or facts.mode.cluster_split:
         return 0
     if chip.wram is not None and facts.tile.bands > 1:  # each band's cores hold a copy
         return (chip.wram.bytes - ceil(weights / cores_per_band(chip, facts.tile.bands))) \
@@ -139,7 +135,7 @@ def _ring(facts: GroupFacts) -> int:
     """The ring a group's streamed weights run through (planner.cost.model.weight_ring), for
     a group run tiles outer (its other modes hold their weights their own way)."""
     m = facts.mode
-    if m.passes > 1 or m.hidden_chunks > 1 or m.end_chunks > 1 or not facts.chip.unified:
+    if m.pinned or not facts.chip.unified:
         return 0
     return group_ring(facts.graph, facts.io, facts.tile, facts.chip, m.weights_resident,
                       m.halo_reuse, m.weights_outer)
@@ -233,9 +229,11 @@ class GroupSearch:
         return cls(graph, tuple(io.layers), chip, ruleset, io, group_chains(graph, io))
 
     def facts(self, tile: Tile, resident: bool, double_buffered: bool = False,
-              halo_reuse: bool = False, weights_outer: bool = False) -> GroupFacts:
+              halo_reuse: bool = False, weights_outer: bool = False,
+              cluster_split: bool = False) -> GroupFacts:
         mode = Mode.of(resident=resident, double_buffered=double_buffered,
-                       halo_reuse=halo_reuse, weights_outer=weights_outer)
+                       halo_reuse=halo_reuse, weights_outer=weights_outer,
+                       cluster_split=cluster_split)
         return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, mode,
                           self.reuse_grid(tile) if halo_reuse else None, memo=self.memo)
 
@@ -343,9 +341,11 @@ class GroupSearch:
 
     def violations(self, tile: Tile, resident: bool, rules: Iterable[Rule] | None = None,
                    halo_reuse: bool = False, double_buffered: bool = False,
-                   physical: bool = True, weights_outer: bool = False) -> list[Violation]:
+                   physical: bool = True, weights_outer: bool = False,
+                   cluster_split: bool = False) -> list[Violation]:
         """Rule violations of one tile, and (unless told not to) the chip's capacities."""
-        f = self.facts(tile, resident, double_buffered, halo_reuse, weights_outer)
+        f = self.facts(tile, resident, double_buffered, halo_reuse, weights_outer,
+                       cluster_split)
         found = physical_violations(f) if physical else []
         if len(self.layers) > 1:
             chosen = self.ruleset.enabled if rules is None else tuple(rules)
@@ -424,6 +424,9 @@ class GroupSearch:
 
     def choice(self, tile: Tile, mode: Mode) -> TileChoice:
         """A tile run in `mode` with its full predicted cost."""
+        if mode.cluster_split:
+            return TileChoice(tile, mode, cluster_split_cost(
+                self.graph, self.layers, tile, self.chip, mode.double_buffered))
         if mode.passes > 1:
             search = PassSearch.of(self.graph, self.layers, self.chip, mode.inputs_held,
                                    mode.maps_held)
@@ -511,9 +514,9 @@ class GroupSearch:
 
     def option_choice(self, o: Option) -> TileChoice:
         """The option's tile with its full predicted cost."""
-        if o.mode.passes > 1 or o.mode.hidden_chunks > 1 or o.mode.end_chunks > 1:
-            # a pass, hidden- or end-chunk option's cost is complete already (solver.passes,
-            # solver.hidden, solver.ends)
+        if o.mode.pinned:
+            # a pass, hidden-, end-chunk or split option's cost is complete already
+            # (solver.passes, solver.hidden, solver.ends, solver.cluster_split)
             return TileChoice(o.tile, o.mode, o.cost)
         search = self.at_batch(o.tile.n).at_bands(o.tile.bands)
         return search.choice(o.tile, o.mode)
@@ -535,7 +538,9 @@ class GroupSearch:
         return found + self._pass_options(objective, rules, with_room) \
             + self._hidden_options(objective, rules, with_room, found) \
             + self._head_options(objective, with_room, found) \
-            + self._end_options(objective, rules, with_room, found)
+            + self._end_options(objective, rules, with_room, found) \
+            + [self._option(objective, tile, mode, cost, with_room, lambda: 0)  # prefetch_room
+               for tile, mode, cost in split_choices(self, rules)]
 
     def _head_options(self, objective: Objective, with_room: bool,
                       found: Sequence[Option]) -> list[Option]:

@@ -86,8 +86,8 @@ def test_a_cycle_is_worth_cycle_units(objective: Objective) -> None:
 def test_energy_rates_scale_every_quantity() -> None:
     chip, _ = load_chip("cluster4x4")
     one = EnergyRates.of(chip).scaled()
-    for k in range(6):
-        q = [0] * 6
+    for k in range(7):
+        q = [0] * 7
         q[k] = 1
         assert one.total(Charged(*q)) == astuple(one)[k]
 

@@ -9,6 +9,7 @@ from itertools import accumulate
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.cost.cluster_split import cluster_split_cost
 from fuseplan.planner.cost.ends import ends_cost
 from fuseplan.planner.cost.hidden import hidden_cost
 from fuseplan.planner.cost.model import (
@@ -113,6 +114,10 @@ def _ends_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
                      p.weights_resident)
 
 
+def _split_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
+    return cluster_split_cost(graph, p.layers, p.tile, chip, p.double_buffered)
+
+
 def _tiles_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
                       p.halo_reuse, p.weights_outer)
@@ -126,6 +131,7 @@ _COST: dict[ModeKind, Callable[[Graph, Placement, Chip], Counters]] = {
     ModeKind.HEAD_CHUNKS: _head_chunks_cost,
     ModeKind.HIDDEN: _hidden_cost,
     ModeKind.ENDS: _ends_cost,
+    ModeKind.CLUSTER_SPLIT: _split_cost,
 }
 
 
@@ -156,7 +162,8 @@ def prefetch_fits(graph: Graph, chip: Chip, prev: Group, nxt: Group) -> bool:
     facts = GroupFacts(graph, io, group_chains(graph, io), prev.tile, chip,
                        Mode.of(resident=prev.weights_resident,
                                double_buffered=prev.double_buffered,
-                               halo_reuse=prev.halo_reuse))
+                               halo_reuse=prev.halo_reuse,
+                               cluster_split=prev.placement.cluster_split))
     return weight_bytes(graph, group_io(graph, nxt.layers).weights, chip) <= prefetch_room(facts)
 
 
@@ -170,7 +177,9 @@ def with_prefetch(graph: Graph, chip: Chip, groups: Sequence[Group]) -> tuple[Gr
         if not ok or out[k].boxes is not None or out[k - 1].boxes is not None:
             continue
         prev, g = out[k - 1], out[k]
-        if not g.weights_resident:  # its first tile loads one chunk of its weights, no more
+        # streamed, its first tile loads one chunk of its weights, no more; split over the
+        # clusters, they are shares (planner.plan.mode.Mode.prefetchable)
+        if not g.placement.mode.prefetchable:
             continue
         w = weight_bytes(graph, group_io(graph, g.layers).weights, chip)
         hidden = prefetch_cycles(chip, prev.predicted, prev.double_buffered, w,

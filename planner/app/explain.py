@@ -212,16 +212,19 @@ def _end_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> lis
 
 
 def _tile_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> list[Violation]:
-    """Tiles outer or weights outer: the group's facts in its mode (a weights-outer layer
-    holds two of its weight chunks, not its whole weights)."""
+    """Tiles outer, weights outer or split over the clusters: the group's facts in its mode
+    (a weights-outer layer holds two of its weight chunks, not its whole weights; a split
+    cluster its share of them)."""
     search = GroupSearch.of(graph, g.layers, chip, ruleset)
     return search.violations(g.tile, g.weights_resident, None, g.halo_reuse,
-                             g.double_buffered, weights_outer=g.placement.weights_outer)
+                             g.double_buffered, weights_outer=g.placement.weights_outer,
+                             cluster_split=g.placement.cluster_split)
 
 
 _RECHECK: dict[ModeKind, Callable[[Graph, Group, Chip, RuleSet], list[Violation]]] = {
     ModeKind.TILES: _tile_violations,
     ModeKind.WEIGHTS_OUTER: _tile_violations,
+    ModeKind.CLUSTER_SPLIT: _tile_violations,
     ModeKind.PASSES: _passes_violations,
     ModeKind.HEAD_CHUNKS: _head_violations,
     ModeKind.HIDDEN: _hidden_violations,

@@ -23,6 +23,9 @@ class Counters:
     vector_ops: int = 0  # element operations of the other layers
     core_fmap_bytes: int = 0  # feature-map bytes the cores read and write on chip
     core_weight_bytes: int = 0  # weight bytes the cores read from WRAM (once per tile)
+    # bytes crossing the links between clusters: a cluster-split group's gathers
+    # (planner.geometry.cluster_split), each gathered share counted once per link it crosses
+    cluster_link_bytes: int = 0
     first_load_bytes: int = 0  # DRAM bytes the first tile waits for (pipeline fill)
     last_store_bytes: int = 0  # DRAM bytes of the last tile's store (pipeline drain)
     prefetch_cycles: int = 0  # fill cycles hidden behind the previous group (its weights)

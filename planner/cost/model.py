@@ -428,11 +428,14 @@ def _ratio(numerator: float, denominator: float) -> Fraction:
 
 def compute_cycles(chip: Chip, c: Counters) -> int:
     """Cycles of the cores: MACs on the matrix units, vector ops on the vector lanes; for a
-    banded group, its slowest band's (the bands run at once on their own cores)."""
+    banded group, its slowest band's (the bands run at once on their own cores); a cluster
+    split's gathers cross every cluster's link at once while the cores compute."""
     if c.band_compute_cycles:
         return c.band_compute_cycles
-    return (ceil(matrix_macs(chip, c.macs, c.array_macs) / (chip.cores * chip.core.macs_per_cycle))
+    core = (ceil(matrix_macs(chip, c.macs, c.array_macs) / (chip.cores * chip.core.macs_per_cycle))
             + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
+    link = _ratio(chip.cluster_link_gbps, chip.clock_ghz) * chip.clusters
+    return max(core, ceil(c.cluster_link_bytes / link)) if c.cluster_link_bytes else core
 
 
 def dram_phases(chip: Chip, c: Counters) -> tuple[int, int, int]:

@@ -3,8 +3,9 @@
 The planners minimise an integer, ``objective_units``: DRAM bytes (traffic), cycles
 (latency), energy in milli-pJ (energy), or a weighted mix of the three (weighted). CP-SAT
 states the same function over its linear expressions, so the Python searches and the
-model rank every choice alike. Energy is charged on six quantities (DRAM bytes, the
-cores' feature-map and weight bytes, MACs, vector ops and cycles of static power), each
+model rank every choice alike. Energy is charged on seven quantities (DRAM bytes, the
+cores' feature-map and weight bytes, MACs, vector ops, cycles of static power and bytes
+between clusters), each
 at a rate of the chip (``EnergyRates``); ``EnergyRates.total`` is the only place they are
 added up, in floating-point pJ for the counters and in integer milli-pJ for the planners.
 """
@@ -82,12 +83,14 @@ class Charged(Generic[N]):
     macs: N
     vector_ops: N
     cycles: N  # static power over the time
+    link_bytes: N  # bytes crossing the links between clusters (a cluster split's gathers)
 
     @staticmethod
     def of(c: Counters, cycles: int | None = None) -> Charged[int]:
         """A group's quantities from its counters (``cycles``: in place of c.cycles)."""
         return Charged(c.dram_bytes, c.core_fmap_bytes, c.core_weight_bytes, c.macs,
-                       c.vector_ops, c.cycles if cycles is None else cycles)
+                       c.vector_ops, c.cycles if cycles is None else cycles,
+                       c.cluster_link_bytes)
 
 
 @dataclass(frozen=True)
@@ -100,12 +103,14 @@ class EnergyRates(Generic[R]):
     mac: R
     vector_op: R
     cycle: R
+    link_byte: R
 
     @staticmethod
     def of(chip: Chip) -> EnergyRates[float]:
         """The chip's rates in pJ: DRAM bytes pass through SRAM; the cores' feature-map
         traffic is charged at NRAM, weight reads at WRAM (SRAM on single-memory chips);
-        static power per cycle of the clock."""
+        static power per cycle of the clock; a byte between clusters is read from one
+        cluster's SRAM and written to another's."""
         return EnergyRates(
             dram_byte=chip.dram.pj_per_byte + chip.sram.pj_per_byte,
             core_fmap_byte=chip.nram.pj_per_byte if chip.nram else chip.sram.pj_per_byte,
@@ -113,13 +118,14 @@ class EnergyRates(Generic[R]):
             mac=chip.core.pj_per_mac,
             vector_op=chip.core.pj_per_vector_op,
             cycle=chip.static_power_mw * 1e-3 / (chip.clock_ghz * 1e9) * 1e12,
+            link_byte=2 * chip.sram.pj_per_byte,
         )
 
     def scaled(self: EnergyRates[float]) -> EnergyRates[int]:
         """The rates in integer milli-pJ (what the planners and CP-SAT add up)."""
         return EnergyRates(*(round(ENERGY_SCALE * r) for r in (
             self.dram_byte, self.core_fmap_byte, self.core_weight_byte, self.mac,
-            self.vector_op, self.cycle)))
+            self.vector_op, self.cycle, self.link_byte)))
 
     @overload
     def total(self: EnergyRates[float], q: Charged[float]) -> float: ...
@@ -131,7 +137,8 @@ class EnergyRates(Generic[R]):
         """The energy formula: every charged quantity at its rate."""
         return (self.dram_byte * q.dram_bytes + self.core_fmap_byte * q.core_fmap_bytes
                 + self.core_weight_byte * q.core_weight_bytes + self.mac * q.macs
-                + self.vector_op * q.vector_ops + self.cycle * q.cycles)
+                + self.vector_op * q.vector_ops + self.cycle * q.cycles
+                + self.link_byte * q.link_bytes)
 
 
 def energy_pj(chip: Chip, c: Counters, cycles: int) -> float:
@@ -139,7 +146,7 @@ def energy_pj(chip: Chip, c: Counters, cycles: int) -> float:
     q = Charged.of(c, cycles)
     return EnergyRates.of(chip).total(Charged(
         float(q.dram_bytes), float(q.core_fmap_bytes), float(q.core_weight_bytes),
-        float(q.macs), float(q.vector_ops), float(q.cycles)))
+        float(q.macs), float(q.vector_ops), float(q.cycles), float(q.link_bytes)))
 
 
 def objective_terms(objective: Objective, weights: ObjectiveSettings, chip: Chip,
@@ -170,7 +177,7 @@ def objective_units(c: Counters, objective: Objective, weights: ObjectiveSetting
 def cycle_units(objective: Objective, weights: ObjectiveSettings, chip: Chip) -> int:
     """What one cycle is worth in objective_units (0: the objective ignores time); the
     formula is linear, so this is the units of one cycle and nothing else."""
-    return objective_terms(objective, weights, chip, Charged(0, 0, 0, 0, 0, 1))
+    return objective_terms(objective, weights, chip, Charged(0, 0, 0, 0, 0, 1, 0))
 
 
 def objective_value(c: Counters, objective: Objective, weights: ObjectiveSettings) -> float:

@@ -27,9 +27,11 @@ from fuseplan.planner.plan.placement import Placement
 
 
 def _counters_json(c: Counters) -> dict[str, Any]:
-    # array MACs only where a chip has an array: other plans read as they always did
+    # array MACs only where a chip has an array, link bytes only where clusters split a
+    # group: other plans read as they always did
     doc: dict[str, Any] = {name: getattr(c, name) for name in schema.PREDICTED.names
-                           if name != "array_macs" or c.array_macs}
+                           if name not in ("array_macs", "cluster_link_bytes")
+                           or getattr(c, name)}
     doc["energy_pj"] = round(c.energy_pj, 3)
     return doc
 
@@ -78,6 +80,7 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 **({"inputs_reloaded": True} if g.placement.inputs_reloaded else {}),
                 **({"end_chunks": g.placement.end_chunks}
                    if g.placement.end_chunks > 1 else {}),
+                **({"cluster_split": True} if g.placement.cluster_split else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -127,7 +130,8 @@ def _mode(g: dict[str, Any], halo: str, where: str) -> Mode:
                 bool(g.get("double_buffered", False)), HaloMode(halo), _loop(g, where),
                 int(g.get("passes", 1)), bool(g.get("inputs_held", False)),
                 int(g.get("hidden_chunks", 1)), bool(g.get("maps_held", False)),
-                bool(g.get("inputs_reloaded", False)), int(g.get("end_chunks", 1)))
+                bool(g.get("inputs_reloaded", False)), int(g.get("end_chunks", 1)),
+                bool(g.get("cluster_split", False)))
 
 
 PLAN_FIX = "Pass a plan file written by `fuseplan solve MODEL -o PLAN.json`."

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 
 from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.cluster_split import cluster_split
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import makes_chunks, stretches
 from fuseplan.planner.geometry.passes import pass_split, pass_stretches
@@ -66,6 +67,8 @@ class ModeKind(StrEnum):
     HEAD_CHUNKS = "head_chunks"  # a lone fused attention, a chunk of its heads at a time
     HIDDEN = "hidden"  # stretches run in chunks of their hidden channels
     ENDS = "ends"  # input and output streamed in channel chunks, the maps between whole
+    # every cluster on the same tile, each with its share of the output channels
+    CLUSTER_SPLIT = "cluster_split"
 
 
 @dataclass(frozen=True)
@@ -98,16 +101,22 @@ class Mode:
     # this many chunks of output channels, so that only the maps between are on chip whole
     # (planner.geometry.ends)
     end_chunks: int = 1
+    # every cluster runs the same tile on its share of each layer's output channels, its
+    # share of the weights resident (planner.geometry.cluster_split): the weights are spread
+    # over the clusters instead of copied into each
+    cluster_split: bool = False
 
     @classmethod
     def of(cls, *, resident: bool = True, double_buffered: bool = False,
            halo_reuse: bool = False, weights_outer: bool = False, passes: int = 1,
            inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False,
-           inputs_reloaded: bool = False, end_chunks: int = 1) -> Mode:
+           inputs_reloaded: bool = False, end_chunks: int = 1,
+           cluster_split: bool = False) -> Mode:
         """A mode from the planners' flags (by name: no flag is ever passed by position)."""
         return cls(WeightResidency.of(resident), double_buffered, HaloMode.of(halo_reuse),
                    LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
-                   passes, inputs_held, hidden_chunks, maps_held, inputs_reloaded, end_chunks)
+                   passes, inputs_held, hidden_chunks, maps_held, inputs_reloaded, end_chunks,
+                   cluster_split)
 
     @property
     def weights_resident(self) -> bool:
@@ -124,6 +133,20 @@ class Mode:
         """Whether each weight chunk sweeps every tile before the next chunk loads."""
         return self.loop is LoopOrder.WEIGHTS_OUTER
 
+    @property
+    def pinned(self) -> bool:
+        """Whether the mode runs passes, hidden or end chunks or a cluster split: each has a
+        search of its own that prices it whole, and CP-SAT takes its choices pinned (its
+        tile variables state the other modes)."""
+        return self.passes > 1 or self.hidden_chunks > 1 or self.end_chunks > 1 \
+            or self.cluster_split
+
+    @property
+    def prefetchable(self) -> bool:
+        """Whether a group before this one may load its weights ahead: all of them load with
+        its first tile into each cluster's memory (resident, not split over the clusters)."""
+        return self.weights_resident and not self.cluster_split
+
 
 class ModeFlags:
     """The mode's fields read through a record that carries one (`mode`): the placements,
@@ -135,6 +158,11 @@ class ModeFlags:
     @property
     def weights_resident(self) -> bool:
         """Whether the group's weights are held on chip for all its tiles."""
+        return self.mode.weights_resident
+
+    @property
+    def resident(self) -> bool:
+        """weights_resident, as the tile searches' choices and options say it."""
         return self.mode.weights_resident
 
     @property
@@ -175,11 +203,18 @@ class ModeFlags:
     def end_chunks(self) -> int:
         return self.mode.end_chunks
 
+    @property
+    def cluster_split(self) -> bool:
+        """Whether the clusters share out the output channels of one tile at a time."""
+        return self.mode.cluster_split
+
 
 def mode_kind(graph: Graph, layers: tuple[str, ...], mode: Mode) -> ModeKind:
     """The kind of run `mode` makes of these layers (which cost function and runner)."""
     if mode.passes > 1:
         return ModeKind.PASSES
+    if mode.cluster_split:
+        return ModeKind.CLUSTER_SPLIT
     if mode.end_chunks > 1:
         return ModeKind.ENDS
     if mode.hidden_chunks > 1:
@@ -201,7 +236,7 @@ def mode_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
     then names the key), the assembler, and through it explain and verify."""
     # in the order the plan file's keys were always checked (its messages name the first)
     for check in (_loop_problem, _passes_problem, _inputs_held_problem, _hidden_problem,
-                  _maps_held_problem, _reloaded_problem, _ends_problem):
+                  _maps_held_problem, _reloaded_problem, _ends_problem, _split_problem):
         found = check(graph, layers, tile, mode, whole, chunked)
         if found is not None:
             return found
@@ -346,4 +381,22 @@ def _ends_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
     if cut:
         return (f"weight_chunks names {cut[0]!r}, whose weights the end chunks cut; remove "
                 "it from weight_chunks.")
+    return None
+
+
+def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                   whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    if not mode.cluster_split:
+        return None
+    if cluster_split(graph, group_io(graph, layers)) is None:
+        return ("cluster_split shares out output channels over the clusters: every layer of "
+                "the group must either cut its weights along its output channels (a Conv "
+                "without groups, a Linear) or make each channel from the same channel of "
+                "what it reads (a per-element op, a pooling window), and one must be of the "
+                "first kind; remove the key.")
+    if not mode.weights_resident or mode.halo_reuse or mode.weights_outer \
+            or mode.passes > 1 or mode.hidden_chunks > 1 or mode.end_chunks > 1 \
+            or tile.bands > 1:
+        return ("cluster_split runs with resident weights, halos recomputed, tiles outer, no "
+                "passes, hidden or end chunks and no bands; set those or remove the key.")
     return None

@@ -267,6 +267,7 @@ GROUP = Obj((
     Key("hidden_chunks", Int(1), required=False),
     Key("inputs_reloaded", Bool(), required=False),
     Key("end_chunks", Int(1), required=False),
+    Key("cluster_split", Bool(), required=False),
     Key("predicted", PREDICTED, required=False),
 ))
 

@@ -43,6 +43,8 @@ def _mode(g: Group, merged: bool) -> str:
         parts.append("inputs loaded again")
     if p.end_chunks > 1:
         parts.append(f"{p.end_chunks} end chunks")
+    if p.cluster_split:
+        parts.append("split over clusters")
     if merged and g.halo_reuse:
         parts.append("halo reused")
     if merged and not g.weights_resident:

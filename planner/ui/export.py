@@ -53,6 +53,7 @@ def node_metadata(group: Group) -> dict[str, str]:
            if group.placement.inputs_reloaded else {}),
         **({f"{METADATA_PREFIX}end_chunks": str(group.placement.end_chunks)}
            if group.placement.end_chunks > 1 else {}),
+        **({f"{METADATA_PREFIX}cluster_split": "true"} if group.placement.cluster_split else {}),
     }
 
 

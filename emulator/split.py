@@ -1,0 +1,74 @@
+"""A group split over the clusters as the emulator runs it (planner.geometry.cluster_split).
+
+Every cluster runs the same tile: the emulator computes each split layer cluster by
+cluster, each from the whole input with its share of the weights sliced out of the arrays
+it runs with, and joins the shares; per-channel layers run on the joined map (each channel
+from its own channel, so the shares are the same numbers). It measures from the slices the
+weight bytes the fullest cluster holds, and counts the gathers from the maps themselves:
+each gathered map, as made for the tile, crosses C - 1 cluster links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from fuseplan.emulator.boxes import take_range
+from fuseplan.emulator.chunks import Compute, Overlay
+from fuseplan.planner.geometry.cluster_split import ClusterSplit
+from fuseplan.planner.geometry.regions import GroupIO
+from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.ops import op_spec
+
+
+@dataclass(frozen=True)
+class SplitRun:
+    """The clusters' shares of a split group's weights, and what it gathers."""
+
+    parts: Mapping[str, tuple[Mapping[str, np.ndarray], ...]]  # layer -> each cluster's
+    gathered: frozenset[str]
+    share: int  # weight bytes the fullest cluster holds
+    links: int  # cluster links a gathered map crosses (clusters - 1)
+
+    @classmethod
+    def of(cls, graph: Graph, io: GroupIO, split: ClusterSplit, clusters: int,
+           weights: Mapping[str, np.ndarray], dtype_bytes: int) -> SplitRun:
+        """Slice each split layer's weights into the clusters' shares."""
+        parts: dict[str, tuple[Mapping[str, np.ndarray], ...]] = {}
+        held = [0] * clusters
+        seen: set[str] = set()
+        for name in io.layers:
+            lay = graph.layer(name)
+            arrays = {w: np.asarray(weights.get(w, graph.constants.get(w)))
+                      for w in set(lay.weights) - seen}
+            seen |= set(arrays)
+            found = chunk_axes(graph, lay) if name in split.split else None
+            if found is None:  # every cluster holds them whole
+                held = [h + sum(a.size for a in arrays.values()) * dtype_bytes for h in held]
+                continue
+            channels, axes = found
+            shares = tuple({w: take_range(arr, axes[w], lo, hi) for w, arr in arrays.items()
+                            if w in axes} for lo, hi in chunk_ranges(channels, clusters))
+            parts[name] = shares
+            for k, part in enumerate(shares):
+                held[k] += sum(part[w].size if w in part else arrays[w].size
+                               for w in arrays) * dtype_bytes
+        return cls(parts, frozenset(split.gathered), max(held), clusters - 1)
+
+    def run(self, lay: Layer, weights: Mapping[str, np.ndarray], compute: Compute
+            ) -> list[np.ndarray]:
+        """The layer's outputs: a split layer's cluster by cluster, joined."""
+        shares = self.parts.get(lay.name)
+        if not shares:
+            return compute(weights)
+        outs = [compute(Overlay(part, weights))[0] for part in shares]
+        return [np.concatenate(outs, axis=op_spec(lay.op).chunk_out_axis)]
+
+    def link_bytes(self, lay: Layer, outputs: list[np.ndarray], dtype_bytes: int) -> int:
+        """Bytes the gather of a layer's output moves over the cluster links (0: none)."""
+        if lay.outputs[0] not in self.gathered:
+            return 0
+        return self.links * outputs[0].size * dtype_bytes

@@ -1,0 +1,111 @@
+"""Cluster split: every cluster runs the same tile, each on its own share of the output
+channels, so that a group's weights are spread over the clusters' weight memories.
+
+Tiles outer, a chip with C clusters runs C tiles side by side, and each cluster holds a copy
+of the group's weights (planner.geometry.rounds). A group whose weights do not fit one
+cluster's WRAM then streams them, once per round of tiles: at batch 16, VGG-19's fourth
+stage (16.5 MB of weights against a cluster's 4 MiB) reads them four times. Split over the
+clusters instead, each cluster keeps 1/C of every layer's output channels resident; the
+clusters run one tile at a time together, so every weight is read once for the whole batch.
+
+What a cluster needs, by layer:
+
+* a **split layer** (its weights cut along its output channels: a Conv without groups, a
+  Linear) reads its input whole and makes its share of the output channels; an input made
+  in the group is first **gathered**: every cluster sends its share to the others over the
+  cluster links; an input loaded from DRAM reaches every cluster in one read (a broadcast,
+  as a round's streamed weights are);
+* a **per-channel layer** (a per-element op, a pooling window) makes each output channel
+  from the same channel of its inputs, so each cluster runs it on its share alone; an input
+  loaded from DRAM is read a share per cluster.
+
+Any other layer (a normalisation over the channels, a reshape, a softmax) needs channels
+of other clusters and rules the split out. The DRAM traffic is that of the same tiles with
+resident weights; what the split adds is the cluster-link traffic of the gathers (each
+gathered map's tile crosses C - 1 links) and the per-cluster share of the weights. The cost
+model (planner.cost.cluster_split), the planners (solver.cluster_split) and the emulator
+(emulator.split) all read the split from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuseplan.planner.geometry.regions import GroupIO
+from fuseplan.planner.ir.chunks import chunk_axes
+from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.ops import op_spec
+
+
+@dataclass(frozen=True)
+class ClusterSplit:
+    """How a group's layers share out over the clusters (see the module's docstring)."""
+
+    split: tuple[str, ...]  # layers whose output channels the clusters share out
+    gathered: tuple[str, ...]  # maps made in the group that a split layer reads whole
+    axis: dict[str, int]  # per map made in the group: the axis its shares cut
+
+
+def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
+    """The split of a group over the clusters, or None when one of its layers needs channels
+    another cluster makes (or it has no layer to split, or ends in an accumulation)."""
+    if io.accumulated:
+        return None
+    split: list[str] = []
+    gathered: list[str] = []
+    axis: dict[str, int] = {}
+    for name in io.layers:
+        lay = graph.layer(name)
+        outs = [t for t in lay.outputs if t]
+        if len(outs) != 1 or outs[0] not in graph.shapes:
+            return None
+        out = outs[0]
+        cut = _split_axis(graph, lay, out)
+        if cut is not None:
+            split.append(name)
+            gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
+            axis[out] = cut
+            continue
+        at = _per_channel_axis(graph, io, lay, out, axis)
+        if at is None:
+            return None
+        axis[out] = at
+    if not split:
+        return None
+    return ClusterSplit(tuple(split), tuple(gathered), axis)
+
+
+def _split_axis(graph: Graph, lay: Layer, out: str) -> int | None:
+    """The output axis a layer's weights are cut along, when the op table cuts them along
+    its output channels (planner.ir.chunks) into at least two."""
+    found = chunk_axes(graph, lay)
+    if found is None or found[0] < 2:
+        return None
+    rank = len(graph.shapes[out])
+    at = op_spec(lay.op).chunk_out_axis % rank
+    return at if graph.shapes[out][at] == found[0] else None
+
+
+def _per_channel_axis(graph: Graph, io: GroupIO, lay: Layer, out: str,
+                      axis: dict[str, int]) -> int | None:
+    """The axis of `out` a per-channel layer keeps the shares on, or None when the layer
+    is not per-channel on the shares of what it reads: every map it reads is a share cut
+    on one axis of its output's length there (or a group input of its output's shape, read
+    a share per cluster). Its constants need no check: a per-channel op never mixes
+    channels, and each cluster holds its constants whole."""
+    spec = op_spec(lay.op)
+    pooling = spec.sliding_window and not spec.is_convolution and not lay.weights
+    if not (spec.channel_local or pooling) or not lay.fmap_inputs:
+        return None
+    shape = graph.shapes[out]
+    cuts = {axis[t] for t in lay.fmap_inputs if t in axis}
+    if len(cuts) != 1:
+        return None
+    at = cuts.pop()
+    for t in lay.fmap_inputs:
+        dims = graph.shapes.get(t)
+        if dims is None or len(dims) != len(shape) or dims[at] != shape[at]:
+            return None
+        if t not in axis and (t not in io.inputs or (not pooling and dims != shape)):
+            return None
+    return at

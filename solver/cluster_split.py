@@ -1,0 +1,78 @@
+"""Tile search for a group split over the clusters (planner.geometry.cluster_split).
+
+The search is in Python for every planner: CP-SAT gets its choices pinned (their costs are
+constants, their rules encoded on the pinned facts, which hold one cluster's share of the
+weights). A split is tried only where the group's weights do not fit one cluster's WRAM
+but one cluster's share of them does: where a copy fits every cluster, the clusters run
+tiles of their own with the same DRAM bytes and no gathers. Its maps are those of the same
+tiles run whole, so the heights that fit form a range found by bisection from the tallest;
+the TALLEST of them that pass the rules are costed, with and without a second input buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from fuseplan.planner.cost.cluster_split import cluster_split_cost, split_weight_bytes
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.geometry.cluster_split import cluster_split
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.plan.mode import Mode
+from fuseplan.rules.base import Rule
+from fuseplan.solver.bisect import first_passing
+
+if TYPE_CHECKING:
+    from fuseplan.solver.tiles import GroupSearch
+
+TALLEST = 4  # feasible heights costed per batch split
+
+
+def worth_splitting(search: GroupSearch) -> bool:
+    """Whether the group may split over the clusters and gains by it: search.cluster_split
+    allows, the chip has clusters and WRAM, full-width tiles without bands, and its weights
+    fit one cluster's WRAM only as a share."""
+    chip, wram = search.chip, search.chip.wram
+    if not search.ruleset.search.cluster_split or chip.clusters < 2 or wram is None \
+            or search.tw is not None or search.bands > 1:
+        return False
+    split = cluster_split(search.graph, search.io)
+    if split is None:
+        return False
+    cap = wram.bytes * chip.cores_per_cluster
+    return weight_bytes(search.graph, search.io.weights, chip) > cap \
+        >= split_weight_bytes(search.graph, search.io, split, chip)
+
+
+def split_choices(search: GroupSearch, rules: Iterable[Rule] | None
+                  ) -> Iterator[tuple[Tile, Mode, Counters]]:
+    """(tile, mode, cost) of the group split over the clusters: per batch split, the
+    TALLEST heights that fit and pass the rules, single- and (where it fits)
+    double-buffered."""
+    if not worth_splitting(search):
+        return
+    chosen = tuple(search.ruleset.enabled if rules is None else rules)
+    for tn in search.batch_options():
+        at = search.at_batch(tn)
+        heights = at.heights()
+
+        def fits(th: int, at: GroupSearch = at) -> bool:
+            return not at.violations(at.tile_of(th), True, (), cluster_split=True)
+
+        top = first_passing(heights, fits)
+        if top is None:
+            continue
+        kept = [th for th in heights[heights.index(top):]
+                if not at.violations(at.tile_of(th), True, chosen, physical=False,
+                                     cluster_split=True)][:TALLEST]
+        for th in kept:
+            tile = at.tile_of(th)
+            work = at.work(tile, True)
+            for db in (False, True):
+                if db and at.violations(tile, True, (), double_buffered=True,
+                                        cluster_split=True):
+                    continue
+                yield tile, Mode.of(double_buffered=db, cluster_split=True), \
+                    cluster_split_cost(search.graph, search.layers, tile, search.chip, db, work)
+
