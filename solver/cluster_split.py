@@ -11,22 +11,49 @@ the TALLEST of them that pass the rules are costed, with and without a second in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
 
+from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.cluster_split import cluster_split_cost, split_weight_bytes
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.geometry.cluster_split import cluster_split
-from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.geometry.regions import GroupIO, Tile
+from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.mode import Mode
-from fuseplan.rules.base import Rule
+from fuseplan.rules.base import Rule, Violation
+from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.bisect import first_passing
 
-if TYPE_CHECKING:
-    from fuseplan.solver.tiles import GroupSearch
-
 TALLEST = 4  # feasible heights costed per batch split
+
+
+class GroupSearch(Protocol):
+    """What this search asks of a group's tile search (solver.tiles.GroupSearch)."""
+
+    graph: Graph
+    layers: tuple[str, ...]
+    chip: Chip
+    ruleset: RuleSet
+    io: GroupIO
+    tw: int | None
+    bands: int
+
+    def batch_options(self) -> list[int]: ...
+
+    def at_batch(self, tn: int) -> GroupSearch: ...
+
+    def heights(self) -> list[int]: ...
+
+    def tile_of(self, th: int) -> Tile: ...
+
+    def work(self, tile: Tile, resident: bool) -> Counters: ...
+
+    def violations(self, tile: Tile, resident: bool, rules: Sequence[Rule] | None = None,
+                   halo_reuse: bool = False, double_buffered: bool = False,
+                   physical: bool = True, weights_outer: bool = False,
+                   cluster_split: bool = False) -> list[Violation]: ...
 
 
 def worth_splitting(search: GroupSearch) -> bool:

@@ -251,7 +251,8 @@ def group_facts(problem: Problem, g: Group) -> GroupFacts:
         return hidden.facts(g.tile, g.weights_resident, db, g.placement.hidden_chunks)
     search = GroupSearch.of(problem.graph, g.layers, problem.chip, problem.ruleset)
     return search.facts(g.tile, g.weights_resident, double_buffered=db,
-                        halo_reuse=getattr(g, "halo_reuse", False))
+                        halo_reuse=getattr(g, "halo_reuse", False),
+                        cluster_split=g.placement.cluster_split)
 
 
 def broken(problem: Problem, plan: Plan, key: str) -> list[tuple[Group, Violation]]:
@@ -278,7 +279,8 @@ def assert_obeys(problem: Problem, plan: Plan) -> None:
         else:
             search = GroupSearch.of(problem.graph, g.layers, problem.chip, problem.ruleset)
             found = search.violations(g.tile, g.weights_resident,
-                                      halo_reuse=getattr(g, "halo_reuse", False))
+                                      halo_reuse=getattr(g, "halo_reuse", False),
+                                      cluster_split=g.placement.cluster_split)
         bad += [f"group {g.id} [{','.join(g.layers)}] tile {g.tile}: {v}" for v in found]
     assert not bad, "plan breaks the rules it was made under:\n" + "\n".join(bad)
 
@@ -640,10 +642,11 @@ def test_r09_conv_weights_not_shared(store: ModelStore) -> None:
 
 def test_r10_weights_fit_wram(store: ModelStore) -> None:
     """With 128 B of WRAM per core, no fused group's weights fit: rule 10 forbids fusion;
-    off, the first convs fuse and stream their weights once per tile."""
+    off, the first convs fuse and stream their weights once per tile. (Split over the
+    clusters, a quarter of them would fit: no cluster split here.)"""
     p = store.problem("chain_cnn", None, ["sram.bytes=8KiB", "nram.bytes=4KiB",
                                           "wram.bytes=128"])
-    p = with_rules(p, weights_fit_wram={"streaming": False})
+    p = with_rules(p, weights_fit_wram={"streaming": False}, search={"cluster_split": False})
     tight, loose = binds(p, with_rules(p, weights_fit_wram={"enabled": False}),
                          "weights_fit_wram")
     assert fused(tight) == []
@@ -655,10 +658,11 @@ def test_r10_weights_fit_wram(store: ModelStore) -> None:
 def test_r10_split_cout(store: ModelStore) -> None:
     """512 B of WRAM holds a quarter of conv3+conv7's 1616 B of weights, not all of them:
     without the C_out split over 4 cores the group cannot keep its weights resident."""
-    # weights held whole (hidden chunks would stream conv3's and conv7's slices instead)
+    # weights held whole (hidden chunks would stream conv3's and conv7's slices instead,
+    # a cluster split spread them over the clusters)
     p = with_rules(store.problem("chain_cnn", None, ["sram.bytes=8KiB", "nram.bytes=4KiB",
                                                      "wram.bytes=512"]),
-                   search={"hidden_chunks": False})
+                   search={"hidden_chunks": False, "cluster_split": False})
     tight, loose = binds(with_rules(p, weights_fit_wram={"split_cout": False}), p,
                          "weights_fit_wram")
     assert {"conv3", "conv7"} <= set(group_with(loose, "conv3").layers)

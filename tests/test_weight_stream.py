@@ -233,10 +233,15 @@ def test_weights_outer_reads_the_weights_once_per_batch(tmp_path: Path, solver: 
 def test_cluster_rounds_share_each_streamed_read(tmp_path: Path, batch: int) -> None:
     """On four clusters the same conv runs tiles outer, one image per tile: each round of
     four tiles (one per cluster) reads the streamed weights once and broadcasts them, so
-    batch 4 reads them once and batch 8 twice. Verified to the byte and the cycle count."""
+    batch 4 reads them once and batch 8 twice (with search.cluster_split off; on, the conv
+    splits over the clusters and reads them once: test_cluster_split). Verified to the byte
+    and the cycle count."""
     model = _big_conv(tmp_path / "conv.onnx", batch)
     plan = tmp_path / "plan.json"
-    chip = ["--set", "sram.bytes=512KiB", "--set", "nram.bytes=128KiB"]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text((ROOT / "rules" / "default.yaml").read_text().replace(
+        "cluster_split: true", "cluster_split: false"))
+    chip = ["--set", "sram.bytes=512KiB", "--set", "nram.bytes=128KiB", "--rules", str(rules)]
     solved = _fuseplan("solve", str(model), *chip, "-o", str(plan))
     assert solved.returncode == 0, solved.stderr
     conv = next(g for g in json.loads(plan.read_text())["groups"] if g["layers"] == ["conv"])

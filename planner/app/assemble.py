@@ -42,7 +42,7 @@ from fuseplan.planner.plan.data import Group, Json, Plan
 from fuseplan.planner.plan.mode import Mode, ModeKind, mode_kind, mode_problem
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.base import GroupFacts
-from fuseplan.rules.ruleset import RuleSet
+from fuseplan.rules.ruleset import RuleSet, SearchSettings
 from fuseplan.solver.parallel import Context, Task, search_all
 from fuseplan.solver.shortest_path import infeasible_layer_error
 from fuseplan.solver.structure import StructureKey, structure_key
@@ -212,11 +212,13 @@ def assemble(graph: Graph, chip: Chip, groups: Sequence[Placement], *,
                 layer_by_layer_bytes(graph, chip) if layer_by_layer is None else layer_by_layer)
 
 
-def layer_placements(graph: Graph, chip: Chip, jobs: int = 1) -> list[Placement]:
+def layer_placements(graph: Graph, chip: Chip, jobs: int = 1,
+                     settings: SearchSettings | None = None) -> list[Placement]:
     """No fusion: every layer alone, whole where it fits the chip, else at its best tile
-    (repeated layers share one search; the searches run on up to `jobs` processes).
+    (repeated layers share one search; the searches run on up to `jobs` processes), with
+    the modes `settings` allow (None: every mode: the layer-by-layer reference).
     Raises PlanningError naming the first layer that fits at no tile."""
-    alone = RuleSet(())
+    alone = RuleSet((), search=settings) if settings is not None else RuleSet(())
     whole_fits: dict[str, Placement] = {}
     keys: dict[str, StructureKey] = {}
     tasks: dict[StructureKey, Task] = {}

@@ -78,10 +78,10 @@ def solve_dynamic(model: str, ranges: Sequence[str], rules: str | Path | None = 
     # holding a squeeze-excite pool and its scale fits only as one whole map, and no unit of
     # it fits a bigger map)
     problem = prepare(model, rules, hardware, largest, overrides)
-    # a parameter table covers a group's output in one pass of whole layers: no pooling
-    # passes, no hidden chunks here
+    # a parameter table covers a group's output in one pass of whole layers, each cluster
+    # with the whole weights: no pooling passes, no hidden or end chunks, no cluster split
     search = dc_replace(problem.ruleset.search, pooling_passes=False, hidden_chunks=False,
-                        end_chunks=False)
+                        end_chunks=False, cluster_split=False)
     problem = dc_replace(problem, ruleset=dc_replace(problem.ruleset, search=search))
     plan = plan_problem(problem, solver, objective)
     big = problem.graph

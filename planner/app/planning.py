@@ -72,8 +72,9 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
                 "wall_s": round(time.perf_counter() - started, 3)}
         if progress is not None:
             progress(Progress("layer by layer"))
-        return assemble(g, chip, layer_placements(g, chip), objective=goal, solver=info,
-                        **header, layer_by_layer=_layer_by_layer(problem, jobs, progress))
+        return assemble(g, chip, layer_placements(g, chip, settings=rs.search), objective=goal,
+                        solver=info, **header,
+                        layer_by_layer=_layer_by_layer(problem, jobs, progress))
     groups: list[Placement]
     if solver == "greedy":
         groups = greedy_groups(g, chip, rs, progress)
@@ -100,11 +101,14 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
                     layer_by_layer=_layer_by_layer(problem, jobs, progress))
     if goal is Objective.TRAFFIC and plan.totals.dram_bytes > plan.layer_by_layer_dram_bytes:
         # cut short by its time limit, the plan's single layers were tiled by the quick
-        # search: no fusion at all, each layer at its best tile, moves less
-        info = {**{k: v for k, v in info.items() if k not in ("bound", "solved_by")},
+        # search: no fusion at all, each layer at its best tile in the modes the rules allow
+        # (the reference may use others), may move less
+        kept = {**{k: v for k, v in info.items() if k not in ("bound", "solved_by")},
                 "status": "FEASIBLE", "gap": None, "kept_layer_by_layer": True}
-        plan = assemble(g, chip, layer_placements(g, chip, jobs), objective=goal,
-                        solver=info, **header, layer_by_layer=plan.layer_by_layer_dram_bytes)
+        alone = assemble(g, chip, layer_placements(g, chip, jobs, rs.search), objective=goal,
+                         solver=kept, **header, layer_by_layer=plan.layer_by_layer_dram_bytes)
+        if alone.totals.dram_bytes < plan.totals.dram_bytes:
+            info, plan = kept, alone
     if "solved_by" in info:  # proven by the path: its objective is the plan's, and the bound
         units = objective_units(plan.totals, goal, rs.objective, chip)
         plan = dc_replace(plan, solver={**plan.solver, "objective": float(units),

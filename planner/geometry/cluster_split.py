@@ -15,7 +15,8 @@ What a cluster needs, by layer:
   in the group is first **gathered**: every cluster sends its share to the others over the
   cluster links; an input loaded from DRAM reaches every cluster in one read (a broadcast,
   as a round's streamed weights are);
-* a **per-channel layer** (a per-element op, a pooling window) makes each output channel
+* a **per-channel layer** (a per-element op, a pooling window, a normalisation by
+  per-channel statistics) makes each output channel
   from the same channel of its inputs, so each cluster runs it on its share alone; an input
   loaded from DRAM is read a share per cluster.
 
@@ -95,7 +96,10 @@ def _per_channel_axis(graph: Graph, io: GroupIO, lay: Layer, out: str,
     channels, and each cluster holds its constants whole."""
     spec = op_spec(lay.op)
     pooling = spec.sliding_window and not spec.is_convolution and not lay.weights
-    if not (spec.channel_local or pooling) or not lay.fmap_inputs:
+    # per-element ops; pools; normalisations by per-channel constants and statistics
+    # (BatchNormalization, InstanceNormalization)
+    per_channel = spec.channel_local or pooling or spec.per_channel_constants
+    if not per_channel or not lay.fmap_inputs:
         return None
     shape = graph.shapes[out]
     cuts = {axis[t] for t in lay.fmap_inputs if t in axis}
