@@ -64,12 +64,11 @@ def worth_splitting(search: GroupSearch) -> bool:
     if not search.ruleset.search.cluster_split or chip.clusters < 2 or wram is None \
             or search.tw is not None or search.bands > 1:
         return False
-    split = cluster_split(search.graph, search.io)
-    if split is None:
-        return False
     cap = wram.bytes * chip.cores_per_cluster
-    return weight_bytes(search.graph, search.io.weights, chip) > cap \
-        >= split_weight_bytes(search.graph, search.io, split, chip)
+    if weight_bytes(search.graph, search.io.weights, chip) <= cap:
+        return False
+    split = cluster_split(search.graph, search.io)
+    return split is not None and split_weight_bytes(search.graph, search.io, split, chip) <= cap
 
 
 def split_choices(search: GroupSearch, rules: Iterable[Rule] | None

@@ -6,6 +6,7 @@ bytes included, equal to the prediction), and issue 45's VGG-19 at batch 16."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -13,10 +14,11 @@ from typing import Any, cast
 import numpy as np
 import onnx
 import pytest
-from hand import assert_verifies, hand_plan
+from hand import assert_refused, assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_end_chunks import chain_model
+from test_weight_stream import _big_conv, _fuseplan
 
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import PlanningError
@@ -27,7 +29,7 @@ from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.solver.tiles import GroupSearch
 
-from models import _Builder, random_cnn, save
+from models import _Builder, chain_cnn, random_cnn, save
 
 
 def wide_chain(n: int = 8, c: int = 32, h: int = 16, w: int = 16) -> onnx.ModelProto:
@@ -209,10 +211,6 @@ def test_a_conv_past_one_clusters_wram_reads_its_weights_once(tmp_path: Path) ->
     """test_weight_stream's 512-channel conv (4.7 MB of weights) at batch 8: streamed in
     rounds of four tiles it reads them twice; split over the four clusters, once. From the
     command line, verified."""
-    import json
-
-    from test_weight_stream import _big_conv, _fuseplan
-
     model = _big_conv(tmp_path / "conv.onnx", 8)
     plan = tmp_path / "plan.json"
     chip = ["--set", "sram.bytes=512KiB", "--set", "nram.bytes=128KiB"]
@@ -232,8 +230,6 @@ def test_rule_10_sees_one_clusters_share(tmp_path: Path) -> None:
     """chain_cnn with 128 B of WRAM per core and no streaming: whole, no fused group's
     weights fit a cluster (rule 10); split over the four clusters, conv3 and conv7 fuse, and
     the plan keeps every rule as the rules see it."""
-    from models import chain_cnn
-
     problem = _problem(tmp_path, chain_cnn(), "sram.bytes=8KiB", "nram.bytes=4KiB",
                        "wram.bytes=128")
     rules = problem.ruleset
@@ -249,3 +245,15 @@ def test_rule_10_sees_one_clusters_share(tmp_path: Path) -> None:
                                      cluster_split=True)
         assert search.violations(g.tile, True, double_buffered=g.double_buffered)
     assert_verifies(problem, plan)
+
+
+def test_a_plan_file_asking_a_split_that_cannot_run_is_refused(tmp_path: Path) -> None:
+    """verify refuses (exit 2, naming the group's key) a plan file whose group says
+    "cluster_split": true where a layer mixes channels of other clusters."""
+    model = str(save(chain_cnn(), tmp_path, "chain"))
+    plan = tmp_path / "plan.json"
+    assert _fuseplan("solve", model, "-o", str(plan)).returncode == 0
+    doc = json.loads(plan.read_text())
+    group = next(g for g in doc["groups"] if any(n.startswith("gap") for n in g["layers"]))
+    group["cluster_split"] = True
+    assert_refused(model, doc, tmp_path, "cluster_split shares out output channels")
