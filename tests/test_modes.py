@@ -61,6 +61,7 @@ def test_plan_file_round_trip_keeps_every_mode(demo: api.Problem, tmp_path: Path
     (Mode.of(passes=2), "passes is 2, but the group holds no global reduction"),
     (Mode.of(hidden_chunks=2, halo_reuse=True), "hidden_chunks 2 runs with halos recomputed"),
     (Mode.of(inputs_reloaded=True), "inputs_reloaded loads inputs again"),
+    (Mode.of(resident=False, cluster_split=True), "cluster_split runs with resident weights"),
 ])
 def test_the_plan_reader_and_the_assembler_refuse_alike(demo: api.Problem, tmp_path: Path,
                                                          mode: Mode, says: str) -> None:
@@ -85,6 +86,7 @@ def test_the_plan_reader_and_the_assembler_refuse_alike(demo: api.Problem, tmp_p
                   "inputs_held": mode.inputs_held, "maps_held": mode.maps_held,
                   "hidden_chunks": mode.hidden_chunks,
                   "inputs_reloaded": mode.inputs_reloaded,
+                  "cluster_split": mode.cluster_split,
                   **({"loop_order": mode.loop.value} if mode.weights_outer else {})})
     file = tmp_path / "bad.json"
     file.write_text(json.dumps(doc))
@@ -101,6 +103,7 @@ def test_mode_kinds_name_one_cost_function_each(demo: api.Problem) -> None:
         is ModeKind.WEIGHTS_OUTER
     assert mode_kind(g, one, Mode.of(passes=2)) is ModeKind.PASSES
     assert mode_kind(g, one, Mode.of(hidden_chunks=2)) is ModeKind.HIDDEN
+    assert mode_kind(g, one, Mode.of(cluster_split=True)) is ModeKind.CLUSTER_SPLIT
     assert replace(Mode(), loop=LoopOrder.WEIGHTS_OUTER).weights_outer
 
 

@@ -565,7 +565,7 @@ def weight_ring(graph: Graph, io: GroupIO, chip: Chip, boxes: dict[str, Box]) ->
     peak is then the whole SRAM, so no second input buffer fits beside it (one tile has
     no next tile to load anyway)."""
     staged = sram_staged(graph, io, chip, False)
-    if not staged:
+    if not staged or not max(staged):  # no weights stream through it
         return 0
     room = chip.sram.bytes - footprint(graph, io, boxes, live_steps(graph, io), chip.dtype_bytes)
     return room if room >= max(staged) else 0

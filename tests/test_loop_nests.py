@@ -1,0 +1,77 @@
+"""Loop nests across fused layers (issue 45), as one property: random chains of convs and of
+MatMuls, random chips, a random run of their layers and any mode the validator lets those
+layers run in (tiles outer with resident or streamed weights, one or two input buffers;
+weights outer; hidden chunks; end chunks; a split over the clusters), at a random tile
+height: the emulator's outputs equal onnxruntime's and every counter equals the
+prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from hand import hand_plan
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from test_end_chunks import chain_model
+
+from fuseplan.planner.app import api
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.plan.checks import whole_tile
+from fuseplan.planner.plan.mode import Mode, mode_kind, mode_problem
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.solver.tiles import GroupSearch
+
+from models import random_cnn, save
+
+
+def _modes() -> list[Mode]:
+    """Every mode the property tries (the validator keeps those a run of layers allows)."""
+    tiles = [Mode.of(resident=r, double_buffered=db) for r in (True, False)
+             for db in (False, True)]
+    return [*tiles, Mode.of(resident=False, weights_outer=True),
+            *(Mode.of(hidden_chunks=k) for k in (2, 4)),
+            *(Mode.of(end_chunks=k) for k in (2, 4)),
+            Mode.of(cluster_split=True), Mode.of(cluster_split=True, double_buffered=True)]
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_loop_nests_run_as_predicted(tmp_path: Path, data: st.DataObject) -> None:
+    seed = data.draw(st.integers(0, 10_000), "seed")
+    if data.draw(st.booleans(), "convs"):
+        model = random_cnn(np.random.default_rng(seed), n=data.draw(st.integers(1, 2), "n"))
+    else:
+        widths = data.draw(st.lists(st.sampled_from([4, 8, 16, 32]), min_size=1, max_size=4),
+                           "widths")
+        relu = tuple(k for k in range(len(widths) - 1) if (seed >> k) & 1)
+        model = chain_model(len(widths), data.draw(st.integers(4, 48), "tokens"), 8, widths,
+                            relu_after=relu)
+    chip = [f"clusters={data.draw(st.integers(1, 4), 'clusters')}",
+            f"sram.bytes={data.draw(st.sampled_from(['64KiB', '256KiB', '2MiB']), 'sram')}"]
+    hardware = data.draw(st.sampled_from(["cluster4x4", "soma_buffer"]), "hardware")
+    if hardware == "soma_buffer":
+        chip = chip[1:]
+    problem = api.prepare(str(save(model, tmp_path, "model")), hardware=hardware,
+                          overrides=chip)
+    g = problem.graph
+    names = [lay.name for lay in g.layers]
+    first = data.draw(st.integers(0, len(names) - 1), "first")
+    last = data.draw(st.integers(first, min(len(names), first + 6) - 1), "last")
+    layers = tuple(names[first:last + 1])
+    whole = whole_tile(g, layers)
+    # a group whose output leaves mid-group runs as one tile (GroupSearch.tiles_split)
+    cut = GroupSearch.of(g, layers, problem.chip, problem.ruleset).tiles_split
+    th = data.draw(st.integers(1, whole.h), "height") if cut else whole.h
+    tile = Tile(whole.n, th, whole.w)
+    allowed = {m: mode_kind(g, layers, m) for m in _modes()
+               if mode_problem(g, layers, tile, m, whole) is None}
+    # a kind first, so that the rarer kinds are drawn as often as tiles outer
+    kind = data.draw(st.sampled_from(sorted(set(allowed.values()))), "kind")
+    mode = data.draw(st.sampled_from([m for m, k in allowed.items() if k is kind]), "mode")
+    event(kind.value)  # --hypothesis-show-statistics: the kinds run
+    plan = hand_plan(problem, [Placement(layers, tile, mode)])
+    report = api.verify_in_memory(problem, plan, seed=seed)
+    assert report.outputs_match, report.first_output_mismatch
+    assert report.predicted_matches_emulated, report.first_counter_mismatch
