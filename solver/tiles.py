@@ -54,7 +54,7 @@ from fuseplan.planner.geometry.regions import (
     group_chains,
     group_io,
     tile_count,
-    tiled_like_anchor,
+    whole_outputs,
 )
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.mode import Mode, ModeFlags
@@ -291,8 +291,7 @@ class GroupSearch:
         mid-group) is needed whole by every tile, and the execution model stores it once,
         so such a group runs as one tile (planner.cost.model); the other outputs of the
         anchor's own layer with its extents (a Split's parts) are cut as it is."""
-        return all(t == self.io.anchor or t in self.io.accumulated
-                   or tiled_like_anchor(self.graph, self.io, t) for t in self.io.outputs)
+        return not whole_outputs(self.graph, self.io)
 
     @property
     def closed_form(self) -> bool:

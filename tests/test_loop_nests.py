@@ -10,19 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from hand import hand_plan
+import pytest
+from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_end_chunks import chain_model
 
 from fuseplan.planner.app import api
+from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.mode import Mode, mode_kind, mode_problem
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.solver.tiles import GroupSearch
 
-from models import random_cnn, save
+from models import _Builder, random_cnn, save
 
 
 def _modes() -> list[Mode]:
@@ -75,3 +77,18 @@ def test_random_loop_nests_run_as_predicted(tmp_path: Path, data: st.DataObject)
     report = api.verify_in_memory(problem, plan, seed=seed)
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
+
+
+def test_a_cut_tile_of_a_group_with_an_output_midway_is_refused(tmp_path: Path) -> None:
+    """A group whose map leaves it mid-way (read by a layer outside it) stores that map
+    once, whole, so it runs as one tile: a plan cutting it into tiles is refused by the one
+    validator (the emulator would store the map per tile, against the prediction)."""
+    b = _Builder(np.random.default_rng(2))
+    r = b.one("Relu", [b.conv("input", 3, 8, 3)])
+    y = b.conv(r, 8, 8, 3)
+    problem = api.prepare(str(save(b.model((1, 3, 16, 16), b.one("Add", [y, r]), 13),
+                                   tmp_path, "midway")))
+    layers = tuple(lay.name for lay in problem.graph.layers[:3])
+    with pytest.raises(PlanningError, match=f"{layers[1]}_out' leaves the group mid-way"):
+        hand_plan(problem, [Placement.of(layers, Tile(1, 4, 16))])
+    assert_verifies(problem, hand_plan(problem, [Placement.of(layers, Tile(1, 16, 16))]))

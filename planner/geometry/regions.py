@@ -132,6 +132,13 @@ def tiled_like_anchor(graph: Graph, io: GroupIO, t: str) -> bool:
     return (n, h, w) == (tn, th, tw)
 
 
+def whole_outputs(graph: Graph, io: GroupIO) -> list[str]:
+    """The group's outputs every tile needs whole (an output leaving mid-group): the
+    execution model stores each once, so a group with any runs as one tile."""
+    return [t for t in io.outputs if t != io.anchor and t not in io.accumulated
+            and not tiled_like_anchor(graph, io, t)]
+
+
 def accumulated_input(graph: Graph, lay: Layer) -> str | None:
     """The input a reduction over rows and columns folds tile by tile (global pooling, a
     keepdims ReduceMean/Sum/Max/Min over every tiled axis, and channel axes with them), or

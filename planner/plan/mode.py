@@ -19,7 +19,7 @@ from fuseplan.planner.geometry.cluster_split import cluster_split
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import makes_chunks, stretches
 from fuseplan.planner.geometry.passes import pass_split, pass_stretches
-from fuseplan.planner.geometry.regions import Tile, group_io
+from fuseplan.planner.geometry.regions import Tile, group_io, whole_outputs
 from fuseplan.planner.geometry.reload import reloaded_inputs
 from fuseplan.planner.ir.chunks import chunk_axes
 from fuseplan.planner.ir.graph import Graph
@@ -236,7 +236,8 @@ def mode_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
     then names the key), the assembler, and through it explain and verify."""
     # in the order the plan file's keys were always checked (its messages name the first)
     for check in (_loop_problem, _passes_problem, _inputs_held_problem, _hidden_problem,
-                  _maps_held_problem, _reloaded_problem, _ends_problem, _split_problem):
+                  _maps_held_problem, _reloaded_problem, _ends_problem, _split_problem,
+                  _whole_outputs_problem):
         found = check(graph, layers, tile, mode, whole, chunked)
         if found is not None:
             return found
@@ -400,3 +401,18 @@ def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode
         return ("cluster_split runs with resident weights, halos recomputed, tiles outer, no "
                 "passes, hidden or end chunks and no bands; set those or remove the key.")
     return None
+
+
+def _whole_outputs_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                           whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    # tiles outer (or split over the clusters): an output leaving mid-group is stored once,
+    # whole, so such a group runs as one tile (its passes and chunks say their own tiles)
+    if (mode.pinned and not mode.cluster_split) or (tile.n, tile.h, tile.w) == \
+            (whole.n, whole.h, whole.w):
+        return None
+    found = whole_outputs(graph, group_io(graph, layers))
+    if not found:
+        return None
+    return (f"the tile {tile.n}x{tile.h}x{tile.w} cuts the group's output, but {found[0]!r} "
+            "leaves the group mid-way and every tile needs it whole; use the whole tile "
+            f"{whole.n}x{whole.h}x{whole.w} or end the group where {found[0]!r} is made.")
