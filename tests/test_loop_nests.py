@@ -24,7 +24,7 @@ from fuseplan.planner.plan.mode import Mode, mode_kind, mode_problem
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.solver.tiles import GroupSearch
 
-from models import _Builder, random_cnn, save
+from models import _Builder, random_cnn, random_modern_net, save
 
 
 def _modes() -> list[Mode]:
@@ -37,13 +37,16 @@ def _modes() -> list[Mode]:
             Mode.of(cluster_split=True), Mode.of(cluster_split=True, double_buffered=True)]
 
 
-@settings(max_examples=120, deadline=None,
+@settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_loop_nests_run_as_predicted(tmp_path: Path, data: st.DataObject) -> None:
     seed = data.draw(st.integers(0, 10_000), "seed")
-    if data.draw(st.booleans(), "convs"):
+    family = data.draw(st.sampled_from(["cnn", "modern", "matmuls"]), "family")
+    if family == "cnn":
         model = random_cnn(np.random.default_rng(seed), n=data.draw(st.integers(1, 2), "n"))
+    elif family == "modern":  # depthwise convs, squeeze-excite, LayerNorm, GELU, skips
+        model = random_modern_net(np.random.default_rng(seed))
     else:
         widths = data.draw(st.lists(st.sampled_from([4, 8, 16, 32]), min_size=1, max_size=4),
                            "widths")
@@ -52,8 +55,9 @@ def test_random_loop_nests_run_as_predicted(tmp_path: Path, data: st.DataObject)
                             relu_after=relu)
     chip = [f"clusters={data.draw(st.integers(1, 4), 'clusters')}",
             f"sram.bytes={data.draw(st.sampled_from(['64KiB', '256KiB', '2MiB']), 'sram')}"]
-    hardware = data.draw(st.sampled_from(["cluster4x4", "soma_buffer"]), "hardware")
-    if hardware == "soma_buffer":
+    hardware = data.draw(st.sampled_from(["cluster4x4", "soma_buffer", "systolic32",
+                                          "two_level", "frustum_npu"]), "hardware")
+    if hardware != "cluster4x4":
         chip = chip[1:]
     problem = api.prepare(str(save(model, tmp_path, "model")), hardware=hardware,
                           overrides=chip)
