@@ -11,7 +11,7 @@ axis of each weight a chunk cuts is the op table's (planner.ir.chunks).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,8 +139,15 @@ class WeightStream:
     def run(self, lay: Layer, weights: Mapping[str, np.ndarray], compute: Compute
             ) -> list[np.ndarray]:
         """The layer's outputs, computed chunk by chunk when it streams in chunks."""
-        slices = self.parts.get(lay.name)
-        if not slices:
-            return compute(weights)
-        outs = [compute(Overlay(part, weights))[0] for part in slices]
-        return [np.concatenate(outs, axis=op_spec(lay.op).chunk_out_axis)]
+        return run_in_slices(lay, weights, compute, self.parts.get(lay.name, ()))
+
+
+def run_in_slices(lay: Layer, weights: Mapping[str, np.ndarray], compute: Compute,
+                  slices: Sequence[Mapping[str, np.ndarray]]) -> list[np.ndarray]:
+    """A layer's outputs computed once per slice of its weights (each slice's output
+    channels from the whole input) and joined along its output channels; whole when it has
+    no slices."""
+    if not slices:
+        return compute(weights)
+    outs = [compute(Overlay(part, weights))[0] for part in slices]
+    return [np.concatenate(outs, axis=op_spec(lay.op).chunk_out_axis)]

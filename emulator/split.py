@@ -16,12 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuseplan.emulator.boxes import take_range
-from fuseplan.emulator.chunks import Compute, Overlay
+from fuseplan.emulator.chunks import Compute, run_in_slices
 from fuseplan.planner.geometry.cluster_split import ClusterSplit
 from fuseplan.planner.geometry.regions import GroupIO
 from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
 from fuseplan.planner.ir.graph import Graph, Layer
-from fuseplan.planner.ir.ops import op_spec
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,7 @@ class SplitRun:
     def run(self, lay: Layer, weights: Mapping[str, np.ndarray], compute: Compute
             ) -> list[np.ndarray]:
         """The layer's outputs: a split layer's cluster by cluster, joined."""
-        shares = self.parts.get(lay.name)
-        if not shares:
-            return compute(weights)
-        outs = [compute(Overlay(part, weights))[0] for part in shares]
-        return [np.concatenate(outs, axis=op_spec(lay.op).chunk_out_axis)]
+        return run_in_slices(lay, weights, compute, self.parts.get(lay.name, ()))
 
     def link_bytes(self, lay: Layer, outputs: list[np.ndarray], dtype_bytes: int) -> int:
         """Bytes the gather of a layer's output moves over the cluster links (0: none)."""
