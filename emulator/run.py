@@ -160,7 +160,10 @@ def _check_mode(graph: Graph, group: Group, io: GroupIO) -> None:
     """The group's mode against the validator, and what the emulator's runners need beyond
     it (a plan the emulator cannot run is a planner bug: EmulationError names the group)."""
     p = group.placement
-    problem = mode_problem(graph, p.layers, p.tile, p.mode, whole_tile(graph, p.layers))
+    whole = whole_tile(graph, p.layers)
+    # a dynamic plan's group runs its stated boxes, not a grid of its tile
+    problem = mode_problem(graph, p.layers, whole if group.boxes is not None else p.tile,
+                           p.mode, whole)
     if problem is not None:
         raise EmulationError(group.id, None, None, f"the plan's mode cannot run: {problem}")
     if io.accumulated and (p.halo_reuse or p.weights_outer):
@@ -236,7 +239,8 @@ def _cluster_split(r: Run) -> None:
     assert split is not None  # _check_mode asked mode_problem
     r.tally.split = SplitRun.of(r.graph, r.io, split, r.chip.clusters, r.weights,
                                 r.chip.dtype_bytes)
-    _tiles(r)
+    # tiles outer, never played layer by layer (planner.cost.cluster_split)
+    run_tiles(r.graph, r.group, r.io, r.anchors(), r.dram, r.weights, r.tally, r.layers)
 
 
 def _weights_outer(r: Run) -> None:

@@ -343,8 +343,9 @@ class Encoding:
         return self._staged[key]
 
     def weight_bytes(self, cand: Candidate) -> int:
-        """Weight bytes one cluster holds when they are resident (a pinned choice split
-        over the clusters: its share)."""
+        """The candidate's weight bytes; for a pinned choice split over the clusters, one
+        cluster's share: what its capacities and rules check (its DRAM terms and first load
+        are its pinned cost's own, and it is never prefetched)."""
         if cand.mode.cluster_split:
             return cand.facts_any_tile.weight_bytes
         return weight_bytes(self.graph, cand.io.weights, self.chip)

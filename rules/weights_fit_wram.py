@@ -19,7 +19,9 @@ class WeightsFitWram(Rule):
     so each WRAM holds its share. With ``streaming`` a fused group may instead stream its
     weights layer by layer when the pair of chunks in flight fits (as in rule 16:
     W_i + W_i+1 <= WRAM; planner.cost.weight_stream); off, every fused group keeps its
-    weights resident. On single-memory chips weights count against SRAM (rule 12) instead.
+    weights resident. A group split over the clusters (planner.geometry.cluster_split)
+    holds one cluster's share of its weights, and that share is what must fit. On
+    single-memory chips weights count against SRAM (rule 12) instead.
     """
 
     enabled: bool = True

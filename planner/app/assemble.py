@@ -218,7 +218,7 @@ def layer_placements(graph: Graph, chip: Chip, jobs: int = 1,
     (repeated layers share one search; the searches run on up to `jobs` processes), with
     the modes `settings` allow (None: every mode: the layer-by-layer reference).
     Raises PlanningError naming the first layer that fits at no tile."""
-    alone = RuleSet((), search=settings) if settings is not None else RuleSet(())
+    alone = RuleSet((), search=settings or SearchSettings())
     whole_fits: dict[str, Placement] = {}
     keys: dict[str, StructureKey] = {}
     tasks: dict[StructureKey, Task] = {}

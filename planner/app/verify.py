@@ -143,13 +143,16 @@ class CycleComparison:
 
 def serial_cycles(chip: Chip, counted: Counters, tiles: int, prefetched: int = 0) -> int:
     """The most cycles a group can take: its DRAM transfers (and `prefetched` bytes of the
-    next group's weights), its MACs on every core and its vector ops on every lane, one
-    after another, plus rounding per tile."""
-    per_cycle = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
+    next group's weights), its MACs on every core, its vector ops on every lane and its
+    gathers over the cluster links, one after another, plus rounding per tile."""
+    clock = Fraction(str(chip.clock_ghz))
+    per_cycle = Fraction(str(chip.dram.bandwidth_gbps)) / clock
+    links = Fraction(str(chip.cluster_link_gbps)) / clock * chip.clusters
     return (ceil((counted.dram_bytes + prefetched) / per_cycle)
             + ceil(matrix_macs(chip, counted.macs, counted.array_macs)
                    / (chip.cores * chip.core.macs_per_cycle))
             + ceil(counted.vector_ops / (chip.cores * chip.core.vector_lanes))
+            + ceil(counted.cluster_link_bytes / links)
             + ROUNDING_CYCLES * tiles)
 
 

@@ -212,6 +212,5 @@ def timed_floor_parts(chip: Chip, objective: Objective, settings: ObjectiveSetti
     compute = (ceil(work.macs / (chip.cores * chip.core.macs_per_cycle))
                + ceil(work.vector_ops / (chip.cores * chip.core.vector_lanes))) - 1
     units = objective_terms(objective, settings, chip,
-                            Charged(floor_bytes, 0, 0, work.macs, work.vector_ops, 0,
-                                    0))
+                            Charged(floor_bytes, 0, 0, work.macs, work.vector_ops, 0, 0))
     return units, transfer, compute

@@ -65,7 +65,8 @@ def cluster_split_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: 
     """Every counter of a group split over the clusters (``work``: the tile's counters with
     resident weights, when a tile search has them). Each cluster holds every map whole (the
     gathers fill in the shares of the others), so the SRAM peak is the tile's; on a chip
-    without WRAM a cluster's share of the weights sits beside it."""
+    without WRAM a cluster's share of the weights sits beside it. A group of one tile loads
+    its weights, then computes (no layer-by-layer overlap)."""
     io = group_io(graph, layers)
     chains = group_chains(graph, io)
     split = cluster_split(graph, io)
@@ -76,6 +77,8 @@ def cluster_split_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: 
     if chip.unified:
         peak += split_weight_bytes(graph, io, split, chip) - weight_bytes(graph, io.weights,
                                                                           chip)
+    # a tile is not played layer by layer (planner.cost.layered): its layers wait for their
+    # gathers as well as their weights, which that schedule does not model
     c = replace(once, cluster_link_bytes=link_bytes(graph, io, chains, tile, split, chip),
-                sram_peak_bytes=peak)
+                sram_peak_bytes=peak, overlap_cycles=0)
     return with_time(chip, c, double_buffered)

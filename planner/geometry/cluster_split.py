@@ -44,7 +44,7 @@ class ClusterSplit:
 
     split: tuple[str, ...]  # layers whose output channels the clusters share out
     gathered: tuple[str, ...]  # maps made in the group that a split layer reads whole
-    axis: dict[str, int]  # per map made in the group: the axis its shares cut
+    axis: tuple[tuple[str, int], ...]  # per map made in the group: the axis its shares cut
 
 
 def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
@@ -55,11 +55,14 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
     split: list[str] = []
     gathered: list[str] = []
     axis: dict[str, int] = {}
+    seen: set[str] = set()
     for name in io.layers:
         lay = graph.layer(name)
         outs = [t for t in lay.outputs if t]
-        if len(outs) != 1 or outs[0] not in graph.shapes:
+        # one map out; weights of its own (a tensor two layers share is cut once per layer)
+        if len(outs) != 1 or outs[0] not in graph.shapes or seen & set(lay.weights):
             return None
+        seen |= set(lay.weights)
         out = outs[0]
         cut = _split_axis(graph, lay, out)
         if cut is not None:
@@ -73,7 +76,7 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
         axis[out] = at
     if not split:
         return None
-    return ClusterSplit(tuple(split), tuple(gathered), axis)
+    return ClusterSplit(tuple(split), tuple(gathered), tuple(axis.items()))
 
 
 def _split_axis(graph: Graph, lay: Layer, out: str) -> int | None:

@@ -407,8 +407,8 @@ def _whole_outputs_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mo
                            whole: Tile, chunked: tuple[str, ...]) -> str | None:
     # tiles outer (or split over the clusters): an output leaving mid-group is stored once,
     # whole, so such a group runs as one tile (its passes and chunks say their own tiles)
-    if (mode.pinned and not mode.cluster_split) or (tile.n, tile.h, tile.w) == \
-            (whole.n, whole.h, whole.w):
+    if (mode.pinned and not mode.cluster_split) or (
+            tile.n >= whole.n and tile.h >= whole.h and tile.w >= whole.w):
         return None
     found = whole_outputs(graph, group_io(graph, layers))
     if not found:
