@@ -58,7 +58,8 @@ CYCLE_RULE = (f"each group whose cycles the plan states: predicted - {ROUNDING_C
               f"emulated (unless its weights were prefetched or it runs in bands: those may "
               f"hide more) and emulated <= predicted + its serial cycles / its tiles + "
               f"{ROUNDING_CYCLES} per tile, never above its serial cycles (its transfers, "
-              f"MACs and vector ops one after another, + {ROUNDING_CYCLES} per tile); the plan: "
+              f"MACs, vector ops and gathers one after another, + {ROUNDING_CYCLES} per tile); "
+              f"the plan: "
               f"emulated >= predicted - {ROUNDING_CYCLES} per group")
 
 
