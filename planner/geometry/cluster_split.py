@@ -16,9 +16,9 @@ What a cluster needs, by layer:
   cluster links; an input loaded from DRAM reaches every cluster in one read (a broadcast,
   as a round's streamed weights are);
 * a **per-channel layer** (a per-element op, a pooling window, a normalisation by
-  per-channel statistics) makes each output channel
-  from the same channel of its inputs, so each cluster runs it on its share alone; an input
-  loaded from DRAM is read a share per cluster.
+  per-channel statistics) makes each output channel from the same channel of its inputs,
+  so each cluster runs it on its share alone; an input loaded from DRAM is read a share
+  per cluster.
 
 Any other layer (a normalisation over the channels, a reshape, a softmax) needs channels
 of other clusters and rules the split out. The DRAM traffic is that of the same tiles with
