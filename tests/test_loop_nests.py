@@ -2,8 +2,8 @@
 MatMuls, random chips, a random run of their layers and any mode the validator lets those
 layers run in (tiles outer with resident or streamed weights, one or two input buffers;
 weights outer; hidden chunks; end chunks; a split over the clusters), at a random tile
-height: the emulator's outputs equal onnxruntime's and every counter equals the
-prediction (for a cluster split, its clock's cycles keep to verify's rule too)."""
+height: the emulator's outputs equal onnxruntime's, every counter equals the prediction
+and (but for the case below) its clock's cycles keep to verify's rule."""
 
 from __future__ import annotations
 
@@ -81,8 +81,10 @@ def test_random_loop_nests_run_as_predicted(tmp_path: Path, data: st.DataObject)
     report = api.verify_in_memory(problem, plan, seed=seed)
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
-    if kind is ModeKind.CLUSTER_SPLIT:  # (a streamed tiles-outer group of a few tiles
-        # waits for its weights a few cycles less than the closed form's stall bound)
+    # (not yet where streamed weights and a second buffer meet in a few tiles: the closed
+    # form's stall (planner.cost.model.round_stall) can overshoot the clock there, 27 of
+    # 1,948 cycles on a depthwise conv in five tiles)
+    if mode.weights_resident or not mode.double_buffered or kind is not ModeKind.TILES:
         assert report.cycles.ok, report.cycles.first_off
 
 

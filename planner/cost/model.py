@@ -595,7 +595,8 @@ def reread_weights(once: Counters, passes: int, chip: Chip | None = None,
     # streamed weights hold one step's chunks: none arrives ahead of its layer
     out = replace(once, dram_read_bytes=once.dram_read_bytes + extra,
                   weight_read_bytes=once.weight_read_bytes + extra, overlap_cycles=0)
-    if chip is None or passes <= 1 or len(shares) < passes or once.band_compute_cycles:
+    if chip is None or passes <= 1 or len(shares) < passes or once.band_compute_cycles \
+            or not once.weight_read_bytes:  # no weights: nothing to wait for
         return out
     per_round = ceil(len(shares) / passes)
     fmap = once.dram_read_bytes - once.weight_read_bytes
