@@ -3,10 +3,11 @@
 The search is in Python for every planner: CP-SAT gets its choices pinned (their costs are
 constants, their rules encoded on the pinned facts, which hold one cluster's share of the
 weights). A split is tried only where the group's weights do not fit one cluster's WRAM
-but one cluster's share of them does: where a copy fits every cluster, the clusters run
-tiles of their own with the same DRAM bytes and no gathers. Its maps are those of the same
-tiles run whole, so the heights that fit form a range found by bisection from the tallest;
-the TALLEST of them that pass the rules are costed, with and without a second input buffer.
+(SRAM on a single-memory chip) but one cluster's share of them does: where a copy fits
+every cluster, the clusters run tiles of their own with the same DRAM bytes and no gathers.
+Its maps are those of the same tiles run whole, so the heights that fit form a range found
+by bisection from the tallest; the TALLEST of them that pass the rules are costed, with and
+without a second input buffer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.cluster_split import cluster_split_cost, split_weight_bytes
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.model import weight_bytes
+from fuseplan.planner.cost.weight_stream import stage_memory
 from fuseplan.planner.geometry.cluster_split import cluster_split
 from fuseplan.planner.geometry.regions import GroupIO, Tile
 from fuseplan.planner.ir.graph import Graph
@@ -58,13 +60,14 @@ class GroupSearch(Protocol):
 
 def worth_splitting(search: GroupSearch) -> bool:
     """Whether the group may split over the clusters and gains by it: search.cluster_split
-    allows, the chip has clusters and WRAM, full-width tiles without bands, and its weights
-    fit one cluster's WRAM only as a share."""
-    chip, wram = search.chip, search.chip.wram
-    if not search.ruleset.search.cluster_split or chip.clusters < 2 or wram is None \
+    allows, the chip has clusters, full-width tiles without bands, and its weights fit the
+    memory one cluster holds weights in (its WRAM, or its SRAM on a single-memory chip) only
+    as a share."""
+    chip = search.chip
+    if not search.ruleset.search.cluster_split or chip.clusters < 2 \
             or search.tw is not None or search.bands > 1:
         return False
-    cap = wram.bytes * chip.cores_per_cluster
+    cap = stage_memory(chip)
     if weight_bytes(search.graph, search.io.weights, chip) <= cap:
         return False
     split = cluster_split(search.graph, search.io)

@@ -267,3 +267,20 @@ def test_a_plan_file_asking_a_split_that_cannot_run_is_refused(tmp_path: Path) -
     group = next(g for g in doc["groups"] if any(n.startswith("gap") for n in g["layers"]))
     group["cluster_split"] = True
     assert_refused(model, doc, tmp_path, "cluster_split shares out output channels")
+
+
+def test_a_single_memory_chip_of_four_clusters_splits_too(tmp_path: Path) -> None:
+    """soma_buffer (weights and maps in one SRAM) with four clusters of 64 KiB: the stage's
+    weights (8-bit, 92 KB) fit no cluster's SRAM, a quarter of them does beside the maps;
+    the split reads them once and verifies, each cluster's SRAM holding its share."""
+    model = wide_chain(n=8, c=32, h=16, w=16)
+    path = str(save(model, tmp_path, "model"))
+    problem = api.prepare(path, hardware="soma_buffer",
+                          overrides=["clusters=4", "sram.bytes=64KiB"])
+    plan = api.plan_problem(problem, "cpsat", "traffic")
+    split = [g for g in plan.groups if g.placement.cluster_split]
+    assert split
+    total = weight_bytes(problem.graph, {w for lay in problem.graph.layers
+                                         for w in lay.weights}, problem.chip)
+    assert plan.totals.weight_read_bytes == total
+    _verifies(problem, plan)
