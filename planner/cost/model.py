@@ -380,7 +380,7 @@ def round_stall(chip: Chip, c: Counters, rounds: Sequence[tuple[int, Sequence[fl
     """Cycles a double-buffered group's cores wait beyond the closed form's overlap when
     each round of tiles loads weights with its first tile (`rounds`: each round's weight
     bytes and each of its tiles' share of the group's work and stores; `tile_loads`: the
-    feature-map bytes each tile of a round loads, by its place in the round); played by
+    feature-map bytes of each tile in run order, repeating when shorter); played by
     planner.cost.schedule. A long group plays three rounds and repeats the third's span
     (the buffers are in step by then)."""
 
@@ -394,11 +394,12 @@ def round_stall(chip: Chip, c: Counters, rounds: Sequence[tuple[int, Sequence[fl
         return computes[share]
 
     def span(n: int) -> float:
-        steps = []
+        steps: list[Step] = []
         for size, shares in rounds[:n]:
             for k, share in enumerate(shares):
-                steps.append(Step(tile_loads[k % len(tile_loads)] + (size if k == 0 else 0),
-                                  tile_compute(share), c.dram_write_bytes * share))
+                load = tile_loads[len(steps) % len(tile_loads)]
+                steps.append(Step(load + (size if k == 0 else 0), tile_compute(share),
+                                  c.dram_write_bytes * share))
         return double_buffered_span(float(dram_bytes_per_cycle(chip)), steps)
 
     tiles = sum(len(s) for _, s in rounds)
@@ -602,7 +603,7 @@ def reread_weights(once: Counters, passes: int, chip: Chip | None = None,
     fmap = once.dram_read_bytes - once.weight_read_bytes
     rounds = [(once.weight_read_bytes, shares[k:k + per_round])
               for k in range(0, len(shares), per_round)]
-    loads = [fmap * t for t in shares[:per_round]]
+    loads = [fmap * t for t in shares]  # each tile its own (an edge tile loads less)
     return replace(out, stall_cycles=round_stall(chip, out, rounds, loads))
 
 
