@@ -100,11 +100,9 @@ class ClockChip:
     @classmethod
     def of(cls, chip: Chip) -> ClockChip:
         """The timing constants of a chip (bandwidth in GB/s over clock in GHz, exact)."""
-        clock = Fraction(str(chip.clock_ghz))
-        bpc = Fraction(str(chip.dram.bandwidth_gbps)) / clock
+        bpc = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
         return cls(bpc, chip.cores, chip.core.macs_per_cycle, chip.core.vector_lanes,
-                   chip.core.array is not None,
-                   Fraction(str(chip.cluster_link_gbps)) / clock * chip.clusters)
+                   chip.core.array is not None, chip.links_bytes_per_cycle)
 
     def compute(self, tile: TileEvents, cores: int) -> int:
         """Whole cycles `cores` cores spend on one tile's MACs and vector operations, or

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
@@ -251,6 +252,13 @@ class Chip:
     def cluster_link_gbps(self) -> float:
         """Effective cluster-to-cluster SRAM link bandwidth in GB/s."""
         return self.dma.cluster_link_gbps or self.sram.bandwidth_gbps
+
+    @property
+    def links_bytes_per_cycle(self) -> Fraction:
+        """Bytes every cluster's link moves together per core clock cycle, exact: what a
+        cluster split's gathers take (planner.geometry.cluster_split)."""
+        return Fraction(str(self.cluster_link_gbps)) / Fraction(str(self.clock_ghz)) \
+            * self.clusters
 
     @property
     def dram_to_core_gbps(self) -> float:

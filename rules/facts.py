@@ -210,7 +210,14 @@ class GroupFacts(ModeFlags):
         if self.group_weight_bytes is not None:
             return self.group_weight_bytes
         if self.mode.cluster_split:
-            share = group_split_weight_bytes(self.graph, self.io, self.chip)
+            # the same for every tile: worked out once per search where it keeps a memo
+            key: tuple[object, ...] = ("split_share", self.io.layers)
+            if self.memo is not None and key in self.memo:
+                share = cast(int | None, self.memo[key])
+            else:
+                share = group_split_weight_bytes(self.graph, self.io, self.chip)
+                if self.memo is not None:
+                    self.memo[key] = share
             if share is not None:
                 return share
         return weight_bytes(self.graph, self.io.weights, self.chip)

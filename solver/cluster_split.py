@@ -13,15 +13,16 @@ without a second input buffer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Protocol
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.cluster_split import cluster_split_cost, split_weight_bytes
+from fuseplan.planner.cost.cluster_split import split_cost, split_weight_bytes
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.weight_stream import stage_memory
-from fuseplan.planner.geometry.cluster_split import cluster_split
-from fuseplan.planner.geometry.regions import GroupIO, Tile
+from fuseplan.planner.geometry.cluster_split import ClusterSplit, cluster_split
+from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import Rule, Violation
@@ -39,6 +40,7 @@ class GroupSearch(Protocol):
     chip: Chip
     ruleset: RuleSet
     io: GroupIO
+    chains: GroupChains
     tw: int | None
     bands: int
 
@@ -58,20 +60,22 @@ class GroupSearch(Protocol):
                    cluster_split: bool = False) -> list[Violation]: ...
 
 
-def worth_splitting(search: GroupSearch) -> bool:
-    """Whether the group may split over the clusters and gains by it: search.cluster_split
-    allows, the chip has clusters, full-width tiles without bands, and its weights fit the
-    memory one cluster holds weights in (its WRAM, or its SRAM on a single-memory chip) only
-    as a share."""
+def worth_splitting(search: GroupSearch) -> ClusterSplit | None:
+    """The group's split over the clusters where it may split and gains by it, else None:
+    search.cluster_split allows, the chip has clusters, full-width tiles without bands, and
+    its weights fit the memory one cluster holds weights in (its WRAM, or its SRAM on a
+    single-memory chip) only as a share."""
     chip = search.chip
     if not search.ruleset.search.cluster_split or chip.clusters < 2 \
             or search.tw is not None or search.bands > 1:
-        return False
+        return None
     cap = stage_memory(chip)
     if weight_bytes(search.graph, search.io.weights, chip) <= cap:
-        return False
+        return None
     split = cluster_split(search.graph, search.io)
-    return split is not None and split_weight_bytes(search.graph, search.io, split, chip) <= cap
+    if split is None or split_weight_bytes(search.graph, search.io, split, chip) > cap:
+        return None
+    return split
 
 
 def split_choices(search: GroupSearch, rules: Iterable[Rule] | None
@@ -79,7 +83,8 @@ def split_choices(search: GroupSearch, rules: Iterable[Rule] | None
     """(tile, mode, cost) of the group split over the clusters: per batch split, the
     TALLEST heights that fit and pass the rules, single- and (where it fits)
     double-buffered."""
-    if not worth_splitting(search):
+    split = worth_splitting(search)
+    if split is None:
         return
     chosen = tuple(search.ruleset.enabled if rules is None else rules)
     for tn in search.batch_options():
@@ -92,9 +97,9 @@ def split_choices(search: GroupSearch, rules: Iterable[Rule] | None
         top = first_passing(heights, fits)
         if top is None:
             continue
-        kept = [th for th in heights[heights.index(top):]
-                if not at.violations(at.tile_of(th), True, chosen, physical=False,
-                                     cluster_split=True)][:TALLEST]
+        kept = islice((th for th in heights[heights.index(top):]
+                       if not at.violations(at.tile_of(th), True, chosen, physical=False,
+                                            cluster_split=True)), TALLEST)
         for th in kept:
             tile = at.tile_of(th)
             work = at.work(tile, True)
@@ -102,6 +107,7 @@ def split_choices(search: GroupSearch, rules: Iterable[Rule] | None
                 if db and at.violations(tile, True, (), double_buffered=True,
                                         cluster_split=True):
                     continue
-                yield tile, Mode.of(double_buffered=db, cluster_split=True), \
-                    cluster_split_cost(search.graph, search.layers, tile, search.chip, db, work)
+                yield tile, Mode.of(double_buffered=db, cluster_split=True), split_cost(
+                    search.graph, search.io, search.chains, split, tile, search.chip, db,
+                    work)
 

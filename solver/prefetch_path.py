@@ -19,9 +19,10 @@ before it, is whether its choice is resident (not searched yet: it may be).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.bounds import Work, timed_floor, timed_floor_parts
@@ -33,6 +34,7 @@ from fuseplan.planner.cost.model import (
     weight_prefetch_cycles,
 )
 from fuseplan.planner.cost.objective import Objective, ObjectiveSettings, objective_units
+from fuseplan.planner.cost.weight_stream import stage_memory
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.solver.bounded_path import Edge
 from fuseplan.solver.tiles import Option, TileChoice
@@ -88,23 +90,16 @@ class TimedPricing:
         self.hideable = {}
         for i, at in ends.items():
             ordered = sorted(at)
-            lo, hi = 0, len(ordered)  # the first end whose weights exceed the cap
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self.weight_bytes(i, ordered[mid]) <= self.room_cap:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            self.hideable[i] = 0 if lo == 0 else self._load_cycles(
-                self.weight_bytes(i, ordered[lo - 1]))
+            # the ends whose weights fit the cap (they grow with the end)
+            fits = bisect_right(ordered, self.room_cap, key=partial(self.weight_bytes, i))
+            self.hideable[i] = 0 if fits == 0 else self._load_cycles(
+                self.weight_bytes(i, ordered[fits - 1]))
 
     @cached_property
     def room_cap(self) -> int:
         """The most bytes any group leaves on chip for the next group's weights
-        (solver.tiles.prefetch_room): the cluster's WRAM on chips with one, else its SRAM."""
-        if self.chip.wram is not None:
-            return self.chip.wram.bytes * self.chip.cores_per_cluster
-        return self.chip.sram.bytes
+        (solver.tiles.prefetch_room): the memory a cluster holds weights in."""
+        return stage_memory(self.chip)
 
     def weight_bytes(self, start: int, end: int) -> int:
         """Weight bytes of the layers at positions start .. end - 1."""

@@ -146,14 +146,12 @@ def serial_cycles(chip: Chip, counted: Counters, tiles: int, prefetched: int = 0
     """The most cycles a group can take: its DRAM transfers (and `prefetched` bytes of the
     next group's weights), its MACs on every core, its vector ops on every lane and its
     gathers over the cluster links, one after another, plus rounding per tile."""
-    clock = Fraction(str(chip.clock_ghz))
-    per_cycle = Fraction(str(chip.dram.bandwidth_gbps)) / clock
-    links = Fraction(str(chip.cluster_link_gbps)) / clock * chip.clusters
+    per_cycle = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
     return (ceil((counted.dram_bytes + prefetched) / per_cycle)
             + ceil(matrix_macs(chip, counted.macs, counted.array_macs)
                    / (chip.cores * chip.core.macs_per_cycle))
             + ceil(counted.vector_ops / (chip.cores * chip.core.vector_lanes))
-            + ceil(counted.cluster_link_bytes / links)
+            + ceil(counted.cluster_link_bytes / chip.links_bytes_per_cycle)
             + ROUNDING_CYCLES * tiles)
 
 

@@ -61,17 +61,23 @@ def link_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
 
 
 def cluster_split_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: Chip,
-                       double_buffered: bool, work: Counters | None = None) -> Counters:
+                       double_buffered: bool) -> Counters:
+    """Every counter of a group of these layers split over the clusters (split_cost)."""
+    io = group_io(graph, layers)
+    split = cluster_split(graph, io)
+    if split is None:
+        raise ValueError(f"group of {layers[0]!r} cannot be split over the clusters")
+    return split_cost(graph, io, group_chains(graph, io), split, tile, chip, double_buffered)
+
+
+def split_cost(graph: Graph, io: GroupIO, chains: GroupChains, split: ClusterSplit,
+               tile: Tile, chip: Chip, double_buffered: bool,
+               work: Counters | None = None) -> Counters:
     """Every counter of a group split over the clusters (``work``: the tile's counters with
     resident weights, when a tile search has them). Each cluster holds every map whole (the
     gathers fill in the shares of the others), so the SRAM peak is the tile's; on a chip
     without WRAM a cluster's share of the weights sits beside it. A group of one tile loads
     its weights, then computes (no layer-by-layer overlap)."""
-    io = group_io(graph, layers)
-    chains = group_chains(graph, io)
-    split = cluster_split(graph, io)
-    if split is None:
-        raise ValueError(f"group of {layers[0]!r} cannot be split over the clusters")
     once = work if work is not None else resident_work(graph, io, chains, tile, chip)
     peak = peak_bytes(graph, io, chains, tile, chip, True, double_buffered)
     if chip.unified:

@@ -435,8 +435,9 @@ def compute_cycles(chip: Chip, c: Counters) -> int:
         return c.band_compute_cycles
     core = (ceil(matrix_macs(chip, c.macs, c.array_macs) / (chip.cores * chip.core.macs_per_cycle))
             + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
-    link = _ratio(chip.cluster_link_gbps, chip.clock_ghz) * chip.clusters
-    return max(core, ceil(c.cluster_link_bytes / link)) if c.cluster_link_bytes else core
+    if not c.cluster_link_bytes:
+        return core
+    return max(core, ceil(c.cluster_link_bytes / chip.links_bytes_per_cycle))
 
 
 def dram_phases(chip: Chip, c: Counters) -> tuple[int, int, int]:
