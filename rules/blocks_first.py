@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fuseplan.planner.geometry.regions import accumulated_input
+from fuseplan.planner.ir.graph import Block, Graph
 from fuseplan.rules.base import GroupFacts, StructuralRule, Violation, rule
 
 
@@ -20,11 +21,17 @@ class BlocksFirst(StructuralRule):
     do not count: one accumulated tile by tile may end a group, and the pooled value must
     be final before any pixel is scaled by it (squeeze-excite), so the group before it and
     the group after it each hold the rest of the block.
+    ``branch_heads``: a group may also end inside a block it enters: layers before the
+    block with the first layers of its branches, nothing after it (a projection with its
+    q, k and v split into heads, the attention they join at left to the next group). It
+    takes no layer past the block's exit, which is what the rule guards against; its
+    several outputs are single_output's to judge.
     """
 
     final_only: ClassVar[bool] = True  # growing the group can still satisfy it
 
     enabled: bool = True
+    branch_heads: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
         graph = facts.graph
@@ -38,9 +45,17 @@ class BlocksFirst(StructuralRule):
             layers = {n for n in block.layers
                       if accumulated_input(graph, graph.layer(n)) is None}
             inside = members & layers
-            if inside and inside != layers and not core <= set(block.layers):
+            if inside and inside != layers and not core <= set(block.layers) \
+                    and not (self.branch_heads and _heads_only(graph, core, block)):
                 return self.violation(
                     f"cuts block {block.id} (exit '{block.exit}'): holds {len(inside)} of its "
                     f"{len(block.layers)} layers and layers outside it",
                     needed=len(inside), allowed=len(block.layers))
         return None
+
+
+def _heads_only(graph: Graph, core: set[str], block: Block) -> bool:
+    """Whether every layer of `core` outside the block comes before all of its layers: the
+    group enters the block and ends in it."""
+    first = min(graph.index(n) for n in block.layers)
+    return all(graph.index(n) < first for n in core - set(block.layers))

@@ -39,7 +39,10 @@ class MinMainLayers(StructuralRule):
     ``movement_groups``: a group of movement layers only (Reshape, Transpose, Split,
     Squeeze, Concat, ...: a transformer's qkv split into heads) computes nothing to call a
     fusion; it may still run its layers as one pass over the data, so that each
-    intermediate arrangement stays on chip, and this rule lets it.
+    intermediate arrangement stays on chip, and this rule lets it. So may one layer with
+    movement layers around it (a projection with its split into heads, a head merge with
+    the projection after it): the views fuse no second layer with the first, and a layer
+    alone is always allowed.
     ``token_groups``: a group of per-token layers only (each token of every output computed
     from the same token of the inputs: element-wise steps, statistics over a token's
     channels, head splits), none of them main and at least one computing, is exempt too.
@@ -58,8 +61,8 @@ class MinMainLayers(StructuralRule):
     token_groups: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
-        if self.movement_groups and all(lay.op_class is OpClass.MOVEMENT
-                                        for lay in facts.layers):
+        if self.movement_groups and sum(lay.op_class is not OpClass.MOVEMENT
+                                        for lay in facts.layers) <= 1:
             return None
         # a group that only moves data is movement_groups' to allow or not; one with a main
         # layer is what k is about (a Linear with its activation is the anti-pattern)
@@ -87,7 +90,7 @@ class MinMainLayers(StructuralRule):
             stop = np.asarray(ends, np.int64) + 1
             main, moving, token = (counts[:, stop] - counts[:, start:start + 1])
             size = stop - start
-            exempt = (self.movement_groups & (moving == size)) \
+            exempt = (self.movement_groups & (moving >= size - 1)) \
                 | ((token == size) & (main == 0) & (moving < size))
             return list(exempt | (main >= self.k))
 

@@ -289,8 +289,8 @@ class GroupSearch:
     def tiles_split(self) -> bool:
         """Whether tiles may split the anchor: an output besides it (a tensor leaving
         mid-group) is needed whole by every tile, and the execution model stores it once,
-        so such a group runs as one tile (planner.cost.model); the other outputs of the
-        anchor's own layer with its extents (a Split's parts) are cut as it is."""
+        so such a group runs as one tile (planner.cost.model); outputs tiled like the
+        anchor (planner.geometry.regions.tiled_like_anchor) are cut as it is."""
         return not whole_outputs(self.graph, self.io)
 
     @property

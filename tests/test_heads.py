@@ -131,7 +131,8 @@ def test_separate_q_k_v_projections_chunk_their_heads_together(tmp_path: Path) -
     """q, k and v as three Linears on the same map (Whisper, diffusers, nn.MultiheadAttention
     as exported): the first widens, the other two are its siblings, cut alike, and every
     chunk of heads computes its slice of all three. At 32 KiB the whole block is one group
-    (64 tokens, 8 heads); without hidden chunks it moves more than twice the bytes."""
+    (64 tokens, 8 heads); without hidden chunks it moves more than 1.5 times the bytes
+    (its q, k and v then leave one group tiled alike, rule 4's tiled_outputs)."""
     graph, path = _graph(batch_first_mha(batch=1, tokens=64, width=64, heads=8), tmp_path)
     order = [lay.name for lay in graph.layers]
     q, k, v = (next(n for n in order if n.startswith(p) and n[1:].isdigit()) for p in "qkv")
@@ -147,7 +148,7 @@ def test_separate_q_k_v_projections_chunk_their_heads_together(tmp_path: Path) -
     off = fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
     assert api.solve(str(path), rules=off, solver="cpsat",
                      overrides=["sram.bytes=32KiB"]).totals.dram_bytes \
-        > 2 * plan.totals.dram_bytes
+        > 1.5 * plan.totals.dram_bytes
 
 
 def test_grouped_query_attention_with_rotary_embeddings_is_one_head_stretch(

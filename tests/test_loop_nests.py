@@ -1,15 +1,17 @@
 """Loop nests across fused layers (issue 45), as one property: random chains of convs and of
-MatMuls, random chips, a random run of their layers and any mode the validator lets those
-layers run in (tiles outer with resident or streamed weights, one or two input buffers;
-weights outer; hidden chunks; end chunks; a split over the clusters), at a random tile
-height: the emulator's outputs equal onnxruntime's, every counter equals the prediction
-and its clock's cycles keep to verify's rule."""
+MatMuls and groups with several outputs cut alike (siblings), random chips, a random run of
+their layers and any mode the validator lets those layers run in (tiles outer with resident
+or streamed weights, one or two input buffers; weights outer; hidden chunks; end chunks; a
+split over the clusters), at a random tile height: the emulator's outputs equal
+onnxruntime's, every counter equals the prediction and its clock's cycles keep to verify's
+rule."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, event, given, settings
@@ -18,7 +20,7 @@ from test_end_chunks import chain_model
 
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import PlanningError
-from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.mode import Mode, mode_kind, mode_problem
 from fuseplan.planner.plan.placement import Placement
@@ -42,8 +44,11 @@ def _modes() -> list[Mode]:
 @given(data=st.data())
 def test_random_loop_nests_run_as_predicted(tmp_path: Path, data: st.DataObject) -> None:
     seed = data.draw(st.integers(0, 10_000), "seed")
-    family = data.draw(st.sampled_from(["cnn", "modern", "matmuls"]), "family")
-    if family == "cnn":
+    family = data.draw(st.sampled_from(["cnn", "modern", "matmuls", "siblings"]), "family")
+    if family == "siblings":  # outputs tiled like the anchor (q, k, v; a residual sum)
+        model = sibling_outputs(np.random.default_rng(seed), data.draw(st.integers(4, 48),
+                                                                        "tokens"))
+    elif family == "cnn":
         model = random_cnn(np.random.default_rng(seed), n=data.draw(st.integers(1, 2), "n"))
     elif family == "modern":  # depthwise convs, squeeze-excite, LayerNorm, GELU, skips
         model = random_modern_net(np.random.default_rng(seed))
@@ -77,11 +82,35 @@ def test_random_loop_nests_run_as_predicted(tmp_path: Path, data: st.DataObject)
     kind = data.draw(st.sampled_from(sorted(set(allowed.values()))), "kind")
     mode = data.draw(st.sampled_from([m for m, k in allowed.items() if k is kind]), "mode")
     event(kind.value)  # --hypothesis-show-statistics: the kinds run
+    if th < whole.h and len(group_io(g, layers).stored_per_tile) > 1:
+        event("several outputs, cut")
     plan = hand_plan(problem, [Placement(layers, tile, mode)])
     report = api.verify_in_memory(problem, plan, seed=seed)
     assert report.outputs_match, report.first_output_mismatch
     assert report.predicted_matches_emulated, report.first_counter_mismatch
     assert report.cycles.ok, report.cycles.first_off
+
+
+def sibling_outputs(rng: np.random.Generator, tokens: int) -> onnx.ModelProto:
+    """Maps leaving a group that its tiles can cut as they cut the anchor: a LayerNorm on
+    [1, L, 16] feeding three Linears (q split into two heads by a Reshape and a Transpose,
+    k, v through a Relu), each a model output; then a residual sum of the input and v, an
+    output a Relu after it also reads element for element, and a 1-D conv over the tokens
+    that reads the sum with a halo (which forces one tile on a group storing the sum)."""
+    b = _Builder(rng)
+    w = 16
+    n = b.one("LayerNormalization", ["input", b.const("g", np.ones(w, np.float32)),
+                                     b.const("beta", np.zeros(w, np.float32))], "ln", axis=-1)
+    q, k, v = (b.one("MatMul", [n, b.weight((w, w), w)], name) for name in "qkv")
+    heads = b.const("shape", np.array([1, tokens, 2, w // 2], np.int64))
+    q = b.one("Transpose", [b.one("Reshape", [q, heads], "split")], "heads", perm=[0, 2, 1, 3])
+    v = b.one("Relu", [v], "v_act")
+    r = b.one("Add", ["input", v], "residual")
+    after = b.one("Relu", [r], "after")
+    along = b.one("Transpose", [r], "channels_first", perm=[0, 2, 1])
+    conv = b.one("Conv", [along, b.weight((w, w, 3), 3 * w)], "conv1d", kernel_shape=[3],
+                 pads=[1, 1])
+    return b.model((1, tokens, w), [q, k, v, r, after, conv], 17, name="siblings")
 
 
 def test_a_cut_tile_of_a_group_with_an_output_midway_is_refused(tmp_path: Path) -> None:

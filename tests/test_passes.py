@@ -22,7 +22,7 @@ from fuseplan.planner.app.explain import recheck
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.geometry.passes import pass_split
-from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.geometry.regions import Tile, tiled_like_anchor
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.json_io import save_plan
@@ -234,12 +234,21 @@ def test_a_branch_that_feeds_only_the_pool_runs_in_the_pool_pass_only(tmp_path: 
     plan = api.plan_problem(problem)
     assert any(grp.placement.passes == 2 for grp in plan.groups)
     assert_verifies(problem, plan)
-    # a tensor leaving mid-group is stored whole by every tile: no passes for such a group
+    # a tensor leaving mid-group that no layer of the last pass reads is cut like the
+    # anchor (tiled_like_anchor): the last pass computes branch A again and each tile stores
+    # its box of it; in passes at any height the plan verifies
     leaky = models.save(_selective_kernel_net(64, leak=True), tmp_path, "leaky")
-    lg = api.prepare(str(leaky)).graph
-    lorder = [lay.name for lay in lg.layers]
-    assert pass_split(lg, lorder[lorder.index(next(n for n in lorder
-                                                   if n.startswith("branchA"))):]) is None
+    lp = api.prepare(str(leaky))
+    lorder = [lay.name for lay in lp.graph.layers]
+    start = lorder.index(next(n for n in lorder if n.startswith("branchA")))
+    lsplit = pass_split(lp.graph, lorder[start:])
+    assert lsplit is not None
+    leaked = next(t for t in lsplit.last.outputs if t != lsplit.last.anchor)
+    assert tiled_like_anchor(lp.graph, lsplit.last, leaked)
+    for th in (1, 5, 63):
+        assert_verifies(lp, hand_plan(lp, [
+            Placement.of(tuple(lorder[:start]), Tile(1, 64, 64), True, False),
+            Placement.of(tuple(lorder[start:]), Tile(1, th, 64), True, False, passes=2)]))
 
 
 def test_held_maps_compute_each_layer_once_and_move_no_more_bytes(tmp_path: Path) -> None:

@@ -119,17 +119,47 @@ def group_io(graph: Graph, layers: Sequence[str]) -> GroupIO:
 
 
 def tiled_like_anchor(graph: Graph, io: GroupIO, t: str) -> bool:
-    """An output besides the anchor that tiles cut as they cut the anchor: another output
-    of the anchor's layer with the anchor's batch, rows and columns (a Split's other
-    parts), so each tile computes and stores its own box of it. Any other output is needed
-    whole by every tile and forces a single tile."""
+    """An output besides the anchor that tiles cut as they cut the anchor, so each tile
+    computes and stores its own box of it: one with the anchor's batch, rows and columns
+    that is another output of the anchor's layer (a Split's other parts), or that the
+    group's layers read only element for element on the way to the anchor or to other such
+    outputs (q, k and v of one projection split into heads, none read; a residual sum a
+    norm reads row for row). Each tile's box of it is then exactly the box it stores, and
+    the tiles' boxes cover it once. An output read with a halo, an offset or whole by a
+    later layer is needed whole by every tile and forces a single tile."""
     if t == io.anchor or t in io.accumulated:
         return False
-    producer = graph.producer.get(io.anchor)
-    if producer is None or graph.producer.get(t) != producer:
-        return False
+    return _aligned(graph, io, t, frozenset(io.layers), {})
+
+
+def _aligned(graph: Graph, io: GroupIO, t: str, inside: frozenset[str],
+             seen: dict[str, bool]) -> bool:
+    """Whether every tile needs exactly its anchor box of `t` (see tiled_like_anchor)."""
+    if t == io.anchor:
+        return True
+    if t in seen:
+        return seen[t]
     (n, _, h, w), (tn, _, th, tw) = graph.dims(io.anchor), graph.dims(t)
-    return (n, h, w) == (tn, th, tw)
+    producer = graph.producer.get(t)
+    if t in io.accumulated or (n, h, w) != (tn, th, tw):
+        found = False
+    elif producer is not None and producer == graph.producer.get(io.anchor):
+        found = True  # computed on the anchor's box with it
+    else:
+        found = True
+        for name in graph.consumers.get(t, ()):
+            if name not in inside:
+                continue
+            lay = graph.layer(name)
+            if not lay.batch_preserving or any(
+                    x == t and (lay.row_maps[i].kind is not MapKind.IDENTITY
+                                or lay.col_maps[i].kind is not MapKind.IDENTITY)
+                    for i, x in enumerate(lay.fmap_inputs)) or not all(
+                    _aligned(graph, io, o, inside, seen) for o in lay.outputs if o):
+                found = False
+                break
+    seen[t] = found
+    return found
 
 
 def whole_outputs(graph: Graph, io: GroupIO) -> list[str]:
