@@ -41,6 +41,7 @@ from fuseplan.planner.geometry.regions import (
     anchor_extent,
     group_chains,
     group_io,
+    tiled_like_anchor,
 )
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.mode import Mode
@@ -441,13 +442,17 @@ class Encoding:
         return total
 
     def last_store_bytes(self, cand: Candidate) -> Expr:
-        """DRAM bytes the last tile stores (the anchor's last rows and images)."""
+        """DRAM bytes the last tile stores (the last rows and images of the anchor and of
+        the outputs cut like it; any other output whole)."""
         if cand.fixed is not None:
             return cand.fixed.last_store_bytes
         n, h, w = cand.extent
         a = cand.io.anchor
-        c = channels(self.graph, a)
-        others = sum(self.graph.elems(t) for t in cand.io.outputs if t != a) * self._dt
+        alike = [t for t in cand.io.outputs
+                 if t != a and tiled_like_anchor(self.graph, cand.io, t)]
+        c = channels(self.graph, a) + sum(channels(self.graph, t) for t in alike)
+        others = sum(self.graph.elems(t) for t in cand.io.outputs
+                     if t != a and t not in alike) * self._dt
         rows: Expr = h
         if not isinstance(cand.th, int):
             rows = h - self.rows_tiles_x_th(cand) + cand.th

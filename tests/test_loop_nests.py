@@ -16,14 +16,18 @@ import pytest
 from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from ortools.sat.python import cp_model
 from test_end_chunks import chain_model
 
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import PlanningError
-from fuseplan.planner.geometry.regions import Tile, group_io
+from fuseplan.planner.cost.model import group_cost
+from fuseplan.planner.geometry.regions import Tile, group_io, tiled_like_anchor
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.mode import Mode, mode_kind, mode_problem
 from fuseplan.planner.plan.placement import Placement
+from fuseplan.rules.encoding import Encoding
+from fuseplan.solver.cpsat_costs import candidate_terms
 from fuseplan.solver.tiles import GroupSearch
 
 from models import _Builder, random_cnn, random_modern_net, save
@@ -126,3 +130,51 @@ def test_a_cut_tile_of_a_group_with_an_output_midway_is_refused(tmp_path: Path) 
     with pytest.raises(PlanningError, match=f"{layers[1]}_out' leaves the group mid-way"):
         hand_plan(problem, [Placement.of(layers, Tile(1, 4, 16))])
     assert_verifies(problem, hand_plan(problem, [Placement.of(layers, Tile(1, 16, 16))]))
+
+
+def test_a_split_part_beside_one_read_with_a_halo_is_not_cut_alike(tmp_path: Path) -> None:
+    """A layer computes all its outputs on one box: a Split whose second part a 3x3 conv
+    reads (with a halo) computes its first part, a model output, on the haloed box too, so
+    that part is not cut like the anchor. The group runs as one tile (a cut one is
+    refused), and a q/k/v-like split whose parts no layer reads is cut alike."""
+    b = _Builder(np.random.default_rng(3))
+    first, second = b.node("Split", [b.conv("input", 4, 8, 1)], "split", n_out=2, axis=1)
+    y = b.conv(second, 4, 4, 3)
+    problem = api.prepare(str(save(b.model((1, 4, 16, 16), [first, y], 13), tmp_path, "sp")))
+    g = problem.graph
+    layers = tuple(lay.name for lay in g.layers)
+    io = group_io(g, layers)
+    assert not tiled_like_anchor(g, io, first)
+    assert not GroupSearch.of(g, layers, problem.chip, problem.ruleset).tiles_split
+    with pytest.raises(PlanningError, match="leaves the group mid-way"):
+        hand_plan(problem, [Placement.of(layers, Tile(1, 5, 16))])
+    assert_verifies(problem, hand_plan(problem, [Placement.of(layers, Tile(1, 16, 16))]))
+    # the first two layers alone: both parts leave, neither is read, both are cut alike
+    io = group_io(g, layers[:2])
+    assert tiled_like_anchor(g, io, next(t for t in io.outputs if t != io.anchor))
+    assert_verifies(problem, hand_plan(problem, [Placement.of(layers[:2], Tile(1, 5, 16)),
+                                                 Placement.of(layers[2:], Tile(1, 16, 16))]))
+
+
+@pytest.mark.parametrize("th", [1, 8, 13])
+def test_cpsat_stores_outputs_cut_alike_per_tile(tmp_path: Path, th: int) -> None:
+    """CP-SAT's last-tile store (the drain in the cycles it minimises) counts an output cut
+    like the anchor by the last tile's rows, as the cost model does, not whole."""
+    b = _Builder(np.random.default_rng(0))
+    w = 16
+    n = b.one("LayerNormalization", ["input", b.const("g", np.ones(w, np.float32)),
+                                     b.const("beta", np.zeros(w, np.float32))], "ln", axis=-1)
+    q, k = (b.one("MatMul", [n, b.weight((w, w), w)], name) for name in "qk")
+    problem = api.prepare(str(save(b.model((1, 64, w), [q, k], 17), tmp_path, "qk")))
+    g = problem.graph
+    layers = tuple(lay.name for lay in g.layers)
+    enc = Encoding(g, problem.chip)
+    cand = enc.add_candidate(layers)
+    terms = candidate_terms(enc, cand)
+    enc.model.add(cand.th == th)
+    store = enc.model.new_int_var(0, 10**9, "store")
+    enc.model.add(store == terms.last_store)
+    solver = cp_model.CpSolver()
+    assert solver.solve(enc.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    cost = group_cost(g, layers, Tile(1, th, 1), problem.chip)
+    assert solver.value(store) == cost.last_store_bytes

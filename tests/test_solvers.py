@@ -114,7 +114,7 @@ def test_no_plan_beats_the_compulsory_floor(tmp_path: Path) -> None:
             f"{plan.compulsory_dram_bytes} B ({describe(plan)})")
 
 
-@pytest.mark.parametrize("model", ["chain_cnn", "residual_net", "inception_net"])
+@pytest.mark.parametrize("model", ["chain_cnn", "residual_net", "inception_net", "two_heads"])
 @pytest.mark.parametrize("chip", [(), ("sram.bytes=16KiB",), ("sram.bytes=8KiB",
                                                               "nram.bytes=4KiB")],
                          ids=["default", "sram16k", "sram8k-nram4k"])

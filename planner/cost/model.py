@@ -7,8 +7,8 @@ actually moves. Execution model, per group:
 * tiles of the anchor are processed in order (batch, rows, columns); each tile
   loads from DRAM the box of every external input it needs (halo included,
   overlapping tiles re-read their halo), computes every layer of the group on
-  chip and stores its box of the anchor, and of the anchor layer's other outputs of the
-  same extents (a Split's parts); any other output forces a single tile;
+  chip and stores its box of the anchor, and of the outputs cut like it
+  (planner.geometry.regions.tiled_like_anchor); any other output forces a single tile;
 * weights are read once per group when resident (held in WRAM, or in SRAM on
   single-memory chips), else streamed layer by layer, in output-channel chunks, once per
   round of tiles (planner.cost.weight_stream; planner.geometry.rounds: independent tiles

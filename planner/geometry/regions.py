@@ -121,10 +121,10 @@ def group_io(graph: Graph, layers: Sequence[str]) -> GroupIO:
 def tiled_like_anchor(graph: Graph, io: GroupIO, t: str) -> bool:
     """An output besides the anchor that tiles cut as they cut the anchor, so each tile
     computes and stores its own box of it: one with the anchor's batch, rows and columns
-    that is another output of the anchor's layer (a Split's other parts), or that the
-    group's layers read only element for element on the way to the anchor or to other such
-    outputs (q, k and v of one projection split into heads, none read; a residual sum a
-    norm reads row for row). Each tile's box of it is then exactly the box it stores, and
+    that the group's layers read only element for element on the way to the anchor or to
+    other such outputs, or not at all (a Split's other parts; q, k and v of one projection
+    split into heads; a residual sum a norm reads row for row), and whose layer's other
+    outputs are such too. Each tile's box of it is then exactly the box it stores, and
     the tiles' boxes cover it once. An output read with a halo, an offset or whole by a
     later layer is needed whole by every tile and forces a single tile."""
     if t == io.anchor or t in io.accumulated:
@@ -138,26 +138,28 @@ def _aligned(graph: Graph, io: GroupIO, t: str, inside: frozenset[str],
     if t == io.anchor:
         return True
     if t in seen:
-        return seen[t]
+        return seen[t]  # True while it is being decided: siblings ask of each other
     (n, _, h, w), (tn, _, th, tw) = graph.dims(io.anchor), graph.dims(t)
-    producer = graph.producer.get(t)
     if t in io.accumulated or (n, h, w) != (tn, th, tw):
-        found = False
-    elif producer is not None and producer == graph.producer.get(io.anchor):
-        found = True  # computed on the anchor's box with it
-    else:
-        found = True
-        for name in graph.consumers.get(t, ()):
-            if name not in inside:
-                continue
-            lay = graph.layer(name)
-            if not lay.batch_preserving or any(
-                    x == t and (lay.row_maps[i].kind is not MapKind.IDENTITY
-                                or lay.col_maps[i].kind is not MapKind.IDENTITY)
-                    for i, x in enumerate(lay.fmap_inputs)) or not all(
-                    _aligned(graph, io, o, inside, seen) for o in lay.outputs if o):
-                found = False
-                break
+        seen[t] = False
+        return False
+    seen[t] = True
+    producer = graph.producer.get(t)
+    # a layer computes all its outputs on one box, the hull of what each is needed on: a
+    # sibling needed with a halo would widen this one's box past the anchor's too
+    siblings = graph.layer(producer).outputs if producer in inside else ()
+    found = all(_aligned(graph, io, o, inside, seen) for o in siblings if o and o != t)
+    for name in graph.consumers.get(t, ()) if found else ():
+        if name not in inside:
+            continue
+        lay = graph.layer(name)
+        if not lay.batch_preserving or any(
+                x == t and (lay.row_maps[i].kind is not MapKind.IDENTITY
+                            or lay.col_maps[i].kind is not MapKind.IDENTITY)
+                for i, x in enumerate(lay.fmap_inputs)) or not all(
+                _aligned(graph, io, o, inside, seen) for o in lay.outputs if o):
+            found = False
+            break
     seen[t] = found
     return found
 
