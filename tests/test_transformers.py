@@ -27,6 +27,7 @@ from fuseplan.planner.geometry.regions import (
     group_io,
     iter_tiles,
     tile_regions,
+    tiled_like_anchor,
 )
 from fuseplan.planner.ir.graph import Graph, MapKind
 from fuseplan.planner.ir.layout import LayoutKind
@@ -108,17 +109,28 @@ def test_every_output_of_a_split_counts_the_joined_range() -> None:
         assert {t: counted[t] for t in sums} == sums, h
 
 
-def test_a_split_tiles_with_its_parts_and_an_output_leaving_mid_group_does_not() -> None:
+def test_a_split_tiles_with_its_parts_and_outputs_leaving_mid_group_cut_alike() -> None:
     graph = _deit_graph()
     chip, rules = load_chip(None)[0], load_rules(None)
     # q, k and v are the Split's own outputs with its batch and tokens: tiles cut them all
     split = GroupSearch.of(graph, ("/blocks/blocks.0/attn/Split",), chip, rules)
     assert split.tiles_split and min(split.heights()) < 197
-    # the residual sum leaves the group before the LayerNorm ends it: one tile
-    mid = GroupSearch.of(graph, ("/blocks/blocks.0/Add", "/blocks/blocks.0/norm2/"
-                                 "LayerNormalization"), chip, rules)
-    assert not mid.tiles_split
-    assert mid.heights() == [197] and mid.widths() == [] and mid.batch_options() == [1]
+    # the residual sum leaves the group before the LayerNorm ends it, which reads it token
+    # by token: cut like the LayerNorm's output, each tile storing its tokens of both
+    summed = GroupSearch.of(graph, ("/blocks/blocks.0/Add", "/blocks/blocks.0/norm2/"
+                                    "LayerNormalization"), chip, rules)
+    assert summed.tiles_split and min(summed.heights()) < 197
+    # v leaves the group that goes on to the scores, which read k (v's Split sibling)
+    # whole: the Split makes every token for each tile, but v's Squeeze makes only the
+    # tile's tokens of it, so v is still cut like the scores (groups with an output that
+    # must be stored whole: tests/test_loop_nests.py)
+    attn = [f"/blocks/blocks.0/attn/{n}" for n in ("Split", "Squeeze", "Squeeze_1",
+                                                    "Squeeze_2", "Mul", "Transpose_1",
+                                                    "MatMul")]
+    io = group_io(graph, attn)
+    assert io.outputs[0].endswith("Squeeze_2_output_0")
+    assert tiled_like_anchor(graph, io, io.outputs[0])
+    assert GroupSearch.of(graph, tuple(attn), chip, rules).tiles_split
 
 
 def test_split_parts_cost_as_the_tiles_enumerate() -> None:
