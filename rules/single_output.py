@@ -20,11 +20,12 @@ class SingleOutput(StructuralRule):
     write that pooled result: it is accumulated tile by tile, and shape derivation still
     runs backward from the one tiled tensor (the squeeze-excite pattern).
     ``tiled_outputs``: outputs every tile cuts as it cuts the one it derives its shapes
-    from (the same batch, rows and columns, and no layer of the group reads them: q, k and
-    v of one projection split into heads, a Split's parts) count as that one output. Each
-    tile stores its own box of each, so shape derivation still runs backward from one tile
-    box; without it a projection's q, k and v leave it as three groups that read and write
-    their whole maps.
+    from (the same batch, rows and columns, read by the group's layers only element for
+    element if at all: q, k and v of one projection split into heads, a Split's parts, a
+    residual sum the next norm reads; planner.geometry.regions.tiled_like_anchor) count as
+    that one output. Each tile stores its own box of each, so shape derivation still runs
+    backward from one tile box; without it a projection's q, k and v leave it as three
+    groups that read and write their whole maps.
     """
 
     final_only: ClassVar[bool] = True  # growing the group can still satisfy it

@@ -178,3 +178,25 @@ def test_cpsat_stores_outputs_cut_alike_per_tile(tmp_path: Path, th: int) -> Non
     assert solver.solve(enc.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     cost = group_cost(g, layers, Tile(1, th, 1), problem.chip)
     assert solver.value(store) == cost.last_store_bytes
+
+
+def test_hidden_chunks_refuse_a_cut_tile_when_a_map_leaves_mid_way(tmp_path: Path) -> None:
+    """In hidden chunks too, a map leaving the group mid-way that a later layer reads with a
+    halo is stored once, whole (the emulator stored it per tile against the prediction):
+    a cut tile is refused by the one validator, the whole tile verifies."""
+    b = _Builder(np.random.default_rng(4))
+    x = "input"
+    wide = b.one("Relu", [b.one("MatMul", [x, b.weight((16, 64), 16)], "widen")])
+    r = b.one("Add", [b.one("MatMul", [wide, b.weight((64, 16), 64)], "narrow"), x],
+              "residual")
+    along = b.one("Transpose", [r], "channels_first", perm=[0, 2, 1])
+    y = b.one("Conv", [along, b.weight((16, 16, 3), 48)], "conv1d", kernel_shape=[3],
+              pads=[1, 1])
+    problem = api.prepare(str(save(b.model((1, 12, 16), [r, y], 17), tmp_path, "mlp")))
+    layers = tuple(lay.name for lay in problem.graph.layers)
+    whole = whole_tile(problem.graph, layers)
+    mode = Mode.of(hidden_chunks=2)
+    assert mode_problem(problem.graph, layers, whole, mode, whole) is None
+    with pytest.raises(PlanningError, match="leaves the group mid-way"):
+        hand_plan(problem, [Placement(layers, Tile(whole.n, 5, whole.w), mode)])
+    assert_verifies(problem, hand_plan(problem, [Placement(layers, whole, mode)]))

@@ -405,9 +405,10 @@ def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode
 
 def _whole_outputs_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
                            whole: Tile, chunked: tuple[str, ...]) -> str | None:
-    # tiles outer (or split over the clusters): an output leaving mid-group is stored once,
-    # whole, so such a group runs as one tile (its passes and chunks say their own tiles)
-    if (mode.pinned and not mode.cluster_split) or (
+    # tiles outer (split over the clusters, or in hidden chunks): an output leaving
+    # mid-group is stored once, whole, so such a group runs as one tile (passes, end chunks
+    # and weights outer say their own tiles)
+    if (mode.pinned and not mode.cluster_split and mode.hidden_chunks == 1) or (
             tile.n >= whole.n and tile.h >= whole.h and tile.w >= whole.w):
         return None
     found = whole_outputs(graph, group_io(graph, layers))
