@@ -3,7 +3,8 @@
 Every cluster runs the same tile: the emulator computes each split layer cluster by
 cluster, each from the whole input with its share of the weights sliced out of the arrays
 it runs with, and joins the shares; per-channel layers run on the joined map (each channel
-from its own channel, so the shares are the same numbers). It measures from the slices the
+from its own channel, so the shares are the same numbers); a replicated layer runs on the
+joined maps and its work counts once per cluster. It measures from the slices the
 weight bytes the fullest cluster holds, and counts the gathers from the maps themselves:
 each gathered map, as made for the tile, crosses C - 1 cluster links.
 """
@@ -31,6 +32,7 @@ class SplitRun:
     gathered: frozenset[str]
     share: int  # weight bytes the fullest cluster holds
     links: int  # cluster links a gathered map crosses (clusters - 1)
+    replicated: frozenset[str] = frozenset()  # layers every cluster runs whole
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, split: ClusterSplit, clusters: int,
@@ -55,7 +57,13 @@ class SplitRun:
             for k, part in enumerate(shares):
                 held[k] += sum(part[w].size if w in part else arrays[w].size
                                for w in arrays) * dtype_bytes
-        return cls(parts, frozenset(split.gathered), max(held), clusters - 1)
+        return cls(parts, frozenset(split.gathered), max(held), clusters - 1,
+                   frozenset(split.replicated))
+
+    def copies(self, lay: Layer) -> int:
+        """How many clusters compute a layer's every output (1: shared out, or per
+        channel on each cluster's share)."""
+        return self.links + 1 if lay.name in self.replicated else 1
 
     def run(self, lay: Layer, weights: Mapping[str, np.ndarray], compute: Compute
             ) -> list[np.ndarray]:

@@ -157,8 +157,9 @@ class Tally:
         return self.stream.reserved if layer is None else self.stream.held[layer]
 
     def ops(self, lay: Layer, outputs: int) -> None:
-        """Count the work of computing `outputs` elements of a layer."""
-        ops = outputs * lay.macs_per_output
+        """Count the work of computing `outputs` elements of a layer (on every cluster
+        when a cluster split replicates it)."""
+        ops = outputs * lay.macs_per_output * (self.split.copies(lay) if self.split else 1)
         if lay.is_main:
             self.macs += ops
             self.count_array(lay, outputs, ops)

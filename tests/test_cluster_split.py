@@ -259,14 +259,48 @@ def test_rule_10_sees_one_clusters_share(tmp_path: Path) -> None:
 
 def test_a_plan_file_asking_a_split_that_cannot_run_is_refused(tmp_path: Path) -> None:
     """verify refuses (exit 2, naming the group's key) a plan file whose group says
-    "cluster_split": true where a layer mixes channels of other clusters."""
-    model = str(save(chain_cnn(), tmp_path, "chain"))
+    "cluster_split": true where a main layer has no output channels to share out (a
+    depthwise conv: grouped, its weights are not cut along them)."""
+    b = _Builder(np.random.default_rng(6))
+    y = b.conv(b.one("Relu", [b.conv("input", 3, 8, 3)]), 8, 8, 3, group=8, prefix="dw")
+    model = str(save(b.model((1, 3, 16, 16), y, 13), tmp_path, "dw"))
     plan = tmp_path / "plan.json"
     assert _fuseplan("solve", model, "-o", str(plan)).returncode == 0
     doc = json.loads(plan.read_text())
-    group = next(g for g in doc["groups"] if any(n.startswith("gap") for n in g["layers"]))
+    group = next(g for g in doc["groups"] if any(n.startswith("dw") for n in g["layers"]))
     group["cluster_split"] = True
     assert_refused(model, doc, tmp_path, "cluster_split shares out output channels")
+
+
+def test_a_pre_norm_mlp_splits_with_its_norm_replicated(tmp_path: Path) -> None:
+    """A LayerNorm over the channels before an MLP needs every channel: each cluster runs it
+    whole (replicated, its work counted once per cluster) on the whole input it reads from
+    DRAM, the MLP's Linears split their output channels, the hidden map is gathered. At
+    512 tokens of width 256 on 512 KiB of WRAM per cluster the weights (1 MiB) fit only as
+    a share: split, they are read once, and the plan verifies."""
+    b = _Builder(np.random.default_rng(7))
+    w = 256
+    n = b.one("LayerNormalization", ["input", b.const("g", np.ones(w, np.float32)),
+                                     b.const("beta", np.zeros(w, np.float32))], "ln", axis=-1)
+    h = b.one("Relu", [b.one("MatMul", [n, b.weight((w, 4 * w), w)], "fc1")])
+    y = b.one("Add", [b.one("MatMul", [h, b.weight((4 * w, w), 4 * w)], "fc2"), "input"],
+              "residual")
+    problem = _problem(tmp_path, b.model((1, 512, w), y, 17), "wram.bytes=128KiB")
+    g = problem.graph
+    layers = tuple(lay.name for lay in g.layers)
+    split = cluster_split(g, group_io(g, layers))
+    assert split is not None
+    assert split.replicated == (layers[0],) and split.split == (layers[1], layers[3])
+    assert split.gathered == (g.layer(layers[2]).outputs[0],)
+    plan = hand_plan(problem, [Placement.of(layers, Tile(1, 64, 1), cluster_split=True)])
+    (group,) = plan.groups
+    assert group.predicted.weight_read_bytes == weight_bytes(g, group_io(g, layers).weights,
+                                                             problem.chip)
+    whole = api.plan_problem(problem, "cpsat", "traffic")
+    assert sum(grp.predicted.weight_read_bytes for grp in whole.groups) \
+        == group.predicted.weight_read_bytes
+    _verifies(problem, plan)
+    _verifies(problem, whole)
 
 
 def test_a_single_memory_chip_of_four_clusters_splits_too(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ rule."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import onnx
@@ -22,6 +23,7 @@ from test_end_chunks import chain_model
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import PlanningError
 from fuseplan.planner.cost.model import group_cost
+from fuseplan.planner.geometry.cluster_split import ClusterSplit, cluster_split
 from fuseplan.planner.geometry.regions import Tile, group_io, tiled_like_anchor
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.mode import Mode, mode_kind, mode_problem
@@ -88,6 +90,8 @@ def test_random_loop_nests_run_as_predicted(tmp_path: Path, data: st.DataObject)
     event(kind.value)  # --hypothesis-show-statistics: the kinds run
     if th < whole.h and len(group_io(g, layers).stored_per_tile) > 1:
         event("several outputs, cut")
+    if mode.cluster_split and cast(ClusterSplit, cluster_split(g, group_io(g, layers))).replicated:
+        event("split, a layer replicated")
     plan = hand_plan(problem, [Placement(layers, tile, mode)])
     report = api.verify_in_memory(problem, plan, seed=seed)
     assert report.outputs_match, report.first_output_mismatch

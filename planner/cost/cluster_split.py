@@ -60,6 +60,15 @@ def link_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
     return (chip.clusters - 1) * chip.dtype_bytes * sum(made.values())
 
 
+def replicated_ops(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
+                   split: ClusterSplit, chip: Chip) -> int:
+    """Vector ops the replicated layers add: each runs whole on every cluster, C - 1 times
+    more than once."""
+    outs = {graph.layer(name).outputs[0]: graph.layer(name) for name in split.replicated}
+    made = region_sums(graph, io, chains, tile, tuple(outs))
+    return (chip.clusters - 1) * sum(lay.macs_per_output * made[t] for t, lay in outs.items())
+
+
 def cluster_split_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: Chip,
                        double_buffered: bool) -> Counters:
     """Every counter of a group of these layers split over the clusters (split_cost)."""
@@ -86,5 +95,7 @@ def split_cost(graph: Graph, io: GroupIO, chains: GroupChains, split: ClusterSpl
     # a tile is not played layer by layer (planner.cost.layered): its layers wait for their
     # gathers as well as their weights, which that schedule does not model
     c = replace(once, cluster_link_bytes=link_bytes(graph, io, chains, tile, split, chip),
-                sram_peak_bytes=peak, overlap_cycles=0)
+                sram_peak_bytes=peak, overlap_cycles=0,
+                vector_ops=once.vector_ops + replicated_ops(graph, io, chains, tile, split,
+                                                            chip))
     return with_time(chip, c, double_buffered)

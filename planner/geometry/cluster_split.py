@@ -20,10 +20,15 @@ What a cluster needs, by layer:
   so each cluster runs it on its share alone; an input loaded from DRAM is read a share
   per cluster.
 
-Any other layer (a normalisation over the channels, a reshape, a softmax) needs channels
-of other clusters and rules the split out. The DRAM traffic is that of the same tiles with
-resident weights; what the split adds is the cluster-link traffic of the gathers (each
-gathered map's tile crosses C - 1 links) and the per-cluster share of the weights. The cost
+* any other layer without weights of its own to split (a normalisation over the channels,
+  a reshape, a softmax) is **replicated**: every cluster runs it whole on whole inputs (a
+  map made in the group is gathered first), and its output is whole on every cluster, so a
+  split layer reading it needs no gather (a pre-norm's LayerNorm before the MLP it feeds).
+
+A main layer that cannot be split (a product of two maps) rules the split out. The DRAM
+traffic is that of the same tiles with resident weights; what the split adds is the
+cluster-link traffic of the gathers (each gathered map's tile crosses C - 1 links), the
+per-cluster share of the weights, and the work of replicated layers, done C times. The cost
 model (planner.cost.cluster_split), the planners (solver.cluster_split) and the emulator
 (emulator.split) all read the split from here.
 """
@@ -43,8 +48,9 @@ class ClusterSplit:
     """How a group's layers share out over the clusters (see the module's docstring)."""
 
     split: tuple[str, ...]  # layers whose output channels the clusters share out
-    gathered: tuple[str, ...]  # maps made in the group that a split layer reads whole
-    axis: tuple[tuple[str, int], ...]  # per map made in the group: the axis its shares cut
+    gathered: tuple[str, ...]  # maps made in the group a split or replicated layer reads whole
+    axis: tuple[tuple[str, int], ...]  # per map made in shares: the axis its shares cut
+    replicated: tuple[str, ...] = ()  # layers every cluster runs whole
 
 
 def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
@@ -54,7 +60,9 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
         return None
     split: list[str] = []
     gathered: list[str] = []
+    replicated: list[str] = []
     axis: dict[str, int] = {}
+    whole: set[str] = set()  # maps replicated layers make: whole on every cluster
     seen: set[str] = set()
     for name in io.layers:
         lay = graph.layer(name)
@@ -70,13 +78,18 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
             gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
             axis[out] = cut
             continue
-        at = _per_channel_axis(graph, io, lay, out, axis)
-        if at is None:
+        at = _per_channel_axis(graph, io, lay, out, axis, whole)
+        if at is not None:
+            axis[out] = at
+            continue
+        if lay.is_main:  # a product of two maps: done C times over, no share to make
             return None
-        axis[out] = at
+        replicated.append(name)
+        gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
+        whole.add(out)
     if not split:
         return None
-    return ClusterSplit(tuple(split), tuple(gathered), tuple(axis.items()))
+    return ClusterSplit(tuple(split), tuple(gathered), tuple(axis.items()), tuple(replicated))
 
 
 def _split_axis(graph: Graph, lay: Layer, out: str) -> int | None:
@@ -91,12 +104,13 @@ def _split_axis(graph: Graph, lay: Layer, out: str) -> int | None:
 
 
 def _per_channel_axis(graph: Graph, io: GroupIO, lay: Layer, out: str,
-                      axis: dict[str, int]) -> int | None:
+                      axis: dict[str, int], whole: set[str]) -> int | None:
     """The axis of `out` a per-channel layer keeps the shares on, or None when the layer
     is not per-channel on the shares of what it reads: every map it reads is a share cut
     on one axis of its output's length there (or a group input of its output's shape, read
-    a share per cluster). Its constants need no check: a per-channel op never mixes
-    channels, and each cluster holds its constants whole."""
+    a share per cluster, or a map of that shape every cluster holds whole). Its constants
+    need no check: a per-channel op never mixes channels, and each cluster holds its
+    constants whole."""
     spec = op_spec(lay.op)
     pooling = spec.sliding_window and not spec.is_convolution and not lay.weights
     # per-element ops; pools; normalisations by per-channel constants and statistics
@@ -113,6 +127,7 @@ def _per_channel_axis(graph: Graph, io: GroupIO, lay: Layer, out: str,
         dims = graph.shapes.get(t)
         if dims is None or len(dims) != len(shape) or dims[at] != shape[at]:
             return None
-        if t not in axis and (t not in io.inputs or (not pooling and dims != shape)):
+        if t not in axis and ((t not in io.inputs and t not in whole)
+                              or (not pooling and dims != shape)):
             return None
     return at
