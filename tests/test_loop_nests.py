@@ -204,3 +204,36 @@ def test_hidden_chunks_refuse_a_cut_tile_when_a_map_leaves_mid_way(tmp_path: Pat
     with pytest.raises(PlanningError, match="leaves the group mid-way"):
         hand_plan(problem, [Placement(layers, Tile(whole.n, 5, whole.w), mode)])
     assert_verifies(problem, hand_plan(problem, [Placement(layers, whole, mode)]))
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_passes_in_hidden_chunks_judge_their_last_pass_outputs(tmp_path: Path,
+                                                               held: bool) -> None:
+    """An expand / project pair whose projection leaves for a conv outside the group and is
+    pooled, squeezed and scaled inside it: in passes the last pass stores the projection
+    tile by tile (cut like the scaled map), so passes with hidden chunks keep a cut tile
+    and verify, while a cut tile in hidden chunks alone (one pass) is refused."""
+    b = _Builder(np.random.default_rng(0))
+    c = 8
+    x = b.one("Relu", [b.conv("input", 3, c, 3, prefix="stem")])
+    p = b.conv(b.one("Relu", [b.conv(x, c, 4 * c, 1, prefix="expand")]), 4 * c, c, 1,
+               prefix="project")
+    side = b.conv(p, c, c, 3, prefix="side")
+    s = b.one("Relu", [b.conv(b.one("GlobalAveragePool", [p], "gap"), c, 4, 1,
+                              prefix="se_reduce")])
+    s = b.one("HardSigmoid", [b.conv(s, 4, c, 1, prefix="se_expand")], alpha=0.2, beta=0.5)
+    out = b.one("Mul", [s, p], "se_scale")
+    problem = api.prepare(str(save(b.model((1, 3, 32, 32), [out, side], 13), tmp_path, "se")))
+    order = [lay.name for lay in problem.graph.layers]
+    head = tuple(order[:2])
+    group = tuple(n for n in order[2:] if not n.startswith("side"))
+    sides = tuple(n for n in order if n.startswith("side"))
+    tile = Tile(1, 16, 32)
+    assert_verifies(problem, hand_plan(problem, [
+        Placement.of(head, Tile(1, 32, 32)),
+        Placement.of(group, tile, passes=2, inputs_held=held, hidden_chunks=2),
+        Placement.of(sides, Tile(1, 32, 32))]))
+    with pytest.raises(PlanningError, match="leaves the group mid-way"):
+        hand_plan(problem, [Placement.of(head, Tile(1, 32, 32)),
+                            Placement.of(group, tile, hidden_chunks=2),
+                            Placement.of(sides, Tile(1, 32, 32))])

@@ -1,11 +1,12 @@
 """The cost of a group split over the clusters (planner.geometry.cluster_split).
 
-Its DRAM traffic, work and tiles are those of the same tiles run with resident weights (the
-tiles run one at a time, all clusters on each; the weights load once). What changes is
-where the weights sit, each cluster holding its share (``split_weight_bytes``: what the
-weight memory of one cluster must hold), and the cluster links, which carry every gathered
-map's tile to the C - 1 clusters that did not make each share (``link_bytes``); the gathers
-run while the cores compute (planner.cost.model.compute_cycles).
+Its DRAM traffic, tiles and work are those of the same tiles run with resident weights (the
+tiles run one at a time, all clusters on each; the weights load once), but for the
+replicated layers, whose work is done on every cluster (``replicated_ops``). What changes
+besides is where the weights sit, each cluster holding its share (``split_weight_bytes``:
+what the weight memory of one cluster must hold), and the cluster links, which carry every
+gathered map's tile to the C - 1 clusters that did not make each share (``link_bytes``);
+the gathers run while the cores compute (planner.cost.model.compute_cycles).
 """
 
 from __future__ import annotations

@@ -20,10 +20,11 @@ What a cluster needs, by layer:
   so each cluster runs it on its share alone; an input loaded from DRAM is read a share
   per cluster.
 
-* any other layer without weights of its own to split (a normalisation over the channels,
-  a reshape, a softmax) is **replicated**: every cluster runs it whole on whole inputs (a
-  map made in the group is gathered first), and its output is whole on every cluster, so a
-  split layer reading it needs no gather (a pre-norm's LayerNorm before the MLP it feeds).
+* any other layer that is not a main one (a normalisation over the channels, a reshape, a
+  softmax) is **replicated**: every cluster runs it whole on whole inputs (a map made in
+  the group is gathered first) with its constants whole, and its output is whole on every
+  cluster, so a split layer reading it needs no gather (a pre-norm's LayerNorm before the
+  MLP it feeds).
 
 A main layer that cannot be split (a product of two maps) rules the split out. The DRAM
 traffic is that of the same tiles with resident weights; what the split adds is the

@@ -390,11 +390,12 @@ def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode
     if not mode.cluster_split:
         return None
     if cluster_split(graph, group_io(graph, layers)) is None:
-        return ("cluster_split shares out output channels over the clusters: every layer of "
-                "the group must either cut its weights along its output channels (a Conv "
-                "without groups, a Linear) or make each channel from the same channel of "
-                "what it reads (a per-element op, a pooling window), and one must be of the "
-                "first kind; remove the key.")
+        return ("cluster_split shares out output channels over the clusters: one layer of "
+                "the group must cut its weights along its output channels (a Conv without "
+                "groups, a Linear), no main layer may have nothing to share out (a depthwise "
+                "conv, a product of two maps), no layer may make two maps or share weights "
+                "with another, and the group may not end in an accumulation; remove the "
+                "key.")
     if not mode.weights_resident or mode.halo_reuse or mode.weights_outer \
             or mode.passes > 1 or mode.hidden_chunks > 1 or mode.end_chunks > 1 \
             or tile.bands > 1:
@@ -406,9 +407,10 @@ def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode
 def _whole_outputs_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
                            whole: Tile, chunked: tuple[str, ...]) -> str | None:
     # tiles outer (split over the clusters, or in hidden chunks): an output leaving
-    # mid-group is stored once, whole, so such a group runs as one tile (passes, end chunks
-    # and weights outer say their own tiles)
-    if (mode.pinned and not mode.cluster_split and mode.hidden_chunks == 1) or (
+    # mid-group is stored once, whole, so such a group runs as one tile (passes and end
+    # chunks say their own tiles: pass_split judges the last pass's outputs)
+    if (mode.pinned and not mode.cluster_split
+            and (mode.hidden_chunks == 1 or mode.passes > 1)) or (
             tile.n >= whole.n and tile.h >= whole.h and tile.w >= whole.w):
         return None
     found = whole_outputs(graph, group_io(graph, layers))
