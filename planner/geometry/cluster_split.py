@@ -55,8 +55,9 @@ class ClusterSplit:
 
 
 def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
-    """The split of a group over the clusters, or None when one of its layers needs channels
-    another cluster makes (or it has no layer to split, or ends in an accumulation)."""
+    """The split of a group over the clusters, or None when a main layer of it has no output
+    channels to share out, a layer makes two maps or shares weights with another, it has
+    no layer to split, or it ends in an accumulation."""
     if io.accumulated:
         return None
     split: list[str] = []
