@@ -409,8 +409,7 @@ def _whole_outputs_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mo
     # tiles outer (split over the clusters, or in hidden chunks): an output leaving
     # mid-group is stored once, whole, so such a group runs as one tile (passes and end
     # chunks say their own tiles: pass_split judges the last pass's outputs)
-    if (mode.pinned and not mode.cluster_split
-            and (mode.hidden_chunks == 1 or mode.passes > 1)) or (
+    if mode.passes > 1 or mode.end_chunks > 1 or (
             tile.n >= whole.n and tile.h >= whole.h and tile.w >= whole.w):
         return None
     found = whole_outputs(graph, group_io(graph, layers))
