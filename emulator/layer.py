@@ -81,7 +81,7 @@ def layer_facts(graph: Graph, lay: Layer) -> LayerFacts:
             consts.append((pos, name))
     kind = lay.row_maps[0].kind if lay.row_maps else None
     # a sliding window passes the tile its own pads; other WINDOW maps (a Reshape gathering
-    # rows, planner.front.windows) are computed on their input box and cut
+    # rows, planner.ir.layout.regrouped_layout) are computed on their input box and cut
     window = kind is MapKind.WINDOW and out_spatial and op_spec(lay.op).maps is MapRule.WINDOW
     first = graph.shapes[lay.fmap_inputs[0]] if lay.fmap_inputs else ()
     first_layout = graph.layout(lay.fmap_inputs[0]) if lay.fmap_inputs else layout_of(())
@@ -285,17 +285,17 @@ def gather_box(lay: Layer, info: LayerFacts, args: Sequence[np.ndarray | None], 
 def _tile_target_shape(lay: Layer, info: LayerFacts, out_box: Box) -> np.ndarray:
     """A Reshape's target shape for the tile's box."""
     # the target shape names the whole map; a tile reshapes only its own box: its images
-    # always (a batch-tiled group), its rows and columns where they map one to one
+    # always (a batch-tiled group), its rows and columns where they map one to one; rows
+    # split or merged (planner.ir.layout.regrouped_layout) are however many the input
+    # box's hold, and columns read whole stay whole, both cut to the tile's box after
     target = list(lay.out_shape)
-    rows_too = info.out_spatial and lay.row_maps[0].kind is MapKind.IDENTITY
-    for axis, lo, hi in _box_axes(info.out_layout, out_box):
-        if rows_too or axis == info.out_layout.batch_axis:
+    maps = (None, lay.row_maps[0], lay.col_maps[0])
+    for part, axis, lo, hi in _box_parts(info.out_layout, out_box):
+        m = maps[part]
+        if m is None or (info.out_spatial and m.kind is MapKind.IDENTITY):
             target[axis] = hi - lo
-    if info.out_spatial and lay.row_maps[0].kind in (MapKind.WINDOW, MapKind.UPSAMPLE) \
-            and info.out_layout.row_axis is not None:
-        # a window partition's step (planner.front.windows): the input box's rows give
-        # however many output rows they hold, cut to the tile's box below
-        target[info.out_layout.row_axis] = -1
+        elif info.out_spatial and part == 1 and m.kind in (MapKind.WINDOW, MapKind.UPSAMPLE):
+            target[axis] = -1
     return np.array(target, dtype=np.int64)
 
 
@@ -377,6 +377,14 @@ def _box_shape(graph: Graph, tensor: str, box: Box) -> tuple[int, ...]:
     for axis, lo, hi in _box_axes(graph.layout(tensor), box):
         shape[axis] = max(0, hi - lo)
     return tuple(shape)
+
+
+def _box_parts(layout: Layout, box: Box) -> list[tuple[int, int, int, int]]:
+    """(part, axis, start, end) of a box along the batch (part 0), row (1) and column (2)
+    axes the layout has."""
+    return [(k, axis, box[2 * k], box[2 * k + 1])
+            for k, axis in enumerate((layout.batch_axis, layout.row_axis, layout.col_axis))
+            if axis is not None]
 
 
 def _box_axes(layout: Layout, box: Box) -> list[tuple[int, int, int]]:

@@ -10,15 +10,17 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import PlanDefect
-from fuseplan.planner.geometry.regions import accumulated_input, group_io, tile_count
+from fuseplan.planner.geometry.regions import Tile, accumulated_input, group_io, tile_count
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli import app
 
 import models
@@ -222,12 +224,19 @@ def test_a_channels_last_block_tiles_like_pointwise_convs(tmp_path: Path) -> Non
     _verified(path, plan, tmp_path)
 
 
-def test_a_matmul_over_rows_still_needs_its_input_whole(tmp_path: Path) -> None:
-    """A MatMul by a constant on a channel-first map contracts its columns: not per pixel."""
+def test_a_matmul_over_columns_runs_row_by_row(tmp_path: Path) -> None:
+    """A MatMul by a constant on a channel-first map contracts its columns: not per pixel,
+    but per row (its index map lands the rows, not the columns), so its output is tiled
+    along rows only, each tile reading its rows whole; such tiles verify."""
     b = models._Builder(np.random.default_rng(2))
     x = b.conv("input", 3, 8, 3)
     y = b.one("MatMul", [x, b.weight((16, 16), 16)], "mm")
     path = models.save(b.model((1, 3, 16, 16), y, 13), tmp_path, "mm")
-    graph = api.prepare(str(path)).graph
+    problem = api.prepare(str(path))
+    graph = problem.graph
     mm = next(lay for lay in graph.layers if lay.op == "MatMul")
-    assert mm.row_maps[0].kind.value == "whole"
+    assert (mm.row_maps[0].kind.value, mm.col_maps[0].kind.value) == ("identity", "whole")
+    out = graph.layout(mm.outputs[0])
+    assert (out.row_axis, out.col_axis) == (2, None)
+    layers = tuple(lay.name for lay in graph.layers)
+    assert_verifies(problem, hand_plan(problem, [Placement.of(layers, Tile(1, 4, 1))]))

@@ -66,7 +66,7 @@ def test_token_stretch_is_tiled_along_tokens() -> None:
     for lay in linear:  # per token: row-local on [B, L, C]
         assert [m.kind for m in lay.row_maps] == [MapKind.IDENTITY], lay.name
     # the patch embedding's [B, C, H*W] is a sequence of the patches (rows: positions,
-    # not channels), the flatten of the patch rows and columns (planner.front.regroup)
+    # not channels), the flatten of the patch rows and columns (planner.ir.layout.regrouped_layout)
     flat = graph.layer("/Reshape").outputs[0]
     assert (graph.layout(flat).kind, graph.layout(flat).row_axis) == (LayoutKind.SEQUENCE, 2)
     # the position embedding is added per token

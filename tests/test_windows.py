@@ -1,8 +1,10 @@
-"""Swin's window attention over whole windows (planner.front.windows): the window partition
-and its reverse as row maps, tiles of window rows through attention, plans that verify."""
+"""Swin's window attention over whole windows: the window partition and its reverse as row
+maps by the row-major order a Reshape keeps (planner.ir.layout.regrouped_layout), tiles of
+window rows through attention, plans that verify."""
 
 from __future__ import annotations
 
+from math import prod
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +17,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import InputError
-from fuseplan.planner.front.windows import regroup_rows, window_layout
+from fuseplan.planner.front.axes import layout_maps
 from fuseplan.planner.geometry.regions import Tile, group_io, tile_regions
 from fuseplan.planner.ir.graph import AxisMap, MapKind
-from fuseplan.planner.ir.layout import LayoutKind, nhwc, sequence
+from fuseplan.planner.ir.index_maps import regrouped
+from fuseplan.planner.ir.layout import (
+    Layout,
+    LayoutKind,
+    boxed,
+    nhwc,
+    regrouped_layout,
+    sequence,
+    tokens,
+)
 from fuseplan.planner.plan.placement import Placement
 
 EXPORTS = Path(__file__).resolve().parent.parent / "examples" / "exports"
@@ -26,35 +37,41 @@ IMAGE: dict[str, tuple[int, ...]] = {"input": (1, 3, 224, 224)}
 BLOCK = "/features/features.1/features.1.0"
 
 
-def test_regroup_rows_follow_the_row_major_order() -> None:
-    # map rows into window rows: 7 map rows each
-    assert regroup_rows((1, 56, 56, 96), 1, (1, 8, 7, 8, 7, 96), 1) == \
-        AxisMap(MapKind.WINDOW, kernel=7, stride=7)
-    # window rows into windows: window w lies in window row w // 8
-    assert regroup_rows((1, 8, 8, 7, 7, 96), 1, (64, 49, 96), 0) == \
-        AxisMap(MapKind.UPSAMPLE, stride=8)
-    # and back
-    assert regroup_rows((64, 49, 96), 0, (1, 8, 8, 7, 7, 96), 1) == \
-        AxisMap(MapKind.WINDOW, kernel=8, stride=8)
-    assert regroup_rows((1, 8, 7, 8, 7, 96), 1, (1, 56, 56, 96), 1) == \
-        AxisMap(MapKind.UPSAMPLE, stride=7)
-    # two images: the windows of both share axis 0, so window rows are no range of it
-    assert regroup_rows((2, 8, 8, 7, 7, 96), 1, (128, 49, 96), 0) is None
-    # rows that cut an input row in a part that is no divisor
-    assert regroup_rows((1, 6, 10), 1, (1, 4, 15), 1) is None
+def _regrouped(layout: Layout, ins: tuple[int, ...], out: tuple[int, ...],
+               named: Layout | None = None) -> tuple[Layout | None, AxisMap | None]:
+    """A Reshape's output layout and row map, as the graph builder derives them."""
+    im = regrouped(ins, out)
+    found = regrouped_layout(layout, ins, out, im.lands, im.carries, named)
+    return found, None if found is None else layout_maps(im, layout, found, out)[0]
 
 
-def test_window_layouts_name_window_rows_and_windows() -> None:
+def test_window_rows_and_windows_follow_the_row_major_order() -> None:
     rows, windows = sequence(6, 0, 1), sequence(3, None, 0)
-    assert window_layout(nhwc(), (1, 56, 56, 96), (1, 8, 7, 8, 7, 96)) == rows
-    assert window_layout(rows, (1, 8, 8, 7, 7, 96), (64, 49, 96)) == windows
-    assert window_layout(rows, (1, 8, 8, 7, 7, 96), (64, 7, 7, 96)) == sequence(4, None, 0)
-    assert window_layout(windows, (64, 49, 96), (1, 8, 8, 7, 7, 96)) == rows
-    assert window_layout(rows, (1, 8, 7, 8, 7, 96), (1, 56, 56, 96)) == nhwc()
-    # a batch of two, a map read channels first, a Reshape that is no partition
-    assert window_layout(nhwc(), (2, 56, 56, 96), (2, 8, 7, 8, 7, 96)) is None
-    assert window_layout(rows, (2, 8, 8, 7, 7, 96), (128, 49, 96)) is None
-    assert window_layout(nhwc(), (1, 56, 56, 96), (1, 3136, 96)) is None
+    # map rows into window rows: 7 map rows each
+    assert _regrouped(nhwc(), (1, 56, 56, 96), (1, 8, 7, 8, 7, 96)) == \
+        (rows, AxisMap(MapKind.WINDOW, kernel=7, stride=7))
+    # window rows into windows: window w lies in window row w // 8
+    assert _regrouped(rows, (1, 8, 8, 7, 7, 96), (64, 49, 96)) == \
+        (windows, AxisMap(MapKind.UPSAMPLE, stride=8))
+    assert _regrouped(rows, (1, 8, 8, 7, 7, 96), (64, 7, 7, 96))[0] == sequence(4, None, 0)
+    # and back: one image, so the window rows need no batch axis
+    assert _regrouped(windows, (64, 49, 96), (1, 8, 8, 7, 7, 96)) == \
+        (sequence(6, None, 1), AxisMap(MapKind.WINDOW, kernel=8, stride=8))
+    # window rows back into the map: rows merged with what follows them, the next axis the
+    # columns (each box of them reads its rows whole)
+    assert _regrouped(rows, (1, 8, 7, 8, 7, 96), (1, 56, 56, 96)) == \
+        (nhwc(), AxisMap(MapKind.UPSAMPLE, stride=7))
+    # two images: window rows keep each image on axis 0; windows of both share axis 0, so
+    # window rows are no range of it
+    assert _regrouped(nhwc(), (2, 56, 56, 96), (2, 8, 7, 8, 7, 96))[0] == rows
+    assert _regrouped(rows, (2, 8, 8, 7, 7, 96), (128, 49, 96))[0] is None
+    # rows and columns flattened into positions, and back
+    assert _regrouped(nhwc(), (1, 56, 56, 96), (1, 3136, 96)) == \
+        (tokens(), AxisMap(MapKind.UPSAMPLE, stride=56))
+    assert _regrouped(tokens(), (1, 3136, 96), (1, 56, 56, 96)) == \
+        (nhwc(), AxisMap(MapKind.WINDOW, kernel=56, stride=56))
+    # rows that cut an input row in a part that is no divisor
+    assert _regrouped(sequence(3, 0, 1), (1, 6, 10), (1, 4, 15))[0] is None
 
 
 @pytest.fixture(scope="module")
@@ -300,18 +317,18 @@ def test_windows_of_a_padded_map_in_row_tiles_verify(
 
 
 @settings(max_examples=60, deadline=None)
-@given(before=st.integers(1, 3), rows=st.integers(1, 12), k=st.integers(1, 6),
+@given(before=st.integers(1, 3), rows=st.integers(2, 12), k=st.integers(1, 6),
        inner=st.integers(1, 5), split=st.booleans(), lo=st.integers(0, 71),
        size=st.integers(1, 72))
-def test_regroup_rows_needs_exactly_the_rows_an_output_range_reads(
+def test_reshape_row_maps_need_exactly_the_rows_an_output_range_reads(
         before: int, rows: int, k: int, inner: int, split: bool, lo: int, size: int) -> None:
     """A Reshape between [B, R k, C] and [B, R, k C] (k fine rows to a coarse one, either
-    way): the range regroup_rows gives for an output row range is exactly the hull of the
-    input rows whose elements land there, as numpy's own reshape places them."""
+    way): the range the derived row map gives for an output row range is exactly the hull
+    of the input rows whose elements land there, as numpy's own reshape places them."""
     fine, coarse = (before, rows * k, inner), (before, rows, k * inner)
     in_shape, out_shape = (fine, coarse) if split else (coarse, fine)
-    m = regroup_rows(in_shape, 1, out_shape, 1)
-    assert m is not None
+    layout, m = _regrouped(sequence(3, 0, 1), in_shape, out_shape)
+    assert layout == sequence(3, 0, 1) and m is not None
     out_rows = out_shape[1]
     lo = lo % out_rows
     hi = min(out_rows, lo + size)
@@ -320,3 +337,67 @@ def test_regroup_rows_needs_exactly_the_rows_an_output_range_reads(
     reached = source[:, lo:hi]
     a, b = m.needed(lo, hi, in_shape[1])
     assert (a, b) == (int(reached.min()), int(reached.max()) + 1)
+
+
+def _factors(n: int) -> list[int]:
+    out, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_any_reshape_box_reads_only_the_input_box_its_maps_give(data: st.DataObject) -> None:
+    """Any row-major Reshape of a tiled tensor of any rank (axes split, merged or both, with
+    the batch, rows and columns anywhere): where a layout is derived, every element of an
+    output box comes from the input box the derived batch, row and column maps give."""
+    in_shape = tuple(data.draw(st.lists(st.integers(1, 6), min_size=2, max_size=6)))
+    rank = len(in_shape)
+    batch = data.draw(st.sampled_from([None, 0]))
+    row = data.draw(st.integers(0 if batch is None else 1, rank - 1))
+    col = data.draw(st.sampled_from([None, row + 1] if row + 1 < rank else [None]))
+    layout = boxed(in_shape, batch, row, col)
+    # the output: the elements' prime factors, in order, grouped into consecutive axes
+    primes = [f for n in in_shape for f in _factors(n)]
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(primes) - 1)), max_size=4)))
+    bounds = [0, *[c for c in cuts if c < len(primes)], len(primes)]
+    out_shape = tuple(prod(primes[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+    ones = data.draw(st.integers(0, 1))
+    out_shape = (1,) * ones + (out_shape or (1,))
+    if prod(out_shape) != prod(in_shape):
+        return
+    found, _ = _regrouped(layout, in_shape, out_shape)
+    if found is None:
+        return
+    im = regrouped(in_shape, out_shape)
+    rows_map, cols_map = layout_maps(im, layout, found, out_shape)
+    # every input element's place along the input's batch, rows and columns
+    index = np.indices(in_shape)
+    where = {part: index[axis].reshape(out_shape)
+             for part, axis in (("n", layout.batch_axis), ("r", layout.row_axis),
+                                ("c", layout.col_axis)) if axis is not None}
+    box = [slice(None)] * len(out_shape)
+    ranges = {}
+    for part, axis in (("n", found.batch_axis), ("r", found.row_axis), ("c", found.col_axis)):
+        if axis is None:
+            continue
+        lo = data.draw(st.integers(0, out_shape[axis] - 1))
+        hi = data.draw(st.integers(lo + 1, out_shape[axis]))
+        box[axis] = slice(lo, hi)
+        ranges[part] = (lo, hi)
+    for part, m in (("r", rows_map), ("c", cols_map)):
+        if part not in where or m.kind is MapKind.WHOLE:
+            continue
+        in_axis = layout.row_axis if part == "r" else layout.col_axis
+        assert in_axis is not None
+        lo, hi = ranges.get(part, (0, 1))
+        a, b = m.needed(lo, hi, in_shape[in_axis])
+        got = where[part][tuple(box)]
+        assert a <= got.min() and got.max() < b, (part, m, lo, hi, a, b)
+    if "n" in where and "n" in ranges and rows_map.kind is not MapKind.WHOLE:
+        got = where["n"][tuple(box)]
+        assert ranges["n"][0] <= got.min() and got.max() < ranges["n"][1]

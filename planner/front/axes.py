@@ -142,28 +142,39 @@ def _same_part(im: IndexMap, out_axis: int | None, in_axis: int | None,
     return read is not None and read.axis == in_axis
 
 
+def _part_map(im: IndexMap, out_axis: int | None, in_axis: int | None,
+              out_shape: Shape) -> AxisMap:
+    """How the output's axis of one part reads the input's axis of that part (both read
+    by `_same_part`)."""
+    read = im.read_of(out_axis)
+    if read is not None and in_axis is not None and read.axis == in_axis:
+        return read.map
+    if out_axis is None or in_axis is None or im.in_shape[in_axis] == 1:
+        return IDENTITY if out_axis is None or out_shape[out_axis] == 1 else WHOLE
+    return WHOLE
+
+
 def layout_maps(im: IndexMap, lin: Layout, lout: Layout, out_shape: Shape
                 ) -> tuple[AxisMap, AxisMap]:
     """The row and column maps of one input for its layout and the output's: along each
     tiled axis of the output, how it reads the input's axis of the same part; WHOLE for both
-    where the input's batch, rows or columns are not read by the output's of the same part
-    (a tile of the output would not be a box of the input)."""
+    where the input's batch or rows are not read by the output's (a tile of the output
+    would not be a box of the input). Where only one of the two has columns (a map flattened
+    into a sequence, a sequence split into an image's rows and columns), the input's are
+    read whole: a box of output rows reads its rows' every column (the row-major order a
+    Reshape keeps, planner.ir.index_maps.regrouped)."""
     if not (lin.spatial and lout.spatial):
         return WHOLE, WHOLE
-    pairs = ((lout.batch_axis, lin.batch_axis), (lout.row_axis, lin.row_axis),
-             (lout.col_axis, lin.col_axis))
+    pairs = ((lout.batch_axis, lin.batch_axis), (lout.row_axis, lin.row_axis))
     if not all(_same_part(im, o, i, out_shape) for o, i in pairs):
         return WHOLE, WHOLE
-    maps: list[AxisMap] = []
-    for out_axis, in_axis in pairs[1:]:
-        read = im.read_of(out_axis)
-        if read is not None and in_axis is not None and read.axis == in_axis:
-            maps.append(read.map)
-        elif out_axis is None or in_axis is None or im.in_shape[in_axis] == 1:
-            maps.append(IDENTITY if out_axis is None or out_shape[out_axis] == 1 else WHOLE)
-        else:
-            maps.append(WHOLE)
-    return maps[0], maps[1]
+    rows = _part_map(im, lout.row_axis, lin.row_axis, out_shape)
+    o, i = lout.col_axis, lin.col_axis
+    if _same_part(im, o, i, out_shape):
+        return rows, _part_map(im, o, i, out_shape)
+    if (o is None) != (i is None):
+        return rows, WHOLE
+    return WHOLE, WHOLE
 
 
 def layer_maps(spec: OpSpec, attrs: Mapping[str, Any], inputs: Sequence[str],
@@ -172,19 +183,16 @@ def layer_maps(spec: OpSpec, attrs: Mapping[str, Any], inputs: Sequence[str],
                ) -> tuple[list[AxisMap], list[AxisMap]]:
     """Row and column maps of every feature-map input of a layer, from its index maps
     (`ims`, node_index_maps), where
-    the tile kernels can run them: a Reshape only element for element along the tiled axes
-    (the window partitions and merges of rows and columns have maps of their own,
-    planner.front.windows and planner.front.regroup), a Concat along the tiled axes only of
-    feature maps (a constant joined along the tokens keeps them whole)."""
+    the tile kernels can run them: a Reshape's rows element for element, split into whole
+    strides or merged, its columns element for element or whole; a Concat along the tiled
+    axes only of feature maps (a constant joined along the tokens keeps them whole)."""
     pairs = [layout_maps(im, lin, out_layout, out_shape)
              for im, lin in zip(ims, in_layouts, strict=True)]
     if spec.axis_move is AxisMove.REGROUP:
-        # a sequence's positions split or merged (their leading axis carried, planner.ir.
-        # layout.carried): a tile reshapes its input box and is cut to its own
-        pairs = [p if all(m.kind in (MapKind.IDENTITY, MapKind.WHOLE) for m in p)
-                 or (lin.token_like and lin.col_axis is None and out_layout.col_axis is None
-                     and p[0].kind in (MapKind.WINDOW, MapKind.UPSAMPLE))
-                 else (WHOLE, WHOLE) for p, lin in zip(pairs, in_layouts, strict=True)]
+        # positions split or merged (the rows' leading axis carried, planner.ir.layout.
+        # regrouped_layout): a tile reshapes its input box and is cut to its own; a
+        # window of a split must be whole strides
+        pairs = [p if _reshapes_box(p) else (WHOLE, WHOLE) for p in pairs]
     if spec.maps is MapRule.SLICE:  # a tile cuts its box with a step of 1 only
         pairs = [p if all(m.kind is not MapKind.WINDOW for m in p) else (WHOLE, WHOLE)
                  for p in pairs]
@@ -193,3 +201,14 @@ def layer_maps(spec: OpSpec, attrs: Mapping[str, Any], inputs: Sequence[str],
         if axis in out_layout.tiled_axes:
             pairs = [(WHOLE, WHOLE)] * len(pairs)
     return [r for r, _ in pairs], [c for _, c in pairs]
+
+
+def _reshapes_box(pair: tuple[AxisMap, AxisMap]) -> bool:
+    """Whether a Reshape's tile can reshape its input box by these row and column maps:
+    rows element for element, whole, merged (UPSAMPLE) or split into whole strides (an
+    unpadded WINDOW as wide as its stride); columns element for element or whole."""
+    rows, cols = pair
+    split = rows.kind is MapKind.WINDOW and rows.kernel == rows.stride and rows.pad == 0 \
+        and rows.dilation == 1
+    return cols.kind in (MapKind.IDENTITY, MapKind.WHOLE) and (
+        split or rows.kind in (MapKind.IDENTITY, MapKind.WHOLE, MapKind.UPSAMPLE))

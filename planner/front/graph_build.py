@@ -21,23 +21,22 @@ from fuseplan.planner.front.blocks import find_blocks
 from fuseplan.planner.front.fills import stored_array
 from fuseplan.planner.front.kv_cache import append_caches
 from fuseplan.planner.front.onnx_load import LoadedModel
-from fuseplan.planner.front.regroup import regroup_layout
 from fuseplan.planner.front.sliding import (
     pointwise,
     sliding_window,
     with_kernel_shape,
 )
 from fuseplan.planner.front.stretches import find_stretches
-from fuseplan.planner.front.windows import regroup_rows, window_layout
 from fuseplan.planner.ir.graph import WHOLE, Graph, Layer
 from fuseplan.planner.ir.index_maps import IndexMap
 from fuseplan.planner.ir.layout import (
     Layout,
+    boxed,
     carried,
     layout_of,
     ncl,
     nhwc,
-    sequence,
+    regrouped_layout,
     tokens,
 )
 from fuseplan.planner.ir.ops import (
@@ -45,7 +44,6 @@ from fuseplan.planner.ir.ops import (
     MapRule,
     OpClass,
     OpSpec,
-    ShapeParam,
     op_spec,
 )
 
@@ -112,22 +110,6 @@ def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
     if first.token_like and _keeps_sequence(spec, attrs, fmap, out_shape, layouts, shapes):
         return first
     return None
-
-
-def _kept_tokens(in_shapes: Sequence[tuple[int, ...]], in_layouts: Sequence[Layout],
-                 out_shape: tuple[int, ...]) -> Layout | None:
-    """The token layout a per-token op (element-wise, LayerNormalization, Linear, Softmax,
-    a product of two maps) keeps: that of a token input of the output's rank with the
-    output's batch and tokens, one with a batch axis first."""
-    found = [lay for shape, lay in zip(in_shapes, in_layouts, strict=True)
-             if lay.token_like and lay.rank == len(out_shape) and lay.row_axis is not None
-             and shape[lay.row_axis] == out_shape[lay.row_axis]
-             and (lay.batch_axis is None
-                  or shape[lay.batch_axis] == out_shape[lay.batch_axis])]
-    found.sort(key=lambda lay: lay.batch_axis is None)
-    if not found or found[0].row_axis is None:
-        return None
-    return sequence(found[0].rank, found[0].batch_axis, found[0].row_axis)
 
 
 def build_graph(model: LoadedModel, budget: Budget | None = None) -> Graph:
@@ -214,28 +196,14 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     # what the op reads of each input, per output axis: the carried layouts and the maps
     ims = node_index_maps(spec, attrs, inputs, constants, shapes, out_shape, opset)
     carry, batch_kept = _carried_layout(spec, attrs, ims, in_shapes, in_layouts, out_shape,
-                                        opset)
-    # a step of a window partition or its reverse: tiled along window rows or windows
-    # or a merge of rows and columns into a sequence, or its reverse (planner.front.regroup)
-    partition = (window_layout(in_layouts[0], in_shapes[0], out_shape)
-                 or regroup_layout(in_layouts[0], in_shapes[0], out_shape)) \
-        if spec.shape_param is ShapeParam.TARGET_SHAPE and len(fmap) == 1 else None
-    given = partition or carry or layouts.get(outputs[0])
-    if given is None and spec.axis_move is AxisMove.REGROUP:
-        # tokens split or merged with other axes: carried on their leading axis
-        carry, batch_kept = _carried_layout(spec, attrs, ims, in_shapes, in_layouts,
-                                            out_shape, opset, reordered=True)
-        given = carry
-    given = given or _out_layout(spec, attrs, fmap, out_shape, layouts, shapes)
+                                        opset, layouts.get(outputs[0]))
+    given = carry or layouts.get(outputs[0]) \
+        or _out_layout(spec, attrs, fmap, out_shape, layouts, shapes) \
+        or _kept_rows(spec, ims, in_shapes, in_layouts, out_shape)
     _record_layout(layouts, outputs, given, carried_all=carry is not None)
     out_layout = given or layout_of(out_shape)
     rows, cols = layer_maps(spec, attrs, inputs, constants, ims, out_shape, in_layouts,
                             out_layout)
-    if partition is not None and in_layouts[0].row_axis is not None \
-            and partition.row_axis is not None:
-        rows = [regroup_rows(in_shapes[0], in_layouts[0].row_axis, out_shape,
-                             partition.row_axis) or WHOLE]
-        cols = [WHOLE]  # a window row spans the map's width
     window, attrs = sliding_window(spec, attrs, in_shapes, w_shape, in_layouts)
     if window is not None:
         # the window slides over the data input; conv weights a layer computes are needed whole
@@ -295,37 +263,78 @@ def _weights(spec: OpSpec, inputs: Sequence[str],
 
 def _carried_layout(spec: OpSpec, attrs: dict[str, Any], ims: Sequence[IndexMap],
                     in_shapes: Sequence[tuple[int, ...]], in_layouts: Sequence[Layout],
-                    out_shape: tuple[int, ...], opset: int, reordered: bool = False
+                    out_shape: tuple[int, ...], opset: int, named: Layout | None
                     ) -> tuple[Layout | None, bool]:
-    """The token layout the output takes from the inputs (None when none), and whether the
-    layer keeps every batch item apart (`ims`: the layer's index maps); `reordered`: a
-    movement op may carry the tokens as the leading axis of a split or a merge
-    (IndexMap.carries), not only whole."""
-    # a token layout carried through a movement op or kept by a per-token op comes first: it
+    """The layout the output takes from the inputs by the layer's index maps (`ims`; None
+    when none), and whether the layer keeps every batch item apart. `named`: what the ops
+    say of the output (a channels-last or token stretch), which names the columns a
+    Reshape's maps leave open."""
+    # a layout carried through a movement op or kept by a per-token op comes first: it
     # knows where the batch went, which a token stretch seeded by shape does not
     # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
     batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset)
-    if spec.axis_move is not AxisMove.NONE and in_layouts and in_layouts[0].token_like:
-        return _moved_tokens(ims[0], in_layouts[0], in_shapes[0], out_shape, batch_kept,
-                             reordered)
+    if not in_layouts:
+        return None, batch_kept
+    first = in_layouts[0]
+    if spec.axis_move is AxisMove.REGROUP and (len(ims) == 1 or first.token_like):
+        # rows, batch and columns follow the row-major order, whatever the layout
+        carry = regrouped_layout(first, in_shapes[0], out_shape, ims[0].lands,
+                                 ims[0].carries, named)
+        return _moved_batch(ims[0], first, in_shapes[0], out_shape, batch_kept, carry)
+    if spec.axis_move is not AxisMove.NONE and first.token_like:
+        carry = carried(first, in_shapes[0], out_shape, ims[0].lands)
+        return _moved_batch(ims[0], first, in_shapes[0], out_shape, batch_kept, carry)
     if spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
-        return _kept_tokens(in_shapes, in_layouts, out_shape), batch_kept
+        return _kept_layout(ims, in_shapes, in_layouts, out_shape), batch_kept
     return None, batch_kept
 
 
-def _moved_tokens(moved: IndexMap, layout: Layout, in_shape: tuple[int, ...],
-                  out_shape: tuple[int, ...], batch_kept: bool,
-                  reordered: bool) -> tuple[Layout | None, bool]:
-    """The token layout a movement op carries to its output by its index map, and whether
-    the batch lands whole (`batch_kept`: what the op table says without the layout)."""
-    carry = carried(layout, in_shape, out_shape, moved.lands,
-                    moved.carries if reordered else None)
+def _kept_layout(ims: Sequence[IndexMap], in_shapes: Sequence[tuple[int, ...]],
+                 in_layouts: Sequence[Layout], out_shape: tuple[int, ...]) -> Layout | None:
+    """The token layout a per-token op (element-wise, a normalization or Linear layer,
+    Softmax, a product of two maps) keeps by its index maps: that of the first token input
+    whose batch and tokens land on the output whole, one with a batch axis first."""
+    found = [lay for lay in (carried(lay, shape, out_shape, im.lands)
+                             for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True)
+                             if lay.token_like) if lay is not None]
+    found.sort(key=lambda lay: lay.batch_axis is None)
+    return found[0] if found else None
+
+
+def _kept_rows(spec: OpSpec, ims: Sequence[IndexMap], in_shapes: Sequence[tuple[int, ...]],
+               in_layouts: Sequence[Layout], out_shape: tuple[int, ...]) -> Layout | None:
+    """The layout a per-pixel op keeps of an image input that nothing else names: its rows
+    where they land, its columns too where they do (a product by a map that contracts
+    them, p @ v of attention probabilities guessed NCHW, keeps the rows only)."""
+    if spec.maps not in _KEEP_LAYOUT or spec.op_class is OpClass.OPAQUE:
+        return None
+    for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True):
+        r = lay.row_axis
+        rows = None if lay.token_like or r is None or shape[r] == 1 else im.lands(r)
+        if rows is None:
+            continue
+        batch = None if lay.batch_axis is None else im.lands(lay.batch_axis)
+        if lay.batch_axis is not None and batch is None and shape[lay.batch_axis] != 1:
+            continue
+        cols = None if lay.col_axis is None else im.lands(lay.col_axis)
+        return boxed(out_shape, batch, rows, cols)
+    return None
+
+
+def _moved_batch(moved: IndexMap, layout: Layout, in_shape: tuple[int, ...],
+                 out_shape: tuple[int, ...], batch_kept: bool,
+                 carry: Layout | None) -> tuple[Layout | None, bool]:
+    """The layout a movement op carries to its output (`carry`), and whether the batch
+    lands whole (`batch_kept`: what the op table says without the layout)."""
     b_in = layout.batch_axis
-    if carry is not None:  # the batch moves whole to the output's batch axis
+    if carry is not None:
         b_out = carry.batch_axis
-        # a batch of one has nothing to cut; a larger one must land whole
-        return carry, b_in is None or in_shape[b_in] == 1 or (
-            b_out is not None and in_shape[b_in] == out_shape[b_out])
+        if b_in is not None and in_shape[b_in] > 1:
+            # a batch must land whole on the output's (not merged into another axis)
+            return carry, b_out is not None and moved.lands(b_in) == b_out
+        # one image: an output batch of more than one is windows the ops after run over
+        # as a batch, no image of the input's
+        return carry, b_out is None or out_shape[b_out] == 1
     if b_in is not None:
         # the tokens go (ViT's class token taken), the batch lands whole on axis 0: a
         # flat [B, C] keeps each image apart

@@ -134,9 +134,10 @@ def _reshape(f: NodeFacts, k: int) -> list[AxisRead | None]:
 
 def regrouped(ins: Shape, out: Shape) -> IndexMap:
     """A row-major Reshape of `ins` into `out`: the shapes split into runs of equal
-    products; a run of one input and one output axis is read element for element, a split's
-    leading output axis reads a window of its input axis, a merged output axis reads its
-    leading input axis scaled up; every other axis of a run needs its input run whole."""
+    products; a run's leading output axis reads its leading input axis element for element
+    (a run of one axis each), a window of it (a split, or any run where an output index
+    spans whole input indices) or scaled up (a merge, or any run where it lies within one);
+    every other axis of a run needs its input run whole."""
     reads = _regrouped(ins, out)
     # an axis of one element lands where the elements before it are as many, on an output
     # axis of one element no other input axis took
@@ -178,14 +179,18 @@ def _regrouped(ins: Shape, out: Shape) -> list[AxisRead | None]:
                 o += 1
             else:
                 return list(_whole_reads(len(out), ins))
+        # the leading axes start the run together: an index of the output's spans s_out
+        # elements of the run, one of the input's s_in; where one divides the other, a
+        # range of output indices reads whole strides of input ones, or lies within one
         lead_i, lead_o = run_i[0], run_o[0]
-        if len(run_i) == 1:
-            inner = prod(out[x] for x in run_o[1:])
-            reads[lead_o] = AxisRead(lead_i, IDENTITY if inner == 1 else
-                                     AxisMap(MapKind.WINDOW, inner, inner))
-        elif len(run_o) == 1:
-            inner = prod(ins[x] for x in run_i[1:])
-            reads[lead_o] = AxisRead(lead_i, AxisMap(MapKind.UPSAMPLE, stride=inner))
+        s_in, s_out = prod(ins[x] for x in run_i[1:]), prod(out[x] for x in run_o[1:])
+        if s_in == s_out:
+            reads[lead_o] = AxisRead(lead_i, IDENTITY)
+        elif s_out % s_in == 0:
+            k = s_out // s_in
+            reads[lead_o] = AxisRead(lead_i, AxisMap(MapKind.WINDOW, k, k))
+        elif s_in % s_out == 0:
+            reads[lead_o] = AxisRead(lead_i, AxisMap(MapKind.UPSAMPLE, stride=s_in // s_out))
         else:
             reads[lead_o] = AxisRead(lead_i, WHOLE)
         for x in run_o[1:]:
@@ -288,6 +293,10 @@ def _linear(f: NodeFacts, k: int) -> list[AxisRead | None]:
     ins, place = f.shape(k), f.fmap[k]
     if f.spec.op == "Gemm":
         trans = int(f.attrs.get("transA" if place == 0 else "transB", 0))
+        if place == 0 and not trans and len(ins) == len(out) > 2:
+            # restated over the batch it folded (planner.front.batch_unmerge): the last
+            # axis contracted, the leading ones element for element
+            return [AxisRead(a, IDENTITY) for a in range(len(ins) - 1)] + [None]
         if place == 0:
             return [AxisRead(1 if trans else 0, IDENTITY), None]
         if place == 1:

@@ -17,10 +17,11 @@ the head width (or puts them first, as nn.MultiheadAttention does), Split, Gathe
 Squeeze and Unsqueeze along other axes keep the batch and the tokens as whole axes, and
 the output tiles along the same tokens; so do the products of attention and the per-token
 ops after them. Where the batch axis merges into another (heads of a sequence-first batch)
-it is lost, and with it the carrying, unless the batch is one image. Swin's window
-partition (planner.front.windows) gives its 6-D tensors their window rows as rows and its
-window tensors their windows as rows, one image, no columns; movement ops carry those on
-the same way. Ask `Graph.layout(t)`, not the shape, for a tensor's layout.
+it is lost, and with it the carrying, unless the batch is one image. A Reshape of any
+layout follows the row-major order it keeps (`regrouped_layout`): Swin's window partition
+gives its 6-D tensors their window rows as rows and its window tensors their windows as
+rows, a flatten of an image's rows and columns a sequence, and back. Ask
+`Graph.layout(t)`, not the shape, for a tensor's layout.
 """
 
 from __future__ import annotations
@@ -132,27 +133,98 @@ def sequence(rank: int, batch_axis: int | None, row_axis: int) -> Layout:
 
 
 def carried(layout: Layout, in_shape: Sequence[int], out_shape: Sequence[int],
-            lands: Callable[[int], int | None],
-            rows_to: Callable[[int], int | None] | None = None) -> Layout | None:
-    """The token layout a movement op's output carries from its input's, None when the
-    tokens land on no axis or the batch (of more than one image) is lost. `lands(axis)`:
-    the output axis an input axis lands on whole (the op's index map,
-    planner.ir.index_maps.IndexMap.lands), None where it is merged, split, cut or dropped;
-    `rows_to(axis)` (default `lands`): the output axis the tokens go to, whole or as the
-    leading axis of a split or a merge (IndexMap.carries)."""
+            lands: Callable[[int], int | None]) -> Layout | None:
+    """The token layout an op's output carries from an input's, None when the tokens land
+    on no axis or a batch of more than one image is lost.
+    `lands(axis)`: the output axis an input axis lands on whole (the op's index map,
+    planner.ir.index_maps.IndexMap.lands), None where it is merged, split, cut or dropped
+    (a Reshape's rows split or merged: `regrouped_layout`)."""
     if not layout.token_like or layout.row_axis is None:
         return None
-    rows = (rows_to or lands)(layout.row_axis)
+    rows = lands(layout.row_axis)
     if rows is None:
         return None
     batch = None
     if layout.batch_axis is not None:
         batch = lands(layout.batch_axis)
         if batch is None and in_shape[layout.batch_axis] != 1:
-            return None
+            return None  # no tile of images is a box of a batch merged into another axis
     if batch == rows:
         return None
     return sequence(len(out_shape), batch, rows)
+
+
+def boxed(shape: Sequence[int], batch_axis: int | None, row_axis: int,
+          col_axis: int | None) -> Layout:
+    """A tensor of `shape` tiled along rows on `row_axis` and columns on `col_axis`: an
+    image's layout (NCHW, NHWC) where they are its axes and its batch is axis 0 (or one
+    image: axis 0 of one element); a sequence tiled along `row_axis` elsewhere, its other
+    axes kept whole."""
+    rank = len(shape)
+    if col_axis is not None and (batch_axis == 0 or (batch_axis is None and shape[0] == 1)):
+        if rank >= 4 and (row_axis, col_axis) == (rank - 2, rank - 1):
+            return nchw(rank)
+        if rank == 4 and (row_axis, col_axis) == (1, 2):
+            return nhwc()
+    return sequence(rank, batch_axis, row_axis)
+
+
+def regrouped_layout(layout: Layout, in_shape: Sequence[int], out_shape: Sequence[int],
+                     lands: Callable[[int], int | None],
+                     carries: Callable[[int], int | None],
+                     named: Layout | None = None) -> Layout | None:
+    """The layout of a Reshape's (or Flatten's) output from its input's, whatever either
+    is, by the row-major order a Reshape keeps (its index map,
+    planner.ir.index_maps.regrouped): `lands(axis)`, the output axis an input axis lands on
+    whole; `carries(axis)`, the one it goes to whole or as the leading axis of a split or a
+    merge. None when the rows go nowhere or a batch of more than one image is lost.
+
+    - Rows go where the input's rows go: whole (a head split of tokens), as the leading axis
+      of a split (Swin's window rows [1, H/k, k, W/k, k, C]: k map rows each; windows back
+      into window rows) or of a merge (an image's rows and columns flattened into positions,
+      windows [(H/k)(W/k), k k, C] from window rows).
+    - The batch goes where it lands whole; one image needs no batch axis.
+    - Columns go where the input's land whole beside the rows. Where the input has none, a
+      sequence split into two axes (positions into an image's rows and columns) gives the
+      inner one as columns, and so do rows merged with what follows them (window rows back
+      into a map). A row map that merges the input's columns into the rows leaves none;
+      columns where no image layout has them are kept whole (`boxed`).
+    - `named` (what the ops say of the output: a channels-last or token stretch) is the
+      layout where its rows agree and it names the columns, or a batch the input did not
+      have (MaxViT's grid windows of one image, which attention runs over as a batch).
+    - A layout guessed from the shape alone (rank above 4, planner.ir.layout.layout_of) is
+      not merged: its last two axes are rows and columns nothing said."""
+    r, c, b = layout.row_axis, layout.col_axis, layout.batch_axis
+    if r is None or len(out_shape) < 2:
+        return None
+    rows = carries(r)
+    if rows is None:
+        return None
+    merged = out_shape[rows] > in_shape[r]
+    if merged and c is not None and layout.rank != 4:
+        return None
+    batch = None
+    if b is not None:
+        batch = lands(b)
+        if batch is None and in_shape[b] != 1:
+            return None  # no tile of images is a box of a batch merged into another axis
+    if batch == rows:
+        return None
+    cols = None
+    if c is not None and not merged:
+        cols = lands(c)
+    elif c is None and rows + 1 < len(out_shape) and (merged or (
+            out_shape[rows] < in_shape[r]
+            and out_shape[rows] * out_shape[rows + 1] == in_shape[r])):
+        # positions split into an image's rows and columns, or rows merged with what
+        # follows them (window rows back into a map): the next axis is the columns, each
+        # box of them reading its rows whole
+        cols = rows + 1
+    if named is not None and named.row_axis == rows and (
+            (cols is None and named.batch_axis == batch)
+            or (batch is None and named.batch_axis is not None)):
+        return named
+    return boxed(out_shape, batch, rows, cols)
 
 
 def flat(rank: int) -> Layout:

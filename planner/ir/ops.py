@@ -44,7 +44,7 @@ class MapRule(StrEnum):
     Every rule but WINDOW, TRANSPOSED, SLICE, PAD and CONCAT (offsets along the rows or
     columns they cut, pad or join) maps an input whose batch, rows and columns differ from
     the output's as WHOLE: only inputs of the output's own extent can stay row-local (and
-    the Reshapes of a window partition, planner.front.windows).
+    a Reshape's rows split or merged, planner.ir.layout.regrouped_layout).
     """
 
     WINDOW = "window"  # conv / pool: a kernel window per output row (kernel, stride, pads)
