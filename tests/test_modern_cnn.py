@@ -240,3 +240,27 @@ def test_a_matmul_over_columns_runs_row_by_row(tmp_path: Path) -> None:
     assert (out.row_axis, out.col_axis) == (2, None)
     layers = tuple(lay.name for lay in graph.layers)
     assert_verifies(problem, hand_plan(problem, [Placement.of(layers, Tile(1, 4, 1))]))
+
+
+def test_ops_that_cut_or_reduce_columns_keep_the_map_an_image(tmp_path: Path) -> None:
+    """A Pad along the columns, a mean over them (keepdims) and a product with that mean,
+    whichever operand comes first, keep an image's rows and columns: the convs after them
+    still slide over rows and columns (only an op that contracts the columns away, a
+    product by a map, keeps the rows alone)."""
+    b = models._Builder(np.random.default_rng(3))
+    x = b.conv("input", 3, 8, 3)
+    pads = b.const("pads", np.array([0, 0, 0, 0, 0, 0, 0, 1], np.int64))
+    padded = b.one("Pad", [x, pads], "pad")
+    y = b.conv(padded, 8, 8, 3)
+    mean = b.one("ReduceMean", [y], "mean", axes=[3], keepdims=1)
+    scaled = b.one("Mul", [mean, y], "scale")
+    out = b.conv(scaled, 8, 8, 3)
+    path = models.save(b.model((1, 3, 16, 16), out, 13), tmp_path, "cols")
+    problem = api.prepare(str(path))
+    graph = problem.graph
+    for name in ("pad", "mean", "scale"):
+        lay = next(lay for lay in graph.layers if lay.name.startswith(name))
+        layout = graph.layout(lay.outputs[0])
+        assert (layout.row_axis, layout.col_axis) == (2, 3), name
+    last = graph.layers[-1]
+    assert (last.row_maps[0].kind.value, last.col_maps[0].kind.value) == ("window", "window")

@@ -158,11 +158,12 @@ def layout_maps(im: IndexMap, lin: Layout, lout: Layout, out_shape: Shape
                 ) -> tuple[AxisMap, AxisMap]:
     """The row and column maps of one input for its layout and the output's: along each
     tiled axis of the output, how it reads the input's axis of the same part; WHOLE for both
-    where the input's batch or rows are not read by the output's (a tile of the output
-    would not be a box of the input). Where only one of the two has columns (a map flattened
-    into a sequence, a sequence split into an image's rows and columns), the input's are
-    read whole: a box of output rows reads its rows' every column (the row-major order a
-    Reshape keeps, planner.ir.index_maps.regrouped)."""
+    where the input's batch or rows are not read by the output's, or both have columns and
+    the output's do not read the input's (a tile of the output would not be a box of the
+    input). Where only one of the two has columns (a map flattened into a sequence, a
+    sequence split into an image's rows and columns), the input's are read whole: a box of
+    output rows reads its rows' every column (the row-major order a Reshape keeps,
+    planner.ir.index_maps.regrouped)."""
     if not (lin.spatial and lout.spatial):
         return WHOLE, WHOLE
     pairs = ((lout.batch_axis, lin.batch_axis), (lout.row_axis, lin.row_axis))

@@ -295,30 +295,35 @@ def _kept_layout(ims: Sequence[IndexMap], in_shapes: Sequence[tuple[int, ...]],
     Softmax, a product of two maps) keeps by its index maps: that of the first token input
     whose batch and tokens land on the output whole, one with a batch axis first."""
     found = [lay for lay in (carried(lay, shape, out_shape, im.lands)
-                             for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True)
-                             if lay.token_like) if lay is not None]
+                             for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True))
+             if lay is not None]
     found.sort(key=lambda lay: lay.batch_axis is None)
     return found[0] if found else None
 
 
 def _kept_rows(spec: OpSpec, ims: Sequence[IndexMap], in_shapes: Sequence[tuple[int, ...]],
                in_layouts: Sequence[Layout], out_shape: tuple[int, ...]) -> Layout | None:
-    """The layout a per-pixel op keeps of an image input that nothing else names: its rows
-    where they land, its columns too where they do (a product by a map that contracts
-    them, p @ v of attention probabilities guessed NCHW, keeps the rows only)."""
+    """The layout an op that keeps a layout (_KEEP_LAYOUT) keeps of an image input when
+    nothing else names its output: the rows and columns where they land, one whose columns
+    land first; the rows alone where the op contracts the columns away (p @ v of window
+    attention's probabilities, guessed NCHW at batch 2). None where the columns are
+    broadcast, cut or reduced (the shape's layout keeps them where they are)."""
     if spec.maps not in _KEEP_LAYOUT or spec.op_class is OpClass.OPAQUE:
         return None
+    found: list[tuple[bool, Layout]] = []
     for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True):
-        r = lay.row_axis
+        r, c, b = lay.row_axis, lay.col_axis, lay.batch_axis
         rows = None if lay.token_like or r is None or shape[r] == 1 else im.lands(r)
-        if rows is None:
+        batch = None if b is None else im.lands(b)
+        if rows is None or (b is not None and batch is None and shape[b] != 1):
             continue
-        batch = None if lay.batch_axis is None else im.lands(lay.batch_axis)
-        if lay.batch_axis is not None and batch is None and shape[lay.batch_axis] != 1:
+        cols = None if c is None else im.lands(c)
+        if c is not None and cols is None and (
+                shape[c] == 1 or any(read is not None and read.axis == c for read in im.reads)):
             continue
-        cols = None if lay.col_axis is None else im.lands(lay.col_axis)
-        return boxed(out_shape, batch, rows, cols)
-    return None
+        found.append((c is not None and cols is None, boxed(out_shape, batch, rows, cols)))
+    found.sort(key=lambda pair: pair[0])
+    return found[0][1] if found else None
 
 
 def _moved_batch(moved: IndexMap, layout: Layout, in_shape: tuple[int, ...],
@@ -338,7 +343,10 @@ def _moved_batch(moved: IndexMap, layout: Layout, in_shape: tuple[int, ...],
     if b_in is not None:
         # the tokens go (ViT's class token taken), the batch lands whole on axis 0: a
         # flat [B, C] keeps each image apart
-        batch_kept = batch_kept or (
-            moved.lands(b_in) == 0
-            and out_shape[:1] == in_shape[b_in:b_in + 1])
+        on_first = moved.lands(b_in) == 0 and out_shape[:1] == in_shape[b_in:b_in + 1]
+        if b_in != 0 and in_shape[b_in] > 1:
+            # the op table's flag asks of axis 0 only; a batch elsewhere (sequence first,
+            # [L, B, C] into [L, B C]) is kept only where it lands on the output's axis 0
+            return None, on_first
+        batch_kept = batch_kept or on_first
     return None, batch_kept

@@ -12,15 +12,15 @@ channels or a Linear layer keeps: tiled along L as rows, one column wide), and [
 a rank-3 map a 1-D conv or pool slides along (tiled along L as rows), wherever no op reads
 the would-be rows as channels.
 Movement ops carry a token layout on (`carried`, by their index maps, planner.ir.index_maps):
-a Reshape that splits the channels into heads, a Transpose that moves the tokens next to
-the head width (or puts them first, as nn.MultiheadAttention does), Split, Gather,
-Squeeze and Unsqueeze along other axes keep the batch and the tokens as whole axes, and
-the output tiles along the same tokens; so do the products of attention and the per-token
-ops after them. Where the batch axis merges into another (heads of a sequence-first batch)
-it is lost, and with it the carrying, unless the batch is one image. A Reshape of any
-layout follows the row-major order it keeps (`regrouped_layout`): Swin's window partition
-gives its 6-D tensors their window rows as rows and its window tensors their windows as
-rows, a flatten of an image's rows and columns a sequence, and back. Ask
+a Transpose that moves the tokens next to the head width (or puts them first, as
+nn.MultiheadAttention does), Split, Gather, Squeeze and Unsqueeze along other axes keep
+the batch and the tokens as whole axes, and the output tiles along the same tokens; so do
+the products of attention and the per-token ops after them. Where the batch axis merges
+into another (heads of a sequence-first batch) it is lost, and with it the carrying,
+unless the batch is one image. A Reshape of any layout follows the row-major order it
+keeps (`regrouped_layout`): a head split carries the tokens, Swin's window partition gives
+its 6-D tensors their window rows as rows and its window tensors their windows as rows, a
+flatten of an image's rows and columns gives a sequence, and back. Ask
 `Graph.layout(t)`, not the shape, for a tensor's layout.
 """
 
@@ -192,8 +192,8 @@ def regrouped_layout(layout: Layout, in_shape: Sequence[int], out_shape: Sequenc
     - `named` (what the ops say of the output: a channels-last or token stretch) is the
       layout where its rows agree and it names the columns, or a batch the input did not
       have (MaxViT's grid windows of one image, which attention runs over as a batch).
-    - A layout guessed from the shape alone (rank above 4, planner.ir.layout.layout_of) is
-      not merged: its last two axes are rows and columns nothing said."""
+    - Rows are merged with columns only in a map of rank 4: a higher rank's last two axes
+      are rows and columns only as the shape guesses them (`layout_of`), nothing said."""
     r, c, b = layout.row_axis, layout.col_axis, layout.batch_axis
     if r is None or len(out_shape) < 2:
         return None
@@ -208,8 +208,6 @@ def regrouped_layout(layout: Layout, in_shape: Sequence[int], out_shape: Sequenc
         batch = lands(b)
         if batch is None and in_shape[b] != 1:
             return None  # no tile of images is a box of a batch merged into another axis
-    if batch == rows:
-        return None
     cols = None
     if c is not None and not merged:
         cols = lands(c)
