@@ -22,6 +22,7 @@ from fuseplan.planner.ir.layout import (
     heads,
     layout_of,
     nchw,
+    ncl,
     nhwc,
     sequence,
     tokens,
@@ -233,3 +234,21 @@ def test_stretches_tokens_and_lengths() -> None:
                                "t": (1, 20, 6), "y": (1, 20, 6)}, consts)
     assert found.lengths >= {"x", "c", "r"} and found.tokens >= {"t", "y"}
     assert not found.tokens & found.lengths
+
+
+def test_tokens_follow_a_join_along_them_and_a_one_element_window() -> None:
+    """Sequences joined along their positions (a detector's scales) and a 1x1 conv of a
+    sequence keep it: the index map reads the positions shifted or one for one
+    (IndexMap.follows), though no output axis reads them whole (`lands`)."""
+    joined = index_maps(facts_of(op_spec("Concat"), {"axis": 2},
+                                 [(1, 16, 8), (1, 16, 4)], [0, 1], (1, 16, 12), 17))
+    for im, shape in zip(joined, [(1, 16, 8), (1, 16, 4)], strict=True):
+        assert carried(ncl(), shape, (1, 16, 12), im.lands) is None
+        assert carried(ncl(), shape, (1, 16, 12), im.lands, im.follows) == sequence(3, 0, 2)
+    conv = index_maps(facts_of(op_spec("Conv"), {"kernel_shape": [1, 1]},
+                               [(1, 16, 4, 8), (32, 16, 1, 1)], [0], (1, 32, 4, 8), 17))[0]
+    seq = sequence(4, 0, 3)  # a DFL-like [N, C, 4, L]: positions on axis 3
+    assert carried(seq, (1, 16, 4, 8), (1, 32, 4, 8), conv.follows) == seq
+    wide = index_maps(facts_of(op_spec("Conv"), {"kernel_shape": [3, 3], "pads": [1] * 4},
+                               [(1, 16, 4, 8), (32, 16, 3, 3)], [0], (1, 32, 4, 8), 17))[0]
+    assert carried(seq, (1, 16, 4, 8), (1, 32, 4, 8), wide.follows) is None

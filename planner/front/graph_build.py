@@ -22,7 +22,6 @@ from fuseplan.planner.front.fills import stored_array
 from fuseplan.planner.front.kv_cache import append_caches
 from fuseplan.planner.front.onnx_load import LoadedModel
 from fuseplan.planner.front.sliding import (
-    pointwise,
     sliding_window,
     with_kernel_shape,
 )
@@ -79,37 +78,11 @@ def _tensor_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 CHECK_EVERY = 1024
 
 # ops whose output keeps a token input's layout when the batch and tokens pass through
-# (per-element functions, per-token normalization and linear layers, products)
+# (per-element functions, per-token normalization and linear layers, products, joins, and
+# windows of one element: a 1x1 conv of a sequence wherever its positions are)
 _KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX,
-                          MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD, MapRule.REDUCE})
-
-
-def _keeps_sequence(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
-                    out_shape: tuple[int, ...], layouts: Mapping[str, Layout],
-                    shapes: Mapping[str, tuple[int, ...]]) -> bool:
-    """Whether the output keeps the sequence layout of its first input: a 1x1 conv of it
-    (its positions where they were), or sequences of one layout joined along their tokens
-    or channels (a detector's scales flattened and joined along their positions)."""
-    first = layouts[fmap[0]]
-    if spec.maps is MapRule.WINDOW:
-        return len(out_shape) == first.rank \
-            and pointwise(attrs, attrs.get("kernel_shape") or [0], first)
-    return spec.maps is MapRule.CONCAT and all(
-        layouts.get(t) == first and len(shapes[t]) == len(out_shape) for t in fmap)
-
-
-def _out_layout(spec: OpSpec, attrs: dict[str, Any], fmap: Sequence[str],
-                out_shape: tuple[int, ...], layouts: Mapping[str, Layout],
-                shapes: Mapping[str, tuple[int, ...]]) -> Layout | None:
-    """A sequence layout the output keeps from its first input (a 1x1 conv of it, sequences
-    joined along their positions or channels), None for any other. Channels-last maps,
-    token sequences and 1-D sequences are found before (planner.front.stretches)."""
-    if not fmap:
-        return None
-    first = layouts.get(fmap[0]) or layout_of(shapes[fmap[0]])
-    if first.token_like and _keeps_sequence(spec, attrs, fmap, out_shape, layouts, shapes):
-        return first
-    return None
+                          MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD, MapRule.REDUCE,
+                          MapRule.CONCAT, MapRule.WINDOW})
 
 
 def build_graph(model: LoadedModel, budget: Budget | None = None) -> Graph:
@@ -198,7 +171,6 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
     carry, batch_kept = _carried_layout(spec, attrs, ims, in_shapes, in_layouts, out_shape,
                                         opset, layouts.get(outputs[0]))
     given = carry or layouts.get(outputs[0]) \
-        or _out_layout(spec, attrs, fmap, out_shape, layouts, shapes) \
         or _kept_rows(spec, ims, in_shapes, in_layouts, out_shape)
     _record_layout(layouts, outputs, given, carried_all=carry is not None)
     out_layout = given or layout_of(out_shape)
@@ -294,7 +266,7 @@ def _kept_layout(ims: Sequence[IndexMap], in_shapes: Sequence[tuple[int, ...]],
     """The token layout a per-token op (element-wise, a normalization or Linear layer,
     Softmax, a product of two maps) keeps by its index maps: that of the first token input
     whose batch and tokens land on the output whole, one with a batch axis first."""
-    found = [lay for lay in (carried(lay, shape, out_shape, im.lands)
+    found = [lay for lay in (carried(lay, shape, out_shape, im.lands, im.follows)
                              for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True))
              if lay is not None]
     found.sort(key=lambda lay: lay.batch_axis is None)

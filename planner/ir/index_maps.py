@@ -54,6 +54,20 @@ class IndexMap:
                 return out_axis
         return None
 
+    def follows(self, in_axis: int) -> int | None:
+        """The output axis that reads input axis `in_axis` position for position: whole
+        (`lands`), shifted (a Slice, Pad or Concat along it) or through a window of one
+        element (a 1x1 conv); None where no output axis does."""
+        for out_axis, read in enumerate(self.reads):
+            if read is None or read.axis != in_axis:
+                continue
+            m = read.map
+            if m == IDENTITY or m.kind is MapKind.OFFSET or (
+                    m.kind is MapKind.WINDOW and m.kernel == m.stride == m.dilation == 1
+                    and m.pad == 0):
+                return out_axis
+        return None
+
     def carries(self, in_axis: int) -> int | None:
         """The output axis input axis `in_axis` goes to in order: whole (`lands`), or as
         the leading axis of a row-major split (a range of it reads whole strides of the

@@ -133,15 +133,18 @@ def sequence(rank: int, batch_axis: int | None, row_axis: int) -> Layout:
 
 
 def carried(layout: Layout, in_shape: Sequence[int], out_shape: Sequence[int],
-            lands: Callable[[int], int | None]) -> Layout | None:
+            lands: Callable[[int], int | None],
+            rows_to: Callable[[int], int | None] | None = None) -> Layout | None:
     """The token layout an op's output carries from an input's, None when the tokens land
     on no axis or a batch of more than one image is lost.
     `lands(axis)`: the output axis an input axis lands on whole (the op's index map,
     planner.ir.index_maps.IndexMap.lands), None where it is merged, split, cut or dropped
-    (a Reshape's rows split or merged: `regrouped_layout`)."""
+    (a Reshape's rows split or merged: `regrouped_layout`); `rows_to(axis)` (default
+    `lands`): the output axis the tokens go to (IndexMap.follows: shifted too, by a Slice,
+    Pad or Concat along them, or through a 1x1 window)."""
     if not layout.token_like or layout.row_axis is None:
         return None
-    rows = lands(layout.row_axis)
+    rows = (rows_to or lands)(layout.row_axis)
     if rows is None:
         return None
     batch = None
