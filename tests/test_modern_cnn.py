@@ -264,3 +264,20 @@ def test_ops_that_cut_or_reduce_columns_keep_the_map_an_image(tmp_path: Path) ->
         assert (layout.row_axis, layout.col_axis) == (2, 3), name
     last = graph.layers[-1]
     assert (last.row_maps[0].kind.value, last.col_maps[0].kind.value) == ("window", "window")
+
+
+def test_maps_joined_along_the_batch_stay_images(tmp_path: Path) -> None:
+    """Two one-image maps joined along the batch (classifier-free guidance) stay an image:
+    the conv after slides over its rows and columns (a join along the batch carries no
+    layout, images joined are no box of either input's)."""
+    b = models._Builder(np.random.default_rng(1))
+    x = b.conv("input", 3, 8, 3)
+    joined = b.one("Concat", [x, x], "cat", axis=0)
+    y = b.conv(b.one("Relu", [joined], "relu"), 8, 8, 3)
+    graph = api.prepare(str(models.save(b.model((1, 3, 16, 16), y, 13), tmp_path, "cfg"))).graph
+    for name in ("cat", "relu"):
+        lay = next(lay for lay in graph.layers if lay.name.startswith(name))
+        layout = graph.layout(lay.outputs[0])
+        assert (layout.batch_axis, layout.row_axis, layout.col_axis) == (0, 2, 3), name
+    last = graph.layers[-1]
+    assert (last.row_maps[0].kind.value, last.col_maps[0].kind.value) == ("window", "window")

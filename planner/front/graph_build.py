@@ -77,12 +77,14 @@ def _tensor_shapes(proto: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 # layers built between two looks at the time limit (a 20,000-node graph builds in ~2 s)
 CHECK_EVERY = 1024
 
-# ops whose output keeps a token input's layout when the batch and tokens pass through
-# (per-element functions, per-token normalization and linear layers, products, joins, and
-# windows of one element: a 1x1 conv of a sequence wherever its positions are)
+# ops whose output keeps an input's layout where its batch and rows pass through by the
+# index map (per-element functions, per-token normalization and linear layers, products)
 _KEEP_LAYOUT = frozenset({MapRule.LOCAL, MapRule.NORM, MapRule.LINEAR, MapRule.SOFTMAX,
-                          MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD, MapRule.REDUCE,
-                          MapRule.CONCAT, MapRule.WINDOW})
+                          MapRule.ATTENTION, MapRule.SLICE, MapRule.PAD, MapRule.REDUCE})
+# and those that keep a token input's: joins along any axis but the batch, and windows
+# one element wide along the tokens (a 1x1 conv of a sequence wherever its positions are,
+# a pool over other axes) where nothing names the output
+_KEEP_TOKENS = _KEEP_LAYOUT | {MapRule.CONCAT, MapRule.WINDOW}
 
 
 def build_graph(model: LoadedModel, budget: Budget | None = None) -> Graph:
@@ -256,18 +258,23 @@ def _carried_layout(spec: OpSpec, attrs: dict[str, Any], ims: Sequence[IndexMap]
     if spec.axis_move is not AxisMove.NONE and first.token_like:
         carry = carried(first, in_shapes[0], out_shape, ims[0].lands)
         return _moved_batch(ims[0], first, in_shapes[0], out_shape, batch_kept, carry)
-    if spec.maps in _KEEP_LAYOUT and spec.op_class is not OpClass.OPAQUE:
+    if spec.maps in _KEEP_TOKENS and spec.op_class is not OpClass.OPAQUE \
+            and (named is None or spec.maps is not MapRule.WINDOW):
         return _kept_layout(ims, in_shapes, in_layouts, out_shape), batch_kept
     return None, batch_kept
 
 
 def _kept_layout(ims: Sequence[IndexMap], in_shapes: Sequence[tuple[int, ...]],
                  in_layouts: Sequence[Layout], out_shape: tuple[int, ...]) -> Layout | None:
-    """The token layout a per-token op (element-wise, a normalization or Linear layer,
-    Softmax, a product of two maps) keeps by its index maps: that of the first token input
-    whose batch and tokens land on the output whole, one with a batch axis first."""
+    """The token layout an op keeps by its index maps: that of the first token input whose
+    batch lands on the output whole (or is one image) and whose tokens it reads position
+    for position (IndexMap.follows: whole, shifted, through a window one element wide),
+    one with a batch axis first."""
     found = [lay for lay in (carried(lay, shape, out_shape, im.lands, im.follows)
-                             for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True))
+                             for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True)
+                             # images joined or cut along their batch: no box of images
+                             if lay.batch_axis is None or im.lands(lay.batch_axis) is not None
+                             or im.follows(lay.batch_axis) is None)
              if lay is not None]
     found.sort(key=lambda lay: lay.batch_axis is None)
     return found[0] if found else None

@@ -141,7 +141,7 @@ def carried(layout: Layout, in_shape: Sequence[int], out_shape: Sequence[int],
     planner.ir.index_maps.IndexMap.lands), None where it is merged, split, cut or dropped
     (a Reshape's rows split or merged: `regrouped_layout`); `rows_to(axis)` (default
     `lands`): the output axis the tokens go to (IndexMap.follows: shifted too, by a Slice,
-    Pad or Concat along them, or through a 1x1 window)."""
+    Pad or Concat along them, or through a window one element wide along them)."""
     if not layout.token_like or layout.row_axis is None:
         return None
     rows = (rows_to or lands)(layout.row_axis)
