@@ -14,6 +14,7 @@ from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
+from test_index_maps import _factor
 
 from fuseplan.planner.app import api
 from fuseplan.planner.core.errors import InputError
@@ -339,16 +340,6 @@ def test_reshape_row_maps_need_exactly_the_rows_an_output_range_reads(
     assert (a, b) == (int(reached.min()), int(reached.max()) + 1)
 
 
-def _factors(n: int) -> list[int]:
-    out, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out
-
-
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_any_reshape_box_reads_only_the_input_box_its_maps_give(data: st.DataObject) -> None:
@@ -362,7 +353,7 @@ def test_any_reshape_box_reads_only_the_input_box_its_maps_give(data: st.DataObj
     col = data.draw(st.sampled_from([None, row + 1] if row + 1 < rank else [None]))
     layout = boxed(in_shape, batch, row, col)
     # the output: the elements' prime factors, in order, grouped into consecutive axes
-    primes = [f for n in in_shape for f in _factors(n)]
+    primes = [f for n in in_shape for f in _factor(n)]
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(primes) - 1)), max_size=4)))
     bounds = [0, *[c for c in cuts if c < len(primes)], len(primes)]
     out_shape = tuple(prod(primes[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
