@@ -374,7 +374,7 @@ def _slice_box_bounds(graph: Graph, lay: Layer, args: list[np.ndarray | None]
 def _box_shape(graph: Graph, tensor: str, box: Box) -> tuple[int, ...]:
     """Shape of a tensor's box: its extents along batch, rows and columns, the rest whole."""
     shape = list(graph.shapes[tensor])
-    for axis, lo, hi in _box_axes(graph.layout(tensor), box):
+    for _, axis, lo, hi in _box_parts(graph.layout(tensor), box):
         shape[axis] = max(0, hi - lo)
     return tuple(shape)
 
@@ -383,13 +383,6 @@ def _box_parts(layout: Layout, box: Box) -> list[tuple[int, int, int, int]]:
     """(part, axis, start, end) of a box along the batch (part 0), row (1) and column (2)
     axes the layout has."""
     return [(k, axis, box[2 * k], box[2 * k + 1])
-            for k, axis in enumerate((layout.batch_axis, layout.row_axis, layout.col_axis))
-            if axis is not None]
-
-
-def _box_axes(layout: Layout, box: Box) -> list[tuple[int, int, int]]:
-    """(axis, start, end) of a box along the batch, row and column axes the layout has."""
-    return [(axis, box[2 * k], box[2 * k + 1])
             for k, axis in enumerate((layout.batch_axis, layout.row_axis, layout.col_axis))
             if axis is not None]
 

@@ -209,7 +209,5 @@ def _reshapes_box(pair: tuple[AxisMap, AxisMap]) -> bool:
     rows element for element, whole, merged (UPSAMPLE) or split into whole strides (an
     unpadded WINDOW as wide as its stride); columns element for element or whole."""
     rows, cols = pair
-    split = rows.kind is MapKind.WINDOW and rows.kernel == rows.stride and rows.pad == 0 \
-        and rows.dilation == 1
     return cols.kind in (MapKind.IDENTITY, MapKind.WHOLE) and (
-        split or rows.kind in (MapKind.IDENTITY, MapKind.WHOLE, MapKind.UPSAMPLE))
+        rows.whole_strides or rows.kind in (MapKind.IDENTITY, MapKind.WHOLE, MapKind.UPSAMPLE))

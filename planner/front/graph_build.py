@@ -32,6 +32,7 @@ from fuseplan.planner.ir.layout import (
     Layout,
     boxed,
     carried,
+    landed_batch,
     layout_of,
     ncl,
     nhwc,
@@ -291,10 +292,10 @@ def _kept_rows(spec: OpSpec, ims: Sequence[IndexMap], in_shapes: Sequence[tuple[
         return None
     found: list[tuple[bool, Layout]] = []
     for im, shape, lay in zip(ims, in_shapes, in_layouts, strict=True):
-        r, c, b = lay.row_axis, lay.col_axis, lay.batch_axis
+        r, c = lay.row_axis, lay.col_axis
         rows = None if lay.token_like or r is None or shape[r] == 1 else im.lands(r)
-        batch = None if b is None else im.lands(b)
-        if rows is None or (b is not None and batch is None and shape[b] != 1):
+        kept, batch = landed_batch(lay, shape, im.lands)
+        if rows is None or not kept:
             continue
         cols = None if c is None else im.lands(c)
         if c is not None and cols is None and (

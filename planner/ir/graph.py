@@ -55,6 +55,14 @@ class AxisMap:
     pad: int = 0  # padding before the first row
     dilation: int = 1
 
+    @property
+    def whole_strides(self) -> bool:
+        """A window as wide as its stride, unpadded and undilated: a range of outputs reads
+        whole strides of the input (a row-major split's leading axis; one element for one
+        at kernel 1)."""
+        return self.kind is MapKind.WINDOW and self.kernel == self.stride \
+            and self.pad == 0 and self.dilation == 1
+
     def needed(self, lo: int, hi: int, in_len: int) -> tuple[int, int]:
         """Input range [a, b) needed for output range [lo, hi), before clipping to the input."""
         k, s, p, d = self.kernel, self.stride, self.pad, self.dilation

@@ -46,41 +46,29 @@ class IndexMap:
     in_shape: Shape
     reads: tuple[AxisRead | None, ...]  # per output axis; None: reads no axis of this input
 
+    def _reader(self, in_axis: int, accept: Callable[[AxisMap], bool]) -> int | None:
+        """The first output axis that reads input axis `in_axis` by a map `accept` takes."""
+        return next((out_axis for out_axis, read in enumerate(self.reads)
+                     if read is not None and read.axis == in_axis and accept(read.map)), None)
+
     def lands(self, in_axis: int) -> int | None:
         """The output axis input axis `in_axis` lands on whole, element for element (a
         movement op carrying it), None where it is merged, split, cut or dropped."""
-        for out_axis, read in enumerate(self.reads):
-            if read is not None and read.axis == in_axis and read.map == IDENTITY:
-                return out_axis
-        return None
+        return self._reader(in_axis, lambda m: m == IDENTITY)
 
     def follows(self, in_axis: int) -> int | None:
         """The output axis that reads input axis `in_axis` position for position: whole
         (`lands`), shifted (a Slice, Pad or Concat along it) or through a window of one
         element (a 1x1 conv); None where no output axis does."""
-        for out_axis, read in enumerate(self.reads):
-            if read is None or read.axis != in_axis:
-                continue
-            m = read.map
-            if m == IDENTITY or m.kind is MapKind.OFFSET or (
-                    m.kind is MapKind.WINDOW and m.kernel == m.stride == m.dilation == 1
-                    and m.pad == 0):
-                return out_axis
-        return None
+        return self._reader(in_axis, lambda m: m == IDENTITY or m.kind is MapKind.OFFSET
+                            or (m.whole_strides and m.kernel == 1))
 
     def carries(self, in_axis: int) -> int | None:
         """The output axis input axis `in_axis` goes to in order: whole (`lands`), or as
         the leading axis of a row-major split (a range of it reads whole strides of the
         input axis) or of a merge (it reads the input axis scaled up)."""
-        for out_axis, read in enumerate(self.reads):
-            if read is None or read.axis != in_axis:
-                continue
-            m = read.map
-            if m == IDENTITY or m.kind is MapKind.UPSAMPLE or (
-                    m.kind is MapKind.WINDOW and m.kernel == m.stride and m.pad == 0
-                    and m.dilation == 1):
-                return out_axis
-        return None
+        return self._reader(in_axis, lambda m: m == IDENTITY or m.kind is MapKind.UPSAMPLE
+                            or m.whole_strides)
 
     def read_of(self, out_axis: int | None) -> AxisRead | None:
         """What output axis `out_axis` reads of this input (None for no axis)."""

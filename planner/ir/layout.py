@@ -147,14 +147,21 @@ def carried(layout: Layout, in_shape: Sequence[int], out_shape: Sequence[int],
     rows = (rows_to or lands)(layout.row_axis)
     if rows is None:
         return None
-    batch = None
-    if layout.batch_axis is not None:
-        batch = lands(layout.batch_axis)
-        if batch is None and in_shape[layout.batch_axis] != 1:
-            return None  # no tile of images is a box of a batch merged into another axis
-    if batch == rows:
+    kept, batch = landed_batch(layout, in_shape, lands)
+    if not kept or batch == rows:
         return None
     return sequence(len(out_shape), batch, rows)
+
+
+def landed_batch(layout: Layout, in_shape: Sequence[int],
+                 lands: Callable[[int], int | None]) -> tuple[bool, int | None]:
+    """Where an op takes an input's batch (`lands`, as for `carried`): (True, the output
+    axis it lands on whole, or None for one image or no batch), or (False, None) when a
+    batch of more than one image lands on no axis (merged into another: no tile of images
+    is a box of it)."""
+    b = layout.batch_axis
+    batch = None if b is None else lands(b)
+    return batch is not None or b is None or in_shape[b] == 1, batch
 
 
 def boxed(shape: Sequence[int], batch_axis: int | None, row_axis: int,
@@ -197,7 +204,7 @@ def regrouped_layout(layout: Layout, in_shape: Sequence[int], out_shape: Sequenc
       have (MaxViT's grid windows of one image, which attention runs over as a batch).
     - Rows are merged with columns only in a map of rank 4: a higher rank's last two axes
       are rows and columns only as the shape guesses them (`layout_of`), nothing said."""
-    r, c, b = layout.row_axis, layout.col_axis, layout.batch_axis
+    r, c = layout.row_axis, layout.col_axis
     if r is None or len(out_shape) < 2:
         return None
     rows = carries(r)
@@ -206,11 +213,9 @@ def regrouped_layout(layout: Layout, in_shape: Sequence[int], out_shape: Sequenc
     merged = out_shape[rows] > in_shape[r]
     if merged and c is not None and layout.rank != 4:
         return None
-    batch = None
-    if b is not None:
-        batch = lands(b)
-        if batch is None and in_shape[b] != 1:
-            return None  # no tile of images is a box of a batch merged into another axis
+    kept, batch = landed_batch(layout, in_shape, lands)
+    if not kept:
+        return None
     cols = None
     if c is not None and not merged:
         cols = lands(c)
