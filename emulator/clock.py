@@ -18,7 +18,10 @@ Resources and rules, per group:
 * **buffers**: without double buffering a tile loads, computes and stores before the next
   tile loads. With it the input buffers are a queue of depth 2: tile i+1's load may start
   once tile i's load is done and tile i-1's compute has freed its buffer; tile i computes
-  once its load is done and the cores are free; its store follows its compute;
+  once its load is done and the cores are free; its store follows its compute. A tile
+  that loads nothing (a halo-reusing tile whose inputs earlier tiles brought) takes no
+  buffer: it computes from the buffer of the last tile that loaded, so a load waits for
+  every tile before that one to have computed;
 * **weights** ride with the tile that first needs them (all of them with the first tile
   when resident, with the first tile of every round of tiles when streamed: the round's
   other tiles, on the other clusters, receive the same broadcast); in a banded group each
@@ -257,6 +260,16 @@ def _prefetch(prev: GroupTime, wanted: Fraction) -> tuple[Fraction, Fraction | N
     return taken, first
 
 
+def _last_loaders(loads: Sequence[Fraction | int]) -> list[int]:
+    """For each tile, the last tile before it whose load moves any byte (-1: none)."""
+    out, last = [], -1
+    for s, size in enumerate(loads):
+        out.append(last)
+        if size:
+            last = s
+    return out
+
+
 def _step_weights(bands: Sequence[Sequence[TileEvents]], step: int) -> int:
     """Weight bytes loaded at one step: one broadcast transfer for all bands."""
     return max((b[step].weight_bytes for b in bands if step < len(b)), default=0)
@@ -294,6 +307,10 @@ class _Playback:
         self.weights = [Fraction(_step_weights(bands, s)) for s in range(steps)]
         self.weights[0] = max(Fraction(0), self.weights[0] - preloaded_weight_bytes)
         self.work = [[timing.compute(t, cores) for t in b] for b in bands]
+        # before each tile, the last tile of its band that loaded anything (-1: none)
+        self.last_loader = [_last_loaders([t.load_bytes + (self.weights[s] if self.carrier[s] == b
+                                                           else 0) for s, t in enumerate(band)])
+                            for b, band in enumerate(bands)]
         self.preloaded = preloaded_weight_bytes
         self.load_begin: list[list[Fraction]] = [[] for _ in bands]
         self.load_end: list[list[Fraction]] = [[] for _ in bands]
@@ -314,9 +331,11 @@ class _Playback:
             return self.start
         if not self.double_buffered:  # one buffer: the previous tile is stored first
             return store_end[s - 1] if len(store_end) >= s else None
-        if s >= 2 and len(comp_end) < s - 1:  # tile s-2 still holds the other buffer
+        # the other buffer is the last loading tile's: the tiles before it must be done
+        p = self.last_loader[b][s]
+        if p >= 1 and len(comp_end) < p:
             return None
-        return max(load_end[s - 1], comp_end[s - 2] if s >= 2 else self.start)
+        return max(load_end[s - 1], comp_end[p - 1] if p >= 1 else self.start)
 
     def advance_compute(self) -> None:
         """Compute every loaded tile whose step's weights have arrived."""

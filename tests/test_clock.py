@@ -20,6 +20,7 @@ import pytest
 from fuseplan.emulator.clock import ClockChip, GroupRun, TileEvents, simulate_group, simulate_plan
 from fuseplan.hardware.chip import Chip, load_chip
 from fuseplan.planner.app import api
+from fuseplan.planner.cost.schedule import Step, double_buffered_span
 from fuseplan.planner.geometry.regions import group_io, tile_count
 from tests import models
 
@@ -96,6 +97,21 @@ def test_second_buffer_waits_for_the_compute_that_frees_it() -> None:
     assert trace.busy == ((0, 1), (1, 2), (101, 102), (102, 103), (103, 104), (104, 105))
     assert trace.end == 105
 
+
+
+def test_a_tile_that_loads_nothing_takes_no_buffer() -> None:
+    # halo reuse: tiles 1 and 3 compute from what tiles 0 and 2 brought and load nothing.
+    # load0 [0,30]; load1 (empty) at 30; load2 needs the buffer no tile holds yet: [30,60]
+    # (the old queue had it wait for compute0); compute0 [30,50], compute1 [50,90] still
+    # reads tile 0's buffer, so load4 waits for it: [90,120]; compute2 [90,110], compute3
+    # [110,111], compute4 [120,125]
+    tiles = [tile(30, 20, 0), tile(0, 40, 0), tile(30, 20, 0), tile(0, 1, 0), tile(30, 5, 0)]
+    trace = simulate_group(ONE, run(tiles, double_buffered=True))
+    assert trace.busy == ((0, 30), (30, 60), (90, 120))
+    assert trace.end == 125
+    # the planner's own play of such a run (planner.cost.schedule) follows the same rule
+    steps = [Step(t.load_bytes, t.macs, t.store_bytes) for t in tiles]
+    assert double_buffered_span(1.0, steps) == 125
 
 def test_fractional_bandwidth_rounds_the_group_once(tmp_path: Path) -> None:
     chip = unit_chip(tmp_path, gbps=1.5)  # 3 bytes per 2 cycles

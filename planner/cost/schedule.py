@@ -9,7 +9,8 @@ second-to-last tile of the sweep before it has computed, and the cores wait for 
 module plays such a run step by step under the buffering rules the emulator's clock
 states (emulator.clock: one link, transfers served in the order they become ready, stores
 first on a tie; a tile's load starts once the load before it is done and the tile two
-before it has computed; a tile computes once its load is done and the cores are free; its
+before it has computed (a tile that loads nothing takes no buffer: the tiles before the
+last one that loaded); a tile computes once its load is done and the cores are free; its
 store follows its compute). It is the planner's own account of that schedule, from the
 steps the cost model predicts; the emulator's clock plays the events it counted.
 """
@@ -35,6 +36,10 @@ def double_buffered_span(bytes_per_cycle: float, steps: Sequence[Step]) -> float
     """Cycles from the first load to the last store or compute of the steps, two input
     buffers deep (see the module docstring)."""
     n = len(steps)
+    last_loader, last = [], -1  # before each step, the last one that loaded anything
+    for k, step in enumerate(steps):
+        last_loader.append(last)
+        last = k if step.load_bytes else last
     link = 0.0
     loads: list[float] = []
     computes: list[float] = []
@@ -44,8 +49,9 @@ def double_buffered_span(bytes_per_cycle: float, steps: Sequence[Step]) -> float
         if len(stores) < len(computes):
             best = (computes[len(stores)], 0)
         s = len(loads)
-        if s < n and not (s >= 2 and len(computes) < s - 1):
-            ready = 0.0 if s == 0 else max(loads[s - 1], computes[s - 2] if s >= 2 else 0.0)
+        p = last_loader[s] if s < n else -1
+        if s < n and not (p >= 1 and len(computes) < p):
+            ready = 0.0 if s == 0 else max(loads[s - 1], computes[p - 1] if p >= 1 else 0.0)
             if best is None or (ready, 1) < best:
                 best = (ready, 1)
         assert best is not None  # a store or a load is always ready: computes follow loads
