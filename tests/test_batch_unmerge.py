@@ -115,3 +115,39 @@ def test_a_fold_no_reader_can_follow_is_left_as_the_model_has_it(tmp_path: Path)
     onnx.save(model, str(path))
     g = api.prepare(str(path)).graph
     assert g.shapes[fold.output[0]] == (16, 8, 8)
+
+
+def test_an_image_batch_folded_into_the_channels_is_followed(tmp_path: Path) -> None:
+    """Any layout's batch, not only a sequence's: [N, C, H, W] folded to [N*C, H, W] for a
+    per-element op and back is read as [N, C, H, W] all the way, so every layer tiles by
+    images; the plan fuses the five layers and verifies."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w0 = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3), np.float32), "w0")
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3), np.float32), "w1")
+    flat = numpy_helper.from_array(np.array([16, 16, 16], np.int64), "flat")
+    back = numpy_helper.from_array(np.array([2, 8, 16, 16], np.int64), "back")
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["a"], name="conv0", pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["a", "flat"], ["folded"], name="fold"),
+        helper.make_node("Relu", ["folded"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "back"], ["b"], name="unfold"),
+        helper.make_node("Conv", ["b", "w1"], ["y"], name="conv1", pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "image_fold",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 16, 16])],
+        [w0, w1, flat, back])
+    path = tmp_path / "image_fold.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    problem = api.prepare(str(path), overrides=("sram.bytes=12KiB",))
+    g = problem.graph
+    assert g.shapes["folded"] == g.shapes["r"] == (2, 8, 16, 16)
+    assert all(lay.batch_preserving for lay in g.layers)
+    assert g.layout("r").batch_axis == 0
+    plan = api.plan_problem(problem)
+    assert [grp.layers for grp in plan.groups] == [("conv0", "fold", "relu", "unfold", "conv1")]
+    assert_verifies(problem, plan)

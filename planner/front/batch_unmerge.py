@@ -1,20 +1,24 @@
 """A batch folded into a neighbouring axis, restated as an axis of its own.
 
-PyTorch's nn.MultiheadAttention runs sequence first, [L, B, C], and at a batch above one it
-folds the images into their neighbours twice: into the heads, [L, B*heads, d] and then
-[B*heads, L, d], and into the tokens, [L*B, C], before the output projection. No tile of
-images is a box of such a tensor (a merged axis holds the images outermost or innermost),
-so the planner lost the batch there and every layer between needed all images whole.
+A Reshape that merges a tensor's batch axis (of any layout) with an axis beside it leaves
+no box of images in its output: a merged axis holds the images outermost or innermost, and
+`planner.ir.layout.regrouped_layout` carries no batch there. PyTorch's
+nn.MultiheadAttention does this at a batch above one: it runs sequence first, [L, B, C],
+folds the images into the heads, [L, B*heads, d] and then [B*heads, L, d], and into the
+tokens, [L*B, C], before the output projection. Without a batch axis, every layer between
+needs all images whole.
 
-A Reshape keeps the row-major order of the elements, so the same elements read in a finer
-shape hold the batch as an axis of its own: [L, B, heads, d], [B, heads, L, d], [L, B, C].
-This pass restates such tensors in that finer shape, the same elements in the same order
-(the same bytes), and the layers between accordingly: a Transpose permutes the finer axes,
-a Linear layer (Gemm or MatMul by a constant) contracts the same last axis, a per-element
-layer with a scalar or per-channel constant keeps the shape, and a Reshape reads the finer
-shape as it read the coarse one. A restatement is made only where every layer reading a
-restated tensor is one of those, and none is a model output, so the model's outputs and
-every byte count are the original graph's.
+A Reshape keeps the row-major order of the elements, so the common refinement of its two
+shapes (`finer_shape`: every axis boundary of both, the shape tinygrad's views index
+through) holds the batch and the rows as axes of their own: [L, B, heads, d],
+[B, heads, L, d], [L, B, C]. This pass restates such tensors in that finer shape, the same
+elements in the same order (the same bytes), and the layers between accordingly, by what
+their index maps allow: a Transpose permutes the finer axes, a Linear layer (Gemm or
+MatMul by a constant) contracts the same last axis, a per-element layer with a scalar or
+per-channel constant keeps the shape, and a Reshape reads the finer shape as it read the
+coarse one. A restatement is made only where every layer reading a restated tensor is one
+of those, and none is a model output, so the model's outputs and every byte count are the
+original graph's.
 """
 
 from __future__ import annotations
@@ -116,7 +120,7 @@ class BatchRestatement:
         batch (and the tokens) on axes of their own, where every reader can follow."""
         spec = op_spec(node.op_type)
         out = node.output[0]
-        if spec.axis_move is not AxisMove.REGROUP or not in_layout.token_like \
+        if spec.axis_move is not AxisMove.REGROUP \
                 or in_layout.batch_axis is None or in_layout.row_axis is None:
             return
         in_shape, out_shape = self.shapes[x], self.shapes[out]
