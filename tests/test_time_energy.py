@@ -326,6 +326,45 @@ def test_pareto_cli_writes_png_and_plans(two) -> None:
     assert bad.returncode == 2 and "*.svg or *.png" in bad.stderr
 
 
+def test_an_energy_plan_is_never_dearer_than_the_traffic_plan() -> None:
+    """SqueezeNet fits on chip as one group of 66 layers: the traffic plan finds it
+    (whole_network, any depth), the energy path's candidates do not (their whole-map starts
+    begin past the stem). The energy plan weighs the traffic plan as plan_problem makes it,
+    so it is that group, not a dearer pair of groups (146,662,825 against 145,957,081 pJ)."""
+    problem = api.prepare("zoo:squeezenet")
+    traffic = api.plan_problem(problem, "shortest-path", "traffic")
+    energy = api.plan_problem(problem, "shortest-path", "energy")
+    assert len(traffic.groups) == 1 and len(traffic.groups[0].layers) == 66
+    assert energy.totals.energy_pj <= traffic.totals.energy_pj
+    assert energy.solver.get("kept_traffic_plan") is True
+
+
+def test_a_capped_solve_out_of_time_keeps_its_warm_start(tmp_path: Path, monkeypatch) -> None:
+    """A Pareto point's capped solve that finds no plan in its time limit (CP-SAT's UNKNOWN)
+    returns the plan it started from where that meets the cap, a point of the front, and
+    still fails where it does not."""
+    import models
+
+    import fuseplan.solver.cpsat as cpsat
+    from fuseplan.planner.app.planning import cpsat_groups
+    from fuseplan.planner.core.errors import PlanningError
+
+    def out_of_time(*args, **kwargs):
+        raise PlanningError("CP-SAT found no plan within 1 s (status UNKNOWN).")
+
+    problem = api.prepare(str(models.save(models.chain_cnn(h=64, w=64), tmp_path, "chain")),
+                          overrides=["sram.bytes=48KiB"])
+    fastest = api.plan_problem(problem, "shortest-path", "latency")
+    warm = [grp.placement for grp in fastest.groups]
+    monkeypatch.setattr(cpsat, "solve_cpsat", out_of_time)
+    cap = fastest.totals.cycles
+    groups, info = cpsat_groups(problem, Objective.ENERGY, 1, cap, warm=warm)
+    assert groups == warm and info["kept_warm_start"] and info["cycles_cap"] == cap
+    assert info["status"] == "FEASIBLE"
+    with pytest.raises(PlanningError, match="UNKNOWN"):
+        cpsat_groups(problem, Objective.ENERGY, 1, cap - 1, warm=warm)
+
+
 @pytest.mark.slow  # a Pareto front of capped CP-SAT solves, each point verified
 def test_squeezenet_front_conflicts_and_every_point_verifies() -> None:
     problem = api.prepare("zoo:squeezenet")

@@ -124,17 +124,12 @@ def _never_worse_than_traffic(problem: Problem, goal: Objective, groups: list[Pl
     same objective: the traffic plan is always a candidate, so a latency plan is never
     slower than it (a search cut short, or candidates a timed objective prices one group at
     a time, can miss it). Where it wins, the plan is no longer proven optimal."""
-    from fuseplan.solver.cpsat import faster_buffering
-    from fuseplan.solver.shortest_path import shortest_path_groups
-
     if budget.passed:
         return groups, info
-    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    rs, chip = problem.ruleset, problem.chip
     if progress is not None:
         progress(Progress("traffic plan, a candidate"))
-    # buffered as the traffic plan's CP-SAT picks it (the bytes do not depend on it)
-    traffic = [faster_buffering(g, chip, rs, p) for p in shortest_path_groups(
-        g, chip, rs, Objective.TRAFFIC, {}, budget=budget, jobs=jobs, progress=progress)]
+    traffic = traffic_placements(problem, budget, jobs, progress)
 
     def units(placements: Sequence[Placement]) -> int:
         return objective_units(_totals(problem, placements, goal), goal, rs.objective, chip)
@@ -143,6 +138,22 @@ def _never_worse_than_traffic(problem: Problem, goal: Objective, groups: list[Pl
         return groups, info
     kept = {k: v for k, v in info.items() if k not in ("bound", "solved_by", "objective")}
     return traffic, {**kept, "status": "FEASIBLE", "gap": None, "kept_traffic_plan": True}
+
+
+def traffic_placements(problem: Problem, budget: Budget | None = None, jobs: int = 1,
+                       progress: ProgressSink | None = None) -> list[Placement]:
+    """The traffic plan's groups as plan_problem makes them (the whole network as one group
+    where it fits at any depth, else the shortest path's), each buffered as the traffic
+    plan's CP-SAT picks it (the bytes do not depend on it): a candidate every other
+    objective weighs."""
+    from fuseplan.solver.cpsat import faster_buffering
+    from fuseplan.solver.shortest_path import shortest_path_groups
+
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    whole = whole_network(problem, deep=True) if rs.search.whole_network_first else None
+    placements = [whole] if whole is not None else shortest_path_groups(
+        g, chip, rs, Objective.TRAFFIC, {}, budget=budget, jobs=jobs, progress=progress)
+    return [faster_buffering(g, chip, rs, p) for p in placements]
 
 
 def _totals(problem: Problem, placements: Sequence[Placement], objective: Objective
@@ -248,10 +259,18 @@ def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | Non
         result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo,
                              options, trade_offs, budget, jobs, whole_maps, progress)
     except PlanningError as exc:
-        if hint and budget.left() is not None and "status UNKNOWN" in str(exc):
-            budget.cut("CP-SAT found no plan in the time left; the shortest-path plan is "
+        # out of time with a warm start that meets the cap: that plan, never none (a
+        # capped solve of a Pareto front has no command budget, only its solve's limit)
+        if hint and "status UNKNOWN" in str(exc) and (
+                cycles_cap is None
+                or _totals(problem, hint, objective).cycles <= cycles_cap):
+            budget.cut("CP-SAT found no plan in the time left; the plan it started from is "
                        "returned")
-            return list(hint), {"name": "cpsat", "status": "FEASIBLE", "gap": None}
+            kept: dict[str, Any] = {"name": "cpsat", "status": "FEASIBLE", "gap": None,
+                                    "kept_warm_start": True}
+            if cycles_cap is not None:
+                kept["cycles_cap"] = cycles_cap
+            return list(hint), kept
         if "MODEL_INVALID" not in str(exc):
             raise
         # the costs outgrow CP-SAT's 64-bit integers: the chip's numbers, not the time limit
