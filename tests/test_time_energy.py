@@ -343,11 +343,11 @@ def test_a_capped_solve_out_of_time_keeps_its_warm_start(tmp_path: Path, monkeyp
     """A Pareto point's capped solve that finds no plan in its time limit (CP-SAT's UNKNOWN)
     returns the plan it started from where that meets the cap, a point of the front, and
     still fails where it does not."""
-    import models
-
     import fuseplan.solver.cpsat as cpsat
     from fuseplan.planner.app.planning import cpsat_groups
     from fuseplan.planner.core.errors import PlanningError
+
+    import models
 
     def out_of_time(*args, **kwargs):
         raise PlanningError("CP-SAT found no plan within 1 s (status UNKNOWN).")
