@@ -117,10 +117,9 @@ def test_a_fold_no_reader_can_follow_is_left_as_the_model_has_it(tmp_path: Path)
     assert g.shapes[fold.output[0]] == (16, 8, 8)
 
 
-def test_an_image_batch_folded_into_the_channels_is_followed(tmp_path: Path) -> None:
-    """Any layout's batch, not only a sequence's: [N, C, H, W] folded to [N*C, H, W] for a
-    per-element op and back is read as [N, C, H, W] all the way, so every layer tiles by
-    images; the plan fuses the five layers and verifies."""
+def _image_fold(tmp_path: Path, reader: str) -> Path:
+    """Conv -> Reshape [2, 8, 16, 16] to [16, 16, 16] -> Relu -> `reader` (a Reshape back, or
+    a Flatten then the Reshape back) -> Conv."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -133,17 +132,28 @@ def test_an_image_batch_folded_into_the_channels_is_followed(tmp_path: Path) -> 
         helper.make_node("Conv", ["x", "w0"], ["a"], name="conv0", pads=[1, 1, 1, 1]),
         helper.make_node("Reshape", ["a", "flat"], ["folded"], name="fold"),
         helper.make_node("Relu", ["folded"], ["r"], name="relu"),
-        helper.make_node("Reshape", ["r", "back"], ["b"], name="unfold"),
-        helper.make_node("Conv", ["b", "w1"], ["y"], name="conv1", pads=[1, 1, 1, 1]),
     ]
+    if reader == "flatten":  # its axis counts the axes of what it is given
+        nodes.append(helper.make_node("Flatten", ["r"], ["f"], name="flatten", axis=1))
+        nodes.append(helper.make_node("Reshape", ["f", "back"], ["b"], name="unfold"))
+    else:
+        nodes.append(helper.make_node("Reshape", ["r", "back"], ["b"], name="unfold"))
+    nodes.append(helper.make_node("Conv", ["b", "w1"], ["y"], name="conv1", pads=[1, 1, 1, 1]))
     graph = helper.make_graph(
         nodes, "image_fold",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 16, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 16, 16])],
         [w0, w1, flat, back])
-    path = tmp_path / "image_fold.onnx"
+    path = tmp_path / f"image_fold_{reader}.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    problem = api.prepare(str(path), overrides=("sram.bytes=12KiB",))
+    return path
+
+
+def test_an_image_batch_folded_into_the_channels_is_followed(tmp_path: Path) -> None:
+    """Any layout's batch, not only a sequence's: [N, C, H, W] folded to [N*C, H, W] for a
+    per-element op and back is read as [N, C, H, W] all the way, so every layer tiles by
+    images; the plan fuses the five layers and verifies."""
+    problem = api.prepare(str(_image_fold(tmp_path, "reshape")), overrides=("sram.bytes=12KiB",))
     g = problem.graph
     assert g.shapes["folded"] == g.shapes["r"] == (2, 8, 16, 16)
     assert all(lay.batch_preserving for lay in g.layers)
@@ -151,3 +161,14 @@ def test_an_image_batch_folded_into_the_channels_is_followed(tmp_path: Path) -> 
     plan = api.plan_problem(problem)
     assert [grp.layers for grp in plan.groups] == [("conv0", "fold", "relu", "unfold", "conv1")]
     assert_verifies(problem, plan)
+
+
+def test_a_flatten_reader_keeps_the_model_shapes(tmp_path: Path) -> None:
+    """A Flatten counts its axis on the shape it is given, so it cannot read a restated
+    tensor as it read the model's: the fold stays as the model has it, and the plan
+    verifies."""
+    problem = api.prepare(str(_image_fold(tmp_path, "flatten")))
+    g = problem.graph
+    assert g.shapes["folded"] == g.shapes["r"] == (16, 16, 16)
+    assert g.shapes["f"] == (16, 256)
+    assert_verifies(problem, api.plan_problem(problem))

@@ -8,16 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from fuseplan.planner.app.assemble import assemble
-from fuseplan.planner.app.planning import (
-    cpsat_groups,
-    plan_problem,
-    traffic_placements,
-    whole_network,
-)
+from fuseplan.planner.app.planning import cpsat_groups, plan_problem, whole_network
 from fuseplan.planner.app.problem import Problem
 from fuseplan.planner.core.errors import InputError, PlanningError
 from fuseplan.planner.core.progress import ProgressSink, within
-from fuseplan.planner.cost.objective import Objective
+from fuseplan.planner.cost.objective import Objective, objective_units
 from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.placement import Placement
 
@@ -57,16 +52,19 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
 
     fastest, _ = planned(Objective.LATENCY, point=1)
     cheapest, _ = planned(Objective.ENERGY, point=2)
-    # the traffic plan can be cheaper still where the solve misses it (the whole network
-    # as one group past search.max_group_layers), as plan_problem weighs it
-    traffic = assemble(problem.graph, problem.chip, traffic_placements(problem, jobs=jobs),
-                       objective=Objective.ENERGY, solver={
-                           **{k: v for k, v in cheapest.solver.items()
-                              if k not in ("bound", "solved_by", "objective")},
-                           "status": "FEASIBLE", "gap": None, "kept_traffic_plan": True},
+    # the whole network as one group past search.max_group_layers, which the solves do not
+    # weigh, can be cheaper still (plan_problem weighs it too)
+    whole = whole_network(problem, deep=True) if problem.ruleset.search.whole_network_first \
+        else None
+    if whole is not None:
+        one = assemble(problem.graph, problem.chip, [whole], objective=Objective.ENERGY,
+                       solver={"name": "cpsat", "status": "FEASIBLE", "gap": None,
+                               "kept_traffic_plan": True},
                        layer_by_layer=problem.layer_by_layer_bytes, **header)
-    if traffic.totals.energy_pj < cheapest.totals.energy_pj:
-        cheapest = traffic
+        rs, chip = problem.ruleset, problem.chip
+        if objective_units(one.totals, Objective.ENERGY, rs.objective, chip) \
+                < objective_units(cheapest.totals, Objective.ENERGY, rs.objective, chip):
+            cheapest = one
     low, high = fastest.totals.cycles, cheapest.totals.cycles
     plans = [fastest, cheapest]
     for k in range(1, points - 1):

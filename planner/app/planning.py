@@ -142,10 +142,9 @@ def _never_worse_than_traffic(problem: Problem, goal: Objective, groups: list[Pl
 
 def traffic_placements(problem: Problem, budget: Budget | None = None, jobs: int = 1,
                        progress: ProgressSink | None = None) -> list[Placement]:
-    """The traffic plan's groups as plan_problem makes them (the whole network as one group
-    where it fits at any depth, else the shortest path's), each buffered as the traffic
-    plan's CP-SAT picks it (the bytes do not depend on it): a candidate every other
-    objective weighs."""
+    """The traffic plan's groups (the whole network as one group where it fits at any
+    depth, as plan_problem finds it, else the shortest path's), each buffered as CP-SAT
+    picks it (the bytes do not depend on it): a candidate every other objective weighs."""
     from fuseplan.solver.cpsat import faster_buffering
     from fuseplan.solver.shortest_path import shortest_path_groups
 
@@ -259,17 +258,8 @@ def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | Non
         result = solve_cpsat(g, chip, rs, objective, hint, time_limit, cycles_cap, memo,
                              options, trade_offs, budget, jobs, whole_maps, progress)
     except PlanningError as exc:
-        # out of time with a warm start that meets the cap: that plan, never none (a
-        # capped solve of a Pareto front has no command budget, only its solve's limit)
-        if hint and "status UNKNOWN" in str(exc) and (
-                cycles_cap is None
-                or _totals(problem, hint, objective).cycles <= cycles_cap):
-            budget.cut("CP-SAT found no plan in the time left; the plan it started from is "
-                       "returned")
-            kept: dict[str, Any] = {"name": "cpsat", "status": "FEASIBLE", "gap": None,
-                                    "kept_warm_start": True}
-            if cycles_cap is not None:
-                kept["cycles_cap"] = cycles_cap
+        if hint and "status UNKNOWN" in str(exc) and (kept := _warm_start_kept(
+                problem, objective, hint, cycles_cap, budget)) is not None:
             return list(hint), kept
         if "MODEL_INVALID" not in str(exc):
             raise
@@ -298,6 +288,23 @@ def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | Non
             groups = start
             info["kept_warm_start"] = True
     return groups, info
+
+
+def _warm_start_kept(problem: Problem, objective: Objective, hint: Sequence[Placement],
+                     cycles_cap: int | None, budget: Budget) -> dict[str, Any] | None:
+    """The solver info of a warm start kept when CP-SAT found no plan within its time limit,
+    None where the warm start is over the cycles cap (a capped solve of a Pareto front has
+    no command budget, only its solve's limit: the point gets the plan it started from
+    rather than none)."""
+    if cycles_cap is not None and _totals(problem, hint, objective).cycles > cycles_cap:
+        return None
+    why = "CP-SAT found no plan within its time limit; the plan it started from is returned"
+    budget.cut(why)
+    kept: dict[str, Any] = {"name": "cpsat", "status": "FEASIBLE", "gap": None,
+                            "kept_warm_start": True, "stopped": why}
+    if cycles_cap is not None:
+        kept["cycles_cap"] = cycles_cap
+    return kept
 
 
 def _chip_place(problem: Problem) -> str:

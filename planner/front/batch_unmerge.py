@@ -33,7 +33,7 @@ from onnx import helper
 
 from fuseplan.planner.ir.index_maps import regrouped
 from fuseplan.planner.ir.layout import Layout, carried, layout_of
-from fuseplan.planner.ir.ops import AxisMove, MapRule, OpClass, OpSpec, op_spec
+from fuseplan.planner.ir.ops import AxisMove, MapRule, OpClass, OpSpec, ShapeParam, op_spec
 
 Shape = tuple[int, ...]
 
@@ -120,8 +120,7 @@ class BatchRestatement:
         batch (and the tokens) on axes of their own, where every reader can follow."""
         spec = op_spec(node.op_type)
         out = node.output[0]
-        if spec.axis_move is not AxisMove.REGROUP \
-                or in_layout.batch_axis is None or in_layout.row_axis is None:
+        if not _reshape(spec) or in_layout.batch_axis is None or in_layout.row_axis is None:
             return
         in_shape, out_shape = self.shapes[x], self.shapes[out]
         if in_shape[in_layout.batch_axis] == 1 \
@@ -157,7 +156,7 @@ class BatchRestatement:
         others = [t for t in node.input if t and t != tensor]
         if len(node.output) != 1:
             return None
-        if spec.axis_move is AxisMove.REGROUP and node.input[0] == tensor:
+        if _reshape(spec) and node.input[0] == tensor:
             return _Step(None)  # it reads the finer shape as it read the coarse one
         if node.op_type == "Transpose":
             return _transposed(node, coarse, fine)
@@ -186,6 +185,12 @@ class BatchRestatement:
             and spec.op_class is OpClass.VECTOR \
             and all(self.constants[t].ndim <= 1 and self.constants[t].size in (1, channels)
                     for t in others)
+
+
+def _reshape(spec: OpSpec) -> bool:
+    """A Reshape: it spells its output shape out, so it reads any shape of the same elements
+    alike (a Flatten's axis counts the axes of the shape it is given: not so)."""
+    return spec.axis_move is AxisMove.REGROUP and spec.shape_param is ShapeParam.TARGET_SHAPE
 
 
 def _transposed(node: onnx.NodeProto, coarse: Shape, fine: Shape) -> _Step | None:
