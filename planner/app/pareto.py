@@ -52,6 +52,7 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
 
     fastest, _ = planned(Objective.LATENCY, point=1)
     cheapest, _ = planned(Objective.ENERGY, point=2)
+    solved = cheapest  # the warm starts blend its groups: one group would leave no cut
     # the whole network as one group past search.max_group_layers, which the solves do not
     # weigh, can be cheaper still (plan_problem weighs it too)
     whole = whole_network(problem, deep=True) if problem.ruleset.search.whole_network_first \
@@ -71,7 +72,7 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
         cap = low + (high - low) * k // (points - 1)
         if cap <= low or cap >= high:
             continue
-        start = blend(problem, fastest, cheapest, cap)
+        start = blend(problem, fastest, solved, cap)
         try:
             plans.append(planned(Objective.ENERGY, cap, [g.placement for g in start.groups],
                                  k + 2)[0])
