@@ -172,3 +172,22 @@ def test_a_flatten_reader_keeps_the_model_shapes(tmp_path: Path) -> None:
     assert g.shapes["folded"] == g.shapes["r"] == (16, 16, 16)
     assert g.shapes["f"] == (16, 256)
     assert_verifies(problem, api.plan_problem(problem))
+
+
+def test_a_restated_tensor_through_dram_is_compared_in_the_model_shape(tmp_path: Path
+                                                                        ) -> None:
+    """Groups of at most 3 layers that compute: the restated [L, B, C] and [L, B, heads, d]
+    tensors cross DRAM between groups, and verify compares each with onnxruntime's tensor
+    in the model's shape (the same elements in the same order)."""
+    path = models.save(models.batch_first_mha(batch=2), tmp_path, "mha")
+    rules = models.fusing_rules(tmp_path, {"max_group_layers: 12": "max_group_layers: 3"})
+    problem = api.prepare(str(path), rules=rules)
+    g = problem.graph
+    plan = api.plan_problem(problem, "shortest-path")
+    written = {t for grp in plan.groups for n in grp.layers for t in g.layer(n).outputs}
+    crossing = [t for t in g.model_shapes if t in written and any(
+        t in g.layer(n).fmap_inputs for grp in plan.groups for n in grp.layers
+        if t not in {o for m in grp.layers for o in g.layer(m).outputs})]
+    assert crossing, "no restated tensor crosses DRAM: the test checks nothing"
+    assert all(g.shapes[t] != g.model_shapes[t] for t in crossing)
+    assert_verifies(problem, plan)

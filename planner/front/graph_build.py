@@ -147,6 +147,7 @@ def build_graph(model: LoadedModel, budget: Budget | None = None) -> Graph:
         opset=model.opset,
         given_layouts=MappingProxyType(layouts),
         appends=appends,
+        model_shapes=MappingProxyType(dict(restated.original)),
     )
 
 

@@ -185,6 +185,10 @@ class Graph:
     # model outputs that are a cache input with new positions appended in place: not in
     # `outputs` (the plan writes their `new` part, which is)
     appends: tuple[CacheAppend, ...] = ()
+    # tensors the front end reads in a finer shape than the model's (a folded batch on an
+    # axis of its own: planner.front.batch_unmerge), with the model's shape: the same
+    # elements in the same order, compared with a reference in that shape
+    model_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict, compare=False)
 
     @cached_property
     def _by_name(self) -> dict[str, Layer]:
