@@ -28,8 +28,9 @@ Policy = Literal["threshold", "forward", "bidirectional"]
 class SearchSettings:
     """How the planners search."""
 
-    # largest group with a tile search (rows, batch, residency); whole-map groups may be
-    # longer when long_whole_map_groups is on (solver.long_groups)
+    # largest group with a tile search (rows, batch, residency), in layers that compute
+    # (views: Reshape, Transpose, Squeeze, Expand... ride along free); whole-map groups may
+    # be longer when long_whole_map_groups is on (solver.long_groups)
     max_group_layers: int = field(default=12, metadata={"ge": 1})
     # whole-map groups of any length between single-tensor cuts (weights streamed layer by
     # layer; in hidden chunks or pooling passes where their maps fit no other way, as

@@ -93,7 +93,7 @@ def candidate_sets(graph: Graph, ruleset: RuleSet,
         out.append(tuple(order[i:j]))
         seen.add(frozenset(order[i:j]))
     for block in graph.blocks:
-        if len(block.layers) <= limit:
+        if graph.within_limit(block.layers, limit):
             add(block.layers)
             if block.entry:
                 add((block.entry, *block.layers))

@@ -29,7 +29,7 @@ class _Grower:
         self.searches = 0  # tile searches run (what a progress sink is told)
 
     def can_grow(self, layers: Sequence[str]) -> bool:
-        if len(layers) > self.ruleset.search.max_group_layers:
+        if not self.graph.within_limit(layers, self.ruleset.search.max_group_layers):
             return False
         if not is_connected(self.graph, layers) or not is_convex(self.graph, layers):
             return False

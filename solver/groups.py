@@ -33,7 +33,8 @@ def is_convex(graph: Graph, layers: Collection[str]) -> bool:
 
 
 def connected_intervals(graph: Graph, most: int) -> set[tuple[int, int]]:
-    """Every interval [i, j) of the layer order, at most `most` layers long, whose layers form
+    """Every interval [i, j) of the layer order, at most `most` layers long (views ride
+    along free: Graph.interval_ends), whose layers form
     one weakly connected piece (is_connected for all of them at once: each start adds its
     layers one by one to a union-find, so a deep network's thousands of intervals take
     milliseconds). Intervals of a topological order are convex, so these are candidates."""
@@ -41,10 +42,11 @@ def connected_intervals(graph: Graph, most: int) -> set[tuple[int, int]]:
     near = [[graph.index(m) for m in (*graph.dag.predecessors(n), *graph.dag.successors(n))]
             for n in order]
     out: set[tuple[int, int]] = set()
+    ends = graph.interval_ends(most)
     for i in range(len(order)):
         parent: dict[int, int] = {}
         pieces = 0
-        for j in range(i, min(len(order), i + most)):
+        for j in range(i, ends[i]):
             parent[j] = j
             pieces += 1
             for k in near[j]:

@@ -167,7 +167,9 @@ def _interval_rows(graph: Graph, chip: Chip, ruleset: RuleSet, order: Sequence[s
     limit = ruleset.search.max_group_layers
     # shortest first: every plan needs the single layers, and a budget that runs out leaves
     # short groups all along the network rather than long ones at its start
-    spans = [(i, i + n) for n in range(1, limit + 1) for i in range(len(order) - n + 1)]
+    ends = graph.interval_ends(limit)  # views ride along free
+    spans = sorted(((i, j) for i in range(len(order)) for j in range(i + 1, ends[i] + 1)),
+                   key=lambda s: (s[1] - s[0], s[0]))
     # each interval: no tile (None), the memo's tile, or the structure its search shares
     rows: list[_Row] = []
     tasks: dict[StructureKey, Task] = {}
@@ -414,10 +416,11 @@ def _interval_edges(graph: Graph, ruleset: RuleSet, floors: IntervalFloors,
     order = [lay.name for lay in graph.layers]
     limit = ruleset.search.max_group_layers
     connected = connected_intervals(graph, limit)
+    reach = graph.interval_ends(limit)
     edges: list[Edge] = []
     skipped = 0
     for i in range(len(order)):
-        ends = [j for j in range(i + 1, min(len(order), i + limit) + 1) if (i, j) in connected]
+        ends = [j for j in range(i + 1, reach[i] + 1) if (i, j) in connected]
         for j, floor in zip(ends, floors.floors(i, [j - 1 for j in ends]), strict=True):
             layers = tuple(order[i:j])
             cached = _memo_get(memo, layers)
@@ -441,7 +444,11 @@ def _block_entry_edges(graph: Graph, ruleset: RuleSet, floors: IntervalFloors,
     order = [lay.name for lay in graph.layers]
     edges: list[Edge] = []
     for block in graph.blocks:
-        if not block.entry or len(block.layers) != ruleset.search.max_group_layers:
+        limit = ruleset.search.max_group_layers
+        # CP-SAT weighs the block with its entry where the block is within the limit: the
+        # intervals miss it where the entry takes it past
+        if not block.entry or not graph.within_limit(block.layers, limit) \
+                or graph.within_limit((block.entry, *block.layers), limit):
             continue
         at = sorted(graph.index(n) for n in (block.entry, *block.layers))
         i, j = at[0], at[-1] + 1

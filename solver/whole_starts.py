@@ -215,7 +215,8 @@ class StartBounds:
             if chunked_at is None:
                 chunked_at = p
         stop = self._weights_stop(start, ends, fail, chunked_at)
-        lo, hi = np.searchsorted(ends, [start + self.limit, stop])
+        # past the longest interval from the start (views ride along free)
+        lo, hi = np.searchsorted(ends, [self.graph.interval_ends(self.limit)[start], stop])
         found = ends[lo:hi]
         bound = self.whole[found]
         keep = (bound >= 0) & (bound <= cap)

@@ -198,15 +198,16 @@ def test_whole_network_shortcut(store: ModelStore) -> None:
 
 
 def test_max_group_layers_caps_every_group(store: ModelStore) -> None:
-    """search.max_group_layers is the largest group the planners may form; it must hold for the
-    whole-network shortcut too (seed 004: "if the whole network fits ... and is not too deep"),
-    once whole-map groups of any length and block groups are off."""
+    """search.max_group_layers is the largest group the planners may form, in layers that
+    compute (views ride along free); it must hold for the whole-network shortcut too (seed
+    004: "if the whole network fits ... and is not too deep"), once whole-map groups of any
+    length and block groups are off."""
     p = with_rules(prepare(str(store.path("residual_net"))),
                    search={"max_group_layers": 4, "long_whole_map_groups": False,
                            "max_block_group_layers": 0})
     for solver in ("cpsat", "shortest-path", "greedy"):
         plan = plan_problem(p, solver)
-        biggest = max(len(g.layers) for g in plan.groups)
+        biggest = max(p.graph.group_size(g.layers) for g in plan.groups)
         assert biggest <= 4, f"{solver}: a {biggest}-layer group with max_group_layers 4: " \
                              f"{describe(plan)} (status {plan.solver['status']})"
 

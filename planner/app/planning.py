@@ -192,7 +192,7 @@ def whole_network(problem: Problem, deep: bool = False) -> Placement | None:
     g = problem.graph
     layers = tuple(lay.name for lay in g.layers)
     settings = problem.ruleset.search
-    if len(layers) > settings.max_group_layers \
+    if not g.within_limit(layers, settings.max_group_layers) \
             and not (deep and settings.long_whole_map_groups):  # seed 004: "not too deep"
         return None
     search = GroupSearch.of(g, layers, problem.chip, problem.ruleset)

@@ -8,7 +8,7 @@ cut it along; per-op facts live in the op table (planner.ir.ops).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -18,6 +18,7 @@ from typing import Any
 import networkx as nx
 
 from fuseplan.planner.ir.layout import Layout, layout_of
+from fuseplan.planner.ir.ops import VIEW_OPS
 from fuseplan.planner.ir.ops import OpClass as OpClass
 
 
@@ -259,6 +260,44 @@ class Graph:
     def index(self, name: str) -> int:
         """Position of a layer in the topological order."""
         return self._position[name]
+
+    def group_size(self, layers: Iterable[str]) -> int:
+        """The layers of a group that count toward search.max_group_layers: all but views
+        (planner.ir.ops.VIEW_OPS)."""
+        return sum(1 for n in layers if not self._view[self._position[n]])
+
+    def within_limit(self, layers: Sequence[str], limit: int) -> bool:
+        """Whether a group is no longer than the intervals interval_ends gives: at most
+        `limit` layers that compute, and at most a third more in all."""
+        return self.group_size(layers) <= limit and len(layers) <= limit + limit // 3
+
+    def interval_ends(self, limit: int) -> tuple[int, ...]:
+        """For each position i of the layer order, the end j (exclusive) of the longest
+        interval [i, j) of at most `limit` layers by group_size (views ride along free) and
+        at most a third more layers in all (a tile search's cost grows with a group's
+        length: a diffusion UNet's searches took twice as long without that bound);
+        worked out once per limit (every start of a deep chain asks)."""
+        if limit in self._interval_ends:
+            return self._interval_ends[limit]
+        ends, j, size = [], 0, 0
+        most = limit + limit // 3
+        for i in range(len(self.layers)):
+            while j < len(self.layers) and j - i < most \
+                    and size + (not self._view[j]) <= limit:
+                size += not self._view[j]
+                j += 1
+            ends.append(j)
+            size -= j > i and not self._view[i]
+        self._interval_ends[limit] = tuple(ends)
+        return self._interval_ends[limit]
+
+    @cached_property
+    def _interval_ends(self) -> dict[int, tuple[int, ...]]:
+        return {}
+
+    @cached_property
+    def _view(self) -> tuple[bool, ...]:
+        return tuple(lay.op in VIEW_OPS for lay in self.layers)
 
     @cached_property
     def _dims(self) -> dict[str, tuple[int, int, int, int]]:

@@ -647,5 +647,10 @@ VECTOR_OPS = _ops_of(OpClass.VECTOR)
 SCALAR_OPS = _ops_of(OpClass.SCALAR)
 MOVEMENT_OPS = _ops_of(OpClass.MOVEMENT)
 REDUCTION_OPS = _ops_of(OpClass.REDUCTION)
+# Views: they relabel their input's elements and compute nothing (a fused group reads them
+# through their index maps), so they do not count toward search.max_group_layers: a
+# transformer's head splits and transposes would otherwise crowd the norms and scales out.
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
+                      "Transpose", "Expand"})
 # Constant inputs of these ops are parameters (shapes, scales, bounds), not weights.
 PARAMETER_INPUT_OPS = frozenset(op for op, s in _TABLE.items() if not s.takes_weights)
