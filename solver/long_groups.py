@@ -257,8 +257,8 @@ def block_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objectiv
 
 def block_spans(graph: Graph, ruleset: RuleSet) -> list[tuple[int, int]]:
     """The block groups' spans [a, b) of the layer order: from one single-tensor cut to a
-    later one, longer than ``search.max_group_layers`` and at most
-    ``search.max_block_group_layers`` layers.
+    later one, longer than the intervals of ``search.max_group_layers`` (Graph.within_limit)
+    and at most ``search.max_block_group_layers`` layers.
 
     A run of adjacent cuts (a residual Add, then its ReLU) ends a block group at its last
     cut and starts one after it: the layers between stay with the block they close. A run
@@ -275,8 +275,9 @@ def block_spans(graph: Graph, ruleset: RuleSet) -> list[tuple[int, int]]:
     for cuts in map(set, cut_sets(graph, ruleset)):
         bounds, inner = _block_bounds(graph, sorted(cuts), most)
         starts, ends = [0, *(p + 1 for p in bounds)], [*bounds, len(order) - 1]
+        reach = graph.interval_ends(limit)  # the intervals' (views ride along free)
         for a in starts:
-            lo, hi = bisect_left(ends, a + limit), bisect_right(ends, a + most - 1)
+            lo, hi = bisect_left(ends, reach[a]), bisect_right(ends, a + most - 1)
             spans.update(((a, e + 1), None) for e in ends[lo:hi]
                          if e not in inner and a - 1 not in inner)
             if lo < hi:

@@ -284,7 +284,7 @@ def _tiled_long_groups(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Ob
     limit = ruleset.search.max_group_layers
     out = []
     for layers, choice in path:
-        if len(layers) > limit and (memo is None or layers not in memo) \
+        if not graph.within_limit(layers, limit) and (memo is None or layers not in memo) \
                 and not (budget is not None and budget.passed):
             tiled = GroupSearch.of(graph, layers, chip, ruleset).best(objective)
             if tiled is not None and objective_units(tiled.cost, objective, ruleset.objective,
@@ -390,7 +390,8 @@ def _priced_path(graph: Graph, chip: Chip, ruleset: RuleSet, pricing: TimedPrici
     assert path is not None  # the bounded path's own path is one
     limit = ruleset.search.max_group_layers
     longer = [e for e, _ in path
-              if len(e.layers) > limit and (memo is None or e.layers not in memo)]
+              if not graph.within_limit(e.layers, limit)
+              and (memo is None or e.layers not in memo)]
     if longer and not (budget is not None and budget.passed):
         for e in longer:
             pricing.widen(e, GroupSearch.of(graph, e.layers, chip, ruleset).options(
@@ -402,7 +403,8 @@ def _priced_path(graph: Graph, chip: Chip, ruleset: RuleSet, pricing: TimedPrici
         made = c.made
         if isinstance(made, Option):
             made = GroupSearch.of(graph, e.layers, chip, ruleset).option_choice(made)
-        if memo is not None and len(e.layers) > limit:  # CP-SAT takes it as the group's best
+        # a block or whole-map group (no interval): CP-SAT takes it as the group's best
+        if memo is not None and not graph.within_limit(e.layers, limit):
             memo[e.layers] = made
         out.append(made.placement(e.layers))
     return out

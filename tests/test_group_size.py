@@ -46,3 +46,19 @@ def test_views_do_not_count_toward_the_group_limit(tmp_path: Path) -> None:
         assert any(length > 8 for length, _ in sizes), sizes
     assert plans[0].totals.dram_bytes == plans[1].totals.dram_bytes
     assert_verifies(problem, plans[1])
+
+
+def test_every_planner_keeps_its_groups_within_the_limit(tmp_path: Path) -> None:
+    """Under a limit of 4 with block groups and whole-map groups off, every planner's groups
+    of an attention with views hold at most 4 layers that compute and 5 in all, and some
+    group holds a view beside 4 that compute (which the limit counted before)."""
+    path = models.save(models.batch_first_mha(batch=2), tmp_path, "mha")
+    rules = models.fusing_rules(tmp_path, {"max_group_layers: 12": "max_group_layers: 4"})
+    problem = api.prepare(str(path), rules=rules)
+    g = problem.graph
+    for solver in ("greedy", "shortest-path", "cpsat"):
+        plan = api.plan_problem(problem, solver)
+        assert all(g.within_limit(grp.layers, 4) for grp in plan.groups), solver
+        if solver != "greedy":
+            assert any(len(grp.layers) > g.group_size(grp.layers) == 4
+                       for grp in plan.groups), solver

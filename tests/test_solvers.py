@@ -210,6 +210,7 @@ def test_max_group_layers_caps_every_group(store: ModelStore) -> None:
         biggest = max(p.graph.group_size(g.layers) for g in plan.groups)
         assert biggest <= 4, f"{solver}: a {biggest}-layer group with max_group_layers 4: " \
                              f"{describe(plan)} (status {plan.solver['status']})"
+        assert all(p.graph.within_limit(g.layers, 4) for g in plan.groups), describe(plan)
 
 
 # --------------------------------------------------------------------------- determinism
