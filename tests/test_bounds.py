@@ -55,11 +55,12 @@ def test_axis_union_is_the_union_of_one_index_boxes(s: int, p: int, e: int, u: i
 
 @pytest.mark.parametrize("builder", ["residual_net", "inception_net", "se_net", "convnext_net"])
 def test_connected_intervals_are_the_connected_ones(tmp_path: Path, builder: str) -> None:
-    """The union-find over each start finds exactly the intervals networkx calls connected."""
+    """The union-find over each start finds exactly the intervals networkx calls connected,
+    among those within the limit (views ride along free: Graph.within_limit)."""
     g = _problem(tmp_path, BUILT[builder](), builder, []).graph
     order = [lay.name for lay in g.layers]
-    expected = {(i, j) for i in range(len(order)) for j in range(i + 1, min(len(order), i + 9) + 1)
-                if is_connected(g, order[i:j])}
+    expected = {(i, j) for i in range(len(order)) for j in range(i + 1, len(order) + 1)
+                if g.within_limit(order[i:j], 9) and is_connected(g, order[i:j])}
     assert connected_intervals(g, 9) == expected
 
 
