@@ -275,8 +275,7 @@ class Graph:
         """For each position i of the layer order, the end j (exclusive) of the longest
         interval [i, j) of at most `limit` layers by group_size (views ride along free) and
         at most a third more layers in all (a tile search's cost grows with a group's
-        length: a diffusion UNet's searches took twice as long without that bound);
-        worked out once per limit (every start of a deep chain asks)."""
+        length); worked out once per limit (every start of a deep chain asks)."""
         if limit in self._interval_ends:
             return self._interval_ends[limit]
         ends, j, size = [], 0, 0
