@@ -445,8 +445,8 @@ def _block_entry_edges(graph: Graph, ruleset: RuleSet, floors: IntervalFloors,
     # (solver.cpsat.candidate_sets), so the path does, for its proof to cover it
     order = [lay.name for lay in graph.layers]
     edges: list[Edge] = []
+    limit = ruleset.search.max_group_layers
     for block in graph.blocks:
-        limit = ruleset.search.max_group_layers
         # CP-SAT weighs the block with its entry where the block is within the limit: the
         # intervals miss it where the entry takes it past
         if not block.entry or not graph.within_limit(block.layers, limit) \

@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from fuseplan.planner.app.assemble import assemble
-from fuseplan.planner.app.planning import cpsat_groups, plan_problem, whole_network
+from fuseplan.planner.app.planning import (
+    cpsat_groups,
+    deep_whole_network,
+    plan_problem,
+    whole_network,
+)
 from fuseplan.planner.app.problem import Problem
 from fuseplan.planner.core.errors import InputError, PlanningError
 from fuseplan.planner.core.progress import ProgressSink, within
@@ -55,8 +60,7 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
     solved = cheapest  # the warm starts blend its groups: one group would leave no cut
     # the whole network as one group past search.max_group_layers, which the solves do not
     # weigh, can be cheaper still (plan_problem weighs it too)
-    whole = whole_network(problem, deep=True) if problem.ruleset.search.whole_network_first \
-        else None
+    whole = deep_whole_network(problem)
     if whole is not None:
         one = assemble(problem.graph, problem.chip, [whole], objective=Objective.ENERGY,
                        solver={"name": "cpsat", "status": "FEASIBLE", "gap": None,

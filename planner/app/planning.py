@@ -149,7 +149,7 @@ def traffic_placements(problem: Problem, budget: Budget | None = None, jobs: int
     from fuseplan.solver.shortest_path import shortest_path_groups
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
-    whole = whole_network(problem, deep=True) if rs.search.whole_network_first else None
+    whole = deep_whole_network(problem)
     placements = [whole] if whole is not None else shortest_path_groups(
         g, chip, rs, Objective.TRAFFIC, {}, budget=budget, jobs=jobs, progress=progress)
     return [faster_buffering(g, chip, rs, p) for p in placements]
@@ -200,6 +200,14 @@ def whole_network(problem: Problem, deep: bool = False) -> Placement | None:
     if tile != whole_tile(g, layers) or search.violations(tile, True):
         return None
     return Placement.of(layers, tile, True)
+
+
+def deep_whole_network(problem: Problem) -> Placement | None:
+    """The whole network as one group at any depth, as the traffic plan finds it (None where
+    the rules turn the shortcut off or it does not fit): every objective weighs it."""
+    if not problem.ruleset.search.whole_network_first:
+        return None
+    return whole_network(problem, deep=True)
 
 
 def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | None,

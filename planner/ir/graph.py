@@ -269,7 +269,7 @@ class Graph:
     def within_limit(self, layers: Sequence[str], limit: int) -> bool:
         """Whether a group is no longer than the intervals interval_ends gives: at most
         `limit` layers that compute, and at most a third more in all."""
-        return self.group_size(layers) <= limit and len(layers) <= limit + limit // 3
+        return self.group_size(layers) <= limit and len(layers) <= _longest(limit)
 
     def interval_ends(self, limit: int) -> tuple[int, ...]:
         """For each position i of the layer order, the end j (exclusive) of the longest
@@ -279,7 +279,7 @@ class Graph:
         if limit in self._interval_ends:
             return self._interval_ends[limit]
         ends, j, size = [], 0, 0
-        most = limit + limit // 3
+        most = _longest(limit)
         for i in range(len(self.layers)):
             while j < len(self.layers) and j - i < most \
                     and size + (not self._view[j]) <= limit:
@@ -330,3 +330,8 @@ def gathers_rows(lay: Layer) -> bool:
     return (lay.op == "Gather" and int(lay.attrs.get("axis", 0)) == 0
             and len(lay.inputs) >= 2 and bool(lay.inputs[0])
             and lay.inputs[0] not in lay.fmap_inputs and lay.fmap_inputs == (lay.inputs[1],))
+
+
+def _longest(limit: int) -> int:
+    """Layers in all an interval of `limit` layers that compute may hold: a third more."""
+    return limit + limit // 3
