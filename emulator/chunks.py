@@ -26,6 +26,7 @@ from fuseplan.planner.geometry.hidden import (
     stretch_chunks,
     stretch_loads,
     stretches,
+    widen_runs,
 )
 from fuseplan.planner.geometry.regions import GroupIO
 from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
@@ -123,7 +124,8 @@ class WeightStream:
             elif name == s.widen:
                 cut, whole = _stretch_slices(graph, s, group.placement.hidden_chunks, weights,
                                              dtype_bytes)
-                loads += stretch_loads(s, group.placement.hidden_chunks, cut, whole)
+                loads += stretch_loads(s, group.placement.hidden_chunks, cut, whole,
+                                       widen_runs(graph, s))
                 keys += [(n, j) for j in range(stretch_chunks(s, group.placement.hidden_chunks))
                          for n in s.layers]
         held = dict(zip(keys, stream_holds(loads), strict=True))

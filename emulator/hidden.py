@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from fuseplan.emulator.boxes import fill_box, slice_box, take_range
-from fuseplan.emulator.chunks import Overlay
+from fuseplan.emulator.chunks import Overlay, run_in_slices
 from fuseplan.emulator.errors import EmulationError, KernelFailure
 from fuseplan.emulator.fold import Fold
 from fuseplan.emulator.layer import LayerCache, run_layer
@@ -35,6 +35,7 @@ from fuseplan.planner.geometry.hidden import (
     folded_skip,
     hidden_ranges,
     vector_axes,
+    widen_runs,
     widening_layers,
 )
 from fuseplan.planner.geometry.in_place import in_place_hosts
@@ -116,6 +117,7 @@ class _StretchRun:
         self.hosts = in_place_hosts(graph, io)
         self.attention = online_attention(graph, io)
         self.skip_fold = folded_skip(graph, io, s)
+        self.runs = widen_runs(graph, s)  # loads of the widening layer's slice per chunk
         self.acc: np.ndarray | None = None
 
     def layer_step(self, j: int, lo: int, hi: int, k: int, name: str,
@@ -158,12 +160,38 @@ class _StretchRun:
                 heads = s.cut_of(out).chunk_shape(graph.shapes[out], hi - lo)
                 y, *more = run_layer(graph, replace(lay, out_shape=heads), boxes[out],
                                      view, consts)
+            elif name == s.widen and self.runs > 1:  # run by run of its units' weights
+                y = self._widen_in_runs(lay, view, consts, j, lo, hi)
             else:
                 (y,) = run_layer(graph, lay, boxes[out], view, consts, layers=self.layers)[:1]
         except KernelFailure as exc:
             raise EmulationError(self.group.id, self.tile, exc.layer, f"hidden chunk {j} "
                                  f"(channels [{lo}, {hi})): {exc.detail}") from exc
         return y, more
+
+    def _widen_in_runs(self, lay: Layer, view: Mapping[str, tuple[Box, np.ndarray]],
+                       consts: Overlay, j: int, lo: int, hi: int) -> np.ndarray:
+        """The widening layer's chunk computed one run of its units at a time
+        (planner.geometry.hidden.widen_runs): each run's output channels from that run's
+        slice of the chunk's weights alone, joined in the chunk's order (run, unit, inner)."""
+        graph, s = self.graph, self.s
+        cuts = {c: cut for c, cut in constant_axes(graph, s, s.widen).items()
+                if cut is not None}
+        slices = []
+        for r in range(self.runs):
+            part = {}
+            for c, cut in cuts.items():
+                arr = consts[c]  # the chunk's slice: (run, unit, inner) along its axis
+                step = arr.shape[cut.axis] // self.runs
+                part[c] = take_range(arr, cut.axis, r * step, (r + 1) * step)
+            slices.append(part)
+        out = lay.outputs[0]
+
+        def compute(w: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+            return run_layer(graph, lay, self.boxes[out], view, w, layers=self.layers)[:1]
+
+        (y,) = run_in_slices(lay, consts, compute, slices)
+        return y
 
     def _fold_chunk(self, j: int, lo: int, hi: int, name: str, lay: Layer,
                     part: Mapping[str, tuple[Box, np.ndarray]]) -> np.ndarray:

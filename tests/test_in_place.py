@@ -21,6 +21,8 @@ from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.ir.ops import op_spec
 from fuseplan.planner.plan.placement import Placement
 
+from models import causal_encoder
+
 
 def _all(problem: api.Problem) -> tuple[str, ...]:
     return tuple(lay.name for lay in problem.graph.layers)
@@ -107,3 +109,23 @@ def test_the_emulator_refuses_an_output_larger_than_the_input_it_overwrites(
     text = str(err.value)
     assert "group 3" in text and "tile 1" in text and "'residual'" in text and "'o'" in text
     assert in_place_elems(3, 1, lay, None, {}, np.zeros(5)) == 0
+
+
+def test_a_group_with_a_fused_attention_writes_in_place_too(tmp_path: Path) -> None:
+    """The attention layer never writes in place (its online softmax keeps its scratch),
+    but the layers around it do: the residual Add after the out projection takes the
+    projection's buffer, as in any other group (tests/test_heads.py plans and verifies
+    the block this lets fit)."""
+    path = tmp_path / "block.onnx"
+    onnx.save(causal_encoder(tokens=512, width=768, heads=12, blocks=1, mask="none"),
+              str(path))
+    problem = api.prepare(str(path), hardware="soma_buffer")
+    g = problem.graph
+    order = _all(problem)
+    half = order[:order.index("residual29") + 1]
+    io = group_io(g, half)
+    hosts = {io.layers[i]: t for i, t in in_place_hosts(g, io).items()}
+    fused = [n for n in half if g.layer(n).op == "FlashAttention"]
+    assert fused and not set(fused) & set(hosts)
+    assert hosts["residual29"] == "proj28_out"
+    assert "residual29_out" not in live_steps(g, io)[half.index("residual29")]

@@ -16,8 +16,10 @@ touched, nothing else:
   accesses of the output, per tile;
 * streamed weights arrive as a stream of loads, each double-buffered behind the one
   before (planner.cost.weight_stream): outside the stretches each layer's output-channel
-  chunks, inside a stretch for every chunk each layer's slice, the stretch's uncut
-  constants (biases, scalars) with its first load, held until the stretch ends.
+  chunks, inside a stretch for every chunk each layer's slice (the widening layer's in one
+  load per run of its units: a qkv projection's q, k and v of the chunk's heads,
+  planner.geometry.hidden.widen_runs), the stretch's uncut constants (biases, scalars)
+  with its first load, held until the stretch ends.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from fuseplan.planner.geometry.hidden import (
     stream_holds,
     stretch_chunks,
     stretch_loads,
+    widen_runs,
     widening_layers,
 )
 from fuseplan.planner.geometry.regions import (
@@ -96,7 +99,7 @@ def hidden_stream(graph: Graph, io: GroupIO, found: Sequence[Stretch], chunks: i
             continue
         done.add(s.widen)
         cut, whole = stretch_weight_bytes(graph, s, chunks, dt)
-        steps += stretch_loads(s, chunks, cut, whole)
+        steps += stretch_loads(s, chunks, cut, whole, widen_runs(graph, s))
         keys += [(n, j) for j in range(stretch_chunks(s, chunks)) for n in s.layers]
     held = stream_holds(steps)
     outer = [0] * len(io.layers)

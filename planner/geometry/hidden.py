@@ -438,17 +438,38 @@ def stream_holds(loads: Sequence[tuple[Sequence[int], int]]) -> list[int]:
 
 
 def stretch_loads(stretch: Stretch, chunks: int, cut: Mapping[tuple[str, int], int],
-                  whole: int) -> list[tuple[list[int], int]]:
+                  whole: int, runs: int = 1) -> list[tuple[list[int], int]]:
     """The stream steps of one stretch, chunk by chunk and layer by layer: each layer's
     slice for the chunk (`cut`, by layer and chunk), the uncut bytes (`whole`) with the
-    first load and held through every later step."""
+    first load and held through every later step. The widening layer's slice arrives in
+    `runs` equal loads (widen_runs), each computed before the next is needed."""
     out: list[tuple[list[int], int]] = []
     for j in range(stretch_chunks(stretch, chunks)):
         for name in stretch.layers:
             first = j == 0 and name == stretch.widen
-            size = cut.get((name, j), 0) + (whole if first else 0)
-            out.append(([size] if size else [], 0 if first else whole))
+            size = cut.get((name, j), 0)
+            parts = [size // runs] * runs if name == stretch.widen and size else [size]
+            parts[0] += whole if first else 0
+            out.append(([p for p in parts if p], 0 if first else whole))
     return out
+
+
+def widen_runs(graph: Graph, s: Stretch) -> int:
+    """In how many loads a chunk's slice of the widening layer's weights streams: one per
+    run of its units where each of its cut constants and its output hold the units in the
+    same number of runs along its output channels (a qkv projection's q, k and v of the
+    chunk's heads: Cut.outer), else one. Each run computes its own output channels, so
+    only one run's weights need be on chip beside the next one's."""
+    if not s.cuts:
+        return 1
+    lay = graph.layer(s.widen)
+    out = lay.outputs[0]
+    cut = s.cut_of(out)
+    rank = len(graph.shapes[out])
+    if cut.outer == 1 or cut.axis % rank != op_spec(lay.op).chunk_out_axis % rank:
+        return 1
+    consts = [c for c in constant_axes(graph, s, s.widen).values() if c is not None]
+    return cut.outer if consts and all(c.outer == cut.outer for c in consts) else 1
 
 
 def widening_layers(graph: Graph, s: Stretch) -> tuple[str, ...]:

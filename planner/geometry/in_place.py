@@ -16,13 +16,14 @@ normalizations, views) and the input it overwrites
 
 At that step the cost model counts the input's box and not the output's
 (planner.cost.model.live_steps); the emulator takes the output's array off the step's
-live bytes, after checking it is no larger than the input's. Groups holding a fused
-attention are left as they are (its streamed keys and scratch have their own count).
+live bytes, after checking it is no larger than the input's. In a group holding a fused
+attention the same holds: the attention layer itself never writes in place (its online
+softmax keeps its own scratch), and the keys and values it streams are group inputs, never
+a host; so its output projection's residual Add, say, takes the projection's buffer.
 """
 
 from __future__ import annotations
 
-from fuseplan.planner.geometry.attention import online_attention
 from fuseplan.planner.geometry.hidden import folded_skip, stretches
 from fuseplan.planner.geometry.regions import GroupIO
 from fuseplan.planner.ir.graph import Graph, MapKind
@@ -40,8 +41,6 @@ def in_place_hosts(graph: Graph, io: GroupIO) -> dict[int, str]:
 
 
 def _hosts(graph: Graph, io: GroupIO) -> dict[int, str]:
-    if online_attention(graph, io) is not None:
-        return {}
     last_read: dict[str, int] = {}
     for i, name in enumerate(io.layers):
         for t in graph.layer(name).fmap_inputs:
