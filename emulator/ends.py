@@ -3,10 +3,11 @@
 
 Tile by tile: the first layer loads the tile's box of the group's input a chunk of its
 input channels at a time, multiplies it by the matching rows of its weights and adds the
-partial sums into its output, which stays on chip; the layers between run on their whole
-boxes as in a plain tile; the last layer computes its output a chunk of output channels at
-a time from the columns of its weights and stores each chunk as it is made. Bytes on chip
-are counted from the arrays held at each step, the streamed weights from the slices.
+partial sums into its output, which stays on chip (without a first end the inputs load
+whole); the layers between run on their whole boxes as in a plain tile; the last layer
+computes its output a chunk of output channels at a time from the columns of its weights
+and stores each chunk as it is made. Bytes on chip are counted from the arrays held at
+each step, the streamed weights from the slices.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def run_end_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box
         boxes = tile_regions(graph, io, tile_box)
         onchip: OnChip = {}
         loaded = run.load_others(boxes, onchip)
-        loaded += run.first_layer(ti, boxes, onchip)
-        for i in range(1, len(io.layers) - 1):
+        if ends.first is not None:
+            loaded += run.first_layer(ti, boxes, onchip)
+        for i in range(ends.start, len(io.layers) - 1):
             run.middle_layer(ti, i, boxes, onchip)
         written = run.last_layer(ti, tile_box, boxes, onchip)
         tally.tile(ti, loaded, written)
@@ -65,10 +67,11 @@ class _EndRun:
         self.hosts = in_place_hosts(graph, io)
         self.last_use = {t: i for i, n in enumerate(io.layers)
                          for t in graph.layer(n).fmap_inputs}
-        first = graph.layer(ends.first)
-        w = first.inputs[1]
-        matrix = np.asarray(weights.get(w, graph.constants.get(w)))
-        self.rows = [{w: matrix[lo:hi]} for lo, hi in self.src_ranges]
+        self.rows: list[dict[str, np.ndarray]] = []
+        if ends.first is not None:
+            w = graph.layer(ends.first).inputs[1]
+            matrix = np.asarray(weights.get(w, graph.constants.get(w)))
+            self.rows = [{w: matrix[lo:hi]} for lo, hi in self.src_ranges]
         last = graph.layer(ends.last)
         split = chunk_axes(graph, last)
         assert split is not None  # chunked_ends checked it
@@ -79,7 +82,8 @@ class _EndRun:
         self.stream: EndStream | None = None
         if not group.weights_resident:
             sizes = tally.stream.sizes if tally.stream is not None else ()
-            middle = [list(sizes[i]) if sizes else [] for i in range(1, len(io.layers) - 1)]
+            middle = [list(sizes[i]) if sizes else []
+                      for i in range(ends.start, len(io.layers) - 1)]
             self.stream = end_stream(
                 [sum(a.size for a in part.values()) * self.dt for part in self.rows], middle,
                 [sum(a.size for a in part.values()) * self.dt for part in self.cols])
@@ -106,6 +110,7 @@ class _EndRun:
         """The first layer over the input's chunks, summing into its output; returns the
         bytes loaded."""
         graph, ends, tally, dt = self.graph, self.ends, self.tally, self.dt
+        assert ends.first is not None and ends.source is not None  # run_end_tiles asks
         lay = graph.layer(ends.first)
         src, out = ends.source, lay.outputs[0]
         layout = graph.layout(src)
@@ -149,7 +154,7 @@ class _EndRun:
         live = sum(a.size for _, a in onchip.values()) \
             - in_place_elems(self.group.id, ti, lay, self.hosts.get(i), onchip, ys[0])
         tally.step(ti, live * self.dt, i, weights=self._weights_at(
-            self.stream.middle if self.stream else (), i - 1))
+            self.stream.middle if self.stream else (), i - self.ends.start))
         self._free(i, onchip)
 
     def last_layer(self, ti: int, tile_box: Box, boxes: Mapping[str, Box],

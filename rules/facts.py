@@ -250,8 +250,7 @@ class GroupFacts(ModeFlags):
         if self.weights_resident:
             return ()
         if self.end_weights is not None:  # each end's step holds the most of any chunk's
-            ew = self.end_weights
-            return (max(ew.first), *ew.middle, max(ew.last))
+            return self.end_weights.by_step
         if self.hidden:  # a stretch's steps hold the most of any chunk's
             stream = self.hidden_weights or hidden_stream(self.graph, self.io, self.hidden,
                                                           self.hidden_chunks, self.chip)

@@ -8,10 +8,11 @@ the cores, nothing else:
   once); so are the tile's events on the DRAM link and the cores, hence its cycles;
 * the first layer's step holds one chunk of the input, the whole output it sums into, and
   every other map alive then; the last layer's step holds the maps it reads and one chunk of
-  its output; the steps between are those of the tile run whole;
+  its output; the steps between are those of the tile run whole (all steps but the last,
+  where the output end streams alone);
 * every chunk after the first reads the first layer's partial sums and writes them back,
   and reads the last layer's inputs again: (k - 1) (2 |sums| + |inputs of the last layer|)
-  more core traffic per tile;
+  more core traffic per tile (no sums without a first end);
 * streamed weights arrive as a stream of loads (planner.geometry.ends.end_stream): the
   first layer's rows and the last layer's columns a chunk at a time, the layers between in
   their output-channel chunks.
@@ -41,12 +42,14 @@ from fuseplan.planner.ir.graph import Graph
 def ends_stream(graph: Graph, io: GroupIO, ends: Ends, chunks: int, chip: Chip) -> EndStream:
     """The weight bytes on chip at each step when the group's weights stream."""
     dt = chip.dtype_bytes
-    first = graph.layer(ends.first)
-    columns = int(graph.constants[first.inputs[1]].shape[1])
-    rows = [(hi - lo) * columns * dt for lo, hi in ends.source_ranges(chunks)]
+    rows: list[int] = []
+    if ends.first is not None:
+        first = graph.layer(ends.first)
+        columns = int(graph.constants[first.inputs[1]].shape[1])
+        rows = [(hi - lo) * columns * dt for lo, hi in ends.source_ranges(chunks)]
     counts = chunk_counts(graph, io.layers, chip)
     middle = [chunk_sizes(graph, graph.layer(n), counts[n], dt) if graph.layer(n).weights
-              else [] for n in io.layers[1:-1]]
+              else [] for n in io.layers[ends.start:-1]]
     last = graph.layer(ends.last)
     split = chunk_axes(graph, last)
     assert split is not None  # chunked_ends checked it
@@ -73,12 +76,14 @@ def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, 
     for boxes in representative_boxes(graph, io, chains, tile):
         elems = {t: box_elems(graph, t, b) for t, b in boxes.items()}
         live = [sum(elems[t] for t in s if t in elems) for s in steps]
-        src, sink = elems[ends.source], elems[ends.sink]
-        for j, (lo, hi) in enumerate(src_ranges):
-            here = (live[0] - src + src // ends.reduced * (hi - lo)) * dt
-            peak = max(peak, here + (stream.first[j] if stream else 0))
-        for i in range(1, end):
-            peak = max(peak, live[i] * dt + (stream.middle[i - 1] if stream else 0))
+        sink = elems[ends.sink]
+        if ends.source is not None:
+            src = elems[ends.source]
+            for j, (lo, hi) in enumerate(src_ranges):
+                here = (live[0] - src + src // ends.reduced * (hi - lo)) * dt
+                peak = max(peak, here + (stream.first[j] if stream else 0))
+        for i in range(ends.start, end):
+            peak = max(peak, live[i] * dt + (stream.middle[i - ends.start] if stream else 0))
         for j, (lo, hi) in enumerate(sink_ranges):
             here = (live[end] - sink + sink // ends.produced * (hi - lo)) * dt
             peak = max(peak, here + (stream.last[j] if stream else 0))
@@ -88,12 +93,14 @@ def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, 
 def ends_core_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, chunks: int,
                     tile: Tile, dtype_bytes: int) -> int:
     """Core traffic the chunks add to the same tile run whole: every chunk after the first
-    reads the first layer's partial sums and writes them back, and reads the last layer's
-    inputs again."""
-    sums_of = graph.layer(ends.first).outputs[0]
+    reads the first layer's partial sums and writes them back (where there is a first
+    end), and reads the last layer's inputs again."""
+    sums_of = graph.layer(ends.first).outputs[0] if ends.first is not None else None
     reads = graph.layer(ends.last).fmap_inputs
-    sums = region_sums(graph, io, chains, tile, sorted({sums_of, *reads}))
-    return (chunks - 1) * (2 * sums[sums_of] + sum(sums[t] for t in reads)) * dtype_bytes
+    sums = region_sums(graph, io, chains, tile,
+                       sorted({*reads, *((sums_of,) if sums_of is not None else ())}))
+    partial = 2 * sums[sums_of] if sums_of is not None else 0
+    return (chunks - 1) * (partial + sum(sums[t] for t in reads)) * dtype_bytes
 
 
 def ends_cost(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, chunks: int,

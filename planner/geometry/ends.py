@@ -13,6 +13,13 @@ MatMul chain (the reduction loop of the first product outermost, the output-chan
 the last one outermost, the intermediate retained): with the ends streamed, a group's tile
 can cover every token, so that each weight is read once.
 
+A group whose first layer is no such product (a norm, a view, or the last layer itself)
+streams its output end alone: its inputs are loaded whole and held, and its last layer
+writes its output a chunk of output channels at a time. That is the weights-outer order of
+the last layer with its input retained: a projection whose output does not fit beside its
+input (a qkv projection, three maps wide) reads its input and every weight once, where
+tiles of rows would read the weights once per tile.
+
 This module finds a group's ends and the weight bytes on chip at each step; planner.cost.ends
 prices a group run so, emulator.ends runs it.
 """
@@ -33,29 +40,42 @@ from fuseplan.planner.ir.graph import Graph, Layer
 class Ends:
     """The two layers of a group that stream its input and its output in channel chunks."""
 
-    first: str  # reads `source` a chunk of its input channels at a time, summing into its output
-    source: str  # the group input it reads so
-    reduced: int  # the input channels the first layer sums over
+    # reads `source` a chunk of its input channels at a time, summing into its output; None:
+    # the output end streams alone, the group's inputs held whole
+    first: str | None
+    source: str | None  # the group input it reads so
+    reduced: int  # the input channels the first layer sums over (0: no first end)
     last: str  # writes `sink` a chunk of its output channels at a time
     sink: str  # the group output it writes so
     produced: int  # the last layer's output channels
 
     @property
-    def layers(self) -> tuple[str, str]:
-        return self.first, self.last
+    def layers(self) -> tuple[str, ...]:
+        return (self.last,) if self.first is None else (self.first, self.last)
+
+    @property
+    def start(self) -> int:
+        """The index of the group's first layer run on its whole box (1 after a first end)."""
+        return 0 if self.first is None else 1
 
     def source_ranges(self, chunks: int) -> list[tuple[int, int]]:
-        """The input-channel range of each chunk of the first layer."""
-        return chunk_ranges(self.reduced, chunks)
+        """The input-channel range of each chunk of the first layer (none without one)."""
+        return [] if self.first is None else chunk_ranges(self.reduced, chunks)
 
     def sink_ranges(self, chunks: int) -> list[tuple[int, int]]:
         """The output-channel range of each chunk of the last layer."""
         return chunk_ranges(self.produced, chunks)
 
     def makes_chunks(self, chunks: int) -> bool:
-        """Whether both ends split into exactly `chunks` chunks of ceil(C / chunks) (the last
+        """Whether each end splits into exactly `chunks` chunks of ceil(C / chunks) (the last
         possibly shorter): a count a plan may state."""
-        return len(self.source_ranges(chunks)) == chunks == len(self.sink_ranges(chunks))
+        return len(self.sink_ranges(chunks)) == chunks \
+            and (self.first is None or len(self.source_ranges(chunks)) == chunks)
+
+    @property
+    def most_chunks(self) -> int:
+        """The channels of the narrower end: no count above it makes chunks."""
+        return self.produced if self.first is None else min(self.reduced, self.produced)
 
 
 def _product_weight(graph: Graph, lay: Layer) -> str | None:
@@ -79,36 +99,40 @@ def _channels_last_whole(graph: Graph, tensor: str) -> bool:
 
 
 def chunked_ends(graph: Graph, io: GroupIO) -> Ends | None:
-    """The ends of a group that can stream them, or None. The group's first layer must be a
-    MatMul by constant weights whose map is a group input read by no other layer of the
-    group; its last layer a layer computed in output-channel chunks (planner.ir.chunks)
-    whose output is the group's one output and read by none of its layers; two layers at
-    least, no reduction folded over tiles and no fused attention streaming its keys."""
-    if len(io.layers) < 2 or len(io.outputs) != 1 or io.accumulated \
-            or online_attention(graph, io) is not None:
+    """The ends of a group that can stream them, or None. Its last layer must be computed in
+    output-channel chunks (planner.ir.chunks), every weight of it cut by them, its output
+    the group's one output and read by none of its layers; no reduction folded over tiles
+    and no fused attention streaming its keys. Its first layer is a first end where the
+    group has two layers at least and that layer is a MatMul by constant weights whose map
+    is a group input read by no other layer of the group, with its channels last and whole.
+    Else the output end streams alone where its channels are last and whole (token maps,
+    whose projections read weights large beside the maps; a conv's row tiles share each
+    weight read over a round of tiles already)."""
+    if len(io.outputs) != 1 or io.accumulated or online_attention(graph, io) is not None:
         return None
-    first, last = graph.layer(io.layers[0]), graph.layer(io.layers[-1])
-    w = _product_weight(graph, first)
-    if w is None:
-        return None
-    source = first.fmap_inputs[0]
-    uses = in_group_uses(graph, io)
-    if source not in io.inputs or uses.get(source, 0) != 1 or source in io.outputs \
-            or not _channels_last_whole(graph, source):
-        return None
+    last = graph.layer(io.layers[-1])
     sink = last.outputs[0]
     split = chunk_axes(graph, last)
+    uses = in_group_uses(graph, io)
     if split is None or io.outputs != (sink,) or uses.get(sink, 0) or len(last.outputs) != 1 \
             or set(split[1]) != set(last.weights):  # every weight of it cut by the chunks
         return None
-    return Ends(first.name, source, int(graph.constants[w].shape[0]), last.name, sink,
-                split[0])
+    first = graph.layer(io.layers[0])
+    w = _product_weight(graph, first) if len(io.layers) > 1 else None
+    source = first.fmap_inputs[0] if w is not None else None
+    if w is not None and source in io.inputs and uses.get(source, 0) == 1 \
+            and source not in io.outputs and _channels_last_whole(graph, source):
+        return Ends(first.name, source, int(graph.constants[w].shape[0]), last.name, sink,
+                    split[0])
+    if not _channels_last_whole(graph, sink):
+        return None
+    return Ends(None, None, 0, last.name, sink, split[0])
 
 
 def chunk_options(ends: Ends) -> list[int]:
     """The chunk counts a plan may state, fewest first: powers of two both ends make."""
     out, k = [], 2
-    while k <= min(ends.reduced, ends.produced):
+    while k <= ends.most_chunks:
         if ends.makes_chunks(k):
             out.append(k)
         k *= 2
@@ -121,13 +145,18 @@ class EndStream:
     the first layer's row slices chunk by chunk, the layers between as they always stream
     (their output-channel chunks), the last layer's column slices chunk by chunk."""
 
-    first: tuple[int, ...]  # per chunk of the first layer
-    middle: tuple[int, ...]  # per layer between the ends
+    first: tuple[int, ...]  # per chunk of the first layer (none without a first end)
+    middle: tuple[int, ...]  # per layer between the ends (from the first, without one)
     last: tuple[int, ...]  # per chunk of the last layer
 
     @property
     def most(self) -> int:
         return max((*self.first, *self.middle, *self.last), default=0)
+
+    @property
+    def by_step(self) -> tuple[int, ...]:
+        """Per layer of the group: the most on chip while it runs, any chunk."""
+        return (*((max(self.first),) if self.first else ()), *self.middle, max(self.last))
 
 
 def end_stream(first: Sequence[int], middle: Sequence[Sequence[int]], last: Sequence[int]

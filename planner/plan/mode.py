@@ -365,15 +365,17 @@ def _ends_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
         return None
     ends = chunked_ends(graph, group_io(graph, layers))
     if ends is None:
-        return (f"end_chunks is {chunks}, but the group does not start with a MatMul by "
-                "constant weights reading an input no other layer of it reads, or does not "
-                "end with one output made by a layer computed in output-channel chunks; "
-                "remove the key.")
+        return (f"end_chunks is {chunks}, but the group does not end with one output, its "
+                "channels last, made by a layer computed in output-channel chunks (or, "
+                "where it starts with a MatMul by constant weights reading an input no other "
+                "layer of it reads, by any such layer); remove the key.")
     if not ends.makes_chunks(chunks):
-        return (f"end_chunks is {chunks}, but {ends.reduced} input channels of "
-                f"{ends.first!r} and {ends.produced} output channels of {ends.last!r} do not "
-                f"both make {chunks} chunks of ceil(C / {chunks}); use a power of two below "
-                f"{min(ends.reduced, ends.produced)} that does.")
+        which = f"{ends.produced} output channels of {ends.last!r} do not make" \
+            if ends.first is None else (f"{ends.reduced} input channels of {ends.first!r} "
+                                        f"and {ends.produced} output channels of "
+                                        f"{ends.last!r} do not both make")
+        return (f"end_chunks is {chunks}, but {which} {chunks} chunks of ceil(C / "
+                f"{chunks}); use a power of two below {ends.most_chunks} that does.")
     if mode.passes > 1 or mode.hidden_chunks > 1 or mode.halo_reuse or mode.weights_outer \
             or mode.double_buffered or mode.inputs_reloaded or tile.bands > 1:
         return (f"end_chunks {chunks} runs with one input buffer, halos recomputed, tiles "
