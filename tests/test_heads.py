@@ -231,7 +231,8 @@ def test_a_qkv_slice_streams_one_run_of_its_heads_at_a_time(tmp_path: Path) -> N
         < max(stream_holds(stretch_loads(s, 2, cut, 8))) == 288 + 64 + 8
     mha, _ = _graph(batch_first_mha(batch=1, tokens=64, width=64, heads=8), tmp_path)
     order = tuple(lay.name for lay in mha.layers)
-    assert [widen_runs(mha, t) for t in stretches(mha, group_io(mha, order))] == [1]
+    found = stretches(mha, group_io(mha, order))
+    assert any(t.cuts for t in found) and all(widen_runs(mha, t) == 1 for t in found)
 
 
 def test_a_gpt2_block_at_1mib_is_one_group_below_ffm(tmp_path: Path) -> None:
