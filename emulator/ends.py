@@ -22,7 +22,7 @@ from fuseplan.emulator.errors import EmulationError, KernelFailure
 from fuseplan.emulator.layer import LayerCache, run_layer
 from fuseplan.emulator.onchip import compute_on_chip, in_place_elems, keep_outputs
 from fuseplan.emulator.tally import Tally
-from fuseplan.planner.geometry.ends import Ends, EndStream, end_stream
+from fuseplan.planner.geometry.ends import Ends, EndStream, end_stream, tail_axes
 from fuseplan.planner.geometry.in_place import in_place_hosts
 from fuseplan.planner.geometry.regions import Box, GroupIO, in_group_uses, tile_regions
 from fuseplan.planner.ir.chunks import chunk_axes
@@ -45,7 +45,7 @@ def run_end_tiles(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[Box
         loaded = run.load_others(boxes, onchip)
         if ends.first is not None:
             loaded += run.first_layer(ti, boxes, onchip)
-        for i in range(ends.start, len(io.layers) - 1):
+        for i in range(ends.start, io.layers.index(ends.last)):
             run.middle_layer(ti, i, boxes, onchip)
         written = run.last_layer(ti, tile_box, boxes, onchip)
         tally.tile(ti, loaded, written)
@@ -75,15 +75,20 @@ class _EndRun:
         last = graph.layer(ends.last)
         split = chunk_axes(graph, last)
         assert split is not None  # chunked_ends checked it
-        arrays = {c: np.asarray(weights.get(c, graph.constants.get(c)))
-                  for c in set(last.weights)}
-        self.cols = [{c: take_range(a, split[1][c], lo, hi) for c, a in arrays.items()}
+        # each chunk's weights: the last layer's columns and its tail's constants, sliced
+        # along the output channels (a scalar whole)
+        axes: dict[str, int | None] = dict(split[1])
+        for name in ends.tail:
+            axes.update(tail_axes(graph, ends, name))
+        arrays = {c: np.asarray(weights.get(c, graph.constants.get(c))) for c in axes}
+        self.cols = [{c: _chunk_of(a, axes[c], lo, hi) for c, a in arrays.items()}
                      for lo, hi in self.sink_ranges]
+        self.at = io.layers.index(ends.last)
         self.stream: EndStream | None = None
         if not group.weights_resident:
             sizes = tally.stream.sizes if tally.stream is not None else ()
             middle = [list(sizes[i]) if sizes else []
-                      for i in range(ends.start, len(io.layers) - 1)]
+                      for i in range(ends.start, self.at)]
             self.stream = end_stream(
                 [sum(a.size for a in part.values()) * self.dt for part in self.rows], middle,
                 [sum(a.size for a in part.values()) * self.dt for part in self.cols])
@@ -159,11 +164,11 @@ class _EndRun:
 
     def last_layer(self, ti: int, tile_box: Box, boxes: Mapping[str, Box],
                    onchip: OnChip) -> int:
-        """The last layer chunk by chunk of its output channels, each chunk stored as it
-        is made; returns the bytes written."""
+        """The last layer chunk by chunk of its output channels, each chunk run through the
+        tail and stored as it is made; returns the bytes written."""
         graph, ends, tally, dt, dram = self.graph, self.ends, self.tally, self.dt, self.dram
         lay = graph.layer(ends.last)
-        sink = ends.sink
+        out, sink = lay.outputs[0], ends.sink
         layout = graph.layout(sink)
         if sink not in dram:
             dram[sink] = np.zeros(graph.shapes[sink], dtype=np.float32)
@@ -171,26 +176,54 @@ class _EndRun:
         target = slice_box(dram[sink], array_box(dram[sink], layout), want, layout)
         reads = sum(onchip[t][1].size for t in lay.fmap_inputs)
         axis = op_spec(lay.op).chunk_out_axis % target.ndim  # where the slices join
-        end = len(self.io.layers) - 1
         written = 0
         for j, (lo, hi) in enumerate(self.sink_ranges):
+            consts = Overlay(self.cols[j], self.weights)
             try:
-                (y,) = run_layer(graph, lay, boxes[sink], onchip,
-                                 Overlay(self.cols[j], self.weights), self.layers)[:1]
+                (y,) = run_layer(graph, lay, boxes[out], onchip, consts, self.layers)[:1]
             except KernelFailure as exc:
                 raise EmulationError(self.group.id, ti, exc.layer, f"end chunk {j} (output "
                                      f"channels [{lo}, {hi})): {exc.detail}") from exc
             tally.ops(lay, y.size)
-            tally.core += y.size * dt + (reads * dt if j > 0 else 0)
+            tally.core += y.size * dt * (1 + self.uses.get(out, 0)) \
+                + (reads * dt if j > 0 else 0)
             live = sum(a.size for _, a in onchip.values()) + y.size
-            tally.step(ti, live * dt, end, weights=self._weights_at(
+            tally.step(ti, live * dt, self.at, weights=self._weights_at(
                 self.stream.last if self.stream else (), j))
-            part = slice_box(y, boxes[sink], want, layout)
+            if j == len(self.sink_ranges) - 1:  # every chunk has read the layer's inputs
+                self._free(self.at, onchip)
+            chunk: OnChip = {out: (boxes[out], y)}
+            for i in range(self.at + 1, len(self.io.layers)):
+                self._tail_step(ti, i, j, boxes, onchip, chunk, consts)
+            part = slice_box(chunk[sink][1], boxes[sink], want, layout)
             take_range(target, axis, lo, hi)[...] = part
             written += part.size * dt
         return written
+
+    def _tail_step(self, ti: int, i: int, j: int, boxes: Mapping[str, Box], onchip: OnChip,
+                   chunk: OnChip, consts: Overlay) -> None:
+        """A layer of the output end's tail on chunk j of the last layer's output: its
+        constants sliced alike (`consts`), its output kept a chunk wide in `chunk`."""
+        graph, tally = self.graph, self.tally
+        lay = graph.layer(self.io.layers[i])
+        out = lay.outputs[0]
+        ys = compute_on_chip(graph, self.group, ti, lay, boxes[out], {**onchip, **chunk},
+                             consts, tally, self.layers)
+        keep_outputs(lay, boxes[out], ys, chunk, tally, self.uses)
+        view = {**onchip, **chunk}
+        live = sum(a.size for _, a in view.values()) \
+            - in_place_elems(self.group.id, ti, lay, self.hosts.get(i), view, ys[0])
+        tally.step(ti, live * self.dt, i, weights=self._weights_at(
+            self.stream.last if self.stream else (), j))
+        for t in [t for t in chunk if t != self.ends.sink and self.last_use.get(t, i) <= i]:
+            del chunk[t]
 
     def _free(self, i: int, onchip: OnChip) -> None:
         """Free what no layer after layer i reads."""
         for t in [t for t in onchip if self.last_use.get(t, i) <= i]:
             del onchip[t]
+
+
+def _chunk_of(arr: np.ndarray, axis: int | None, lo: int, hi: int) -> np.ndarray:
+    """A constant's slice [lo, hi) along `axis`, or the whole of it (None: a scalar)."""
+    return arr if axis is None else take_range(arr, axis, lo, hi)

@@ -27,7 +27,7 @@ from fuseplan.planner.cost.model import (
 from fuseplan.planner.cost.weight_stream import chunk_width, staged_steps
 from fuseplan.planner.geometry.attention import OnlineAttention, online_attention
 from fuseplan.planner.geometry.bands import cluster_loads
-from fuseplan.planner.geometry.ends import Ends, EndStream
+from fuseplan.planner.geometry.ends import Ends, EndStream, chunked_maps
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
 from fuseplan.planner.geometry.hidden import Stretch, stretch_chunks
 from fuseplan.planner.geometry.regions import (
@@ -142,7 +142,8 @@ class GroupFacts(ModeFlags):
             if t in s.hidden:
                 c = c // s.channels \
                     * chunk_width(s.channels, stretch_chunks(s, self.hidden_chunks))
-        if self.ends is not None and t in (self.ends.source, self.ends.sink):
+        if self.ends is not None and (t == self.ends.source
+                                      or t in chunked_maps(self.graph, self.ends)):
             units = self.ends.reduced if t == self.ends.source else self.ends.produced
             c = c // units * chunk_width(units, self.end_chunks)
         elems = c * sizes[0] * sizes[1] * sizes[2]
@@ -250,7 +251,7 @@ class GroupFacts(ModeFlags):
         if self.weights_resident:
             return ()
         if self.end_weights is not None:  # each end's step holds the most of any chunk's
-            return self.end_weights.by_step
+            return self.end_weights.by_step(len(self.ends.tail) if self.ends else 0)
         if self.hidden:  # a stretch's steps hold the most of any chunk's
             stream = self.hidden_weights or hidden_stream(self.graph, self.io, self.hidden,
                                                           self.hidden_chunks, self.chip)

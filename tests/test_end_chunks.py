@@ -67,18 +67,24 @@ def test_ends_of_a_chain_and_where_there_are_none(tmp_path: Path) -> None:
     assert (ends.first, ends.source, ends.reduced) == ("mm0", "x", 8)
     assert (ends.last, ends.sink, ends.produced) == ("mm2", "y", 8)
     assert ends.makes_chunks(4) and not ends.makes_chunks(5)  # 8 = 2 + 2 + 2 + 2: four
-    # one layer has no maps between its ends; a group ending in a Relu writes no output
-    # channels in chunks; a group starting after the input reads a map of its own making
-    for layers in (("mm0",), ("mm0", "mm1", "relu1"), ("mm1", "relu1", "mm2")):
+    # one layer has no maps between its ends; a group starting after the input reads a map
+    # of its own making: neither has a first end
+    for layers in (("mm0",), ("mm1", "relu1", "mm2")):
         found = chunked_ends(g, group_io(g, layers))
         assert found is None or found.source != "x", layers
+    # a group ending in a Relu writes its output in chunks all the same: the Relu runs on
+    # each chunk of the product's output (the end's tail)
+    tail = chunked_ends(g, group_io(g, ("mm0", "mm1", "relu1")))
+    assert tail is not None and (tail.first, tail.last, tail.tail, tail.sink) \
+        == ("mm0", "mm1", ("relu1",), "r1")
+    assert chunked_ends(g, group_io(g, ("relu1",))) is None  # nothing to chunk
 
 
 def test_the_output_end_streams_alone_where_the_group_starts_otherwise(
         tmp_path: Path) -> None:
     """A group starting with a Relu, or one product alone, has no first end: its input is
-    held whole and only its last product writes its output in chunks. A group ending in a
-    Relu has no ends at all."""
+    held whole and only its last product writes its output in chunks (a Relu after it runs
+    on each chunk)."""
     problem = api.prepare(_save(chain_model(4, 24, 16, relu_after=(0, 2)), tmp_path))
     g = problem.graph
     for layers, last in ((("relu0", "mm1"), "mm1"), (("mm2",), "mm2"),
@@ -86,7 +92,8 @@ def test_the_output_end_streams_alone_where_the_group_starts_otherwise(
         ends = chunked_ends(g, group_io(g, layers))
         assert ends is not None and ends.last == last, layers
         assert (ends.first is None) == (layers[0] != "mm0"), layers
-    assert chunked_ends(g, group_io(g, ("mm2", "relu2"))) is None
+    relu = chunked_ends(g, group_io(g, ("mm2", "relu2")))
+    assert relu is not None and relu.first is None and relu.tail == ("relu2",)
     alone = chunked_ends(g, group_io(g, ("mm2",)))
     assert alone is not None and alone.layers == ("mm2",) and alone.start == 0
     assert alone.makes_chunks(16) and not alone.makes_chunks(32)  # 16 output channels
@@ -120,6 +127,33 @@ def test_hand_built_plans_streaming_the_output_end_alone_verify(
         assert pb.core_fmap_bytes > pa.core_fmap_bytes
     assert any(lower)
     assert_verifies(problem, ended)
+
+
+@pytest.mark.parametrize(("resident", "chunks", "hardware", "th", "batch"), [
+    (False, 4, "soma_buffer", 24, 1), (True, 3, "soma_buffer", 7, 1),
+    (False, 16, "cluster4x4", 5, 2), (True, 2, "cluster4x4", 24, 2)])
+def test_an_output_end_runs_its_bias_and_gelu_on_each_chunk(
+        tmp_path: Path, resident: bool, chunks: int, hardware: str, th: int,
+        batch: int) -> None:
+    """An exporter's Linear is a MatMul and a bias Add, its GELU five per-element layers
+    (Div, Erf, Add, Mul, Mul by scalars): the MLP's first half (LayerNorm, fc1, bias,
+    GELU) writes its hidden map in chunks, each chunk through the bias (sliced alike) and
+    the GELU (its scalars whole); outputs and every counter equal the prediction."""
+    from test_hidden import mlp_model
+
+    problem = api.prepare(_save(mlp_model(tokens=24, width=8, hidden=48, batch=batch),
+                                tmp_path, "mlp"), hardware=hardware)
+    g = problem.graph
+    first = ("norm", "fc1", "fc1_bias", "gelu_div", "gelu_erf", "gelu_add", "gelu_mul",
+             "gelu_half")
+    ends = chunked_ends(g, group_io(g, first))
+    assert ends is not None and ends.first is None and ends.last == "fc1"
+    assert ends.tail == first[2:] and ends.sink == "a"
+    plan = hand_plan(problem, [
+        Placement.of(first, Tile(batch, th, 1), resident, end_chunks=chunks),
+        Placement.of(("fc2", "fc2_bias", "residual"), Tile(batch, 24, 1), resident)])
+    assert plan.groups[0].placement.end_chunks == chunks
+    assert_verifies(problem, plan)
 
 
 @pytest.mark.parametrize(("resident", "chunks", "hardware"), [
@@ -223,13 +257,15 @@ def test_plan_file_states_end_chunks_and_rejects_them_where_they_cannot_run(
     assert ok.exit_code == 0, ok.output
     for edit, needle in ((lambda g: g.update(end_chunks=5), "do not both make 5 chunks"),
                          (lambda g: g.update(double_buffered=True), "one input buffer"),
-                         (lambda g: g.update(layers=g["layers"][:3]),
+                         (lambda g: g.update(layers=g["layers"][2:3]),
                           "does not end with one output")):
         bad = json.loads(plan_file.read_text())
         edit(bad["groups"][0])
-        if len(bad["groups"][0]["layers"]) == 3:  # the last layer alone
-            bad["groups"].append({"id": 1, "layers": ["mm2"], "tile": {"n": 1, "h": 16,
-                                                                       "w": 1}})
+        if bad["groups"][0]["layers"] == ["relu1"]:  # a Relu alone: no layer to chunk
+            whole = {"tile": {"n": 1, "h": 16, "w": 1}}
+            bad["groups"] = [{"id": 0, "layers": ["mm0", "mm1"], **whole},
+                             {**bad["groups"][0], "id": 1},
+                             {"id": 2, "layers": ["mm2"], **whole}]
         assert_refused(path, bad, tmp_path, needle)
 
 

@@ -8,14 +8,16 @@ the cores, nothing else:
   once); so are the tile's events on the DRAM link and the cores, hence its cycles;
 * the first layer's step holds one chunk of the input, the whole output it sums into, and
   every other map alive then; the last layer's step holds the maps it reads and one chunk of
-  its output; the steps between are those of the tile run whole (all steps but the last,
-  where the output end streams alone);
+  its output, and so do the per-element layers after it (its tail: a bias, an activation),
+  chunk by chunk, the last layer's inputs whole until its last chunk; the steps between
+  are those of the tile run whole (all steps before the output end's, where it streams
+  alone);
 * every chunk after the first reads the first layer's partial sums and writes them back,
   and reads the last layer's inputs again: (k - 1) (2 |sums| + |inputs of the last layer|)
   more core traffic per tile (no sums without a first end);
 * streamed weights arrive as a stream of loads (planner.geometry.ends.end_stream): the
-  first layer's rows and the last layer's columns a chunk at a time, the layers between in
-  their output-channel chunks.
+  first layer's rows and the last layer's columns (with its tail's constants) a chunk at
+  a time, the layers between in their output-channel chunks.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from fuseplan.planner.cost.model import (
     work_counters,
 )
 from fuseplan.planner.cost.weight_stream import chunk_counts, chunk_sizes
-from fuseplan.planner.geometry.ends import Ends, EndStream, end_stream
+from fuseplan.planner.geometry.ends import (
+    Ends,
+    EndStream,
+    chunked_maps,
+    end_stream,
+    tail_axes,
+)
 from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, box_elems
 from fuseplan.planner.ir.chunks import chunk_axes
 from fuseplan.planner.ir.graph import Graph
@@ -48,14 +56,23 @@ def ends_stream(graph: Graph, io: GroupIO, ends: Ends, chunks: int, chip: Chip) 
         columns = int(graph.constants[first.inputs[1]].shape[1])
         rows = [(hi - lo) * columns * dt for lo, hi in ends.source_ranges(chunks)]
     counts = chunk_counts(graph, io.layers, chip)
+    at = io.layers.index(ends.last)
     middle = [chunk_sizes(graph, graph.layer(n), counts[n], dt) if graph.layer(n).weights
-              else [] for n in io.layers[ends.start:-1]]
+              else [] for n in io.layers[ends.start:at]]
     last = graph.layer(ends.last)
     split = chunk_axes(graph, last)
     assert split is not None  # chunked_ends checked it
     channels, _ = split
     per_channel = sum(int(graph.constants[w].size) for w in set(last.weights)) // channels
-    cols = [(hi - lo) * per_channel * dt for lo, hi in ends.sink_ranges(chunks)]
+    whole = 0  # the tail's constants: per channel with each chunk, or whole (a scalar)
+    for name in ends.tail:
+        for c, axis in tail_axes(graph, ends, name).items():
+            size = int(graph.constants[c].size) if c in graph.constants else 0
+            if axis is None:
+                whole += size
+            else:
+                per_channel += size // channels
+    cols = [((hi - lo) * per_channel + whole) * dt for lo, hi in ends.sink_ranges(chunks)]
     return end_stream(rows, middle, cols)
 
 
@@ -71,12 +88,13 @@ def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, 
     resident = weight_bytes(graph, io.weights, chip) \
         if chip.unified and weights_resident else 0
     src_ranges, sink_ranges = ends.source_ranges(chunks), ends.sink_ranges(chunks)
-    end = len(io.layers) - 1
+    end = io.layers.index(ends.last)
+    cut = set(chunked_maps(graph, ends))
+    reads = set(graph.layer(ends.last).fmap_inputs)
     peak = 0
     for boxes in representative_boxes(graph, io, chains, tile):
         elems = {t: box_elems(graph, t, b) for t, b in boxes.items()}
         live = [sum(elems[t] for t in s if t in elems) for s in steps]
-        sink = elems[ends.sink]
         if ends.source is not None:
             src = elems[ends.source]
             for j, (lo, hi) in enumerate(src_ranges):
@@ -85,8 +103,14 @@ def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, 
         for i in range(ends.start, end):
             peak = max(peak, live[i] * dt + (stream.middle[i - ends.start] if stream else 0))
         for j, (lo, hi) in enumerate(sink_ranges):
-            here = (live[end] - sink + sink // ends.produced * (hi - lo)) * dt
-            peak = max(peak, here + (stream.last[j] if stream else 0))
+            # the output end's steps: its maps a chunk wide; the last layer's inputs stay
+            # whole until the last chunk has read them
+            for i in range(end, len(io.layers)):
+                here = sum(elems[t] // ends.produced * (hi - lo) if t in cut else elems[t]
+                           for t in steps[i] if t in elems)
+                if i > end and j < len(sink_ranges) - 1:
+                    here += sum(elems[t] for t in reads - set(steps[i]) if t in elems)
+                peak = max(peak, here * dt + (stream.last[j] if stream else 0))
     return peak + resident
 
 

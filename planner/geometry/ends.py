@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fuseplan.planner.geometry.attention import online_attention
-from fuseplan.planner.geometry.hidden import stream_holds
+from fuseplan.planner.geometry.hidden import constant_channel_axis, stream_holds
 from fuseplan.planner.geometry.regions import GroupIO, in_group_uses
 from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
 from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.ir.ops import op_spec
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,16 @@ class Ends:
     first: str | None
     source: str | None  # the group input it reads so
     reduced: int  # the input channels the first layer sums over (0: no first end)
-    last: str  # writes `sink` a chunk of its output channels at a time
-    sink: str  # the group output it writes so
+    last: str  # computes its output a chunk of its output channels at a time
+    sink: str  # the group output written so: the last layer's, or its tail's
     produced: int  # the last layer's output channels
+    # per-element layers after the last one, run on each chunk of its output (a bias Add,
+    # an activation): the last of them makes `sink`
+    tail: tuple[str, ...] = ()
 
     @property
     def layers(self) -> tuple[str, ...]:
-        return (self.last,) if self.first is None else (self.first, self.last)
+        return (*(() if self.first is None else (self.first,)), self.last, *self.tail)
 
     @property
     def start(self) -> int:
@@ -98,6 +102,56 @@ def _channels_last_whole(graph: Graph, tensor: str) -> bool:
     return last not in (layout.batch_axis, layout.row_axis, layout.col_axis)
 
 
+def output_end(graph: Graph, io: GroupIO) -> tuple[int, tuple[str, ...]] | None:
+    """(index of the last layer computed in output-channel chunks, every weight of it cut by
+    them; the per-element layers after it, its tail) of a group, or None. The tail's layers
+    compute each output channel from the same channel of the maps made from the last
+    layer's output and of constants per channel or broadcast (a bias, an Erf-GELU), each
+    map as large as that output."""
+    for at in range(len(io.layers) - 1, -1, -1):
+        lay = graph.layer(io.layers[at])
+        split = chunk_axes(graph, lay)
+        if split is not None and set(split[1]) == set(lay.weights):
+            break
+        if split is not None or not op_spec(lay.op).channel_local:
+            return None
+    else:
+        return None
+    out = lay.outputs[0]
+    if len([t for t in lay.outputs if t]) != 1:
+        return None
+    shape = graph.shapes[out]
+    axis = op_spec(lay.op).chunk_out_axis % len(shape)
+    made = {out}
+    for name in io.layers[at + 1:]:
+        step = graph.layer(name)
+        outs = [t for t in step.outputs if t]
+        if len(outs) != 1 or graph.shapes[outs[0]] != shape \
+                or any(t not in made for t in step.fmap_inputs) \
+                or any(constant_channel_axis(graph, c, len(shape), axis, split[0]) == -1
+                       for c in step.inputs if c and c not in step.fmap_inputs):
+            return None
+        made.add(outs[0])
+    return at, io.layers[at + 1:]
+
+
+def tail_axes(graph: Graph, ends: Ends, name: str) -> dict[str, int | None]:
+    """How each constant of a tail layer splits over the output chunks: its axis along the
+    last layer's output channels, None where every chunk uses it whole (a scalar)."""
+    lay = graph.layer(name)
+    shape = graph.shapes[ends.sink]
+    axis = op_spec(graph.layer(ends.last).op).chunk_out_axis % len(shape)
+    return {c: constant_channel_axis(graph, c, len(shape), axis, ends.produced)
+            for c in lay.inputs if c and c not in lay.fmap_inputs}
+
+
+def chunked_maps(graph: Graph, ends: Ends) -> tuple[str, ...]:
+    """The maps on chip a chunk at a time at the output end: the last layer's output and
+    its tail's."""
+    return (graph.layer(ends.last).outputs[0],
+            *(graph.layer(n).outputs[0] for n in ends.tail))
+
+
 def chunked_ends(graph: Graph, io: GroupIO) -> Ends | None:
     """The ends of a group that can stream them, or None. Its last layer must be computed in
     output-channel chunks (planner.ir.chunks), every weight of it cut by them, its output
@@ -110,23 +164,27 @@ def chunked_ends(graph: Graph, io: GroupIO) -> Ends | None:
     weight read over a round of tiles already)."""
     if len(io.outputs) != 1 or io.accumulated or online_attention(graph, io) is not None:
         return None
-    last = graph.layer(io.layers[-1])
-    sink = last.outputs[0]
+    found = output_end(graph, io)
+    if found is None:
+        return None
+    at, tail = found
+    last = graph.layer(io.layers[at])
+    sink = graph.layer(io.layers[-1]).outputs[0]
     split = chunk_axes(graph, last)
+    assert split is not None  # output_end found it so
     uses = in_group_uses(graph, io)
-    if split is None or io.outputs != (sink,) or uses.get(sink, 0) or len(last.outputs) != 1 \
-            or set(split[1]) != set(last.weights):  # every weight of it cut by the chunks
+    if io.outputs != (sink,) or uses.get(sink, 0):
         return None
     first = graph.layer(io.layers[0])
-    w = _product_weight(graph, first) if len(io.layers) > 1 else None
+    w = _product_weight(graph, first) if at > 0 else None
     source = first.fmap_inputs[0] if w is not None else None
     if w is not None and source in io.inputs and uses.get(source, 0) == 1 \
             and source not in io.outputs and _channels_last_whole(graph, source):
         return Ends(first.name, source, int(graph.constants[w].shape[0]), last.name, sink,
-                    split[0])
+                    split[0], tail)
     if not _channels_last_whole(graph, sink):
         return None
-    return Ends(None, None, 0, last.name, sink, split[0])
+    return Ends(None, None, 0, last.name, sink, split[0], tail)
 
 
 def chunk_options(ends: Ends) -> list[int]:
@@ -153,10 +211,11 @@ class EndStream:
     def most(self) -> int:
         return max((*self.first, *self.middle, *self.last), default=0)
 
-    @property
-    def by_step(self) -> tuple[int, ...]:
-        """Per layer of the group: the most on chip while it runs, any chunk."""
-        return (*((max(self.first),) if self.first else ()), *self.middle, max(self.last))
+    def by_step(self, tail: int) -> tuple[int, ...]:
+        """Per layer of the group: the most on chip while it runs, any chunk (`tail`: the
+        layers after the last one, which run with its chunks' weights)."""
+        return (*((max(self.first),) if self.first else ()), *self.middle,
+                *(max(self.last),) * (1 + tail))
 
 
 def end_stream(first: Sequence[int], middle: Sequence[Sequence[int]], last: Sequence[int]

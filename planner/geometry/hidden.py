@@ -321,7 +321,7 @@ def _per_element(graph: Graph, lay: Layer, hidden: Sequence[str], like: str) -> 
         same = all(graph.shapes[t] == out_shape if t in hidden
                    else _vector_axis(graph, t, len(out_shape), axis, channels) is not None
                    for t in lay.fmap_inputs)
-        return same and all(_constant_axis(graph, c, len(out_shape), axis, channels) != -1
+        return same and all(constant_channel_axis(graph, c, len(out_shape), axis, channels) != -1
                             for c in _constants(lay))
     if any(t not in hidden for t in lay.fmap_inputs):
         return False
@@ -354,7 +354,8 @@ def _constants(lay: Layer) -> list[str]:
     return [t for t in lay.inputs if t and t not in lay.fmap_inputs]
 
 
-def _constant_axis(graph: Graph, name: str, rank: int, axis: int, channels: int) -> int | None:
+def constant_channel_axis(graph: Graph, name: str, rank: int, axis: int, channels: int
+                          ) -> int | None:
     """The axis of a per-element layer's constant that runs along the hidden channels
     (broadcast from the right), None when every chunk uses it whole, -1 when it can be
     neither (it varies along the channels with another extent)."""
@@ -418,7 +419,7 @@ def _plain_axes(graph: Graph, s: Stretch, lay: Layer) -> dict[str, int | None]:
     if not spec.channel_local and spec.local_chunk_axis is not None:  # a depthwise conv
         return {c: _local_axis(graph, lay, c) for c in _constants(lay)}
     rank = len(graph.shapes[s.hidden[0]])
-    return {c: _constant_axis(graph, c, rank, s.axis, s.channels) for c in _constants(lay)}
+    return {c: constant_channel_axis(graph, c, rank, s.axis, s.channels) for c in _constants(lay)}
 
 
 def stream_holds(loads: Sequence[tuple[Sequence[int], int]]) -> list[int]:
