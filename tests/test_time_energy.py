@@ -456,3 +456,37 @@ def test_a_warm_start_choice_is_a_candidate_exactly(reusing_chain) -> None:
                          alts)
     picked = [_describes(c, middle.placement(search.layers)) for c in enc.candidates]
     assert picked == [a == middle for a in alts]
+
+
+def test_capped_path_chains_the_cheapest_groups_under_the_cap(two) -> None:
+    """A capped solve's warm start (planner.app.pareto.capped_path): from the groups of the
+    plans it is given, the least-energy chain whose cycles add up to at most the cap, mixing
+    the plans' groups where that is cheaper (here a double-buffered conv1 of one plan with
+    the other's whole-map conv2); none below the fastest chain."""
+    from fuseplan.planner.app.pareto import capped_path
+
+    problem, _ = two
+
+    def plan(first: Tile, first_db: bool, second: Tile) -> Plan:
+        return assemble(problem.graph, problem.chip,
+                        [Placement.of(("conv1",), first, True, first_db),
+                         Placement.of(("conv2",), second, True)],
+                        objective=Objective.LATENCY, solver={"name": "hand"},
+                        **problem.plan_header())
+
+    fast = plan(Tile(1, 1, 4), True, Tile(1, 2, 4))  # conv1 double-buffered
+    whole = plan(Tile(1, 4, 4), False, Tile(1, 4, 4))
+    (f1, f2), (w1, w2) = fast.groups, whole.groups
+    chains = {(a, b): (a.predicted.cycles + b.predicted.cycles,
+                       a.predicted.energy_pj + b.predicted.energy_pj)
+              for a in (f1, w1) for b in (f2, w2)}
+    assert len(set(chains.values())) == 4, chains
+    for cap in sorted({c for c, _ in chains.values()}):
+        under = {k: v for k, v in chains.items() if v[0] <= cap}
+        best = min(under, key=lambda k: under[k][1])
+        path = capped_path(problem, {}, cap, (fast, whole))
+        assert path == [best[0].placement, best[1].placement], cap
+    assert capped_path(problem, {}, min(c for c, _ in chains.values()) - 1,
+                       (fast, whole)) is None
+    mixed = capped_path(problem, {}, 10**9, (fast, whole))
+    assert mixed == [f1.placement, w2.placement]  # from neither plan alone

@@ -1,10 +1,11 @@
 """Non-dominated (cycles, energy) plans: the Pareto front between time and energy by
-epsilon constraints, the capped solves warm-started from a blend of the front's two ends."""
+epsilon constraints, the capped solves warm-started from a blend of the front's two ends or,
+where it is cheaper, from the intervals the searches priced, chained under the cap."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fuseplan.planner.app.assemble import assemble
@@ -77,6 +78,12 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
         if cap <= low or cap >= high:
             continue
         start = blend(problem, fastest, solved, cap)
+        path = capped_path(problem, cache, cap, (fastest, solved))
+        if path is not None:  # intervals the searches priced, mixed under the cap
+            mixed = assemble(problem.graph, problem.chip, path, objective=Objective.ENERGY,
+                             solver={}, layer_by_layer=problem.layer_by_layer_bytes, **header)
+            if mixed.totals.cycles <= cap and mixed.totals.energy_pj < start.totals.energy_pj:
+                start = mixed
         try:
             plans.append(planned(Objective.ENERGY, cap, [g.placement for g in start.groups],
                                  k + 2)[0])
@@ -123,6 +130,58 @@ def blend(problem: Problem, fast: Plan, cheap: Plan, cap: int) -> Plan:
     mixed = assemble(g, problem.chip, placements, objective=Objective.ENERGY, solver={},
                      **problem.plan_header(), layer_by_layer=problem.layer_by_layer_bytes)
     return mixed if mixed.totals.cycles <= cap else fast
+
+
+def capped_path(problem: Problem, cache: Mapping[Objective, Any], cap: int,
+                plans: Sequence[Plan] = ()) -> list[Placement] | None:
+    """The least-energy chain of interval groups whose cycles add up to at most `cap`, from
+    the intervals the latency and energy searches priced (each with its best tile for that
+    objective) and the groups of `plans` (as those plans run them, a prefetch of their
+    weights included): a shortest path under a resource bound, by the non-dominated
+    (cycles, energy) labels of each position of the layer order. A capped solve's warm
+    start where no cut of the front's two ends mixes under the cap. A group's cycles
+    depend on the group before it (its weights may load during that group), so the
+    caller prices the chain and checks it. None where no chain fits."""
+    order = [lay.name for lay in problem.graph.layers]
+    at = {name: i for i, name in enumerate(order)}
+    priced: list[tuple[int, float, Placement]] = []
+    for objective in (Objective.LATENCY, Objective.ENERGY):
+        memo = cache[objective][0] if objective in cache else {}
+        priced += [(choice.cost.cycles, choice.cost.energy_pj, choice.placement(layers))
+                   for layers, choice in memo.items() if choice is not None]
+    priced += [(group.predicted.cycles, group.predicted.energy_pj, group.placement)
+               for plan in plans for group in plan.groups]
+    edges: dict[int, list[tuple[int, int, float, Placement]]] = {}
+    for c, e, placement in priced:
+        layers = tuple(placement.layers)
+        a = at.get(layers[0], -1)
+        if tuple(order[a:a + len(layers)]) == layers:  # an interval of the order
+            edges.setdefault(a, []).append((a + len(layers), c, e, placement))
+    Label = tuple[int, float, tuple[Placement, ...]]
+    labels: list[list[Label]] = [[] for _ in range(len(order) + 1)]
+    labels[0] = [(0, 0.0, ())]
+    for a in range(len(order)):
+        for cycles, energy, chain in _front(labels[a]):
+            for b, c, e, placement in edges.get(a, ()):
+                if cycles + c <= cap:
+                    labels[b].append((cycles + c, energy + e, (*chain, placement)))
+        labels[a] = []
+    end = _front(labels[len(order)])
+    return list(min(end, key=lambda label: label[1])[2]) if end else None
+
+
+def _front(labels: Sequence[tuple[int, float, Any]], most: int = 256
+           ) -> list[tuple[int, float, Any]]:
+    """The labels no other beats on both cycles and energy, by increasing cycles; at most
+    `most` of them, evenly spread along the front (the cheapest always kept)."""
+    keep: list[tuple[int, float, Any]] = []
+    for label in sorted(labels, key=lambda x: (x[0], x[1])):
+        if not keep or label[1] < keep[-1][1]:
+            keep.append(label)
+    if len(keep) > most:
+        step = len(keep) / most
+        keep = [keep[int(i * step)] for i in range(most - 1)] + [keep[-1]]
+    return keep
 
 
 def non_dominated(plans: Sequence[Plan]) -> list[Plan]:
