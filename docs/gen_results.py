@@ -416,8 +416,15 @@ def peers_page() -> str:
         "once plus every spill; \"× floor\" is over fuseplan's floor. fuseplan's plans "
         "are verified (outputs against onnxruntime, every byte counter against the "
         "emulator). On the chain fuseplan's end chunks reach FFM's bytes at every size "
-        "([fusion techniques](../how/techniques.md)); on the block FFM retains maps "
-        "across the residual and fuses the attention at 512 KiB where fuseplan does not. "
-        "Wall seconds: fuseplan's planning call, FFM's mapper call.\n",
+        "([fusion techniques](../how/techniques.md)). On the block at 1 MiB fuseplan "
+        "moves fewer bytes than FFM: the whole block is one group, its attention in head "
+        "chunks and its MLP in hidden chunks with the residual sum in the accumulator, so "
+        "only the block input is read a second time, where FFM writes the attention "
+        "half's result and reads it twice. At 512 KiB FFM moves fewer: it holds the block "
+        "input while it makes each head's q, k and v a few rows at a time and keeps them "
+        "through the attention, a loop nest inside a head that fuseplan does not model; "
+        "fuseplan's projections stream their outputs in chunks with their inputs held, "
+        "its attention runs in head chunks between them. Wall seconds: fuseplan's "
+        "planning call, FFM's mapper call.\n",
         *rows, "",
     ]).rstrip() + "\n"
