@@ -22,7 +22,7 @@ from fuseplan.emulator.errors import EmulationError, KernelFailure
 from fuseplan.emulator.layer import LayerCache, run_layer
 from fuseplan.emulator.onchip import compute_on_chip, in_place_elems, keep_outputs
 from fuseplan.emulator.tally import Tally
-from fuseplan.planner.geometry.ends import Ends, EndStream, end_stream, tail_axes
+from fuseplan.planner.geometry.ends import Ends, EndStream, end_stream, tail_constants
 from fuseplan.planner.geometry.in_place import in_place_hosts
 from fuseplan.planner.geometry.regions import Box, GroupIO, in_group_uses, tile_regions
 from fuseplan.planner.ir.chunks import chunk_axes
@@ -77,9 +77,7 @@ class _EndRun:
         assert split is not None  # chunked_ends checked it
         # each chunk's weights: the last layer's columns and its tail's constants, sliced
         # along the output channels (a scalar whole)
-        axes: dict[str, int | None] = dict(split[1])
-        for name in ends.tail:
-            axes.update(tail_axes(graph, ends, name))
+        axes: dict[str, int | None] = {**split[1], **tail_constants(graph, ends)}
         arrays = {c: np.asarray(weights.get(c, graph.constants.get(c))) for c in axes}
         self.cols = [{c: _chunk_of(a, axes[c], lo, hi) for c, a in arrays.items()}
                      for lo, hi in self.sink_ranges]

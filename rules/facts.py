@@ -27,7 +27,7 @@ from fuseplan.planner.cost.model import (
 from fuseplan.planner.cost.weight_stream import chunk_width, staged_steps
 from fuseplan.planner.geometry.attention import OnlineAttention, online_attention
 from fuseplan.planner.geometry.bands import cluster_loads
-from fuseplan.planner.geometry.ends import Ends, EndStream, chunked_maps
+from fuseplan.planner.geometry.ends import Ends, EndStream, chunked_maps, tail_steps
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
 from fuseplan.planner.geometry.hidden import Stretch, stretch_chunks
 from fuseplan.planner.geometry.regions import (
@@ -226,8 +226,12 @@ class GroupFacts(ModeFlags):
     @cached_property
     def steps(self) -> list[tuple[str, ...]]:
         """Tensors live while each layer runs (planner.cost.model.live_steps), worked out
-        once for both peaks below."""
-        return live_steps(self.graph, self.io, self.reloaded)
+        once for both peaks below; with an output end's tail, as a chunk but the last holds
+        them (planner.geometry.ends.tail_steps)."""
+        steps = live_steps(self.graph, self.io, self.reloaded)
+        if self.ends is not None and self.ends.tail:
+            return tail_steps(self.graph, self.io, self.ends, steps)
+        return steps
 
     @cached_property
     def live_peak_bytes(self) -> int:

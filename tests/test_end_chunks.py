@@ -303,3 +303,59 @@ def test_a_gpt2_block_at_512kib_streams_its_projections_output_ends(tmp_path: Pa
         assert ends is not None and ends.first is None
     assert_verifies(problem, plan)
 
+
+
+def test_a_constant_two_tail_layers_share_is_on_chip_once(tmp_path: Path) -> None:
+    """Exporters and optimisers merge equal constants: `x @ w * s * s` reads one scalar s
+    in both Muls (and `h + b` then `* b` one bias). The output end's chunks hold each such
+    constant once, in the prediction as in the emulator, streamed on a single-memory
+    chip."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 64])
+    w = numpy_helper.from_array(np.linspace(-1, 1, 16 * 64, dtype=np.float32)
+                                .reshape(16, 64), "w")
+    s = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    b = numpy_helper.from_array(np.linspace(0, 1, 64, dtype=np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Mul", ["h", "s"], ["m"], name="mul1"),
+             helper.make_node("Mul", ["m", "s"], ["m2"], name="mul2"),
+             helper.make_node("Add", ["m2", "b"], ["a"], name="bias"),
+             helper.make_node("Mul", ["a", "b"], ["y"], name="scale")]
+    model = helper.make_model(helper.make_graph(nodes, "shared", [x], [y], [w, s, b]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    problem = api.prepare(_save(model, tmp_path, "shared"), hardware="soma_buffer")
+    layers = ("mm", "mul1", "mul2", "bias", "scale")
+    ends = chunked_ends(problem.graph, group_io(problem.graph, layers))
+    assert ends is not None and ends.tail == layers[1:]
+    for chunks in (2, 4):
+        plan = hand_plan(problem, [Placement.of(layers, Tile(1, 8, 1), False,
+                                                end_chunks=chunks)])
+        assert_verifies(problem, plan)
+
+
+def test_the_rules_see_the_last_layers_inputs_through_the_tail(tmp_path: Path) -> None:
+    """Every chunk but the last keeps the last layer's inputs whole while its tail runs
+    (the next chunk reads them again): the rules' footprint of the widest chunk counts
+    them at those steps too, so it is never below the exact peak."""
+    from test_hidden import mlp_model
+
+    from fuseplan.planner.cost.ends import ends_peak_bytes
+    from fuseplan.planner.geometry.regions import group_chains
+    from fuseplan.solver.ends import EndSearch
+
+    problem = api.prepare(_save(mlp_model(tokens=24, width=8, hidden=48), tmp_path, "mlp"),
+                          hardware="soma_buffer")
+    g = problem.graph
+    first = ("norm", "fc1", "fc1_bias", "gelu_div", "gelu_erf", "gelu_add", "gelu_mul",
+             "gelu_half")
+    io = group_io(g, first)
+    search = EndSearch.of(g, io, group_chains(g, io), problem.chip)
+    assert search is not None and search.ends.tail
+    for resident in (True, False):
+        for chunks in (2, 4):
+            tile = Tile(1, 24, 1)
+            facts = search.facts(tile, resident, chunks)
+            exact = ends_peak_bytes(g, io, group_chains(g, io), search.ends, chunks, tile,
+                                    problem.chip, resident)
+            assert facts.sram_live_peak_bytes + (facts.weight_bytes if resident else 0) \
+                >= exact, (resident, chunks)

@@ -40,7 +40,8 @@ from fuseplan.planner.geometry.ends import (
     EndStream,
     chunked_maps,
     end_stream,
-    tail_axes,
+    tail_constants,
+    tail_steps,
 )
 from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, box_elems
 from fuseplan.planner.ir.chunks import chunk_axes
@@ -65,13 +66,12 @@ def ends_stream(graph: Graph, io: GroupIO, ends: Ends, chunks: int, chip: Chip) 
     channels, _ = split
     per_channel = sum(int(graph.constants[w].size) for w in set(last.weights)) // channels
     whole = 0  # the tail's constants: per channel with each chunk, or whole (a scalar)
-    for name in ends.tail:
-        for c, axis in tail_axes(graph, ends, name).items():
-            size = int(graph.constants[c].size) if c in graph.constants else 0
-            if axis is None:
-                whole += size
-            else:
-                per_channel += size // channels
+    for c, axis in tail_constants(graph, ends).items():
+        size = int(graph.constants[c].size) if c in graph.constants else 0
+        if axis is None:
+            whole += size
+        else:
+            per_channel += size // channels
     cols = [((hi - lo) * per_channel + whole) * dt for lo, hi in ends.sink_ranges(chunks)]
     return end_stream(rows, middle, cols)
 
@@ -90,7 +90,8 @@ def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, 
     src_ranges, sink_ranges = ends.source_ranges(chunks), ends.sink_ranges(chunks)
     end = io.layers.index(ends.last)
     cut = set(chunked_maps(graph, ends))
-    reads = set(graph.layer(ends.last).fmap_inputs)
+    # any chunk but the last holds the last layer's inputs through the tail
+    held = tail_steps(graph, io, ends, steps)
     peak = 0
     for boxes in representative_boxes(graph, io, chains, tile):
         elems = {t: box_elems(graph, t, b) for t, b in boxes.items()}
@@ -105,11 +106,10 @@ def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, 
         for j, (lo, hi) in enumerate(sink_ranges):
             # the output end's steps: its maps a chunk wide; the last layer's inputs stay
             # whole until the last chunk has read them
+            at_j = held if j < len(sink_ranges) - 1 else steps
             for i in range(end, len(io.layers)):
                 here = sum(elems[t] // ends.produced * (hi - lo) if t in cut else elems[t]
-                           for t in steps[i] if t in elems)
-                if i > end and j < len(sink_ranges) - 1:
-                    here += sum(elems[t] for t in reads - set(steps[i]) if t in elems)
+                           for t in at_j[i] if t in elems)
                 peak = max(peak, here * dt + (stream.last[j] if stream else 0))
     return peak + resident
 

@@ -126,10 +126,12 @@ def output_end(graph: Graph, io: GroupIO) -> tuple[int, tuple[str, ...]] | None:
     for name in io.layers[at + 1:]:
         step = graph.layer(name)
         outs = [t for t in step.outputs if t]
+        consts = [c for c in step.inputs if c and c not in step.fmap_inputs]
+        # a constant of the last layer's too would be sliced for it, not for the tail
         if len(outs) != 1 or graph.shapes[outs[0]] != shape \
                 or any(t not in made for t in step.fmap_inputs) \
-                or any(constant_channel_axis(graph, c, len(shape), axis, split[0]) == -1
-                       for c in step.inputs if c and c not in step.fmap_inputs):
+                or any(c in lay.weights or constant_channel_axis(
+                    graph, c, len(shape), axis, split[0]) == -1 for c in consts):
             return None
         made.add(outs[0])
     return at, io.layers[at + 1:]
@@ -143,6 +145,28 @@ def tail_axes(graph: Graph, ends: Ends, name: str) -> dict[str, int | None]:
     axis = op_spec(graph.layer(ends.last).op).chunk_out_axis % len(shape)
     return {c: constant_channel_axis(graph, c, len(shape), axis, ends.produced)
             for c in lay.inputs if c and c not in lay.fmap_inputs}
+
+
+def tail_constants(graph: Graph, ends: Ends) -> dict[str, int | None]:
+    """Every constant the output end's tail reads, once (a constant two of its layers share
+    is one array on chip), with its axis along the last layer's output channels (None: each
+    chunk uses it whole)."""
+    found: dict[str, int | None] = {}
+    for name in ends.tail:
+        for c, axis in tail_axes(graph, ends, name).items():
+            found.setdefault(c, axis)
+    return found
+
+
+def tail_steps(graph: Graph, io: GroupIO, ends: Ends, steps: Sequence[tuple[str, ...]]
+               ) -> list[tuple[str, ...]]:
+    """The live steps of a group (planner.cost.model.live_steps) as a chunk of its output end
+    other than the last holds them: the last layer's inputs stay whole through the tail's
+    steps, for the next chunk reads them again."""
+    at = io.layers.index(ends.last)
+    reads = tuple(dict.fromkeys(graph.layer(ends.last).fmap_inputs))
+    return [tuple(live) if i <= at else (*live, *(t for t in reads if t not in live))
+            for i, live in enumerate(steps)]
 
 
 def chunked_maps(graph: Graph, ends: Ends) -> tuple[str, ...]:
