@@ -18,7 +18,9 @@ streams its output end alone: its inputs are loaded whole and held, and its last
 writes its output a chunk of output channels at a time. That is the weights-outer order of
 the last layer with its input retained: a projection whose output does not fit beside its
 input (a qkv projection, three maps wide) reads its input and every weight once, where
-tiles of rows would read the weights once per tile.
+tiles of rows would read the weights once per tile. Either way, per-element layers after
+the last one (its tail: an exporter's bias Add, an activation) run on each chunk of its
+output before the chunk is stored, their per-channel constants sliced alike.
 
 This module finds a group's ends and the weight bytes on chip at each step; planner.cost.ends
 prices a group run so, emulator.ends runs it.
@@ -39,7 +41,8 @@ from fuseplan.planner.ir.ops import op_spec
 
 @dataclass(frozen=True)
 class Ends:
-    """The two layers of a group that stream its input and its output in channel chunks."""
+    """The layers of a group that stream its input and its output in channel chunks: a first
+    end (or none), the last layer and its tail."""
 
     # reads `source` a chunk of its input channels at a time, summing into its output; None:
     # the output end streams alone, the group's inputs held whole
@@ -212,7 +215,7 @@ def chunked_ends(graph: Graph, io: GroupIO) -> Ends | None:
 
 
 def chunk_options(ends: Ends) -> list[int]:
-    """The chunk counts a plan may state, fewest first: powers of two both ends make."""
+    """The chunk counts a plan may state, fewest first: powers of two each end makes."""
     out, k = [], 2
     while k <= ends.most_chunks:
         if ends.makes_chunks(k):
