@@ -5,8 +5,9 @@ Tile by tile: the first layer loads the tile's box of the group's input a chunk 
 input channels at a time, multiplies it by the matching rows of its weights and adds the
 partial sums into its output, which stays on chip (without a first end the inputs load
 whole); the layers between run on their whole boxes as in a plain tile; the last layer
-computes its output a chunk of output channels at a time from the columns of its weights
-and stores each chunk as it is made. Bytes on chip are counted from the arrays held at
+computes its output a chunk of output channels at a time from the columns of its weights,
+runs the per-element layers after it (its tail) on the chunk, and stores each chunk as it
+is made. Bytes on chip are counted from the arrays held at
 each step, the streamed weights from the slices.
 """
 

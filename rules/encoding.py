@@ -352,13 +352,9 @@ class Encoding:
         return weight_bytes(self.graph, cand.io.weights, self.chip)
 
     def live_steps_bytes(self, cand: Candidate) -> list[Expr]:
-        """Live feature-map bytes at each step; their max is GroupFacts.live_peak_bytes (a
-        pinned choice with end chunks: its facts' steps, the output end's tail holding the
-        last layer's inputs)."""
-        steps = cand.facts_any_tile.steps if cand.in_end_chunks \
-            else live_steps(self.graph, cand.io)
+        """Live feature-map bytes at each step; their max is GroupFacts.live_peak_bytes."""
         return [sum(self.tensor_bytes(cand, t) for t in live) + self.scratch_bytes(cand, i)
-                for i, live in enumerate(steps)]
+                for i, live in enumerate(live_steps(self.graph, cand.io))]
 
     def all_fmap_bytes(self, cand: Candidate) -> Expr:
         io = cand.io

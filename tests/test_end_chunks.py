@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from fuseplan.planner.app import api
 from fuseplan.planner.app.planning import plan_problem
+from fuseplan.planner.cost.ends import ends_stream
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.plan.json_io import save_plan
@@ -325,8 +326,13 @@ def test_a_constant_two_tail_layers_share_is_on_chip_once(tmp_path: Path) -> Non
                               opset_imports=[helper.make_opsetid("", 17)])
     problem = api.prepare(_save(model, tmp_path, "shared"), hardware="soma_buffer")
     layers = ("mm", "mul1", "mul2", "bias", "scale")
-    ends = chunked_ends(problem.graph, group_io(problem.graph, layers))
+    io = group_io(problem.graph, layers)
+    ends = chunked_ends(problem.graph, io)
     assert ends is not None and ends.tail == layers[1:]
+    # 8-bit: a chunk of 32 channels loads 32 columns of w (16 each) and of b, and s once;
+    # the first chunk's step holds the second loading behind it
+    chunk = 32 * 16 + 32 + 1
+    assert ends_stream(problem.graph, io, ends, 2, problem.chip).last == (2 * chunk, chunk)
     for chunks in (2, 4):
         plan = hand_plan(problem, [Placement.of(layers, Tile(1, 8, 1), False,
                                                 end_chunks=chunks)])

@@ -139,7 +139,7 @@ def capped_path(problem: Problem, cache: Mapping[Objective, Any], cap: int,
     objective) and the groups of `plans` (as those plans run them, a prefetch of their
     weights included): a shortest path under a resource bound, by the non-dominated
     (cycles, energy) labels of each position of the layer order. A capped solve's warm
-    start where no cut of the front's two ends mixes under the cap. A group's cycles
+    start where it is cheaper than the front's two ends mixed under the cap. A group's cycles
     depend on the group before it (its weights may load during that group), so the
     caller prices the chain and checks it. None where no chain fits."""
     order = [lay.name for lay in problem.graph.layers]

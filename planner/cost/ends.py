@@ -88,7 +88,7 @@ def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, 
     resident = weight_bytes(graph, io.weights, chip) \
         if chip.unified and weights_resident else 0
     src_ranges, sink_ranges = ends.source_ranges(chunks), ends.sink_ranges(chunks)
-    end = io.layers.index(ends.last)
+    at = io.layers.index(ends.last)
     cut = set(chunked_maps(graph, ends))
     # any chunk but the last holds the last layer's inputs through the tail
     held = tail_steps(graph, io, ends, steps)
@@ -101,13 +101,13 @@ def ends_peak_bytes(graph: Graph, io: GroupIO, chains: GroupChains, ends: Ends, 
             for j, (lo, hi) in enumerate(src_ranges):
                 here = (live[0] - src + src // ends.reduced * (hi - lo)) * dt
                 peak = max(peak, here + (stream.first[j] if stream else 0))
-        for i in range(ends.start, end):
+        for i in range(ends.start, at):
             peak = max(peak, live[i] * dt + (stream.middle[i - ends.start] if stream else 0))
         for j, (lo, hi) in enumerate(sink_ranges):
             # the output end's steps: its maps a chunk wide; the last layer's inputs stay
             # whole until the last chunk has read them
             at_j = held if j < len(sink_ranges) - 1 else steps
-            for i in range(end, len(io.layers)):
+            for i in range(at, len(io.layers)):
                 here = sum(elems[t] // ends.produced * (hi - lo) if t in cut else elems[t]
                            for t in at_j[i] if t in elems)
                 peak = max(peak, here * dt + (stream.last[j] if stream else 0))

@@ -180,9 +180,10 @@ def chunked_maps(graph: Graph, ends: Ends) -> tuple[str, ...]:
 
 
 def chunked_ends(graph: Graph, io: GroupIO) -> Ends | None:
-    """The ends of a group that can stream them, or None. Its last layer must be computed in
-    output-channel chunks (planner.ir.chunks), every weight of it cut by them, its output
-    the group's one output and read by none of its layers; no reduction folded over tiles
+    """The ends of a group that can stream them, or None. Its last layer computed in
+    output-channel chunks (planner.ir.chunks), every weight of it cut by them, may be
+    followed only by per-element layers (its tail, output_end); the group's one output is
+    made there and read by none of its layers; no reduction folded over tiles
     and no fused attention streaming its keys. Its first layer is a first end where the
     group has two layers at least and that layer is a MatMul by constant weights whose map
     is a group input read by no other layer of the group, with its channels last and whole.
@@ -232,7 +233,7 @@ class EndStream:
 
     first: tuple[int, ...]  # per chunk of the first layer (none without a first end)
     middle: tuple[int, ...]  # per layer between the ends (from the first, without one)
-    last: tuple[int, ...]  # per chunk of the last layer
+    last: tuple[int, ...]  # per chunk of the last layer (its tail's constants with it)
 
     @property
     def most(self) -> int:

@@ -366,9 +366,10 @@ def _ends_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
     ends = chunked_ends(graph, group_io(graph, layers))
     if ends is None:
         return (f"end_chunks is {chunks}, but the group does not end with one output, its "
-                "channels last, made by a layer computed in output-channel chunks (or, "
-                "where it starts with a MatMul by constant weights reading an input no other "
-                "layer of it reads, by any such layer); remove the key.")
+                "channels last, made by a layer computed in output-channel chunks and the "
+                "per-element layers after it (or, where it starts with a MatMul by constant "
+                "weights reading an input no other layer of it reads, by any such layer and "
+                "those after it); remove the key.")
     if not ends.makes_chunks(chunks):
         which = f"{ends.produced} output channels of {ends.last!r} do not make" \
             if ends.first is None else (f"{ends.reduced} input channels of {ends.first!r} "
