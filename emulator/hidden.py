@@ -161,7 +161,7 @@ class _StretchRun:
                 y, *more = run_layer(graph, replace(lay, out_shape=heads), boxes[out],
                                      view, consts)
             elif name == s.widen and self.runs > 1:  # run by run of its units' weights
-                y = self._widen_in_runs(lay, view, consts, j, lo, hi)
+                y = self._widen_in_runs(lay, view, consts)
             else:
                 (y,) = run_layer(graph, lay, boxes[out], view, consts, layers=self.layers)[:1]
         except KernelFailure as exc:
@@ -170,7 +170,7 @@ class _StretchRun:
         return y, more
 
     def _widen_in_runs(self, lay: Layer, view: Mapping[str, tuple[Box, np.ndarray]],
-                       consts: Overlay, j: int, lo: int, hi: int) -> np.ndarray:
+                       consts: Overlay) -> np.ndarray:
         """The widening layer's chunk computed one run of its units at a time
         (planner.geometry.hidden.widen_runs): each run's output channels from that run's
         slice of the chunk's weights alone, joined in the chunk's order (run, unit, inner)."""

@@ -80,8 +80,7 @@ def pareto(problem: Problem, points: int = 5, time_limit: float | None = None,
         start = blend(problem, fastest, solved, cap)
         path = capped_path(problem, cache, cap, (fastest, solved))
         if path is not None:  # intervals the searches priced, mixed under the cap
-            mixed = assemble(problem.graph, problem.chip, path, objective=Objective.ENERGY,
-                             solver={}, layer_by_layer=problem.layer_by_layer_bytes, **header)
+            mixed = _energy_plan(problem, path)
             if mixed.totals.cycles <= cap and mixed.totals.energy_pj < start.totals.energy_pj:
                 start = mixed
         try:
@@ -127,9 +126,15 @@ def blend(problem: Problem, fast: Plan, cheap: Plan, cap: int) -> Plan:
             spent += extra
     placements = [grp.placement for lo, hi in stretches
                   for grp in part(cheap if (lo, hi) in chosen else fast, lo, hi)]
-    mixed = assemble(g, problem.chip, placements, objective=Objective.ENERGY, solver={},
-                     **problem.plan_header(), layer_by_layer=problem.layer_by_layer_bytes)
+    mixed = _energy_plan(problem, placements)
     return mixed if mixed.totals.cycles <= cap else fast
+
+
+def _energy_plan(problem: Problem, placements: Sequence[Placement]) -> Plan:
+    """Placements priced as a plan for the energy objective: a capped solve's warm start."""
+    return assemble(problem.graph, problem.chip, placements, objective=Objective.ENERGY,
+                    solver={}, layer_by_layer=problem.layer_by_layer_bytes,
+                    **problem.plan_header())
 
 
 def capped_path(problem: Problem, cache: Mapping[Objective, Any], cap: int,
@@ -170,15 +175,15 @@ def capped_path(problem: Problem, cache: Mapping[Objective, Any], cap: int,
     return list(min(end, key=lambda label: label[1])[2]) if end else None
 
 
-def _front(labels: Sequence[tuple[int, float, Any]], most: int = 256
+def _front(labels: Sequence[tuple[int, float, Any]], most: int | None = 256
            ) -> list[tuple[int, float, Any]]:
-    """The labels no other beats on both cycles and energy, by increasing cycles; at most
-    `most` of them, evenly spread along the front (the cheapest always kept)."""
+    """The (cycles, energy, ...) labels no other beats on both, by increasing cycles; at most
+    `most` of them (None: all), evenly spread along the front (the cheapest always kept)."""
     keep: list[tuple[int, float, Any]] = []
     for label in sorted(labels, key=lambda x: (x[0], x[1])):
-        if not keep or label[1] < keep[-1][1]:
+        if not keep or label[1] < keep[-1][1]:  # cheaper than every faster one kept
             keep.append(label)
-    if len(keep) > most:
+    if most is not None and len(keep) > most:
         step = len(keep) / most
         keep = [keep[int(i * step)] for i in range(most - 1)] + [keep[-1]]
     return keep
@@ -186,9 +191,5 @@ def _front(labels: Sequence[tuple[int, float, Any]], most: int = 256
 
 def non_dominated(plans: Sequence[Plan]) -> list[Plan]:
     """Plans no other plan beats on both cycles and energy, by increasing cycles."""
-    keep: list[Plan] = []
-    for p in sorted(plans, key=lambda p: (p.totals.cycles, p.totals.energy_pj)):
-        if keep and p.totals.energy_pj >= keep[-1].totals.energy_pj:
-            continue  # as slow or slower, and no less energy: dominated
-        keep.append(p)
-    return keep
+    return [p for _, _, p in _front([(p.totals.cycles, p.totals.energy_pj, p) for p in plans],
+                                    most=None)]
