@@ -19,8 +19,7 @@ from fuseplan.planner.cost.model import (
     band_peak_bytes,
     live_steps,
     outer_chunks,
-    region_sum,
-    union_sum,
+    region_sums,
     weight_bytes,
     work_counters,
 )
@@ -32,13 +31,12 @@ from fuseplan.planner.geometry.halo_reuse import ReuseGrid, reuse_peak_elems
 from fuseplan.planner.geometry.hidden import Stretch, stretch_chunks
 from fuseplan.planner.geometry.regions import (
     AxisChain,
-    Box,
     GroupChains,
     GroupIO,
+    StripSpans,
     Tile,
     anchor_extent,
     box_elems,
-    tile_regions,
 )
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.plan.mode import Mode, ModeFlags
@@ -164,37 +162,30 @@ class GroupFacts(ModeFlags):
         return self.attention.scratch_elems(
             step, {out: self.tensor_bound_bytes(out) for _, out, _, _ in self.attention.scratch})
 
-    def _enumerated_span(self, axis: int) -> dict[str, int]:
+    def _enumerated_span(self, axis: int) -> Mapping[str, int]:
         """Longest range of every tensor along one axis over all tiles of that axis."""
         return self._enumerated_spans[axis]
 
     @cached_property
-    def _enumerated_spans(self) -> dict[int, dict[str, int]]:
+    def _enumerated_spans(self) -> dict[int, Mapping[str, int]]:
         """_enumerated_span of every axis some tensor has no closed form along and the
         tile splits (the axes tensor_bound_bytes enumerates)."""
         extent = self.extent
         size = (self.tile.n, self.tile.h, self.tile.w)
         axes = sorted({axis for chain in self.chains.chains.values()
                        for axis in range(3) if chain[axis] is None and size[axis] < extent[axis]})
-        return {axis: self._longest_ranges(axis) for axis in axes}
+        return {axis: self.strip_spans(axis, size[axis]).longest for axis in axes}
 
-    def _longest_ranges(self, axis: int) -> dict[str, int]:
-        n, h, w = self.extent
-        size = (self.tile.n, self.tile.h, self.tile.w)[axis]
+    def strip_spans(self, axis: int, size: int) -> StripSpans:
+        """The group's strips of `size` along `axis`, walked once per search where it keeps
+        a memo (the halo check and the longest ranges of every tile of that size share it)."""
         key: tuple[object, ...] = ("spans", self.io.layers, axis, size)
         if self.memo is not None and key in self.memo:
-            return cast(dict[str, int], self.memo[key])
-        extent = (n, h, w)[axis]
-        longest: dict[str, int] = {}
-        for lo in range(0, extent, size):
-            lo_hi = (lo, min(extent, lo + size))
-            box: Box = (*lo_hi, 0, h, 0, w) if axis == 0 else \
-                (0, n, *lo_hi, 0, w) if axis == 1 else (0, n, 0, h, *lo_hi)
-            for t, b in tile_regions(self.graph, self.io, box).items():
-                longest[t] = max(longest.get(t, 0), b[2 * axis + 1] - b[2 * axis])
+            return cast(StripSpans, self.memo[key])
+        spans = StripSpans.of(self.graph, self.io, axis, size)
         if self.memo is not None:
-            self.memo[key] = longest
-        return longest
+            self.memo[key] = spans
+        return spans
 
     @cached_property
     def in_bytes(self) -> int:
@@ -332,7 +323,10 @@ class GroupFacts(ModeFlags):
             c = work_counters(self.graph, self.io, self.chains, self.tile, self.chip,
                               self.weights_resident, True)
             return 100.0 * c.redundant_read_bytes / max(once * self.chip.dtype_bytes, 1)
-        read = union_sum if self.halo_reuse else region_sum
-        loaded = sum(read(self.graph, self.io, self.chains, t, self.tile)
-                     for t in self.haloed_inputs)
+        if self.halo_reuse:  # the search's grid where it keeps one (its axes memoized)
+            grid = self.grid or ReuseGrid.of(self.graph, self.io, self.chains, self.tile)
+            loaded = sum(grid.made_elems(t) for t in self.haloed_inputs)
+        else:
+            loaded = sum(region_sums(self.graph, self.io, self.chains, self.tile,
+                                     self.haloed_inputs, self.strip_spans).values())
         return 100.0 * (loaded - once) / max(once, 1)

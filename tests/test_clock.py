@@ -259,3 +259,15 @@ def test_a_group_that_ran_no_tile_takes_no_time() -> None:
     for run_ in (GroupRun(((),), double_buffered=True), GroupRun((), double_buffered=False)):
         trace = simulate_group(ONE, run_, Fraction(7))
         assert (trace.end, trace.busy, trace.compute_busy) == (7, (), 0)
+
+
+@pytest.mark.parametrize("gbps,ghz", [(256, 1.0), (25.6, 1.1), (100, 0.7), (1e-3, 3.0),
+                                      (68.26, 1.4)])
+def test_transfer_cycles_are_the_exact_ceiling(gbps: float, ghz: float) -> None:
+    """The cost model's integer transfer time is ceil(bytes / bytes per cycle), exactly, at
+    rates that are not whole bytes per cycle (an off-by-one here moves every group's time)."""
+    from fuseplan.planner.cost.model import _ratio, transfer_cycles
+
+    rate = _ratio(gbps, ghz)
+    for nbytes in (0, 1, 7, 255, 256, 257, 10**6 + 3, 3 * 2**30, -5):
+        assert transfer_cycles(nbytes, rate) == ceil(Fraction(nbytes) / rate), (nbytes, rate)

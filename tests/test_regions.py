@@ -33,10 +33,12 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from fuseplan.emulator.layer import run_layer
-from fuseplan.planner.cost.model import region_sum
+from fuseplan.hardware.chip import load_chip
+from fuseplan.planner.cost.model import region_sum, region_sums
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import load_model, run_onnxruntime
 from fuseplan.planner.geometry.regions import (
+    StripSpans,
     Tile,
     axis_ranges,
     box_elems,
@@ -47,6 +49,9 @@ from fuseplan.planner.geometry.regions import (
     tile_regions,
 )
 from fuseplan.planner.ir.graph import AxisMap, Graph, Layer, MapKind
+from fuseplan.rules.facts import GroupFacts
+from fuseplan.rules.ruleset import load_rules
+from fuseplan.solver.tiles import GroupSearch
 from tests import models
 
 # Deterministic in CI (same examples every run); FUSEPLAN_EXAMPLES=500 explores further.
@@ -141,6 +146,41 @@ def test_region_sum_equals_enumeration_for_any_tile(case: tuple[int, Graph, list
         got = region_sum(graph, io, chains, t, tile)
         assert got == want, (f"random_cnn seed {seed}, group {layers[0]}..{layers[-1]}, {tile}: "
                              f"region_sum({t}) = {got}, enumeration gives {want}")
+
+
+@HYP
+@given(cnn_and_interval(), st.data())
+def test_strip_walks_and_search_memos_match_fresh_counts(case: tuple[int, Graph, list[str]],
+                                                         data: st.DataObject) -> None:
+    """One walk of an axis's strips gives every tensor's summed and longest range (what the
+    enumeration of tiles gives); a tile search's rule facts, sharing walks and halo grids
+    across the tiles it tries, judge every tile as facts built afresh do."""
+    seed, graph, layers = case
+    io = group_io(graph, layers)
+    chains = group_chains(graph, io)
+    h, w = graph.shapes[io.anchor][-2:]
+    for axis, extent in ((1, h), (2, w)):
+        size = data.draw(st.integers(1, extent + 1), f"strip {axis}")
+        spans = StripSpans.of(graph, io, axis, size)
+        lengths = _axis_lengths(graph, io, axis, size)
+        assert dict(spans.total) == {t: sum(max(0, x) for x in v) for t, v in lengths.items()}
+        assert dict(spans.longest) == {t: max(0, *v) for t, v in lengths.items()}
+    search = GroupSearch.of(graph, layers, load_chip(None, ["sram.bytes=64KiB"])[0],
+                            load_rules(None))
+    # short tiles: below a strided chain's least tile the rules walk the strips
+    tiles = [Tile(1, data.draw(st.integers(1, min(3, h)), "tile h"),
+                  data.draw(st.sampled_from(sorted({1, min(2, w), w})), "tile w"))
+             for _ in range(4)]
+    where = f"random_cnn seed {seed}, group {layers[0]}..{layers[-1]}"
+    assert region_sums(graph, io, chains, tiles[0], io.inputs) == \
+        {t: region_sum(graph, io, chains, t, tiles[0]) for t in io.inputs}, where
+    for tile in tiles:
+        for reuse in (False, True):
+            kept = search.facts(tile, True, halo_reuse=reuse)
+            fresh = GroupFacts(graph, io, chains, tile, kept.chip, kept.mode)
+            assert kept.redundancy_pct() == fresh.redundancy_pct(), (where, tile, reuse)
+            assert [kept.tensor_bound_bytes(t) for t in chains.chains] == \
+                [fresh.tensor_bound_bytes(t) for t in chains.chains], (where, tile, reuse)
 
 
 def test_chain_exactness_example() -> None:

@@ -36,7 +36,7 @@ actually moves. Execution model, per group:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
@@ -63,10 +63,10 @@ from fuseplan.planner.geometry.regions import (
     Box,
     GroupChains,
     GroupIO,
+    StripSpans,
     Tile,
     anchor_extent,
     axis_ranges,
-    axis_strips,
     box_elems,
     full_box,
     group_chains,
@@ -177,17 +177,19 @@ def region_sum(graph: Graph, io: GroupIO, chains: GroupChains, tensor: str, tile
 
 
 def region_sums(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
-                tensors: Sequence[str]) -> dict[str, int]:
+                tensors: Sequence[str],
+                spans: Callable[[int, int], StripSpans] | None = None) -> dict[str, int]:
     """Elements of each tensor summed over all tiles.
 
     A tensor's box is a product of one range per axis, each depending only on the tile's
     range along that axis, so the sum over the tile grid is the product of one-axis sums:
     closed forms where valid, else one walk per tile along that axis (not per tile of the
-    grid).
+    grid). ``spans(axis, size)``: the walk, where the caller keeps them across tiles.
     """
     extent = anchor_extent(graph, io)
     sizes = (tile.n, tile.h, tile.w)
-    walked: dict[int, dict[str, int]] = {}
+    walk = spans or (lambda axis, size: StripSpans.of(graph, io, axis, size))
+    walked: dict[int, Mapping[str, int]] = {}
     out = {}
     for t in tensors:
         parts = []
@@ -195,25 +197,11 @@ def region_sums(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
             closed = _axis_sum(chains.chains[t][axis], extent[axis], sizes[axis])
             if closed is None:
                 if axis not in walked:
-                    walked[axis] = _walk_axis(graph, io, axis, sizes[axis])
+                    walked[axis] = walk(axis, sizes[axis]).total
                 closed = walked[axis].get(t, 0)
             parts.append(closed)
         out[t] = graph.dims(t)[1] * parts[0] * parts[1] * parts[2]
     return out
-
-
-def _walk_axis(graph: Graph, io: GroupIO, axis: int, size: int) -> dict[str, int]:
-    """Per tensor, its range length along one axis summed over the tiles along that axis."""
-    totals: dict[str, int] = {}
-    for boxes in axis_strips(graph, io, axis, size):
-        for t, b in boxes.items():
-            totals[t] = totals.get(t, 0) + max(0, b[2 * axis + 1] - b[2 * axis])
-    return totals
-
-
-def union_sum(graph: Graph, io: GroupIO, chains: GroupChains, tensor: str, tile: Tile) -> int:
-    """Elements of `tensor` loaded or computed once each when halos are reused."""
-    return ReuseGrid.of(graph, io, chains, tile).made_elems(tensor)
 
 
 def _representative(extent: int, size: int) -> list[tuple[int, int]]:
@@ -443,9 +431,15 @@ def compute_cycles(chip: Chip, c: Counters) -> int:
 def dram_phases(chip: Chip, c: Counters) -> tuple[int, int, int]:
     """(fill, remaining transfers, drain) in cycles of a double-buffered group."""
     bpc = dram_bytes_per_cycle(chip)
-    fill, drain = ceil(c.first_load_bytes / bpc), ceil(c.last_store_bytes / bpc)
-    rest = ceil((c.dram_bytes - c.first_load_bytes - c.last_store_bytes) / bpc)
+    fill, drain = transfer_cycles(c.first_load_bytes, bpc), transfer_cycles(c.last_store_bytes, bpc)
+    rest = transfer_cycles(c.dram_bytes - c.first_load_bytes - c.last_store_bytes, bpc)
     return fill, rest, drain
+
+
+def transfer_cycles(nbytes: int, bytes_per_cycle: Fraction) -> int:
+    """ceil(nbytes / bytes_per_cycle), in integers (a tile search times millions of tiles;
+    dividing by a Fraction is the dearer way to the same count)."""
+    return -(-nbytes * bytes_per_cycle.denominator // bytes_per_cycle.numerator)
 
 
 def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
@@ -467,7 +461,7 @@ def cycles_energy(chip: Chip, c: Counters, double_buffered: bool,
         fill, rest, drain = dram_phases(chip, c)
         layered = fill + max(rest, compute - hidden) + drain + c.stall_cycles
     else:
-        layered = ceil(c.dram_bytes / bpc) + compute - hidden
+        layered = transfer_cycles(c.dram_bytes, bpc) + compute - hidden
     # a prefetch hides no more than the weights' load time left after the overlap
     # (prefetch_cycles), so the two savings add up
     cycles = layered - prefetched

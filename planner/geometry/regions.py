@@ -306,6 +306,30 @@ def axis_strips(graph: Graph, io: GroupIO, axis: int, size: int) -> Iterator[dic
         yield tile_regions(graph, io, tuple(strip))  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class StripSpans:
+    """Per tensor, its range length along one axis over the tiles along that axis (the
+    strips of axis_strips): summed, and the longest. One walk gives both; it depends on the
+    group, the axis and the tile's size along it only, so a tile search keeps one per size
+    for every tile sharing it (walking a deep group's strips is its costliest step)."""
+
+    total: Mapping[str, int]
+    longest: Mapping[str, int]
+
+    @classmethod
+    def of(cls, graph: Graph, io: GroupIO, axis: int, size: int) -> StripSpans:
+        """Walk the strips of `size` along `axis` once."""
+        total: dict[str, int] = {}
+        longest: dict[str, int] = {}
+        k = 2 * axis
+        for boxes in axis_strips(graph, io, axis, size):
+            for t, b in boxes.items():
+                span = max(0, b[k + 1] - b[k])
+                total[t] = total.get(t, 0) + span
+                longest[t] = max(longest.get(t, 0), b[k + 1] - b[k])
+        return cls(total, longest)
+
+
 def axis_ranges(extent: int, size: int) -> list[tuple[int, int]]:
     """Split [0, extent) into consecutive ranges of `size` (the last one shorter)."""
     return [(a, min(a + size, extent)) for a in range(0, extent, size)]
