@@ -326,7 +326,7 @@ class StripSpans:
             for t, b in boxes.items():
                 span = max(0, b[k + 1] - b[k])
                 total[t] = total.get(t, 0) + span
-                longest[t] = max(longest.get(t, 0), b[k + 1] - b[k])
+                longest[t] = max(longest.get(t, 0), span)
         return cls(total, longest)
 
 
