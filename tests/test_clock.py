@@ -266,8 +266,9 @@ def test_a_group_that_ran_no_tile_takes_no_time() -> None:
 def test_transfer_cycles_are_the_exact_ceiling(gbps: float, ghz: float) -> None:
     """The cost model's integer transfer time is ceil(bytes / bytes per cycle), exactly, at
     rates that are not whole bytes per cycle (an off-by-one here moves every group's time)."""
-    from fuseplan.planner.cost.model import _ratio, transfer_cycles
+    from fuseplan.planner.cost.model import dram_bytes_per_cycle, transfer_cycles
 
-    rate = _ratio(gbps, ghz)
+    chip = load_chip(None, [f"dram.bandwidth_gbps={gbps}", f"clock_ghz={ghz}"])[0]
+    rate = dram_bytes_per_cycle(chip)
     for nbytes in (0, 1, 7, 255, 256, 257, 10**6 + 3, 3 * 2**30, -5):
         assert transfer_cycles(nbytes, rate) == ceil(Fraction(nbytes) / rate), (nbytes, rate)
