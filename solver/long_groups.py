@@ -115,7 +115,7 @@ def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
     return out
 
 
-def _whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice | None:
+def whole_map_choice(search: GroupSearch, objective: Objective) -> TileChoice | None:
     """The best whole-map tile (images per tile largest first) that passes every rule and
     fits the chip, weights resident or streamed; where none does whole, the same tile with
     its stretches in hidden chunks, or run in passes around its pools (each pass's
@@ -440,5 +440,5 @@ def _choice(graph: Graph, chip: Chip, ruleset: RuleSet, objective: Objective,
     search = GroupSearch.of(graph, group, chip, ruleset)
     if breaks_structure(search, ruleset):
         return None
-    choice = _whole_map_choice(search, objective)
+    choice = whole_map_choice(search, objective)
     return None if choice is None else (tuple(search.layers), choice)

@@ -5,6 +5,7 @@ prediction; where a reader cannot follow, nothing is restated."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 from pathlib import Path
 
@@ -84,12 +85,22 @@ def test_multihead_attention_at_batch_four_plans_by_images_and_verifies(tmp_path
     assert plan.totals.weight_read_bytes == sum(int(g.constants[w].size) for w in weights) \
         * problem.chip.dtype_bytes
     assert_verifies(problem, plan)
-    # on a chip too small for every image at once the attention runs a few images a tile
-    # (without head chunks: with them, every image fits, each chunk of heads at a time)
+    # on a chip too small for every image at once the attention runs a few images a tile,
+    # or every image in chunks of its heads: one group at the floor either way, which the
+    # floor shortcut takes (one image a tile, the faster); the full search finds the chunks
     chip = ("sram.bytes=24KiB", "nram.bytes=6KiB")
-    chunked = api.plan_problem(api.prepare(str(path), overrides=chip))
+    prepared = api.prepare(str(path), overrides=chip)
+    at_floor = api.plan_problem(prepared)
+    assert len(at_floor.groups) == 1
+    assert at_floor.totals.dram_bytes == at_floor.compulsory_dram_bytes
+    assert_verifies(prepared, at_floor)
+    rs = prepared.ruleset
+    chunked = api.plan_problem(replace(prepared, ruleset=replace(rs, search=replace(
+        rs.search, whole_network_first=False))))
     assert len(chunked.groups) == 1 and chunked.groups[0].placement.hidden_chunks > 1
     assert chunked.totals.dram_bytes == chunked.compulsory_dram_bytes
+    assert at_floor.totals.cycles <= chunked.totals.cycles
+    assert_verifies(prepared, chunked)
     no_chunks = tmp_path / "no_chunks.yaml"
     default = (ROOT / "rules" / "default.yaml").read_text()
     assert "hidden_chunks: true" in default

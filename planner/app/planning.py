@@ -1,12 +1,13 @@
 """Planning a prepared problem: the four planners behind plan_problem, the whole network as
-one group when it fits, and CP-SAT warm-started from the shortest-path plan (which the
-Pareto fronts of planner.app.pareto run with cycle caps)."""
+one group when it fits or moves the compulsory floor, and CP-SAT warm-started from the
+shortest-path plan (which the Pareto fronts of planner.app.pareto run with cycle caps)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import replace as dc_replace
+from functools import partial
 from typing import Any
 
 from fuseplan.planner.app.assemble import assemble, layer_placements
@@ -15,6 +16,7 @@ from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import InputError, PlanningError
 from fuseplan.planner.core.progress import Progress, ProgressSink
 from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.model import compulsory_bytes
 from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.data import Plan
@@ -22,6 +24,8 @@ from fuseplan.planner.plan.placement import Placement
 
 SOLVERS = ("cpsat", "shortest-path", "greedy", "layer")
 MIN_SOLVE_S = 0.5  # CP-SAT is not started with less time than this left
+FLOOR_PROOF = ("floor: the whole network as one group moves the compulsory floor (every "
+               "weight, model input and output once), which no plan beats")
 ASSEMBLY_S, ASSEMBLY_S_PER_LAYER = 0.8, 0.008  # what a time-limited plan keeps to assemble
 # and print (measured on ResNet-152, 2 cores: 5 ms a layer to assemble, 0.5 s to print)
 
@@ -42,9 +46,7 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     searches run on, 0 for every core (solver.parallel; the plan is the same for any
     count). ``progress``: told of every phase (planner.core.progress; the plan is the same
     with it or without)."""
-    from fuseplan.solver.greedy import greedy_groups
     from fuseplan.solver.parallel import available_jobs
-    from fuseplan.solver.shortest_path import shortest_path_groups
 
     if solver not in SOLVERS:
         raise InputError(f"unknown solver '{solver}'. Use one of: {', '.join(SOLVERS)}.")
@@ -75,20 +77,7 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
         return assemble(g, chip, layer_placements(g, chip, settings=rs.search), objective=goal,
                         solver=info, **header,
                         layer_by_layer=_layer_by_layer(problem, jobs, progress))
-    groups: list[Placement]
-    if solver == "greedy":
-        groups = greedy_groups(g, chip, rs, progress)
-        info = {"name": "greedy", "status": "FEASIBLE", "gap": None}
-    elif solver == "shortest-path":
-        groups = shortest_path_groups(g, chip, rs, goal, memo, budget=searches, jobs=jobs,
-                                      progress=progress)
-        # exact over intervals of the topological order, which are all groups only on a chain
-        chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)
-        info = {"name": "shortest-path", "status": "OPTIMAL" if chain else "FEASIBLE",
-                "gap": 0.0 if chain else None}
-    else:
-        groups, info = cpsat_groups(problem, goal, None, memo=memo, budget=searches, jobs=jobs,
-                                    progress=progress)
+    groups, info = _planned_groups(problem, solver, goal, memo, searches, jobs, progress)
     if goal is not Objective.TRAFFIC and solver != "greedy":  # the greedy stays greedy
         groups, info = _never_worse_than_traffic(problem, goal, groups, info, searches, jobs,
                                                  progress)
@@ -114,6 +103,36 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
         plan = dc_replace(plan, solver={**plan.solver, "objective": float(units),
                                         "bound": float(units)})
     return _gap_to_floor(plan) if budget.cuts else plan
+
+
+def _planned_groups(problem: Problem, solver: str, goal: Objective,
+                    memo: dict[tuple[str, ...], Any] | None, searches: Budget, jobs: int,
+                    progress: ProgressSink | None) -> tuple[list[Placement], dict[str, Any]]:
+    """The groups of the greedy, the shortest path or CP-SAT, and the solver info; under the
+    traffic objective the exact planners first take the whole network where it moves the
+    compulsory floor (floor_whole_network: no plan moves less, nothing is left to search)."""
+    from fuseplan.solver.greedy import greedy_groups
+    from fuseplan.solver.shortest_path import shortest_path_groups
+
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    if goal is Objective.TRAFFIC and solver in ("cpsat", "shortest-path") \
+            and (at_floor := floor_whole_network(problem)) is not None:
+        if progress is not None:
+            progress(Progress("whole network at the floor"))
+        return [at_floor], {"name": solver, "status": "OPTIMAL", "gap": 0.0,
+                            "solved_by": FLOOR_PROOF}
+    if solver == "greedy":
+        return greedy_groups(g, chip, rs, progress), {"name": "greedy", "status": "FEASIBLE",
+                                                      "gap": None}
+    if solver == "shortest-path":
+        groups = shortest_path_groups(g, chip, rs, goal, memo, budget=searches, jobs=jobs,
+                                      progress=progress)
+        # exact over intervals of the topological order, which are all groups only on a chain
+        chain = all(g.dag.out_degree(n) <= 1 and g.dag.in_degree(n) <= 1 for n in g.dag)
+        return groups, {"name": "shortest-path", "status": "OPTIMAL" if chain else "FEASIBLE",
+                        "gap": 0.0 if chain else None}
+    return cpsat_groups(problem, goal, None, memo=memo, budget=searches, jobs=jobs,
+                        progress=progress)
 
 
 def _never_worse_than_traffic(problem: Problem, goal: Objective, groups: list[Placement],
@@ -149,7 +168,7 @@ def traffic_placements(problem: Problem, budget: Budget | None = None, jobs: int
     from fuseplan.solver.shortest_path import shortest_path_groups
 
     g, chip, rs = problem.graph, problem.chip, problem.ruleset
-    whole = deep_whole_network(problem)
+    whole = deep_whole_network(problem) or floor_whole_network(problem)
     placements = [whole] if whole is not None else shortest_path_groups(
         g, chip, rs, Objective.TRAFFIC, {}, budget=budget, jobs=jobs, progress=progress)
     return [faster_buffering(g, chip, rs, p) for p in placements]
@@ -208,6 +227,44 @@ def deep_whole_network(problem: Problem) -> Placement | None:
     if not problem.ruleset.search.whole_network_first:
         return None
     return whole_network(problem, deep=True)
+
+
+def floor_whole_network(problem: Problem) -> Placement | None:
+    """The whole network as one group where, in the best mode a group of its length may run
+    in, it moves the compulsory floor (every weight, model input and output once, which no
+    plan beats): the traffic objective's optimum, found without weighing any other group.
+
+    The modes are those the planners weigh for a group that long: any tile within
+    search.max_group_layers (views free) or search.max_block_group_layers (a block group
+    from the model's input to its output), the whole-map tile at any length where
+    search.long_whole_map_groups allows (weights resident or streamed, in hidden chunks or
+    passes where its maps do not fit whole; solver.long_groups). None where
+    search.whole_network_first is off or no such group moves the floor alone."""
+    from fuseplan.solver.cpsat import faster_buffering
+    from fuseplan.solver.groups import breaks_structure
+    from fuseplan.solver.long_groups import whole_map_choice
+    from fuseplan.solver.tiles import GroupSearch
+
+    g, chip, rs = problem.graph, problem.chip, problem.ruleset
+    layers = tuple(lay.name for lay in g.layers)
+    settings = rs.search
+    within = g.within_limit(layers, settings.max_group_layers)
+    tiled = within or len(layers) <= settings.max_block_group_layers
+    if not settings.whole_network_first or not (tiled or settings.long_whole_map_groups):
+        return None
+    search = GroupSearch.of(g, layers, chip, rs)
+    if breaks_structure(search, rs):
+        return None
+    floor = compulsory_bytes(g, chip)
+    tries = [partial(search.best, Objective.TRAFFIC)] if tiled else []
+    if not within and settings.long_whole_map_groups:
+        tries.append(partial(whole_map_choice, search, Objective.TRAFFIC))
+    for found in tries:
+        choice = found()
+        if choice is not None and choice.cost.dram_bytes <= floor:
+            # buffered as the planners pick it (the bytes do not depend on it)
+            return faster_buffering(g, chip, rs, choice.placement(tuple(search.layers)))
+    return None
 
 
 def cpsat_groups(problem: Problem, objective: Objective, time_limit: float | None,
