@@ -241,7 +241,7 @@ def floor_whole_network(problem: Problem) -> Placement | None:
     passes where its maps do not fit whole; solver.long_groups). None where
     search.whole_network_first is off or no such group moves the floor alone."""
     from fuseplan.solver.cpsat import faster_buffering
-    from fuseplan.solver.groups import breaks_structure
+    from fuseplan.solver.groups import breaks_structure, is_connected
     from fuseplan.solver.long_groups import whole_map_choice
     from fuseplan.solver.tiles import GroupSearch
 
@@ -250,7 +250,8 @@ def floor_whole_network(problem: Problem) -> Placement | None:
     settings = rs.search
     within = g.within_limit(layers, settings.max_group_layers)
     tiled = within or len(layers) <= settings.max_block_group_layers
-    if not settings.whole_network_first or not (tiled or settings.long_whole_map_groups):
+    if not settings.whole_network_first or not (tiled or settings.long_whole_map_groups) \
+            or not is_connected(g, layers):  # no planner fuses unconnected layers
         return None
     search = GroupSearch.of(g, layers, chip, rs)
     if breaks_structure(search, rs):
