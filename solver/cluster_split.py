@@ -54,6 +54,8 @@ class GroupSearch(Protocol):
 
     def work(self, tile: Tile, resident: bool) -> Counters: ...
 
+    def chosen_rules(self, rules: Iterable[Rule] | None) -> tuple[Rule, ...]: ...
+
     def violations(self, tile: Tile, resident: bool, rules: Sequence[Rule] | None = None,
                    halo_reuse: bool = False, double_buffered: bool = False,
                    physical: bool = True, weights_outer: bool = False,
@@ -86,7 +88,7 @@ def split_choices(search: GroupSearch, rules: Iterable[Rule] | None
     split = worth_splitting(search)
     if split is None:
         return
-    chosen = tuple(search.ruleset.enabled if rules is None else rules)
+    chosen = search.chosen_rules(rules)
     for tn in search.batch_options():
         at = search.at_batch(tn)
         heights = at.heights()

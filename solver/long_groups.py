@@ -145,7 +145,7 @@ def _chunked_choices(at: GroupSearch, tile: Tile) -> list[TileChoice]:
     hidden = HiddenSearch.of(at.graph, at.layers, at.chip, (at.io, at.chains))
     if hidden is None:
         return []
-    rules = tuple(at.ruleset.enabled)
+    rules = at.chosen_rules(None)
     out = []
     for resident in (True, False):
         k = hidden.fewest_chunks(tile, resident, False, rules)
@@ -160,7 +160,7 @@ def _pass_choices(search: GroupSearch) -> list[TileChoice]:
     their fewest hidden chunks (solver.passes): its inputs held on chip for every pass (they
     are read once), or where they cannot be, its pooled maps held for the later passes
     (nothing before them is computed again), or neither."""
-    rules = tuple(search.ruleset.enabled)
+    rules = search.chosen_rules(None)
     whole = search.facts(Tile(1, 1, 1), True)
     for held, maps in ((True, False), (False, True), (False, False)):
         passes = PassSearch.of(search.graph, search.layers, search.chip, held, maps)

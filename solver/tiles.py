@@ -346,10 +346,15 @@ class GroupSearch:
         f = self.facts(tile, resident, double_buffered, halo_reuse, weights_outer,
                        cluster_split)
         found = physical_violations(f) if physical else []
-        if len(self.layers) > 1:
-            chosen = self.ruleset.enabled if rules is None else tuple(rules)
-            found += [v for r in chosen if (v := r.check(f)) is not None]
-        return found
+        return found + [v for r in self.chosen_rules(rules) if (v := r.check(f)) is not None]
+
+    def chosen_rules(self, rules: Iterable[Rule] | None) -> tuple[Rule, ...]:
+        """The rules this group's tiles must pass, in every mode: `rules` (None: every
+        enabled one), and none for a layer alone (rules bind fused groups only: a layer
+        alone is always allowed, whole, tiled, or in chunks of its channels)."""
+        if len(self.layers) < 2:
+            return ()
+        return tuple(self.ruleset.enabled if rules is None else rules)
 
     def feasible(self, th: int, resident: bool, rules: Iterable[Rule] | None = None,
                  halo_reuse: bool = False, physical: bool = True) -> bool:
@@ -579,7 +584,7 @@ class GroupSearch:
         ends = EndSearch.of(self.graph, self.io, self.chains, self.chip)
         if ends is None:
             return []
-        chosen = tuple(self.ruleset.enabled if rules is None else rules)
+        chosen = self.chosen_rules(rules)
         most = ends.chunk_options()[-1]
         out = []
         for at, resident, heights in self._taller(found):
@@ -637,7 +642,7 @@ class GroupSearch:
                                                (self.io, self.chains), reload=True)]
                               if self.ruleset.search.reload_inputs else [])
         most = plain.chunk_options()[-1]
-        chosen = tuple(self.ruleset.enabled if rules is None else rules)
+        chosen = self.chosen_rules(rules)
         out = []
         for hidden in (h for h in searches if h is not None):
             for at, resident, heights in self._taller(found):
@@ -673,7 +678,7 @@ class GroupSearch:
         where it can and search.pooling_passes allows."""
         if not self.ruleset.search.pooling_passes or len(self.layers) < 3:
             return []
-        chosen = tuple(self.ruleset.enabled if rules is None else rules)
+        chosen = self.chosen_rules(rules)
         whole = self.facts(Tile(1, 1, 1), True)
         out = []
         for held, maps in HOLDS:
@@ -701,7 +706,7 @@ class GroupSearch:
         short tiles of a strided 1x1 conv skip the rows it never reads) and checked against
         the other rules. The whole map (one tile) has no halo to reuse.
         """
-        chosen = tuple(self.ruleset.enabled if rules is None else rules)
+        chosen = self.chosen_rules(rules)
         shrink = tuple(r for r in chosen if r.tile_trend == "shrink")
         rest = tuple(r for r in chosen if r.tile_trend != "shrink")
         heights = self.heights()
@@ -766,7 +771,7 @@ class GroupSearch:
 
     def _search_height(self, how: str, rules: Iterable[Rule] | None) -> TileChoice | None:
         """Halve the height until it fits (refining the ratio), or grow it until it would not."""
-        chosen = tuple(self.ruleset.enabled if rules is None else rules)
+        chosen = self.chosen_rules(rules)
         heights = self.heights()
         low, high = heights[-1], heights[0]
         for resident in (True, False):

@@ -287,8 +287,11 @@ def test_a_gpt2_block_at_512kib_streams_its_projections_output_ends(tmp_path: Pa
     """bench/peers' GPT-2-small-like block (512 tokens, width 768, 8-bit) on a 512 KiB
     buffer: the qkv projection (its output three maps wide) and the out projection run
     with their inputs held whole and their outputs streamed in chunks, so each reads its
-    weights once per tile. 27,525,120 B before; 23,597,568 now (AccelForge's FFM:
-    13,372,416, with loop nests inside a head that fuseplan does not model); verified."""
+    weights once per tile. 27,525,120 B before; 23,597,568 with the qkv projection alone in
+    tiles of 511 + 1 tokens, which the small-map rules (R13-R15) forced on it although rules
+    bind fused groups only; 21,828,096 now, its one tile of every token reading each weight
+    once (AccelForge's FFM: 13,372,416, with loop nests inside a head that fuseplan does not
+    model); verified."""
     from models import causal_encoder
 
     path = tmp_path / "block.onnx"
@@ -296,13 +299,46 @@ def test_a_gpt2_block_at_512kib_streams_its_projections_output_ends(tmp_path: Pa
               str(path))
     problem = api.prepare(str(path), hardware="soma_buffer", overrides=["sram.bytes=512KiB"])
     plan = plan_problem(problem, "cpsat")
-    assert plan.totals.dram_bytes <= 23_597_568
+    assert plan.totals.dram_bytes <= 21_828_096
     alone = [g for g in plan.groups if g.placement.end_chunks > 1]
     assert {"qkv13", "proj28"} <= {n for g in alone for n in g.layers}
     for g in alone:
         ends = chunked_ends(problem.graph, group_io(problem.graph, g.layers))
         assert ends is not None and ends.first is None
+    qkv = next(g for g in plan.groups if g.layers == ("qkv13",))
+    assert qkv.tile.h == 512
+    assert qkv.predicted.weight_read_bytes == problem.graph.constants[
+        problem.graph.layer("qkv13").weights[0]].size * problem.chip.dtype_bytes
     assert_verifies(problem, plan)
+
+
+@pytest.mark.parametrize(("hw", "sram"), [("soma_buffer", "512KiB"), ("soma_buffer", "256KiB"),
+                                          (None, "256KiB")])
+def test_a_layer_alone_runs_in_any_mode_the_rules_would_refuse_a_fused_group(
+        tmp_path: Path, hw: str | None, sram: str) -> None:
+    """Rules bind fused groups only (rules/default.yaml, docs/rules.md): a layer alone gets
+    the same best tile under the default rules as with no rule at all (the layer-by-layer
+    reference's search), in every mode, end chunks and hidden chunks included. Before, the
+    chunked searches applied the small-map rules to a lone projection."""
+    from fuseplan.planner.cost.objective import Objective
+    from fuseplan.rules.ruleset import RuleSet
+    from fuseplan.solver.tiles import GroupSearch
+
+    from models import causal_encoder
+
+    path = tmp_path / "block.onnx"
+    onnx.save(causal_encoder(tokens=512, width=768, heads=12, blocks=1, mask="none"),
+              str(path))
+    problem = api.prepare(str(path), hardware=hw, overrides=[f"sram.bytes={sram}"])
+    g, chip = problem.graph, problem.chip
+    bare = RuleSet((), search=problem.ruleset.search)
+    chunked = 0
+    for lay in g.layers:
+        ruled = GroupSearch.of(g, (lay.name,), chip, problem.ruleset).best(Objective.TRAFFIC)
+        free = GroupSearch.of(g, (lay.name,), chip, bare).best(Objective.TRAFFIC)
+        assert ruled == free, lay.name
+        chunked += ruled is not None and (ruled.end_chunks > 1 or ruled.hidden_chunks > 1)
+    assert chunked  # the modes the rules once bound are among them
 
 
 

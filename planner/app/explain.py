@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from fuseplan.hardware.chip import Chip
@@ -159,13 +159,14 @@ def boundaries(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[B
 
 
 def recheck(graph: Graph, plan: Plan, chip: Chip, ruleset: RuleSet) -> list[tuple[int, Violation]]:
-    """Every group of the plan against every enabled rule and the chip's capacities, each
-    checked the way its mode runs (one check per kind of mode, as the cost model prices it
-    and the emulator runs it)."""
+    """Every group of the plan against the chip's capacities and, if fused, every enabled
+    rule (a layer alone is always allowed, in any mode), each checked the way its mode runs
+    (one check per kind of mode, as the cost model prices it and the emulator runs it)."""
     found = []
+    alone = replace(ruleset, rules=())  # rules bind fused groups only, in every mode
     for g in plan.groups:
         check = _RECHECK[mode_kind(graph, g.layers, g.placement.mode)]
-        found += [(g.id, v) for v in check(graph, g, chip, ruleset)]
+        found += [(g.id, v) for v in check(graph, g, chip, ruleset if g.fused else alone)]
     return found
 
 
