@@ -5,7 +5,6 @@ prediction; where a reader cannot follow, nothing is restated."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from math import prod
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 from fuseplan.planner.app import api
 from fuseplan.planner.front.batch_unmerge import axis_groups, finer_shape
 from fuseplan.planner.ir.layout import LayoutKind
+from tests.test_rules import with_rules
 
 import models
 
@@ -94,9 +94,7 @@ def test_multihead_attention_at_batch_four_plans_by_images_and_verifies(tmp_path
     assert len(at_floor.groups) == 1
     assert at_floor.totals.dram_bytes == at_floor.compulsory_dram_bytes
     assert_verifies(prepared, at_floor)
-    rs = prepared.ruleset
-    chunked = api.plan_problem(replace(prepared, ruleset=replace(rs, search=replace(
-        rs.search, whole_network_first=False))))
+    chunked = api.plan_problem(with_rules(prepared, search={"whole_network_first": False}))
     assert len(chunked.groups) == 1 and chunked.groups[0].placement.hidden_chunks > 1
     assert chunked.totals.dram_bytes == chunked.compulsory_dram_bytes
     assert at_floor.totals.cycles <= chunked.totals.cycles

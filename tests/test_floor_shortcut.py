@@ -6,7 +6,6 @@ finds, verified in the emulator."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from fuseplan.planner.cost.model import compulsory_bytes
 from fuseplan.planner.plan.json_io import save_plan
 from fuseplan.solver.tiles import GroupSearch
 from tests import models
+from tests.test_rules import with_rules
 
 # (builder, its arguments, chip overrides): one group at the floor, each in a mode seed
 # 004's shortcut (whole maps, weights resident) does not take
@@ -39,9 +39,7 @@ def _problem(tmp: Path, builder: str, kwargs: dict[str, int], overrides: list[st
 
 def _searched(problem: Problem) -> Problem:
     """The problem with both shortcuts off: every candidate group weighed."""
-    rs = problem.ruleset
-    return replace(problem, ruleset=replace(rs, search=replace(
-        rs.search, whole_network_first=False)))
+    return with_rules(problem, search={"whole_network_first": False})
 
 
 @pytest.mark.parametrize("case", list(AT_FLOOR))
