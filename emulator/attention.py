@@ -48,7 +48,7 @@ def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[B
                 onchip[t] = (boxes[t], arr)
                 loaded += arr.size * dt
                 tally.core += arr.size * dt * 2  # written on chip, read by the layer
-                held += attention.onchip_elems(t, arr.size)
+                held += attention.onchip_elems(t, arr.size, boxes[t][3] - boxes[t][2])
             (y,) = compute_on_chip(graph, group, ti, lay, boxes[out], onchip, weights, tally,
                                    layers)
             tally.core += y.size * dt

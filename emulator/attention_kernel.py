@@ -20,23 +20,26 @@ import numpy as np
 
 def online_attention(q: np.ndarray, kt: np.ndarray, v: np.ndarray, *, scale: float,
                      causal: bool, mask_value: float, kv_chunk: int, query_offset: int,
-                     query_length: int) -> np.ndarray:
+                     query_length: int, key_length: int | None = None) -> np.ndarray:
     """Attention of the query rows `q` ([..., T, d]: rows `query_offset` on of a sequence
-    of `query_length`) against all keys `kt` ([..., d, Lk]) and values `v` ([..., Lk, dv]),
-    one chunk of `kv_chunk` keys at a time.
+    of `query_length`) against the keys `kt` ([..., d, Lk]) and values `v` ([..., Lk, dv]),
+    one chunk of `kv_chunk` keys at a time: all `key_length` keys of the sequence, or (a
+    causal tile given only the keys up to its last row's) its first Lk.
 
-    ``causal``: query i sees key j only when j <= i + (Lk - query_length); the others get
-    `mask_value`, as the model's Where (or additive mask) gave them, so a chunk wholly in
-    the future still runs and contributes exp(mask_value - max), zero in float32.
+    ``causal``: query i sees key j only when j <= i + (key_length - query_length); the
+    others get `mask_value`, as the model's Where (or additive mask) gave them, so a chunk
+    wholly in the future still runs and contributes exp(mask_value - max), zero in float32.
     """
     lk = kt.shape[-1]
+    keys = lk if key_length is None else key_length
     work = np.float64 if q.dtype == np.float64 else np.float32
     qs = q.astype(work, copy=False)
     out = np.zeros((*q.shape[:-1], v.shape[-1]), work)
     running_max = np.full(q.shape[:-1], -np.inf, work)
     running_sum = np.zeros(q.shape[:-1], work)
     # the last key each query row sees (causal)
-    last_key = np.arange(query_offset, query_offset + q.shape[-2])[:, None] + (lk - query_length)
+    last_key = np.arange(query_offset, query_offset + q.shape[-2])[:, None] \
+        + (keys - query_length)
     for start in range(0, lk, kv_chunk):
         stop = min(lk, start + kv_chunk)
         scores = (qs @ kt[..., start:stop].astype(work, copy=False)) * work(scale)
@@ -75,4 +78,5 @@ def attention_kernel(attrs: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                             mask_value=float(attrs["mask_value"]),
                             kv_chunk=int(attrs["kv_chunk"]),
                             query_offset=int(attrs.get("query_offset", 0)),
-                            query_length=int(attrs["query_length"]))
+                            query_length=int(attrs["query_length"]),
+                            key_length=attrs.get("key_length"))

@@ -228,8 +228,10 @@ def _run_layer(graph: Graph, lay: Layer, out_box: Box,
         attrs = _window_attrs(lay, info, out_box)
         if int(lay.attrs.get("count_include_pad", 0)):  # AveragePool's
             return [_avg_pool_including_pads(lay, attrs, args, out_box, info.in_hw)]
-    if info.attention:  # the causal mask needs to know which query rows the tile holds
-        attrs = {**attrs, "query_offset": out_box[2]}
+    if info.attention:  # the causal mask needs to know which query rows the tile holds,
+        # and of how many keys in all (a causal tile is given its prefix of them)
+        attrs = {**attrs, "query_offset": out_box[2],
+                 "key_length": sum(graph.shapes[v][-2] for v in lay.fmap_inputs[2::2])}
     outs = run_op(lay.op, attrs, args, lay.opset, num_outputs=len(lay.outputs))
     return [_crop_output(np.asarray(y), lay, info, out_box, first_box) for y in outs]
 

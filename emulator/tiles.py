@@ -113,7 +113,8 @@ class _TileRun:
             tally.core += arr.size * dt * (1 + self.uses.get(t, 0))
             if t in self.streamed:  # read chunk by chunk by the fused attention reading it
                 streams[t] = (boxes[t], arr)
-                nxt += self.attention.onchip_elems(t, arr.size) * dt  # type: ignore[union-attr]
+                nxt += self.attention.onchip_elems(  # type: ignore[union-attr]
+                    t, arr.size, boxes[t][3] - boxes[t][2]) * dt
             else:
                 onchip[t] = (boxes[t], arr)
                 nxt += arr.size * dt
@@ -211,7 +212,8 @@ class _TileRun:
             - in_place_elems(self.group.id, ti, lay, None if out0 in fills else self.hosts.get(i),
                              onchip, ys[0])
         if attention is not None:  # the chunks streaming now and the softmax's scratch
-            live += sum(attention.onchip_elems(t, a.size) for t, (_, a) in streams.items()
+            live += sum(attention.onchip_elems(t, a.size, b[3] - b[2])
+                        for t, (b, a) in streams.items()
                         if self.stream_steps[t][0] <= i <= self.stream_steps[t][-1])
             live += attention.scratch_elems(i, {out0: ys[0].size})
         self.tally.step(ti, live * self.dt + prefetch + self.filled, i, held=self.kept_for_all)

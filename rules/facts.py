@@ -132,7 +132,9 @@ class GroupFacts(ModeFlags):
         for axis, (chain, extent, size) in enumerate(
                 ((cn, n, self.tile.n), (cr, h, self.tile.h), (cc, w, self.tile.w))):
             full = fb[2 * axis + 1] - fb[2 * axis]
-            if chain is None and size < extent:
+            if chain is None and size < extent and axis == 1 and self._prefixed(t):
+                sizes.append(full)  # the last tile reads the whole prefix: every key
+            elif chain is None and size < extent:
                 sizes.append(self._enumerated_span(axis).get(t, full))
             else:
                 sizes.append(_axis_bound(chain, extent, size, full))
@@ -146,7 +148,7 @@ class GroupFacts(ModeFlags):
             c = c // units * chunk_width(units, self.end_chunks)
         elems = c * sizes[0] * sizes[1] * sizes[2]
         if self.attention is not None:  # streamed keys and values: one chunk on chip
-            elems = self.attention.onchip_elems(t, elems)
+            elems = self.attention.onchip_elems(t, elems, sizes[1])
         return elems * self.chip.dtype_bytes
 
     @cached_property
@@ -162,6 +164,11 @@ class GroupFacts(ModeFlags):
         return self.attention.scratch_elems(
             step, {out: self.tensor_bound_bytes(out) for _, out, _, _ in self.attention.scratch})
 
+    def _prefixed(self, t: str) -> bool:
+        """Keys or values streamed into a causal fused attention, which reads a prefix of
+        them (no closed form along rows, the last tile reading them all)."""
+        return self.attention is not None and t in self.attention.prefix
+
     def _enumerated_span(self, axis: int) -> Mapping[str, int]:
         """Longest range of every tensor along one axis over all tiles of that axis."""
         return self._enumerated_spans[axis]
@@ -172,8 +179,9 @@ class GroupFacts(ModeFlags):
         tile splits (the axes tensor_bound_bytes enumerates)."""
         extent = self.extent
         size = (self.tile.n, self.tile.h, self.tile.w)
-        axes = sorted({axis for chain in self.chains.chains.values()
-                       for axis in range(3) if chain[axis] is None and size[axis] < extent[axis]})
+        axes = sorted({axis for t, chain in self.chains.chains.items()
+                       for axis in range(3) if chain[axis] is None and size[axis] < extent[axis]
+                       and not (axis == 1 and self._prefixed(t))})
         return {axis: self.strip_spans(axis, size[axis]).longest for axis in axes}
 
     def strip_spans(self, axis: int, size: int) -> StripSpans:

@@ -352,7 +352,8 @@ def verify_plan(model: LoadedModel, graph: Graph, plan: Plan, chip: Chip,
 @dataclass(frozen=True)
 class AttentionCheck:
     """One fused attention as verified: what its group moved in the emulator against
-    FlashAttention's analytic count (q once, k and v once per pass, o once); equal when the
+    FlashAttention's analytic count (q once, k and v once per pass, a causal pass's up to
+    its last query, o once); equal when the
     layer is alone in its group, the group's other layers adding theirs otherwise."""
 
     layer: str
@@ -361,6 +362,7 @@ class AttentionCheck:
     emulated_bytes: int
     analytic_bytes: int
     passes: int
+    kv_label: str = ""  # how many times the passes read k and v whole ('2×', '1.50×')
 
 
 def attention_checks(graph: Graph, plan: Plan, emulated: Sequence[Counters],
@@ -371,7 +373,7 @@ def attention_checks(graph: Graph, plan: Plan, emulated: Sequence[Counters],
         io = group_io(graph, g.layers)
         for a in attention_traffic(graph, io, g.tile, dtype_bytes):
             out.append(AttentionCheck(a.layer, g.id, len(g.layers) == 1, counted.dram_bytes,
-                                      a.total, a.passes))
+                                      a.total, a.passes, a.kv_label()))
     return out
 
 

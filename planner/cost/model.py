@@ -54,7 +54,7 @@ from fuseplan.planner.cost.weight_stream import (
     stage_peak,
     staged_steps,
 )
-from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.attention import online_attention, picking_chains, prefix_rows
 from fuseplan.planner.geometry.bands import band_columns, band_compute_cycles, cluster_loads
 from fuseplan.planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, reuse_peak_elems
 from fuseplan.planner.geometry.in_place import in_place_hosts
@@ -140,7 +140,8 @@ def footprint(graph: Graph, io: GroupIO, boxes: dict[str, Box], steps: Sequence[
             + (staged[i] if staged else 0) for i, live in enumerate(steps))
     elems = {t: box_elems(graph, t, b) for t, b in boxes.items()}
     return max(
-        (sum(attention.onchip_elems(t, elems[t]) for t in live if t in elems)
+        (sum(attention.onchip_elems(t, elems[t], boxes[t][3] - boxes[t][2])
+             for t in live if t in elems)
          + attention.scratch_elems(i, elems)) * dtype_bytes
         + (staged[i] if staged else 0) for i, live in enumerate(steps))
 
@@ -151,7 +152,8 @@ def next_inputs_elems(graph: Graph, io: GroupIO, boxes: Mapping[str, Box]) -> in
     attention = online_attention(graph, io)
     if attention is None:
         return sum(box_elems(graph, t, boxes[t]) for t in io.inputs)
-    return sum(attention.onchip_elems(t, box_elems(graph, t, boxes[t])) for t in io.inputs)
+    return sum(attention.onchip_elems(t, box_elems(graph, t, boxes[t]), boxes[t][3] - boxes[t][2])
+               for t in io.inputs)
 
 
 def sram_staged(graph: Graph, io: GroupIO, chip: Chip, weights_resident: bool) -> tuple[int, ...]:
@@ -195,6 +197,9 @@ def region_sums(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
         parts = []
         for axis in range(3):
             closed = _axis_sum(chains.chains[t][axis], extent[axis], sizes[axis])
+            if closed is None and axis == 1:  # a causal attention's prefix of keys
+                rows = prefix_rows(graph, io, chains, t, extent[1], sizes[1])
+                closed = None if rows is None else sum(rows)
             if closed is None:
                 if axis not in walked:
                     walked[axis] = walk(axis, sizes[axis]).total
@@ -218,13 +223,14 @@ def representative_boxes(graph: Graph, io: GroupIO, chains: GroupChains, tile: T
     (interior tiles are translates of each other where every range has a closed form;
     otherwise every tile)."""
     n, h, w = anchor_extent(graph, io)
+    picking = picking_chains(graph, io, chains)
     exact = all(
         c is not None and (low := c.min_tile(ext)) is not None and size >= low
-        for ch in chains.chains.values()
+        for ch in picking.chains.values()
         for c, ext, size in zip(ch, (n, h, w), (tile.n, tile.h, tile.w), strict=True)
     )
     pick = _representative if exact else axis_ranges
-    rows, cols = (AxisSchedule(graph, io, chains, axis, size).picked_ranges()
+    rows, cols = (AxisSchedule(graph, io, picking, axis, size).picked_ranges()
                   for axis, size in ((1, tile.h), (2, tile.w)))
     for n0, n1 in pick(n, tile.n):
         for r0, r1 in rows:

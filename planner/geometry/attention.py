@@ -20,11 +20,21 @@ tally apply these two corrections through this module.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 
-from fuseplan.planner.geometry.regions import GroupIO, Tile, anchor_extent
-from fuseplan.planner.ir.graph import Graph, Layer
+from fuseplan.planner.geometry.regions import (
+    AxisChain,
+    GroupChains,
+    GroupIO,
+    Tile,
+    anchor_extent,
+    box_elems,
+    group_io,
+    iter_tiles,
+    tile_regions,
+)
+from fuseplan.planner.ir.graph import Graph, Layer, MapKind
 from fuseplan.planner.ir.ops import MapRule, attention_keys, op_spec
 
 
@@ -41,12 +51,19 @@ class OnlineAttention:
     streamed: Mapping[str, tuple[int, int]]
     # (step, output tensor, head width dv, keys per chunk) of each fused attention layer
     scratch: tuple[tuple[int, str, int, int], ...]
+    # the streamed inputs a causal layer reads only up to each tile's last query (their
+    # rows are the keys: a tile's box holds its prefix of them, not all)
+    prefix: frozenset[str] = frozenset()
 
-    def onchip_elems(self, tensor: str, box_elems: int) -> int:
+    def onchip_elems(self, tensor: str, box_elems: int, rows: int | None = None) -> int:
         """Elements of `tensor` on chip when a tile needs `box_elems` of it: one chunk of
-        keys where it streams."""
+        keys where it streams (`rows`: the rows of the box, its keys where it holds a
+        causal prefix of them; None: the largest box any tile reads, all keys)."""
         keys = self.streamed.get(tensor)
-        return box_elems if keys is None else box_elems // keys[0] * keys[1]
+        if keys is None:
+            return box_elems
+        held = rows if rows is not None and tensor in self.prefix else keys[0]
+        return box_elems // held * min(held, keys[1]) if held else 0
 
     def scratch_elems(self, step: int, out_elems: Mapping[str, int]) -> int:
         """Scratch of the fused layers running at `step`, from the elements of their
@@ -82,7 +99,10 @@ def _online_attention(graph: Graph, io: GroupIO) -> OnlineAttention | None:
             streamed[t] = _keys_of(readers[0], t, graph.shapes[t])
     scratch = tuple((i, lay.outputs[0], graph.shapes[lay.fmap_inputs[2]][-1],
                      int(lay.attrs["kv_chunk"])) for i, lay in fused)
-    return OnlineAttention(streamed, scratch)
+    prefix = frozenset(t for t in streamed for name in io.layers
+                       if t in (lay := graph.layer(name)).fmap_inputs
+                       and lay.row_maps[lay.fmap_inputs.index(t)].kind is MapKind.PREFIX)
+    return OnlineAttention(streamed, scratch, prefix)
 
 
 def _keys_of(lay: Layer, t: str, shape: tuple[int, ...]) -> tuple[int, int]:
@@ -93,22 +113,89 @@ def _keys_of(lay: Layer, t: str, shape: tuple[int, ...]) -> tuple[int, int]:
     return keys, min(keys, int(lay.attrs["kv_chunk"]))
 
 
+def prefix_reader(graph: Graph, io: GroupIO, tensor: str) -> tuple[Layer, int] | None:
+    """(the layer, the input index) of the one read of `tensor` in the group, where that is a
+    causal fused attention's read of a prefix of its keys or values (MapKind.PREFIX); None
+    where the group reads it otherwise or more than once."""
+    reads = [(graph.layer(name), j) for name in io.layers
+             for j, x in enumerate(graph.layer(name).fmap_inputs) if x == tensor]
+    if len(reads) != 1 or reads[0][0].row_maps[reads[0][1]].kind is not MapKind.PREFIX:
+        return None
+    return reads[0]
+
+
+def prefix_rows(graph: Graph, io: GroupIO, chains: GroupChains, tensor: str, extent: int,
+                size: int) -> list[int] | None:
+    """Rows of `tensor` each tile of `size` rows along the anchor's `extent` reads, where a
+    causal fused attention reads a prefix of them (its keys or values, up to the key its
+    tile's last query row sees), from the closed form of that layer's output rows; None
+    where the tensor is not read so or the output has no closed form. Each tile's prefix
+    has its own length (no interior tile stands for the others), but a tile's is one
+    subtraction, where a walk would run the group's regions."""
+    found = prefix_reader(graph, io, tensor)
+    if found is None:
+        return None
+    lay, j = found
+    c = chains.chains[lay.outputs[0]][1]
+    if c is None:
+        return None
+    keys, pad = graph.dims(tensor)[2], lay.row_maps[j].pad
+    rows = []
+    for a in range(0, extent, size):
+        if c.s == 0:  # every tile computes every query row
+            lo, hi = 0, c.u
+        else:
+            lo, hi = max(0, c.s * a - c.p), min(c.u, c.s * (min(extent, a + size) - 1) + c.e)
+        rows.append(max(0, min(keys, hi - pad)) if hi > lo else 0)
+    return rows
+
+
+def picking_chains(graph: Graph, io: GroupIO, chains: GroupChains) -> GroupChains:
+    """The chains to pick a group's representative tiles by (planner.cost.model.
+    representative_boxes): a causal attention's streamed keys and values
+    (OnlineAttention.prefix) have no closed form along rows, each tile reading its own
+    prefix of them, but on chip they hold one chunk of keys (fewer while the prefix is
+    shorter than a chunk, which never sets the peak): they pick tiles as whole maps would."""
+    attention = online_attention(graph, io)
+    if attention is None or not attention.prefix:
+        return chains
+    whole = {t: (c[0], AxisChain(0, 0, chains.full[t][3], chains.full[t][3]), c[2])
+             for t, c in chains.chains.items() if t in attention.prefix}
+    return replace(chains, chains={**chains.chains, **whole})
+
+
 @dataclass(frozen=True)
 class AttentionTraffic:
     """FlashAttention's analytic DRAM count for one fused layer of a group and its tiling:
-    q read once, k and v once per pass of a tile of query rows, o written once (each only
-    where it crosses the group's boundary)."""
+    q read once, k and v once per pass of a tile of query rows (a causal layer's only up to
+    the tile's last query: FlashAttention-2 skips the chunks past the diagonal), o written
+    once (each only where it crosses the group's boundary)."""
 
     layer: str
     q_bytes: int  # the queries, read once (0: made inside the group)
-    kv_bytes: int  # keys and values streamed by one pass (0: made inside the group)
+    kv_bytes: int  # keys and values, whole (0: made inside the group)
     passes: int  # tiles of query rows per image
     o_bytes: int  # the output, written once (0: consumed inside the group)
+    # keys and values the passes read in all: passes x kv_bytes, less the keys past each
+    # causal tile's last query
+    kv_read_bytes: int = -1
+
+    @property
+    def kv_reads(self) -> int:
+        """Bytes of keys and values the passes read."""
+        return self.passes * self.kv_bytes if self.kv_read_bytes < 0 else self.kv_read_bytes
 
     @property
     def total(self) -> int:
-        """q + passes x (k + v) + o."""
-        return self.q_bytes + self.passes * self.kv_bytes + self.o_bytes
+        """q + the keys and values of every pass + o."""
+        return self.q_bytes + self.kv_reads + self.o_bytes
+
+    def kv_label(self) -> str:
+        """How many times the passes read the keys and values whole: '2×', or '1.50×' where
+        causal tiles read a prefix of them."""
+        if not self.kv_bytes or self.kv_reads == self.passes * self.kv_bytes:
+            return f"{self.passes}×"
+        return f"{self.kv_reads / self.kv_bytes:.2f}×"
 
 
 def attention_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
@@ -119,14 +206,47 @@ def attention_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
         return []
     _, h, w = anchor_extent(graph, io)
     passes = ceil(h / tile.h) * ceil(w / tile.w)
+    # the boxes a causal layer's tiles read of its keys and values (their prefixes)
+    read = {t: 0 for t in found.prefix}
+    if read:
+        for box in iter_tiles(graph, io, tile):
+            regions = tile_regions(graph, io, box)
+            for t in read:
+                read[t] += box_elems(graph, t, regions[t])
     counts = []
     for _, out, _, _ in found.scratch:
         lay = graph.layer(graph.producer[out])
         q, *kv = lay.fmap_inputs
+        streamed = [t for t in kv if t in found.streamed]
+        whole = sum(graph.elems(t) for t in streamed)
         counts.append(AttentionTraffic(
             lay.name, graph.elems(q) * dtype_bytes if q in io.inputs else 0,
-            sum(graph.elems(t) for t in kv if t in found.streamed) * dtype_bytes,
-            passes, graph.elems(out) * dtype_bytes if out in io.outputs else 0))
+            whole * dtype_bytes, passes,
+            graph.elems(out) * dtype_bytes if out in io.outputs else 0,
+            sum(read[t] if t in read else passes * graph.elems(t) for t in streamed)
+            * dtype_bytes))
+    return counts
+
+
+def alone_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
+                  ) -> list[AttentionTraffic]:
+    """FlashAttention's I/O of each fused attention layer of a group as if it ran alone at
+    the query rows the group's tiles give it: q read, k and v streamed per pass (a causal
+    pass's prefix of them), o written, whatever the group keeps on chip. Summed over a
+    plan, with the floor, it is the I/O a prefill is measured against."""
+    found = online_attention(graph, io)
+    if found is None:
+        return []
+    n, h, w = anchor_extent(graph, io)
+    first = tile_regions(graph, io, (0, min(n, tile.n), 0, min(h, tile.h), 0, min(w, tile.w)))
+    counts = []
+    for _, out, _, _ in found.scratch:
+        lay = graph.layer(graph.producer[out])
+        alone = group_io(graph, (lay.name,))
+        aw = anchor_extent(graph, alone)[2]
+        rows = max(1, first[out][3] - first[out][2])
+        counts += attention_traffic(graph, alone, Tile(first[out][1] - first[out][0], rows, aw),
+                                    dtype_bytes)
     return counts
 
 

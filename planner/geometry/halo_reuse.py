@@ -35,6 +35,7 @@ from fuseplan.planner.geometry.regions import (
     Tile,
     anchor_extent,
     axis_ranges,
+    group_row_map,
     needed_range,
     tile_regions,
 )
@@ -202,9 +203,9 @@ class AxisSchedule:
                 lo, hi = self.made(i, first)
                 if hi <= lo:
                     continue
-                maps = lay.row_maps if self.axis == 1 else lay.col_maps
                 for j, t in enumerate(lay.fmap_inputs):
-                    out[(name, j)] = needed_range(maps[j], lo, hi,
+                    m = group_row_map(self.io, lay, j) if self.axis == 1 else lay.col_maps[j]
+                    out[(name, j)] = needed_range(m, lo, hi,
                                                   self.graph.dims(t)[self.axis + 1],
                                                   self.graph.layout(first).spatial,
                                                   self.graph.layout(t).spatial)

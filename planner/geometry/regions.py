@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
 
-from fuseplan.planner.ir.graph import AxisMap, Graph, Layer, MapKind
+from fuseplan.planner.ir.graph import WHOLE, AxisMap, Graph, Layer, MapKind
 from fuseplan.planner.ir.layout import layout_of
 from fuseplan.planner.ir.ops import Accumulate, op_spec
 
@@ -216,18 +216,32 @@ def needed_range(m: AxisMap, lo: int, hi: int, in_len: int, out_spatial: bool,
     return a, max(a, b)  # empty when no input row reaches the range (kernel < stride)
 
 
-def input_box(graph: Graph, lay: Layer, index: int, out_box: Box) -> Box:
-    """Box of fmap input `index` that layer `lay` needs to compute `out_box` of its output."""
+def input_box(graph: Graph, lay: Layer, index: int, out_box: Box,
+              rows: AxisMap | None = None) -> Box:
+    """Box of fmap input `index` that layer `lay` needs to compute `out_box` of its output
+    (``rows``: the row map a group reads it by, where not the layer's: group_row_map)."""
     t = lay.fmap_inputs[index]
     n_in, _, h_in, w_in = graph.dims(t)
     out_spatial = graph.layout(lay.outputs[0]).spatial
     in_spatial = graph.layout(t).spatial
     n0, n1 = (out_box[0], out_box[1]) if lay.batch_preserving else (0, n_in)
-    r0, r1 = needed_range(lay.row_maps[index], out_box[2], out_box[3], h_in, out_spatial,
-                          in_spatial)
+    r0, r1 = needed_range(rows or lay.row_maps[index], out_box[2], out_box[3], h_in,
+                          out_spatial, in_spatial)
     c0, c1 = needed_range(lay.col_maps[index], out_box[4], out_box[5], w_in, out_spatial,
                           in_spatial)
     return n0, n1, r0, r1, c0, c1
+
+
+def group_row_map(io: GroupIO, lay: Layer, index: int) -> AxisMap:
+    """The row map by which a group reads fmap input `index` of its layer `lay`: the
+    layer's, but a causal attention's prefix of keys (MapKind.PREFIX) where the group makes
+    them itself, which it holds whole (made for every query row, as the layer reads them
+    without a mask): the prefix saves DRAM reads of streamed keys; made on chip, a tile's
+    keys would grow with its rows and leave no tile to stand for the others."""
+    m = lay.row_maps[index]
+    if m.kind is MapKind.PREFIX and lay.fmap_inputs[index] not in io.inputs:
+        return WHOLE
+    return m
 
 
 def empty(box: Box) -> bool:
@@ -265,7 +279,7 @@ def tile_regions(graph: Graph, io: GroupIO, anchor_box: Box) -> dict[str, Box]:
             if t:
                 need[t] = out_box
         for i, t in enumerate(lay.fmap_inputs):
-            box = input_box(graph, lay, i, out_box)
+            box = input_box(graph, lay, i, out_box, group_row_map(io, lay, i))
             if empty(out_box):  # nothing to compute: no input row either (not a window's k)
                 box = (box[0], box[1], box[2], box[2], box[4], box[5])
             need[t] = hull(need.get(t), box)
@@ -494,8 +508,8 @@ def group_chains(graph: Graph, io: GroupIO) -> GroupChains:
                 cn = AxisChain(cur[0].s, cur[0].p, cur[0].e, fb[1])
             elif cur[0] is not None:
                 cn = AxisChain(0, 0, fb[1], fb[1])
-            cr = _compose(cur[1], lay.row_maps[i], graph.dims(t)[2], (fb[2], fb[3]), out_spatial,
-                          in_spatial)
+            cr = _compose(cur[1], group_row_map(io, lay, i), graph.dims(t)[2], (fb[2], fb[3]),
+                          out_spatial, in_spatial)
             cc = _compose(cur[2], lay.col_maps[i], graph.dims(t)[3], (fb[4], fb[5]), out_spatial,
                           in_spatial)
             if t in chains:

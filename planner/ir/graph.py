@@ -30,6 +30,9 @@ class MapKind(StrEnum):
     UPSAMPLE = "upsample"  # nearest, integer factor f: row r needs row r // f
     TRANSPOSED = "transposed"  # ConvTranspose: rows whose scattered window reaches [lo, hi)
     OFFSET = "offset"  # Slice, Concat along rows: row r needs row r - pad (clipped)
+    # causal keys and values of a fused attention: query row r sees keys [0, r + 1 - pad]
+    # (pad: queries minus keys, 0 in a prefill), so rows [lo, hi) need [0, hi - pad)
+    PREFIX = "prefix"
     WHOLE = "whole"  # needs the whole input axis (global pooling, Gemm, flatten...)
 
 
@@ -75,6 +78,8 @@ class AxisMap:
             return lo // s, (hi - 1) // s + 1
         if self.kind is MapKind.OFFSET:
             return lo - p, hi - p
+        if self.kind is MapKind.PREFIX:
+            return 0, hi - p
         if self.kind is MapKind.TRANSPOSED:
             # output row o receives input row i when o = i*s - p + j*d for some 0 <= j < k
             first = -((-(lo + p - (k - 1) * d)) // s)
@@ -87,6 +92,8 @@ class AxisMap:
             return f"upsample {self.stride}"
         if self.kind is MapKind.OFFSET:
             return f"offset {self.pad:+d}"
+        if self.kind is MapKind.PREFIX:
+            return "prefix" if self.pad == 0 else f"prefix {-self.pad:+d}"
         if self.kind in (MapKind.WINDOW, MapKind.TRANSPOSED):
             dilated = f" d{self.dilation}" if self.dilation != 1 else ""
             return f"{self.kind.value} k{self.kernel} s{self.stride} p{self.pad}{dilated}"
@@ -104,7 +111,7 @@ class AxisMap:
             return in_lo * self.stride
         if self.kind is MapKind.TRANSPOSED:
             return in_lo * self.stride - self.pad
-        if self.kind is MapKind.WHOLE:
+        if self.kind in (MapKind.WHOLE, MapKind.PREFIX):
             return 0
         return in_lo
 

@@ -325,12 +325,27 @@ def _linear(f: NodeFacts, k: int) -> list[AxisRead | None]:
 
 
 def _attention(f: NodeFacts, k: int) -> list[AxisRead | None]:
-    """Fused attention: the queries' rows element for element, keys and values whole."""
+    """Fused attention: the queries' rows element for element, keys and values whole; a
+    causal one's keys and values (given key-major, [.., Lk, d], one part each) only up to
+    the last key its last query row sees (PREFIX): FlashAttention-2 skips the chunks past
+    the diagonal, so a tile of query rows reads no key after them."""
     out, ins = f.out_shape, f.shape(k)
     reads = _broadcast(out, ins, skip=2)
     if k == 0:
         reads[-2] = AxisRead(len(ins) - 2, IDENTITY)
+    elif _prefix_keys(f, k):
+        # query row r of Lq sees keys [0, r + 1 + Lk - Lq)
+        reads[-2] = AxisRead(len(ins) - 2, AxisMap(MapKind.PREFIX, pad=out[-2] - ins[-2]))
     return reads
+
+
+def _prefix_keys(f: NodeFacts, k: int) -> bool:
+    """Whether input k of a fused attention holds keys or values key-major in a causal
+    layer of three inputs (a KV cache and its new positions stay whole)."""
+    a = f.attrs
+    if len(f.fmap) != 3 or not int(a.get("causal", 0)):
+        return False
+    return k == 2 or not int(a.get("transposed_keys", 1))
 
 
 def _window(f: NodeFacts, k: int) -> list[AxisRead | None]:

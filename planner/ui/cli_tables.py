@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from fuseplan.planner.app.api import Problem
     from fuseplan.planner.plan.data import Group, Plan
 
-__all__ = ["attention_lines", "compare_table", "dynamic_table", "inspect_table",
+__all__ = ["attention_lines", "bound_lines", "compare_table", "dynamic_table", "inspect_table",
            "layers_label", "pareto_table", "partition_table", "plan_table", "rules_table",
            "totals_lines"]
 
@@ -117,10 +117,30 @@ def attention_lines(problem: Problem, plan: Plan) -> list[str]:
                 continue
             lines.append(
                 f"attention {a.layer} (group {g.id}): q once {fmt_bytes(a.q_bytes)} + k and v "
-                f"{a.passes}× {fmt_bytes(a.kv_bytes)} + o once {fmt_bytes(a.o_bytes)} = "
+                f"{a.kv_label()} {fmt_bytes(a.kv_bytes)} + o once {fmt_bytes(a.o_bytes)} = "
                 f"{fmt_bytes(a.total)} analytic; the group moves "
                 f"{fmt_bytes(g.predicted.dram_bytes)}")
-    return lines + cache_lines(problem, plan)
+    return lines + bound_lines(problem, plan) + cache_lines(problem, plan)
+
+
+def bound_lines(problem: Problem, plan: Plan) -> list[str]:
+    """A prefill's I/O bound (planner.geometry.attention.alone_traffic): the floor plus
+    every fused attention's FlashAttention I/O at its tiling, and the plan against it."""
+    from fuseplan.planner.geometry.attention import alone_traffic
+    from fuseplan.planner.geometry.regions import group_io
+
+    graph, dt = problem.graph, problem.chip.dtype_bytes
+    if graph.appends:  # a decode step: its ideal is the cache line's
+        return []
+    found = [a for g in plan.groups
+             for a in alone_traffic(graph, group_io(graph, g.layers), g.tile, dt)]
+    if not found:
+        return []
+    bound = plan.compulsory_dram_bytes + sum(a.total for a in found)
+    return [f"I/O bound: the floor + FlashAttention's I/O of its {len(found)} attention"
+            f"{'s' if len(found) > 1 else ''} at their tiling (q, k and v read, o written, "
+            f"each as if alone) = {fmt_bytes(bound)}; the plan moves "
+            f"{plan.totals.dram_bytes / max(bound, 1):.2f}× it"]
 
 
 def cache_lines(problem: Problem, plan: Plan) -> list[str]:

@@ -65,7 +65,8 @@ def print_verify(report: VerifyReport) -> None:
         what = "=" if a.emulated_bytes == a.analytic_bytes else "!=" if a.alone else \
             "(with its group's other layers) against"
         _say(f"attention {a.layer} (group {a.group}): emulated {fmt_bytes(a.emulated_bytes)} "
-             f"{what} {fmt_bytes(a.analytic_bytes)} analytic (q once, k and v {a.passes}×, o once)")
+             f"{what} {fmt_bytes(a.analytic_bytes)} analytic (q once, k and v "
+             f"{a.kv_label or f'{a.passes}×'}, o once)")
     if report.first_mismatch_tensor is not None:
         _say(f"first tensor that disagrees: {report.first_output_mismatch}")
     if report.first_counter_mismatch:

@@ -1,0 +1,168 @@
+"""A causal fused attention reads its streamed keys and values only up to each tile's last
+query row (FlashAttention-2's causal skipping; planner.ir.graph.MapKind.PREFIX).
+
+The kernel given the prefix equals whole rows; the closed-form row sums equal the tiles'
+boxes; keys a group makes itself stay whole; and a lone causal attention at any tile
+height, taller or shorter than a key chunk, runs as predicted byte for byte, reading
+q once, each tile's prefix of k and v, o once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuseplan.emulator.attention_kernel import online_attention
+from fuseplan.planner.app import api
+from fuseplan.planner.core.units import fmt_bytes
+from fuseplan.planner.cost.model import region_sums
+from fuseplan.planner.geometry.attention import alone_traffic, attention_traffic
+from fuseplan.planner.geometry.regions import (
+    Tile,
+    box_elems,
+    group_chains,
+    group_io,
+    iter_tiles,
+    tile_regions,
+)
+from fuseplan.planner.ir.graph import MapKind
+from fuseplan.planner.plan.placement import Placement
+from fuseplan.planner.ui.cli_tables import bound_lines
+from tests.hand import assert_verifies, hand_plan
+from tests.models import causal_encoder, save
+from tests.test_online_attention import _reference
+
+pytestmark = pytest.mark.xdist_group("causal_prefix")
+
+
+@settings(max_examples=60, deadline=None)
+@given(heads=st.integers(1, 3), lq=st.integers(1, 40), extra=st.integers(0, 20),
+       d=st.integers(1, 8), chunk=st.integers(1, 64), cut=st.integers(0, 39),
+       seed=st.integers(0, 2**16))
+def test_a_causal_tile_given_its_prefix_of_keys_equals_whole_rows(
+        heads: int, lq: int, extra: int, d: int, chunk: int, cut: int, seed: int) -> None:
+    """Query rows [lo, hi) of Lq against Lk keys see keys [0, hi + Lk - Lq) only: given
+    just those (the kernel told how many keys the sequence has), the output is the same."""
+    rng = np.random.default_rng(seed)
+    lk = lq + extra
+    q = rng.standard_normal((1, heads, lq, d))
+    kt = rng.standard_normal((1, heads, d, lk))
+    v = rng.standard_normal((1, heads, lk, d))
+    lo = min(cut, lq - 1)
+    hi = lo + max(1, (lq - lo) // 2)
+    end = hi + lk - lq
+    got = online_attention(q[..., lo:hi, :], kt[..., :end], v[..., :end, :], scale=0.3,
+                           causal=True, mask_value=-1e4, kv_chunk=chunk, query_offset=lo,
+                           query_length=lq, key_length=lk)
+    want = _reference(q[..., lo:hi, :], kt, v, 0.3, True, lo, lq)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory: pytest.TempPathFactory) -> api.Problem:
+    path = save(causal_encoder(tokens=512, width=32, heads=2),
+                tmp_path_factory.mktemp("prefix"), "encoder")
+    return api.prepare(str(path), overrides=["sram.bytes=256KiB"])
+
+
+def _names(problem: api.Problem, first: str, last: str) -> list[str]:
+    names = [lay.name for lay in problem.graph.layers]
+    return names[names.index(first):names.index(last) + 1]
+
+
+def _layer(problem: api.Problem, op: str, after: str | None = None) -> str:
+    names = [lay.name for lay in problem.graph.layers]
+    start = names.index(after) + 1 if after else 0
+    return next(n for n in names[start:] if problem.graph.layer(n).op.startswith(op))
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(height=st.integers(1, 512), tail=st.integers(0, 3))
+def test_closed_form_row_sums_equal_the_tiles_boxes(encoder: api.Problem, height: int,
+                                                     tail: int) -> None:
+    """The keys' and values' rows summed over the tiles (one subtraction a tile, from the
+    attention output's closed form) equal the boxes tile_regions gives each tile, alone
+    and with the layers after the attention in the group (heads merged, projected)."""
+    g = encoder.graph
+    mix = _layer(encoder, "FlashAttention")
+    layers = _names(encoder, mix, mix)
+    if tail:  # tokens_first, merge_heads, proj: the anchor moves past the attention
+        layers = _names(encoder, mix, _layer(encoder, "MatMul", mix))[:tail + 1]
+    io = group_io(g, layers)
+    chains = group_chains(g, io)
+    lay = g.layer(mix)
+    streamed = [t for t in lay.fmap_inputs[1:] if t in io.inputs]
+    assert [lay.row_maps[i].kind for i in (1, 2)] == [MapKind.PREFIX] * 2
+    tile = Tile(1, height, 1)
+    sums = region_sums(g, io, chains, tile, streamed)
+    walked = dict.fromkeys(streamed, 0)
+    for box in iter_tiles(g, io, tile):
+        regions = tile_regions(g, io, box)
+        for t in streamed:
+            walked[t] += box_elems(g, t, regions[t])
+    assert sums == walked
+    # each tile's prefix: fewer rows than every tile reading the keys whole, once tiled
+    tiles = -(-512 // height)
+    assert all(s <= tiles * g.elems(t) for t, s in sums.items())
+    assert tiles == 1 or all(s < tiles * g.elems(t) for t, s in sums.items())
+
+
+def test_keys_a_group_makes_itself_stay_whole(encoder: api.Problem) -> None:
+    """Made on chip (the head stretch: qkv, the head split, the attention), the keys are
+    made for every query row in each tile, so the group's tiles are translates of each
+    other; streamed in, each tile reads its prefix."""
+    g = encoder.graph
+    mix = _layer(encoder, "FlashAttention")
+    stretch = _names(encoder, _layer(encoder, "MatMul"), mix)
+    io = group_io(g, stretch)
+    k = g.layer(mix).fmap_inputs[1]
+    assert k not in io.inputs
+    box = next(iter(iter_tiles(g, io, Tile(1, 64, 1))))
+    assert tile_regions(g, io, box)[k][2:4] == (0, 512)
+    alone = group_io(g, (mix,))
+    assert tile_regions(g, alone, (0, 1, 0, 64, 0, 1))[k][2:4] == (0, 64)
+
+
+@pytest.mark.parametrize("height", [24, 64, 100, 256])
+def test_a_lone_causal_attention_runs_as_predicted_at_any_height(encoder: api.Problem,
+                                                                 height: int) -> None:
+    """Tiles shorter than a key chunk (64: the first tiles hold fewer keys), as tall, and
+    taller: verified, every counter equal, the group's bytes q once + each tile's prefix of
+    k and v + o once (against every tile reading them whole)."""
+    mix = _layer(encoder, "FlashAttention")
+    plan = hand_plan(encoder, [Placement.of((mix,), Tile(1, height, 1), True)])
+    assert_verifies(encoder, plan)
+    g = encoder.graph
+    group = next(gr for gr in plan.groups if gr.layers == (mix,))
+    (count,) = attention_traffic(g, group_io(g, group.layers), group.tile, 2)
+    q, k, v = g.layer(mix).fmap_inputs
+    tiles = -(-512 // height)
+    prefix = sum(min(512, (i + 1) * height) for i in range(tiles))
+    assert count.kv_reads == 2 * (g.elems(k) + g.elems(v)) * prefix // 512
+    assert group.predicted.dram_bytes == count.total == 2 * (g.elems(q) + g.elems(
+        g.layer(mix).outputs[0])) + count.kv_reads
+
+
+def test_the_prefill_bound_counts_each_attention_as_if_alone(encoder: api.Problem) -> None:
+    """`fuseplan solve`'s I/O bound: the floor + each fused attention's FlashAttention I/O at
+    the query rows its group's tiles give it (q and o once, k and v per pass up to each
+    pass's last query), whether the group keeps q, k, v and o on chip or not."""
+    g = encoder.graph
+    mix = _layer(encoder, "FlashAttention")
+    stretch = _names(encoder, _layer(encoder, "MatMul"), mix)
+    q, k, v = g.layer(mix).fmap_inputs
+    out = g.layer(mix).outputs[0]
+    for placement, rows in ((Placement.of((mix,), Tile(1, 100, 1), True), 100),
+                            (Placement.of(tuple(stretch), Tile(1, 512, 1), True), 512)):
+        plan = hand_plan(encoder, [placement])
+        group = next(gr for gr in plan.groups if mix in gr.layers)
+        (alone,) = alone_traffic(g, group_io(g, group.layers), group.tile, 2)
+        prefix = sum(min(512, (i + 1) * rows) for i in range(-(-512 // rows)))
+        want = 2 * (g.elems(q) + g.elems(out) + (g.elems(k) + g.elems(v)) * prefix // 512)
+        assert alone.total == want
+        (line,) = bound_lines(encoder, plan)
+        assert fmt_bytes(plan.compulsory_dram_bytes + want) in line, line
+        assert f"{plan.totals.dram_bytes / (plan.compulsory_dram_bytes + want):.2f}×" in line
