@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from fuseplan.emulator.attention_kernel import online_attention
 from fuseplan.planner.app import api
 from fuseplan.planner.core.units import fmt_bytes
+from fuseplan.planner.cost.bounds import group_floor_bytes
 from fuseplan.planner.cost.model import region_sums
 from fuseplan.planner.geometry.attention import alone_traffic, attention_traffic
 from fuseplan.planner.geometry.regions import (
@@ -126,14 +127,17 @@ def test_keys_a_group_makes_itself_stay_whole(encoder: api.Problem) -> None:
     assert tile_regions(g, alone, (0, 1, 0, 64, 0, 1))[k][2:4] == (0, 64)
 
 
+@pytest.mark.parametrize("double_buffered", [False, True])
 @pytest.mark.parametrize("height", [24, 64, 100, 256])
-def test_a_lone_causal_attention_runs_as_predicted_at_any_height(encoder: api.Problem,
-                                                                 height: int) -> None:
+def test_a_lone_causal_attention_runs_as_predicted_at_any_height(
+        encoder: api.Problem, height: int, double_buffered: bool) -> None:
     """Tiles shorter than a key chunk (64: the first tiles hold fewer keys), as tall, and
-    taller: verified, every counter equal, the group's bytes q once + each tile's prefix of
-    k and v + o once (against every tile reading them whole)."""
+    taller, with one input buffer or two: verified, every counter equal, the group's bytes
+    q once + each tile's prefix of k and v + o once (against every tile reading them
+    whole)."""
     mix = _layer(encoder, "FlashAttention")
-    plan = hand_plan(encoder, [Placement.of((mix,), Tile(1, height, 1), True)])
+    plan = hand_plan(encoder, [Placement.of((mix,), Tile(1, height, 1), True,
+                                            double_buffered)])
     assert_verifies(encoder, plan)
     g = encoder.graph
     group = next(gr for gr in plan.groups if gr.layers == (mix,))
@@ -144,6 +148,12 @@ def test_a_lone_causal_attention_runs_as_predicted_at_any_height(encoder: api.Pr
     assert count.kv_reads == 2 * (g.elems(k) + g.elems(v)) * prefix // 512
     assert group.predicted.dram_bytes == count.total == 2 * (g.elems(q) + g.elems(
         g.layer(mix).outputs[0])) + count.kv_reads
+    # the bounded path's floor of the group counts every key once (the last query reads
+    # them all), never more than a tile choice moves
+    io = group_io(g, group.layers)
+    floor = group_floor_bytes(g, io, group_chains(g, io), encoder.chip)
+    assert floor == 2 * sum(g.elems(t) for t in (q, k, v, g.layer(mix).outputs[0]))
+    assert floor <= group.predicted.dram_bytes
 
 
 def test_the_prefill_bound_counts_each_attention_as_if_alone(encoder: api.Problem) -> None:

@@ -32,6 +32,7 @@ from fuseplan.planner.cost.objective import (
     cycle_units,
     objective_terms,
 )
+from fuseplan.planner.geometry.attention import prefix_rows
 from fuseplan.planner.geometry.halo_reuse import lifetimes
 from fuseplan.planner.geometry.regions import (
     AxisChain,
@@ -69,8 +70,10 @@ def group_floor_bytes(graph: Graph, io: GroupIO, chains: GroupChains, chip: Chip
         axes = chains.chains.get(t)
         if axes is None:
             continue
-        loaded += (axis_union(axes[0], n) * graph.dims(t)[1] * axis_union(axes[1], h)
-                   * axis_union(axes[2], w))
+        rows = axis_union(axes[1], h)
+        if axes[1] is None:  # a causal attention's streamed keys: up to its last query's
+            rows = max(prefix_rows(graph, io, chains, t, h, 1) or [0])
+        loaded += axis_union(axes[0], n) * graph.dims(t)[1] * rows * axis_union(axes[2], w)
     stored = sum(graph.elems(t) for t in io.outputs)
     return (loaded + stored) * chip.dtype_bytes + weight_bytes(graph, io.weights, chip)
 

@@ -234,10 +234,10 @@ def input_box(graph: Graph, lay: Layer, index: int, out_box: Box,
 
 def group_row_map(io: GroupIO, lay: Layer, index: int) -> AxisMap:
     """The row map by which a group reads fmap input `index` of its layer `lay`: the
-    layer's, but a causal attention's prefix of keys (MapKind.PREFIX) where the group makes
-    them itself, which it holds whole (made for every query row, as the layer reads them
-    without a mask): the prefix saves DRAM reads of streamed keys; made on chip, a tile's
-    keys would grow with its rows and leave no tile to stand for the others."""
+    layer's, but WHOLE for a causal attention's prefix of keys (MapKind.PREFIX) where the
+    group makes them itself: every tile makes them all, as before. The prefix pays where
+    keys stream from DRAM (fewer bytes read); made on chip, a tile's keys would grow with
+    its rows, and no tile would stand for the others in the cost model."""
     m = lay.row_maps[index]
     if m.kind is MapKind.PREFIX and lay.fmap_inputs[index] not in io.inputs:
         return WHOLE
