@@ -44,7 +44,10 @@ def run_head_chunks(graph: Graph, group: Group, io: GroupIO, anchors: Sequence[B
             held = 0  # this chunk's inputs on chip (one chunk of keys where they stream)
             for t in io.inputs:  # this chunk's heads of the tile's box of every input
                 layout = graph.layout(t)
-                arr = slice_box(dram[t], array_box(dram[t], layout), boxes[t], layout)[:, part]
+                whole = slice_box(dram[t], array_box(dram[t], layout), boxes[t], layout)
+                # grouped-query keys and values: the chunk's groups' key heads
+                kv = whole.shape[1] * lo // heads, whole.shape[1] * (lo + width) // heads
+                arr = whole[:, part] if whole.shape[1] == heads else whole[:, kv[0]:kv[1]]
                 onchip[t] = (boxes[t], arr)
                 loaded += arr.size * dt
                 tally.core += arr.size * dt * 2  # written on chip, read by the layer

@@ -36,6 +36,7 @@ from fuseplan.planner.cost.objective import Objective, objective_units
 from fuseplan.planner.cost.weight_stream import layer_chunks
 from fuseplan.planner.geometry.attention import (
     attention_heads,
+    attention_kv_heads,
     head_chunk_options,
     online_attention,
 )
@@ -561,7 +562,7 @@ class GroupSearch:
             at = self.at_batch(tn)
             done = max((o.tile.h for o in found if o.tile.n == tn), default=0)
             heights = [th for th in at.heights() if th > done]
-            for k in head_chunk_options(heads):
+            for k in head_chunk_options(heads, attention_kv_heads(self.graph, self.io)):
                 for db in (False, True):
                     th = first_passing(heights, partial(self._head_fits_at, at, db, k))
                     if th is None:

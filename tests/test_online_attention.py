@@ -24,13 +24,20 @@ from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.cost.model import group_cost
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import load_model
-from fuseplan.planner.geometry.attention import attention_traffic
+from fuseplan.planner.geometry.attention import (
+    attention_heads,
+    attention_kv_heads,
+    attention_traffic,
+    head_chunk_options,
+)
 from fuseplan.planner.geometry.attention import online_attention as onchip_attention
 from fuseplan.planner.geometry.hidden import stretches
 from fuseplan.planner.geometry.passes import pass_split
-from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.ir.graph import MapKind
 from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.plan.mode import Mode, mode_problem
+from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.export import annotated_model
 from tests.models import causal_encoder, save
 
@@ -256,3 +263,31 @@ def test_a_fused_attention_runs_inside_head_chunks_of_its_block(tmp_path: Path) 
     weights = sum(graph.elems(w) for lay in graph.layers for w in lay.weights)
     assert plan.totals.dram_write_bytes == dt * graph.elems(graph.outputs[0])
     assert plan.totals.dram_read_bytes >= dt * (graph.elems("input") + weights)
+
+
+def test_grouped_query_attention_runs_in_chunks_of_whole_groups(tmp_path: Path) -> None:
+    """A lone fused attention of 4 query heads over 2 key heads (Llama's grouped-query
+    attention) runs in 2 chunks, each a key head with its 2 query heads: the peak halves,
+    the bytes stay those run whole, verified; 4 chunks would split a group and are refused,
+    naming the key heads' divisors."""
+    from tests.hand import assert_verifies, hand_plan
+    from tests.models import llama_attention
+
+    path = save(llama_attention(tokens=512, width=64, heads=4, kv_heads=2), tmp_path, "gqa")
+    problem = api.prepare(str(path), overrides=["sram.bytes=256KiB"])
+    g = problem.graph
+    (mix,) = [lay.name for lay in g.layers if lay.op == "FlashAttention"]
+    lay = g.layer(mix)
+    assert [g.shapes[t][1] for t in lay.fmap_inputs] == [4, 2, 2]  # no expanded copy
+    io = group_io(g, (mix,))
+    assert attention_heads(g, io) == 4 and attention_kv_heads(g, io) == 2
+    assert head_chunk_options(4, 2) == [2]
+    tile = Tile(1, 128, 1)
+    plan = hand_plan(problem, [Placement.of((mix,), tile, True, hidden_chunks=2)])
+    assert_verifies(problem, plan)
+    group = next(gr for gr in plan.groups if gr.layers == (mix,))
+    whole = group_cost(g, (mix,), tile, problem.chip, True, False)
+    assert group.predicted.sram_peak_bytes == whole.sram_peak_bytes // 2
+    assert group.predicted.dram_bytes == whole.dram_bytes
+    assert mode_problem(g, (mix,), tile, Mode.of(hidden_chunks=4), tile) is not None
+    assert "divisor of 2" in str(mode_problem(g, (mix,), tile, Mode.of(hidden_chunks=4), tile))

@@ -255,21 +255,43 @@ def attention_heads(graph: Graph, io: GroupIO) -> int | None:
     values and output all hold them on axis 1 ([B, heads, ...]): such a group may run in
     head chunks (the placement's `hidden_chunks`), each tile computing its query rows one
     chunk of heads at a time, so only that chunk's queries, key and value chunks, scratch
-    and output are on chip: every byte it holds divides by the chunks. None otherwise."""
+    and output are on chip: every byte it holds divides by the chunks. Grouped-query keys
+    and values (fewer heads, each read by as many query heads: attention_kv_heads) cut
+    along with their query heads. None otherwise."""
+    found = _head_counts(graph, io)
+    return None if found is None else found[0]
+
+
+def attention_kv_heads(graph: Graph, io: GroupIO) -> int | None:
+    """The key and value heads of a lone fused attention that attention_heads cuts (its
+    query heads where every query head has its own), None where it has none."""
+    found = _head_counts(graph, io)
+    return None if found is None else found[1]
+
+
+def _head_counts(graph: Graph, io: GroupIO) -> tuple[int, int] | None:
     if len(io.layers) != 1:
         return None
     lay = graph.layer(io.layers[0])
     if not fused_attention(lay):
         return None
-    # every input, a KV cache's new positions too (planner.front.kv_cache); grouped-query
-    # keys (fewer heads than the queries) do not cut along with the queries' heads
-    shapes = [graph.shapes[t] for t in (*lay.fmap_inputs, lay.outputs[0])]
-    heads = shapes[0][1] if len(shapes[0]) == 4 else 0
-    if heads < 2 or any(len(s) != 4 or s[1] != heads for s in shapes):
+    # the queries and output, then every key and value input (a KV cache's new positions
+    # too: planner.front.kv_cache), all [B, heads, ...]
+    q = [graph.shapes[t] for t in (lay.fmap_inputs[0], lay.outputs[0])]
+    kv = [graph.shapes[t] for t in lay.fmap_inputs[1:]]
+    heads = q[0][1] if len(q[0]) == 4 else 0
+    kv_heads = kv[0][1] if kv and len(kv[0]) == 4 else 0
+    if heads < 2 or any(len(s) != 4 or s[1] != heads for s in q) \
+            or kv_heads < 1 or heads % kv_heads \
+            or heads // kv_heads != int(lay.attrs.get("kv_groups", 1)) \
+            or any(len(s) != 4 or s[1] != kv_heads for s in kv):
         return None
-    return heads
+    return heads, kv_heads
 
 
-def head_chunk_options(heads: int) -> list[int]:
-    """Chunk counts that cut the heads evenly (every byte on chip then divides exactly)."""
-    return [k for k in range(2, heads + 1) if heads % k == 0]
+def head_chunk_options(heads: int, kv_heads: int | None = None) -> list[int]:
+    """Chunk counts that cut the heads evenly, and the key and value heads of grouped-query
+    attention with them (each chunk whole groups of query heads and the key head they
+    read): every byte on chip then divides exactly."""
+    unit = kv_heads or heads
+    return [k for k in range(2, unit + 1) if unit % k == 0 and heads % k == 0]

@@ -14,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
-from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.attention import (
+    attention_heads,
+    attention_kv_heads,
+    head_chunk_options,
+)
 from fuseplan.planner.geometry.cluster_split import cluster_split
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import makes_chunks, stretches
@@ -311,10 +315,14 @@ def _hidden_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mod
         io = group_io(graph, layers)
         heads = attention_heads(graph, io)
         if heads is not None:  # a lone fused attention: chunks of its heads
-            if heads % chunks or mode.halo_reuse or tile.bands > 1 or mode.weights_outer:
+            kv = attention_kv_heads(graph, io) or heads  # grouped-query: whole groups
+            if chunks not in head_chunk_options(heads, kv) or mode.halo_reuse \
+                    or tile.bands > 1 or mode.weights_outer:
+                which = f"{heads} heads" if kv == heads else \
+                    f"{heads} query heads in groups over {kv} key heads"
                 return (f"hidden_chunks is {chunks}, but the fused attention {layers[0]!r} "
-                        f"runs its {heads} heads in chunks that divide them, halos "
-                        f"recomputed, tiles outer; use a divisor of {heads} or remove the "
+                        f"runs its {which} in chunks that divide them, halos "
+                        f"recomputed, tiles outer; use a divisor of {kv} or remove the "
                         "key.")
             return None
         found = stretches(graph, io)
