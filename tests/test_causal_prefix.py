@@ -1,20 +1,18 @@
 """A causal fused attention reads its streamed keys and values only up to each tile's last
 query row (FlashAttention-2's causal skipping; planner.ir.graph.MapKind.PREFIX).
 
-The kernel given the prefix equals whole rows; the closed-form row sums equal the tiles'
-boxes; keys a group makes itself stay whole; and a lone causal attention at any tile
-height, taller or shorter than a key chunk, runs as predicted byte for byte, reading
-q once, each tile's prefix of k and v, o once.
+(The kernel given the prefix equals whole rows: tests/test_online_attention.py.) The
+closed-form row sums equal the tiles' boxes; keys a group makes itself stay whole; and a
+lone causal attention at any tile height, taller or shorter than a key chunk, runs as
+predicted byte for byte, reading q once, each tile's prefix of k and v, o once.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuseplan.emulator.attention_kernel import online_attention
 from fuseplan.planner.app import api
 from fuseplan.planner.core.units import fmt_bytes
 from fuseplan.planner.cost.bounds import group_floor_bytes
@@ -33,32 +31,8 @@ from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli_tables import bound_lines
 from tests.hand import assert_verifies, hand_plan
 from tests.models import causal_encoder, save
-from tests.test_online_attention import _reference
 
 pytestmark = pytest.mark.xdist_group("causal_prefix")
-
-
-@settings(max_examples=60, deadline=None)
-@given(heads=st.integers(1, 3), lq=st.integers(1, 40), extra=st.integers(0, 20),
-       d=st.integers(1, 8), chunk=st.integers(1, 64), cut=st.integers(0, 39),
-       seed=st.integers(0, 2**16))
-def test_a_causal_tile_given_its_prefix_of_keys_equals_whole_rows(
-        heads: int, lq: int, extra: int, d: int, chunk: int, cut: int, seed: int) -> None:
-    """Query rows [lo, hi) of Lq against Lk keys see keys [0, hi + Lk - Lq) only: given
-    just those (the kernel told how many keys the sequence has), the output is the same."""
-    rng = np.random.default_rng(seed)
-    lk = lq + extra
-    q = rng.standard_normal((1, heads, lq, d))
-    kt = rng.standard_normal((1, heads, d, lk))
-    v = rng.standard_normal((1, heads, lk, d))
-    lo = min(cut, lq - 1)
-    hi = lo + max(1, (lq - lo) // 2)
-    end = hi + lk - lq
-    got = online_attention(q[..., lo:hi, :], kt[..., :end], v[..., :end, :], scale=0.3,
-                           causal=True, mask_value=-1e4, kv_chunk=chunk, query_offset=lo,
-                           query_length=lq, key_length=lk)
-    want = _reference(q[..., lo:hi, :], kt, v, 0.3, True, lo, lq)
-    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -54,14 +54,17 @@ def _reference(q: np.ndarray, kt: np.ndarray, v: np.ndarray, scale: float, causa
     return (p / p.sum(axis=-1, keepdims=True)) @ v
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(heads=st.integers(1, 3), lq=st.integers(1, 40), extra=st.integers(0, 20),
        d=st.integers(1, 8), dv=st.integers(1, 8), chunk=st.integers(1, 64),
-       causal=st.booleans(), cut=st.integers(0, 39), seed=st.integers(0, 2**16))
+       causal=st.booleans(), prefix=st.booleans(), cut=st.integers(0, 39),
+       seed=st.integers(0, 2**16))
 def test_online_softmax_equals_whole_rows(heads: int, lq: int, extra: int, d: int, dv: int,
-                                          chunk: int, causal: bool, cut: int,
+                                          chunk: int, causal: bool, prefix: bool, cut: int,
                                           seed: int) -> None:
-    """Any tile of query rows, any key chunk, with or without the causal mask."""
+    """Any tile of query rows, any key chunk, with or without the causal mask; a causal
+    tile given only the keys up to its last row's, [0, hi + Lk - Lq) (the kernel told how
+    many keys the sequence has: MapKind.PREFIX), gives the same rows."""
     rng = np.random.default_rng(seed)
     lk = lq + extra
     q = rng.standard_normal((1, heads, lq, d))
@@ -69,8 +72,10 @@ def test_online_softmax_equals_whole_rows(heads: int, lq: int, extra: int, d: in
     v = rng.standard_normal((1, heads, lk, dv))
     lo = min(cut, lq - 1)
     hi = lo + max(1, (lq - lo) // 2)
-    got = online_attention(q[..., lo:hi, :], kt, v, scale=0.3, causal=causal,
-                           mask_value=-1e4, kv_chunk=chunk, query_offset=lo, query_length=lq)
+    end = hi + lk - lq if causal and prefix else lk
+    got = online_attention(q[..., lo:hi, :], kt[..., :end], v[..., :end, :], scale=0.3,
+                           causal=causal, mask_value=-1e4, kv_chunk=chunk, query_offset=lo,
+                           query_length=lq, key_length=lk)
     want = _reference(q[..., lo:hi, :], kt, v, 0.3, causal, lo, lq)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
