@@ -178,12 +178,7 @@ class AttentionTraffic:
     o_bytes: int  # the output, written once (0: consumed inside the group)
     # keys and values the passes read in all: passes x kv_bytes, less the keys past each
     # causal tile's last query
-    kv_read_bytes: int = -1
-
-    @property
-    def kv_reads(self) -> int:
-        """Bytes of keys and values the passes read."""
-        return self.passes * self.kv_bytes if self.kv_read_bytes < 0 else self.kv_read_bytes
+    kv_reads: int
 
     @property
     def total(self) -> int:
