@@ -20,7 +20,7 @@ from fuseplan.planner.app.api import prepare
 from fuseplan.planner.app.assemble import prefetch_eligible
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.geometry.hidden import chunkable_maps, narrowed_stretches
-from fuseplan.planner.geometry.regions import Tile, group_chains, group_io
+from fuseplan.planner.geometry.regions import Tile, group_chains, group_io, tiled_like_anchor
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.min_main_layers import MinMainLayers
@@ -196,3 +196,26 @@ def test_prefetch_eligibility_counts_spanning_groups_as_a_walk_does(
         and not any(c0 < a0 and c1 > a1 for c0, c1, _ in spans)
         for (a0, a1, na), (b0, b1, nb) in zip(spans, spans[1:], strict=False)]
     assert found == walked
+
+
+def test_an_output_early_in_a_long_chain_is_cut_like_the_anchor(tmp_path: Path) -> None:
+    """The walk that decides whether an output is cut like the anchor follows the layers
+    reading it down to the anchor: 3,000 element-wise layers deep here (a 32-layer decoder's
+    whole network as one group is as deep), past Python's recursion limit, which it must
+    not hit (it did: a RecursionError planning llama7b_decode_32)."""
+    nodes = [helper.make_node("Relu", ["x"], ["y0"], name="r0")]
+    nodes += [helper.make_node("Relu", [f"y{i - 1}"], [f"y{i}"], name=f"r{i}")
+              for i in range(1, 3000)]
+    shape = [1, 4, 8, 8]
+    model = helper.make_model(
+        helper.make_graph(nodes, "deep", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                        shape)],
+                          [helper.make_tensor_value_info(t, TensorProto.FLOAT, shape)
+                           for t in ("y0", "y2999")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "deep.onnx"
+    onnx.save(model, path)
+    graph = prepare(str(path)).graph
+    io = group_io(graph, [lay.name for lay in graph.layers])
+    assert io.anchor == "y2999" and "y0" in io.outputs
+    assert tiled_like_anchor(graph, io, "y0")

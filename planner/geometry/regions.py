@@ -11,7 +11,7 @@ enumerating them. Both must agree exactly; tests/test_regions.py proves it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
@@ -134,7 +134,31 @@ def tiled_like_anchor(graph: Graph, io: GroupIO, t: str) -> bool:
 
 def _aligned(graph: Graph, io: GroupIO, t: str, inside: frozenset[str],
              seen: dict[str, bool]) -> bool:
-    """Whether every tile needs exactly its anchor box of `t` (see tiled_like_anchor)."""
+    """Whether every tile needs exactly its anchor box of `t` (see tiled_like_anchor).
+
+    A depth-first walk down the layers that read `t`, as a stack of frames (_aligned_frame)
+    rather than recursion: along a decoder of thousands of element-wise layers the walk is
+    thousands deep, past Python's recursion limit."""
+    settled = _settled(graph, io, t, seen)
+    if settled is not None:
+        return settled
+    stack = [_aligned_frame(graph, io, t, inside, seen)]
+    answer: bool | None = None
+    while stack:
+        try:
+            asked = stack[-1].send(answer)
+        except StopIteration as done:
+            stack.pop()
+            answer = done.value
+            continue
+        answer = _settled(graph, io, asked, seen)
+        if answer is None:  # decide it first: a frame of its own
+            stack.append(_aligned_frame(graph, io, asked, inside, seen))
+    return bool(answer)
+
+
+def _settled(graph: Graph, io: GroupIO, t: str, seen: dict[str, bool]) -> bool | None:
+    """_aligned's answer for `t` where it needs no walk, else None."""
     if t == io.anchor:
         return True
     if t in seen:
@@ -143,12 +167,23 @@ def _aligned(graph: Graph, io: GroupIO, t: str, inside: frozenset[str],
     if t in io.accumulated or (n, h, w) != (tn, th, tw):
         seen[t] = False
         return False
+    return None
+
+
+def _aligned_frame(graph: Graph, io: GroupIO, t: str, inside: frozenset[str],
+                   seen: dict[str, bool]) -> Generator[str, bool | None, bool]:
+    """One step of _aligned's walk for an unsettled `t`: yields each tensor whose answer it
+    needs, is sent that answer, returns its own."""
     seen[t] = True
     producer = graph.producer.get(t)
     # a layer computes all its outputs on one box, the hull of what each is needed on: a
     # sibling needed with a halo would widen this one's box past the anchor's too
     siblings = graph.layer(producer).outputs if producer in inside else ()
-    found = all(_aligned(graph, io, o, inside, seen) for o in siblings if o and o != t)
+    found = True
+    for o in siblings:
+        if o and o != t and not (yield o):
+            found = False
+            break
     for name in graph.consumers.get(t, ()) if found else ():
         if name not in inside:
             continue
@@ -156,9 +191,14 @@ def _aligned(graph: Graph, io: GroupIO, t: str, inside: frozenset[str],
         if not lay.batch_preserving or any(
                 x == t and (lay.row_maps[i].kind is not MapKind.IDENTITY
                             or lay.col_maps[i].kind is not MapKind.IDENTITY)
-                for i, x in enumerate(lay.fmap_inputs)) or not all(
-                _aligned(graph, io, o, inside, seen) for o in lay.outputs if o):
+                for i, x in enumerate(lay.fmap_inputs)):
             found = False
+            break
+        for o in lay.outputs:
+            if o and not (yield o):
+                found = False
+                break
+        if not found:
             break
     seen[t] = found
     return found
