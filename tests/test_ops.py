@@ -222,6 +222,28 @@ def test_batch_is_lost_when_extents_differ() -> None:
     assert not op_spec("Relu").batch_preserving({}, [(2, 4)], (1, 4), 13)
 
 
+@pytest.mark.parametrize(("starts", "ends", "axes", "steps", "kept"), [
+    ([0, 2], [4, 6], [0, 3], [1, 1], True),  # axis 0 whole, the width cut: kept
+    ([0], [4], [3], [2], True),  # a step along the width only
+    ([1], [4], [0], [1], False),  # cuts the batch
+    ([-1], [-100], [0], [-1], False),  # reverses it: same extent, other order
+])
+def test_a_slice_keeps_the_batch_by_its_bounds(starts: list[int], ends: list[int],
+                                               axes: list[int], steps: list[int],
+                                               kept: bool) -> None:
+    """Slice's bounds are constant inputs the index maps resolve (OpSpec.batch_from_maps):
+    the batch is kept where the maps carry axis 0 whole, element for element."""
+    inits = [helper.make_tensor(n, TensorProto.INT64, [len(v)], v)
+             for n, v in (("s", starts), ("e", ends), ("a", axes), ("p", steps))]
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "s", "e", "a", "p"], ["y"], name="cut"),
+         helper.make_node("Relu", ["y"], ["z"], name="act")], "slice",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 8, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None] * 4)], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert load_proto(proto).graph.layer("cut").batch_preserving is kept
+
+
 # --------------------------------------------------------------------------- LpPool
 
 

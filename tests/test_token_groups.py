@@ -11,6 +11,7 @@ are not per-token.
 
 from __future__ import annotations
 
+from math import prod
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fuseplan.planner.app.api import plan_problem, prepare, verify_in_memory
+from fuseplan.planner.geometry.regions import Tile, group_io, whole_outputs
+from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.min_main_layers import per_token
+from tests.hand import assert_verifies, hand_plan
 from tests.test_rules import broken, fused, with_rules
 
 TOKENS, WIDTH, HEADS = 64, 32, 2
@@ -27,10 +31,11 @@ NORM = ("sq", "mean", "eps", "root", "inv", "scaled", "gamma")
 ROPE = ("split", "heads", "cos", "lo", "hi", "neg", "rot", "sin", "rope", "back", "merge")
 
 
-def decoder_slice() -> onnx.ModelProto:
+def decoder_slice(heads_out: bool = False) -> onnx.ModelProto:
     """x [1, L, C] -> RMSNorm written out -> Linear -> heads -> rotary embedding -> merge
     heads: one main layer between a 7-layer norm and an 11-layer rotary embedding, as torch
-    exports a Llama block's input norm and q projection."""
+    exports a Llama block's input norm and q projection. `heads_out`: the heads before the
+    rotary embedding are a model output too (as k before its rotation feeds a KV cache)."""
     rng = np.random.default_rng(0)
     half = WIDTH // HEADS // 2
     d = WIDTH // HEADS
@@ -64,10 +69,14 @@ def decoder_slice() -> onnx.ModelProto:
         node("Transpose", ["rope_o"], ["back_o"], name="back", perm=[0, 2, 1, 3]),
         node("Reshape", ["back_o", "merge_shape"], ["y"], name="merge"),
     ]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, TOKENS, WIDTH])]
+    if heads_out:
+        outs.append(helper.make_tensor_value_info("heads_o", TensorProto.FLOAT,
+                                                  [1, HEADS, TOKENS, d]))
     graph = helper.make_graph(
         nodes, "decoder_slice",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, TOKENS, WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, TOKENS, WIDTH])], inits)
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, TOKENS, WIDTH])], outs,
+        inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
                               producer_name="fuseplan-tests")
     onnx.checker.check_model(model)
@@ -123,3 +132,26 @@ def test_a_main_layer_with_its_activation_still_needs_k(tmp_path: Path) -> None:
         mains = sum(problem.graph.layer(n).is_main for n in g.layers)
         assert mains == 0 or mains >= rule.k  # type: ignore[attr-defined]
     assert [g.layers for g in plan.groups if "q_proj" in g.layers] == [("q_proj",)]
+
+
+def test_a_map_the_rotary_slices_read_leaves_the_group_tile_by_tile(tmp_path: Path) -> None:
+    """The rotary embedding's Slices cut the head width, not the batch: a map they read
+    that also leaves the group mid-way (the heads before rotation) is stored tile by tile
+    like the group's output. Slice and Pad went for batch-cutting ops whatever their
+    axes, so every tile stored that map whole: the tiles' bytes counted it once per tile
+    (and the planner kept a decoder's rotary embedding apart from its projections)."""
+    path = tmp_path / "leaky.onnx"
+    onnx.save(decoder_slice(heads_out=True), str(path))
+    problem = prepare(str(path), None, None, None, ["sram.bytes=64KiB"])
+    graph = problem.graph
+    assert all(graph.layer(n).batch_preserving for n in ("lo", "hi"))
+    layers = (*NORM, "q_proj", *ROPE)
+    io = group_io(graph, layers)
+    assert "heads_o" in io.outputs and not whole_outputs(graph, io)
+    plan = hand_plan(problem, [Placement.of(layers, Tile(1, TOKENS // 4, 1))])
+    (group,) = [g for g in plan.groups if g.layers == tuple(io.layers)]
+    size = problem.chip.dtype_bytes
+    once = sum(size * prod(graph.shapes[t]) for t in ("x", "y", "heads_o"))
+    weights = sum(size * graph.layer(n).weight_elems for n in layers)
+    assert group.predicted.dram_bytes == once + weights
+    assert_verifies(problem, plan)

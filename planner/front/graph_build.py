@@ -248,7 +248,8 @@ def _carried_layout(spec: OpSpec, attrs: dict[str, Any], ims: Sequence[IndexMap]
     # a layout carried through a movement op or kept by a per-token op comes first: it
     # knows where the batch went, which a token stretch seeded by shape does not
     # (nn.MultiheadAttention's [L, B, C] reads as a batch of L)
-    batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset)
+    batch_kept = spec.batch_preserving(attrs, in_shapes, out_shape, opset,
+                                       bool(ims) and all(im.lands(0) == 0 for im in ims))
     if not in_layouts:
         return None, batch_kept
     first = in_layouts[0]

@@ -400,6 +400,9 @@ class OpSpec:
     # place (per-element ops), from that element's row read before it is written
     # (Softmax, LayerNormalization), or is that element in the same order (views)
     in_place: bool = False
+    # the batch is kept where the node's index maps carry axis 0 whole (Slice, Pad: their
+    # bounds are constant inputs, which the maps resolve and `batch` cannot see)
+    batch_from_maps: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -430,13 +433,16 @@ class OpSpec:
         return self.work(attrs, in_shapes, w_shape, out_shape)
 
     def batch_preserving(self, attrs: Attrs, in_shapes: Sequence[Shape], out_shape: Shape,
-                         opset: int) -> bool:
+                         opset: int, batch_lands: bool = False) -> bool:
         """Whether axis 0 of every fmap input maps to axis 0 of the output, element for
-        element (tiles may then cut the batch)."""
+        element (tiles may then cut the batch). `batch_lands`: the node's index maps carry
+        axis 0 of every fmap input whole onto axis 0 (what `batch_from_maps` ops go by)."""
         if self.op_class is OpClass.OPAQUE or not out_shape:
             return False
         if any(not s or s[0] != out_shape[0] for s in in_shapes):
             return False
+        if self.batch_from_maps:
+            return batch_lands
         return self.batch(attrs, in_shapes, out_shape, opset)
 
 
@@ -567,9 +573,9 @@ _ENTRIES: tuple[OpSpec, ...] = (
     _spec("Transpose", _MV, MapRule.TRANSPOSE, batch=_batch_transpose,
           axis_move=AxisMove.PERMUTE),
     _spec("Split", _MV, batch=_batch_axis(lambda opset: 0), axis_move=AxisMove.SELECT),
-    _spec("Slice", _MV, MapRule.SLICE, batch=_batch_never,
+    _spec("Slice", _MV, MapRule.SLICE, batch_from_maps=True,
           shape_param=ShapeParam.SLICE_BOUNDS),
-    _spec("Pad", _MV, MapRule.PAD, batch=_batch_never, shape_param=ShapeParam.PAD_WIDTHS),
+    _spec("Pad", _MV, MapRule.PAD, batch_from_maps=True, shape_param=ShapeParam.PAD_WIDTHS),
     _spec("Resize", _MV, MapRule.UPSAMPLE, shape_param=ShapeParam.RESIZE_SIZES,
           attr_defaults=(("coordinate_transformation_mode", "half_pixel"),
                          ("nearest_mode", "round_prefer_floor"))),
