@@ -44,6 +44,7 @@ from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.progress import ProgressSink, ticker
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.objective import Objective, objective_units
+from fuseplan.planner.geometry.attention import fused_attention
 from fuseplan.planner.geometry.halo_reuse import lifetimes
 from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.ir.graph import Graph
@@ -80,15 +81,30 @@ def _model_lifetimes(graph: Graph) -> list[tuple[int, int]]:
     return list(lifetimes(graph, group_io(graph, order)).values())
 
 
-def _cuts_of(spans: Sequence[tuple[int, int]], layers: int, bypass: int | None) -> list[int]:
-    """single_cuts from the model's tensor lifetimes."""
-    crossing = [0] * layers
+def _cuts_of(spans: Sequence[tuple[int, int]], layers: int, bypass: int | None,
+             joins: frozenset[int] = frozenset()) -> list[int]:
+    """single_cuts from the model's tensor lifetimes; with `joins` (positions), those of
+    them where more than one tensor crosses and the next layer reads every one last."""
+    crossing, ending = [0] * layers, [0] * layers
     for b, last in spans:
         if bypass is not None and last - max(b, 0) > bypass:
             continue
         for p in range(max(b, 0), last):
             crossing[p] += 1
+        if last - 1 in joins and max(b, 0) < last:
+            ending[last - 1] += 1
+    if joins:
+        return [p for p in sorted(joins) if 0 <= p < layers - 1 and crossing[p] == ending[p] > 1]
     return [p for p in range(layers - 1) if crossing[p] == 1]
+
+
+def _bypasses(ruleset: RuleSet) -> list[int | None]:
+    """The long-skip cut-offs cut sets are taken at (cut_sets): none, the block limit, then
+    the shorter multiples of ``search.max_group_layers`` longest first."""
+    search = ruleset.search
+    step, most = search.max_group_layers, max(search.max_block_group_layers,
+                                               search.max_group_layers)
+    return [None, most, *reversed(range(step, most, step))]
 
 
 def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
@@ -101,17 +117,24 @@ def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
     ``search.max_group_layers`` below ``search.max_block_group_layers`` and at that limit
     itself, so raising the limit only adds cuts (with the limit's skips alone, a detector's
     heads lost the cut their best block group ends at once the limit reached past it)."""
-    search = ruleset.search
-    step, most = search.max_group_layers, max(search.max_block_group_layers,
-                                               search.max_group_layers)
+    return [cuts for cuts, _ in _cut_and_join_sets(graph, ruleset)]
+
+
+def _cut_and_join_sets(graph: Graph, ruleset: RuleSet) -> list[tuple[list[int], list[int]]]:
+    """cut_sets, each with its join cuts: the positions just before a fused attention where
+    every tensor crossing (at the same cut-off) is one the attention reads last. A group
+    ending there stores what the attention reads anyway, its q, k and v, as a group ending
+    at a single cut stores its one tensor: a decoder's norm, projections and rotary
+    embeddings end there, where no single tensor crosses."""
     spans, layers = _model_lifetimes(graph), len(graph.layers)  # once for every cut-off
-    out = [_cuts_of(spans, layers, None)]
+    joins = frozenset(graph.index(lay.name) - 1 for lay in graph.layers if fused_attention(lay))
+    out: list[tuple[list[int], list[int]]] = []
     # the limit's own skips first, then the shorter cut-offs longest first: the spans they
     # add come after those the limit alone gives, which a time limit reaches first
-    for bypass in [most, *reversed(range(step, most, step))]:
+    for bypass in _bypasses(ruleset):
         cuts = _cuts_of(spans, layers, bypass)
-        if cuts not in out:
-            out.append(cuts)
+        if bypass is None or all(cuts != c for c, _ in out):
+            out.append((cuts, _cuts_of(spans, layers, bypass, joins) if joins else []))
     return out
 
 
@@ -272,9 +295,13 @@ def block_spans(graph: Graph, ruleset: RuleSet) -> list[tuple[int, int]]:
         return []
     order = [lay.name for lay in graph.layers]
     spans: dict[tuple[int, int], None] = {}
-    for cuts in map(set, cut_sets(graph, ruleset)):
+    for cuts, joined in _cut_and_join_sets(graph, ruleset):
         bounds, inner = _block_bounds(graph, sorted(cuts), most)
-        starts, ends = [0, *(p + 1 for p in bounds)], [*bounds, len(order) - 1]
+        # a join cut ends a group whatever cuts are next to it (after the attention its
+        # output alone crosses: a run of cuts), and starts none (the attention's own group
+        # starts at the one before it)
+        starts = [0, *(p + 1 for p in bounds)]
+        ends = sorted({*bounds, *joined, len(order) - 1})
         reach = graph.interval_ends(limit)  # the intervals' (views ride along free)
         for a in starts:
             lo, hi = bisect_left(ends, reach[a]), bisect_right(ends, a + most - 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify
+from fuseplan.planner.app.api import Problem, plan_problem, prepare, verify, verify_in_memory
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.plan.json_io import save_plan
@@ -221,3 +221,31 @@ def test_a_plain_chain_groups_its_convs_in_blocks_and_verifies(tmp_path: Path) -
     saved = tmp_path / "plan.json"
     save_plan(plan, saved)
     assert verify(str(path), saved).ok
+
+
+def test_a_decoder_head_ends_where_the_attention_joins(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Llama-style attention too long to fuse whole: its norm, projections and rotary
+    embeddings are one block group ending just before the fused attention (a join cut: its
+    q, k and v are all that cross there, and no single tensor does), and the plan moves
+    fewer bytes than without join cuts, where the rotary embedding of k ran apart, its input
+    written and read again. Both verify."""
+    path = models.save(models.llama_attention(tokens=1024, width=64, heads=4, kv_heads=2),
+                       tmp_path, "llama")
+    problem = with_rules(prepare(str(path), overrides=["sram.bytes=128KiB"]),
+                         search={"max_group_layers": 6})
+    g = problem.graph
+    (mix,) = [lay.name for lay in g.layers if lay.op == "FlashAttention"]
+    assert (0, g.index(mix)) in long_groups.block_spans(g, problem.ruleset)
+    plan = plan_problem(problem, "cpsat")
+    head = next(grp for grp in plan.groups if grp.layers[0] == g.layers[0].name)
+    assert g.index(head.layers[-1]) == g.index(mix) - 1
+    joined = long_groups._cut_and_join_sets
+    monkeypatch.setattr(long_groups, "_cut_and_join_sets",
+                        lambda *a: [(cuts, []) for cuts, _ in joined(*a)])
+    assert (0, g.index(mix)) not in long_groups.block_spans(g, problem.ruleset)
+    apart = plan_problem(problem, "cpsat")
+    assert plan.totals.dram_bytes < apart.totals.dram_bytes
+    for p in (plan, apart):
+        report = verify_in_memory(problem, p)
+        assert report.outputs_match and report.predicted_matches_emulated
