@@ -23,20 +23,20 @@ from fuseplan.planner.ir.graph import Graph, OpClass
 
 # Layers per op type, from the model files: every node except the constant-producing ones
 # that are folded into weights (ConstantOfShape; inception_v2's and densenet121's Unsqueeze of
-# BN parameters; inception_v1's Reshape of the classifier weight).
+# BN parameters; inception_v1's Reshape of the classifier weight) and the Dropouts, which
+# hand their input on at inference (their readers read it: planner.front.work).
 EXPECTED_OPS: dict[str, dict[str, int]] = {
     "resnet50": {"Conv": 53, "BatchNormalization": 53, "Relu": 49, "Sum": 16, "MaxPool": 1,
                  "AveragePool": 1, "Reshape": 1, "Gemm": 1, "Softmax": 1},
-    "vgg19": {"Conv": 16, "Relu": 18, "MaxPool": 5, "Reshape": 1, "Gemm": 3, "Dropout": 2,
-              "Softmax": 1},
+    "vgg19": {"Conv": 16, "Relu": 18, "MaxPool": 5, "Reshape": 1, "Gemm": 3, "Softmax": 1},
     "bvlc_alexnet": {"Conv": 5, "Relu": 7, "LRN": 2, "MaxPool": 3, "Reshape": 1, "Gemm": 3,
-                     "Dropout": 2, "Softmax": 1},
+                     "Softmax": 1},
     "zfnet512": {"Conv": 5, "Relu": 7, "LRN": 2, "MaxPool": 3, "Reshape": 1, "Gemm": 3,
                  "Softmax": 1},
-    "squeezenet": {"Conv": 26, "Relu": 26, "MaxPool": 3, "Concat": 8, "Dropout": 1,
+    "squeezenet": {"Conv": 26, "Relu": 26, "MaxPool": 3, "Concat": 8,
                    "GlobalAveragePool": 1, "Softmax": 1},
     "inception_v1": {"Conv": 57, "Relu": 57, "MaxPool": 13, "LRN": 2, "Concat": 9,
-                     "AveragePool": 1, "Dropout": 1, "Reshape": 1, "Gemm": 1, "Softmax": 1},
+                     "AveragePool": 1, "Reshape": 1, "Gemm": 1, "Softmax": 1},
     "inception_v2": {"Conv": 69, "BatchNormalization": 69, "Mul": 69, "Add": 69, "Relu": 69,
                      "MaxPool": 5, "AveragePool": 8, "Concat": 10, "Reshape": 1, "Gemm": 1,
                      "Softmax": 1},

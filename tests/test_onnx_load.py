@@ -221,6 +221,31 @@ def test_dead_nodes_and_initializers_are_removed(tmp_path: Path) -> None:
     assert len(proto.graph.initializer) == 0
 
 
+def test_nodes_that_hand_their_input_on_are_dropped(tmp_path: Path) -> None:
+    """Identity, inference Dropout and a Cast to its input's own type are dropped, their
+    readers reading the input itself; a Cast to another type stays, and so does a
+    pass-through whose output is a model output. The cleaned model computes what the
+    original does."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r0"),
+             helper.make_node("Cast", ["a"], ["a32"], name="same_type", to=TensorProto.FLOAT),
+             helper.make_node("Identity", ["a32"], ["a_id"], name="ident"),
+             helper.make_node("Dropout", ["a_id"], ["a_do"], name="drop"),
+             helper.make_node("Cast", ["a_do"], ["a64"], name="widen", to=TensorProto.DOUBLE),
+             helper.make_node("Cast", ["a64"], ["back"], name="narrow", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["back", "a_do"], ["s"], name="add"),
+             helper.make_node("Identity", ["s"], ["y"], name="named")]
+    original = simple_model(nodes, {"x": [2, 3]}, "y")
+    path = models.save(original, tmp_path, "through")
+    model = load_model(str(path))
+    kept = {n.name: list(n.input) for n in model.proto.graph.node}
+    assert list(kept) == ["r0", "widen", "narrow", "add", "named"]
+    assert kept["widen"] == ["a"] and kept["add"] == ["back", "a"]
+    feeds = random_inputs(model, 3)
+    cleaned, _ = run_onnxruntime(model.proto, feeds)
+    reference, _ = run_onnxruntime(original, feeds)
+    np.testing.assert_array_equal(cleaned["y"], reference["y"])
+
+
 def test_runtime_fallback_fills_shapes_inference_cannot_give(tmp_path: Path) -> None:
     nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
              helper.make_node("Cast", ["nz"], ["y"], name="cast", to=TensorProto.FLOAT)]

@@ -61,6 +61,7 @@ from fuseplan.planner.front.validate import (
 )
 from fuseplan.planner.front.work import (
     _copy_node,
+    _drop_pass_throughs,
     _live_nodes,
     _name_nodes,
     _static_shape,
@@ -126,6 +127,7 @@ def load_model(
     budget.check("folding constants and inferring shapes", spec)
     work.nodes = _live_nodes(work.nodes, (o.name for o in graph.output))
     _trim_unused_outputs(work.nodes, (o.name for o in graph.output), opset)
+    work.nodes = _drop_pass_throughs(work.nodes, (o.name for o in graph.output), types)
     _check_runnable(work.nodes, opset, spec)
     _check_element_types(work, types)
     budget.check("checking the nodes", spec)

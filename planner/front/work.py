@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,3 +149,44 @@ def _tensor_proto(name: str, arr: np.ndarray) -> onnx.TensorProto:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _drop_pass_throughs(nodes: Sequence[onnx.NodeProto], outputs: Iterable[str],
+                        types: Mapping[str, onnx.TypeProto]) -> list[onnx.NodeProto]:
+    """The nodes without those that hand their input on unchanged: Identity, Dropout at
+    inference (no training flag, its mask unread: _trim_unused_outputs ran) and a Cast to
+    the element type its input already has (an export's `.to(torch.float32)` of a float32
+    tensor: RMSNorm's first step). Their readers read the input itself, so a group boundary
+    between such a node and its readers stores no copy of the map (a decoder's residual
+    stream, read again by the residual add, was written a second time as its norm's Cast).
+    One whose output is a graph output stays: that name is the model's."""
+    kept_names = set(outputs)
+    alias: dict[str, str] = {}
+    out: list[onnx.NodeProto] = []
+    for node in nodes:
+        if any(i in alias for i in node.input):
+            names = [alias.get(i, i) for i in node.input]
+            node.ClearField("input")
+            node.input.extend(names)
+        if _passes_through(node, types) and node.output[0] not in kept_names:
+            alias[node.output[0]] = node.input[0]
+            continue
+        out.append(node)
+    return out
+
+
+def _passes_through(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> bool:
+    """Whether a node's one output is its first input, element for element."""
+    if node.domain not in _DEFAULT_DOMAINS or len(node.output) != 1 or not node.input \
+            or not node.input[0]:
+        return False
+    if node.op_type == "Identity":
+        return True
+    if node.op_type == "Dropout":
+        return len(node.input) < 3 or not node.input[2]  # no training_mode input
+    if node.op_type == "Cast":
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        tp = types.get(node.input[0])
+        return tp is not None and tp.WhichOneof("value") == "tensor_type" \
+            and to is not None and tp.tensor_type.elem_type == to
+    return False
