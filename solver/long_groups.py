@@ -84,7 +84,7 @@ def _model_lifetimes(graph: Graph) -> list[tuple[int, int]]:
 def _cuts_of(spans: Sequence[tuple[int, int]], layers: int, bypass: int | None,
              joins: frozenset[int] = frozenset()) -> list[int]:
     """single_cuts from the model's tensor lifetimes; with `joins` (positions), those of
-    them where more than one tensor crosses and the next layer reads every one last."""
+    them where the next layer reads last every tensor crossing (one at least)."""
     crossing, ending = [0] * layers, [0] * layers
     for b, last in spans:
         if bypass is not None and last - max(b, 0) > bypass:
@@ -94,7 +94,7 @@ def _cuts_of(spans: Sequence[tuple[int, int]], layers: int, bypass: int | None,
         if last - 1 in joins and max(b, 0) < last:
             ending[last - 1] += 1
     if joins:
-        return [p for p in sorted(joins) if 0 <= p < layers - 1 and crossing[p] == ending[p] > 1]
+        return [p for p in sorted(joins) if 0 <= p < layers - 1 and crossing[p] == ending[p] > 0]
     return [p for p in range(layers - 1) if crossing[p] == 1]
 
 
@@ -121,20 +121,23 @@ def cut_sets(graph: Graph, ruleset: RuleSet) -> list[list[int]]:
 
 
 def _cut_and_join_sets(graph: Graph, ruleset: RuleSet) -> list[tuple[list[int], list[int]]]:
-    """cut_sets, each with its join cuts: the positions just before a fused attention where
-    every tensor crossing (at the same cut-off) is one the attention reads last. A group
-    ending there stores what the attention reads anyway, its q, k and v, as a group ending
-    at a single cut stores its one tensor: a decoder's norm, projections and rotary
-    embeddings end there, where no single tensor crosses."""
+    """cut_sets, each with the join cuts: the positions just before a fused attention where
+    every tensor crossing is one the attention reads last, or a skip longer than
+    ``search.max_group_layers`` (the block's residual stream, read by the residual add
+    past the attention). A group ending there stores what the attention reads anyway, its
+    q, k and v, as a group ending at a single cut stores its one tensor: a decoder's norm,
+    projections and rotary embeddings end there, where no single tensor crosses. The same
+    for every cut set: each set's starts may end at them."""
     spans, layers = _model_lifetimes(graph), len(graph.layers)  # once for every cut-off
     joins = frozenset(graph.index(lay.name) - 1 for lay in graph.layers if fused_attention(lay))
+    joined = _cuts_of(spans, layers, ruleset.search.max_group_layers, joins) if joins else []
     out: list[tuple[list[int], list[int]]] = []
     # the limit's own skips first, then the shorter cut-offs longest first: the spans they
     # add come after those the limit alone gives, which a time limit reaches first
     for bypass in _bypasses(ruleset):
         cuts = _cuts_of(spans, layers, bypass)
         if bypass is None or all(cuts != c for c, _ in out):
-            out.append((cuts, _cuts_of(spans, layers, bypass, joins) if joins else []))
+            out.append((cuts, joined))
     return out
 
 

@@ -249,3 +249,19 @@ def test_a_decoder_head_ends_where_the_attention_joins(tmp_path: Path,
     for p in (plan, apart):
         report = verify_in_memory(problem, p)
         assert report.outputs_match and report.predicted_matches_emulated
+
+
+def test_every_decoder_layer_of_an_export_gets_its_join_span() -> None:
+    """In the zoo's Llama export each layer's norm, projections and rotary embeddings (from
+    the residual add before them) are one block span ending at the join before its fused
+    attention, the second layer's too: there the residual stream is read by the norm next
+    and by the residual add past the attention, a long skip in every cut set but the first,
+    which has no join cut unless such skips may cross it."""
+    problem = prepare(str(ZOO / "llama_block.onnx"), shapes={"input_ids": (1, 1024)})
+    g = problem.graph
+    spans = set(long_groups.block_spans(g, problem.ruleset))
+    for layer in ("layers.0", "layers.1"):
+        first = g.index(f"/{layer}/input_layernorm/Pow")
+        (mix,) = [lay.name for lay in g.layers
+                  if lay.op == "FlashAttention" and lay.name.startswith(f"/{layer}/")]
+        assert (first, g.index(mix)) in spans, layer
