@@ -25,6 +25,7 @@ from fuseplan.planner.app.partition import (
     target_nodes,
 )
 from fuseplan.planner.core.errors import PlanningError
+from fuseplan.planner.front.fills import materialized
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import load_model
 from fuseplan.rules.ruleset import PartitionSettings
@@ -37,9 +38,9 @@ FUSEPLAN = str(Path(sys.executable).with_name("fuseplan"))
 
 @pytest.fixture(scope="module")
 def resnet_stages(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """ResNet-50 (zoo) with an extra graph output after each of its four stages."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(load_model("zoo:resnet50").proto)
+    """ResNet-50 (zoo) with an extra graph output after each of its four stages (the cleaned
+    model with its one-value weights written out: a file of its own is checked whole)."""
+    proto = materialized(load_model("zoo:resnet50").proto)
     sums = [n for n in proto.graph.node if n.op_type == "Sum"]
     relu_of = {n.input[0]: n for n in proto.graph.node if n.op_type == "Relu"}
     info = {v.name: v for v in proto.graph.value_info}
