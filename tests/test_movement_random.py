@@ -476,3 +476,13 @@ def test_a_sequence_split_with_its_channels_is_tiled(tmp_path: Path) -> None:
     _reshape(n, [1, 192, 32])
     n.add("MatMul", [n.x, n.weight(32, 32)])
     _verified(_save(tmp_path, n, [1, 192, 32], [1, 192, 32]), 16)
+
+
+def test_window_heads_merged_into_the_image_width_run_whole(tmp_path: Path) -> None:
+    """Window attention whose heads, put back into the image, land on its last axis (the
+    image's columns: [1, H/p, W/p, p, p, C] read as rows and columns): the property test's
+    example (ops [8], seed 0, 16 KiB). Run in chunks of heads, a chunk is part of an axis
+    the tiles' boxes take whole, and the emulator cropped the chunk to the whole width
+    ("tile needs rows [0, 8) of a kernel result with 4 rows"); such a stretch is no head
+    stretch now, and the plan verifies."""
+    _check(tmp_path, [8], 0, 16, "cpsat")

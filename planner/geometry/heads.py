@@ -103,9 +103,20 @@ def head_walk(graph: Graph, order: Sequence[str], k: int) -> HeadWalk | None:
     # the same chain from the same layer is walked for every group holding it
     key = ("head_walk", widen.name, chain)
     if key not in graph.derived:
-        graph.derived[key] = _walk(graph, widen, out, split, chain)
+        walked = _walk(graph, widen, out, split, chain)
+        graph.derived[key] = None if isinstance(walked, HeadWalk) \
+            and _units_on_tiled_axis(graph, walked) else walked
     found = graph.derived[key]
     return found if isinstance(found, HeadWalk) else None
+
+
+def _units_on_tiled_axis(graph: Graph, walk: HeadWalk) -> bool:
+    """Whether some map of the stretch holds its heads along an axis tiles cut (its rows
+    or columns: windows put back into an image, heads and width merged into the image's
+    last axis): a chunk of heads would be a part of that axis, which the tiles' boxes
+    take whole, so no box says which part a chunk is."""
+    return any(cut.axis in graph.layout(t).tiled_axes for t, cut in walk.cuts.items()
+               if t in graph.producer and t in graph.shapes)
 
 
 def sibling(graph: Graph, widen: Layer, lay: Layer) -> bool:
