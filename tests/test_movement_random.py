@@ -486,3 +486,15 @@ def test_window_heads_merged_into_the_image_width_run_whole(tmp_path: Path) -> N
     ("tile needs rows [0, 8) of a kernel result with 4 rows"); such a stretch is no head
     stretch now, and the plan verifies."""
     _check(tmp_path, [8], 0, 16, "cpsat")
+
+
+def test_a_conv_reading_a_batch_axis_moved_off_axis_0_takes_its_images_whole(
+        tmp_path: Path) -> None:
+    """The image's width moved to axis 0 by a Transpose ([1, 8, 12, 16] -> [16, 1, 8, 12]),
+    a Reshape carrying that axis on as a sequence's batch at axis 1 ([1, 16, 8, 12]), a 1x1
+    Conv reading it as channels: the property test's example (ops [0], seed 32767). The
+    Conv kept the batch, so a tile's image range cut the input's layout batch axis, its
+    channels, and the kernel got one of 16 ("cannot reshape array of size 256 into shape
+    (1,16,1)"). An op that reads axis 0 as its batch keeps it only where its inputs' layouts
+    have their batch where its output's has."""
+    _check(tmp_path, [0], 32767, 16, "cpsat")

@@ -178,6 +178,12 @@ def _layer(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]],
         or _kept_rows(spec, ims, in_shapes, in_layouts, out_shape)
     _record_layout(layouts, outputs, given, carried_all=carry is not None)
     out_layout = given or layout_of(out_shape)
+    if batch_kept and spec.axis_move is AxisMove.NONE and any(
+            lay.batch_axis not in (None, out_layout.batch_axis) for lay in in_layouts):
+        # tiles cut an input's images along its layout's batch axis; an op that reads
+        # axis 0 as its batch (a Conv after a Transpose moved the width there and a
+        # Reshape carried it on) would be handed part of another axis: images whole
+        batch_kept = False
     rows, cols = layer_maps(spec, attrs, inputs, constants, ims, out_shape, in_layouts,
                             out_layout)
     window, attrs = sliding_window(spec, attrs, in_shapes, w_shape, in_layouts)
