@@ -81,21 +81,34 @@ def _model_lifetimes(graph: Graph) -> list[tuple[int, int]]:
     return list(lifetimes(graph, group_io(graph, order)).values())
 
 
-def _cuts_of(spans: Sequence[tuple[int, int]], layers: int, bypass: int | None,
-             joins: frozenset[int] = frozenset()) -> list[int]:
-    """single_cuts from the model's tensor lifetimes; with `joins` (positions), those of
-    them where the next layer reads last every tensor crossing (one at least)."""
-    crossing, ending = [0] * layers, [0] * layers
-    for b, last in spans:
-        if bypass is not None and last - max(b, 0) > bypass:
-            continue
-        for p in range(max(b, 0), last):
+def _counted(spans: Sequence[tuple[int, int]], bypass: int | None
+             ) -> Iterator[tuple[int, int]]:
+    """The lifetimes a cut counts: all but the skips longer than `bypass`."""
+    return ((max(b, 0), last) for b, last in spans
+            if bypass is None or last - max(b, 0) <= bypass)
+
+
+def _cuts_of(spans: Sequence[tuple[int, int]], layers: int, bypass: int | None) -> list[int]:
+    """single_cuts from the model's tensor lifetimes."""
+    crossing = [0] * layers
+    for b, last in _counted(spans, bypass):
+        for p in range(b, last):
             crossing[p] += 1
-        if last - 1 in joins and max(b, 0) < last:
-            ending[last - 1] += 1
-    if joins:
-        return [p for p in sorted(joins) if 0 <= p < layers - 1 and crossing[p] == ending[p] > 0]
     return [p for p in range(layers - 1) if crossing[p] == 1]
+
+
+def _join_cuts(spans: Sequence[tuple[int, int]], layers: int, bypass: int,
+               joins: frozenset[int]) -> list[int]:
+    """The positions of `joins` where the next layer reads last every tensor crossing (one
+    at least), skips longer than `bypass` not counted."""
+    crossing = dict.fromkeys(joins, 0)
+    ending = dict.fromkeys(joins, 0)
+    for b, last in _counted(spans, bypass):
+        for p in joins:
+            if b <= p < last:
+                crossing[p] += 1
+                ending[p] += last == p + 1
+    return [p for p in sorted(joins) if 0 <= p < layers - 1 and crossing[p] == ending[p] > 0]
 
 
 def _bypasses(ruleset: RuleSet) -> list[int | None]:
@@ -130,7 +143,7 @@ def _cut_and_join_sets(graph: Graph, ruleset: RuleSet) -> list[tuple[list[int], 
     for every cut set: each set's starts may end at them."""
     spans, layers = _model_lifetimes(graph), len(graph.layers)  # once for every cut-off
     joins = frozenset(graph.index(lay.name) - 1 for lay in graph.layers if fused_attention(lay))
-    joined = _cuts_of(spans, layers, ruleset.search.max_group_layers, joins) if joins else []
+    joined = _join_cuts(spans, layers, ruleset.search.max_group_layers, joins)
     out: list[tuple[list[int], list[int]]] = []
     # the limit's own skips first, then the shorter cut-offs longest first: the spans they
     # add come after those the limit alone gives, which a time limit reaches first
