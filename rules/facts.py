@@ -37,6 +37,7 @@ from fuseplan.planner.geometry.regions import (
     Tile,
     anchor_extent,
     box_elems,
+    kept_prefix,
 )
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.plan.mode import Mode, ModeFlags
@@ -132,7 +133,9 @@ class GroupFacts(ModeFlags):
         for axis, (chain, extent, size) in enumerate(
                 ((cn, n, self.tile.n), (cr, h, self.tile.h), (cc, w, self.tile.w))):
             full = fb[2 * axis + 1] - fb[2 * axis]
-            if chain is None and size < extent and axis == 1 and self._prefixed(t):
+            if axis == 1 and size < extent and self.halo_reuse and self._growing:
+                sizes.append(self._reuse_grid.rows.longest_held(t))  # keys kept: tiles walked
+            elif chain is None and size < extent and axis == 1 and self._prefixed(t):
                 sizes.append(full)  # the last tile reads the whole prefix: every key
             elif chain is None and size < extent:
                 sizes.append(self._enumerated_span(axis).get(t, full))
@@ -289,6 +292,18 @@ class GroupFacts(ModeFlags):
         return sum(self.tensor_bound_bytes(t) for t in tensors) + self.held_bytes
 
     @cached_property
+    def _reuse_grid(self) -> ReuseGrid:
+        """The reusing tile grid: the search's where it keeps one (its axes memoized)."""
+        return self.grid or ReuseGrid.of(self.graph, self.io, self.chains, self.tile)
+
+    @cached_property
+    def _growing(self) -> bool:
+        """Whether reusing tiles keep a prefix of keys they make (regions.kept_prefix): the
+        chains read those keys whole, and every tensor before them with them, where each
+        tile makes and holds only its own rows of all but the keys."""
+        return kept_prefix(self.graph, self.io)
+
+    @cached_property
     def reuse_peak_bytes(self) -> int:
         """Exact peak of feature-map bytes on chip when halos are reused (the kept borders,
         each tile's new parts, and with double buffering the next tile's loads); for a
@@ -331,8 +346,8 @@ class GroupFacts(ModeFlags):
             c = work_counters(self.graph, self.io, self.chains, self.tile, self.chip,
                               self.weights_resident, True)
             return 100.0 * c.redundant_read_bytes / max(once * self.chip.dtype_bytes, 1)
-        if self.halo_reuse:  # the search's grid where it keeps one (its axes memoized)
-            grid = self.grid or ReuseGrid.of(self.graph, self.io, self.chains, self.tile)
+        if self.halo_reuse:
+            grid = self._reuse_grid
             loaded = sum(grid.made_elems(t) for t in self.haloed_inputs)
         else:
             loaded = sum(region_sums(self.graph, self.io, self.chains, self.tile,

@@ -46,7 +46,7 @@ from fuseplan.planner.geometry.bands import (
     cluster_loads,
     cores_per_band,
 )
-from fuseplan.planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, part_images
+from fuseplan.planner.geometry.halo_reuse import AxisSchedule, ReuseGrid, part_images, reuse_heights
 from fuseplan.planner.geometry.regions import (
     GroupChains,
     GroupIO,
@@ -378,10 +378,10 @@ class GroupSearch:
         the whole batch's columns only)."""
         n = anchor_extent(self.graph, self.io)[0]
         cols = self.tw is None or tile_floor(self.chains, self.io, self.graph, 2) is not None
-        # fused attention streams its keys per tile: nothing of it carries to the next
+        # keys a fused attention loads stream afresh per tile; keys it makes are kept
         return (self.ruleset.search.halo_reuse and self.closed_form and cols
                 and (self.bands == 1 or (self.tn or n) >= n)
-                and online_attention(self.graph, self.io) is None)
+                and ((a := online_attention(self.graph, self.io)) is None or not a.streamed))
 
     def work(self, tile: Tile, resident: bool, halo_reuse: bool = False,
              weights_outer: bool = False) -> Counters:
@@ -710,10 +710,11 @@ class GroupSearch:
         chosen = self.chosen_rules(rules)
         shrink = tuple(r for r in chosen if r.tile_trend == "shrink")
         rest = tuple(r for r in chosen if r.tile_trend != "shrink")
-        heights = self.heights()
+        every = self.heights()
         narrow = self.tile_of(1).w < anchor_extent(self.graph, self.io)[2]
         out: list[Option] = []
         for resident, reuse in ((True, False), (False, False), (True, True), (False, True)):
+            heights = reuse_heights(self.graph, self.io, every) if reuse else every
             if reuse and (not self.can_reuse()
                           or (len(heights) < 2 and not narrow)):
                 continue
@@ -742,7 +743,7 @@ class GroupSearch:
                     out.append(self._option(objective, tile, mode, cost, with_room, partial(
                         self._room_at, tile, resident, db, reuse)))
         if self.bands == 1 and self.can_sweep_weights():
-            out += self._sweep_options(objective, heights, with_room)
+            out += self._sweep_options(objective, every, with_room)
         return out
 
     def _sweep_options(self, objective: Objective, heights: Sequence[int], with_room: bool

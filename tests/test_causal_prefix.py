@@ -2,12 +2,16 @@
 query row (FlashAttention-2's causal skipping; planner.ir.graph.MapKind.PREFIX).
 
 (The kernel given the prefix equals whole rows: tests/test_online_attention.py.) The
-closed-form row sums equal the tiles' boxes; keys a group makes itself stay whole; and a
-lone causal attention at any tile height, taller or shorter than a key chunk, runs as
-predicted byte for byte, reading q once, each tile's prefix of k and v, o once.
+closed-form row sums equal the tiles' boxes; keys a group makes itself stay whole where its
+tiles recompute, and are kept as they are made where its tiles reuse (each tile makes its
+own rows of them and reads the prefix held); and a lone causal attention at any tile
+height, taller or shorter than a key chunk, runs as predicted byte for byte, reading q
+once, each tile's prefix of k and v, o once.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +22,7 @@ from fuseplan.planner.core.units import fmt_bytes
 from fuseplan.planner.cost.bounds import group_floor_bytes
 from fuseplan.planner.cost.model import region_sums
 from fuseplan.planner.geometry.attention import alone_traffic, attention_traffic
+from fuseplan.planner.geometry.halo_reuse import NEVER, AxisSchedule
 from fuseplan.planner.geometry.regions import (
     Tile,
     box_elems,
@@ -27,9 +32,10 @@ from fuseplan.planner.geometry.regions import (
     tile_regions,
 )
 from fuseplan.planner.ir.graph import MapKind
+from fuseplan.planner.plan.json_io import plan_to_json
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli_tables import bound_lines
-from tests.hand import assert_verifies, hand_plan
+from tests.hand import assert_refused, assert_verifies, hand_plan
 from tests.models import causal_encoder, save
 
 pytestmark = pytest.mark.xdist_group("causal_prefix")
@@ -99,6 +105,68 @@ def test_keys_a_group_makes_itself_stay_whole(encoder: api.Problem) -> None:
     assert tile_regions(g, io, box)[k][2:4] == (0, 512)
     alone = group_io(g, (mix,))
     assert tile_regions(g, alone, (0, 1, 0, 64, 0, 1))[k][2:4] == (0, 64)
+    # tiles that reuse keep the keys made so far: a tile's keys are the prefix up to it
+    assert tile_regions(g, io, (0, 1, 64, 128, 0, 1), reuse=True)[k][2:4] == (0, 128)
+
+
+@pytest.mark.parametrize("height", [1, 24, 64, 100])
+def test_a_reusing_group_keeps_the_keys_it_makes(encoder: api.Problem, height: int) -> None:
+    """A block's first half (the norm, the qkv projection, the head split, the causal
+    attention, the head merge, the projection and the residual add) with tiles that run in
+    order and keep what later tiles read: each tile makes its own rows of k and v and reads
+    the prefix held, so the group reads its input once and writes its output once at any
+    tile height, one row included (recomputing tiles read the input again for every tile's
+    keys); the last tile holds every key and value. Verified byte for byte."""
+    g = encoder.graph
+    mix = _layer(encoder, "FlashAttention")
+    first_half = _names(encoder, g.layers[0].name, _layer(encoder, "Add", mix))
+    q, k, v = g.layer(mix).fmap_inputs
+    plan = hand_plan(encoder, [Placement.of(first_half, Tile(1, height, 1), True,
+                                            halo_reuse=True)])
+    assert_verifies(encoder, plan)
+    group = next(gr for gr in plan.groups if mix in gr.layers)
+    io = group_io(g, group.layers)
+    weights = 2 * sum(int(g.constants[w].size) for w in io.weights)
+    assert io.inputs == ("input",) and len(io.outputs) == 1
+    assert group.predicted.dram_read_bytes == 2 * g.elems("input") + weights
+    assert group.predicted.dram_write_bytes == 2 * g.elems(io.outputs[0])
+    assert group.predicted.sram_peak_bytes >= 2 * (g.elems(k) + g.elems(v))
+    recompute = hand_plan(encoder, [Placement.of(first_half, Tile(1, height, 1), True)])
+    assert recompute.groups[0].predicted.dram_read_bytes > group.predicted.dram_read_bytes
+    # the I/O bound counts its attention at one pass: it reads its keys once
+    (alone,) = alone_traffic(g, io, group.tile, 2, reuse=True)
+    assert alone.passes == 1 and alone.total == 2 * sum(
+        g.elems(t) for t in (q, k, v, g.layer(mix).outputs[0]))
+
+
+def test_growing_schedules_sum_earlier_tiles_by_prefix_sums(encoder: api.Problem) -> None:
+    """A reusing group that keeps its keys walks every tile (no interior stands for the
+    rest), and sums what earlier tiles made from prefix sums: equal, for every tile, tensor
+    and bound, to adding up the tiles' made parts one by one."""
+    g = encoder.graph
+    mix = _layer(encoder, "FlashAttention")
+    io = group_io(g, _names(encoder, g.layers[0].name, _layer(encoder, "Add", mix)))
+    rows = AxisSchedule(g, io, group_chains(g, io), 1, 24)
+    assert rows.growing and not rows.exact and rows.indices() == list(range(rows.count))
+    for t in (g.layer(mix).fmap_inputs[1], "input", io.outputs[0]):
+        for i in range(rows.count + 1):
+            for x in (0, 5, 24, 100, 511, 512, NEVER):
+                brute = sum(max(0, b - max(a, x)) for a, b in (rows.made(j, t)
+                                                              for j in range(i)))
+                assert rows.made_from(i, t, x) == brute, (t, i, x)
+    assert not AxisSchedule(g, group_io(g, (mix,)), group_chains(g, group_io(g, (mix,))),
+                            1, 24).growing
+
+
+def test_tiles_reuse_no_keys_they_load(tmp_path: Path) -> None:
+    """A group that loads its keys streams them afresh for every tile: a plan file asking
+    it to reuse halos is refused (exit 2, naming the fix)."""
+    path = save(causal_encoder(tokens=512, width=32, heads=2), tmp_path, "encoder")
+    problem = api.prepare(str(path))
+    mix = _layer(problem, "FlashAttention")
+    doc = plan_to_json(hand_plan(problem, [Placement.of((mix,), Tile(1, 64, 1), True)]))
+    next(gr for gr in doc["groups"] if gr["layers"] == [mix])["halo"] = "reuse"
+    assert_refused(str(path), doc, tmp_path, 'Use "halo": "recompute"')
 
 
 @pytest.mark.parametrize("double_buffered", [False, True])

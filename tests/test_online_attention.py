@@ -10,6 +10,7 @@ values once per tile of query rows, output once).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from onnx import numpy_helper
 
 from fuseplan.emulator.attention_kernel import online_attention
 from fuseplan.planner.app import api
+from fuseplan.planner.app.planning import plan_problem
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.cost.model import group_cost
 from fuseplan.planner.front.graph_build import build_graph
@@ -246,7 +248,9 @@ def test_a_fused_attention_runs_inside_head_chunks_of_its_block(tmp_path: Path) 
     stretch: each chunk of heads makes its own q, keys and values and runs the online
     softmax on them, its scratch counted per head. At 256 KiB the whole block is one group
     (no map but the input and output crosses DRAM), verified byte for byte; holding every
-    head at once, the same group needs more than the chip has."""
+    head at once, the same group needs more than the chip has. Where tiles may reuse, the
+    block is one group of short tiles keeping the keys they make instead (the same bytes;
+    tests/test_causal_prefix.py); head chunks are what a search without reuse finds."""
     path, graph = _graph(tmp_path, tokens=512, width=64, heads=4)
     names = [lay.name for lay in graph.layers]
     mix = next(n for n in names if graph.layer(n).op == "FlashAttention")
@@ -254,20 +258,30 @@ def test_a_fused_attention_runs_inside_head_chunks_of_its_block(tmp_path: Path) 
     assert [(s.widen, s.narrow, s.channels) for s in found][0] == ("qkv13", "proj29", 4)
     assert mix in found[0].mids
     chip = ["sram.bytes=256KiB"]
-    plan = _plan_and_verify(tmp_path, path, chip)
+    dt = 2
+    weights = sum(graph.elems(w) for lay in graph.layers for w in lay.weights)
+    reusing = _plan_and_verify(tmp_path, path, chip)
+    (kept,) = reusing.groups
+    assert kept.halo_reuse and kept.tile.h < 512
+    problem = api.prepare(str(path), overrides=chip)
+    rs = problem.ruleset
+    problem = replace(problem, ruleset=replace(rs, search=replace(rs.search, halo_reuse=False)))
+    plan = plan_problem(problem, "cpsat")
+    report = api.verify_in_memory(problem, plan, seed=3)
+    assert report.outputs_match and report.predicted_matches_emulated
+    assert not report.capacity_violations
     (group,) = plan.groups
     assert group.placement.hidden_chunks > 1
     io = group_io(graph, group.layers)
     assert onchip_attention(graph, io) is not None
-    problem = api.prepare(str(path), overrides=chip)
     whole = group_cost(graph, group.layers, group.tile, problem.chip, False,
                        group.double_buffered)
     assert whole.sram_peak_bytes > 256 * 1024 >= group.predicted.sram_peak_bytes
     # between the maps: inputs and weights read, the output written, nothing else
-    dt = 2
-    weights = sum(graph.elems(w) for lay in graph.layers for w in lay.weights)
-    assert plan.totals.dram_write_bytes == dt * graph.elems(graph.outputs[0])
-    assert plan.totals.dram_read_bytes >= dt * (graph.elems("input") + weights)
+    for p in (plan, reusing):
+        assert p.totals.dram_write_bytes == dt * graph.elems(graph.outputs[0])
+        assert p.totals.dram_read_bytes >= dt * (graph.elems("input") + weights)
+    assert reusing.totals.dram_bytes <= plan.totals.dram_bytes
 
 
 def test_grouped_query_attention_runs_in_chunks_of_whole_groups(tmp_path: Path) -> None:

@@ -223,12 +223,14 @@ def attention_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
     return counts
 
 
-def alone_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
-                  ) -> list[AttentionTraffic]:
+def alone_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int,
+                  reuse: bool = False) -> list[AttentionTraffic]:
     """FlashAttention's I/O of each fused attention layer of a group as if it ran alone at
     the query rows the group's tiles give it: q read, k and v streamed per pass (a causal
     pass's prefix of them), o written, whatever the group keeps on chip. Summed over a
-    plan, with the floor, it is the I/O a prefill is measured against."""
+    plan, with the floor, it is the I/O a prefill is measured against. A halo-reusing group
+    (`reuse`) keeps the keys it makes as its tiles go (regions.kept_prefix), so however
+    short its tiles, its attention reads them once: one pass, FlashAttention's least."""
     found = online_attention(graph, io)
     if found is None:
         return []
@@ -239,7 +241,8 @@ def alone_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int
         lay = graph.layer(graph.producer[out])
         alone = group_io(graph, (lay.name,))
         aw = anchor_extent(graph, alone)[2]
-        rows = max(1, first[out][3] - first[out][2])
+        kept = reuse and not any(t in found.streamed for t in lay.fmap_inputs[1:])
+        rows = anchor_extent(graph, alone)[1] if kept else max(1, first[out][3] - first[out][2])
         counts += attention_traffic(graph, alone, Tile(first[out][1] - first[out][0], rows, aw),
                                     dtype_bytes)
     return counts

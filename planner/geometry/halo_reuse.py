@@ -22,6 +22,7 @@ need only the first and last few tiles of each axis.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,6 +37,7 @@ from fuseplan.planner.geometry.regions import (
     anchor_extent,
     axis_ranges,
     group_row_map,
+    kept_prefix,
     needed_range,
     tile_regions,
 )
@@ -44,6 +46,10 @@ from fuseplan.planner.ir.graph import Graph, Layer, MapKind
 Span = tuple[int, int]
 NEVER = 1 << 62  # a read bound no tile reaches: nothing is kept
 EDGE = 4  # tiles at each end that may differ from the interior when one tile is clipped
+# a growing schedule's made parts of one tensor (AxisSchedule._made_index): arrays, then lists
+MadeIndex = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                  list[int], list[int], list[int], list[int]]
+GROWING_TILES = 64  # most tiles a search offers a group whose kept keys grow (reuse_heights)
 
 
 def length(span: Span) -> int:
@@ -78,6 +84,8 @@ class AxisSchedule:
     _factors: dict[tuple[int, str, int], tuple[tuple[int, int], ...]] = field(
         default_factory=dict)
     _earlier: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+    # per tensor, a growing schedule's made parts as prefix sums (_made_before)
+    _index: dict[str, MadeIndex] = field(default_factory=dict)
 
     @cached_property
     def ranges(self) -> list[Span]:
@@ -89,8 +97,16 @@ class AxisSchedule:
         return len(self.ranges)
 
     @cached_property
+    def growing(self) -> bool:
+        """Whether what tiles keep along this axis grows with every tile: rows of a group
+        that keeps the prefix of keys it makes (regions.kept_prefix); each tile is walked."""
+        return self.axis == 1 and kept_prefix(self.graph, self.io)
+
+    @cached_property
     def exact(self) -> bool:
         """Interior tiles are translates (every tensor has a closed form at this size)."""
+        if self.growing:
+            return False
         extent = anchor_extent(self.graph, self.io)[self.axis]
         for chain in self.chains.chains.values():
             c = chain[self.axis]
@@ -104,6 +120,8 @@ class AxisSchedule:
         """Tiles at each end that may differ from the interior: those whose ranges clipping
         at the map's borders reaches (one, at sizes where every closed form is exact), plus
         the neighbours the made parts and kept borders look at."""
+        if self.growing:
+            return self.count
         clipped = 1
         for chain in self.chains.chains.values():
             c = chain[self.axis]
@@ -159,7 +177,8 @@ class AxisSchedule:
         n, h, w = anchor_extent(self.graph, self.io)
         anchor = (0, n, lo, hi, 0, w) if self.axis == 1 else (0, n, 0, h, lo, hi)
         k = 2 * self.axis
-        return {t: (b[k], b[k + 1]) for t, b in tile_regions(self.graph, self.io, anchor).items()}
+        return {t: (b[k], b[k + 1])
+                for t, b in tile_regions(self.graph, self.io, anchor, True).items()}
 
     def _closed_boxes(self, lo: int, hi: int) -> dict[str, Span]:
         """tile_regions along this axis from the chains' closed forms (no walk)."""
@@ -176,6 +195,14 @@ class AxisSchedule:
                 for t in outs:
                     out.setdefault(t, known)
         return out
+
+    def longest_held(self, t: str) -> int:
+        """The most indices of t any tile of this axis holds while it runs (every tile
+        walked): what it makes, and what earlier tiles made that it reads. Its box is
+        longer where it reaches back to kept parts: a tile's box of the input of the
+        layer making kept keys is the prefix, of which the tile makes only its rows."""
+        return max(length(self.made(i, t)) + self.made_from(i, t, self.read_low(i, t))
+                   for i in range(self.count))
 
     def made(self, i: int, t: str) -> Span:
         """Part of t's range tile i makes: its box past what the tile before made (boxes
@@ -204,7 +231,7 @@ class AxisSchedule:
                 if hi <= lo:
                     continue
                 for j, t in enumerate(lay.fmap_inputs):
-                    m = group_row_map(self.io, lay, j) if self.axis == 1 else lay.col_maps[j]
+                    m = group_row_map(self.io, lay, j, True) if self.axis == 1 else lay.col_maps[j]
                     out[(name, j)] = needed_range(m, lo, hi,
                                                   self.graph.dims(t)[self.axis + 1],
                                                   self.graph.layout(first).spatial,
@@ -257,13 +284,16 @@ class AxisSchedule:
         corners = np.maximum(np.asarray(floors, np.int64)[:, None], corner)  # (y, 3)
         # made by earlier tile rows at or after each corner; empty spans pad the rows with
         # fewer earlier parts (they add nothing: every corner is at least 0)
-        earlier = [self.earlier_spans(i, t) for i in picked]
-        spans = np.zeros((len(picked), max(len(e) for e in earlier), 2), np.int64)
-        for k, e in enumerate(earlier):
-            spans[k, :len(e)] = e
-        lo_hi = spans[at][:, None, :, :]  # (y, 1, m, 2)
-        made_before = np.maximum(0, lo_hi[..., 1] - np.maximum(lo_hi[..., 0],
-                                                                corners[..., None])).sum(-1)
+        if self.growing:
+            made_before = self._made_before(np.array(picked, np.int64)[at][:, None], t, corners)
+        else:
+            earlier = [self.earlier_spans(i, t) for i in picked]
+            spans = np.zeros((len(picked), max(len(e) for e in earlier), 2), np.int64)
+            for k, e in enumerate(earlier):
+                spans[k, :len(e)] = e
+            lo_hi = spans[at][:, None, :, :]  # (y, 1, m, 2)
+            made_before = np.maximum(0, lo_hi[..., 1] - np.maximum(
+                lo_hi[..., 0], corners[..., None])).sum(-1)
         made = np.array([self.made(i, t) for i in picked], np.int64)[at]  # (y, 2)
         out = np.empty((len(rows), 3, 2), np.int64)
         out[..., 0] = made_before
@@ -281,6 +311,11 @@ class AxisSchedule:
     def made_from(self, i: int, t: str, x: int) -> int:
         """Elements of t at or after x made by tiles before i (made parts are disjoint and
         ascending, so only the last few tiles can reach past x)."""
+        if self.growing:  # every tile is walked: no few tiles to loop over
+            before, starts, sizes, below = self._made_index(t)[4:]
+            k = max(bisect_right(starts, x) - 1, 0)
+            under = below[k] + min(max(x - starts[k], 0), sizes[k]) if starts else 0
+            return before[i] - min(before[i], under)
         key = (i, t, x)
         if key not in self._made_from:
             total = 0
@@ -291,6 +326,34 @@ class AxisSchedule:
                 total += from_(span, x)
             self._made_from[key] = total
         return self._made_from[key]
+
+    def _made_index(self, t: str) -> MadeIndex:
+        """What the tiles make of t as prefix sums: the elements made before each tile
+        index, and the non-empty made parts' starts, sizes and elements before each (as
+        arrays, then the same as lists)."""
+        if t not in self._index:
+            spans = np.array([self.made(j, t) for j in range(self.count)],
+                             np.int64).reshape(-1, 2)
+            sizes = np.maximum(0, spans[:, 1] - spans[:, 0])
+            live = sizes > 0
+            arrays = (np.concatenate([[0], np.cumsum(sizes)]), spans[live, 0], sizes[live],
+                      np.concatenate([[0], np.cumsum(sizes[live])]))
+            self._index[t] = (*arrays, *(a.tolist() for a in arrays))  # lists: scalar asks
+        return self._index[t]
+
+    def _made_before(self, i: np.ndarray, t: str, x: np.ndarray) -> np.ndarray:
+        """made_from over arrays of tile indices and bounds (broadcast), from prefix sums:
+        the elements tiles before i made, less those below x. Made parts are disjoint and
+        ascending, so the parts below x are those before the last one starting at or
+        before x, and that one up to x; parts of tiles from i on lie past every earlier
+        part, so counting them below x only reaches what the earlier tiles made."""
+        before, starts, sizes, below = self._made_index(t)[:4]
+        total = before[i]
+        if not len(starts):
+            return np.zeros_like(total + x)
+        k = np.maximum(np.searchsorted(starts, x, side="right") - 1, 0)
+        under = below[k] + np.clip(x - starts[k], 0, sizes[k])
+        return total - np.minimum(total, under)
 
 
 @dataclass
@@ -364,6 +427,19 @@ class ReuseGrid:
     def made_now(self, t: str, r: int, q: int) -> int:
         """Elements of t tile (r, q) makes."""
         return self.plane(t) * length(self.rows.made(r, t)) * length(self.cols.made(q, t))
+
+
+def reuse_heights(graph: Graph, io: GroupIO, heights: list[int]) -> list[int]:
+    """The tile heights of `heights` (tallest first) whose halo reuse is worth costing:
+    every one, but where the group keeps a prefix of keys it makes (regions.kept_prefix)
+    only the halvings of the map into at most GROWING_TILES tiles: each of those tiles is
+    walked, not taken from a closed form, and a tile search costs every height it offers
+    (with resident weights, shorter tiles move no byte less)."""
+    if not heights or not kept_prefix(graph, io):
+        return heights
+    h = heights[0]
+    halvings = {-(-h // (1 << k)) for k in range(h.bit_length() + 1)}
+    return [th for th in heights if th in halvings and -(-h // th) <= GROWING_TILES]
 
 
 def part_images(graph: Graph, io: GroupIO, tile: Tile) -> int | None:

@@ -272,16 +272,31 @@ def input_box(graph: Graph, lay: Layer, index: int, out_box: Box,
     return n0, n1, r0, r1, c0, c1
 
 
-def group_row_map(io: GroupIO, lay: Layer, index: int) -> AxisMap:
+def group_row_map(io: GroupIO, lay: Layer, index: int, reuse: bool = False) -> AxisMap:
     """The row map by which a group reads fmap input `index` of its layer `lay`: the
     layer's, but WHOLE for a causal attention's prefix of keys (MapKind.PREFIX) where the
-    group makes them itself: every tile makes them all, as before. The prefix pays where
-    keys stream from DRAM (fewer bytes read); made on chip, a tile's keys would grow with
-    its rows, and no tile would stand for the others in the cost model."""
+    group makes them itself and its tiles recompute: every tile makes them all. The prefix
+    pays where keys stream from DRAM (fewer bytes read); made on chip by tiles that keep
+    nothing, a tile's keys would grow with its rows, and no tile would stand for the others
+    in the cost model. Under halo reuse (`reuse`) the tiles run in order and keep what later
+    tiles read, so the keys made so far stay on chip: each tile makes its own rows of them
+    and reads the prefix held (kept_prefix)."""
     m = lay.row_maps[index]
-    if m.kind is MapKind.PREFIX and lay.fmap_inputs[index] not in io.inputs:
+    if m.kind is MapKind.PREFIX and not reuse and lay.fmap_inputs[index] not in io.inputs:
         return WHOLE
     return m
+
+
+def kept_prefix(graph: Graph, io: GroupIO) -> bool:
+    """Whether the group reads a prefix (MapKind.PREFIX: a causal attention's keys or
+    values) of a tensor it makes: under halo reuse what it keeps of that tensor grows with
+    every tile, so its tiles are not translates of each other (no closed form, no interior
+    tile standing for the rest: planner.geometry.halo_reuse walks each one)."""
+    made = {t for name in io.layers for t in graph.layer(name).outputs if t}
+    return any(m.kind is MapKind.PREFIX and t in made
+               for name in io.layers
+               for t, m in zip(graph.layer(name).fmap_inputs, graph.layer(name).row_maps,
+                               strict=False))
 
 
 def empty(box: Box) -> bool:
@@ -299,8 +314,11 @@ def hull(a: Box | None, b: Box) -> Box:
             min(a[4], b[4]), max(a[5], b[5]))
 
 
-def tile_regions(graph: Graph, io: GroupIO, anchor_box: Box) -> dict[str, Box]:
-    """Box of every tensor of the group needed to produce anchor_box of the anchor."""
+def tile_regions(graph: Graph, io: GroupIO, anchor_box: Box, reuse: bool = False
+                 ) -> dict[str, Box]:
+    """Box of every tensor of the group needed to produce anchor_box of the anchor
+    (``reuse``: by a halo-reusing group's tiles, which read a causal prefix of the keys
+    they keep: group_row_map)."""
     need: dict[str, Box] = {io.anchor: anchor_box}
     for t in io.outputs:
         need[t] = anchor_box if t == io.anchor or tiled_like_anchor(graph, io, t) \
@@ -319,7 +337,7 @@ def tile_regions(graph: Graph, io: GroupIO, anchor_box: Box) -> dict[str, Box]:
             if t:
                 need[t] = out_box
         for i, t in enumerate(lay.fmap_inputs):
-            box = input_box(graph, lay, i, out_box, group_row_map(io, lay, i))
+            box = input_box(graph, lay, i, out_box, group_row_map(io, lay, i, reuse))
             if empty(out_box):  # nothing to compute: no input row either (not a window's k)
                 box = (box[0], box[1], box[2], box[2], box[4], box[5])
             need[t] = hull(need.get(t), box)

@@ -27,10 +27,12 @@ def check_reuse_tile(graph: Graph, layers: Sequence[str], tile: Tile, source: st
     tiles that span the whole batch."""
     io = group_io(graph, layers)
     n, _, _ = anchor_extent(graph, io)
-    if online_attention(graph, io) is not None:
+    attention = online_attention(graph, io)
+    if attention is not None and attention.streamed:
         raise InputError(f"{source}: group starting at '{layers[0]}' reuses halos, but it "
-                         "holds a fused attention layer, whose tiles stream the keys and "
-                         "values afresh (nothing carries to the next tile). Use \"halo\": "
+                         "holds a fused attention layer whose keys and values it loads, and "
+                         "its tiles stream them afresh (nothing carries to the next tile; "
+                         "keys the group makes itself are kept). Use \"halo\": "
                          "\"recompute\".")
     backward = backward_range(graph, io, tile)
     if backward is not None:

@@ -133,7 +133,8 @@ def bound_lines(problem: Problem, plan: Plan) -> list[str]:
     if graph.appends:  # a decode step: its ideal is the cache line's
         return []
     found = [a for g in plan.groups
-             for a in alone_traffic(graph, group_io(graph, g.layers), g.tile, dt)]
+             for a in alone_traffic(graph, group_io(graph, g.layers), g.tile, dt,
+                                    g.halo_reuse)]
     if not found:
         return []
     bound = plan.compulsory_dram_bytes + sum(a.total for a in found)
