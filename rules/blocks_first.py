@@ -26,12 +26,18 @@ class BlocksFirst(StructuralRule):
     q, k and v split into heads, the attention they join at left to the next group). It
     takes no layer past the block's exit, which is what the rule guards against; its
     several outputs are single_output's to judge.
+    ``branch_tails``: the mirror, a group may start inside a block it leaves: the last
+    layers of its branches and its exit, then layers after the block, nothing before it (a
+    transformer's attention output, its projection and the residual add, with the norm and
+    MLP after them: at long contexts the attention runs alone, and without tails the
+    residual add is a group of its own writing and reading a whole map).
     """
 
     final_only: ClassVar[bool] = True  # growing the group can still satisfy it
 
     enabled: bool = True
     branch_heads: bool = True
+    branch_tails: bool = True
 
     def check(self, facts: GroupFacts) -> Violation | None:
         graph = facts.graph
@@ -46,7 +52,8 @@ class BlocksFirst(StructuralRule):
                       if accumulated_input(graph, graph.layer(n)) is None}
             inside = members & layers
             if inside and inside != layers and not core <= set(block.layers) \
-                    and not (self.branch_heads and _heads_only(graph, core, block)):
+                    and not (self.branch_heads and _heads_only(graph, core, block)) \
+                    and not (self.branch_tails and _tails_only(graph, core, block)):
                 return self.violation(
                     f"cuts block {block.id} (exit '{block.exit}'): holds {len(inside)} of its "
                     f"{len(block.layers)} layers and layers outside it",
@@ -59,3 +66,10 @@ def _heads_only(graph: Graph, core: set[str], block: Block) -> bool:
     group enters the block and ends in it."""
     first = min(graph.index(n) for n in block.layers)
     return all(graph.index(n) < first for n in core - set(block.layers))
+
+
+def _tails_only(graph: Graph, core: set[str], block: Block) -> bool:
+    """Whether every layer of `core` outside the block comes after all of its layers: the
+    group starts in the block and leaves it."""
+    last = max(graph.index(n) for n in block.layers)
+    return all(graph.index(n) > last for n in core - set(block.layers))

@@ -45,7 +45,7 @@ from fuseplan.solver.groups import is_connected, is_convex
 from fuseplan.solver.hidden import HiddenSearch
 from fuseplan.solver.tiles import GroupSearch
 from tests import models
-from tests.hand import hand_plan
+from tests.hand import assert_verifies, hand_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 FUSEPLAN = ROOT / ".venv" / "bin" / "fuseplan"
@@ -547,13 +547,37 @@ def test_r01_r02_do_not_change_cpsat(store: ModelStore) -> None:
 
 def test_r03_blocks_first(store: ModelStore) -> None:
     """The 14-layer Inception block exceeds max_group_layers (12), so it cannot be fused
-    whole: with blocks_first, no group may take part of it together with the AveragePool
-    after it. Off, CP-SAT fuses concat's branch tail with the pool."""
+    whole: with blocks_first (without branch tails), no group may take part of it together
+    with the AveragePool after it. Off, CP-SAT fuses concat's branch tail with the pool."""
     p = bounded(store.problem("inception_net"))
-    tight, loose = binds(p, with_rules(p, blocks_first={"enabled": False}), "blocks_first")
+    strict = with_rules(p, blocks_first={"branch_tails": False})
+    tight, loose = binds(strict, with_rules(p, blocks_first={"enabled": False}),
+                         "blocks_first")
     pool = group_with(loose, "averagepool32")
     assert "concat31" in pool.layers and len(pool.layers) > 2
     assert group_with(tight, "averagepool32").layers == ("averagepool32",)
+
+
+def test_r03_branch_tails(store: ModelStore) -> None:
+    """With branch_tails (the default) a group may start inside a block it leaves and go
+    on past its exit, nothing before the block: the Inception block's branch tail with its
+    concat and the AveragePool after it, as with blocks_first off (verified). A group
+    entering the block (branch heads) or leaving it passes; one holding layers before the
+    block and after it, and part of it, still breaks the rule."""
+    p = bounded(store.problem("inception_net"))
+    assert p.ruleset.get("blocks_first").branch_tails  # type: ignore[attr-defined]
+    _, loose = binds(with_rules(p, blocks_first={"branch_tails": False}), p, "blocks_first")
+    assert "concat31" in group_with(loose, "averagepool32").layers
+    assert_verifies(p, loose)
+    g = p.graph
+    block = next(b for b in g.blocks if b.exit == "concat31")
+    first = min(block.layers, key=g.index)
+    before = g.layers[g.index(first) - 1].name
+    rule = p.ruleset.get("blocks_first")
+    for layers, cut in (([before, first], False), (["concat31", "averagepool32"], False),
+                        ([before, first, "concat31", "averagepool32"], True)):
+        facts = GroupSearch.of(g, layers, p.chip, p.ruleset).facts(Tile(1, 1, 1), True)
+        assert (rule.check(facts) is not None) == cut, layers
 
 
 def test_r04_single_output(store: ModelStore) -> None:
