@@ -27,10 +27,12 @@ class BlocksFirst(StructuralRule):
     takes no layer past the block's exit, which is what the rule guards against; its
     several outputs are single_output's to judge.
     ``branch_tails``: the mirror, a group may start inside a block it leaves: the last
-    layers of its branches and its exit, then layers after the block, nothing before it (a
-    transformer's attention output, its projection and the residual add, with the norm and
-    MLP after them: at long contexts the attention runs alone, and without tails the
-    residual add is a group of its own writing and reading a whole map).
+    layers of its branches (one main layer at most) and its exit, then layers after the
+    block, nothing before it (a transformer's attention output, its projection and the
+    residual add, with the norm and MLP after them: at long contexts the attention runs
+    alone, and without tails the residual add is a group of its own writing and reading a
+    whole map, as rule 5 refuses a projection with its add). One main layer: the tails that
+    rule 5 leaves stranded, and no more candidates for the searches than those.
     """
 
     final_only: ClassVar[bool] = True  # growing the group can still satisfy it
@@ -69,7 +71,10 @@ def _heads_only(graph: Graph, core: set[str], block: Block) -> bool:
 
 
 def _tails_only(graph: Graph, core: set[str], block: Block) -> bool:
-    """Whether every layer of `core` outside the block comes after all of its layers: the
-    group starts in the block and leaves it."""
+    """Whether every layer of `core` outside the block comes after all of its layers and
+    it holds at most one main layer of the block: the group starts in the block, at its
+    last main layer or after it, and leaves it."""
     last = max(graph.index(n) for n in block.layers)
-    return all(graph.index(n) > last for n in core - set(block.layers))
+    inside = core & set(block.layers)
+    return sum(graph.layer(n).is_main for n in inside) <= 1 \
+        and all(graph.index(n) > last for n in core - set(block.layers))

@@ -714,7 +714,7 @@ class GroupSearch:
         narrow = self.tile_of(1).w < anchor_extent(self.graph, self.io)[2]
         out: list[Option] = []
         for resident, reuse in ((True, False), (False, False), (True, True), (False, True)):
-            heights = reuse_heights(self.graph, self.io, every) if reuse else every
+            heights = reuse_heights(self.graph, self.io, every, self.chip) if reuse else every
             if reuse and (not self.can_reuse()
                           or (len(heights) < 2 and not narrow)):
                 continue

@@ -230,7 +230,7 @@ def representative_boxes(graph: Graph, io: GroupIO, chains: GroupChains, tile: T
         for c, ext, size in zip(ch, (n, h, w), (tile.n, tile.h, tile.w), strict=True)
     )
     pick = _representative if exact else axis_ranges
-    rows, cols = (AxisSchedule(graph, io, picking, axis, size).picked_ranges()
+    rows, cols = (AxisSchedule(graph, io, picking, axis, size, reusing=False).picked_ranges()
                   for axis, size in ((1, tile.h), (2, tile.w)))
     for n0, n1 in pick(n, tile.n):
         for r0, r1 in rows:

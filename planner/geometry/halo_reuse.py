@@ -29,6 +29,7 @@ from functools import cached_property
 
 import numpy as np
 
+from fuseplan.hardware.chip import Chip
 from fuseplan.planner.geometry.bands import band_columns
 from fuseplan.planner.geometry.regions import (
     GroupChains,
@@ -73,6 +74,9 @@ class AxisSchedule:
     axis: int
     size: int
     part: tuple[int, int] | None = None  # only tile indices [first, end): one band's columns
+    # False: the representative tiles of a group whose tiles recompute (planner.cost.model
+    # picks them here), which keeps nothing, so nothing it keeps grows
+    reusing: bool = True
     _boxes: dict[int, dict[str, Span]] = field(default_factory=dict)
     _reads: dict[int, dict[tuple[str, int], Span]] = field(default_factory=dict)
     _made_from: dict[tuple[int, str, int], int] = field(default_factory=dict)
@@ -100,7 +104,7 @@ class AxisSchedule:
     def growing(self) -> bool:
         """Whether what tiles keep along this axis grows with every tile: rows of a group
         that keeps the prefix of keys it makes (regions.kept_prefix); each tile is walked."""
-        return self.axis == 1 and kept_prefix(self.graph, self.io)
+        return self.reusing and self.axis == 1 and kept_prefix(self.graph, self.io)
 
     @cached_property
     def exact(self) -> bool:
@@ -429,17 +433,30 @@ class ReuseGrid:
         return self.plane(t) * length(self.rows.made(r, t)) * length(self.cols.made(q, t))
 
 
-def reuse_heights(graph: Graph, io: GroupIO, heights: list[int]) -> list[int]:
+def reuse_heights(graph: Graph, io: GroupIO, heights: list[int], chip: Chip) -> list[int]:
     """The tile heights of `heights` (tallest first) whose halo reuse is worth costing:
     every one, but where the group keeps a prefix of keys it makes (regions.kept_prefix)
     only the halvings of the map into at most GROWING_TILES tiles: each of those tiles is
     walked, not taken from a closed form, and a tile search costs every height it offers
-    (with resident weights, shorter tiles move no byte less)."""
+    (with resident weights, shorter tiles move no byte less); none where the keys kept
+    whole, as the last tile holds them, do not fit one cluster's SRAM."""
     if not heights or not kept_prefix(graph, io):
         return heights
+    if kept_elems(graph, io) * chip.dtype_bytes >= chip.sram.bytes:
+        return []
     h = heights[0]
     halvings = {-(-h // (1 << k)) for k in range(h.bit_length() + 1)}
     return [th for th in heights if th in halvings and -(-h // th) <= GROWING_TILES]
+
+
+def kept_elems(graph: Graph, io: GroupIO) -> int:
+    """Elements of the tensors a group makes and reads a prefix of (regions.kept_prefix):
+    what a reusing group's last tile holds of them."""
+    made = {t for name in io.layers for t in graph.layer(name).outputs if t}
+    return sum(graph.elems(t) for t in {
+        t for name in io.layers
+        for t, m in zip(graph.layer(name).fmap_inputs, graph.layer(name).row_maps,
+                        strict=False) if m.kind is MapKind.PREFIX and t in made})
 
 
 def part_images(graph: Graph, io: GroupIO, tile: Tile) -> int | None:
