@@ -68,7 +68,7 @@ def _new_part(ever: np.ndarray, box: Box) -> Rect | None:
 
 def schedule(graph: Graph, io: GroupIO, anchors: list[Box]) -> list[Step]:
     """Per tile, the made rectangle of every tensor and the rectangle each layer input reads."""
-    regions = [tile_regions(graph, io, a, True) for a in anchors]
+    regions = [tile_regions(graph, io, a, reuse=True) for a in anchors]
     ever = {t: np.zeros(graph.dims(t)[2:], bool) for t in regions[0]}
     steps = []
     for boxes in regions:
@@ -248,7 +248,8 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
     dt = chip.dtype_bytes
     # each tensor's images in this sweep, as its tiles' boxes give them (a tensor whose
     # batch is not the anchor's, as a window partition folds rows into it, spans its own)
-    batches = {t: (box[0], box[1]) for t, box in tile_regions(graph, io, anchors[0], True).items()}
+    batches = {t: (box[0], box[1])
+               for t, box in tile_regions(graph, io, anchors[0], reuse=True).items()}
     chip_mem = OnChip(graph, batches)
     end = len(io.layers)
     for i, step in enumerate(steps):

@@ -1,25 +1,26 @@
 """Property test of halo-reusing groups that keep the keys they make (planner.geometry.
 regions.kept_prefix): random pre-norm blocks long enough for their attention to fuse
-(tokens, width, heads; a causal mask as GPT-2 exports it, as an additive matrix, or none), the block's first half (norm, qkv, head split,
-attention, head merge, projection, residual) as one group of random tile height, one input
-buffer or two, weights resident or streamed, on a random SRAM size: every plan runs in the
-emulator with outputs matching onnxruntime and every counter (bytes, peaks, cycles) as
-predicted, and the group reads its input once and writes its output once. Then the whole
-block planned by CP-SAT on the same chip verifies too."""
+(tokens, width, heads; a causal mask as GPT-2 exports it, as an additive matrix, or none),
+the block's first half (norm, qkv, head split, attention, head merge, projection, residual)
+as one group of random tile height, one input buffer or two, weights resident or streamed,
+on a random SRAM size: every plan runs in the emulator with outputs matching onnxruntime
+and every counter (bytes, peaks, cycles) as predicted, and the group reads its input once
+and writes its output once. Then the whole block planned by CP-SAT on the same chip
+verifies too."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from hand import assert_verifies, hand_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import causal_encoder, save
 
 from fuseplan.planner.app import api
 from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.plan.placement import Placement
+from tests.hand import assert_verifies, hand_plan
+from tests.models import causal_encoder, save
 
 pytestmark = pytest.mark.xdist_group("kept_keys")
 

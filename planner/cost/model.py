@@ -633,8 +633,8 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     else:
         core_fmap = _reuse_core_elems(graph, io, grid, made) * dt
     first, last = edge_tiles(graph, io, tile)
-    first_boxes = tile_regions(graph, io, first, halo_reuse)
-    last_boxes = tile_regions(graph, io, last, halo_reuse)
+    first_boxes = tile_regions(graph, io, first, reuse=halo_reuse)
+    last_boxes = tile_regions(graph, io, last, reuse=halo_reuse)
     first_load = sum(box_elems(graph, t, first_boxes[t]) for t in loads) * dt + wbytes
     last_store = sum(box_elems(graph, t, last if t == io.anchor else last_boxes[t])
                      for t in io.outputs) * dt

@@ -39,6 +39,7 @@ from fuseplan.planner.geometry.regions import (
     axis_ranges,
     group_row_map,
     kept_prefix,
+    kept_tensors,
     needed_range,
     tile_regions,
 )
@@ -182,7 +183,7 @@ class AxisSchedule:
         anchor = (0, n, lo, hi, 0, w) if self.axis == 1 else (0, n, 0, h, lo, hi)
         k = 2 * self.axis
         return {t: (b[k], b[k + 1])
-                for t, b in tile_regions(self.graph, self.io, anchor, True).items()}
+                for t, b in tile_regions(self.graph, self.io, anchor, reuse=True).items()}
 
     def _closed_boxes(self, lo: int, hi: int) -> dict[str, Span]:
         """tile_regions along this axis from the chains' closed forms (no walk)."""
@@ -235,7 +236,8 @@ class AxisSchedule:
                 if hi <= lo:
                     continue
                 for j, t in enumerate(lay.fmap_inputs):
-                    m = group_row_map(self.io, lay, j, True) if self.axis == 1 else lay.col_maps[j]
+                    m = group_row_map(self.io, lay, j, reuse=True) if self.axis == 1 \
+                        else lay.col_maps[j]
                     out[(name, j)] = needed_range(m, lo, hi,
                                                   self.graph.dims(t)[self.axis + 1],
                                                   self.graph.layout(first).spatial,
@@ -442,21 +444,12 @@ def reuse_heights(graph: Graph, io: GroupIO, heights: list[int], chip: Chip) -> 
     whole, as the last tile holds them, do not fit one cluster's SRAM."""
     if not heights or not kept_prefix(graph, io):
         return heights
-    if kept_elems(graph, io) * chip.dtype_bytes >= chip.sram.bytes:
+    if sum(graph.elems(t) for t in kept_tensors(graph, io)) * chip.dtype_bytes \
+            >= chip.sram.bytes:
         return []
     h = heights[0]
     halvings = {-(-h // (1 << k)) for k in range(h.bit_length() + 1)}
     return [th for th in heights if th in halvings and -(-h // th) <= GROWING_TILES]
-
-
-def kept_elems(graph: Graph, io: GroupIO) -> int:
-    """Elements of the tensors a group makes and reads a prefix of (regions.kept_prefix):
-    what a reusing group's last tile holds of them."""
-    made = {t for name in io.layers for t in graph.layer(name).outputs if t}
-    return sum(graph.elems(t) for t in {
-        t for name in io.layers
-        for t, m in zip(graph.layer(name).fmap_inputs, graph.layer(name).row_maps,
-                        strict=False) if m.kind is MapKind.PREFIX and t in made})
 
 
 def part_images(graph: Graph, io: GroupIO, tile: Tile) -> int | None:

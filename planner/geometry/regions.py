@@ -287,16 +287,20 @@ def group_row_map(io: GroupIO, lay: Layer, index: int, reuse: bool = False) -> A
     return m
 
 
-def kept_prefix(graph: Graph, io: GroupIO) -> bool:
-    """Whether the group reads a prefix (MapKind.PREFIX: a causal attention's keys or
-    values) of a tensor it makes: under halo reuse what it keeps of that tensor grows with
-    every tile, so its tiles are not translates of each other (no closed form, no interior
-    tile standing for the rest: planner.geometry.halo_reuse walks each one)."""
+def kept_tensors(graph: Graph, io: GroupIO) -> set[str]:
+    """The tensors a group makes and reads a prefix of (MapKind.PREFIX: a causal
+    attention's keys or values): under halo reuse what it keeps of them grows with every
+    tile, so its tiles are not translates of each other (no closed form, no interior tile
+    standing for the rest: planner.geometry.halo_reuse walks each one)."""
     made = {t for name in io.layers for t in graph.layer(name).outputs if t}
-    return any(m.kind is MapKind.PREFIX and t in made
-               for name in io.layers
-               for t, m in zip(graph.layer(name).fmap_inputs, graph.layer(name).row_maps,
-                               strict=False))
+    return {t for name in io.layers
+            for t, m in zip(graph.layer(name).fmap_inputs, graph.layer(name).row_maps,
+                            strict=False) if m.kind is MapKind.PREFIX and t in made}
+
+
+def kept_prefix(graph: Graph, io: GroupIO) -> bool:
+    """Whether the group reads a prefix of a tensor it makes (kept_tensors)."""
+    return bool(kept_tensors(graph, io))
 
 
 def empty(box: Box) -> bool:
