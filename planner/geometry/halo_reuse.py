@@ -30,6 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.geometry.attention import online_attention
 from fuseplan.planner.geometry.bands import band_columns
 from fuseplan.planner.geometry.regions import (
     GroupChains,
@@ -441,9 +442,15 @@ def reuse_heights(graph: Graph, io: GroupIO, heights: list[int], chip: Chip) -> 
     only the halvings of the map into at most GROWING_TILES tiles: each of those tiles is
     walked, not taken from a closed form, and a tile search costs every height it offers
     (with resident weights, shorter tiles move no byte less); none where the keys kept
-    whole, as the last tile holds them, do not fit one cluster's SRAM."""
-    if not heights or not kept_prefix(graph, io):
+    whole, as the last tile holds them, do not fit one cluster's SRAM. None either for a
+    group making the keys of an attention that is not causal: its first tile would make
+    them all from the whole input, holding nearly what the one-tile choice holds for no
+    byte less, and ViT-sized groups would pay the search time (plan files may still state
+    such a schedule: it runs and verifies)."""
+    if not heights:
         return heights
+    if not kept_prefix(graph, io):
+        return [] if online_attention(graph, io) is not None else heights
     if sum(graph.elems(t) for t in kept_tensors(graph, io)) * chip.dtype_bytes \
             >= chip.sram.bytes:
         return []
