@@ -37,7 +37,6 @@ from fuseplan.planner.geometry.regions import (
     Tile,
     anchor_extent,
     box_elems,
-    kept_prefix,
 )
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.plan.mode import Mode, ModeFlags
@@ -133,7 +132,7 @@ class GroupFacts(ModeFlags):
         for axis, (chain, extent, size) in enumerate(
                 ((cn, n, self.tile.n), (cr, h, self.tile.h), (cc, w, self.tile.w))):
             full = fb[2 * axis + 1] - fb[2 * axis]
-            if axis == 1 and size < extent and self.halo_reuse and self._growing:
+            if axis == 1 and size < extent and self.halo_reuse and self._reuse_grid.rows.growing:
                 sizes.append(self._reuse_grid.rows.longest_held(t))  # keys kept: tiles walked
             elif chain is None and size < extent and axis == 1 and self._prefixed(t):
                 sizes.append(full)  # the last tile reads the whole prefix: every key
@@ -295,13 +294,6 @@ class GroupFacts(ModeFlags):
     def _reuse_grid(self) -> ReuseGrid:
         """The reusing tile grid: the search's where it keeps one (its axes memoized)."""
         return self.grid or ReuseGrid.of(self.graph, self.io, self.chains, self.tile)
-
-    @cached_property
-    def _growing(self) -> bool:
-        """Whether reusing tiles keep a prefix of keys they make (regions.kept_prefix): the
-        chains read those keys whole, and every tensor before them with them, where each
-        tile makes and holds only its own rows of all but the keys."""
-        return kept_prefix(self.graph, self.io)
 
     @cached_property
     def reuse_peak_bytes(self) -> int:

@@ -1,5 +1,5 @@
 """Property test of halo-reusing groups that keep the keys they make (planner.geometry.
-regions.kept_prefix): random pre-norm blocks long enough for their attention to fuse
+attention.kept_prefix): random pre-norm blocks long enough for their attention to fuse
 (tokens, width, heads; a causal mask as GPT-2 exports it, as an additive matrix, or none),
 the block's first half (norm, qkv, head split, attention, head merge, projection, residual)
 as one group of random tile height, one input buffer or two, weights resident or streamed,

@@ -54,6 +54,10 @@ class OnlineAttention:
     # the streamed inputs a causal layer reads only up to each tile's last query (their
     # rows are the keys: a tile's box holds its prefix of them, not all)
     prefix: frozenset[str] = frozenset()
+    # the tensors the group makes that a causal layer reads a prefix of: under halo reuse
+    # the tiles keep them as they go, what they hold growing with every tile, so no tile
+    # stands for the others (planner.geometry.halo_reuse walks each one)
+    kept: frozenset[str] = frozenset()
 
     def onchip_elems(self, tensor: str, box_elems: int, rows: int | None = None) -> int:
         """Elements of `tensor` on chip when a tile needs `box_elems` of it: one chunk of
@@ -99,10 +103,19 @@ def _online_attention(graph: Graph, io: GroupIO) -> OnlineAttention | None:
             streamed[t] = _keys_of(readers[0], t, graph.shapes[t])
     scratch = tuple((i, lay.outputs[0], graph.shapes[lay.fmap_inputs[2]][-1],
                      int(lay.attrs["kv_chunk"])) for i, lay in fused)
-    prefix = frozenset(t for t in streamed for name in io.layers
-                       if t in (lay := graph.layer(name)).fmap_inputs
-                       and lay.row_maps[lay.fmap_inputs.index(t)].kind is MapKind.PREFIX)
-    return OnlineAttention(streamed, scratch, prefix)
+    prefixed = {t for _, lay in fused
+                for t, m in zip(lay.fmap_inputs, lay.row_maps, strict=True)
+                if m.kind is MapKind.PREFIX}
+    made = {t for name in io.layers for t in graph.layer(name).outputs if t}
+    return OnlineAttention(streamed, scratch, frozenset(prefixed & set(streamed)),
+                           frozenset(prefixed & made))
+
+
+def kept_prefix(graph: Graph, io: GroupIO) -> frozenset[str]:
+    """The tensors the group makes and reads a prefix of (OnlineAttention.kept): a causal
+    attention's keys and values made in the group; empty where there are none."""
+    found = online_attention(graph, io)
+    return found.kept if found is not None else frozenset()
 
 
 def _keys_of(lay: Layer, t: str, shape: tuple[int, ...]) -> tuple[int, int]:
@@ -229,7 +242,7 @@ def alone_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int,
     the query rows the group's tiles give it: q read, k and v streamed per pass (a causal
     pass's prefix of them), o written, whatever the group keeps on chip. Summed over a
     plan, with the floor, it is the I/O a prefill is measured against. A halo-reusing group
-    (`reuse`) keeps the keys it makes as its tiles go (regions.kept_prefix), so however
+    (`reuse`) keeps the keys it makes as its tiles go (kept_prefix), so however
     short its tiles, its attention reads them once: one pass, FlashAttention's least."""
     found = online_attention(graph, io)
     if found is None:

@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.geometry.attention import online_attention
+from fuseplan.planner.geometry.attention import kept_prefix, online_attention
 from fuseplan.planner.geometry.bands import band_columns
 from fuseplan.planner.geometry.regions import (
     GroupChains,
@@ -39,8 +39,6 @@ from fuseplan.planner.geometry.regions import (
     anchor_extent,
     axis_ranges,
     group_row_map,
-    kept_prefix,
-    kept_tensors,
     needed_range,
     tile_regions,
 )
@@ -105,8 +103,8 @@ class AxisSchedule:
     @cached_property
     def growing(self) -> bool:
         """Whether what tiles keep along this axis grows with every tile: rows of a group
-        that keeps the prefix of keys it makes (regions.kept_prefix); each tile is walked."""
-        return self.reusing and self.axis == 1 and kept_prefix(self.graph, self.io)
+        that keeps the prefix of keys it makes (attention.kept_prefix); each tile is walked."""
+        return self.reusing and self.axis == 1 and bool(kept_prefix(self.graph, self.io))
 
     @cached_property
     def exact(self) -> bool:
@@ -438,7 +436,7 @@ class ReuseGrid:
 
 def reuse_heights(graph: Graph, io: GroupIO, heights: list[int], chip: Chip) -> list[int]:
     """The tile heights of `heights` (tallest first) whose halo reuse is worth costing:
-    every one, but where the group keeps a prefix of keys it makes (regions.kept_prefix)
+    every one, but where the group keeps a prefix of keys it makes (attention.kept_prefix)
     only the halvings of the map into at most GROWING_TILES tiles: each of those tiles is
     walked, not taken from a closed form, and a tile search costs every height it offers
     (with resident weights, shorter tiles move no byte less); none where the keys kept
@@ -449,10 +447,10 @@ def reuse_heights(graph: Graph, io: GroupIO, heights: list[int], chip: Chip) -> 
     such a schedule: it runs and verifies)."""
     if not heights:
         return heights
-    if not kept_prefix(graph, io):
+    kept = kept_prefix(graph, io)
+    if not kept:
         return [] if online_attention(graph, io) is not None else heights
-    if sum(graph.elems(t) for t in kept_tensors(graph, io)) * chip.dtype_bytes \
-            >= chip.sram.bytes:
+    if sum(graph.elems(t) for t in kept) * chip.dtype_bytes >= chip.sram.bytes:
         return []
     h = heights[0]
     halvings = {-(-h // (1 << k)) for k in range(h.bit_length() + 1)}

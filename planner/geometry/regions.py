@@ -280,27 +280,11 @@ def group_row_map(io: GroupIO, lay: Layer, index: int, reuse: bool = False) -> A
     nothing, a tile's keys would grow with its rows, and no tile would stand for the others
     in the cost model. Under halo reuse (`reuse`) the tiles run in order and keep what later
     tiles read, so the keys made so far stay on chip: each tile makes its own rows of them
-    and reads the prefix held (kept_prefix)."""
+    and reads the prefix held (planner.geometry.attention.kept_prefix)."""
     m = lay.row_maps[index]
     if m.kind is MapKind.PREFIX and not reuse and lay.fmap_inputs[index] not in io.inputs:
         return WHOLE
     return m
-
-
-def kept_tensors(graph: Graph, io: GroupIO) -> set[str]:
-    """The tensors a group makes and reads a prefix of (MapKind.PREFIX: a causal
-    attention's keys or values): under halo reuse what it keeps of them grows with every
-    tile, so its tiles are not translates of each other (no closed form, no interior tile
-    standing for the rest: planner.geometry.halo_reuse walks each one)."""
-    made = {t for name in io.layers for t in graph.layer(name).outputs if t}
-    return {t for name in io.layers
-            for t, m in zip(graph.layer(name).fmap_inputs, graph.layer(name).row_maps,
-                            strict=False) if m.kind is MapKind.PREFIX and t in made}
-
-
-def kept_prefix(graph: Graph, io: GroupIO) -> bool:
-    """Whether the group reads a prefix of a tensor it makes (kept_tensors)."""
-    return bool(kept_tensors(graph, io))
 
 
 def empty(box: Box) -> bool:
