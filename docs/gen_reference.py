@@ -520,6 +520,10 @@ PLAN_KEYS = {
                               "every layer's output channels with its share of the weights "
                               "resident; maps a layer reads whole are gathered over the "
                               "cluster links.",
+    "groups[].keys_spilled": "With halo reuse: the keys and values a causal attention of "
+                             "the group reads a prefix of, made in the group, are written "
+                             "to DRAM as each tile makes its rows and read back by later "
+                             "tiles a chunk of keys at a time, instead of held on chip.",
     "groups[].predicted": "The cost model's counters for the group.",
     "totals": "The plan's counters, summed over the groups (the peak is the largest).",
     "totals.dram_bytes": "DRAM read + write bytes, weights included.",

@@ -20,6 +20,7 @@ import numpy as np
 from fuseplan.emulator.layer import LayerCache, run_layer
 from fuseplan.emulator.tally import Tally
 from fuseplan.hardware.chip import Chip
+from fuseplan.planner.geometry.attention import reader_chunk
 from fuseplan.planner.geometry.halo_reuse import lifetimes, stream_floors, streamed_step
 from fuseplan.planner.geometry.regions import (
     Box,
@@ -194,13 +195,16 @@ class OnChip:
 
 
 
-def plan_tiles(graph: Graph, group: Group, anchors: list[Box] | None = None) -> SweepPlan:
+def plan_tiles(graph: Graph, group: Group, anchors: list[Box] | None = None,
+               spilled: frozenset[str] = frozenset()) -> SweepPlan:
     """Everything a reusing group's run (over `anchors`, by default all its tiles) needs
-    before it starts."""
+    before it starts; `spilled` tensors keep nothing between tiles (they go to DRAM)."""
     io = group_io(graph, group.layers)
     anchors = anchors if anchors is not None else list(iter_tiles(graph, io, group.tile))
     steps = schedule(graph, io, anchors)
-    return io, steps, keep_policy(graph, io, anchors, steps), lifetimes(graph, io)
+    keeps = [{t: c for t, c in corners.items() if t not in spilled}
+             for corners in keep_policy(graph, io, anchors, steps)]
+    return io, steps, keeps, lifetimes(graph, io)
 
 
 def as_box(graph: Graph, t: str, rect: Rect, batch: tuple[int, int] | None = None) -> Box:
@@ -221,25 +225,74 @@ def batch_parts(anchors: list[Box]) -> list[list[Box]]:
 
 def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                     weights: Mapping[str, np.ndarray], tally: Tally,
-                    anchors: list[Box] | None = None, layers: LayerCache | None = None
-                    ) -> None:
+                    anchors: list[Box] | None = None, layers: LayerCache | None = None,
+                    spilled: frozenset[str] = frozenset()) -> None:
     """Run a reusing group's tiles (or only `anchors`, one band's, on chip images of their
-    own), one sweep per batch part, reading and writing `dram`, counting into `tally`."""
+    own), one sweep per batch part, reading and writing `dram`, counting into `tally`.
+    `spilled`: kept keys written to DRAM as made and read back by later tiles
+    (Mode.keys_spilled)."""
     if anchors is None:
         anchors = list(iter_tiles(graph, group_io(graph, group.layers), group.tile))
     parts = batch_parts(anchors)
     # every part sweeps the same rows and columns: one schedule and retention policy
-    plan = plan_tiles(graph, group, parts[0])
+    plan = plan_tiles(graph, group, parts[0], spilled)
+    spill = Spill(graph, spilled, chip.dtype_bytes)
     first = 0
     for part in parts:
-        _run_sweep(graph, group, chip, dram, weights, tally, part, plan, layers, first)
+        _run_sweep(graph, group, chip, dram, weights, tally, part, plan, layers, first, spill)
         first += len(part)
+
+
+@dataclass
+class Spill:
+    """Spilled keys (Mode.keys_spilled): each tile writes the rows it makes to DRAM and
+    reads back, before the attention reading them, the rows earlier tiles made; on chip
+    those count one chunk of keys (the online softmax walks them a chunk at a time), as
+    planner.geometry.halo_reuse.AxisSchedule.held_back says."""
+
+    graph: Graph
+    tensors: frozenset[str]
+    dtype_bytes: int
+    written: int = 0  # bytes this tile wrote of them
+    loaded: int = 0  # bytes this tile read back
+    beyond: int = 0  # elements read back past the one chunk held at the reader's step
+
+    def store(self, dram: dict[str, np.ndarray], chip_mem: OnChip, t: str, rect: Rect,
+              batch: tuple[int, int]) -> None:
+        """Write the rows of spilled tensor t this tile made."""
+        layout = self.graph.layout(t)
+        part = _cut(chip_mem.images[t], rect, layout, batch)
+        if t not in dram:
+            dram[t] = np.zeros(self.graph.shapes[t], np.float32)
+        _cut(dram[t], rect, layout, batch)[...] = part
+        self.written += part.size * self.dtype_bytes
+
+    def load(self, dram: dict[str, np.ndarray], chip_mem: OnChip, lay: Layer, step: Step,
+             batches: Mapping[str, tuple[int, int]]) -> int:
+        """Read back what layer `lay` reads of spilled tensors that earlier tiles made;
+        the elements loaded (the cores store them on chip)."""
+        self.beyond = 0
+        loaded = 0
+        for j, t in enumerate(lay.fmap_inputs):
+            if t not in self.tensors:
+                continue
+            r0, r1, c0, c1 = step.reads[(lay.name, j)]
+            end = min(r1, step.made[t][0]) if t in step.made else r1
+            if end <= r0:
+                continue
+            rect = (r0, end, c0, c1)
+            elems = chip_mem.put(t, rect, _cut(dram[t], rect, self.graph.layout(t), batches[t]))
+            loaded += elems
+            chunk = reader_chunk(lay, t, self.graph.shapes[t])
+            self.beyond += elems // (end - r0) * max(0, end - r0 - chunk)
+        self.loaded += loaded * self.dtype_bytes
+        return loaded
 
 
 def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                weights: Mapping[str, np.ndarray], tally: Tally, anchors: list[Box],
                plan: SweepPlan,
-               layers: LayerCache | None, first: int) -> None:
+               layers: LayerCache | None, first: int, spill: Spill) -> None:
     """One batch part's tiles (`plan`: plan_tiles of the group's sweep), from an empty chip;
     `first` is its first tile's index."""
     io, steps, keeps, spans = plan
@@ -264,7 +317,9 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
         for k, name in enumerate(io.layers):
             lay = graph.layer(name)
             out_rect = step.made.get(lay.outputs[0])
+            spill.beyond = 0
             if out_rect is not None:
+                tally.core += spill.load(dram, chip_mem, lay, step, batches) * dt
                 for j, t in enumerate(lay.fmap_inputs):
                     chip_mem.check(t, step.reads[(name, j)], name)
                     r = step.reads[(name, j)]
@@ -280,13 +335,16 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
                     stored, most = _stream_rows(chip_mem, graph, lay, *streamed[k], out_rect,
                                                 ys[0], keeps[i])
                     tally.core += stored * dt
-                    tally.step(ti, most * dt + prefetch)
+                    tally.step(ti, (most - spill.beyond) * dt + prefetch)
                 else:
                     for t, y in zip(lay.outputs, ys, strict=False):
                         if t in step.made:
                             tally.core += chip_mem.put(t, step.made[t], y) * dt
+                for t in lay.outputs:
+                    if t in spill.tensors and t in step.made:
+                        spill.store(dram, chip_mem, t, step.made[t], batches[t])
             if k not in streamed or out_rect is None:
-                tally.step(ti, chip_mem.held_elems() * dt + prefetch)
+                tally.step(ti, (chip_mem.held_elems() - spill.beyond) * dt + prefetch)
             for t, (_, last) in spans.items():
                 if last == k:
                     chip_mem.keep(t, keeps[i].get(t, []))
@@ -301,7 +359,8 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
         for t, (_, last) in spans.items():
             if last == end:
                 chip_mem.keep(t, keeps[i].get(t, []))
-        tally.tile(ti, loaded, written)
+        tally.tile(ti, loaded + spill.loaded, written + spill.written)
+        spill.loaded = spill.written = 0
 
 
 def _stream_rows(chip_mem: OnChip, graph: Graph, lay: Layer, out: str, released: list[str],

@@ -39,7 +39,7 @@ from fuseplan.emulator.weights_outer import run_weights_outer
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.core.progress import ProgressSink, ticker
 from fuseplan.planner.cost.counters import Counters
-from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.attention import attention_heads, kept_prefix
 from fuseplan.planner.geometry.bands import band_columns, band_overflows, cluster_loads
 from fuseplan.planner.geometry.cluster_split import cluster_split
 from fuseplan.planner.geometry.ends import chunked_ends
@@ -234,6 +234,12 @@ def _layer_chunks(graph: Graph, io: GroupIO, dt: int, stream: WeightStream | Non
     return out
 
 
+def _keys_spilled(r: Run) -> None:
+    # halo reuse, the kept keys written as made and read back (planner.cost.spilled_keys)
+    run_reuse_tiles(r.graph, r.group, r.chip, r.dram, r.weights, r.tally, layers=r.layers,
+                    spilled=kept_prefix(r.graph, r.io))
+
+
 def _cluster_split(r: Run) -> None:
     split = cluster_split(r.graph, r.io)
     assert split is not None  # _check_mode asked mode_problem
@@ -282,6 +288,7 @@ _RUNNERS: dict[ModeKind, Callable[[Run], None]] = {
     ModeKind.HIDDEN: _hidden,
     ModeKind.ENDS: _ends,
     ModeKind.CLUSTER_SPLIT: _cluster_split,
+    ModeKind.KEYS_SPILLED: _keys_spilled,
 }
 
 

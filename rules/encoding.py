@@ -193,12 +193,12 @@ class Encoding:
         if fixed is not None:
             t = fixed.tile
             mode = fixed.mode
-            # the rules see the tile's residency, buffers, halos, loop order and cluster
-            # split (its passes and hidden chunks are checked by solver.passes and
+            # the rules see the tile's residency, buffers, halos, loop order, cluster
+            # split and spilled keys (its passes and hidden chunks are checked by solver.passes and
             # solver.hidden)
             pinned = GroupFacts(graph, io, chains, t, self.chip, Mode(
                 mode.weights, mode.double_buffered, mode.halo, mode.loop,
-                cluster_split=mode.cluster_split))
+                cluster_split=mode.cluster_split, keys_spilled=mode.keys_spilled))
             cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, t.h, t.n,
                              ceil(h / t.h), ceil(n / t.n),
                              ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w),

@@ -293,7 +293,8 @@ class GroupFacts(ModeFlags):
     @cached_property
     def _reuse_grid(self) -> ReuseGrid:
         """The reusing tile grid: the search's where it keeps one (its axes memoized)."""
-        return self.grid or ReuseGrid.of(self.graph, self.io, self.chains, self.tile)
+        return self.grid or ReuseGrid.of(self.graph, self.io, self.chains, self.tile,
+                                         spilled=self.mode.keys_spilled)
 
     @cached_property
     def reuse_peak_bytes(self) -> int:
@@ -303,7 +304,7 @@ class GroupFacts(ModeFlags):
         if self.tile.bands > 1:
             return max(cluster_loads(self.chip, self.band_peak_bytes))
         return reuse_peak_elems(self.graph, self.io, self.chains, self.tile,
-                                self.double_buffered, self.grid) * self.chip.dtype_bytes
+                                self.double_buffered, self._reuse_grid) * self.chip.dtype_bytes
 
     @cached_property
     def band_peak_bytes(self) -> list[int]:

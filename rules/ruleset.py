@@ -93,6 +93,11 @@ class SearchSettings:
     # weights resident (planner.geometry.cluster_split): weights read once, maps gathered
     # over the cluster links
     cluster_split: bool = True
+    # a prefill group whose causal attention's keys, made in the group, outgrow the chip
+    # may write them to DRAM as its row tiles make them and read them back in later tiles
+    # (Mode.keys_spilled, planner.cost.spilled_keys): input once, output once, the keys
+    # once written and read back by every later tile
+    keys_spilled: bool = True
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,7 @@ from fuseplan.planner.cost.model import (
     weight_prefetch_cycles,
     weights_beside_maps,
 )
-from fuseplan.planner.cost.objective import (
-    Objective,
-    cycle_units,
-    objective_units,
-)
+from fuseplan.planner.cost.objective import Objective, cycle_units, objective_units
 from fuseplan.planner.geometry.attention import attention_heads
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.ir.graph import Graph
@@ -47,6 +43,7 @@ from fuseplan.planner.plan.placement import HaloMode, Placement, WeightResidency
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.encoding import Candidate, Encoding
 from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.capacity import prefetch_room
 from fuseplan.solver.cpsat_costs import Timing, objective_expr, upper_bound
 from fuseplan.solver.cpsat_watch import Watch
 from fuseplan.solver.ends import EndSearch
@@ -56,7 +53,7 @@ from fuseplan.solver.long_groups import long_groups
 from fuseplan.solver.parallel import Context, Task, search_all
 from fuseplan.solver.passes import PassSearch, passes_room
 from fuseplan.solver.shortest_path import infeasible_layer_error
-from fuseplan.solver.tiles import GroupSearch, Option, TileChoice, prefetch_room
+from fuseplan.solver.tiles import GroupSearch, Option, TileChoice
 
 TRADE_OFFS = 4  # halo-reusing choices pinned per group under a cycles cap (Pareto sweeps)
 
@@ -135,10 +132,10 @@ def intervals_only(graph: Graph, ruleset: RuleSet, extra: Sequence[Sequence[str]
 
 
 def _physical(enc: Encoding, cand: Candidate, room: Any = 0) -> None:
-    """Capacities every group obeys, fused or not (bounds, as solver.tiles.physical_violations).
+    """Capacities every group obeys, fused or not (bounds, as solver.capacity.physical_violations).
 
     A double-buffered candidate also holds a second copy of its input boxes; ``room`` is the
-    next group's weights when they prefetch while this one runs (solver.tiles.prefetch_room:
+    next group's weights when they prefetch while this one runs (solver.capacity.prefetch_room:
     in WRAM on chips with one, else in SRAM). Streamed weights hold each step's chunks
     (planner.cost.weight_stream) in WRAM, or in SRAM beside that step's maps.
     """

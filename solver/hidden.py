@@ -40,7 +40,7 @@ TALLEST = 4  # feasible heights costed per group and residency
 
 def hidden_room(chip: Chip, fmap_peak: int, onchip_weights: int) -> int:
     """Bytes a hidden-chunked group leaves for the next group's weights (as
-    solver.tiles.prefetch_room): WRAM beside its weights on chip where the chip has one,
+    solver.capacity.prefetch_room): WRAM beside its weights on chip where the chip has one,
     else SRAM beside its exact peak (weights included on single-memory chips)."""
     if chip.wram is not None:
         return chip.wram.bytes * chip.cores_per_cluster - onchip_weights

@@ -39,7 +39,7 @@ TALLEST = 4  # feasible heights costed per group
 
 def passes_room(chip: Chip, fmap_peak: int, weights: int) -> int:
     """Bytes a group run in passes leaves for the next group's weights, from its exact
-    feature-map peak and resident weights (as solver.tiles.prefetch_room: WRAM where the
+    feature-map peak and resident weights (as solver.capacity.prefetch_room: WRAM where the
     chip has one, else SRAM)."""
     if chip.wram is not None:
         return chip.wram.bytes * chip.cores_per_cluster - weights

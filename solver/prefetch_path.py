@@ -98,7 +98,7 @@ class TimedPricing:
     @cached_property
     def room_cap(self) -> int:
         """The most bytes any group leaves on chip for the next group's weights
-        (solver.tiles.prefetch_room): the memory a cluster holds weights in."""
+        (solver.capacity.prefetch_room): the memory a cluster holds weights in."""
         return stage_memory(self.chip)
 
     def weight_bytes(self, start: int, end: int) -> int:

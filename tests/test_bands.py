@@ -25,7 +25,8 @@ from fuseplan.planner.plan.mode import Mode
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.ruleset import load_rules
-from fuseplan.solver.tiles import GroupSearch, physical_violations
+from fuseplan.solver.capacity import physical_violations
+from fuseplan.solver.tiles import GroupSearch
 
 import models
 

@@ -23,6 +23,7 @@ from fuseplan.planner.cost.model import (
 )
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.cost.passes import passes_cost
+from fuseplan.planner.cost.spilled_keys import spilled_keys_cost
 from fuseplan.planner.cost.weight_stream import chunk_counts
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import stretches
@@ -43,10 +44,11 @@ from fuseplan.planner.plan.mode import Mode, ModeKind, mode_kind, mode_problem
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.rules.base import GroupFacts
 from fuseplan.rules.ruleset import RuleSet, SearchSettings
+from fuseplan.solver.capacity import prefetch_room
 from fuseplan.solver.parallel import Context, Task, search_all
 from fuseplan.solver.shortest_path import infeasible_layer_error
 from fuseplan.solver.structure import StructureKey, structure_key
-from fuseplan.solver.tiles import GroupSearch, prefetch_room
+from fuseplan.solver.tiles import GroupSearch
 
 
 def make_group(graph: Graph, gid: int, placement: Placement, chip: Chip) -> Group:
@@ -118,6 +120,10 @@ def _split_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     return cluster_split_cost(graph, p.layers, p.tile, chip, p.double_buffered)
 
 
+def _spilled_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
+    return spilled_keys_cost(graph, p.layers, p.tile, chip, p.double_buffered)
+
+
 def _tiles_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     return group_cost(graph, p.layers, p.tile, chip, p.weights_resident, p.double_buffered,
                       p.halo_reuse, p.weights_outer)
@@ -132,6 +138,7 @@ _COST: dict[ModeKind, Callable[[Graph, Placement, Chip], Counters]] = {
     ModeKind.HIDDEN: _hidden_cost,
     ModeKind.ENDS: _ends_cost,
     ModeKind.CLUSTER_SPLIT: _split_cost,
+    ModeKind.KEYS_SPILLED: _spilled_cost,
 }
 
 
@@ -156,7 +163,7 @@ def prefetch_eligible(graph: Graph, groups: Sequence[Sequence[str]]) -> list[boo
 
 def prefetch_fits(graph: Graph, chip: Chip, prev: Group, nxt: Group) -> bool:
     """The next group's weights fit on chip beside the previous group (capacity bounds, as
-    CP-SAT: solver.tiles.prefetch_room)."""
+    CP-SAT: solver.capacity.prefetch_room)."""
 
     io = group_io(graph, prev.layers)
     facts = GroupFacts(graph, io, group_chains(graph, io), prev.tile, chip,

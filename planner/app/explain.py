@@ -22,6 +22,7 @@ from fuseplan.solver.ends import EndSearch
 from fuseplan.solver.groups import is_connected, is_convex
 from fuseplan.solver.hidden import HiddenSearch
 from fuseplan.solver.passes import PassSearch
+from fuseplan.solver.spilled_keys import spilled_violations
 from fuseplan.solver.tiles import GroupSearch
 
 
@@ -222,6 +223,13 @@ def _tile_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> li
                              cluster_split=g.placement.cluster_split)
 
 
+def _spilled_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet
+                        ) -> list[Violation]:
+    """Kept keys spilled: the facts of its spilled grid (one chunk of earlier keys held)."""
+    search = GroupSearch.of(graph, g.layers, chip, ruleset)
+    return spilled_violations(search, g.tile)
+
+
 _RECHECK: dict[ModeKind, Callable[[Graph, Group, Chip, RuleSet], list[Violation]]] = {
     ModeKind.TILES: _tile_violations,
     ModeKind.WEIGHTS_OUTER: _tile_violations,
@@ -230,6 +238,7 @@ _RECHECK: dict[ModeKind, Callable[[Graph, Group, Chip, RuleSet], list[Violation]
     ModeKind.HEAD_CHUNKS: _head_violations,
     ModeKind.HIDDEN: _hidden_violations,
     ModeKind.ENDS: _end_violations,
+    ModeKind.KEYS_SPILLED: _spilled_violations,
 }
 
 

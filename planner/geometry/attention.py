@@ -126,6 +126,11 @@ def _keys_of(lay: Layer, t: str, shape: tuple[int, ...]) -> tuple[int, int]:
     return keys, min(keys, int(lay.attrs["kv_chunk"]))
 
 
+def reader_chunk(lay: Layer, t: str, shape: tuple[int, ...]) -> int:
+    """Keys per chunk the fused attention layer `lay` walks its input `t` in."""
+    return _keys_of(lay, t, shape)[1]
+
+
 def prefix_reader(graph: Graph, io: GroupIO, tensor: str) -> tuple[Layer, int] | None:
     """(the layer, the input index) of the one read of `tensor` in the group, where that is a
     causal fused attention's read of a prefix of its keys or values (MapKind.PREFIX); None
@@ -243,7 +248,8 @@ def alone_traffic(graph: Graph, io: GroupIO, tile: Tile, dtype_bytes: int,
     pass's prefix of them), o written, whatever the group keeps on chip. Summed over a
     plan, with the floor, it is the I/O a prefill is measured against. A halo-reusing group
     (`reuse`) keeps the keys it makes as its tiles go (kept_prefix), so however
-    short its tiles, its attention reads them once: one pass, FlashAttention's least."""
+    short its tiles, its attention reads them once: one pass, FlashAttention's least (where
+    it spills them, Mode.keys_spilled, its tiles read them back: not `reuse` here)."""
     found = online_attention(graph, io)
     if found is None:
         return []

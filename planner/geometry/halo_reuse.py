@@ -24,13 +24,18 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.geometry.attention import kept_prefix, online_attention
+from fuseplan.planner.geometry.attention import (
+    kept_prefix,
+    online_attention,
+    prefix_reader,
+    reader_chunk,
+)
 from fuseplan.planner.geometry.bands import band_columns
 from fuseplan.planner.geometry.regions import (
     GroupChains,
@@ -77,6 +82,10 @@ class AxisSchedule:
     # False: the representative tiles of a group whose tiles recompute (planner.cost.model
     # picks them here), which keeps nothing, so nothing it keeps grows
     reusing: bool = True
+    # True: the keys kept (attention.kept_prefix) are spilled, not held: each tile writes
+    # the rows it makes to DRAM and reads the rows earlier tiles made back, a chunk of keys
+    # at a time (planner.cost.spilled_keys); nothing of them stays on chip between tiles
+    spilled: bool = False
     _boxes: dict[int, dict[str, Span]] = field(default_factory=dict)
     _reads: dict[int, dict[tuple[str, int], Span]] = field(default_factory=dict)
     _made_from: dict[tuple[int, str, int], int] = field(default_factory=dict)
@@ -202,11 +211,41 @@ class AxisSchedule:
 
     def longest_held(self, t: str) -> int:
         """The most indices of t any tile of this axis holds while it runs (every tile
-        walked): what it makes, and what earlier tiles made that it reads. Its box is
-        longer where it reaches back to kept parts: a tile's box of the input of the
-        layer making kept keys is the prefix, of which the tile makes only its rows."""
-        return max(length(self.made(i, t)) + self.made_from(i, t, self.read_low(i, t))
-                   for i in range(self.count))
+        walked): what it makes, and what earlier tiles made that it reads (spilled keys:
+        one chunk of them). Its box is longer where it reaches back to kept parts: a
+        tile's box of the input of the layer making kept keys is the prefix, of which the
+        tile makes only its rows."""
+        return max(length(self.made(i, t)) + self.held_back(i, t) for i in range(self.count))
+
+    @cached_property
+    def spilled_tensors(self) -> frozenset[str]:
+        """The kept keys this axis spills (none unless `spilled`; rows only)."""
+        return kept_prefix(self.graph, self.io) if self.spilled and self.axis == 1 \
+            else frozenset()
+
+    def readback(self, i: int, t: str) -> int:
+        """Indices of t tile i reads back from DRAM: the rows of spilled keys earlier
+        tiles made that it reads (0 for any other tensor)."""
+        if t not in self.spilled_tensors:
+            return 0
+        return self.made_from(i, t, self.read_low(i, t))
+
+    def readback_total(self, t: str) -> int:
+        """readback over every tile of this axis."""
+        return sum(self.readback(i, t) for i in range(self.count))
+
+    def held_back(self, i: int, t: str) -> int:
+        """Indices of t that tile i holds of what earlier tiles made while it reads them:
+        all it reads of kept keys; one chunk of keys of spilled ones (the online softmax
+        walks them a chunk at a time)."""
+        if t in self.spilled_tensors:
+            return min(self.readback(i, t), self._chunk(t))
+        return self.made_from(i, t, self.read_low(i, t))
+
+    def _chunk(self, t: str) -> int:
+        found = prefix_reader(self.graph, self.io, t)
+        assert found is not None  # kept keys are read as a prefix
+        return reader_chunk(found[0], t, self.graph.shapes[t])
 
     def made(self, i: int, t: str) -> Span:
         """Part of t's range tile i makes: its box past what the tile before made (boxes
@@ -265,7 +304,10 @@ class AxisSchedule:
         counts only rows at or after it (what a streamed layer step still holds)."""
         key = (i, t, floor)
         if key not in self._factors:
-            if self.axis == 1:  # corners: this row's reads, the next row's
+            out: tuple[tuple[int, int], ...]
+            if t in self.spilled_tensors:  # nothing of them stays between tiles
+                out = ((0, 0),) * 3
+            elif self.axis == 1:  # corners: this row's reads, the next row's
                 a, b = self.read_low(i, t), self.read_low(i + 1, t)
                 corners = (max(a, floor), max(b, floor), max(a, b, floor))
                 made = self.made(i, t)
@@ -281,6 +323,8 @@ class AxisSchedule:
     def row_keep_factors(self, rows: np.ndarray, t: str, floors: np.ndarray) -> np.ndarray:
         """keep_factors(rows[y], t, floors[y]) for every entry y, as an array (y, 3 corners,
         2 factors): a streamed step asks for one per output row of each tile row."""
+        if t in self.spilled_tensors:  # nothing of them stays between tiles
+            return np.zeros((len(rows), 3, 2), np.int64)
         picked = sorted(set(rows.tolist()))
         at = np.searchsorted(np.array(picked, np.int64), rows)
         reads = np.array([[self.read_low(i, t), self.read_low(i + 1, t)] for i in picked],
@@ -378,9 +422,18 @@ class ReuseGrid:
     scale: int = 1
 
     @classmethod
-    def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile) -> ReuseGrid:
-        return cls(graph, io, AxisSchedule(graph, io, chains, 1, tile.h),
+    def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
+           spilled: bool = False) -> ReuseGrid:
+        """The grid of `tile` (`spilled`: its kept keys spilled, AxisSchedule.spilled)."""
+        return cls(graph, io, AxisSchedule(graph, io, chains, 1, tile.h, spilled=spilled),
                    AxisSchedule(graph, io, chains, 2, tile.w), part_images(graph, io, tile))
+
+    def spilling(self) -> ReuseGrid:
+        """The same grid with its kept keys spilled: the rows' walk (boxes, made parts,
+        reads) is shared, what stays on chip is not."""
+        rows = replace(self.rows, spilled=True, _factors={})
+        unit = self.unit.spilling() if self.unit is not None else None
+        return replace(self, rows=rows, peaks={}, unit=unit)
 
     @classmethod
     def bands_of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile
@@ -429,6 +482,17 @@ class ReuseGrid:
             total += sign * (earlier_rows * all_cols + this_row * cols_so_far)
         return total * self.plane(t)
 
+    def readback_elems(self, t: str) -> int:
+        """Elements of t read back from DRAM over all tiles (spilled keys; else 0)."""
+        return self.batch_plane(t) * self.rows.readback_total(t) * self.cols.made_total(t)
+
+    def spill_elems(self, t: str, r: int, q: int) -> int:
+        """Elements of t tile (r, q) holds of what earlier tiles made while it reads them:
+        one chunk of spilled keys (0 for any other tensor)."""
+        if t not in self.rows.spilled_tensors:
+            return 0
+        return self.plane(t) * self.rows.held_back(r, t) * length(self.cols.made(q, t))
+
     def made_now(self, t: str, r: int, q: int) -> int:
         """Elements of t tile (r, q) makes."""
         return self.plane(t) * length(self.rows.made(r, t)) * length(self.cols.made(q, t))
@@ -450,8 +514,24 @@ def reuse_heights(graph: Graph, io: GroupIO, heights: list[int], chip: Chip) -> 
     kept = kept_prefix(graph, io)
     if not kept:
         return [] if online_attention(graph, io) is not None else heights
-    if sum(graph.elems(t) for t in kept) * chip.dtype_bytes >= chip.sram.bytes:
+    if kept_outgrow(graph, io, chip):
         return []
+    return growing_heights(heights)
+
+
+def kept_outgrow(graph: Graph, io: GroupIO, chip: Chip) -> bool:
+    """Whether the keys the group keeps (attention.kept_prefix), whole as the last tile
+    holds them, fill one cluster's SRAM: held they cannot run; spilled they may
+    (Mode.keys_spilled)."""
+    kept = kept_prefix(graph, io)
+    return sum(graph.elems(t) for t in kept) * chip.dtype_bytes >= chip.sram.bytes
+
+
+def growing_heights(heights: list[int]) -> list[int]:
+    """The halvings of the map among `heights` (tallest first: the map's) into at most
+    GROWING_TILES tiles: what a search offers a schedule each of whose tiles is walked."""
+    if not heights:
+        return heights
     h = heights[0]
     halvings = {-(-h // (1 << k)) for k in range(h.bit_length() + 1)}
     return [th for th in heights if th in halvings and -(-h // th) <= GROWING_TILES]
@@ -568,6 +648,11 @@ def _peaks(grid: ReuseGrid) -> dict[bool, int]:
             held[k] += before if k < born else before + made if k <= last else after
         if t in io.inputs:
             loads += made
+        if t in grid.rows.spilled_tensors:  # the reader holds a chunk of the earlier keys
+            reader = prefix_reader(graph, io, t)
+            assert reader is not None
+            held[io.layers.index(reader[0].name)] += np.array(
+                [[grid.spill_elems(t, r, q) for q in cols] for r in rows], np.int64)
     for k, (out, released) in streamed.items():
         lay = graph.layer(io.layers[k])
         whole = sum(befores[t] + mades[t] for t in [out, *released])

@@ -81,6 +81,7 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                 **({"end_chunks": g.placement.end_chunks}
                    if g.placement.end_chunks > 1 else {}),
                 **({"cluster_split": True} if g.placement.cluster_split else {}),
+                **({"keys_spilled": True} if g.placement.keys_spilled else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -131,7 +132,7 @@ def _mode(g: dict[str, Any], halo: str, where: str) -> Mode:
                 int(g.get("passes", 1)), bool(g.get("inputs_held", False)),
                 int(g.get("hidden_chunks", 1)), bool(g.get("maps_held", False)),
                 bool(g.get("inputs_reloaded", False)), int(g.get("end_chunks", 1)),
-                bool(g.get("cluster_split", False)))
+                bool(g.get("cluster_split", False)), bool(g.get("keys_spilled", False)))
 
 
 PLAN_FIX = "Pass a plan file written by `fuseplan solve MODEL -o PLAN.json`."

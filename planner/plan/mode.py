@@ -18,6 +18,7 @@ from fuseplan.planner.geometry.attention import (
     attention_heads,
     attention_kv_heads,
     head_chunk_options,
+    kept_prefix,
 )
 from fuseplan.planner.geometry.cluster_split import cluster_split
 from fuseplan.planner.geometry.ends import chunked_ends
@@ -73,6 +74,8 @@ class ModeKind(StrEnum):
     ENDS = "ends"  # input and output streamed in channel chunks, the maps between whole
     # every cluster on the same tile, each with its share of the output channels
     CLUSTER_SPLIT = "cluster_split"
+    # halos reused, the kept keys written as made and read back per tile (keys_spilled)
+    KEYS_SPILLED = "keys_spilled"
 
 
 @dataclass(frozen=True)
@@ -109,18 +112,23 @@ class Mode:
     # share of the weights resident (planner.geometry.cluster_split): the weights are spread
     # over the clusters instead of copied into each
     cluster_split: bool = False
+    # with halo reuse: the keys and values a causal attention reads a prefix of, made by
+    # the group (planner.geometry.attention.kept_prefix), are not held as the tiles go but
+    # written to DRAM as each tile makes its rows and read back by later tiles a chunk of
+    # keys at a time (planner.cost.spilled_keys): a prefill whose keys outgrow the chip
+    keys_spilled: bool = False
 
     @classmethod
     def of(cls, *, resident: bool = True, double_buffered: bool = False,
            halo_reuse: bool = False, weights_outer: bool = False, passes: int = 1,
            inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False,
            inputs_reloaded: bool = False, end_chunks: int = 1,
-           cluster_split: bool = False) -> Mode:
+           cluster_split: bool = False, keys_spilled: bool = False) -> Mode:
         """A mode from the planners' flags (by name: no flag is ever passed by position)."""
         return cls(WeightResidency.of(resident), double_buffered, HaloMode.of(halo_reuse),
                    LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
                    passes, inputs_held, hidden_chunks, maps_held, inputs_reloaded, end_chunks,
-                   cluster_split)
+                   cluster_split, keys_spilled)
 
     @property
     def weights_resident(self) -> bool:
@@ -143,7 +151,7 @@ class Mode:
         search of its own that prices it whole, and CP-SAT takes its choices pinned (its
         tile variables state the other modes)."""
         return self.passes > 1 or self.hidden_chunks > 1 or self.end_chunks > 1 \
-            or self.cluster_split
+            or self.cluster_split or self.keys_spilled
 
     @property
     def prefetchable(self) -> bool:
@@ -212,6 +220,11 @@ class ModeFlags:
         """Whether the clusters share out the output channels of one tile at a time."""
         return self.mode.cluster_split
 
+    @property
+    def keys_spilled(self) -> bool:
+        """Whether the kept keys go to DRAM as made and come back per tile."""
+        return self.mode.keys_spilled
+
 
 def mode_kind(graph: Graph, layers: tuple[str, ...], mode: Mode) -> ModeKind:
     """The kind of run `mode` makes of these layers (which cost function and runner)."""
@@ -219,6 +232,8 @@ def mode_kind(graph: Graph, layers: tuple[str, ...], mode: Mode) -> ModeKind:
         return ModeKind.PASSES
     if mode.cluster_split:
         return ModeKind.CLUSTER_SPLIT
+    if mode.keys_spilled:
+        return ModeKind.KEYS_SPILLED
     if mode.end_chunks > 1:
         return ModeKind.ENDS
     if mode.hidden_chunks > 1:
@@ -241,7 +256,7 @@ def mode_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
     # in the order the plan file's keys were always checked (its messages name the first)
     for check in (_loop_problem, _passes_problem, _inputs_held_problem, _hidden_problem,
                   _maps_held_problem, _reloaded_problem, _ends_problem, _split_problem,
-                  _whole_outputs_problem):
+                  _spilled_problem, _whole_outputs_problem):
         found = check(graph, layers, tile, mode, whole, chunked)
         if found is not None:
             return found
@@ -412,6 +427,23 @@ def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode
             or tile.bands > 1:
         return ("cluster_split runs with resident weights, halos recomputed, tiles outer, no "
                 "passes, hidden or end chunks and no bands; set those or remove the key.")
+    return None
+
+
+def _spilled_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                     whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    if not mode.keys_spilled:
+        return None
+    if not kept_prefix(graph, group_io(graph, layers)):
+        return ("keys_spilled writes to DRAM the keys and values a causal attention of the "
+                "group reads a prefix of, where the group makes them; this group makes "
+                "none; remove the key.")
+    if not mode.halo_reuse or not mode.weights_resident or mode.weights_outer \
+            or mode.passes > 1 or mode.hidden_chunks > 1 or mode.end_chunks > 1 \
+            or mode.cluster_split or tile.bands > 1 or (tile.n, tile.w) != (whole.n, whole.w):
+        return ("keys_spilled runs row tiles in order (\"halo\": \"reuse\") over every image "
+                "at full width, weights resident, tiles outer, no passes, hidden or end "
+                "chunks, bands or cluster split; set those or remove the key.")
     return None
 
 

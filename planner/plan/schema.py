@@ -268,6 +268,7 @@ GROUP = Obj((
     Key("inputs_reloaded", Bool(), required=False),
     Key("end_chunks", Int(1), required=False),
     Key("cluster_split", Bool(), required=False),
+    Key("keys_spilled", Bool(), required=False),
     Key("predicted", PREDICTED, required=False),
 ))
 

@@ -45,6 +45,8 @@ def _mode(g: Group, merged: bool) -> str:
         parts.append(f"{p.end_chunks} end chunks")
     if p.cluster_split:
         parts.append("split over clusters")
+    if p.keys_spilled:
+        parts.append("keys spilled")
     if merged and g.halo_reuse:
         parts.append("halo reused")
     if merged and not g.weights_resident:
@@ -134,7 +136,7 @@ def bound_lines(problem: Problem, plan: Plan) -> list[str]:
         return []
     found = [a for g in plan.groups
              for a in alone_traffic(graph, group_io(graph, g.layers), g.tile, dt,
-                                    g.halo_reuse)]
+                                    g.halo_reuse and not g.placement.keys_spilled)]
     if not found:
         return []
     bound = plan.compulsory_dram_bytes + sum(a.total for a in found)

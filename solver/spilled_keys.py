@@ -1,0 +1,102 @@
+"""Tile search for a group whose kept keys spill (Mode.keys_spilled, planner.cost.spilled_keys).
+
+The search is in Python for every planner: CP-SAT gets its choices pinned (their costs are
+constants, their rules encoded on the pinned facts). Spilling is offered only where the
+keys the group keeps do not fit one cluster's SRAM whole (where they fit, holding them
+moves fewer bytes at any height), at the heights a growing schedule is offered (halvings
+into at most GROWING_TILES tiles, each walked), tallest first: the TALLEST that fit and
+pass the rules are costed (fewer tiles read the keys back fewer times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
+
+from fuseplan.hardware.chip import Chip
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.cost.spilled_keys import spilled_keys_cost
+from fuseplan.planner.geometry.attention import kept_prefix
+from fuseplan.planner.geometry.halo_reuse import ReuseGrid, growing_heights, kept_outgrow
+from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile
+from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.plan.mode import Mode
+from fuseplan.rules.base import GroupFacts, Rule, Violation
+from fuseplan.rules.ruleset import RuleSet
+from fuseplan.solver.capacity import physical_violations
+
+SPILLED = Mode.of(halo_reuse=True, keys_spilled=True)
+# heights costed, tallest first: shorter tiles read the keys back more times and run more
+# steps, so past the tallest that fits the next serves only where a rule cuts that one
+TALLEST = 2
+
+
+class GroupSearch(Protocol):
+    """What this search asks of a group's tile search (solver.tiles.GroupSearch)."""
+
+    graph: Graph
+    layers: tuple[str, ...]
+    chip: Chip
+    ruleset: RuleSet
+    io: GroupIO
+    chains: GroupChains
+    tn: int | None
+    tw: int | None
+    bands: int
+    memo: dict[tuple[object, ...], object]
+
+    def heights(self) -> list[int]: ...
+
+    def tile_of(self, th: int) -> Tile: ...
+
+    def can_reuse(self) -> bool: ...
+
+    def reuse_grid(self, tile: Tile) -> ReuseGrid: ...
+
+    def chosen_rules(self, rules: Iterable[Rule] | None) -> tuple[Rule, ...]: ...
+
+
+def spills(search: GroupSearch) -> bool:
+    """Whether the group may run with its kept keys spilled and gains by it: the rules'
+    search allows, its tiles may reuse halos at full width over the whole batch, it makes
+    a causal attention's keys, and those do not fit one cluster's SRAM whole."""
+    return (search.ruleset.search.keys_spilled and search.can_reuse()
+            and search.tn is None and search.tw is None and search.bands == 1
+            and bool(kept_prefix(search.graph, search.io))
+            and kept_outgrow(search.graph, search.io, search.chip))
+
+
+def spilled_facts(search: GroupSearch, tile: Tile, grid: ReuseGrid | None = None
+                  ) -> GroupFacts:
+    """The rules' facts of `tile` run with its kept keys spilled (`grid`: its spilled grid)."""
+    return GroupFacts(search.graph, search.io, search.chains, tile, search.chip, SPILLED,
+                      grid or search.reuse_grid(tile).spilling(), memo=search.memo)
+
+
+def spilled_violations(search: GroupSearch, tile: Tile, rules: Sequence[Rule] | None = None,
+                       grid: ReuseGrid | None = None) -> list[Violation]:
+    """The chip's capacities and the rules' violations of `tile` with its keys spilled."""
+    facts = spilled_facts(search, tile, grid)
+    return physical_violations(facts) + [
+        v for r in search.chosen_rules(rules) if (v := r.check(facts)) is not None]
+
+
+def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
+                    ) -> Iterator[tuple[Tile, Mode, Counters]]:
+    """(tile, mode, cost) of every offered height that fits and passes the rules with the
+    group's kept keys spilled (single-buffered: a tile's read-back keys are its loads)."""
+    if not spills(search):
+        return
+    chosen = search.chosen_rules(rules)
+    heights = search.heights()
+    found = 0
+    for th in growing_heights(heights)[1:]:  # one tile reads nothing back: kept keys
+        tile = search.tile_of(th)
+        grid = search.reuse_grid(tile).spilling()
+        if spilled_violations(search, tile, chosen, grid):
+            continue
+        yield tile, SPILLED, spilled_keys_cost(search.graph, search.layers, tile,
+                                               search.chip, False, grid)
+        found += 1
+        if found == TALLEST:
+            return
