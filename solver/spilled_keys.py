@@ -88,9 +88,13 @@ def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
     if not spills(search):
         return
     chosen = search.chosen_rules(rules)
-    heights = search.heights()
+    offered = growing_heights(search.heights())[1:]  # one tile reads nothing back: kept
+    # the peak shrinks with the tile: where the shortest does not fit the chip, none does
+    # (one check, where a long-context MHA layer would cost every height)
+    if not offered or spilled_violations(search, search.tile_of(offered[-1]), ()):
+        return
     found = 0
-    for th in growing_heights(heights)[1:]:  # one tile reads nothing back: kept keys
+    for th in offered:
         tile = search.tile_of(th)
         grid = search.reuse_grid(tile).spilling()
         if spilled_violations(search, tile, chosen, grid):
