@@ -11,6 +11,7 @@ pass the rules are costed (fewer tiles read the keys back fewer times).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from fuseplan.hardware.chip import Chip
@@ -66,25 +67,29 @@ def spills(search: GroupSearch) -> bool:
             and kept_outgrow(search.graph, search.io, search.chip))
 
 
-def spilled_facts(search: GroupSearch, tile: Tile, grid: ReuseGrid | None = None
-                  ) -> GroupFacts:
+def spilled_facts(search: GroupSearch, tile: Tile, grid: ReuseGrid | None = None,
+                  double_buffered: bool = False) -> GroupFacts:
     """The rules' facts of `tile` run with its kept keys spilled (`grid`: its spilled grid)."""
-    return GroupFacts(search.graph, search.io, search.chains, tile, search.chip, SPILLED,
+    mode = replace(SPILLED, double_buffered=double_buffered)
+    return GroupFacts(search.graph, search.io, search.chains, tile, search.chip, mode,
                       grid or search.reuse_grid(tile).spilling(), memo=search.memo)
 
 
 def spilled_violations(search: GroupSearch, tile: Tile, rules: Sequence[Rule] | None = None,
-                       grid: ReuseGrid | None = None) -> list[Violation]:
+                       grid: ReuseGrid | None = None, double_buffered: bool = False
+                       ) -> list[Violation]:
     """The chip's capacities and the rules' violations of `tile` with its keys spilled."""
-    facts = spilled_facts(search, tile, grid)
+    facts = spilled_facts(search, tile, grid, double_buffered)
     return physical_violations(facts) + [
         v for r in search.chosen_rules(rules) if (v := r.check(facts)) is not None]
 
 
 def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
                     ) -> Iterator[tuple[Tile, Mode, Counters]]:
-    """(tile, mode, cost) of every offered height that fits and passes the rules with the
-    group's kept keys spilled (single-buffered: a tile's read-back keys are its loads)."""
+    """(tile, mode, cost) of the TALLEST offered heights that fit and pass the rules with
+    the group's kept keys spilled, single- and (where it fits) double-buffered: the second
+    buffer takes the next tile's inputs; the keys it reads back stream a chunk at a
+    time."""
     if not spills(search):
         return
     chosen = search.chosen_rules(rules)
@@ -99,8 +104,11 @@ def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
         grid = search.reuse_grid(tile).spilling()
         if spilled_violations(search, tile, chosen, grid):
             continue
-        yield tile, SPILLED, spilled_keys_cost(search.graph, search.layers, tile,
-                                               search.chip, False, grid)
+        for db in (False, True):
+            if db and spilled_violations(search, tile, (), grid, True):
+                continue
+            yield tile, replace(SPILLED, double_buffered=db), spilled_keys_cost(
+                search.graph, search.layers, tile, search.chip, db, grid)
         found += 1
         if found == TALLEST:
             return

@@ -460,7 +460,8 @@ class GroupSearch:
             + [self._option(objective, tile, mode, cost, with_room, lambda: 0)  # prefetch_room
                for tile, mode, cost in split_choices(self, rules)] \
             + [self._option(objective, tile, mode, cost, with_room,
-                            partial(prefetch_room, spilled_facts(self, tile)))
+                            partial(prefetch_room, spilled_facts(self, tile, None,
+                                                                 mode.double_buffered)))
                for tile, mode, cost in spilled_choices(self, rules)]
 
     def _head_options(self, objective: Objective, with_room: bool,

@@ -47,8 +47,7 @@ def test_reusing_groups_keep_their_keys_as_predicted(
                                    if g.layer(n).op == "Add")) + 1]
     tile = Tile(1, min(height, tokens), 1)
     spilled = spilled and mask != "none"  # unmasked keys are no prefix: nothing to spill
-    if spilled:  # one input buffer, weights resident (mode_problem)
-        resident, double_buffered = True, False
+    resident = resident or spilled  # spilled keys run with weights resident (mode_problem)
     plan = hand_plan(problem, [Placement.of(half, tile, resident, double_buffered,
                                             halo_reuse=True, keys_spilled=spilled)])
     group = next(gr for gr in plan.groups if mix in gr.layers)

@@ -53,18 +53,21 @@ def _first_half(problem: api.Problem) -> tuple[list[str], str]:
     return names[:names.index(add) + 1], mix
 
 
-@pytest.mark.parametrize("height", [1, 64, 100])
-def test_spilled_keys_run_as_predicted(encoder: api.Problem, height: int) -> None:
+@pytest.mark.parametrize(("height", "double_buffered"),
+                         [(1, False), (64, False), (64, True), (100, True)])
+def test_spilled_keys_run_as_predicted(encoder: api.Problem, height: int,
+                                       double_buffered: bool) -> None:
     """Input once, output once, k and v written once, each tile reading back the rows of
     them earlier tiles made (a tile starting at row a: a rows); fewer bytes on chip than
-    the same tiles holding every key; verified."""
+    the same tiles holding every key; verified, with one input buffer or two."""
     g = encoder.graph
     half, mix = _first_half(encoder)
     kv = g.layer(mix).fmap_inputs[1:]
     tile = Tile(1, height, 1)
-    spilled = hand_plan(encoder, [Placement.of(half, tile, halo_reuse=True,
-                                               keys_spilled=True)])
-    held = hand_plan(encoder, [Placement.of(half, tile, halo_reuse=True)])
+    spilled = hand_plan(encoder, [Placement.of(half, tile, True, double_buffered,
+                                               halo_reuse=True, keys_spilled=True)])
+    held = hand_plan(encoder, [Placement.of(half, tile, True, double_buffered,
+                                            halo_reuse=True)])
     group = next(gr for gr in spilled.groups if mix in gr.layers)
     io = group_io(g, group.layers)
     p = group.predicted

@@ -227,7 +227,7 @@ def _spilled_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet
                         ) -> list[Violation]:
     """Kept keys spilled: the facts of its spilled grid (one chunk of earlier keys held)."""
     search = GroupSearch.of(graph, g.layers, chip, ruleset)
-    return spilled_violations(search, g.tile)
+    return spilled_violations(search, g.tile, double_buffered=g.double_buffered)
 
 
 _RECHECK: dict[ModeKind, Callable[[Graph, Group, Chip, RuleSet], list[Violation]]] = {
