@@ -22,7 +22,7 @@ from fuseplan.planner.core.units import fmt_bytes
 from fuseplan.planner.cost.bounds import group_floor_bytes
 from fuseplan.planner.cost.model import region_sums
 from fuseplan.planner.geometry.attention import alone_traffic, attention_traffic
-from fuseplan.planner.geometry.halo_reuse import NEVER, AxisSchedule
+from fuseplan.planner.geometry.halo_reuse import NEVER, AxisSchedule, reuse_heights
 from fuseplan.planner.geometry.regions import (
     Tile,
     box_elems,
@@ -156,6 +156,28 @@ def test_growing_schedules_sum_earlier_tiles_by_prefix_sums(encoder: api.Problem
                 assert rows.made_from(i, t, x) == brute, (t, i, x)
     assert not AxisSchedule(g, group_io(g, (mix,)), group_chains(g, group_io(g, (mix,))),
                             1, 24).growing
+
+
+def test_unmasked_keys_made_once_where_tiles_reuse(tmp_path: Path) -> None:
+    """An attention that is not causal, its keys made in the group: recomputing tiles make
+    them from the whole input in every tile; reusing tiles make them in the first and keep
+    them, reading the input once, so the searches offer reuse at the halvings of the map
+    (a UNet's attention that fits in two tiles, not one). Verified."""
+    path = save(causal_encoder(tokens=512, width=32, heads=2, mask="none"), tmp_path, "open")
+    problem = api.prepare(str(path), overrides=["sram.bytes=256KiB"])
+    g = problem.graph
+    mix = _layer(problem, "FlashAttention")
+    first_half = _names(problem, g.layers[0].name, _layer(problem, "Add", mix))
+    io = group_io(g, first_half)
+    assert reuse_heights(g, io, list(range(512, 0, -1)), problem.chip) == \
+        [512, 256, 128, 64, 32, 16, 8]
+    reuse, recompute = (hand_plan(problem, [Placement.of(first_half, Tile(1, 256, 1), True,
+                                                         halo_reuse=r)]) for r in (True, False))
+    group = reuse.groups[0].predicted
+    weights = 2 * sum(int(g.constants[w].size) for w in io.weights)
+    assert group.dram_read_bytes == 2 * g.elems("input") + weights
+    assert recompute.groups[0].predicted.dram_read_bytes > group.dram_read_bytes
+    assert_verifies(problem, reuse)
 
 
 def test_tiles_reuse_no_keys_they_load(tmp_path: Path) -> None:

@@ -504,16 +504,17 @@ def reuse_heights(graph: Graph, io: GroupIO, heights: list[int], chip: Chip) -> 
     only the halvings of the map into at most GROWING_TILES tiles: each of those tiles is
     walked, not taken from a closed form, and a tile search costs every height it offers
     (with resident weights, shorter tiles move no byte less); none where the keys kept
-    whole, as the last tile holds them, do not fit one cluster's SRAM. None either for a
-    group making the keys of an attention that is not causal: its first tile would make
-    them all from the whole input, holding nearly what the one-tile choice holds for no
-    byte less, and ViT-sized groups would pay the search time (plan files may still state
-    such a schedule: it runs and verifies)."""
+    whole, as the last tile holds them, do not fit one cluster's SRAM. Only those halvings
+    too for a group holding an attention that is not causal: its first tile makes every
+    key from the whole input, so reuse saves the later tiles' reads of it only where one
+    tile does not fit (a UNet's attention at 4,096 tokens in two tiles), and ViT-sized
+    groups would pay the search time for every height (plan files may state any)."""
     if not heights:
         return heights
     kept = kept_prefix(graph, io)
     if not kept:
-        return [] if online_attention(graph, io) is not None else heights
+        return growing_heights(heights) if online_attention(graph, io) is not None \
+            else heights
     if kept_outgrow(graph, io, chip):
         return []
     return growing_heights(heights)
