@@ -14,17 +14,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.spilled_keys import spilled_keys_cost
-from fuseplan.planner.geometry.attention import kept_prefix
+from fuseplan.planner.geometry.attention import spillable
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid, growing_heights, kept_outgrow
-from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile
-from fuseplan.planner.ir.graph import Graph
+from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import GroupFacts, Rule, Violation
-from fuseplan.rules.ruleset import RuleSet
 from fuseplan.solver.capacity import physical_violations
+from fuseplan.solver.cluster_split import GroupSearch as SplitSearch
 
 SPILLED = Mode.of(halo_reuse=True, keys_spilled=True)
 # heights costed, tallest first: shorter tiles read the keys back more times and run more
@@ -32,38 +30,26 @@ SPILLED = Mode.of(halo_reuse=True, keys_spilled=True)
 TALLEST = 2
 
 
-class GroupSearch(Protocol):
-    """What this search asks of a group's tile search (solver.tiles.GroupSearch)."""
+class GroupSearch(SplitSearch, Protocol):
+    """What this search asks of a group's tile search (solver.tiles.GroupSearch), beyond
+    what the cluster split's asks."""
 
-    graph: Graph
-    layers: tuple[str, ...]
-    chip: Chip
-    ruleset: RuleSet
-    io: GroupIO
-    chains: GroupChains
     tn: int | None
-    tw: int | None
-    bands: int
     memo: dict[tuple[object, ...], object]
-
-    def heights(self) -> list[int]: ...
-
-    def tile_of(self, th: int) -> Tile: ...
 
     def can_reuse(self) -> bool: ...
 
     def reuse_grid(self, tile: Tile) -> ReuseGrid: ...
 
-    def chosen_rules(self, rules: Iterable[Rule] | None) -> tuple[Rule, ...]: ...
-
 
 def spills(search: GroupSearch) -> bool:
     """Whether the group may run with its kept keys spilled and gains by it: the rules'
     search allows, its tiles may reuse halos at full width over the whole batch, it makes
-    a causal attention's keys, and those do not fit one cluster's SRAM whole."""
+    a causal attention's keys that may spill (attention.spillable), and those do not fit
+    one cluster's SRAM whole."""
     return (search.ruleset.search.keys_spilled and search.can_reuse()
             and search.tn is None and search.tw is None and search.bands == 1
-            and bool(kept_prefix(search.graph, search.io))
+            and spillable(search.graph, search.io)
             and kept_outgrow(search.graph, search.io, search.chip))
 
 

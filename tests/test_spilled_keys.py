@@ -136,4 +136,4 @@ def test_plan_files_state_spilled_keys(encoder: api.Problem, model: Path,
     assert_refused(str(model), doc, tmp_path, 'keys_spilled runs row tiles in order')
     alone = plan_to_json(hand_plan(encoder, [Placement.of((mix,), Tile(1, 64, 1))]))
     next(gr for gr in alone["groups"] if gr["layers"] == [mix])["keys_spilled"] = True
-    assert_refused(str(model), alone, tmp_path, "this group makes none")
+    assert_refused(str(model), alone, tmp_path, "this group makes none such")

@@ -126,6 +126,16 @@ def _keys_of(lay: Layer, t: str, shape: tuple[int, ...]) -> tuple[int, int]:
     return keys, min(keys, int(lay.attrs["kv_chunk"]))
 
 
+def spillable(graph: Graph, io: GroupIO) -> bool:
+    """Whether the group's kept keys (kept_prefix) may be spilled (Mode.keys_spilled): it has
+    some, each read once in the group, as its causal attention's prefix, and none leaving
+    the group (a tile then writes its rows once, and reads back only what that one reader
+    needs)."""
+    kept = kept_prefix(graph, io)
+    return bool(kept) and all(prefix_reader(graph, io, t) is not None and t not in io.outputs
+                              for t in kept)
+
+
 def reader_chunk(lay: Layer, t: str, shape: tuple[int, ...]) -> int:
     """Keys per chunk the fused attention layer `lay` walks its input `t` in."""
     return _keys_of(lay, t, shape)[1]

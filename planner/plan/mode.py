@@ -18,7 +18,7 @@ from fuseplan.planner.geometry.attention import (
     attention_heads,
     attention_kv_heads,
     head_chunk_options,
-    kept_prefix,
+    spillable,
 )
 from fuseplan.planner.geometry.cluster_split import cluster_split
 from fuseplan.planner.geometry.ends import chunked_ends
@@ -434,10 +434,11 @@ def _spilled_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mo
                      whole: Tile, chunked: tuple[str, ...]) -> str | None:
     if not mode.keys_spilled:
         return None
-    if not kept_prefix(graph, group_io(graph, layers)):
+    if not spillable(graph, group_io(graph, layers)):
         return ("keys_spilled writes to DRAM the keys and values a causal attention of the "
-                "group reads a prefix of, where the group makes them; this group makes "
-                "none; remove the key.")
+                "group reads a prefix of, where the group makes them, reads them nowhere "
+                "else and does not output them; this group makes none such; remove the "
+                "key.")
     if not mode.halo_reuse or not mode.weights_resident or mode.weights_outer \
             or mode.passes > 1 or mode.hidden_chunks > 1 or mode.end_chunks > 1 \
             or mode.cluster_split or tile.bands > 1 or (tile.n, tile.w) != (whole.n, whole.w):
