@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Protocol, cast
 
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.spilled_keys import spilled_keys_cost
@@ -58,7 +58,16 @@ def spilled_facts(search: GroupSearch, tile: Tile, grid: ReuseGrid | None = None
     """The rules' facts of `tile` run with its kept keys spilled (`grid`: its spilled grid)."""
     mode = replace(SPILLED, double_buffered=double_buffered)
     return GroupFacts(search.graph, search.io, search.chains, tile, search.chip, mode,
-                      grid or search.reuse_grid(tile).spilling(), memo=search.memo)
+                      grid or spilled_grid(search, tile), memo=search.memo)
+
+
+def spilled_grid(search: GroupSearch, tile: Tile) -> ReuseGrid:
+    """The spilled grid of `tile`, kept in the search's memo: its peaks serve the capacity
+    checks, the cost and the prefetch room alike."""
+    key: tuple[object, ...] = ("spilled_grid", search.io.layers, tile)
+    if key not in search.memo:
+        search.memo[key] = search.reuse_grid(tile).spilling()
+    return cast(ReuseGrid, search.memo[key])
 
 
 def spilled_violations(search: GroupSearch, tile: Tile, rules: Sequence[Rule] | None = None,
@@ -87,7 +96,7 @@ def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
     found = 0
     for th in offered:
         tile = search.tile_of(th)
-        grid = search.reuse_grid(tile).spilling()
+        grid = spilled_grid(search, tile)
         if spilled_violations(search, tile, chosen, grid):
             continue
         for db in (False, True):

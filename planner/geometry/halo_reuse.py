@@ -226,8 +226,10 @@ class AxisSchedule:
     def readback(self, i: int, t: str) -> int:
         """Indices of t tile i reads back from DRAM: the rows of spilled keys earlier
         tiles made that it reads (0 for any other tensor)."""
-        if t not in self.spilled_tensors:
-            return 0
+        return self._earlier_read(i, t) if t in self.spilled_tensors else 0
+
+    def _earlier_read(self, i: int, t: str) -> int:
+        """Indices of t tile i reads that earlier tiles made."""
         return self.made_from(i, t, self.read_low(i, t))
 
     def readback_total(self, t: str) -> int:
@@ -238,14 +240,18 @@ class AxisSchedule:
         """Indices of t that tile i holds of what earlier tiles made while it reads them:
         all it reads of kept keys; one chunk of keys of spilled ones (the online softmax
         walks them a chunk at a time)."""
-        if t in self.spilled_tensors:
-            return min(self.readback(i, t), self._chunk(t))
-        return self.made_from(i, t, self.read_low(i, t))
+        earlier = self._earlier_read(i, t)
+        return min(earlier, self._chunks[t]) if t in self.spilled_tensors else earlier
 
-    def _chunk(self, t: str) -> int:
-        found = prefix_reader(self.graph, self.io, t)
-        assert found is not None  # kept keys are read as a prefix
-        return reader_chunk(found[0], t, self.graph.shapes[t])
+    @cached_property
+    def _chunks(self) -> dict[str, int]:
+        """Keys per chunk the attention reading each spilled tensor walks it in."""
+        out = {}
+        for t in self.spilled_tensors:
+            found = prefix_reader(self.graph, self.io, t)
+            assert found is not None  # spilled keys are read once, as a prefix
+            out[t] = reader_chunk(found[0], t, self.graph.shapes[t])
+        return out
 
     def made(self, i: int, t: str) -> Span:
         """Part of t's range tile i makes: its box past what the tile before made (boxes
