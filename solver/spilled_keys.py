@@ -3,9 +3,10 @@
 The search is in Python for every planner: CP-SAT gets its choices pinned (their costs are
 constants, their rules encoded on the pinned facts). Spilling is offered only where the
 keys the group keeps do not fit one cluster's SRAM whole (where they fit, holding them
-moves fewer bytes at any height), at the heights a growing schedule is offered (halvings
-into at most GROWING_TILES tiles, each walked), tallest first: the TALLEST that fit and
-pass the rules are costed (fewer tiles read the keys back fewer times).
+moves fewer bytes at any height), at every tile count from 2 to GROWING_TILES, each at its
+shortest height (spilled_heights), tallest first: the tallest that fits the chip is found by
+bisection (the peak shrinks with the tile), and from it the TALLEST that pass the rules are
+costed (fewer tiles read the keys back fewer times: over T tiles, (T - 1) / 2 times).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Protocol, cast
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.spilled_keys import spilled_keys_cost
 from fuseplan.planner.geometry.attention import spillable
-from fuseplan.planner.geometry.halo_reuse import ReuseGrid, growing_heights, kept_outgrow
+from fuseplan.planner.geometry.halo_reuse import GROWING_TILES, ReuseGrid, kept_outgrow
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import GroupFacts, Rule, Violation
+from fuseplan.solver.bisect import first_passing
 from fuseplan.solver.capacity import physical_violations
 from fuseplan.solver.cluster_split import GroupSearch as SplitSearch
 
@@ -79,6 +81,23 @@ def spilled_violations(search: GroupSearch, tile: Tile, rules: Sequence[Rule] | 
         v for r in search.chosen_rules(rules) if (v := r.check(facts)) is not None]
 
 
+def spilled_heights(heights: Sequence[int]) -> list[int]:
+    """The shortest of `heights` (tallest first: the map's) cutting the map into each tile
+    count from 2 to GROWING_TILES, tallest first. Among the heights making as many tiles
+    the shortest reads the fewest keys back (each tile reads the rows before it) and holds
+    the least; halvings alone would leave a tile count between them unoffered, and the keys
+    read back grow with the count (a 4,096-token layer fitting 13 tiles would run in 16)."""
+    if not heights:
+        return []
+    h, have = heights[0], set(heights)
+    out: list[int] = []
+    for count in range(2, GROWING_TILES + 1):
+        th = -(-h // count)
+        if th in have and th not in out:
+            out.append(th)
+    return out
+
+
 def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
                     ) -> Iterator[tuple[Tile, Mode, Counters]]:
     """(tile, mode, cost) of the TALLEST offered heights that fit and pass the rules with
@@ -88,13 +107,16 @@ def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
     if not spills(search):
         return
     chosen = search.chosen_rules(rules)
-    offered = growing_heights(search.heights())[1:]  # one tile reads nothing back: kept
-    # the peak shrinks with the tile: where the shortest does not fit the chip, none does
-    # (one check, where a long-context MHA layer would cost every height)
-    if not offered or spilled_violations(search, search.tile_of(offered[-1]), ()):
+    offered = spilled_heights(search.heights())  # one tile reads nothing back: kept
+    # the peak shrinks with the tile: the tallest that fits the chip by bisection (where
+    # the shortest does not fit, none does: one check, where a long-context MHA layer
+    # would cost every height)
+    top = first_passing(offered, lambda th: not spilled_violations(
+        search, search.tile_of(th), ()))
+    if top is None:
         return
     found = 0
-    for th in offered:
+    for th in offered[offered.index(top):]:
         tile = search.tile_of(th)
         grid = spilled_grid(search, tile)
         if spilled_violations(search, tile, chosen, grid):

@@ -20,11 +20,13 @@ import pytest
 from typer.testing import CliRunner
 
 from fuseplan.planner.app import api
-from fuseplan.planner.geometry.halo_reuse import kept_outgrow
+from fuseplan.planner.app.explain import recheck
+from fuseplan.planner.geometry.halo_reuse import GROWING_TILES, kept_outgrow
 from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.plan.json_io import plan_to_json
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli import app
+from fuseplan.solver.spilled_keys import spilled_heights
 from tests.hand import assert_refused, assert_verifies, hand_plan
 from tests.models import causal_encoder, save
 
@@ -105,6 +107,38 @@ def test_the_search_spills_keys_that_outgrow_the_chip(tmp_path: Path) -> None:
     assert not any(gr.placement.keys_spilled for gr in without.groups)
     assert doc["totals"]["dram_bytes"] < without.totals.dram_bytes
     assert_verifies(off, without)
+
+
+def test_spilled_heights_offer_every_tile_count() -> None:
+    """One height per tile count from 2 to GROWING_TILES, the shortest making it, tallest
+    first; heights a map cannot take are not offered."""
+    heights = list(range(4096, 0, -1))
+    offered = spilled_heights(heights)
+    counts = [-(-4096 // th) for th in offered]
+    assert counts == list(range(2, GROWING_TILES + 1))
+    assert all(-(-4096 // (th - 1)) > count for th, count in zip(offered, counts, strict=True))
+    assert offered[:3] == [2048, 1366, 1024]
+    assert spilled_heights([10, 9, 8, 7, 6, 5, 4, 3, 2, 1]) == [5, 4, 3, 2, 1]
+    assert spilled_heights([8, 4, 2, 1]) == [4, 2, 1]
+    assert spilled_heights([]) == []
+
+
+def test_the_search_spills_at_tile_counts_between_halvings(tmp_path: Path) -> None:
+    """The two blocks at 2,048 tokens on 240 KiB: the tallest spilled tile that fits is 228
+    rows (9 tiles), not a halving of the map; the search takes it, one group reading the
+    keys back 4 times, fewer bytes than the same group at the tallest halving that fits
+    (128 rows, 16 tiles, 7.5 times), and it verifies."""
+    path = save(causal_encoder(tokens=2048, width=64, heads=2, blocks=2), tmp_path, "long")
+    problem = api.prepare(str(path), overrides=["sram.bytes=240KiB"])
+    plan = api.plan_problem(problem, "cpsat")
+    (group,) = plan.groups
+    assert group.placement.keys_spilled and group.tile.h == 228
+    layers = [lay.name for lay in problem.graph.layers]
+    halving = hand_plan(problem, [Placement.of(layers, Tile(1, 128, 1), True, halo_reuse=True,
+                                               keys_spilled=True)])
+    assert not recheck(problem.graph, halving, problem.chip, problem.ruleset)
+    assert plan.totals.dram_bytes < halving.totals.dram_bytes
+    assert_verifies(problem, plan)
 
 
 def _rules(folder: Path, spill: bool) -> Path:
