@@ -5,6 +5,11 @@ A fixed delay races the command: on an idle machine the planning finishes before
 display says when the work has begun: it shows on a terminal, so the command runs with its
 stderr on a pseudo-terminal, and the signal goes to its process group (as a terminal's
 Ctrl-C does) as soon as the phrase of the step to interrupt appears there.
+
+The command starts with SIGINT and SIGTERM at their defaults and unblocked, as a terminal's
+foreground job does, whatever the test run inherited: a shell runs a job it puts in the
+background (`make test &`, a CI step started so) with SIGINT ignored, and an ignored signal
+stays ignored across exec, so the command would rightly never see the Ctrl-C.
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ class Interrupted:
     # 10 s after it exited
     left: bool = False
     stdout: str = ""  # what the command printed on stdout (its --json document)
+
+
+def as_foreground_job() -> None:
+    """Before exec, in the child: SIGINT and SIGTERM at their defaults and unblocked."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _lines_after_progress(text: str, marker: str) -> list[str]:
@@ -78,6 +90,7 @@ def interrupt_when(binary: Path, args: list[str], marker: str, cwd: Path,
     master, slave = pty.openpty()
     proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE, stderr=slave,
                             stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
+                            preexec_fn=as_foreground_job,
                             env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "TERM": "xterm"})
     os.close(slave)
     seen = bytearray()
@@ -193,7 +206,7 @@ def _interrupt_once(binary: Path, args: list[str], cwd: Path, ready: Callable[[i
     its group outlived it)."""
     proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            cwd=cwd, start_new_session=True,
+                            cwd=cwd, start_new_session=True, preexec_fn=as_foreground_job,
                             env={"PATH": "/usr/bin:/bin", "COLUMNS": "100"})
     deadline = time.monotonic() + wait_s
     left = False

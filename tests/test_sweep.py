@@ -52,6 +52,7 @@ from fuseplan.planner.ui.sweep_report import (
     sweep_html,
     write_sweep_report,
 )
+from tests.interrupt import as_foreground_job
 
 import models
 
@@ -716,7 +717,7 @@ def test_ctrl_c_keeps_finished_rows_and_exits_130(model_dir: Path, tmp_path: Pat
     fuseplan = Path(sys.executable).parent / "fuseplan"
     proc = subprocess.Popen([str(fuseplan), "sweep", str(spec), "--out", str(out), "--serial"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=False)
+                            start_new_session=False, preexec_fn=as_foreground_job)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         # finished rows only: a row being written is a hidden temporary file until renamed
