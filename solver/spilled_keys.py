@@ -93,7 +93,7 @@ def spilled_heights(heights: Sequence[int]) -> list[int]:
     out: list[int] = []
     for count in range(2, GROWING_TILES + 1):
         th = -(-h // count)
-        if th in have and th not in out:
+        if th < h and th in have and th not in out:  # one tile reads nothing back
             out.append(th)
     return out
 
@@ -107,7 +107,7 @@ def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
     if not spills(search):
         return
     chosen = search.chosen_rules(rules)
-    offered = spilled_heights(search.heights())  # one tile reads nothing back: kept
+    offered = spilled_heights(search.heights())
     # the peak shrinks with the tile: the tallest that fits the chip by bisection (where
     # the shortest does not fit, none does: one check, where a long-context MHA layer
     # would cost every height)

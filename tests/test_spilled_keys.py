@@ -120,7 +120,7 @@ def test_spilled_heights_offer_every_tile_count() -> None:
     assert offered[:3] == [2048, 1366, 1024]
     assert spilled_heights([10, 9, 8, 7, 6, 5, 4, 3, 2, 1]) == [5, 4, 3, 2, 1]
     assert spilled_heights([8, 4, 2, 1]) == [4, 2, 1]
-    assert spilled_heights([]) == []
+    assert spilled_heights([1]) == spilled_heights([]) == []
 
 
 def test_the_search_spills_at_tile_counts_between_halvings(tmp_path: Path) -> None:
