@@ -365,6 +365,16 @@ def se_net(seed: int = 0, n: int = 1, h: int = 64, w: int = 64, blocks: int = 2,
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def rules_without_spilling(folder: Path) -> Path:
+    """rules/default.yaml with `search.keys_spilled` off: where a test plans what a prefill
+    does without spilling its keys (a lone attention, streamed keys)."""
+    text = (ROOT / "rules" / "default.yaml").read_text()
+    assert "keys_spilled: true" in text, "rules/default.yaml changed: update this edit"
+    path = folder / "no_spill.yaml"
+    path.write_text(text.replace("keys_spilled: true", "keys_spilled: false"))
+    return path
+
+
 def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
     """rules/default.yaml without the whole-network shortcut, whole-map groups of any length
     and block groups, with rule 19 binding whole maps too (small test nets fit on chip, and

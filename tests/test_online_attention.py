@@ -41,7 +41,7 @@ from fuseplan.planner.plan.json_io import save_plan
 from fuseplan.planner.plan.mode import Mode, mode_problem
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.export import annotated_model
-from tests.models import causal_encoder, save
+from tests.models import causal_encoder, rules_without_spilling, save
 
 
 def _reference(q: np.ndarray, kt: np.ndarray, v: np.ndarray, scale: float, causal: bool,
@@ -144,14 +144,6 @@ def _plan_and_verify(tmp_path: Path, path: Path, overrides: list[str],
     return plan
 
 
-def _no_spill(folder: Path) -> Path:
-    """The default rules with `search.keys_spilled` off."""
-    rules = folder / "no_spill.yaml"
-    default = (Path(__file__).parents[1] / "rules" / "default.yaml").read_text()
-    rules.write_text(default.replace("keys_spilled: true", "keys_spilled: false"))
-    return rules
-
-
 def test_streamed_keys_plan_and_verify(tmp_path: Path) -> None:
     """K and V whole (256 KiB) do not fit 128 KiB of SRAM: the fused layer streams them;
     its group's traffic is queries once, keys and values once per tile up to the tile's last
@@ -160,7 +152,7 @@ def test_streamed_keys_plan_and_verify(tmp_path: Path) -> None:
     instead, fewer bytes: tests/test_spilled_keys.py; off here, to plan the streaming.)"""
     path, graph = _graph(tmp_path, tokens=1024, width=32, heads=2)
     chip = ["sram.bytes=128KiB"]
-    rules = _no_spill(tmp_path)
+    rules = rules_without_spilling(tmp_path)
     spilling = api.solve(str(path), overrides=chip)
     for solver in ("cpsat", "shortest-path"):
         plan = _plan_and_verify(tmp_path, path, chip, solver, rules)
@@ -222,7 +214,7 @@ def test_head_chunks_let_taller_tiles_stream_keys_fewer_times(tmp_path: Path) ->
     spills them in 94-row tiles, fewer bytes; off here, to plan the lone attention.)"""
     path, graph = _graph(tmp_path, tokens=1024, width=64, heads=4)
     chip = ["sram.bytes=128KiB"]
-    rules = _no_spill(tmp_path)
+    rules = rules_without_spilling(tmp_path)
     plan = _plan_and_verify(tmp_path, path, chip, rules=rules)
     assert api.solve(str(path), overrides=chip).totals.dram_bytes < plan.totals.dram_bytes
     group = next(g for g in plan.groups if graph.layer(g.layers[0]).op == "FlashAttention")

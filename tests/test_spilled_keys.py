@@ -28,7 +28,7 @@ from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli import app
 from fuseplan.solver.spilled_keys import spilled_heights
 from tests.hand import assert_refused, assert_verifies, hand_plan
-from tests.models import causal_encoder, save
+from tests.models import causal_encoder, rules_without_spilling, save
 
 pytestmark = pytest.mark.xdist_group("spilled_keys")
 
@@ -102,7 +102,7 @@ def test_the_search_spills_keys_that_outgrow_the_chip(tmp_path: Path) -> None:
     assert not api.explain(str(path), plan_file, None, None, None, chip[1:])["violations"]
     ran = CliRunner().invoke(app, ["verify", str(path), str(plan_file)])
     assert ran.exit_code == 0, ran.output
-    off = api.prepare(str(path), _rules(tmp_path, spill=False), overrides=chip[1:])
+    off = api.prepare(str(path), rules_without_spilling(tmp_path), overrides=chip[1:])
     without = api.plan_problem(off, "cpsat")
     assert not any(gr.placement.keys_spilled for gr in without.groups)
     assert doc["totals"]["dram_bytes"] < without.totals.dram_bytes
@@ -139,15 +139,6 @@ def test_the_search_spills_at_tile_counts_between_halvings(tmp_path: Path) -> No
     assert not recheck(problem.graph, halving, problem.chip, problem.ruleset)
     assert plan.totals.dram_bytes < halving.totals.dram_bytes
     assert_verifies(problem, plan)
-
-
-def _rules(folder: Path, spill: bool) -> Path:
-    """The default rules with `search.keys_spilled` set."""
-    rules = (Path(__file__).parents[1] / "rules" / "default.yaml").read_text()
-    assert "keys_spilled: true" in rules
-    target = folder / "rules.yaml"
-    target.write_text(rules.replace("keys_spilled: true", f"keys_spilled: {str(spill).lower()}"))
-    return target
 
 
 def test_plan_files_state_spilled_keys(encoder: api.Problem, model: Path,
