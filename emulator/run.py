@@ -245,6 +245,12 @@ def _cluster_split(r: Run) -> None:
     assert split is not None  # _check_mode asked mode_problem
     r.tally.split = SplitRun.of(r.graph, r.io, split, r.chip.clusters, r.weights,
                                 r.chip.dtype_bytes)
+    if r.group.halo_reuse:  # row tiles in order, the kept keys held or spilled
+        spilled = kept_prefix(r.graph, r.io) if r.group.placement.keys_spilled \
+            else frozenset()
+        run_reuse_tiles(r.graph, r.group, r.chip, r.dram, r.weights, r.tally,
+                        layers=r.layers, spilled=spilled)
+        return
     # tiles outer, never played layer by layer (planner.cost.cluster_split)
     run_tiles(r.graph, r.group, r.io, r.anchors(), r.dram, r.weights, r.tally, r.layers)
 

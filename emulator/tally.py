@@ -159,16 +159,18 @@ class Tally:
     def ops(self, lay: Layer, outputs: int) -> None:
         """Count the work of computing `outputs` elements of a layer (on every cluster
         when a cluster split replicates it)."""
-        ops = outputs * lay.macs_per_output * (self.split.copies(lay) if self.split else 1)
-        if lay.is_main:
+        copies = self.split.copies(lay) if self.split else 1
+        ops = outputs * lay.macs_per_output * copies
+        if lay.is_main:  # a replicated one (a fused attention) on every cluster's array
             self.macs += ops
-            self.count_array(lay, outputs, ops)
+            self.count_array(lay, outputs * copies, ops)
         else:
             self.vector_ops += ops
         if self.layer_chunks:
             macs, array, vector = self.layer_work.get(lay.name, (0, 0, 0))
             if lay.is_main:
-                macs, array = macs + ops, array + array_macs(lay, self.chip, outputs, ops)
+                array += array_macs(lay, self.chip, outputs * copies, ops)
+                macs += ops
             else:
                 vector += ops
             self.layer_work[lay.name] = (macs, array, vector)

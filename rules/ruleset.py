@@ -39,7 +39,7 @@ class SearchSettings:
     # tiled groups from one single-tensor cut to another (whole residual blocks, two or
     # three bottlenecks) get a tile search up to this many layers (solver.long_groups);
     # at or below max_group_layers (0): none
-    max_block_group_layers: int = field(default=40, metadata={"ge": 0})
+    max_block_group_layers: int = field(default=60, metadata={"ge": 0})
     time_limit_s: float = field(default=60.0, metadata={"gt": 0})
     seed: int = field(default=0, metadata={"ge": 0, "le": 2**31 - 1})  # CP-SAT's is 32-bit
     # 1 keeps CP-SAT deterministic; past 10,000 CP-SAT calls the model invalid

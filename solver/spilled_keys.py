@@ -56,9 +56,10 @@ def spills(search: GroupSearch) -> bool:
 
 
 def spilled_facts(search: GroupSearch, tile: Tile, grid: ReuseGrid | None = None,
-                  double_buffered: bool = False) -> GroupFacts:
-    """The rules' facts of `tile` run with its kept keys spilled (`grid`: its spilled grid)."""
-    mode = replace(SPILLED, double_buffered=double_buffered)
+                  double_buffered: bool = False, split: bool = False) -> GroupFacts:
+    """The rules' facts of `tile` run with its kept keys spilled (`grid`: its spilled grid;
+    `split`: over the clusters, solver.split_reuse)."""
+    mode = replace(SPILLED, double_buffered=double_buffered, cluster_split=split)
     return GroupFacts(search.graph, search.io, search.chains, tile, search.chip, mode,
                       grid or spilled_grid(search, tile), memo=search.memo)
 
@@ -73,10 +74,11 @@ def spilled_grid(search: GroupSearch, tile: Tile) -> ReuseGrid:
 
 
 def spilled_violations(search: GroupSearch, tile: Tile, rules: Sequence[Rule] | None = None,
-                       grid: ReuseGrid | None = None, double_buffered: bool = False
-                       ) -> list[Violation]:
-    """The chip's capacities and the rules' violations of `tile` with its keys spilled."""
-    facts = spilled_facts(search, tile, grid, double_buffered)
+                       grid: ReuseGrid | None = None, double_buffered: bool = False,
+                       split: bool = False) -> list[Violation]:
+    """The chip's capacities and the rules' violations of `tile` with its keys spilled
+    (`split`: over the clusters)."""
+    facts = spilled_facts(search, tile, grid, double_buffered, split)
     return physical_violations(facts) + [
         v for r in search.chosen_rules(rules) if (v := r.check(facts)) is not None]
 

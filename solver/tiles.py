@@ -67,6 +67,7 @@ from fuseplan.solver.hidden import TALLEST as HIDDEN_TALLEST
 from fuseplan.solver.hidden import HiddenSearch, chunk_violations
 from fuseplan.solver.passes import PassSearch, passes_room
 from fuseplan.solver.spilled_keys import spilled_choices, spilled_facts
+from fuseplan.solver.split_reuse import split_reuse_choices
 
 # how a group in passes may hold what later passes read (inputs_held, maps_held): nothing,
 # its inputs, its pooled maps, or both
@@ -341,7 +342,8 @@ class GroupSearch:
         """A tile run in `mode` with its full predicted cost."""
         if mode.cluster_split:
             return TileChoice(tile, mode, cluster_split_cost(
-                self.graph, self.layers, tile, self.chip, mode.double_buffered))
+                self.graph, self.layers, tile, self.chip, mode.double_buffered,
+                mode.halo_reuse, mode.keys_spilled))
         if mode.keys_spilled:
             return TileChoice(tile, mode, spilled_keys_cost(
                 self.graph, self.layers, tile, self.chip, mode.double_buffered))
@@ -458,7 +460,8 @@ class GroupSearch:
             + self._head_options(objective, with_room, found) \
             + self._end_options(objective, rules, with_room, found) \
             + [self._option(objective, tile, mode, cost, with_room, lambda: 0)  # prefetch_room
-               for tile, mode, cost in split_choices(self, rules)] \
+               for choices in (split_choices, split_reuse_choices)
+               for tile, mode, cost in choices(self, rules)] \
             + [self._option(objective, tile, mode, cost, with_room,
                             partial(prefetch_room, spilled_facts(self, tile, None,
                                                                  mode.double_buffered)))

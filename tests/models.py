@@ -382,7 +382,7 @@ def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:
     text = (ROOT / "rules" / "default.yaml").read_text()
     for old, new in {"whole_network_first: true": "whole_network_first: false",
                      "long_whole_map_groups: true": "long_whole_map_groups: false",
-                     "max_block_group_layers: 40": "max_block_group_layers: 0",
+                     "max_block_group_layers: 60": "max_block_group_layers: 0",
                      "applies_to: recompute}": "applies_to: all}",
                      **(edits or {})}.items():
         if old.startswith("whole_network_first") and old not in text:
@@ -636,6 +636,37 @@ def llama_attention(tokens: int = 512, width: int = 64, heads: int = 4, kv_heads
     Expand, Reshape), q @ k^T, a scale, Softmax, p @ v, the heads merged, the output
     projection and the residual."""
     b = _Builder(np.random.default_rng(seed))
+    y = _llama_attention_half(b, "input", tokens, width, heads, kv_heads, causal=False)
+    return b.model([1, tokens, width], y, 17, name=f"llama_attention_{tokens}")
+
+
+def llama_decoder(tokens: int = 512, width: int = 64, heads: int = 4, kv_heads: int = 2,
+                  hidden: int = 128, blocks: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """A stack of Llama-style decoder layers on [1, L, C] (a prefill): llama_attention's
+    half with a causal mask (Where), then LayerNorm, a SwiGLU MLP of `hidden` channels (gate
+    and up Linears, x sigmoid(x) on the gate, their product, the down Linear) and the
+    residual. Its q, k and v are Linears of their own, so a whole layer may split over the
+    clusters (planner.geometry.cluster_split)."""
+    b = _Builder(np.random.default_rng(seed))
+    x = "input"
+    for _ in range(blocks):
+        y = _llama_attention_half(b, x, tokens, width, heads, kv_heads, causal=True)
+        g, beta = (b.const("ln", np.ones(width, np.float32)),
+                   b.const("ln", np.zeros(width, np.float32)))
+        n = b.one("LayerNormalization", [y, g, beta], "ln", axis=-1)
+        gate = b.one("MatMul", [n, b.weight((width, hidden), width)], "gate_proj")
+        gate = b.one("Mul", [gate, b.one("Sigmoid", [gate], "sigmoid")], "silu")
+        up = b.one("MatMul", [n, b.weight((width, hidden), width)], "up_proj")
+        down = b.one("MatMul", [b.one("Mul", [gate, up], "gated"),
+                                b.weight((hidden, width), hidden)], "down_proj")
+        x = b.one("Add", [down, y], "residual")
+    return b.model([1, tokens, width], x, 17, name=f"llama_decoder_{tokens}")
+
+
+def _llama_attention_half(b: _Builder, x: str, tokens: int, width: int, heads: int,
+                          kv_heads: int, causal: bool) -> str:
+    """llama_attention's layers from `x` to its residual add (`causal`: the scores masked
+    past the diagonal, as a decoder's prefill)."""
     d, groups = width // heads, heads // kv_heads
     angles = np.arange(tokens)[:, None] * (1e-2 ** (np.arange(d) % (d // 2) / (d // 2)))
     cos = b.const("cos", np.cos(angles)[None, None].astype(np.float32))
@@ -643,7 +674,6 @@ def llama_attention(tokens: int = 512, width: int = 64, heads: int = 4, kv_heads
     starts = tuple(b.const(p, np.array([v], np.int64))
                    for p, v in (("start", 0), ("mid", d // 2), ("end", d), ("axes", -1)))
     scale = b.const("scale", np.array(d ** -0.5, np.float32))
-    x = "input"
     g, beta = (b.const("ln", np.ones(width, np.float32)),
                b.const("ln", np.zeros(width, np.float32)))
     n = b.one("LayerNormalization", [x, g, beta], "ln", axis=-1)
@@ -665,10 +695,12 @@ def llama_attention(tokens: int = 512, width: int = 64, heads: int = 4, kv_heads
 
     kt = b.one("Transpose", [repeat_kv(k)], "k_t", perm=[0, 1, 3, 2])
     s = b.one("Mul", [b.one("MatMul", [q, kt], "scores"), scale], "scale")
+    if causal:
+        below = b.const("causal", np.tri(tokens, tokens, dtype=bool)[None, None])
+        s = b.one("Where", [below, s, b.const("fill", np.array(-1e4, np.float32))], "mask")
     o = b.one("MatMul", [b.one("Softmax", [s], "softmax", axis=-1), repeat_kv(v)], "mix")
     merge = b.const("shape", np.array([1, tokens, width], np.int64))
     o = b.one("Reshape", [b.one("Transpose", [o], "tokens_first", perm=[0, 2, 1, 3]), merge],
               "merge_heads")
-    y = b.one("Add", [b.one("MatMul", [o, b.weight((width, width), width)], "o_proj"), x],
-              "residual")
-    return b.model([1, tokens, width], y, 17, name=f"llama_attention_{tokens}")
+    return b.one("Add", [b.one("MatMul", [o, b.weight((width, width), width)], "o_proj"), x],
+                 "residual")

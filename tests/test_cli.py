@@ -211,7 +211,7 @@ def test_explain_numbers_support_not_better(tmp_path: Path) -> None:
     rules = tmp_path / "no_block_groups.yaml"
     text = (ROOT / "rules" / "default.yaml").read_text()
     # two sub-map buffers per core (rule 17) keep the demo's maps from fusing whole
-    rules.write_text(text.replace("max_block_group_layers: 40", "max_block_group_layers: 0")
+    rules.write_text(text.replace("max_block_group_layers: 60", "max_block_group_layers: 0")
                      .replace("submap_fits_nram: {enabled: true, buffers: 1}",
                               "submap_fits_nram: {enabled: true, buffers: 2}"))
     plan = tmp_path / "demo.json"

@@ -66,10 +66,11 @@ def test_a_network_at_its_floor_is_one_group_the_search_agrees_and_it_verifies(
 
 def test_a_network_above_its_floor_is_searched(tmp_path: Path) -> None:
     """Where the whole network fits one group only above the floor (64 KiB of NRAM: 68-token
-    tiles, and 8 KiB of WRAM: weights streamed again for each), the shortcut gives nothing
-    and the planners search as before."""
+    tiles, and 4 KiB of WRAM: weights streamed again for each, not even a cluster's share
+    of them beside the rotary tables fitting), the shortcut gives nothing and the planners
+    search as before."""
     _, problem = _problem(tmp_path, "llama_attention", {"tokens": 256},
-                          ["nram.bytes=64KiB", "wram.bytes=8KiB"])
+                          ["nram.bytes=64KiB", "wram.bytes=4KiB"])
     layers = tuple(lay.name for lay in problem.graph.layers)
     one = GroupSearch.of(problem.graph, layers, problem.chip, problem.ruleset).best()
     assert one is not None and one.cost.dram_bytes > compulsory_bytes(problem.graph, problem.chip)

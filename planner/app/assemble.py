@@ -117,7 +117,8 @@ def _ends_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
 
 
 def _split_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
-    return cluster_split_cost(graph, p.layers, p.tile, chip, p.double_buffered)
+    return cluster_split_cost(graph, p.layers, p.tile, chip, p.double_buffered,
+                              p.halo_reuse, p.keys_spilled)
 
 
 def _spilled_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:

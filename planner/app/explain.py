@@ -216,8 +216,11 @@ def _end_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> lis
 def _tile_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> list[Violation]:
     """Tiles outer, weights outer or split over the clusters: the group's facts in its mode
     (a weights-outer layer holds two of its weight chunks, not its whole weights; a split
-    cluster its share of them)."""
+    cluster its share of them, and a split group spilling its kept keys one chunk of them)."""
     search = GroupSearch.of(graph, g.layers, chip, ruleset)
+    if g.placement.keys_spilled:  # split over the clusters, its kept keys spilled
+        return spilled_violations(search, g.tile, double_buffered=g.double_buffered,
+                                  split=True)
     return search.violations(g.tile, g.weights_resident, None, g.halo_reuse,
                              g.double_buffered, weights_outer=g.placement.weights_outer,
                              cluster_split=g.placement.cluster_split)

@@ -2,28 +2,35 @@
 
 Its DRAM traffic, tiles and work are those of the same tiles run with resident weights (the
 tiles run one at a time, all clusters on each; the weights load once), but for the
-replicated layers, whose work is done on every cluster (``replicated_ops``). What changes
+replicated layers, whose work is done on every cluster (``replicated_work``). What changes
 besides is where the weights sit, each cluster holding its share (``split_weight_bytes``:
 what the weight memory of one cluster must hold), and the cluster links, which carry every
 gathered map's tile to the C - 1 clusters that did not make each share (``link_bytes``);
-the gathers run while the cores compute (planner.cost.model.compute_cycles).
+the gathers run while the cores compute (planner.cost.model.compute_cycles). Row tiles that
+reuse halos (a decoder layer keeping, or spilling, its attention's keys: solver.split_reuse)
+cost as the reusing group does (planner.cost.spilled_keys where they spill), each gather
+and replicated layer counting what a tile makes of its map.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.model import (
+    layer_ops,
     peak_bytes,
     region_sums,
     resident_work,
     weight_bytes,
     with_time,
 )
+from fuseplan.planner.cost.spilled_keys import spilled_work
 from fuseplan.planner.cost.weight_stream import chunk_sizes
 from fuseplan.planner.geometry.cluster_split import ClusterSplit, cluster_split
+from fuseplan.planner.geometry.halo_reuse import ReuseGrid
 from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
 from fuseplan.planner.ir.graph import Graph
 
@@ -53,50 +60,71 @@ def group_split_weight_bytes(graph: Graph, io: GroupIO, chip: Chip) -> int | Non
     return None if split is None else split_weight_bytes(graph, io, split, chip)
 
 
-def link_bytes(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
-               split: ClusterSplit, chip: Chip) -> int:
-    """Bytes the gathers move over the cluster links: every tile of every gathered map to
-    the clusters that did not make each share, C - 1 copies of it in all."""
-    made = region_sums(graph, io, chains, tile, split.gathered)
-    return (chip.clusters - 1) * chip.dtype_bytes * sum(made.values())
+def link_bytes(graph: Graph, made: Mapping[str, int], split: ClusterSplit, chip: Chip) -> int:
+    """Bytes the gathers move over the cluster links: every tile's part of every gathered
+    map (`made`: elements made per map over the tiles) to the clusters that did not make
+    each share, C - 1 copies of it in all."""
+    return (chip.clusters - 1) * chip.dtype_bytes * sum(made[t] for t in split.gathered)
 
 
-def replicated_ops(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
-                   split: ClusterSplit, chip: Chip) -> int:
-    """Vector ops the replicated layers add: each runs whole on every cluster, C - 1 times
-    more than once."""
-    outs = {graph.layer(name).outputs[0]: graph.layer(name) for name in split.replicated}
-    made = region_sums(graph, io, chains, tile, tuple(outs))
-    return (chip.clusters - 1) * sum(lay.macs_per_output * made[t] for t, lay in outs.items())
+def replicated_work(graph: Graph, io: GroupIO, made: Mapping[str, int], split: ClusterSplit,
+                    chip: Chip) -> tuple[int, int, int]:
+    """(MACs, array MACs, vector ops) the replicated layers add: each runs whole on every
+    cluster, C - 1 times more than once (a fused attention's MACs on every cluster's
+    matrix unit, a normalisation's vector ops on every cluster's)."""
+    c = chip.clusters
+    outs = {graph.layer(name).outputs[0] for name in split.replicated}
+    once = {t: made[t] for t in outs}
+    macs, array, vector = layer_ops(graph, io, once, chip)
+    _, all_array, _ = layer_ops(graph, io, {t: n * c for t, n in once.items()}, chip)
+    return (c - 1) * macs, all_array - array, (c - 1) * vector
 
 
 def cluster_split_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: Chip,
-                       double_buffered: bool) -> Counters:
-    """Every counter of a group of these layers split over the clusters (split_cost)."""
+                       double_buffered: bool, halo_reuse: bool = False,
+                       keys_spilled: bool = False) -> Counters:
+    """Every counter of a group of these layers split over the clusters (split_cost), its
+    row tiles reusing halos (`halo_reuse`) and spilling its kept keys (`keys_spilled`)."""
     io = group_io(graph, layers)
     split = cluster_split(graph, io)
     if split is None:
         raise ValueError(f"group of {layers[0]!r} cannot be split over the clusters")
-    return split_cost(graph, io, group_chains(graph, io), split, tile, chip, double_buffered)
+    chains = group_chains(graph, io)
+    grid = ReuseGrid.of(graph, io, chains, tile, spilled=keys_spilled) if halo_reuse \
+        else None
+    return split_cost(graph, io, chains, split, tile, chip, double_buffered, grid=grid)
 
 
 def split_cost(graph: Graph, io: GroupIO, chains: GroupChains, split: ClusterSplit,
                tile: Tile, chip: Chip, double_buffered: bool,
-               work: Counters | None = None) -> Counters:
+               work: Counters | None = None, grid: ReuseGrid | None = None) -> Counters:
     """Every counter of a group split over the clusters (``work``: the tile's counters with
-    resident weights, when a tile search has them). Each cluster holds every map whole (the
-    gathers fill in the shares of the others), so the SRAM peak is the tile's; on a chip
-    without WRAM a cluster's share of the weights sits beside it. A group of one tile loads
-    its weights, then computes (no layer-by-layer overlap)."""
-    once = work if work is not None else resident_work(graph, io, chains, tile, chip)
-    peak = peak_bytes(graph, io, chains, tile, chip, True, double_buffered)
+    resident weights, when a tile search has them; ``grid``: its halo-reusing grid, which
+    may spill kept keys, when its row tiles reuse halos). Each cluster holds every map
+    whole (the gathers fill in the shares of the others), so the SRAM peak is the tile's;
+    on a chip without WRAM a cluster's share of the weights sits beside it. A group of one
+    tile loads its weights, then computes (no layer-by-layer overlap)."""
+    if work is not None:
+        once = work
+    elif grid is not None and grid.rows.spilled_tensors:
+        once = spilled_work(graph, io, chains, tile, chip, grid)
+    else:
+        once = resident_work(graph, io, chains, tile, chip, grid is not None, grid)
+    peak = peak_bytes(graph, io, chains, tile, chip, True, double_buffered, grid is not None,
+                      False, grid)
     if chip.unified:
         peak += split_weight_bytes(graph, io, split, chip) - weight_bytes(graph, io.weights,
                                                                           chip)
+    # what each tile makes of the gathered and replicated maps (a reusing tile its new
+    # part; a recomputing tile its whole region)
+    wanted = tuple(dict.fromkeys((*split.gathered, *(graph.layer(n).outputs[0]
+                                                     for n in split.replicated))))
+    made = {t: grid.made_elems(t) for t in wanted} if grid is not None \
+        else region_sums(graph, io, chains, tile, wanted)
+    macs, array, vector = replicated_work(graph, io, made, split, chip)
     # a tile is not played layer by layer (planner.cost.layered): its layers wait for their
     # gathers as well as their weights, which that schedule does not model
-    c = replace(once, cluster_link_bytes=link_bytes(graph, io, chains, tile, split, chip),
-                sram_peak_bytes=peak, overlap_cycles=0,
-                vector_ops=once.vector_ops + replicated_ops(graph, io, chains, tile, split,
-                                                            chip))
+    c = replace(once, cluster_link_bytes=link_bytes(graph, made, split, chip),
+                sram_peak_bytes=peak, overlap_cycles=0, macs=once.macs + macs,
+                array_macs=once.array_macs + array, vector_ops=once.vector_ops + vector)
     return with_time(chip, c, double_buffered)

@@ -324,7 +324,7 @@ def weights_outer_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Til
     loads = sum(sums[t] for t in io.inputs)
     fmap_read = chunks * loads * dt
     wread = sum(sizes)
-    macs, array, vector_ops = _layer_ops(graph, io, sums, chip)
+    macs, array, vector_ops = layer_ops(graph, io, sums, chip)
     core_fmap = sum(sums[t] * (1 + uses.get(t, 0)) * (chunks if t in io.inputs else 1)
                     for t in sums) * dt
     first, last = edge_tiles(graph, io, tile)
@@ -626,7 +626,7 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     fmap_read = sum(made[t] for t in loads) * dt
     wbytes = weight_bytes(graph, io.weights, chip)
     write = sum(graph.elems(t) for t in io.outputs) * dt
-    macs, array, vector_ops = _layer_ops(graph, io, made, chip)
+    macs, array, vector_ops = layer_ops(graph, io, made, chip)
     if grid is None:
         uses = in_group_uses(graph, io)
         core_fmap = sum(made[t] + sums[t] * uses.get(t, 0) for t in sums) * dt
@@ -657,8 +657,8 @@ def resident_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, ch
     )
 
 
-def _layer_ops(graph: Graph, io: GroupIO, made: Mapping[str, int], chip: Chip
-               ) -> tuple[int, int, int]:
+def layer_ops(graph: Graph, io: GroupIO, made: Mapping[str, int], chip: Chip
+              ) -> tuple[int, int, int]:
     """(MACs of main layers, their array MACs, vector ops of the others) for `made`
     elements of each output."""
     macs = array = vector_ops = 0
@@ -701,7 +701,7 @@ def banded_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip
     loads = dram_loads(graph, io)
     for grid in grids:
         made = {t: grid.made_elems(t) for t in tensors}
-        b_macs, b_array, b_vector_ops = _layer_ops(graph, io, made, chip)
+        b_macs, b_array, b_vector_ops = layer_ops(graph, io, made, chip)
         macs, array, vector_ops = macs + b_macs, array + b_array, vector_ops + b_vector_ops
         slowest = max(slowest, band_compute_cycles(chip, matrix_macs(chip, b_macs, b_array),
                                                    b_vector_ops, tile.bands))

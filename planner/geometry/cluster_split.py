@@ -26,7 +26,14 @@ What a cluster needs, by layer:
   cluster, so a split layer reading it needs no gather (a pre-norm's LayerNorm before the
   MLP it feeds).
 
-A main layer that cannot be split (a product of two maps) rules the split out. The DRAM
+* a **fused attention** has no weights but heads to share out: each cluster makes its
+  share of the query heads (axis 1 of its output) from the queries, keys and values
+  whole, so that a decoder layer splits as a whole, its attention's work shared like its
+  projections'; its output is gathered by the layer merging the heads;
+* any other main layer without weights (a product of two maps: the scores of queries and
+  keys unfused) is replicated, as the layers above: done C times over.
+
+A main layer with weights that cannot be cut (a depthwise conv) rules the split out. The DRAM
 traffic is that of the same tiles with resident weights; what the split adds is the
 cluster-link traffic of the gathers (each gathered map's tile crosses C - 1 links), the
 per-cluster share of the weights, and the work of replicated layers, done C times. The cost
@@ -38,7 +45,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuseplan.planner.geometry.regions import GroupIO
+from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.regions import GroupIO, group_io
 from fuseplan.planner.ir.chunks import chunk_axes
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.ir.ops import op_spec
@@ -52,30 +60,40 @@ class ClusterSplit:
     gathered: tuple[str, ...]  # maps made in the group a split or replicated layer reads whole
     axis: tuple[tuple[str, int], ...]  # per map made in shares: the axis its shares cut
     replicated: tuple[str, ...] = ()  # layers every cluster runs whole
+    # fused attentions each cluster runs for its share of the query heads (no weights)
+    headed: tuple[str, ...] = ()
 
 
 def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
-    """The split of a group over the clusters, or None when a main layer of it has no output
-    channels to share out, a layer makes two maps or shares weights with another, it has
-    no layer to split, or it ends in an accumulation."""
+    """The split of a group over the clusters, or None when a main layer of it has weights
+    but no output channels to share them out by, a layer makes two maps, a layer split
+    shares weights with another, it has no layer to split, or it ends in an accumulation.
+    Constants shared by layers held whole (a rotary embedding's tables) are fine."""
     if io.accumulated:
         return None
     split: list[str] = []
     gathered: list[str] = []
     replicated: list[str] = []
+    headed: list[str] = []
     axis: dict[str, int] = {}
     whole: set[str] = set()  # maps replicated layers make: whole on every cluster
-    seen: set[str] = set()
+    seen: set[str] = set()  # every layer's weights so far
+    cut_seen: set[str] = set()  # the split layers'
     for name in io.layers:
         lay = graph.layer(name)
         outs = [t for t in lay.outputs if t]
-        # one map out; weights of its own (a tensor two layers share is cut once per layer)
-        if len(outs) != 1 or outs[0] not in graph.shapes or seen & set(lay.weights):
+        if len(outs) != 1 or outs[0] not in graph.shapes:  # one map out
             return None
-        seen |= set(lay.weights)
         out = outs[0]
         cut = _split_axis(graph, lay, out)
+        mine = set(lay.weights)
+        # a split layer's weights are its own: a tensor cut for one layer is not whole for
+        # another (constants layers held whole share, such as a rotary embedding's tables)
+        if mine & (seen if cut is not None else cut_seen):
+            return None
+        seen |= mine
         if cut is not None:
+            cut_seen |= mine
             split.append(name)
             gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
             axis[out] = cut
@@ -84,14 +102,20 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
         if at is not None:
             axis[out] = at
             continue
-        if lay.is_main:  # a product of two maps: done C times over, no share to make
+        if lay.is_main and lay.weights:  # weights it cannot cut along its outputs
             return None
+        if attention_heads(graph, group_io(graph, (name,))) is not None:
+            headed.append(name)
+            gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
+            axis[out] = 1  # [B, heads, rows, head width]
+            continue
         replicated.append(name)
         gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
         whole.add(out)
     if not split:
         return None
-    return ClusterSplit(tuple(split), tuple(gathered), tuple(axis.items()), tuple(replicated))
+    return ClusterSplit(tuple(split), tuple(gathered), tuple(axis.items()), tuple(replicated),
+                        tuple(headed))
 
 
 def _split_axis(graph: Graph, lay: Layer, out: str) -> int | None:

@@ -72,7 +72,8 @@ class ModeKind(StrEnum):
     HEAD_CHUNKS = "head_chunks"  # a lone fused attention, a chunk of its heads at a time
     HIDDEN = "hidden"  # stretches run in chunks of their hidden channels
     ENDS = "ends"  # input and output streamed in channel chunks, the maps between whole
-    # every cluster on the same tile, each with its share of the output channels
+    # every cluster on the same tile, each with its share of the output channels (row
+    # tiles may reuse halos, keeping or spilling a causal attention's keys)
     CLUSTER_SPLIT = "cluster_split"
     # halos reused, the kept keys written as made and read back per tile (keys_spilled)
     KEYS_SPILLED = "keys_spilled"
@@ -110,7 +111,8 @@ class Mode:
     end_chunks: int = 1
     # every cluster runs the same tile on its share of each layer's output channels, its
     # share of the weights resident (planner.geometry.cluster_split): the weights are spread
-    # over the clusters instead of copied into each
+    # over the clusters instead of copied into each; with halo reuse its row tiles run in
+    # order, so a decoder layer keeps (or spills) its keys as a whole group
     cluster_split: bool = False
     # with halo reuse: the keys and values a causal attention reads a prefix of, made by
     # the group (planner.geometry.attention.kept_prefix), are not held as the tiles go but
@@ -422,11 +424,12 @@ def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode
                 "conv, a product of two maps), no layer may make two maps or share weights "
                 "with another, and the group may not end in an accumulation; remove the "
                 "key.")
-    if not mode.weights_resident or mode.halo_reuse or mode.weights_outer \
+    if not mode.weights_resident or mode.weights_outer \
             or mode.passes > 1 or mode.hidden_chunks > 1 or mode.end_chunks > 1 \
-            or tile.bands > 1:
-        return ("cluster_split runs with resident weights, halos recomputed, tiles outer, no "
-                "passes, hidden or end chunks and no bands; set those or remove the key.")
+            or tile.bands > 1 or (mode.halo_reuse and tile.w != whole.w):
+        return ("cluster_split runs with resident weights, tiles outer, halos recomputed or "
+                "reused by row tiles at full width, no passes, hidden or end chunks and no "
+                "bands; set those or remove the key.")
     return None
 
 
@@ -441,10 +444,10 @@ def _spilled_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mo
                 "key.")
     if not mode.halo_reuse or not mode.weights_resident or mode.weights_outer \
             or mode.passes > 1 or mode.hidden_chunks > 1 or mode.end_chunks > 1 \
-            or mode.cluster_split or tile.bands > 1 or (tile.n, tile.w) != (whole.n, whole.w):
+            or tile.bands > 1 or (tile.n, tile.w) != (whole.n, whole.w):
         return ("keys_spilled runs row tiles in order (\"halo\": \"reuse\") over every image "
-                "at full width, weights resident, tiles outer, no passes, hidden or end "
-                "chunks, bands or cluster split; set those or remove the key.")
+                "at full width, weights resident (or split over the clusters), tiles outer, "
+                "no passes, hidden or end chunks or bands; set those or remove the key.")
     return None
 
 

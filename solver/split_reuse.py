@@ -1,0 +1,102 @@
+"""Tile search for a group split over the clusters whose row tiles reuse halos
+(Mode.cluster_split with halo reuse, planner.cost.cluster_split.split_cost on a reusing grid).
+
+A decoder layer at a long context is the case: its weights (attention and MLP projections)
+outgrow one cluster's WRAM, so whole it runs only split over the clusters; its attention
+needs the keys of every earlier row, which tiles outer would make again for every tile.
+Split with halos reused, its row tiles run in order on all the clusters together, each
+keeping the keys it makes for the tiles after it (or spilling them, where they outgrow a
+cluster's SRAM: planner.cost.spilled_keys), so the layer reads its input once, writes its
+output once and reads its weights once, with no map between its attention and its MLP
+going to DRAM. The attention itself is replicated (planner.geometry.cluster_split).
+
+The search is in Python for every planner: CP-SAT gets its choices pinned, as the split's
+and the spilled keys' own. Each cluster holds every map whole, so a height fits where the
+same reusing tile fits one cluster: the tallest is found by bisection (the peak grows with
+the tile), and from it the TALLEST that pass the rules are costed, single- and (where it
+fits) double-buffered. Offered where the split is (solver.cluster_split.worth_splitting) and
+the group's rows may reuse halos over the whole batch at full width; spilled where the
+kept keys may spill and outgrow one cluster (solver.spilled_keys.spills), at the tile
+counts spilled_heights offers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+
+from fuseplan.planner.cost.cluster_split import split_cost
+from fuseplan.planner.cost.counters import Counters
+from fuseplan.planner.geometry.cluster_split import ClusterSplit
+from fuseplan.planner.geometry.halo_reuse import ReuseGrid
+from fuseplan.planner.geometry.regions import Tile
+from fuseplan.planner.plan.mode import Mode
+from fuseplan.rules.base import Rule, Violation
+from fuseplan.solver.bisect import first_passing
+from fuseplan.solver.cluster_split import worth_splitting
+from fuseplan.solver.spilled_keys import (
+    GroupSearch,
+    spilled_grid,
+    spilled_heights,
+    spilled_violations,
+    spills,
+)
+
+KEPT = Mode.of(halo_reuse=True, cluster_split=True)
+SPILLED = Mode.of(halo_reuse=True, cluster_split=True, keys_spilled=True)
+TALLEST = 2  # passing heights costed per variant (taller tiles: fewer steps, fewer reads)
+
+
+def split_reuse_choices(search: GroupSearch, rules: Iterable[Rule] | None
+                        ) -> Iterator[tuple[Tile, Mode, Counters]]:
+    """(tile, mode, cost) of the group split over the clusters with its row tiles reusing
+    halos: its kept keys held, and (where they may spill and outgrow a cluster) spilled."""
+    split = worth_splitting(search)
+    if split is None or search.tn is not None or not search.can_reuse():
+        return
+    chosen = search.chosen_rules(rules)
+    yield from _variant(search, split, chosen, search.heights(), KEPT)
+    if spills(search):
+        yield from _variant(search, split, chosen, spilled_heights(search.heights()), SPILLED)
+
+
+def _variant(search: GroupSearch, split: ClusterSplit, chosen: Sequence[Rule],
+             heights: Sequence[int], mode: Mode) -> Iterator[tuple[Tile, Mode, Counters]]:
+    """The TALLEST of `heights` (tallest first) that fit and pass the rules in `mode`."""
+    def problems(tile: Tile, rules: Sequence[Rule], db: bool = False) -> list[Violation]:
+        return _violations(search, tile, mode, rules, db)
+
+    top = first_passing(heights, lambda th: not problems(search.tile_of(th), ()))
+    if top is None:
+        return
+    found = 0
+    for th in heights[heights.index(top):]:
+        tile = search.tile_of(th)
+        if problems(tile, chosen):
+            continue
+        grid = _grid(search, tile, mode)
+        for db in (False, True):
+            if db and problems(tile, (), True):
+                continue
+            yield tile, replace(mode, double_buffered=db), split_cost(
+                search.graph, search.io, search.chains, split, tile, search.chip, db,
+                grid=grid)
+        found += 1
+        if found == TALLEST:
+            return
+
+
+def _grid(search: GroupSearch, tile: Tile, mode: Mode) -> ReuseGrid:
+    """The tile's reusing grid (spilling where the mode does), from the search's memo."""
+    return spilled_grid(search, tile) if mode.keys_spilled else search.reuse_grid(tile)
+
+
+def _violations(search: GroupSearch, tile: Tile, mode: Mode, rules: Sequence[Rule],
+                double_buffered: bool) -> list[Violation]:
+    """The chip's capacities (each cluster: the tile's maps whole, its share of the weights)
+    and the rules' violations of `tile` split in `mode`."""
+    if mode.keys_spilled:
+        return spilled_violations(search, tile, rules, spilled_grid(search, tile),
+                                  double_buffered, split=True)
+    return search.violations(tile, True, rules, halo_reuse=True,
+                             double_buffered=double_buffered, cluster_split=True)
