@@ -31,6 +31,7 @@ from fuseplan.planner.ui.cli import app
 from fuseplan.solver.tiles import GroupSearch
 from tests.hand import assert_refused, hand_plan
 from tests.models import llama_decoder, save
+from tests.test_cluster_split import wide_chain
 
 pytestmark = pytest.mark.xdist_group("split_reuse")
 
@@ -108,6 +109,26 @@ def test_split_layers_keeping_their_keys_run_as_predicted(decoder: api.Problem, 
         assert p.cluster_link_bytes > 0
     assert not recheck(g, plan, decoder.chip, decoder.ruleset)
     _verifies(decoder, plan)
+
+
+@pytest.mark.parametrize(("n", "th", "db"), [(2, 2, False), (1, 3, True), (2, 8, False)])
+def test_split_conv_stages_reusing_halos_run_as_predicted(tmp_path: Path, n: int, th: int,
+                                                          db: bool) -> None:
+    """Convolutions with halos, split and reusing them, over a batch of two images (tiles of
+    one image or both): each image's input read once and the weights once, no halo
+    recomputed; verified (the gathers counted from what each tile makes)."""
+    problem = api.prepare(str(save(wide_chain(n=2), tmp_path, "wide")))
+    g = problem.graph
+    names = tuple(lay.name for lay in g.layers)
+    plan = hand_plan(problem, [Placement.of(names, Tile(n, th, 8), True, db,
+                                            halo_reuse=True, cluster_split=True)])
+    (group,) = plan.groups
+    p = group.predicted
+    assert group.placement.cluster_split and group.halo_reuse and p.cluster_link_bytes > 0
+    assert p.dram_read_bytes == 2 * g.elems("input") + weight_bytes(g, group_io(
+        g, names).weights, problem.chip)
+    assert p.redundant_read_bytes == 0
+    _verifies(problem, plan)
 
 
 def test_the_tile_search_takes_a_whole_layer_split(decoder: api.Problem) -> None:

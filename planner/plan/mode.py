@@ -420,10 +420,10 @@ def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode
     if cluster_split(graph, group_io(graph, layers)) is None:
         return ("cluster_split shares out output channels over the clusters: one layer of "
                 "the group must cut its weights along its output channels (a Conv without "
-                "groups, a Linear), no main layer may have nothing to share out (a depthwise "
-                "conv, a product of two maps), no layer may make two maps or share weights "
-                "with another, and the group may not end in an accumulation; remove the "
-                "key.")
+                "groups, a Linear), no main layer may hold weights it cannot cut (a "
+                "depthwise conv), no layer may make two maps, a layer cutting its weights "
+                "may share none with another, and the group may not end in an accumulation; "
+                "remove the key.")
     if not mode.weights_resident or mode.weights_outer \
             or mode.passes > 1 or mode.hidden_chunks > 1 or mode.end_chunks > 1 \
             or tile.bands > 1 or (mode.halo_reuse and tile.w != whole.w):
