@@ -15,9 +15,10 @@ and the spilled keys' own. Each cluster holds every map whole, so a height fits 
 same reusing tile fits one cluster: the tallest is found by bisection (the peak grows with
 the tile), and from it the TALLEST that pass the rules are costed, single- and (where it
 fits) double-buffered. Offered where the split is (solver.cluster_split.worth_splitting) and
-the group's rows may reuse halos over the whole batch at full width; spilled where the
+the group's rows may reuse halos over the whole batch at full width: spilled where the
 kept keys may spill and outgrow one cluster (solver.spilled_keys.spills), at the tile
-counts spilled_heights offers.
+counts spilled_heights offers, and held otherwise (held, keys that outgrow a cluster fit
+at no height).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import replace
 from fuseplan.planner.cost.cluster_split import split_cost
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.cluster_split import ClusterSplit
-from fuseplan.planner.geometry.halo_reuse import ReuseGrid
+from fuseplan.planner.geometry.halo_reuse import ReuseGrid, kept_outgrow
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import Rule, Violation
@@ -55,8 +56,9 @@ def split_reuse_choices(search: GroupSearch, rules: Iterable[Rule] | None
     if split is None or search.tn is not None or not search.can_reuse():
         return
     chosen = search.chosen_rules(rules)
-    yield from _variant(search, split, chosen, search.heights(), KEPT)
-    if spills(search):
+    if not kept_outgrow(search.graph, search.io, search.chip):
+        yield from _variant(search, split, chosen, search.heights(), KEPT)
+    elif spills(search):  # held, keys that fill a cluster's SRAM fit at no height
         yield from _variant(search, split, chosen, spilled_heights(search.heights()), SPILLED)
 
 
