@@ -161,7 +161,7 @@ class Tally:
         when a cluster split replicates it)."""
         copies = self.split.copies(lay) if self.split else 1
         ops = outputs * lay.macs_per_output * copies
-        if lay.is_main:  # a replicated one (a fused attention) on every cluster's array
+        if lay.is_main:  # replicated (a product of two maps): on every cluster's array
             self.macs += ops
             self.count_array(lay, outputs * copies, ops)
         else:

@@ -30,7 +30,7 @@ from fuseplan.planner.plan.data import Plan
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.solver.tiles import GroupSearch
 
-from models import _Builder, chain_cnn, random_cnn, save
+from models import _Builder, batch_first_mha, chain_cnn, random_cnn, save
 
 
 def _verifies(problem: api.Problem, plan: Plan) -> None:
@@ -106,6 +106,27 @@ def test_hand_built_split_plans_verify(tmp_path: Path, clusters: int, th: int, d
                                             cluster_split=True)])
     group = plan.groups[0]
     assert group.placement.cluster_split and group.predicted.cluster_link_bytes > 0
+    _verifies(problem, plan)
+
+
+@pytest.mark.parametrize("rows", [16, 5])
+def test_products_of_two_maps_run_whole_on_every_cluster(tmp_path: Path, rows: int) -> None:
+    """An attention left unfused (batch-first, 16 tokens): its Linears split, its scores
+    and mix (products of two maps, no weights to share out) replicated, their MACs counted
+    on every cluster; verified, MACs and cycles included."""
+    problem = _problem(tmp_path, batch_first_mha())
+    g = problem.graph
+    names = tuple(lay.name for lay in g.layers)
+    split = cluster_split(g, group_io(g, names))
+    assert split is not None and not split.headed
+    products = [n for n in split.replicated if g.layer(n).is_main]
+    assert [g.layer(n).op for n in products] == ["MatMul", "MatMul"]
+    plan = hand_plan(problem, [Placement.of(names, Tile(4, rows, 1), cluster_split=True)])
+    alone = hand_plan(problem, [Placement.of(names, Tile(4, rows, 1))])
+    # each tile makes its rows of the scores and mix (the keys' projections, made again
+    # by every tile of fewer rows than the map, are split, not replicated)
+    extra = (problem.chip.clusters - 1) * sum(g.layer(n).macs for n in products)
+    assert plan.groups[0].predicted.macs == alone.groups[0].predicted.macs + extra
     _verifies(problem, plan)
 
 

@@ -70,8 +70,8 @@ def link_bytes(graph: Graph, made: Mapping[str, int], split: ClusterSplit, chip:
 def replicated_work(graph: Graph, io: GroupIO, made: Mapping[str, int], split: ClusterSplit,
                     chip: Chip) -> tuple[int, int, int]:
     """(MACs, array MACs, vector ops) the replicated layers add: each runs whole on every
-    cluster, C - 1 times more than once (a fused attention's MACs on every cluster's
-    matrix unit, a normalisation's vector ops on every cluster's)."""
+    cluster, C - 1 times more than once (a normalisation's vector ops on every cluster's
+    vector unit; the scores of queries and keys left unfused on every matrix unit)."""
     c = chip.clusters
     outs = {graph.layer(name).outputs[0] for name in split.replicated}
     once = {t: made[t] for t in outs}
