@@ -171,12 +171,13 @@ def test_planners_split_a_stage_past_one_clusters_wram(tmp_path: Path) -> None:
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), clusters=st.integers(2, 4), n=st.integers(1, 3),
-       cut=st.floats(0.1, 1.0), db=st.booleans())
+       cut=st.floats(0.1, 1.0), db=st.booleans(), reuse=st.booleans())
 def test_random_split_groups_run_as_predicted(tmp_path: Path, seed: int, clusters: int,
-                                              n: int, cut: float, db: bool) -> None:
+                                              n: int, cut: float, db: bool,
+                                              reuse: bool) -> None:
     """Random conv chains (pools, BN, skip Adds): the longest run of layers from the first
-    that splits, at a random tile height, on 2 to 4 clusters: outputs and every counter as
-    predicted."""
+    that splits, at a random tile height, on 2 to 4 clusters, its halos recomputed or (where
+    its rows may) reused: outputs and every counter as predicted."""
     problem = _problem(tmp_path, random_cnn(np.random.default_rng(seed), n=n),
                        f"clusters={clusters}")
     g = problem.graph
@@ -189,8 +190,10 @@ def test_random_split_groups_run_as_predicted(tmp_path: Path, seed: int, cluster
     io = group_io(g, layers)
     _, h, w = g.dims(io.anchor)[0], g.dims(io.anchor)[2], g.dims(io.anchor)[3]
     tile = Tile(g.dims(io.anchor)[0], max(1, round(h * cut)), w)
+    reuse = reuse and GroupSearch.of(g, layers, problem.chip, problem.ruleset).can_reuse()
     plan = hand_plan(problem, [Placement.of(layers, tile, double_buffered=db,
-                                            cluster_split=True)])
+                                            halo_reuse=reuse, cluster_split=True)])
+    assert plan.groups[0].halo_reuse == reuse
     _verifies(problem, plan)
 
 
