@@ -52,6 +52,27 @@ def chunked_heights(heights: Sequence[int], fits_with_most: Callable[[int], bool
             return
 
 
+def tallest_choices(heights: Sequence[int], fits: Callable[[int, bool], bool],
+                    passes: Callable[[int], bool], kept: int) -> Iterator[tuple[int, bool]]:
+    """(height, double_buffered) of the `kept` tallest of `heights` (tallest first) that
+    fit the chip single-buffered (`fits(th, False)`: bisection, the peak shrinks with the
+    tile) and pass the rules (`passes`), each single- and, where `fits(th, True)`,
+    double-buffered: the pinned searches' walk (a split, spilled keys, both)."""
+    top = first_passing(heights, lambda th: fits(th, False))
+    if top is None:
+        return
+    found = 0
+    for th in heights[heights.index(top):]:
+        if not passes(th):
+            continue
+        yield th, False
+        if fits(th, True):
+            yield th, True
+        found += 1
+        if found == kept:
+            return
+
+
 def halve_to_fit(fits: Callable[[int], bool], low: int, high: int) -> int | None:
     """Halve until a height fits, then refine toward the last one that did not (1/2, 3/4...)."""
     if fits(high):

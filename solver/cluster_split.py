@@ -13,7 +13,6 @@ without a second input buffer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
 from typing import Protocol
 
 from fuseplan.hardware.chip import Chip
@@ -27,7 +26,7 @@ from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import Rule, Violation
 from fuseplan.rules.ruleset import RuleSet
-from fuseplan.solver.bisect import first_passing
+from fuseplan.solver.bisect import tallest_choices
 
 TALLEST = 4  # feasible heights costed per batch split
 
@@ -91,25 +90,20 @@ def split_choices(search: GroupSearch, rules: Iterable[Rule] | None
     chosen = search.chosen_rules(rules)
     for tn in search.batch_options():
         at = search.at_batch(tn)
-        heights = at.heights()
 
-        def fits(th: int, at: GroupSearch = at) -> bool:
-            return not at.violations(at.tile_of(th), True, (), cluster_split=True)
+        def fits(th: int, db: bool, at: GroupSearch = at) -> bool:
+            return not at.violations(at.tile_of(th), True, (), double_buffered=db,
+                                     cluster_split=True)
 
-        top = first_passing(heights, fits)
-        if top is None:
-            continue
-        kept = islice((th for th in heights[heights.index(top):]
-                       if not at.violations(at.tile_of(th), True, chosen, physical=False,
-                                            cluster_split=True)), TALLEST)
-        for th in kept:
+        def passes(th: int, at: GroupSearch = at) -> bool:
+            return not at.violations(at.tile_of(th), True, chosen, physical=False,
+                                     cluster_split=True)
+
+        work: dict[int, Counters] = {}  # one height's, for both of its buffers
+        for th, db in tallest_choices(at.heights(), fits, passes, TALLEST):
             tile = at.tile_of(th)
-            work = at.work(tile, True)
-            for db in (False, True):
-                if db and at.violations(tile, True, (), double_buffered=True,
-                                        cluster_split=True):
-                    continue
-                yield tile, Mode.of(double_buffered=db, cluster_split=True), split_cost(
-                    search.graph, search.io, search.chains, split, tile, search.chip, db,
-                    work)
-
+            if th not in work:
+                work[th] = at.work(tile, True)
+            yield tile, Mode.of(double_buffered=db, cluster_split=True), split_cost(
+                search.graph, search.io, search.chains, split, tile, search.chip, db,
+                work[th])

@@ -22,7 +22,7 @@ from fuseplan.planner.geometry.halo_reuse import GROWING_TILES, ReuseGrid, kept_
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import GroupFacts, Rule, Violation
-from fuseplan.solver.bisect import first_passing
+from fuseplan.solver.bisect import tallest_choices
 from fuseplan.solver.capacity import physical_violations
 from fuseplan.solver.cluster_split import GroupSearch as SplitSearch
 
@@ -109,25 +109,17 @@ def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
     if not spills(search):
         return
     chosen = search.chosen_rules(rules)
-    offered = spilled_heights(search.heights())
+
     # the peak shrinks with the tile: the tallest that fits the chip by bisection (where
     # the shortest does not fit, none does: one check, where a long-context MHA layer
     # would cost every height)
-    top = first_passing(offered, lambda th: not spilled_violations(
-        search, search.tile_of(th), ()))
-    if top is None:
-        return
-    found = 0
-    for th in offered[offered.index(top):]:
+    def fits(th: int, db: bool) -> bool:
+        return not spilled_violations(search, search.tile_of(th), (), None, db)
+
+    def passes(th: int) -> bool:
+        return not spilled_violations(search, search.tile_of(th), chosen)
+
+    for th, db in tallest_choices(spilled_heights(search.heights()), fits, passes, TALLEST):
         tile = search.tile_of(th)
-        grid = spilled_grid(search, tile)
-        if spilled_violations(search, tile, chosen, grid):
-            continue
-        for db in (False, True):
-            if db and spilled_violations(search, tile, (), grid, True):
-                continue
-            yield tile, replace(SPILLED, double_buffered=db), spilled_keys_cost(
-                search.graph, search.layers, tile, search.chip, db, grid)
-        found += 1
-        if found == TALLEST:
-            return
+        yield tile, replace(SPILLED, double_buffered=db), spilled_keys_cost(
+            search.graph, search.layers, tile, search.chip, db, spilled_grid(search, tile))

@@ -33,7 +33,7 @@ from fuseplan.planner.geometry.halo_reuse import ReuseGrid, kept_outgrow
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import Rule, Violation
-from fuseplan.solver.bisect import first_passing
+from fuseplan.solver.bisect import tallest_choices
 from fuseplan.solver.cluster_split import worth_splitting
 from fuseplan.solver.spilled_keys import (
     GroupSearch,
@@ -65,27 +65,17 @@ def split_reuse_choices(search: GroupSearch, rules: Iterable[Rule] | None
 def _variant(search: GroupSearch, split: ClusterSplit, chosen: Sequence[Rule],
              heights: Sequence[int], mode: Mode) -> Iterator[tuple[Tile, Mode, Counters]]:
     """The TALLEST of `heights` (tallest first) that fit and pass the rules in `mode`."""
-    def problems(tile: Tile, rules: Sequence[Rule], db: bool = False) -> list[Violation]:
-        return _violations(search, tile, mode, rules, db)
+    def fits(th: int, db: bool) -> bool:
+        return not _violations(search, search.tile_of(th), mode, (), db)
 
-    top = first_passing(heights, lambda th: not problems(search.tile_of(th), ()))
-    if top is None:
-        return
-    found = 0
-    for th in heights[heights.index(top):]:
+    def passes(th: int) -> bool:
+        return not _violations(search, search.tile_of(th), mode, chosen, False)
+
+    for th, db in tallest_choices(heights, fits, passes, TALLEST):
         tile = search.tile_of(th)
-        if problems(tile, chosen):
-            continue
-        grid = _grid(search, tile, mode)
-        for db in (False, True):
-            if db and problems(tile, (), True):
-                continue
-            yield tile, replace(mode, double_buffered=db), split_cost(
-                search.graph, search.io, search.chains, split, tile, search.chip, db,
-                grid=grid)
-        found += 1
-        if found == TALLEST:
-            return
+        yield tile, replace(mode, double_buffered=db), split_cost(
+            search.graph, search.io, search.chains, split, tile, search.chip, db,
+            grid=_grid(search, tile, mode))
 
 
 def _grid(search: GroupSearch, tile: Tile, mode: Mode) -> ReuseGrid:
