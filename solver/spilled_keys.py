@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Protocol, cast
 
 from fuseplan.planner.cost.counters import Counters
-from fuseplan.planner.cost.spilled_keys import spilled_keys_cost
+from fuseplan.planner.cost.spilled_keys import spilled_keys_cost, spilled_work
 from fuseplan.planner.geometry.attention import spillable
 from fuseplan.planner.geometry.halo_reuse import GROWING_TILES, ReuseGrid, kept_outgrow
 from fuseplan.planner.geometry.regions import Tile
@@ -119,7 +119,12 @@ def spilled_choices(search: GroupSearch, rules: Iterable[Rule] | None
     def passes(th: int) -> bool:
         return not spilled_violations(search, search.tile_of(th), chosen)
 
+    work: dict[int, Counters] = {}  # one height's, for both of its buffers
     for th, db in tallest_choices(spilled_heights(search.heights()), fits, passes, TALLEST):
         tile = search.tile_of(th)
+        grid = spilled_grid(search, tile)
+        if th not in work:
+            work[th] = spilled_work(search.graph, search.io, search.chains, tile, search.chip,
+                                    grid)
         yield tile, replace(SPILLED, double_buffered=db), spilled_keys_cost(
-            search.graph, search.layers, tile, search.chip, db, spilled_grid(search, tile))
+            search.graph, search.layers, tile, search.chip, db, grid, work[th])

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
-from fuseplan.planner.cost.cluster_split import split_cost
+from fuseplan.planner.cost.cluster_split import split_cost, split_work
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.cluster_split import ClusterSplit
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid, kept_outgrow
@@ -71,11 +71,16 @@ def _variant(search: GroupSearch, split: ClusterSplit, chosen: Sequence[Rule],
     def passes(th: int) -> bool:
         return not _violations(search, search.tile_of(th), mode, chosen, False)
 
+    work: dict[int, Counters] = {}  # one height's, for both of its buffers
     for th, db in tallest_choices(heights, fits, passes, TALLEST):
         tile = search.tile_of(th)
+        grid = _grid(search, tile, mode)
+        if th not in work:
+            work[th] = split_work(search.graph, search.io, search.chains, tile, search.chip,
+                                  grid)
         yield tile, replace(mode, double_buffered=db), split_cost(
-            search.graph, search.io, search.chains, split, tile, search.chip, db,
-            grid=_grid(search, tile, mode))
+            search.graph, search.io, search.chains, split, tile, search.chip, db, work[th],
+            grid)
 
 
 def _grid(search: GroupSearch, tile: Tile, mode: Mode) -> ReuseGrid:

@@ -95,6 +95,16 @@ def cluster_split_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: 
     return split_cost(graph, io, chains, split, tile, chip, double_buffered, grid=grid)
 
 
+def split_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chip: Chip,
+               grid: ReuseGrid | None = None) -> Counters:
+    """The DRAM side and work of a split group's tiles before the split adds its own: the
+    tiles with resident weights, halos recomputed or (``grid``) reused, kept keys spilled
+    where the grid spills them. The same for one and two input buffers."""
+    if grid is not None and grid.rows.spilled_tensors:
+        return spilled_work(graph, io, chains, tile, chip, grid)
+    return resident_work(graph, io, chains, tile, chip, grid is not None, grid)
+
+
 def split_cost(graph: Graph, io: GroupIO, chains: GroupChains, split: ClusterSplit,
                tile: Tile, chip: Chip, double_buffered: bool,
                work: Counters | None = None, grid: ReuseGrid | None = None) -> Counters:
@@ -104,12 +114,7 @@ def split_cost(graph: Graph, io: GroupIO, chains: GroupChains, split: ClusterSpl
     whole (the gathers fill in the shares of the others), so the SRAM peak is the tile's;
     on a chip without WRAM a cluster's share of the weights sits beside it. A group of one
     tile loads its weights, then computes (no layer-by-layer overlap)."""
-    if work is not None:
-        once = work
-    elif grid is not None and grid.rows.spilled_tensors:
-        once = spilled_work(graph, io, chains, tile, chip, grid)
-    else:
-        once = resident_work(graph, io, chains, tile, chip, grid is not None, grid)
+    once = work if work is not None else split_work(graph, io, chains, tile, chip, grid)
     peak = peak_bytes(graph, io, chains, tile, chip, True, double_buffered, grid is not None,
                       False, grid)
     if chip.unified:

@@ -47,13 +47,15 @@ def spilled_work(graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile, chi
 
 
 def spilled_keys_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: Chip,
-                      double_buffered: bool, grid: ReuseGrid | None = None) -> Counters:
+                      double_buffered: bool, grid: ReuseGrid | None = None,
+                      work: Counters | None = None) -> Counters:
     """Predicted counters of a group run with its kept keys spilled (``grid``: its spilled
-    grid where a search has built it)."""
+    grid where a search has built it; ``work``: its spilled_work, where a search has it
+    for the tile's other buffering)."""
     io = group_io(graph, layers)
     chains = group_chains(graph, io)
     grid = grid or ReuseGrid.of(graph, io, chains, tile, spilled=True)
-    c = spilled_work(graph, io, chains, tile, chip, grid)
+    c = work if work is not None else spilled_work(graph, io, chains, tile, chip, grid)
     c = replace(c, sram_peak_bytes=peak_bytes(graph, io, chains, tile, chip, True,
                                               double_buffered, True, False, grid))
     return with_time(chip, c, double_buffered)
