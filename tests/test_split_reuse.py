@@ -30,7 +30,7 @@ from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli import app
 from fuseplan.solver.tiles import GroupSearch
 from tests.hand import assert_refused, hand_plan
-from tests.models import llama_decoder, save
+from tests.models import causal_encoder, llama_decoder, save
 from tests.test_cluster_split import wide_chain
 
 pytestmark = pytest.mark.xdist_group("split_reuse")
@@ -227,3 +227,33 @@ def test_solve_plans_a_long_context_layer_split_and_spilled(
     without = api.plan_problem(off, "cpsat")
     assert doc["totals"]["dram_bytes"] < without.totals.dram_bytes
     _verifies(off, without)
+
+
+@pytest.mark.parametrize("spilled", [False, True])
+def test_a_gpt2_layer_parting_qkv_with_one_split_splits_whole(tmp_path: Path,
+                                                              spilled: bool) -> None:
+    """GPT-2's export parts q, k and v with one Split node (three maps out): it runs whole
+    on every cluster (as a reshape does), so the layer still splits as one group, its fused
+    attention by query heads; hand plans keeping and spilling the keys run as predicted, and
+    the layer's tile search takes the split (before, no group holding the Split split)."""
+    problem = api.prepare(str(save(causal_encoder(tokens=512, width=64, heads=4), tmp_path,
+                                   "gpt")), overrides=[SMALL_WRAM, "sram.bytes=256KiB"])
+    g = problem.graph
+    names = tuple(lay.name for lay in g.layers)
+    io = group_io(g, names)
+    split = cluster_split(g, io)
+    assert split is not None
+    (parts,) = [n for n in names if g.layer(n).op == "Split"]
+    assert parts in split.replicated and len(g.layer(parts).outputs) == 3
+    assert [g.layer(n).op for n in split.headed] == ["FlashAttention"]
+    assert weight_bytes(g, io.weights, problem.chip) > stage_memory(problem.chip)
+    plan = hand_plan(problem, [Placement.of(names, Tile(1, 64, 1), halo_reuse=True,
+                                            cluster_split=True, keys_spilled=spilled)])
+    (group,) = plan.groups
+    p = group.predicted
+    kv = sum(g.elems(t) for t in g.layer(split.headed[0]).fmap_inputs[1:])
+    assert p.dram_write_bytes == 2 * (g.elems(io.outputs[0]) + (kv if spilled else 0))
+    assert not recheck(g, plan, problem.chip, problem.ruleset)
+    _verifies(problem, plan)
+    best = GroupSearch.of(g, names, problem.chip, problem.ruleset).best()
+    assert best is not None and best.mode.cluster_split and best.mode.halo_reuse

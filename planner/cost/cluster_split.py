@@ -73,7 +73,7 @@ def replicated_work(graph: Graph, io: GroupIO, made: Mapping[str, int], split: C
     cluster, C - 1 times more than once (a normalisation's vector ops on every cluster's
     vector unit; the scores of queries and keys left unfused on every matrix unit)."""
     c = chip.clusters
-    outs = {graph.layer(name).outputs[0] for name in split.replicated}
+    outs = {t for name in split.replicated for t in graph.layer(name).outputs if t}
     once = {t: made[t] for t in outs}
     macs, array, vector = layer_ops(graph, io, once, chip)
     _, all_array, _ = layer_ops(graph, io, {t: n * c for t, n in once.items()}, chip)
@@ -122,8 +122,8 @@ def split_cost(graph: Graph, io: GroupIO, chains: GroupChains, split: ClusterSpl
                                                                           chip)
     # what each tile makes of the gathered and replicated maps (a reusing tile its new
     # part; a recomputing tile its whole region)
-    wanted = tuple(dict.fromkeys((*split.gathered, *(graph.layer(n).outputs[0]
-                                                     for n in split.replicated))))
+    wanted = tuple(dict.fromkeys((*split.gathered, *(t for n in split.replicated
+                                                     for t in graph.layer(n).outputs if t))))
     made = {t: grid.made_elems(t) for t in wanted} if grid is not None \
         else region_sums(graph, io, chains, tile, wanted)
     macs, array, vector = replicated_work(graph, io, made, split, chip)

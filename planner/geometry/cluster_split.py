@@ -66,7 +66,7 @@ class ClusterSplit:
 
 def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
     """The split of a group over the clusters, or None when a main layer of it has weights
-    but no output channels to share them out by, a layer makes two maps, a layer split
+    but no output channels to share them out by, a main layer makes two maps, a layer split
     shares weights with another, it has no layer to split, or it ends in an accumulation.
     Constants shared by layers held whole (a rotary embedding's tables) are fine."""
     if io.accumulated:
@@ -82,8 +82,16 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
     for name in io.layers:
         lay = graph.layer(name)
         outs = [t for t in lay.outputs if t]
-        if len(outs) != 1 or outs[0] not in graph.shapes:  # one map out
+        if not outs or any(t not in graph.shapes for t in outs):
             return None
+        if len(outs) > 1:  # a Split of q, k and v: replicated, every part whole
+            if lay.is_main or set(lay.weights) & cut_seen:
+                return None
+            seen |= set(lay.weights)
+            replicated.append(name)
+            gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
+            whole.update(outs)
+            continue
         out = outs[0]
         cut = _split_axis(graph, lay, out)
         mine = set(lay.weights)
