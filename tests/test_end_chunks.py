@@ -231,6 +231,29 @@ def test_the_four_matmul_chain_plans_at_ffm_bytes(tmp_path: Path, sram: str,
     assert_verifies(problem, plan)
 
 
+def test_at_batch_four_fused_products_read_each_weight_once_per_batch(tmp_path: Path) -> None:
+    """Issue 45's weights outer across several fused layers: four products at batch 4 (128
+    tokens each), 512 KiB. Each group of two products runs the whole batch in one tile, its
+    ends in chunks: every weight is read once for the batch (as at batch 1), the map
+    between the two products retained for all four images; only the map between the groups
+    crosses DRAM. Verified."""
+    path = _save(chain_model(tokens=128), tmp_path, "mm4")
+    problem = api.prepare(path, hardware="soma_buffer", overrides=["sram.bytes=512KiB"],
+                          shapes={"x": (4, 128, 768)})
+    plan = plan_problem(problem, "cpsat")
+    single = plan_problem(api.prepare(path, hardware="soma_buffer",
+                                      overrides=["sram.bytes=512KiB"],
+                                      shapes={"x": (1, 128, 768)}), "cpsat")
+    assert plan.totals.weight_read_bytes == single.totals.weight_read_bytes \
+        == sum(problem.graph.elems(f"w{i}") for i in range(4))
+    assert [g.layers for g in plan.groups] == [("mm0", "mm1"), ("mm2", "mm3")]
+    assert all(g.tile.n == 4 and g.placement.end_chunks > 1 for g in plan.groups)
+    between = problem.graph.layer("mm1").outputs[0]
+    assert plan.totals.dram_bytes == plan.compulsory_dram_bytes \
+        + 2 * problem.graph.elems(between)
+    assert_verifies(problem, plan)
+
+
 @pytest.mark.slow
 def test_without_end_chunks_the_chain_reads_its_weights_twice(tmp_path: Path) -> None:
     """The search key turns the mode off: at 512 KiB the best plan is then the whole chain
