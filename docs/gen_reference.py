@@ -530,6 +530,32 @@ PLAN_KEYS = {
     "totals.compulsory_dram_bytes": "The floor no plan can beat: every model input and "
                                     "weight read once, every output written once.",
     "totals.layer_by_layer_dram_bytes": "The same model with no fusion.",
+    "io_bounds": "What the plan is measured against besides its floor (written by the "
+                 "planners from the groups; not read back).",
+    "io_bounds.attentions": "Each fused attention whose q, keys, values or output cross "
+                            "its group's boundary.",
+    "io_bounds.attentions[].layer": "The fused attention layer.",
+    "io_bounds.attentions[].group": "Its group's id.",
+    "io_bounds.attentions[].q_bytes": "Queries read once (0: made in the group).",
+    "io_bounds.attentions[].kv_bytes": "Keys and values, whole (0: made in the group).",
+    "io_bounds.attentions[].passes": "Tiles of query rows per image.",
+    "io_bounds.attentions[].kv_read_bytes": "Keys and values the passes read in all (a "
+                                            "causal pass only up to its last query).",
+    "io_bounds.attentions[].o_bytes": "The output written once (0: read in the group).",
+    "io_bounds.attentions[].analytic_bytes": "FlashAttention's count at this tiling: q + "
+                                             "kv_read_bytes + o.",
+    "io_bounds.attentions[].group_dram_bytes": "What its group moves in all.",
+    "io_bounds.io_bound_bytes": "A prefill's I/O bound: the floor plus every fused "
+                                "attention's FlashAttention I/O as if it ran alone at the "
+                                "plan's query rows.",
+    "io_bounds.x_io_bound": "The plan's DRAM bytes over io_bound_bytes.",
+    "io_bounds.kv_cache": "A decode step's KV caches, appended in place.",
+    "io_bounds.kv_cache.caches": "Caches the step appends to.",
+    "io_bounds.kv_cache.read_bytes": "Every cache, read once.",
+    "io_bounds.kv_cache.new_bytes": "The new positions written.",
+    "io_bounds.kv_cache.ideal_bytes": "Every weight, cache and input read once, the new "
+                                      "positions and outputs written once (the floor).",
+    "io_bounds.kv_cache.x_ideal": "The plan's DRAM bytes over ideal_bytes.",
     "dynamic.ranges": "The dynamic axes: {input: {axis: [LO, HI]}}.",
     "dynamic.tail_mode": "How a size that is not a whole number of units is run: padded, "
                          "overlapping the previous unit, a smaller unit, or units accepting a "

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuseplan.planner.app import api
+from fuseplan.planner.app.io_bounds import io_bounds_of
 from fuseplan.planner.core.units import fmt_bytes
 from fuseplan.planner.cost.bounds import group_floor_bytes
 from fuseplan.planner.cost.model import region_sums
@@ -237,6 +238,8 @@ def test_the_prefill_bound_counts_each_attention_as_if_alone(encoder: api.Proble
         prefix = sum(min(512, (i + 1) * rows) for i in range(-(-512 // rows)))
         want = 2 * (g.elems(q) + g.elems(out) + (g.elems(k) + g.elems(v)) * prefix // 512)
         assert alone.total == want
-        (line,) = bound_lines(encoder, plan)
+        bounds = io_bounds_of(g, encoder.chip, plan)
+        assert bounds.io_bound_bytes == plan.compulsory_dram_bytes + want
+        (line,) = bound_lines(bounds, plan)
         assert fmt_bytes(plan.compulsory_dram_bytes + want) in line, line
         assert f"{plan.totals.dram_bytes / (plan.compulsory_dram_bytes + want):.2f}×" in line

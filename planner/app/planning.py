@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any
 
 from fuseplan.planner.app.assemble import assemble, layer_placements
+from fuseplan.planner.app.io_bounds import io_bounds_of
 from fuseplan.planner.app.problem import Problem, objective_of
 from fuseplan.planner.core.budget import Budget
 from fuseplan.planner.core.errors import InputError, PlanningError
@@ -35,7 +36,8 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
                  memo: dict[tuple[str, ...], Any] | None = None,
                  started: float | None = None, jobs: int = 1,
                  progress: ProgressSink | None = None) -> Plan:
-    """Plan a prepared problem with one of the four planners.
+    """Plan a prepared problem with one of the four planners; the plan carries its I/O bounds
+    (planner.app.io_bounds: its attentions' I/O, a prefill's I/O bound, a decode step's caches).
 
     ``time_limit`` bounds the whole planning, from ``started`` (a ``time.perf_counter()``
     reading: when the command began; now when None): tile searches and CP-SAT share it, and
@@ -46,6 +48,14 @@ def plan_problem(problem: Problem, solver: str = "cpsat",
     searches run on, 0 for every core (solver.parallel; the plan is the same for any
     count). ``progress``: told of every phase (planner.core.progress; the plan is the same
     with it or without)."""
+    plan = _plan(problem, solver, objective, time_limit, memo, started, jobs, progress)
+    return dc_replace(plan, io_bounds=io_bounds_of(problem.graph, problem.chip, plan))
+
+
+def _plan(problem: Problem, solver: str, objective: Objective | str | None,
+          time_limit: float | None, memo: dict[tuple[str, ...], Any] | None,
+          started: float | None, jobs: int, progress: ProgressSink | None) -> Plan:
+    """plan_problem's plan, before its I/O bounds."""
     from fuseplan.solver.parallel import available_jobs
 
     if solver not in SOLVERS:

@@ -89,7 +89,7 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
                 return None
             seen |= set(lay.weights)
             replicated.append(name)
-            gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
+            _gather(lay, axis, gathered)
             whole.update(outs)
             continue
         out = outs[0]
@@ -103,7 +103,7 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
         if cut is not None:
             cut_seen |= mine
             split.append(name)
-            gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
+            _gather(lay, axis, gathered)
             axis[out] = cut
             continue
         at = _per_channel_axis(graph, io, lay, out, axis, whole)
@@ -114,16 +114,21 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
             return None
         if attention_heads(graph, group_io(graph, (name,))) is not None:
             headed.append(name)
-            gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
+            _gather(lay, axis, gathered)
             axis[out] = 1  # [B, heads, rows, head width]
             continue
         replicated.append(name)
-        gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
+        _gather(lay, axis, gathered)
         whole.add(out)
     if not split:
         return None
     return ClusterSplit(tuple(split), tuple(gathered), tuple(axis.items()), tuple(replicated),
                         tuple(headed))
+
+
+def _gather(lay: Layer, axis: dict[str, int], gathered: list[str]) -> None:
+    """Add the maps made in shares that `lay` reads whole to `gathered`."""
+    gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
 
 
 def _split_axis(graph: Graph, lay: Layer, out: str) -> int | None:

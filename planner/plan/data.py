@@ -9,6 +9,7 @@ from typing import Literal
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.cost.objective import Objective
 from fuseplan.planner.geometry.regions import Box, Tile
+from fuseplan.planner.plan.io_bounds import IOBounds
 from fuseplan.planner.plan.placement import Placement
 
 PLAN_VERSION = 1
@@ -76,3 +77,6 @@ class Plan:
     totals: Counters = field(default_factory=Counters)
     compulsory_dram_bytes: int = 0
     layer_by_layer_dram_bytes: int = 0
+    # its attentions' I/O and the bound it is measured against (planner.app.io_bounds): set by
+    # the planners, written to plan files, not read back (derived from the groups)
+    io_bounds: IOBounds | None = field(default=None, compare=False)

@@ -22,6 +22,7 @@ from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan import schema
 from fuseplan.planner.plan.checks import check_cover, check_order, check_reuse_tile, whole_tile
 from fuseplan.planner.plan.data import PLAN_VERSION, Group, Plan
+from fuseplan.planner.plan.io_bounds import IOBounds
 from fuseplan.planner.plan.mode import HaloMode, LoopOrder, Mode, WeightResidency, mode_problem
 from fuseplan.planner.plan.placement import Placement
 
@@ -87,7 +88,28 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
             for g in plan.groups
         ],
         "totals": _totals_json(plan),
+        **({"io_bounds": _io_bounds_json(plan.io_bounds, plan.totals.dram_bytes)}
+           if plan.io_bounds is not None else {}),
     }
+
+
+def _io_bounds_json(bounds: IOBounds, dram_bytes: int) -> dict[str, Any]:
+    """A plan's "io_bounds" (planner.plan.io_bounds): each fused attention's analytic count, a
+    prefill's I/O bound and a decode step's caches, each with the plan's DRAM over it."""
+    doc: dict[str, Any] = {"attentions": [
+        {"layer": a.layer, "group": a.group, "q_bytes": a.q_bytes, "kv_bytes": a.kv_bytes,
+         "passes": a.passes, "kv_read_bytes": a.kv_reads, "o_bytes": a.o_bytes,
+         "analytic_bytes": a.total, "group_dram_bytes": a.group_dram_bytes}
+        for a in bounds.attentions]}
+    if bounds.io_bound_bytes is not None:
+        doc["io_bound_bytes"] = bounds.io_bound_bytes
+        doc["x_io_bound"] = round(dram_bytes / max(bounds.io_bound_bytes, 1), 4)
+    if bounds.cache is not None:
+        c = bounds.cache
+        doc["kv_cache"] = {"caches": c.caches, "read_bytes": c.read_bytes,
+                           "new_bytes": c.new_bytes, "ideal_bytes": c.ideal_bytes,
+                           "x_ideal": round(dram_bytes / max(c.ideal_bytes, 1), 4)}
+    return doc
 
 
 def _chunks(graph: Graph, g: dict[str, Any], layers: tuple[str, ...], where: str

@@ -329,6 +329,21 @@ SOLVER = Obj((
     Key("wall_s", Nullable(Num()), required=False),
 ))
 
+# What the plan is measured against (planner.plan.io_bounds): derived from the groups, written
+# by the planners, not read back
+ATTENTION_IO = Obj(tuple(Key(k, Str() if k == "layer" else Int(), required=False) for k in (
+    "layer", "group", "q_bytes", "kv_bytes", "passes", "kv_read_bytes", "o_bytes",
+    "analytic_bytes", "group_dram_bytes")))
+KV_CACHE = Obj((Key("caches", Int(), required=False), Key("read_bytes", Int(), required=False),
+                Key("new_bytes", Int(), required=False),
+                Key("ideal_bytes", Int(), required=False), Key("x_ideal", Num(), required=False)))
+IO_BOUNDS = Obj((
+    Key("attentions", ListOf(ATTENTION_IO), required=False),
+    Key("io_bound_bytes", Int(), required=False),
+    Key("x_io_bound", Num(), required=False),
+    Key("kv_cache", KV_CACHE, required=False),
+))
+
 PLAN = Obj((
     Key("fuseplan_plan", OneOf((1,))),
     Key("model", MODEL),
@@ -338,6 +353,7 @@ PLAN = Obj((
     Key("solver", SOLVER, required=False),
     Key("groups", ListOf(GROUP, min_len=1)),
     Key("totals", TOTALS, required=False),
+    Key("io_bounds", IO_BOUNDS, required=False),
 ))
 
 

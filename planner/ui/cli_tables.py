@@ -17,6 +17,7 @@ from fuseplan.planner.ui.tables import Col, byte_unit, elided, in_unit, table
 if TYPE_CHECKING:
     from fuseplan.planner.app.api import Problem
     from fuseplan.planner.plan.data import Group, Plan
+    from fuseplan.planner.plan.io_bounds import IOBounds
 
 __all__ = ["attention_lines", "bound_lines", "compare_table", "dynamic_table", "inspect_table",
            "layers_label", "pareto_table", "partition_table", "plan_table", "rules_table",
@@ -107,61 +108,42 @@ def totals_lines(plan: Plan) -> list[str]:
 
 def attention_lines(problem: Problem, plan: Plan) -> list[str]:
     """Each fused attention's share of its group's traffic, the analytic count of its
-    tiling (planner.geometry.attention)."""
-    from fuseplan.planner.geometry.attention import attention_traffic
-    from fuseplan.planner.geometry.regions import group_io
+    tiling, then the plan against its I/O bound or a decode step's ideal (plan.io_bounds;
+    planner.app.io_bounds when the plan carries none)."""
+    from fuseplan.planner.app.io_bounds import io_bounds_of
 
-    lines = []
-    dt = problem.chip.dtype_bytes
-    for g in plan.groups:
-        for a in attention_traffic(problem.graph, group_io(problem.graph, g.layers), g.tile, dt):
-            if a.total == 0:  # q, keys, values and output all inside the group: no count
-                continue
-            lines.append(
-                f"attention {a.layer} (group {g.id}): q once {fmt_bytes(a.q_bytes)} + k and v "
-                f"{a.kv_label()} {fmt_bytes(a.kv_bytes)} + o once {fmt_bytes(a.o_bytes)} = "
-                f"{fmt_bytes(a.total)} analytic; the group moves "
-                f"{fmt_bytes(g.predicted.dram_bytes)}")
-    return lines + bound_lines(problem, plan) + cache_lines(problem, plan)
+    bounds = plan.io_bounds or io_bounds_of(problem.graph, problem.chip, plan)
+    lines = [f"attention {a.layer} (group {a.group}): q once {fmt_bytes(a.q_bytes)} + k and v "
+             f"{a.kv_label} {fmt_bytes(a.kv_bytes)} + o once {fmt_bytes(a.o_bytes)} = "
+             f"{fmt_bytes(a.total)} analytic; the group moves {fmt_bytes(a.group_dram_bytes)}"
+             for a in bounds.attentions]
+    return lines + bound_lines(bounds, plan) + cache_lines(bounds, plan)
 
 
-def bound_lines(problem: Problem, plan: Plan) -> list[str]:
-    """A prefill's I/O bound (planner.geometry.attention.alone_traffic): the floor plus
-    every fused attention's FlashAttention I/O at its tiling, and the plan against it."""
-    from fuseplan.planner.geometry.attention import alone_traffic
-    from fuseplan.planner.geometry.regions import group_io
-
-    graph, dt = problem.graph, problem.chip.dtype_bytes
-    if graph.appends:  # a decode step: its ideal is the cache line's
+def bound_lines(bounds: IOBounds, plan: Plan) -> list[str]:
+    """A prefill's I/O bound (planner.app.io_bounds): the floor plus every fused attention's
+    FlashAttention I/O at its tiling, and the plan against it."""
+    if bounds.io_bound_bytes is None:
         return []
-    found = [a for g in plan.groups
-             for a in alone_traffic(graph, group_io(graph, g.layers), g.tile, dt,
-                                    g.halo_reuse and not g.placement.keys_spilled)]
-    if not found:
-        return []
-    bound = plan.compulsory_dram_bytes + sum(a.total for a in found)
-    return [f"I/O bound: the floor + FlashAttention's I/O of its {len(found)} attention"
-            f"{'s' if len(found) > 1 else ''} at their tiling (q, k and v read, o written, "
-            f"each as if alone) = {fmt_bytes(bound)}; the plan moves "
-            f"{plan.totals.dram_bytes / max(bound, 1):.2f}× it"]
+    return [f"I/O bound: the floor + FlashAttention's I/O of its attentions at their tiling "
+            f"(q, k and v read, o written, each as if alone) = "
+            f"{fmt_bytes(bounds.io_bound_bytes)}; the plan moves "
+            f"{plan.totals.dram_bytes / max(bounds.io_bound_bytes, 1):.2f}× it"]
 
 
-def cache_lines(problem: Problem, plan: Plan) -> list[str]:
+def cache_lines(bounds: IOBounds, plan: Plan) -> list[str]:
     """What a decode step does with its KV caches (planner.front.kv_cache): the caches read,
     the new positions appended, and the plan against the decode ideal (every weight, cache
     and other input read once, the new positions and other outputs written once: with the
     caches appended in place, that is the floor)."""
-    graph, dt = problem.graph, problem.chip.dtype_bytes
-    if not graph.appends:
+    c = bounds.cache
+    if c is None:
         return []
-    cache = sum(graph.elems(a.cache) for a in graph.appends) * dt
-    new = sum(graph.elems(a.new) for a in graph.appends) * dt
-    ideal = plan.compulsory_dram_bytes
-    return [f"KV cache: {len(graph.appends)} caches appended in place, {fmt_bytes(cache)} "
-            f"read, {fmt_bytes(new)} of new positions written; "
-            f"{plan.totals.dram_bytes / max(ideal, 1):.3f}× the decode ideal (weights, "
+    return [f"KV cache: {c.caches} caches appended in place, {fmt_bytes(c.read_bytes)} "
+            f"read, {fmt_bytes(c.new_bytes)} of new positions written; "
+            f"{plan.totals.dram_bytes / max(c.ideal_bytes, 1):.3f}× the decode ideal (weights, "
             f"caches and inputs read once, new positions and outputs written once: "
-            f"{fmt_bytes(ideal)})"]
+            f"{fmt_bytes(c.ideal_bytes)})"]
 
 
 def compare_table(model: str, floor: int, rows: Sequence[tuple[str, Plan | None, str]],

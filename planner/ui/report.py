@@ -21,6 +21,7 @@ from typing import Any
 import networkx as nx
 
 from fuseplan.planner.app.api import Problem, chip_for_plan, load_for_plan, verify_in_memory
+from fuseplan.planner.app.io_bounds import io_bounds_of
 from fuseplan.planner.app.verify import VerifyReport
 from fuseplan.planner.core.files import write_atomic
 from fuseplan.planner.core.units import fmt_bytes
@@ -29,6 +30,7 @@ from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.checks import whole_tile
 from fuseplan.planner.plan.data import Group, Plan
+from fuseplan.planner.plan.io_bounds import IOBounds
 from fuseplan.planner.plan.json_io import load_plan
 from fuseplan.planner.ui.ending import printable
 from fuseplan.rules.ruleset import load_rules
@@ -366,8 +368,10 @@ def render_legend(plan: Plan) -> str:
     return f'<div class="legend">{"".join(chips)}</div>'
 
 
-def render_totals(plan: Plan, verify_report: VerifyReport | None) -> str:
-    """Total DRAM bytes of the plan against the compulsory floor and layer-by-layer."""
+def render_totals(plan: Plan, verify_report: VerifyReport | None,
+                  io_bounds: IOBounds | None = None) -> str:
+    """Total DRAM bytes of the plan against the compulsory floor and layer-by-layer, and
+    against a prefill's I/O bound or a decode step's ideal (planner.app.io_bounds)."""
     t = plan.totals
     floor, lbl = plan.compulsory_dram_bytes, plan.layer_by_layer_dram_bytes
     emulated = verify_report.emulated.dram_bytes if verify_report is not None else None
@@ -384,6 +388,15 @@ def render_totals(plan: Plan, verify_report: VerifyReport | None) -> str:
              ("SRAM peak", fmt_bytes(t.sram_peak_bytes)),
              ("cycles", f"{t.cycles:,}"),
              ("energy", f"{t.energy_pj / 1e6:,.2f} µJ")]
+    if io_bounds is not None and io_bounds.io_bound_bytes is not None:
+        cards[3:3] = [("I/O bound (floor + FlashAttention I/O)",
+                       fmt_bytes(io_bounds.io_bound_bytes)),
+                      ("× I/O bound", _ratio(t.dram_bytes, io_bounds.io_bound_bytes))]
+    if io_bounds is not None and io_bounds.cache is not None:
+        c = io_bounds.cache
+        cards[3:3] = [("KV caches read", fmt_bytes(c.read_bytes)),
+                      ("new positions written", fmt_bytes(c.new_bytes)),
+                      ("× decode ideal", _ratio(t.dram_bytes, c.ideal_bytes))]
     card_html = "".join(f'<div class="card"><div class="k">{_esc(k)}</div>'
                         f'<div class="v">{_esc(v)}</div></div>' for k, v in cards)
     return f'<div class="cards">{card_html}</div><div class="totbars bars">{"".join(bars)}</div>'
@@ -552,6 +565,11 @@ PAGE_JS = """
 """
 
 
+def _io_bounds(problem: Problem, plan: Plan) -> IOBounds:
+    """The plan's I/O bounds: as planned, or from its groups (a plan read from a file)."""
+    return plan.io_bounds or io_bounds_of(problem.graph, problem.chip, plan)
+
+
 def render_report(problem: Problem, plan: Plan, verify_report: VerifyReport | None,
                   explain_doc: Mapping[str, Any]) -> str:
     """The whole report as one self-contained HTML document."""
@@ -568,7 +586,7 @@ def render_report(problem: Problem, plan: Plan, verify_report: VerifyReport | No
         f'<header><h1>{_esc(title)}</h1><div class="facts">{_header(problem, plan)}</div>'
         '<div id="fp-status" data-status="pending">pending</div></header>',
         '<section id="totals"><h2>Totals vs the compulsory floor</h2>'
-        f"{render_totals(plan, verify_report)}</section>",
+        f"{render_totals(plan, verify_report, _io_bounds(problem, plan))}</section>",
         '<section id="verification"><h2>Verification</h2>'
         f"{render_verification(verify_report)}</section>",
         f'<section id="graph-section"><h2>Layer graph ({len(problem.graph.layers)} layers, '
