@@ -13,8 +13,9 @@ Resources and rules, per group:
 * **the cores** compute a tile in ceil(MACs / (cores x MACs per cycle)) + ceil(vector ops /
   (cores x vector lanes)) whole cycles, one tile at a time; a banded group's bands each run
   on their own cores (cores / bands of them), all at once, sharing the link; a cluster
-  split's gathers cross every cluster's link at once while the cores compute, so its tile
-  takes the longer of the two;
+  split's clusters compute side by side, so its tile takes its busiest cluster's work on
+  that cluster's cores (cores / clusters of them), and its gathers cross every cluster's
+  link at once while they compute: the tile takes the longer of the two;
 * **buffers**: without double buffering a tile loads, computes and stores before the next
   tile loads. With it the input buffers are a queue of depth 2: tile i+1's load may start
   once tile i's load is done and tile i-1's compute has freed its buffer; tile i computes
@@ -78,6 +79,9 @@ class TileEvents:
     ahead: int = 0  # chunks of weights on chip at once (streamed: 2, the pair); 0: any
     room: int = 0  # instead, bytes of weights on chip at once (a streamed group's ring)
     link_bytes: int = 0  # bytes its gathers moved between clusters (a cluster split's)
+    # a cluster split's busiest cluster: (MACs, array MACs, vector ops); its cores time the
+    # tile (the clusters compute side by side, as long as the busiest does)
+    busiest: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,20 +103,24 @@ class ClockChip:
     vector_lanes: int  # per core
     array: bool = False  # the matrix unit is an array: its time is counted in array MACs
     link_bytes_per_cycle: Fraction = Fraction(1)  # every cluster's link at once
+    clusters: int = 1
 
     @classmethod
     def of(cls, chip: Chip) -> ClockChip:
         """The timing constants of a chip (bandwidth in GB/s over clock in GHz, exact)."""
         bpc = Fraction(str(chip.dram.bandwidth_gbps)) / Fraction(str(chip.clock_ghz))
         return cls(bpc, chip.cores, chip.core.macs_per_cycle, chip.core.vector_lanes,
-                   chip.core.array is not None, chip.links_bytes_per_cycle)
+                   chip.core.array is not None, chip.links_bytes_per_cycle, chip.clusters)
 
     def compute(self, tile: TileEvents, cores: int) -> int:
         """Whole cycles `cores` cores spend on one tile's MACs and vector operations, or
         its gathers take the cluster links, if longer (they run while the cores compute)."""
-        matrix = tile.array_macs if self.array else tile.macs
+        matrix, vector = (tile.array_macs if self.array else tile.macs), tile.vector_ops
+        if tile.busiest is not None:  # one cluster's cores, on the busiest one's work
+            macs, array, vector = tile.busiest
+            matrix, cores = (array if self.array else macs), cores // self.clusters
         core = (ceil(matrix / (cores * self.macs_per_cycle))
-                + ceil(tile.vector_ops / (cores * self.vector_lanes)))
+                + ceil(vector / (cores * self.vector_lanes)))
         return max(core, ceil(tile.link_bytes / self.link_bytes_per_cycle))
 
     def layer_compute(self, layer: LayerEvents, cores: int) -> Fraction:

@@ -6,19 +6,20 @@ it runs with, and joins the shares; per-channel layers run on the joined map (ea
 from its own channel, so the shares are the same numbers); a replicated layer runs on the
 joined maps and its work counts once per cluster. It measures from the slices the
 weight bytes the fullest cluster holds, and counts the gathers from the maps themselves:
-each gathered map, as made for the tile, crosses C - 1 cluster links.
+each gathered map, as made for the tile, crosses C - 1 cluster links. The clock times a
+tile by its busiest cluster's work (busiest_elems).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from fuseplan.emulator.boxes import take_range
 from fuseplan.emulator.chunks import Compute, run_in_slices
-from fuseplan.planner.geometry.cluster_split import ClusterSplit
+from fuseplan.planner.geometry.cluster_split import ClusterSplit, busiest_shares
 from fuseplan.planner.geometry.regions import GroupIO
 from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
 from fuseplan.planner.ir.graph import Graph, Layer
@@ -33,6 +34,8 @@ class SplitRun:
     share: int  # weight bytes the fullest cluster holds
     links: int  # cluster links a gathered map crosses (clusters - 1)
     replicated: frozenset[str] = frozenset()  # layers every cluster runs whole
+    # per shared-out layer: (its output's cut axis length, the busiest cluster's part)
+    busiest: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, split: ClusterSplit, clusters: int,
@@ -58,12 +61,20 @@ class SplitRun:
                 held[k] += sum(part[w].size if w in part else arrays[w].size
                                for w in arrays) * dtype_bytes
         return cls(parts, frozenset(split.gathered), max(held), clusters - 1,
-                   frozenset(split.replicated))
+                   frozenset(split.replicated), busiest_shares(graph, io, split, clusters))
 
     def copies(self, lay: Layer) -> int:
         """How many clusters compute a layer's every output (1: shared out, or per
         channel on each cluster's share)."""
         return self.links + 1 if lay.name in self.replicated else 1
+
+    def busiest_elems(self, lay: Layer, outputs: int) -> int:
+        """Of `outputs` elements of a layer made for a tile, those the busiest cluster makes
+        (all of a replicated layer's: every cluster makes them)."""
+        if lay.name not in self.busiest:
+            return outputs
+        length, part = self.busiest[lay.name]
+        return outputs // length * part
 
     def run(self, lay: Layer, weights: Mapping[str, np.ndarray], compute: Compute
             ) -> list[np.ndarray]:

@@ -99,6 +99,8 @@ class Tally:
     split: SplitRun | None = None  # a group split over the clusters (emulator.split)
     link: int = 0  # bytes its gathers moved over the cluster links
     link_before: int = 0  # link bytes counted before this tile
+    # a split group's busiest cluster: (MACs, array MACs, vector ops) of the tile being run
+    busiest: tuple[int, int, int] = (0, 0, 0)
     core_weight: int = 0  # weight bytes the cores read, over all tiles
     round_tiles: int = 1  # tiles per round sharing each streamed read (planner.geometry.rounds)
     # bytes of table rows gathered since the last tile was counted (Graph.row_gathers): the
@@ -161,6 +163,8 @@ class Tally:
         when a cluster split replicates it)."""
         copies = self.split.copies(lay) if self.split else 1
         ops = outputs * lay.macs_per_output * copies
+        if self.split is not None:
+            self._busiest(lay, self.split.busiest_elems(lay, outputs))
         if lay.is_main:  # replicated (a product of two maps): on every cluster's array
             self.macs += ops
             self.count_array(lay, outputs * copies, ops)
@@ -174,6 +178,15 @@ class Tally:
             else:
                 vector += ops
             self.layer_work[lay.name] = (macs, array, vector)
+
+    def _busiest(self, lay: Layer, elems: int) -> None:
+        """Count the busiest cluster's `elems` output elements of a layer."""
+        macs, array, vector = self.busiest
+        ops = elems * lay.macs_per_output
+        if lay.is_main:
+            self.busiest = (macs + ops, array + array_macs(lay, self.chip, elems, ops), vector)
+        else:
+            self.busiest = (macs, array, vector + ops)
 
     def step(self, tile: int, fmap_bytes: int, layer: int | None = None,
              weights: int | None = None, held: int = 0) -> None:
@@ -231,8 +244,10 @@ class Tally:
                                       array - self.array_before,
                                       self._layer_events() if weights else (),
                                       0 if self.group.weights_resident else 2,
-                                      link_bytes=self.link - self.link_before))
+                                      link_bytes=self.link - self.link_before,
+                                      busiest=self.busiest if self.split else None))
         self.link_before = self.link
+        self.busiest = (0, 0, 0)
         self.layer_work = {}
         self.ops_before = (self.macs, self.vector_ops)
         self.array_before = array

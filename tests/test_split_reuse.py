@@ -22,7 +22,7 @@ from fuseplan.planner.app import api
 from fuseplan.planner.app.explain import recheck
 from fuseplan.planner.cost.model import weight_bytes
 from fuseplan.planner.cost.weight_stream import stage_memory
-from fuseplan.planner.geometry.cluster_split import cluster_split
+from fuseplan.planner.geometry.cluster_split import busiest_shares, cluster_split
 from fuseplan.planner.geometry.halo_reuse import kept_outgrow
 from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.plan.json_io import plan_to_json
@@ -257,3 +257,30 @@ def test_a_gpt2_layer_parting_qkv_with_one_split_splits_whole(tmp_path: Path,
     _verifies(problem, plan)
     best = GroupSearch.of(g, names, problem.chip, problem.ruleset).best()
     assert best is not None and best.mode.cluster_split and best.mode.halo_reuse
+
+
+@pytest.mark.parametrize(("heads", "busiest"), [(6, 2), (4, 1)])
+def test_the_clusters_wait_for_the_busiest(tmp_path: Path, heads: int, busiest: int) -> None:
+    """Six query heads over four clusters keep one cluster on two of them: the split group
+    computes as long as its busiest cluster does (each shared-out layer's largest share, the
+    replicated layers whole), longer than the work spread evenly over every core; four heads
+    spread evenly, and the two agree. The emulator's clock times each tile by the same
+    cluster: verified, cycles included."""
+    problem = api.prepare(str(save(llama_decoder(tokens=TOKENS, width=16 * heads, heads=heads,
+                                                 kv_heads=2), tmp_path, "heads")),
+                          overrides=[SMALL_WRAM, "sram.bytes=256KiB"])
+    g, chip = problem.graph, problem.chip
+    (layers,) = _layers(problem)
+    split = cluster_split(g, group_io(g, layers))
+    assert split is not None
+    (attention,) = split.headed
+    assert busiest_shares(g, group_io(g, layers), split, chip.clusters)[attention] == (
+        heads, busiest)
+    plan = hand_plan(problem, [Placement.of(layers, Tile(1, 64, 1), halo_reuse=True,
+                                            cluster_split=True)])
+    p = plan.groups[0].predicted
+    even = (-(-p.macs // (chip.cores * chip.core.macs_per_cycle))
+            + -(-p.vector_ops // (chip.cores * chip.core.vector_lanes)))
+    assert p.band_compute_cycles > even if heads % chip.clusters else \
+        p.band_compute_cycles == even
+    _verifies(problem, plan)

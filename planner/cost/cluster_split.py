@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from math import ceil
 
 from fuseplan.hardware.chip import Chip
 from fuseplan.planner.cost.counters import Counters
@@ -29,9 +30,10 @@ from fuseplan.planner.cost.model import (
 )
 from fuseplan.planner.cost.spilled_keys import spilled_work
 from fuseplan.planner.cost.weight_stream import chunk_sizes
-from fuseplan.planner.geometry.cluster_split import ClusterSplit, cluster_split
+from fuseplan.planner.geometry.cluster_split import ClusterSplit, busiest_shares, cluster_split
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid
 from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
+from fuseplan.planner.ir.array import array_macs, matrix_macs
 from fuseplan.planner.ir.graph import Graph
 
 
@@ -80,6 +82,36 @@ def replicated_work(graph: Graph, io: GroupIO, made: Mapping[str, int], split: C
     return (c - 1) * macs, all_array - array, (c - 1) * vector
 
 
+def busiest_work(graph: Graph, io: GroupIO, made: Mapping[str, int], split: ClusterSplit,
+                 chip: Chip) -> tuple[int, int, int]:
+    """(MACs, array MACs, vector ops) of the busiest cluster, for `made` elements of each
+    layer's output: its part of every shared-out layer's (busiest_shares), every
+    replicated layer's whole."""
+    shares = busiest_shares(graph, io, split, chip.clusters)
+    macs = array = vector = 0
+    for name in io.layers:
+        lay = graph.layer(name)
+        elems = made.get(lay.outputs[0], 0)
+        if name in shares:  # whole along the cut axis: a tile cuts rows, never channels
+            length, part = shares[name]
+            elems = elems // length * part
+        ops = lay.macs_per_output * elems
+        if lay.is_main:
+            macs += ops
+            array += array_macs(lay, chip, elems, ops)
+        else:
+            vector += ops
+    return macs, array, vector
+
+
+def busiest_cycles(chip: Chip, work: tuple[int, int, int]) -> int:
+    """Cycles the busiest cluster's cores compute `work` (busiest_work) in."""
+    macs, array, vector = work
+    cores = chip.cores_per_cluster
+    return (ceil(matrix_macs(chip, macs, array) / (cores * chip.core.macs_per_cycle))
+            + ceil(vector / (cores * chip.core.vector_lanes)))
+
+
 def cluster_split_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: Chip,
                        double_buffered: bool, halo_reuse: bool = False,
                        keys_spilled: bool = False) -> Counters:
@@ -124,12 +156,17 @@ def split_cost(graph: Graph, io: GroupIO, chains: GroupChains, split: ClusterSpl
     # part; a recomputing tile its whole region)
     wanted = tuple(dict.fromkeys((*split.gathered, *(t for n in split.replicated
                                                      for t in graph.layer(n).outputs if t))))
+    outs = tuple(graph.layer(n).outputs[0] for n in io.layers)
+    wanted = tuple(dict.fromkeys((*wanted, *outs)))
     made = {t: grid.made_elems(t) for t in wanted} if grid is not None \
         else region_sums(graph, io, chains, tile, wanted)
     macs, array, vector = replicated_work(graph, io, made, split, chip)
     # a tile is not played layer by layer (planner.cost.layered): its layers wait for their
     # gathers as well as their weights, which that schedule does not model
+    # the clusters compute side by side, as long as the busiest does
     c = replace(once, cluster_link_bytes=link_bytes(graph, made, split, chip),
                 sram_peak_bytes=peak, overlap_cycles=0, macs=once.macs + macs,
-                array_macs=once.array_macs + array, vector_ops=once.vector_ops + vector)
+                array_macs=once.array_macs + array, vector_ops=once.vector_ops + vector,
+                band_compute_cycles=busiest_cycles(chip, busiest_work(graph, io, made, split,
+                                                                      chip)))
     return with_time(chip, c, double_buffered)

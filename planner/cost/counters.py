@@ -29,7 +29,8 @@ class Counters:
     first_load_bytes: int = 0  # DRAM bytes the first tile waits for (pipeline fill)
     last_store_bytes: int = 0  # DRAM bytes of the last tile's store (pipeline drain)
     prefetch_cycles: int = 0  # fill cycles hidden behind the previous group (its weights)
-    band_compute_cycles: int = 0  # banded groups: the slowest band's compute (else 0)
+    # banded groups: the slowest band's compute; cluster splits: the busiest cluster's (else 0)
+    band_compute_cycles: int = 0
     # double-buffered cycles the closed form's overlap misses: the cores waiting for loads
     # far from even (a weights-outer group's chunks, planner.cost.schedule)
     stall_cycles: int = 0

@@ -423,12 +423,12 @@ def _ratio(numerator: float, denominator: float) -> Fraction:
 
 def compute_cycles(chip: Chip, c: Counters) -> int:
     """Cycles of the cores: MACs on the matrix units, vector ops on the vector lanes; for a
-    banded group, its slowest band's (the bands run at once on their own cores); a cluster
-    split's gathers cross every cluster's link at once while the cores compute."""
-    if c.band_compute_cycles:
-        return c.band_compute_cycles
-    core = (ceil(matrix_macs(chip, c.macs, c.array_macs) / (chip.cores * chip.core.macs_per_cycle))
-            + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
+    banded group, its slowest band's (the bands run at once on their own cores), for a
+    cluster split its busiest cluster's (band_compute_cycles both); a cluster split's
+    gathers cross every cluster's link at once while the cores compute."""
+    core = c.band_compute_cycles or (
+        ceil(matrix_macs(chip, c.macs, c.array_macs) / (chip.cores * chip.core.macs_per_cycle))
+        + ceil(c.vector_ops / (chip.cores * chip.core.vector_lanes)))
     if not c.cluster_link_bytes:
         return core
     return max(core, ceil(c.cluster_link_bytes / chip.links_bytes_per_cycle))

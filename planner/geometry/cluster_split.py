@@ -126,6 +126,23 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
                         tuple(headed))
 
 
+def busiest_shares(graph: Graph, io: GroupIO, split: ClusterSplit, clusters: int
+                   ) -> dict[str, tuple[int, int]]:
+    """Per layer whose work the clusters share out (a split layer's output channels, a
+    fused attention's query heads, a per-channel layer's share): (the length of the axis
+    its output is cut on, the busiest cluster's part of it, ceil(length / clusters)). The
+    clusters wait for the busiest: 14 heads over 4 clusters keep one cluster on 4 of them.
+    Replicated layers run whole on every cluster (absent)."""
+    axis = dict(split.axis)
+    found = {}
+    for name in io.layers:
+        out = graph.layer(name).outputs[0]
+        if name not in split.replicated and out in axis:
+            length = graph.shapes[out][axis[out]]
+            found[name] = (length, -(-length // clusters))
+    return found
+
+
 def _gather(lay: Layer, axis: dict[str, int], gathered: list[str]) -> None:
     """Add the maps made in shares that `lay` reads whole to `gathered`."""
     gathered += [t for t in lay.fmap_inputs if t in axis and t not in gathered]
