@@ -33,7 +33,7 @@ from fuseplan.planner.cost.weight_stream import chunk_sizes
 from fuseplan.planner.geometry.cluster_split import ClusterSplit, busiest_shares, cluster_split
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid
 from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
-from fuseplan.planner.ir.array import array_macs, matrix_macs
+from fuseplan.planner.ir.array import matrix_macs
 from fuseplan.planner.ir.graph import Graph
 
 
@@ -87,21 +87,11 @@ def busiest_work(graph: Graph, io: GroupIO, made: Mapping[str, int], split: Clus
     """(MACs, array MACs, vector ops) of the busiest cluster, for `made` elements of each
     layer's output: its part of every shared-out layer's (busiest_shares), every
     replicated layer's whole."""
-    shares = busiest_shares(graph, io, split, chip.clusters)
-    macs = array = vector = 0
-    for name in io.layers:
-        lay = graph.layer(name)
-        elems = made.get(lay.outputs[0], 0)
-        if name in shares:  # whole along the cut axis: a tile cuts rows, never channels
-            length, part = shares[name]
-            elems = elems // length * part
-        ops = lay.macs_per_output * elems
-        if lay.is_main:
-            macs += ops
-            array += array_macs(lay, chip, elems, ops)
-        else:
-            vector += ops
-    return macs, array, vector
+    busy = dict(made)
+    for name, (length, part) in busiest_shares(graph, io, split, chip.clusters).items():
+        out = graph.layer(name).outputs[0]  # whole along the cut axis: tiles cut rows
+        busy[out] = made.get(out, 0) // length * part
+    return layer_ops(graph, io, busy, chip)
 
 
 def busiest_cycles(chip: Chip, work: tuple[int, int, int]) -> int:
@@ -152,18 +142,15 @@ def split_cost(graph: Graph, io: GroupIO, chains: GroupChains, split: ClusterSpl
     if chip.unified:
         peak += split_weight_bytes(graph, io, split, chip) - weight_bytes(graph, io.weights,
                                                                           chip)
-    # what each tile makes of the gathered and replicated maps (a reusing tile its new
-    # part; a recomputing tile its whole region)
-    wanted = tuple(dict.fromkeys((*split.gathered, *(t for n in split.replicated
-                                                     for t in graph.layer(n).outputs if t))))
-    outs = tuple(graph.layer(n).outputs[0] for n in io.layers)
-    wanted = tuple(dict.fromkeys((*wanted, *outs)))
+    # what the tiles make of every map (a reusing tile its new part; a recomputing tile its
+    # whole region): the gathers, the replicated layers' work, the busiest cluster's
+    wanted = tuple(dict.fromkeys(t for n in io.layers for t in graph.layer(n).outputs if t))
     made = {t: grid.made_elems(t) for t in wanted} if grid is not None \
         else region_sums(graph, io, chains, tile, wanted)
     macs, array, vector = replicated_work(graph, io, made, split, chip)
     # a tile is not played layer by layer (planner.cost.layered): its layers wait for their
-    # gathers as well as their weights, which that schedule does not model
-    # the clusters compute side by side, as long as the busiest does
+    # gathers as well as their weights, which that schedule does not model; the clusters
+    # compute side by side, as long as the busiest does
     c = replace(once, cluster_link_bytes=link_bytes(graph, made, split, chip),
                 sram_peak_bytes=peak, overlap_cycles=0, macs=once.macs + macs,
                 array_macs=once.array_macs + array, vector_ops=once.vector_ops + vector,
