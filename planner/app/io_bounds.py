@@ -14,7 +14,10 @@ from fuseplan.planner.plan.io_bounds import AttentionIO, CacheIO, IOBounds
 
 
 def io_bounds_of(graph: Graph, chip: Chip, plan: Plan) -> IOBounds:
-    """The bounds of `plan` for `graph` on `chip` (its element size)."""
+    """The bounds of `plan` for `graph` on `chip` (its element size): as the planners stated
+    them, else from its groups (a plan read from a file, a hand-built one)."""
+    if plan.io_bounds is not None:
+        return plan.io_bounds
     dt = chip.dtype_bytes
     attentions = []
     alone = 0

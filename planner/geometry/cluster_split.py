@@ -84,16 +84,10 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
         outs = [t for t in lay.outputs if t]
         if not outs or any(t not in graph.shapes for t in outs):
             return None
-        if len(outs) > 1:  # a Split of q, k and v: replicated, every part whole
-            if lay.is_main or set(lay.weights) & cut_seen:
-                return None
-            seen |= set(lay.weights)
-            replicated.append(name)
-            _gather(lay, axis, gathered)
-            whole.update(outs)
-            continue
         out = outs[0]
-        cut = _split_axis(graph, lay, out)
+        # a layer making several maps (a Split of q, k and v) is replicated, every part whole
+        many = len(outs) > 1
+        cut = None if many else _split_axis(graph, lay, out)
         mine = set(lay.weights)
         # a split layer's weights are its own: a tensor cut for one layer is not whole for
         # another (constants layers held whole share, such as a rotary embedding's tables)
@@ -106,20 +100,20 @@ def cluster_split(graph: Graph, io: GroupIO) -> ClusterSplit | None:
             _gather(lay, axis, gathered)
             axis[out] = cut
             continue
-        at = _per_channel_axis(graph, io, lay, out, axis, whole)
+        at = None if many else _per_channel_axis(graph, io, lay, out, axis, whole)
         if at is not None:
             axis[out] = at
             continue
-        if lay.is_main and lay.weights:  # weights it cannot cut along its outputs
+        if lay.is_main and (lay.weights or many):  # weights it cannot cut along its outputs
             return None
-        if attention_heads(graph, group_io(graph, (name,))) is not None:
+        if not many and attention_heads(graph, group_io(graph, (name,))) is not None:
             headed.append(name)
             _gather(lay, axis, gathered)
             axis[out] = 1  # [B, heads, rows, head width]
             continue
         replicated.append(name)
         _gather(lay, axis, gathered)
-        whole.add(out)
+        whole.update(outs)
     if not split:
         return None
     return ClusterSplit(tuple(split), tuple(gathered), tuple(axis.items()), tuple(replicated),
@@ -137,7 +131,7 @@ def busiest_shares(graph: Graph, io: GroupIO, split: ClusterSplit, clusters: int
     found = {}
     for name in io.layers:
         out = graph.layer(name).outputs[0]
-        if name not in split.replicated and out in axis:
+        if out in axis:  # a replicated layer's maps are whole, never cut
             length = graph.shapes[out][axis[out]]
             found[name] = (length, -(-length // clusters))
     return found

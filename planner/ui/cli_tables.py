@@ -108,11 +108,11 @@ def totals_lines(plan: Plan) -> list[str]:
 
 def attention_lines(problem: Problem, plan: Plan) -> list[str]:
     """Each fused attention's share of its group's traffic, the analytic count of its
-    tiling, then the plan against its I/O bound or a decode step's ideal (plan.io_bounds;
-    planner.app.io_bounds when the plan carries none)."""
+    tiling, then the plan against its I/O bound or a decode step's ideal
+    (planner.app.io_bounds)."""
     from fuseplan.planner.app.io_bounds import io_bounds_of
 
-    bounds = plan.io_bounds or io_bounds_of(problem.graph, problem.chip, plan)
+    bounds = io_bounds_of(problem.graph, problem.chip, plan)
     lines = [f"attention {a.layer} (group {a.group}): q once {fmt_bytes(a.q_bytes)} + k and v "
              f"{a.kv_label} {fmt_bytes(a.kv_bytes)} + o once {fmt_bytes(a.o_bytes)} = "
              f"{fmt_bytes(a.total)} analytic; the group moves {fmt_bytes(a.group_dram_bytes)}"

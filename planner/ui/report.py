@@ -565,16 +565,12 @@ PAGE_JS = """
 """
 
 
-def _io_bounds(problem: Problem, plan: Plan) -> IOBounds:
-    """The plan's I/O bounds: as planned, or from its groups (a plan read from a file)."""
-    return plan.io_bounds or io_bounds_of(problem.graph, problem.chip, plan)
-
-
 def render_report(problem: Problem, plan: Plan, verify_report: VerifyReport | None,
                   explain_doc: Mapping[str, Any]) -> str:
     """The whole report as one self-contained HTML document."""
     title = f"fuseplan report: {problem.model.path}"
     groups = len(plan.groups)
+    bounds = io_bounds_of(problem.graph, problem.chip, plan)
     return "\n".join([
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -586,7 +582,7 @@ def render_report(problem: Problem, plan: Plan, verify_report: VerifyReport | No
         f'<header><h1>{_esc(title)}</h1><div class="facts">{_header(problem, plan)}</div>'
         '<div id="fp-status" data-status="pending">pending</div></header>',
         '<section id="totals"><h2>Totals vs the compulsory floor</h2>'
-        f"{render_totals(plan, verify_report, _io_bounds(problem, plan))}</section>",
+        f"{render_totals(plan, verify_report, bounds)}</section>",
         '<section id="verification"><h2>Verification</h2>'
         f"{render_verification(verify_report)}</section>",
         f'<section id="graph-section"><h2>Layer graph ({len(problem.graph.layers)} layers, '
