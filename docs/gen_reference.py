@@ -524,6 +524,11 @@ PLAN_KEYS = {
                              "the group reads a prefix of, made in the group, are written "
                              "to DRAM as each tile makes its rows and read back by later "
                              "tiles a chunk of keys at a time, instead of held on chip.",
+    "groups[].keys_in_wram": "With cluster_split and halo reuse: the keys and values a causal "
+                             "attention of the group reads a prefix of, made in the group, "
+                             "move into the cores' WRAM as each tile is done with them, "
+                             "each cluster keeping the heads its query heads read, instead "
+                             "of held whole in every cluster's SRAM.",
     "groups[].predicted": "The cost model's counters for the group.",
     "totals": "The plan's counters, summed over the groups (the peak is the largest).",
     "totals.dram_bytes": "DRAM read + write bytes, weights included.",

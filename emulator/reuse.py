@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import partial
+from math import ceil
 
 import numpy as np
 
@@ -139,6 +141,12 @@ class OnChip:
     valid: dict[str, np.ndarray] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)  # valid positions per tensor
     depth: dict[str, int] = field(default_factory=dict)  # elements per position (N * C)
+    # kept keys held in the cores' WRAM (Mode.keys_in_wram): per tensor, the part of it the
+    # busiest cluster keeps (its heads' share); what a tile keeps of them moves there at
+    # their last use in the tile
+    in_wram: Mapping[str, Fraction] = field(default_factory=dict)
+    wram: dict[str, int] = field(default_factory=dict)  # their valid positions in WRAM
+    wram_peak: int = 0  # the most elements the busiest cluster held there at once
 
     def put(self, t: str, rect: Rect, data: np.ndarray) -> int:
         """Store data at a rectangle of t; returns the elements stored."""
@@ -162,7 +170,8 @@ class OnChip:
                              "which are no longer (or not yet) on chip")
 
     def keep(self, t: str, corners: list[tuple[int, int]]) -> None:
-        """Drop everything of t outside the union of the quadrants below-right of corners."""
+        """Drop everything of t outside the union of the quadrants below-right of corners
+        (kept keys in WRAM: what is kept moves there)."""
         if t not in self.valid:
             return
         mask = np.zeros_like(self.valid[t])
@@ -170,6 +179,9 @@ class OnChip:
             mask[r:, c:] = True
         self.valid[t] &= mask
         self.held[t] = int(np.count_nonzero(self.valid[t]))
+        if t in self.in_wram:
+            self.wram[t] = self.held[t]
+            self.wram_peak = max(self.wram_peak, self.wram_elems())
 
     def release_rows(self, t: str, r0: int, r1: int, corners: list[tuple[int, int]]) -> None:
         """Drop rows r0:r1 of t outside the quadrants below-right of corners (what later
@@ -186,9 +198,13 @@ class OnChip:
         rows &= ~drop
 
     def held_elems(self) -> int:
-        """Elements on chip: valid positions times batch and channels (counted as the masks
-        change, so that a tile's steps do not rescan every mask)."""
-        return sum(n * self.depth[t] for t, n in self.held.items())
+        """Elements in SRAM: valid positions times batch and channels (counted as the masks
+        change, so that a tile's steps do not rescan every mask), but kept keys in WRAM."""
+        return sum((n - self.wram.get(t, 0)) * self.depth[t] for t, n in self.held.items())
+
+    def wram_elems(self) -> int:
+        """Elements of kept keys the busiest cluster holds in WRAM (Mode.keys_in_wram)."""
+        return sum(ceil(n * self.depth[t] * self.in_wram[t]) for t, n in self.wram.items())
 
     def region(self, t: str) -> tuple[Box, np.ndarray]:
         return full_box(self.graph, t), self.images[t]
@@ -226,11 +242,13 @@ def batch_parts(anchors: list[Box]) -> list[list[Box]]:
 def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                     weights: Mapping[str, np.ndarray], tally: Tally,
                     anchors: list[Box] | None = None, layers: LayerCache | None = None,
-                    spilled: frozenset[str] = frozenset()) -> None:
+                    spilled: frozenset[str] = frozenset(),
+                    in_wram: Mapping[str, Fraction] | None = None) -> None:
     """Run a reusing group's tiles (or only `anchors`, one band's, on chip images of their
     own), one sweep per batch part, reading and writing `dram`, counting into `tally`.
     `spilled`: kept keys written to DRAM as made and read back by later tiles
-    (Mode.keys_spilled)."""
+    (Mode.keys_spilled); `in_wram`: kept keys held in the cores' WRAM, each with the part
+    of it the busiest cluster keeps (Mode.keys_in_wram)."""
     if anchors is None:
         anchors = list(iter_tiles(graph, group_io(graph, group.layers), group.tile))
     parts = batch_parts(anchors)
@@ -239,7 +257,8 @@ def run_reuse_tiles(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.n
     spill = Spill(graph, spilled, chip.dtype_bytes)
     first = 0
     for part in parts:
-        _run_sweep(graph, group, chip, dram, weights, tally, part, plan, layers, first, spill)
+        _run_sweep(graph, group, chip, dram, weights, tally, part, plan, layers, first, spill,
+                   in_wram or {})
         first += len(part)
 
 
@@ -292,7 +311,8 @@ class Spill:
 def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarray],
                weights: Mapping[str, np.ndarray], tally: Tally, anchors: list[Box],
                plan: SweepPlan,
-               layers: LayerCache | None, first: int, spill: Spill) -> None:
+               layers: LayerCache | None, first: int, spill: Spill,
+               in_wram: Mapping[str, Fraction]) -> None:
     """One batch part's tiles (`plan`: plan_tiles of the group's sweep), from an empty chip;
     `first` is its first tile's index."""
     io, steps, keeps, spans = plan
@@ -303,7 +323,7 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
     # batch is not the anchor's, as a window partition folds rows into it, spans its own)
     batches = {t: (box[0], box[1])
                for t, box in tile_regions(graph, io, anchors[0], reuse=True).items()}
-    chip_mem = OnChip(graph, batches)
+    chip_mem = OnChip(graph, batches, in_wram=in_wram)
     end = len(io.layers)
     for i, step in enumerate(steps):
         ti = first + i
@@ -348,6 +368,8 @@ def _run_sweep(graph: Graph, group: Group, chip: Chip, dram: dict[str, np.ndarra
             for t, (_, last) in spans.items():
                 if last == k:
                     chip_mem.keep(t, keeps[i].get(t, []))
+            if in_wram:
+                tally.hold_keys(ti, chip_mem.wram_peak * dt)
         written = 0
         for t in io.outputs:
             if t in step.made:

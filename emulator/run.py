@@ -41,7 +41,7 @@ from fuseplan.planner.core.progress import ProgressSink, ticker
 from fuseplan.planner.cost.counters import Counters
 from fuseplan.planner.geometry.attention import attention_heads, kept_prefix
 from fuseplan.planner.geometry.bands import band_columns, band_overflows, cluster_loads
-from fuseplan.planner.geometry.cluster_split import cluster_split
+from fuseplan.planner.geometry.cluster_split import cluster_split, wram_keys
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import stretches
 from fuseplan.planner.geometry.passes import pass_split
@@ -245,11 +245,14 @@ def _cluster_split(r: Run) -> None:
     assert split is not None  # _check_mode asked mode_problem
     r.tally.split = SplitRun.of(r.graph, r.io, split, r.chip.clusters, r.weights,
                                 r.chip.dtype_bytes)
-    if r.group.halo_reuse:  # row tiles in order, the kept keys held or spilled
+    if r.group.halo_reuse:  # row tiles in order, the kept keys held, spilled or in WRAM
         spilled = kept_prefix(r.graph, r.io) if r.group.placement.keys_spilled \
             else frozenset()
+        shares = wram_keys(r.graph, r.io, split, r.chip.clusters) \
+            if r.group.placement.keys_in_wram else None
+        in_wram = {t: Fraction(n, r.graph.elems(t)) for t, n in (shares or {}).items()}
         run_reuse_tiles(r.graph, r.group, r.chip, r.dram, r.weights, r.tally,
-                        layers=r.layers, spilled=spilled)
+                        layers=r.layers, spilled=spilled, in_wram=in_wram)
         return
     # tiles outer, never played layer by layer (planner.cost.cluster_split)
     run_tiles(r.graph, r.group, r.io, r.anchors(), r.dram, r.weights, r.tally, r.layers)

@@ -198,7 +198,8 @@ class Encoding:
             # solver.hidden)
             pinned = GroupFacts(graph, io, chains, t, self.chip, Mode(
                 mode.weights, mode.double_buffered, mode.halo, mode.loop,
-                cluster_split=mode.cluster_split, keys_spilled=mode.keys_spilled))
+                cluster_split=mode.cluster_split, keys_spilled=mode.keys_spilled,
+                keys_in_wram=mode.keys_in_wram))
             cand = Candidate(i, tuple(io.layers), io, chains, (n, h, w), sel, t.h, t.n,
                              ceil(h / t.h), ceil(n / t.n),
                              ceil(n / t.n) * ceil(h / t.h) * ceil(w / t.w),

@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import cast
 
 from fuseplan.hardware.chip import Chip
-from fuseplan.planner.cost.cluster_split import group_split_weight_bytes
+from fuseplan.planner.cost.cluster_split import group_split_weight_bytes, split_key_bytes
 from fuseplan.planner.cost.hidden import HiddenStream, hidden_stream
 from fuseplan.planner.cost.model import (
     band_peak_bytes,
@@ -133,7 +133,10 @@ class GroupFacts(ModeFlags):
                 ((cn, n, self.tile.n), (cr, h, self.tile.h), (cc, w, self.tile.w))):
             full = fb[2 * axis + 1] - fb[2 * axis]
             if axis == 1 and size < extent and self.halo_reuse and self._reuse_grid.rows.growing:
-                sizes.append(self._reuse_grid.rows.longest_held(t))  # keys kept: tiles walked
+                # keys kept: tiles walked (kept in WRAM: only what each tile makes in SRAM)
+                rows = self._reuse_grid.rows
+                sizes.append(rows.longest_made(t) if t in self._reuse_grid.in_wram
+                             else rows.longest_held(t))
             elif chain is None and size < extent and axis == 1 and self._prefixed(t):
                 sizes.append(full)  # the last tile reads the whole prefix: every key
             elif chain is None and size < extent:
@@ -225,6 +228,14 @@ class GroupFacts(ModeFlags):
         return weight_bytes(self.graph, self.io.weights, self.chip)
 
     @cached_property
+    def wram_key_bytes(self) -> int:
+        """Kept keys the busiest cluster holds in its cores' WRAM beside its weight share
+        (Mode.keys_in_wram; 0 in any other mode)."""
+        if not self.mode.keys_in_wram or not self.halo_reuse:
+            return 0
+        return split_key_bytes(self.graph, self.io, self.chip, self._reuse_grid) or 0
+
+    @cached_property
     def steps(self) -> list[tuple[str, ...]]:
         """Tensors live while each layer runs (planner.cost.model.live_steps), worked out
         once for both peaks below; with an output end's tail, as a chunk but the last holds
@@ -294,7 +305,8 @@ class GroupFacts(ModeFlags):
     def _reuse_grid(self) -> ReuseGrid:
         """The reusing tile grid: the search's where it keeps one (its axes memoized)."""
         return self.grid or ReuseGrid.of(self.graph, self.io, self.chains, self.tile,
-                                         spilled=self.mode.keys_spilled)
+                                         spilled=self.mode.keys_spilled,
+                                         keys_in_wram=self.mode.keys_in_wram)
 
     @cached_property
     def reuse_peak_bytes(self) -> int:

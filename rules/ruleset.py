@@ -98,6 +98,10 @@ class SearchSettings:
     # (Mode.keys_spilled, planner.cost.spilled_keys): input once, output once, the keys
     # once written and read back by every later tile
     keys_spilled: bool = True
+    # a split prefill group whose kept keys outgrow a cluster's SRAM may keep them in its
+    # cores' WRAM instead, each cluster the heads its share of the query heads reads
+    # (Mode.keys_in_wram): the layer's input read once, its keys never leaving the chip
+    keys_in_wram: bool = True
 
 
 @dataclass(frozen=True)

@@ -88,10 +88,15 @@ def physical_violations(facts: GroupFacts) -> list[Violation]:
             need_s, has_s = vs_bytes(share, chip.nram.bytes)
             out.append(Violation("HW", "nram", f"each core needs {need_s} of NRAM, has "
                                  f"{has_s}", share, chip.nram.bytes))
-    weights = facts.onchip_weight_bytes
+    weights = facts.onchip_weight_bytes + facts.wram_key_bytes
+    if facts.mode.keys_in_wram and chip.wram is None:
+        out.append(Violation("HW", "wram", "the chip has no WRAM to keep the keys in",
+                             facts.wram_key_bytes, 0))
     if chip.wram is not None and weights:
         share = ceil(weights / chip.cores_per_cluster)
         what = "resident weights" if facts.weights_resident else "streamed weight chunks"
+        if facts.wram_key_bytes:
+            what += " and kept keys"
         if share > chip.wram.bytes:
             need_s, has_s = vs_bytes(share, chip.wram.bytes)
             out.append(Violation("HW", "wram", f"each core needs {need_s} of WRAM for {what}, "

@@ -58,7 +58,8 @@ class GroupSearch(Protocol):
     def violations(self, tile: Tile, resident: bool, rules: Sequence[Rule] | None = None,
                    halo_reuse: bool = False, double_buffered: bool = False,
                    physical: bool = True, weights_outer: bool = False,
-                   cluster_split: bool = False) -> list[Violation]: ...
+                   cluster_split: bool = False, keys_in_wram: bool = False
+                   ) -> list[Violation]: ...
 
 
 def worth_splitting(search: GroupSearch) -> ClusterSplit | None:

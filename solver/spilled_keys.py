@@ -43,6 +43,8 @@ class GroupSearch(SplitSearch, Protocol):
 
     def reuse_grid(self, tile: Tile) -> ReuseGrid: ...
 
+    def wram_grid(self, tile: Tile) -> ReuseGrid: ...
+
 
 def spills(search: GroupSearch) -> bool:
     """Whether the group may run with its kept keys spilled and gains by it: the rules'

@@ -28,8 +28,8 @@ from dataclasses import replace
 
 from fuseplan.planner.cost.cluster_split import split_cost, split_work
 from fuseplan.planner.cost.counters import Counters
-from fuseplan.planner.geometry.cluster_split import ClusterSplit
-from fuseplan.planner.geometry.halo_reuse import ReuseGrid, kept_outgrow
+from fuseplan.planner.geometry.cluster_split import ClusterSplit, cluster_split, wram_keys
+from fuseplan.planner.geometry.halo_reuse import ReuseGrid, growing_heights, kept_outgrow
 from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import Rule, Violation
@@ -45,6 +45,7 @@ from fuseplan.solver.spilled_keys import (
 
 KEPT = Mode.of(halo_reuse=True, cluster_split=True)
 SPILLED = Mode.of(halo_reuse=True, cluster_split=True, keys_spilled=True)
+IN_WRAM = Mode.of(halo_reuse=True, cluster_split=True, keys_in_wram=True)
 TALLEST = 2  # passing heights costed per variant (taller tiles: fewer steps, fewer reads)
 
 
@@ -52,14 +53,36 @@ def split_reuse_choices(search: GroupSearch, rules: Iterable[Rule] | None
                         ) -> Iterator[tuple[Tile, Mode, Counters]]:
     """(tile, mode, cost) of the group split over the clusters with its row tiles reusing
     halos: its kept keys held, and (where they may spill and outgrow a cluster) spilled."""
-    split = worth_splitting(search)
-    if split is None or search.tn is not None or not search.can_reuse():
+    if search.tn is not None or not search.can_reuse():
         return
+    split = worth_splitting(search)
     chosen = search.chosen_rules(rules)
-    if not kept_outgrow(search.graph, search.io, search.chip):
+    outgrow = kept_outgrow(search.graph, search.io, search.chip)
+    if split is not None and not outgrow:
         yield from _variant(search, split, chosen, search.heights(), KEPT)
-    elif spills(search):  # held, keys that fill a cluster's SRAM fit at no height
+    elif split is not None and spills(search):  # held, keys that fill a cluster's SRAM
+        # fit at no height
         yield from _variant(search, split, chosen, spilled_heights(search.heights()), SPILLED)
+    if outgrow and (split := wram_split(search)) is not None:
+        yield from _variant(search, split, chosen, growing_heights(search.heights()),
+                            IN_WRAM)
+
+
+def wram_split(search: GroupSearch) -> ClusterSplit | None:
+    """The group's split where its kept keys may stay in its clusters' WRAM, each its
+    query heads' share (Mode.keys_in_wram): the rules' search allows, the chip has WRAM
+    and clusters, full-width tiles without bands, and the group keeps keys a split shares
+    out by heads (planner.geometry.cluster_split.wram_keys). Its weights need not
+    outgrow a cluster: the keys do."""
+    chip = search.chip
+    if not (search.ruleset.search.keys_in_wram and search.ruleset.search.cluster_split) \
+            or chip.wram is None or chip.clusters < 2 or search.tw is not None \
+            or search.bands > 1:
+        return None
+    split = cluster_split(search.graph, search.io)
+    if split is None or wram_keys(search.graph, search.io, split, chip.clusters) is None:
+        return None
+    return split
 
 
 def _variant(search: GroupSearch, split: ClusterSplit, chosen: Sequence[Rule],
@@ -84,7 +107,10 @@ def _variant(search: GroupSearch, split: ClusterSplit, chosen: Sequence[Rule],
 
 
 def _grid(search: GroupSearch, tile: Tile, mode: Mode) -> ReuseGrid:
-    """The tile's reusing grid (spilling where the mode does), from the search's memo."""
+    """The tile's reusing grid (spilling, or keeping keys in WRAM, where the mode does),
+    from the search's memo."""
+    if mode.keys_in_wram:
+        return search.wram_grid(tile)
     return spilled_grid(search, tile) if mode.keys_spilled else search.reuse_grid(tile)
 
 
@@ -96,4 +122,5 @@ def _violations(search: GroupSearch, tile: Tile, mode: Mode, rules: Sequence[Rul
         return spilled_violations(search, tile, rules, spilled_grid(search, tile),
                                   double_buffered, split=True)
     return search.violations(tile, True, rules, halo_reuse=True,
-                             double_buffered=double_buffered, cluster_split=True)
+                             double_buffered=double_buffered, cluster_split=True,
+                             keys_in_wram=mode.keys_in_wram)

@@ -124,6 +124,9 @@ class GroupSearch:
     schedules: dict[tuple[int, int], AxisSchedule] = field(default_factory=dict, repr=False,
                                                            compare=False)
     grids: dict[Tile, ReuseGrid] = field(default_factory=dict, repr=False, compare=False)
+    # the same with kept keys in WRAM (Mode.keys_in_wram)
+    wram_grids: dict[Tile, ReuseGrid] = field(default_factory=dict, repr=False,
+                                              compare=False)
     # counters with resident weights by (tile, halo reuse): residency changes only the reads
     resident_costs: dict[tuple[Tile, bool], Counters] = field(default_factory=dict, repr=False,
                                                               compare=False)
@@ -142,12 +145,15 @@ class GroupSearch:
 
     def facts(self, tile: Tile, resident: bool, double_buffered: bool = False,
               halo_reuse: bool = False, weights_outer: bool = False,
-              cluster_split: bool = False) -> GroupFacts:
+              cluster_split: bool = False, keys_in_wram: bool = False) -> GroupFacts:
         mode = Mode.of(resident=resident, double_buffered=double_buffered,
                        halo_reuse=halo_reuse, weights_outer=weights_outer,
-                       cluster_split=cluster_split)
-        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, mode,
-                          self.reuse_grid(tile) if halo_reuse else None, memo=self.memo)
+                       cluster_split=cluster_split, keys_in_wram=keys_in_wram)
+        grid = self.reuse_grid(tile) if halo_reuse else None
+        if grid is not None and keys_in_wram:
+            grid = self.wram_grid(tile)
+        return GroupFacts(self.graph, self.io, self.chains, tile, self.chip, mode, grid,
+                          memo=self.memo)
 
     def can_sweep_weights(self) -> bool:
         """A weights-outer loop is possible: one layer whose streamed weights arrive in more
@@ -174,6 +180,13 @@ class GroupSearch:
                                      part_images(self.graph, self.io, tile), unit=unit,
                                      scale=tile.n)
         return self.grids[tile]
+
+    def wram_grid(self, tile: Tile) -> ReuseGrid:
+        """The reusing grid of a tile with its kept keys in WRAM (ReuseGrid.in_wram), the
+        walk shared with reuse_grid's."""
+        if tile not in self.wram_grids:
+            self.wram_grids[tile] = self.reuse_grid(tile).keeping_in_wram()
+        return self.wram_grids[tile]
 
     @cached_property
     def _one_batch(self) -> bool:
@@ -253,10 +266,11 @@ class GroupSearch:
     def violations(self, tile: Tile, resident: bool, rules: Iterable[Rule] | None = None,
                    halo_reuse: bool = False, double_buffered: bool = False,
                    physical: bool = True, weights_outer: bool = False,
-                   cluster_split: bool = False) -> list[Violation]:
+                   cluster_split: bool = False, keys_in_wram: bool = False
+                   ) -> list[Violation]:
         """Rule violations of one tile, and (unless told not to) the chip's capacities."""
         f = self.facts(tile, resident, double_buffered, halo_reuse, weights_outer,
-                       cluster_split)
+                       cluster_split, keys_in_wram)
         found = physical_violations(f) if physical else []
         return found + [v for r in self.chosen_rules(rules) if (v := r.check(f)) is not None]
 
@@ -343,7 +357,7 @@ class GroupSearch:
         if mode.cluster_split:
             return TileChoice(tile, mode, cluster_split_cost(
                 self.graph, self.layers, tile, self.chip, mode.double_buffered,
-                mode.halo_reuse, mode.keys_spilled))
+                mode.halo_reuse, mode.keys_spilled, mode.keys_in_wram))
         if mode.keys_spilled:
             return TileChoice(tile, mode, spilled_keys_cost(
                 self.graph, self.layers, tile, self.chip, mode.double_buffered))

@@ -365,13 +365,16 @@ def se_net(seed: int = 0, n: int = 1, h: int = 64, w: int = 64, blocks: int = 2,
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def rules_without_spilling(folder: Path) -> Path:
-    """rules/default.yaml with `search.keys_spilled` off: where a test plans what a prefill
-    does without spilling its keys (a lone attention, streamed keys)."""
+def rules_keeping_keys_in_sram(folder: Path) -> Path:
+    """rules/default.yaml with `search.keys_spilled` and `search.keys_in_wram` off: where a
+    test plans what a prefill does when kept keys must fit SRAM (a lone attention, streamed
+    keys), neither spilled nor kept in WRAM."""
     text = (ROOT / "rules" / "default.yaml").read_text()
-    assert "keys_spilled: true" in text, "rules/default.yaml changed: update this edit"
-    path = folder / "no_spill.yaml"
-    path.write_text(text.replace("keys_spilled: true", "keys_spilled: false"))
+    for key in ("keys_spilled", "keys_in_wram"):
+        assert f"{key}: true" in text, "rules/default.yaml changed: update this edit"
+        text = text.replace(f"{key}: true", f"{key}: false")
+    path = folder / "keys_in_sram.yaml"
+    path.write_text(text)
     return path
 
 

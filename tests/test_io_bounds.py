@@ -16,7 +16,7 @@ from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.ui.cli import app
 from fuseplan.planner.ui.cli_tables import attention_lines
 from fuseplan.planner.ui.report import load_problem_plan, write_report
-from tests.models import causal_encoder, save
+from tests.models import causal_encoder, rules_keeping_keys_in_sram, save
 
 DECODE = Path(__file__).resolve().parent.parent / "examples" / "exports" / "zoo2026" \
     / "llama_decode.onnx"
@@ -29,9 +29,11 @@ def test_a_prefills_bound_is_its_floor_and_each_attentions_io(tmp_path: Path) ->
     plus every fused attention's FlashAttention I/O as if alone at the plan's query rows)
     and each attention's analytic count where it crosses its group's boundary, as the
     geometry counts them; read back from the file, `solve`'s lines and the HTML report show
-    the same bound."""
+    the same bound. (Kept keys past SRAM neither spilled nor in WRAM, so that the attention
+    is a group of its own: with them the layer is one group at its floor.)"""
     model = save(causal_encoder(tokens=512, width=64, heads=2), tmp_path, "prefill")
     sets = [a for s in SMALL for a in ("--set", s)]
+    sets += ["--rules", str(rules_keeping_keys_in_sram(tmp_path))]
     plan_file = tmp_path / "plan.json"
     ran = CliRunner().invoke(app, ["solve", str(model), *sets, "-o", str(plan_file), "--json"])
     assert ran.exit_code == 0, ran.output

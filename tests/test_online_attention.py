@@ -41,7 +41,7 @@ from fuseplan.planner.plan.json_io import save_plan
 from fuseplan.planner.plan.mode import Mode, mode_problem
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.export import annotated_model
-from tests.models import causal_encoder, rules_without_spilling, save
+from tests.models import causal_encoder, rules_keeping_keys_in_sram, save
 
 
 def _reference(q: np.ndarray, kt: np.ndarray, v: np.ndarray, scale: float, causal: bool,
@@ -148,11 +148,13 @@ def test_streamed_keys_plan_and_verify(tmp_path: Path) -> None:
     """K and V whole (256 KiB) do not fit 128 KiB of SRAM: the fused layer streams them;
     its group's traffic is queries once, keys and values once per tile up to the tile's last
     query (causal: FlashAttention-2 skips the chunks past the diagonal), output once. (With
-    the rules' `search.keys_spilled` on, the layer's group makes its keys and spills them
-    instead, fewer bytes: tests/test_spilled_keys.py; off here, to plan the streaming.)"""
+    the rules' `search.keys_spilled` or `search.keys_in_wram` on, the layer's group makes its
+    keys and spills them or keeps them in WRAM instead, fewer bytes:
+    tests/test_spilled_keys.py, tests/test_keys_in_wram.py; off here, to plan the
+    streaming.)"""
     path, graph = _graph(tmp_path, tokens=1024, width=32, heads=2)
     chip = ["sram.bytes=128KiB"]
-    rules = rules_without_spilling(tmp_path)
+    rules = rules_keeping_keys_in_sram(tmp_path)
     spilling = api.solve(str(path), overrides=chip)
     for solver in ("cpsat", "shortest-path"):
         plan = _plan_and_verify(tmp_path, path, chip, solver, rules)
@@ -210,11 +212,12 @@ def test_head_chunks_let_taller_tiles_stream_keys_fewer_times(tmp_path: Path) ->
     """A lone fused attention runs its heads a chunk at a time: the tile it picks would not
     fit with every head on chip, and the plan verifies byte for byte. A hand-edited chunk
     count that does not divide the heads is refused (exit 2, naming the fix). (With the
-    rules' `search.keys_spilled` on, the whole block is one group that makes its keys and
-    spills them in 94-row tiles, fewer bytes; off here, to plan the lone attention.)"""
+    rules' `search.keys_in_wram` on, the whole block is one group split over the clusters
+    that keeps its keys in WRAM, fewer bytes; off here, as `search.keys_spilled`, to plan
+    the lone attention.)"""
     path, graph = _graph(tmp_path, tokens=1024, width=64, heads=4)
     chip = ["sram.bytes=128KiB"]
-    rules = rules_without_spilling(tmp_path)
+    rules = rules_keeping_keys_in_sram(tmp_path)
     plan = _plan_and_verify(tmp_path, path, chip, rules=rules)
     assert api.solve(str(path), overrides=chip).totals.dram_bytes < plan.totals.dram_bytes
     group = next(g for g in plan.groups if graph.layer(g.layers[0]).op == "FlashAttention")

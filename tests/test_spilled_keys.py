@@ -28,7 +28,7 @@ from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli import app
 from fuseplan.solver.spilled_keys import spilled_heights
 from tests.hand import assert_refused, assert_verifies, hand_plan
-from tests.models import causal_encoder, rules_without_spilling, save
+from tests.models import causal_encoder, rules_keeping_keys_in_sram, save
 
 pytestmark = pytest.mark.xdist_group("spilled_keys")
 
@@ -83,26 +83,28 @@ def test_spilled_keys_run_as_predicted(encoder: api.Problem, height: int,
 
 def test_the_search_spills_keys_that_outgrow_the_chip(tmp_path: Path) -> None:
     """Two blocks at 2,048 tokens on 256 KiB of SRAM: k and v (512 KiB a layer) do not fit
-    held, so each attention was a group of its own; `fuseplan solve` spills them (its
-    table says so), fewer bytes than with the rules' `search.keys_spilled` off; `explain`
-    re-checks the spilled groups clean; both plans verify."""
+    held, so each attention was a group of its own; with 64 KiB of WRAM a core, nor do a
+    cluster's heads' share of them in WRAM (Mode.keys_in_wram); `fuseplan solve` spills them
+    (its table says so), fewer bytes than with the rules' `search.keys_spilled` off;
+    `explain` re-checks the spilled groups clean; both plans verify."""
     path = save(causal_encoder(tokens=2048, width=64, heads=2, blocks=2), tmp_path, "long")
-    chip = ["--set", "sram.bytes=256KiB"]
+    overrides = ["sram.bytes=256KiB", "wram.bytes=64KiB"]
+    chip = [arg for c in overrides for arg in ("--set", c)]
     plan_file = tmp_path / "plan.json"
     solved = CliRunner().invoke(app, ["solve", str(path), *chip, "-o", str(plan_file)])
     assert solved.exit_code == 0, solved.output
     assert "keys spilled" in " ".join(solved.output.split())
-    problem = api.prepare(str(path), overrides=chip[1:])
+    problem = api.prepare(str(path), overrides=overrides)
     g = problem.graph
     attentions = {lay.name for lay in g.layers if lay.op == "FlashAttention"}
     doc = json.loads(plan_file.read_text())
     spilling = [gr["layers"] for gr in doc["groups"] if gr.get("keys_spilled")]
     assert spilling and all(attentions & set(layers) for layers in spilling)
     assert all(kept_outgrow(g, group_io(g, layers), problem.chip) for layers in spilling)
-    assert not api.explain(str(path), plan_file, None, None, None, chip[1:])["violations"]
+    assert not api.explain(str(path), plan_file, None, None, None, overrides)["violations"]
     ran = CliRunner().invoke(app, ["verify", str(path), str(plan_file)])
     assert ran.exit_code == 0, ran.output
-    off = api.prepare(str(path), rules_without_spilling(tmp_path), overrides=chip[1:])
+    off = api.prepare(str(path), rules_keeping_keys_in_sram(tmp_path), overrides=overrides)
     without = api.plan_problem(off, "cpsat")
     assert not any(gr.placement.keys_spilled for gr in without.groups)
     assert doc["totals"]["dram_bytes"] < without.totals.dram_bytes
@@ -124,12 +126,16 @@ def test_spilled_heights_offer_every_tile_count() -> None:
 
 
 def test_the_search_spills_at_tile_counts_between_halvings(tmp_path: Path) -> None:
-    """The two blocks at 2,048 tokens on 240 KiB: the tallest spilled tile that fits is 228
-    rows (9 tiles), not a halving of the map; the search takes it, one group reading the
-    keys back 4 times, fewer bytes than the same group at the tallest halving that fits
-    (128 rows, 16 tiles, 7.5 times), and it verifies."""
+    """The two blocks at 2,048 tokens on 240 KiB, the rules' `search.keys_in_wram` off (in
+    WRAM the keys would stay on chip): the tallest spilled tile that fits is 228 rows (9
+    tiles), not a halving of the map; the search takes it, one group reading the keys back
+    4 times, fewer bytes than the same group at the tallest halving that fits (128 rows, 16
+    tiles, 7.5 times), and it verifies."""
     path = save(causal_encoder(tokens=2048, width=64, heads=2, blocks=2), tmp_path, "long")
-    problem = api.prepare(str(path), overrides=["sram.bytes=240KiB"])
+    rules = tmp_path / "no_wram_keys.yaml"
+    rules.write_text((Path(__file__).parents[1] / "rules" / "default.yaml").read_text()
+                     .replace("keys_in_wram: true", "keys_in_wram: false"))
+    problem = api.prepare(str(path), str(rules), overrides=["sram.bytes=240KiB"])
     plan = api.plan_problem(problem, "cpsat")
     (group,) = plan.groups
     assert group.placement.keys_spilled and group.tile.h == 228

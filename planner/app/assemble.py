@@ -118,7 +118,7 @@ def _ends_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
 
 def _split_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:
     return cluster_split_cost(graph, p.layers, p.tile, chip, p.double_buffered,
-                              p.halo_reuse, p.keys_spilled)
+                              p.halo_reuse, p.keys_spilled, p.keys_in_wram)
 
 
 def _spilled_cost(graph: Graph, p: Placement, chip: Chip) -> Counters:

@@ -223,7 +223,8 @@ def _tile_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet) -> li
                                   split=True)
     return search.violations(g.tile, g.weights_resident, None, g.halo_reuse,
                              g.double_buffered, weights_outer=g.placement.weights_outer,
-                             cluster_split=g.placement.cluster_split)
+                             cluster_split=g.placement.cluster_split,
+                             keys_in_wram=g.placement.keys_in_wram)
 
 
 def _spilled_violations(graph: Graph, g: Group, chip: Chip, ruleset: RuleSet

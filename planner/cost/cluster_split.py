@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from fractions import Fraction
 from math import ceil
 
 from fuseplan.hardware.chip import Chip
@@ -30,7 +31,12 @@ from fuseplan.planner.cost.model import (
 )
 from fuseplan.planner.cost.spilled_keys import spilled_work
 from fuseplan.planner.cost.weight_stream import chunk_sizes
-from fuseplan.planner.geometry.cluster_split import ClusterSplit, busiest_shares, cluster_split
+from fuseplan.planner.geometry.cluster_split import (
+    ClusterSplit,
+    busiest_shares,
+    cluster_split,
+    wram_keys,
+)
 from fuseplan.planner.geometry.halo_reuse import ReuseGrid
 from fuseplan.planner.geometry.regions import GroupChains, GroupIO, Tile, group_chains, group_io
 from fuseplan.planner.ir.array import matrix_macs
@@ -60,6 +66,19 @@ def group_split_weight_bytes(graph: Graph, io: GroupIO, chip: Chip) -> int | Non
     """split_weight_bytes of a group that splits over the clusters, else None."""
     split = cluster_split(graph, io)
     return None if split is None else split_weight_bytes(graph, io, split, chip)
+
+
+def split_key_bytes(graph: Graph, io: GroupIO, chip: Chip, grid: ReuseGrid) -> int | None:
+    """Bytes of kept keys and values the busiest cluster of a split group holds in its
+    cores' WRAM when they stay there (Mode.keys_in_wram), at most, over the tiles of
+    `grid`: its heads' share (planner.geometry.cluster_split.wram_keys) of what each tile
+    keeps for later ones; None where the group cannot keep them so."""
+    split = cluster_split(graph, io)
+    found = None if split is None else wram_keys(graph, io, split, chip.clusters)
+    if found is None:
+        return None
+    shares = {t: Fraction(n, graph.elems(t)) for t, n in found.items()}
+    return grid.wram_peak_elems(shares) * chip.dtype_bytes
 
 
 def link_bytes(graph: Graph, made: Mapping[str, int], split: ClusterSplit, chip: Chip) -> int:
@@ -104,16 +123,17 @@ def busiest_cycles(chip: Chip, work: tuple[int, int, int]) -> int:
 
 def cluster_split_cost(graph: Graph, layers: tuple[str, ...], tile: Tile, chip: Chip,
                        double_buffered: bool, halo_reuse: bool = False,
-                       keys_spilled: bool = False) -> Counters:
+                       keys_spilled: bool = False, keys_in_wram: bool = False) -> Counters:
     """Every counter of a group of these layers split over the clusters (split_cost), its
-    row tiles reusing halos (`halo_reuse`) and spilling its kept keys (`keys_spilled`)."""
+    row tiles reusing halos (`halo_reuse`) and spilling its kept keys (`keys_spilled`) or
+    keeping them in WRAM (`keys_in_wram`: the SRAM peak without them)."""
     io = group_io(graph, layers)
     split = cluster_split(graph, io)
     if split is None:
         raise ValueError(f"group of {layers[0]!r} cannot be split over the clusters")
     chains = group_chains(graph, io)
-    grid = ReuseGrid.of(graph, io, chains, tile, spilled=keys_spilled) if halo_reuse \
-        else None
+    grid = ReuseGrid.of(graph, io, chains, tile, spilled=keys_spilled,
+                        keys_in_wram=keys_in_wram) if halo_reuse else None
     return split_cost(graph, io, chains, split, tile, chip, double_buffered, grid=grid)
 
 

@@ -45,9 +45,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuseplan.planner.geometry.attention import attention_heads
+from fuseplan.planner.geometry.attention import attention_heads, kept_prefix, prefix_reader
 from fuseplan.planner.geometry.regions import GroupIO, group_io
-from fuseplan.planner.ir.chunks import chunk_axes
+from fuseplan.planner.ir.chunks import chunk_axes, chunk_ranges
 from fuseplan.planner.ir.graph import Graph, Layer
 from fuseplan.planner.ir.ops import op_spec
 
@@ -134,6 +134,36 @@ def busiest_shares(graph: Graph, io: GroupIO, split: ClusterSplit, clusters: int
         if out in axis:  # a replicated layer's maps are whole, never cut
             length = graph.shapes[out][axis[out]]
             found[name] = (length, -(-length // clusters))
+    return found
+
+
+def wram_keys(graph: Graph, io: GroupIO, split: ClusterSplit, clusters: int
+              ) -> dict[str, int] | None:
+    """Per kept key or value tensor of a split group (attention.kept_prefix): the elements
+    of it the busiest cluster holds in its cores' WRAM when the kept keys stay there
+    (Mode.keys_in_wram), whole over the rows. A fused attention shares out its query heads
+    (ClusterSplit.headed), so a cluster keeps only the key and value heads its own query
+    heads read: 3 of GPT-2's 12 on each of 4 clusters; with grouped-query attention, every
+    KV head one of its query heads reads (the busiest cluster's count). Keys and values are
+    the stationary operands of the attention's two products, as weights are of a
+    projection's, so they sit in the weight memory beside the cluster's weight share.
+    None where the group keeps none, or a kept tensor is not [B, heads, rows, width] read
+    only by a fused attention the split shares out by heads."""
+    kept = kept_prefix(graph, io)
+    if not kept:
+        return None
+    found = {}
+    for t in sorted(kept):
+        reader = prefix_reader(graph, io, t)
+        if reader is None or reader[0].name not in split.headed:
+            return None
+        dims, heads = graph.shapes[t], graph.shapes[reader[0].outputs[0]][1]
+        if len(dims) != 4 or heads % dims[1]:
+            return None
+        per_kv = heads // dims[1]  # query heads reading each key head
+        most = max((hi - 1) // per_kv - lo // per_kv + 1
+                   for lo, hi in chunk_ranges(heads, clusters))
+        found[t] = graph.elems(t) // dims[1] * most
     return found
 
 

@@ -23,9 +23,11 @@ need only the first and last few tiles of each axis.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from functools import cached_property
+from math import ceil
 
 import numpy as np
 
@@ -216,6 +218,10 @@ class AxisSchedule:
         tile's box of the input of the layer making kept keys is the prefix, of which the
         tile makes only its rows."""
         return max(length(self.made(i, t)) + self.held_back(i, t) for i in range(self.count))
+
+    def longest_made(self, t: str) -> int:
+        """The most indices of t any tile of this axis makes (every tile walked)."""
+        return max(length(self.made(i, t)) for i in range(self.count))
 
     @cached_property
     def spilled_tensors(self) -> frozenset[str]:
@@ -426,13 +432,24 @@ class ReuseGrid:
     # `scale` (its tile's images) times the unit's
     unit: ReuseGrid | None = None
     scale: int = 1
+    # kept keys whose kept part leaves SRAM for the cores' WRAM once a tile is done with
+    # them (Mode.keys_in_wram): the peak counts only what the tile makes of them
+    in_wram: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, graph: Graph, io: GroupIO, chains: GroupChains, tile: Tile,
-           spilled: bool = False) -> ReuseGrid:
-        """The grid of `tile` (`spilled`: its kept keys spilled, AxisSchedule.spilled)."""
-        return cls(graph, io, AxisSchedule(graph, io, chains, 1, tile.h, spilled=spilled),
+           spilled: bool = False, keys_in_wram: bool = False) -> ReuseGrid:
+        """The grid of `tile` (`spilled`: its kept keys spilled, AxisSchedule.spilled;
+        `keys_in_wram`: kept in WRAM, ReuseGrid.in_wram)."""
+        grid = cls(graph, io, AxisSchedule(graph, io, chains, 1, tile.h, spilled=spilled),
                    AxisSchedule(graph, io, chains, 2, tile.w), part_images(graph, io, tile))
+        return grid.keeping_in_wram() if keys_in_wram else grid
+
+    def keeping_in_wram(self) -> ReuseGrid:
+        """The same grid with its kept keys held in WRAM (ReuseGrid.in_wram): the walk and
+        the traffic are the same, the SRAM peak is not."""
+        unit = self.unit.keeping_in_wram() if self.unit is not None else None
+        return replace(self, peaks={}, unit=unit, in_wram=kept_prefix(self.graph, self.io))
 
     def spilling(self) -> ReuseGrid:
         """The same grid with its kept keys spilled: the rows' walk (boxes, made parts,
@@ -487,6 +504,14 @@ class ReuseGrid:
                 (1, 1, -1), rows, cols, strict=True):
             total += sign * (earlier_rows * all_cols + this_row * cols_so_far)
         return total * self.plane(t)
+
+    def wram_peak_elems(self, shares: Mapping[str, Fraction]) -> int:
+        """The most elements of kept keys in WRAM (ReuseGrid.in_wram) the busiest cluster
+        holds once a tile is done with them: per tensor its `shares` part (its heads' share)
+        of what the tile keeps, over every tile (the last keeps none: its rows never leave
+        SRAM)."""
+        return max((sum(ceil(self.kept_after(t, r, q) * share) for t, share in shares.items())
+                    for r in self.rows.indices() for q in self.cols.indices()), default=0)
 
     def readback_elems(self, t: str) -> int:
         """Elements of t read back from DRAM over all tiles (spilled keys; else 0)."""
@@ -632,8 +657,9 @@ def _peaks(grid: ReuseGrid) -> dict[bool, int]:
     tensors = [t for t in spans if t in grid.rows.boxes(0)]
     rows, cols = grid.rows.indices(), grid.cols.indices()
     last_col = grid.cols.count - 1
-    streamed = {k: s for k in range(len(io.layers))
-                if (s := streamed_step(graph, io, k)) is not None}
+    # kept keys in WRAM hold this tile's rows in SRAM through the step: never released
+    streamed = {k: (s[0], [t for t in s[1] if t not in grid.in_wram])
+                for k in range(len(io.layers)) if (s := streamed_step(graph, io, k)) is not None}
     held = np.zeros((len(io.layers), len(rows), len(cols)), np.int64)
     loads = np.zeros((len(rows), len(cols)), np.int64)
     befores: dict[str, np.ndarray] = {}
@@ -643,8 +669,11 @@ def _peaks(grid: ReuseGrid) -> dict[bool, int]:
         after = _kept_table(grid, t, rows, cols)
         # before tile (r, q): what tile (r, q - 1) kept, or for q = 0 the last tile of row r - 1
         before = np.zeros_like(after)
-        before[:, 1:] = _kept_table(grid, t, rows, [q - 1 for q in cols[1:]])
-        before[:, 0] = [grid.kept_after(t, r - 1, last_col) if r else 0 for r in rows]
+        if t in grid.in_wram:  # what earlier tiles kept is in WRAM, and what this one keeps
+            after = np.zeros_like(after)  # goes there at its last use
+        else:
+            before[:, 1:] = _kept_table(grid, t, rows, [q - 1 for q in cols[1:]])
+            before[:, 0] = [grid.kept_after(t, r - 1, last_col) if r else 0 for r in rows]
         made = grid.plane(t) * np.outer([length(grid.rows.made(r, t)) for r in rows],
                                         [length(grid.cols.made(q, t)) for q in cols])
         befores[t], mades[t], afters[t] = before, made, after

@@ -83,6 +83,7 @@ def _plan_doc(plan: Plan) -> dict[str, Any]:
                    if g.placement.end_chunks > 1 else {}),
                 **({"cluster_split": True} if g.placement.cluster_split else {}),
                 **({"keys_spilled": True} if g.placement.keys_spilled else {}),
+                **({"keys_in_wram": True} if g.placement.keys_in_wram else {}),
                 "predicted": _counters_json(g.predicted),
             }
             for g in plan.groups
@@ -154,7 +155,8 @@ def _mode(g: dict[str, Any], halo: str, where: str) -> Mode:
                 int(g.get("passes", 1)), bool(g.get("inputs_held", False)),
                 int(g.get("hidden_chunks", 1)), bool(g.get("maps_held", False)),
                 bool(g.get("inputs_reloaded", False)), int(g.get("end_chunks", 1)),
-                bool(g.get("cluster_split", False)), bool(g.get("keys_spilled", False)))
+                bool(g.get("cluster_split", False)), bool(g.get("keys_spilled", False)),
+                bool(g.get("keys_in_wram", False)))
 
 
 PLAN_FIX = "Pass a plan file written by `fuseplan solve MODEL -o PLAN.json`."

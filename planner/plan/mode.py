@@ -20,7 +20,7 @@ from fuseplan.planner.geometry.attention import (
     head_chunk_options,
     spillable,
 )
-from fuseplan.planner.geometry.cluster_split import cluster_split
+from fuseplan.planner.geometry.cluster_split import cluster_split, wram_keys
 from fuseplan.planner.geometry.ends import chunked_ends
 from fuseplan.planner.geometry.hidden import makes_chunks, stretches
 from fuseplan.planner.geometry.passes import pass_split, pass_stretches
@@ -119,18 +119,25 @@ class Mode:
     # written to DRAM as each tile makes its rows and read back by later tiles a chunk of
     # keys at a time (planner.cost.spilled_keys): a prefill whose keys outgrow the chip
     keys_spilled: bool = False
+    # with a cluster split reusing halos: the kept keys and values (the attention's
+    # stationary operands, as weights are a projection's) move into the cores' WRAM as each
+    # tile is done with them, each cluster keeping only the heads its share of the query
+    # heads reads (planner.geometry.cluster_split.wram_keys): the keys of a long prefill
+    # that outgrow a cluster's SRAM whole stay on chip, spread over the clusters
+    keys_in_wram: bool = False
 
     @classmethod
     def of(cls, *, resident: bool = True, double_buffered: bool = False,
            halo_reuse: bool = False, weights_outer: bool = False, passes: int = 1,
            inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False,
            inputs_reloaded: bool = False, end_chunks: int = 1,
-           cluster_split: bool = False, keys_spilled: bool = False) -> Mode:
+           cluster_split: bool = False, keys_spilled: bool = False,
+           keys_in_wram: bool = False) -> Mode:
         """A mode from the planners' flags (by name: no flag is ever passed by position)."""
         return cls(WeightResidency.of(resident), double_buffered, HaloMode.of(halo_reuse),
                    LoopOrder.WEIGHTS_OUTER if weights_outer else LoopOrder.TILES_OUTER,
                    passes, inputs_held, hidden_chunks, maps_held, inputs_reloaded, end_chunks,
-                   cluster_split, keys_spilled)
+                   cluster_split, keys_spilled, keys_in_wram)
 
     @property
     def weights_resident(self) -> bool:
@@ -227,6 +234,11 @@ class ModeFlags:
         """Whether the kept keys go to DRAM as made and come back per tile."""
         return self.mode.keys_spilled
 
+    @property
+    def keys_in_wram(self) -> bool:
+        """Whether a split group's kept keys stay in its cores' WRAM, heads shared out."""
+        return self.mode.keys_in_wram
+
 
 def mode_kind(graph: Graph, layers: tuple[str, ...], mode: Mode) -> ModeKind:
     """The kind of run `mode` makes of these layers (which cost function and runner)."""
@@ -258,7 +270,7 @@ def mode_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
     # in the order the plan file's keys were always checked (its messages name the first)
     for check in (_loop_problem, _passes_problem, _inputs_held_problem, _hidden_problem,
                   _maps_held_problem, _reloaded_problem, _ends_problem, _split_problem,
-                  _spilled_problem, _whole_outputs_problem):
+                  _spilled_problem, _wram_keys_problem, _whole_outputs_problem):
         found = check(graph, layers, tile, mode, whole, chunked)
         if found is not None:
             return found
@@ -421,7 +433,7 @@ def _split_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode
         return ("cluster_split shares out output channels over the clusters: one layer of "
                 "the group must cut its weights along its output channels (a Conv without "
                 "groups, a Linear), no main layer may hold weights it cannot cut (a "
-                "depthwise conv), no layer may make two maps, a layer cutting its weights "
+                "depthwise conv) or make two maps, a layer cutting its weights "
                 "may share none with another, and the group may not end in an accumulation; "
                 "remove the key.")
     if not mode.weights_resident or mode.weights_outer \
@@ -448,6 +460,24 @@ def _spilled_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mo
         return ("keys_spilled runs row tiles in order (\"halo\": \"reuse\") over every image "
                 "at full width, weights resident (or split over the clusters), tiles outer, "
                 "no passes, hidden or end chunks or bands; set those or remove the key.")
+    return None
+
+
+def _wram_keys_problem(graph: Graph, layers: tuple[str, ...], tile: Tile, mode: Mode,
+                       whole: Tile, chunked: tuple[str, ...]) -> str | None:
+    if not mode.keys_in_wram:
+        return None
+    if not mode.cluster_split or not mode.halo_reuse or mode.keys_spilled:
+        return ("keys_in_wram keeps a split group's kept keys in its cores' WRAM: it runs "
+                "with \"cluster_split\": true and \"halo\": \"reuse\", its keys not spilled; "
+                "set those or remove the key.")
+    io = group_io(graph, layers)
+    split = cluster_split(graph, io)
+    if split is None or wram_keys(graph, io, split, 1) is None:
+        return ("keys_in_wram keeps the keys and values a causal fused attention of the "
+                "group reads a prefix of, made in the group, [batch, heads, rows, width], "
+                "each cluster its query heads' share; this group keeps none such; remove "
+                "the key.")
     return None
 
 

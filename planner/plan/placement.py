@@ -35,13 +35,15 @@ class Placement(ModeFlags):
            weights_outer: bool = False, passes: int = 1,
            inputs_held: bool = False, hidden_chunks: int = 1, maps_held: bool = False,
            inputs_reloaded: bool = False, end_chunks: int = 1,
-           cluster_split: bool = False, keys_spilled: bool = False) -> Placement:
+           cluster_split: bool = False, keys_spilled: bool = False,
+           keys_in_wram: bool = False) -> Placement:
         """A placement from flags (hand-written plans; the planners pass their Mode)."""
         return cls(tuple(layers), tile, Mode.of(
             resident=resident, double_buffered=double_buffered, halo_reuse=halo_reuse,
             weights_outer=weights_outer, passes=passes, inputs_held=inputs_held,
             hidden_chunks=hidden_chunks, maps_held=maps_held, inputs_reloaded=inputs_reloaded,
-            end_chunks=end_chunks, cluster_split=cluster_split, keys_spilled=keys_spilled))
+            end_chunks=end_chunks, cluster_split=cluster_split, keys_spilled=keys_spilled,
+            keys_in_wram=keys_in_wram))
 
     @property
     def weights(self) -> WeightResidency:

@@ -269,6 +269,7 @@ GROUP = Obj((
     Key("end_chunks", Int(1), required=False),
     Key("cluster_split", Bool(), required=False),
     Key("keys_spilled", Bool(), required=False),
+    Key("keys_in_wram", Bool(), required=False),
     Key("predicted", PREDICTED, required=False),
 ))
 

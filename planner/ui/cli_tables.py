@@ -48,6 +48,8 @@ def _mode(g: Group, merged: bool) -> str:
         parts.append("split over clusters")
     if p.keys_spilled:
         parts.append("keys spilled")
+    if p.keys_in_wram:
+        parts.append("keys in WRAM")
     if merged and g.halo_reuse:
         parts.append("halo reused")
     if merged and not g.weights_resident:
