@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hand import assert_verifies, hand_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_transformers import _attention_model, _verify
 
 from fuseplan.planner.app import api
+from fuseplan.planner.app.explain import recheck
 from fuseplan.planner.core.errors import InputError
 from fuseplan.planner.front.graph_build import build_graph
 from fuseplan.planner.front.onnx_load import load_model
@@ -26,9 +28,10 @@ from fuseplan.planner.geometry.hidden import (
     stretches,
     widen_runs,
 )
-from fuseplan.planner.geometry.regions import group_io
+from fuseplan.planner.geometry.regions import Tile, group_io
 from fuseplan.planner.ir.graph import Graph
 from fuseplan.planner.plan.json_io import save_plan
+from fuseplan.planner.plan.placement import Placement
 
 from models import batch_first_mha, causal_encoder, fusing_rules, llama_attention
 
@@ -181,17 +184,22 @@ def test_grouped_query_attention_with_rotary_embeddings_is_one_head_stretch(
 @pytest.mark.slow
 def test_grouped_query_attention_with_rotary_embeddings_runs_in_key_head_chunks(
         tmp_path: Path) -> None:
-    """The same half at 512 KiB is one group in 2 chunks of key heads, at its floor,
-    verified; without hidden chunks it moves more than 4 times the bytes."""
+    """The same half at 512 KiB plans as one group at its floor, verified (row tiles reusing
+    halos, its keys kept). As one tile of every row it fits only in 2 chunks of key heads:
+    so run, it moves the floor too and verifies; whole, its tile does not fit SRAM."""
     graph, path = _graph(llama_attention(tokens=512, width=64, heads=4, kv_heads=2), tmp_path)
     chip = ["sram.bytes=512KiB"]
     plan = _verify(tmp_path, str(path), {}, chip)
     (group,) = plan.groups
-    assert group.placement.hidden_chunks == 2
     assert plan.totals.dram_bytes == plan.compulsory_dram_bytes
-    off = fusing_rules(tmp_path, {"hidden_chunks: true": "hidden_chunks: false"})
-    assert api.solve(str(path), rules=off, solver="cpsat", overrides=chip).totals.dram_bytes \
-        > 4 * plan.totals.dram_bytes
+    problem = api.prepare(str(path), overrides=chip)
+    rows = Tile(1, 512, 1)
+    chunked = hand_plan(problem, [Placement.of(group.layers, rows, hidden_chunks=2)])
+    assert chunked.totals.dram_bytes == plan.compulsory_dram_bytes
+    assert not recheck(graph, chunked, problem.chip, problem.ruleset)
+    assert_verifies(problem, chunked)
+    whole = hand_plan(problem, [Placement.of(group.layers, rows)])
+    assert "sram" in {v.name for _, v in recheck(graph, whole, problem.chip, problem.ruleset)}
 
 
 def test_attention_heads_in_chunks_at_batch_two(tmp_path: Path) -> None:
