@@ -18,7 +18,9 @@ fits) double-buffered. Offered where the split is (solver.cluster_split.worth_sp
 the group's rows may reuse halos over the whole batch at full width: spilled where the
 kept keys may spill and outgrow one cluster (solver.spilled_keys.spills), at the tile
 counts spilled_heights offers, and held otherwise (held, keys that outgrow a cluster fit
-at no height).
+at no height). Keys that outgrow a cluster's SRAM may instead stay in its cores' WRAM,
+each cluster its heads' share (Mode.keys_in_wram, wram_split), at the map's halvings;
+that split is offered whether or not the weights outgrow one cluster.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ TALLEST = 2  # passing heights costed per variant (taller tiles: fewer steps, fe
 def split_reuse_choices(search: GroupSearch, rules: Iterable[Rule] | None
                         ) -> Iterator[tuple[Tile, Mode, Counters]]:
     """(tile, mode, cost) of the group split over the clusters with its row tiles reusing
-    halos: its kept keys held, and (where they may spill and outgrow a cluster) spilled."""
+    halos: its kept keys held, and (where they may spill and outgrow a cluster) spilled;
+    where they outgrow a cluster's SRAM, also kept in its cores' WRAM (wram_split)."""
     if search.tn is not None or not search.can_reuse():
         return
     split = worth_splitting(search)
