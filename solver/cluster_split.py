@@ -62,14 +62,19 @@ class GroupSearch(Protocol):
                    ) -> list[Violation]: ...
 
 
+def may_split(search: GroupSearch) -> bool:
+    """Whether the search may split the group over the clusters at all: search.cluster_split
+    allows, the chip has clusters, and its tiles are full width without bands."""
+    return search.ruleset.search.cluster_split and search.chip.clusters >= 2 \
+        and search.tw is None and search.bands == 1
+
+
 def worth_splitting(search: GroupSearch) -> ClusterSplit | None:
-    """The group's split over the clusters where it may split and gains by it, else None:
-    search.cluster_split allows, the chip has clusters, full-width tiles without bands, and
-    its weights fit the memory one cluster holds weights in (its WRAM, or its SRAM on a
-    single-memory chip) only as a share."""
+    """The group's split over the clusters where it may split (may_split) and gains by it,
+    else None: its weights fit the memory one cluster holds weights in (its WRAM, or its
+    SRAM on a single-memory chip) only as a share."""
     chip = search.chip
-    if not search.ruleset.search.cluster_split or chip.clusters < 2 \
-            or search.tw is not None or search.bands > 1:
+    if not may_split(search):
         return None
     cap = stage_memory(chip)
     if weight_bytes(search.graph, search.io.weights, chip) <= cap:

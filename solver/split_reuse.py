@@ -36,7 +36,7 @@ from fuseplan.planner.geometry.regions import Tile
 from fuseplan.planner.plan.mode import Mode
 from fuseplan.rules.base import Rule, Violation
 from fuseplan.solver.bisect import tallest_choices
-from fuseplan.solver.cluster_split import worth_splitting
+from fuseplan.solver.cluster_split import may_split, worth_splitting
 from fuseplan.solver.spilled_keys import (
     GroupSearch,
     spilled_grid,
@@ -73,14 +73,12 @@ def split_reuse_choices(search: GroupSearch, rules: Iterable[Rule] | None
 
 def wram_split(search: GroupSearch) -> ClusterSplit | None:
     """The group's split where its kept keys may stay in its clusters' WRAM, each its
-    query heads' share (Mode.keys_in_wram): the rules' search allows, the chip has WRAM
-    and clusters, full-width tiles without bands, and the group keeps keys a split shares
-    out by heads (planner.geometry.cluster_split.wram_keys). Its weights need not
+    query heads' share (Mode.keys_in_wram): the rules' search allows, it may split at all
+    (solver.cluster_split.may_split), the chip has WRAM, and the group keeps keys a split
+    shares out by heads (planner.geometry.cluster_split.wram_keys). Its weights need not
     outgrow a cluster: the keys do."""
     chip = search.chip
-    if not (search.ruleset.search.keys_in_wram and search.ruleset.search.cluster_split) \
-            or chip.wram is None or chip.clusters < 2 or search.tw is not None \
-            or search.bands > 1:
+    if not search.ruleset.search.keys_in_wram or chip.wram is None or not may_split(search):
         return None
     split = cluster_split(search.graph, search.io)
     if split is None or wram_keys(search.graph, search.io, split, chip.clusters) is None:

@@ -365,17 +365,25 @@ def se_net(seed: int = 0, n: int = 1, h: int = 64, w: int = 64, blocks: int = 2,
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def edited_rules(folder: Path, edits: dict[str, str], name: str = "edited.yaml") -> Path:
+    """rules/default.yaml with textual `edits` (old -> new, each present), written to
+    ``folder/name``."""
+    text = (ROOT / "rules" / "default.yaml").read_text()
+    for old, new in edits.items():
+        assert old in text, f"rules/default.yaml changed: update the edit of {old!r}"
+        text = text.replace(old, new)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
 def rules_keeping_keys_in_sram(folder: Path) -> Path:
     """rules/default.yaml with `search.keys_spilled` and `search.keys_in_wram` off: where a
     test plans what a prefill does when kept keys must fit SRAM (a lone attention, streamed
     keys), neither spilled nor kept in WRAM."""
-    text = (ROOT / "rules" / "default.yaml").read_text()
-    for key in ("keys_spilled", "keys_in_wram"):
-        assert f"{key}: true" in text, "rules/default.yaml changed: update this edit"
-        text = text.replace(f"{key}: true", f"{key}: false")
-    path = folder / "keys_in_sram.yaml"
-    path.write_text(text)
-    return path
+    return edited_rules(folder, {"keys_spilled: true": "keys_spilled: false",
+                                 "keys_in_wram: true": "keys_in_wram: false"},
+                        "keys_in_sram.yaml")
 
 
 def fusing_rules(tmp: Path, edits: dict[str, str] | None = None) -> Path:

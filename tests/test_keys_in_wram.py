@@ -32,7 +32,7 @@ from fuseplan.planner.plan.json_io import plan_to_json
 from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli import app
 from tests.hand import assert_refused, assert_verifies, hand_plan
-from tests.models import causal_encoder, llama_decoder, save
+from tests.models import causal_encoder, edited_rules, llama_decoder, save
 
 pytestmark = pytest.mark.xdist_group("keys_in_wram")
 
@@ -165,9 +165,7 @@ def test_solve_keeps_the_keys_in_wram(model: Path, tmp_path: Path) -> None:
     assert totals["dram_bytes"] == totals["compulsory_dram_bytes"]
     ran = CliRunner().invoke(app, ["verify", str(model), str(plan_file), *sets])
     assert ran.exit_code == 0, ran.output
-    rules = tmp_path / "off.yaml"
-    rules.write_text((Path(__file__).parents[1] / "rules" / "default.yaml").read_text()
-                     .replace("keys_in_wram: true", "keys_in_wram: false"))
+    rules = edited_rules(tmp_path, {"keys_in_wram: true": "keys_in_wram: false"})
     off = api.plan_problem(api.prepare(str(model), str(rules), overrides=CHIP), "cpsat")
     assert off.totals.dram_bytes > 2 * totals["dram_bytes"]
     assert not any(g.placement.keys_in_wram for g in off.groups)

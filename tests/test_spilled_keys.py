@@ -28,7 +28,7 @@ from fuseplan.planner.plan.placement import Placement
 from fuseplan.planner.ui.cli import app
 from fuseplan.solver.spilled_keys import spilled_heights
 from tests.hand import assert_refused, assert_verifies, hand_plan
-from tests.models import causal_encoder, rules_keeping_keys_in_sram, save
+from tests.models import causal_encoder, edited_rules, rules_keeping_keys_in_sram, save
 
 pytestmark = pytest.mark.xdist_group("spilled_keys")
 
@@ -132,9 +132,7 @@ def test_the_search_spills_at_tile_counts_between_halvings(tmp_path: Path) -> No
     4 times, fewer bytes than the same group at the tallest halving that fits (128 rows, 16
     tiles, 7.5 times), and it verifies."""
     path = save(causal_encoder(tokens=2048, width=64, heads=2, blocks=2), tmp_path, "long")
-    rules = tmp_path / "no_wram_keys.yaml"
-    rules.write_text((Path(__file__).parents[1] / "rules" / "default.yaml").read_text()
-                     .replace("keys_in_wram: true", "keys_in_wram: false"))
+    rules = edited_rules(tmp_path, {"keys_in_wram: true": "keys_in_wram: false"})
     problem = api.prepare(str(path), str(rules), overrides=["sram.bytes=240KiB"])
     plan = api.plan_problem(problem, "cpsat")
     (group,) = plan.groups
