@@ -118,7 +118,6 @@ class Tally:
     # per layer, the (MACs, array MACs, vector ops) of the tile being run
     layer_work: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     fmap_peak: int = 0  # the most feature-map bytes on chip at a step (weights not counted)
-    keys_wram: int = 0  # kept keys the busiest cluster held in WRAM (Mode.keys_in_wram)
     next_inputs: int = 0  # bytes the last tile's inputs take (a second buffer's worth)
 
     @property
@@ -203,22 +202,25 @@ class Tally:
         self.peak = max(self.peak, live)
         if not self.checks:
             return
-        for v in capacity_overflows(self.chip, self.group.id, tile, live, in_sram + held, weights):
-            if v.level not in self.worst or v.needed_bytes > self.worst[v.level].needed_bytes:
-                self.worst[v.level] = v
+        self._record(capacity_overflows(self.chip, self.group.id, tile, live, in_sram + held,
+                                        weights))
 
     def hold_keys(self, tile: int, key_bytes: int) -> None:
         """Kept keys in the cores' WRAM beside the weights (Mode.keys_in_wram): `key_bytes`
         the most the busiest cluster has held so far, checked with its weight share."""
-        self.keys_wram = max(self.keys_wram, key_bytes)
         if not self.checks:
             return
         cap = self.chip.wram.bytes if self.chip.wram is not None else 0
         cores = self.chip.cores_per_cluster if self.chip.wram is not None else 1
         need = ceil((self.weights_now(None) + key_bytes) / cores)
-        if need > cap and ("wram" not in self.worst
-                           or need > self.worst["wram"].needed_bytes):
-            self.worst["wram"] = Violation(self.group.id, tile, "wram", need, cap)
+        if need > cap:
+            self._record([Violation(self.group.id, tile, "wram", need, cap)])
+
+    def _record(self, found: list[Violation]) -> None:
+        """Keep the worst overflow per level."""
+        for v in found:
+            if v.level not in self.worst or v.needed_bytes > self.worst[v.level].needed_bytes:
+                self.worst[v.level] = v
 
     def compute(self, run: Compute, lay: Layer, weights: Mapping[str, np.ndarray]
                 ) -> list[np.ndarray]:
